@@ -1,0 +1,172 @@
+// Package proto is the contract between the host and vibedom-guest: the boot
+// data the host hands the guest in the per-session initramfs, the paths the
+// guest finds it at, and the names of the SSH requests beyond the standard
+// ones. It is pure Go with no dependencies so both sides can import it.
+//
+// The boot data is trusted by the guest (it comes from the host); nothing the
+// guest sends back is trusted by the host.
+package proto
+
+import (
+	"encoding/json"
+	"fmt"
+)
+
+// Paths inside the guest's initramfs.
+const (
+	// BootConfigPath holds the JSON-encoded BootConfig.
+	BootConfigPath = "/vibedom/boot.json"
+	// HostKeyPath holds the guest's SSH host private key (OpenSSH PEM, 0600).
+	HostKeyPath = "/vibedom/ssh_host_ed25519_key"
+	// CACertPath holds the vibedom MITM CA certificate (PEM), when egress is
+	// configured. Its key never enters the guest.
+	CACertPath = "/vibedom/ca.pem"
+	// ModuleListPath lists kernel modules to load, one path relative to
+	// /lib/modules/<release>/ a line, in dependency order. Written by the
+	// image builder into the base initramfs.
+	ModuleListPath = "/etc/vibedom/modules.load"
+	// GuestBinaryPath is where the guest agent binary is installed. /init is
+	// a link to it.
+	GuestBinaryPath = "/usr/bin/vibedom-guest"
+)
+
+// Mount points in the guest.
+const (
+	WorkspaceMount = "/mnt/workspace" // read-only host workspace
+	ScratchMount   = "/mnt/scratch"   // the scratch disk's filesystem
+	WorkDir        = "/work"          // OverlayFS the agent works in
+	UpperDir       = ScratchMount + "/upper"
+	OverlayWorkDir = ScratchMount + "/overlay-work"
+)
+
+// Version is the boot data format version. The guest refuses other versions.
+const Version = 1
+
+// Control channel transports.
+const (
+	TransportVirtioSerial = "virtio-serial"
+	TransportVsock        = "vsock"
+)
+
+// Workspace share filesystem types.
+const (
+	FS9P       = "9p"
+	FSVirtiofs = "virtiofs"
+)
+
+// BootConfig is the per-session data the guest needs to set itself up.
+type BootConfig struct {
+	Version   int    `json:"version"`
+	SessionID string `json:"session_id"`
+	Hostname  string `json:"hostname"`
+
+	Control   Control   `json:"control"`
+	Workspace Workspace `json:"workspace"`
+	Scratch   Scratch   `json:"scratch"`
+
+	// AuthorizedKeys are public keys (authorized_keys format) allowed to log
+	// in over the control channel. The host makes one per session.
+	AuthorizedKeys []string `json:"authorized_keys"`
+
+	// Env is added to the environment of every command and shell.
+	Env map[string]string `json:"env,omitempty"`
+
+	// Network configures the guest's NIC; nil means the guest has none.
+	Network *Network `json:"network,omitempty"`
+
+	// Debug makes the guest log more to the console.
+	Debug bool `json:"debug,omitempty"`
+}
+
+// Control says where the guest's SSH server listens.
+type Control struct {
+	Transport string `json:"transport"`      // TransportVirtioSerial or TransportVsock
+	Name      string `json:"name,omitempty"` // virtio-serial port name
+	Port      uint32 `json:"port,omitempty"` // vsock port
+}
+
+// Workspace says how to mount the host workspace.
+type Workspace struct {
+	Tag    string `json:"tag"`
+	FSType string `json:"fstype"` // FS9P or FSVirtiofs
+}
+
+// Scratch names the block device that holds the overlay's upper layer. The
+// guest makes an ext4 filesystem on it if it has none, and keeps an existing
+// one (so the upper dir survives a guest crash or a pause).
+type Scratch struct {
+	Device string `json:"device"` // e.g. "/dev/vda"
+}
+
+// Network configures the NIC. Addresses come from the host's DHCP server.
+type Network struct {
+	// Interface is the NIC name, normally "eth0".
+	Interface string `json:"interface"`
+	// ProxyURL, when set, is exported as HTTP_PROXY/HTTPS_PROXY (and lower
+	// case) for tools that prefer an explicit proxy.
+	ProxyURL string `json:"proxy_url,omitempty"`
+	// NoProxy is exported as NO_PROXY.
+	NoProxy string `json:"no_proxy,omitempty"`
+}
+
+// Validate checks the fields the guest cannot boot without.
+func (c *BootConfig) Validate() error {
+	if c.Version != Version {
+		return fmt.Errorf("boot data version %d, this guest speaks %d", c.Version, Version)
+	}
+	switch c.Control.Transport {
+	case TransportVirtioSerial:
+		if c.Control.Name == "" {
+			return fmt.Errorf("virtio-serial control channel without a port name")
+		}
+	case TransportVsock:
+		if c.Control.Port == 0 {
+			return fmt.Errorf("vsock control channel without a port")
+		}
+	default:
+		return fmt.Errorf("unknown control transport %q", c.Control.Transport)
+	}
+	switch c.Workspace.FSType {
+	case FS9P, FSVirtiofs:
+	default:
+		return fmt.Errorf("unknown workspace filesystem %q", c.Workspace.FSType)
+	}
+	if c.Workspace.Tag == "" {
+		return fmt.Errorf("workspace share has no tag")
+	}
+	if c.Scratch.Device == "" {
+		return fmt.Errorf("no scratch device")
+	}
+	if len(c.AuthorizedKeys) == 0 {
+		return fmt.Errorf("no authorized keys")
+	}
+	return nil
+}
+
+// Marshal encodes c as indented JSON.
+func (c *BootConfig) Marshal() ([]byte, error) { return json.MarshalIndent(c, "", "  ") }
+
+// Parse decodes and validates boot data.
+func Parse(data []byte) (*BootConfig, error) {
+	var c BootConfig
+	if err := json.Unmarshal(data, &c); err != nil {
+		return nil, fmt.Errorf("parse boot data: %w", err)
+	}
+	if err := c.Validate(); err != nil {
+		return nil, fmt.Errorf("boot data: %w", err)
+	}
+	return &c, nil
+}
+
+// SSH requests and subsystems beyond the standard ones.
+const (
+	// RequestPoweroff is a global request: the guest replies, ends every
+	// session, syncs, unmounts /work and the scratch disk, and powers off.
+	RequestPoweroff = "poweroff@vibedom"
+	// SubsystemSFTP is the standard SFTP subsystem. Paths are absolute guest
+	// paths; the server is not chrooted.
+	SubsystemSFTP = "sftp"
+	// ChangesCommand is the exec command line that prints the overlay's
+	// change set as JSON (overlay.ChangeSet) on stdout.
+	ChangesCommand = GuestBinaryPath + " changes"
+)

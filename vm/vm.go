@@ -1,0 +1,285 @@
+// Package vm describes a virtual machine that runs one vibedom session and the
+// interfaces a hypervisor backend implements to run it.
+//
+// The package is pure Go and builds on every platform. It does not start
+// anything itself: backends live in sub-packages (vm/qemu for Linux hosts and
+// tests, vm/vz for Apple's Virtualization.framework) and turn a Config into a
+// running Machine. The conformance suite in vm/vmtest is the one body of tests
+// every backend must pass.
+package vm
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"time"
+)
+
+// Sentinel errors shared by every backend. Check them with errors.Is.
+var (
+	// ErrUnavailable means the backend cannot run on this host (wrong OS,
+	// hypervisor missing, entitlement absent). The wrapped message says what
+	// the user should install or change.
+	ErrUnavailable = errors.New("hypervisor unavailable")
+	// ErrNotSupported means the machine lacks an optional capability, such as
+	// pausing or saving its state.
+	ErrNotSupported = errors.New("not supported by this backend")
+	// ErrNotRunning means the operation needs a running (or paused) machine.
+	ErrNotRunning = errors.New("machine is not running")
+	// ErrInvalidConfig means the Config was rejected before anything started.
+	ErrInvalidConfig = errors.New("invalid machine configuration")
+)
+
+// Arch is a guest CPU architecture, spelled as GOARCH spells it.
+type Arch string
+
+// Architectures a guest may have.
+const (
+	ArchAMD64 Arch = "amd64"
+	ArchARM64 Arch = "arm64"
+)
+
+// Share is a host directory exported to the guest.
+type Share struct {
+	// Tag is the name the guest mounts the share by (9p mount_tag, virtiofs tag).
+	Tag string
+	// HostPath is an absolute path to an existing directory on the host.
+	HostPath string
+	// ReadOnly makes the hypervisor refuse every write from the guest. vibedom
+	// always shares the workspace read-only; the guard lives on the host side,
+	// so root in the guest cannot lift it with a remount.
+	ReadOnly bool
+}
+
+// Disk is a raw disk image attached as a virtio block device. Disks appear in
+// the guest in the order given: the first is /dev/vda, the second /dev/vdb.
+type Disk struct {
+	// Path is the raw image file on the host. It must exist.
+	Path string
+	// ReadOnly attaches the disk read-only.
+	ReadOnly bool
+}
+
+// Network attaches one virtio-net NIC whose Ethernet frames are exchanged
+// over a datagram socket, one frame per datagram, with a userspace network
+// stack on the host. There is no other route out of the guest.
+type Network struct {
+	// Conn is the VM's end of a connected AF_UNIX SOCK_DGRAM socket pair. The
+	// backend hands it to the hypervisor; the caller keeps the other end.
+	// The backend does not close it; the caller closes it after Wait returns.
+	Conn *os.File
+	// MAC is the NIC's hardware address, e.g. "52:54:00:12:34:56". Empty
+	// lets the backend choose a locally administered one.
+	MAC string
+}
+
+// Config is everything needed to boot one machine. It is a description only:
+// building it has no side effects, and it holds no open resources other than
+// Network.Conn.
+type Config struct {
+	// Name identifies the machine in logs and process titles.
+	Name string
+	// Arch is the guest architecture. Backends reject what they cannot run.
+	Arch Arch
+	// CPUs is the number of virtual CPUs (>= 1).
+	CPUs int
+	// MemoryMiB is the guest RAM in MiB (>= 128).
+	MemoryMiB int
+	// Kernel is the path of the kernel image (bzImage on amd64, an
+	// uncompressed arm64 Image on arm64).
+	Kernel string
+	// Initrd is the path of the initramfs (possibly several cpio archives
+	// concatenated).
+	Initrd string
+	// Cmdline holds extra kernel arguments. The backend adds the console
+	// argument that matches the console device it provides.
+	Cmdline string
+	// Shares are host directories exported to the guest.
+	Shares []Share
+	// Disks are attached as virtio block devices, in order.
+	Disks []Disk
+	// Network, when non-nil, attaches the guest's only NIC.
+	Network *Network
+	// ConsoleLog is a file the guest's console output is written to. Empty
+	// discards it.
+	ConsoleLog string
+	// StateDir is a private directory (0700) where the backend may keep
+	// sockets and runtime files. It must exist and should have a short path:
+	// unix socket paths are limited to about 100 bytes.
+	StateDir string
+	// ControlPort is the vsock port the guest agent listens on, for backends
+	// whose control channel is vsock. Zero means DefaultControlPort.
+	ControlPort uint32
+}
+
+// DefaultControlPort is the vsock port of the guest agent's SSH server.
+const DefaultControlPort uint32 = 2222
+
+// ControlPortName is the name of the virtio-serial port that carries the
+// control channel on backends without vsock.
+const ControlPortName = "vibedom.control"
+
+// Validate reports the first problem that would stop the machine from
+// booting, wrapped in ErrInvalidConfig. It checks the host paths exist.
+func (c *Config) Validate() error {
+	bad := func(format string, a ...any) error {
+		return fmt.Errorf("%w: %s", ErrInvalidConfig, fmt.Sprintf(format, a...))
+	}
+	switch c.Arch {
+	case ArchAMD64, ArchARM64:
+	default:
+		return bad("unknown guest architecture %q", c.Arch)
+	}
+	if c.CPUs < 1 {
+		return bad("cpus must be at least 1, got %d", c.CPUs)
+	}
+	if c.MemoryMiB < 128 {
+		return bad("memory must be at least 128 MiB, got %d MiB", c.MemoryMiB)
+	}
+	for _, p := range []struct{ what, path string }{{"kernel", c.Kernel}, {"initrd", c.Initrd}} {
+		if p.path == "" {
+			return bad("no %s given", p.what)
+		}
+		if fi, err := os.Stat(p.path); err != nil {
+			return bad("%s: %v", p.what, err)
+		} else if !fi.Mode().IsRegular() {
+			return bad("%s %s is not a regular file", p.what, p.path)
+		}
+	}
+	tags := map[string]bool{}
+	for _, s := range c.Shares {
+		if s.Tag == "" || len(s.Tag) > 31 {
+			return bad("share tag %q must be 1 to 31 bytes", s.Tag)
+		}
+		if tags[s.Tag] {
+			return bad("share tag %q used twice", s.Tag)
+		}
+		tags[s.Tag] = true
+		fi, err := os.Stat(s.HostPath)
+		if err != nil {
+			return bad("share %q: %v", s.Tag, err)
+		}
+		if !fi.IsDir() {
+			return bad("share %q: %s is not a directory", s.Tag, s.HostPath)
+		}
+	}
+	for i, d := range c.Disks {
+		fi, err := os.Stat(d.Path)
+		if err != nil {
+			return bad("disk %d: %v", i, err)
+		}
+		if !fi.Mode().IsRegular() {
+			return bad("disk %d: %s is not a regular file", i, d.Path)
+		}
+	}
+	if c.Network != nil && c.Network.Conn == nil {
+		return bad("network has no socket")
+	}
+	if c.StateDir == "" {
+		return bad("no state directory")
+	}
+	if fi, err := os.Stat(c.StateDir); err != nil || !fi.IsDir() {
+		return bad("state directory %s does not exist", c.StateDir)
+	}
+	return nil
+}
+
+// State is the lifecycle state of a Machine.
+type State string
+
+// Machine states.
+const (
+	StateStarting State = "starting"
+	StateRunning  State = "running"
+	StatePaused   State = "paused"
+	StateStopping State = "stopping"
+	StateStopped  State = "stopped"
+	StateError    State = "error"
+)
+
+// Driver creates machines on one hypervisor.
+type Driver interface {
+	// Name is a short identifier such as "qemu" or "vz".
+	Name() string
+	// Available reports whether the driver can start a machine for arch on
+	// this host. A non-nil error wraps ErrUnavailable and says what to
+	// install or change.
+	Available(ctx context.Context, arch Arch) error
+	// Start validates cfg, boots the machine and returns once the hypervisor
+	// runs it (not once the guest is ready: use DialControl for that). If ctx
+	// is cancelled during Start, the machine is torn down. After Start
+	// returns, ctx no longer governs the machine's life.
+	Start(ctx context.Context, cfg Config) (Machine, error)
+}
+
+// Machine is one running (or finished) virtual machine.
+//
+// All methods are safe for concurrent use.
+type Machine interface {
+	// DialControl opens the control channel to the guest agent. It retries
+	// until the channel accepts a connection or ctx ends; the returned error
+	// then wraps ctx.Err(). On backends whose channel is a single byte
+	// stream (virtio-serial), only one connection is open at a time and a
+	// second dial waits for the first to close.
+	DialControl(ctx context.Context) (net.Conn, error)
+	// State reports the current lifecycle state.
+	State() State
+	// StateChanges delivers each new state once, in order; the channel is
+	// closed after StateStopped or StateError. Slow readers miss no final
+	// state: the last value is always delivered before close.
+	StateChanges() <-chan State
+	// Wait blocks until the machine has stopped or ctx ends. It returns nil
+	// for a clean guest power-off and an error describing how the machine
+	// died otherwise.
+	Wait(ctx context.Context) error
+	// Stop asks the guest to power off (ACPI power button or equivalent) and,
+	// if it has not stopped when ctx ends, stops it forcefully. It returns
+	// once the machine has stopped. Stopping a stopped machine is a no-op.
+	Stop(ctx context.Context) error
+	// Kill stops the machine at once, without asking the guest.
+	Kill() error
+}
+
+// Pauser is implemented by machines that can freeze and thaw their vCPUs in
+// memory. Paused machines keep their memory and open files; the guest sees no
+// time pass other than its clock jumping.
+type Pauser interface {
+	Pause(ctx context.Context) error
+	Resume(ctx context.Context) error
+}
+
+// StateSaver is implemented by machines that can write their whole state to
+// a file and be restored from it later by the same driver.
+type StateSaver interface {
+	SaveState(ctx context.Context, path string) error
+}
+
+// Pause pauses m if it supports pausing, else returns ErrNotSupported.
+func Pause(ctx context.Context, m Machine) error {
+	p, ok := m.(Pauser)
+	if !ok {
+		return fmt.Errorf("pause: %w", ErrNotSupported)
+	}
+	return p.Pause(ctx)
+}
+
+// Resume resumes m if it supports pausing, else returns ErrNotSupported.
+func Resume(ctx context.Context, m Machine) error {
+	p, ok := m.(Pauser)
+	if !ok {
+		return fmt.Errorf("resume: %w", ErrNotSupported)
+	}
+	return p.Resume(ctx)
+}
+
+// Backoff returns the delay before retry attempt n (0-based) of a dial loop:
+// exponential from 10 ms, capped at 500 ms.
+func Backoff(n int) time.Duration {
+	d := 10 * time.Millisecond
+	for i := 0; i < n && d < 500*time.Millisecond; i++ {
+		d *= 2
+	}
+	return min(d, 500*time.Millisecond)
+}
