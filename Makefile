@@ -1,0 +1,55 @@
+# vibedom — build, test and demo targets. `make help` lists them.
+GO       ?= go
+VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+LDFLAGS  := -s -w -X main.version=$(VERSION)
+HOST_OS  := $(shell $(GO) env GOOS)
+BIN      := bin
+
+export PATH := $(PATH):/usr/local/go/bin
+
+.PHONY: help build guest test e2e e2e-arm64 check-darwin vet check setup assets demo bench clean
+
+help: ## list the targets
+	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | sort
+
+build: guest ## build bin/vibedom (signed with entitlements.plist on macOS)
+	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/vibedom ./cmd/vibedom
+ifeq ($(HOST_OS),darwin)
+	codesign --force --entitlements entitlements.plist -s - $(BIN)/vibedom
+endif
+
+guest: ## build the static in-VM agent for linux/amd64 and linux/arm64
+	CGO_ENABLED=0 GOOS=linux GOARCH=amd64 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/vibedom-guest-linux-amd64 ./cmd/vibedom-guest
+	CGO_ENABLED=0 GOOS=linux GOARCH=arm64 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/vibedom-guest-linux-arm64 ./cmd/vibedom-guest
+
+setup: ## install QEMU, busybox and tools (Debian/Ubuntu), fetch test kernels
+	scripts/setup.sh
+
+assets: ## fetch the Debian test kernels and busybox into .cache/assets
+	scripts/fetch-assets.sh
+
+vet: ## go vet every package
+	$(GO) vet ./...
+
+check-darwin: ## type-check the darwin/arm64 build (the vz backend) on any host
+	$(GO) run ./tools/check-darwin ./...
+
+test: guest ## run every test, VM tests included (they skip with a reason without QEMU or assets)
+	$(GO) test -count=1 -timeout 20m ./...
+
+e2e: guest ## run only the end-to-end VM tests (amd64 guest)
+	$(GO) test -count=1 -timeout 20m -run 'VM|E2E' ./session/... ./vm/... ./cmd/...
+
+e2e-arm64: guest ## boot the arm64 guest under qemu-system-aarch64 (TCG) and exec in it
+	VIBEDOM_E2E_ARM64=1 $(GO) test -count=1 -timeout 20m -run 'Arm64' ./session/...
+
+bench: guest ## run the benchmarks recorded in docs/performance.md
+	$(GO) test -run '^$$' -bench . -benchtime 1x ./...
+
+check: setup vet check-darwin test e2e-arm64 ## everything CI runs (the README's test command)
+
+demo: setup build ## a real session in a QEMU VM on examples/sample-app
+	scripts/demo.sh
+
+clean: ## remove build output (not the asset cache)
+	rm -rf $(BIN)

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Installs what vibedom's Linux (QEMU) mode and its test suite need on a
+# Debian/Ubuntu host, then fetches the test kernels and busybox. Idempotent:
+# a second run installs nothing and downloads nothing.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+pkgs=(qemu-system-x86 qemu-system-arm busybox-static cpio git patch make mitmproxy)
+missing=()
+for p in "${pkgs[@]}"; do
+	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+	if ! command -v apt-get >/dev/null; then
+		echo "setup: apt-get not found; install by hand: ${missing[*]}" >&2
+		exit 1
+	fi
+	sudo=()
+	if [ "$(id -u)" != 0 ]; then sudo=(sudo); fi
+	echo "setup: installing ${missing[*]}" >&2
+	"${sudo[@]}" apt-get update -qq >/dev/null
+	DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+scripts/fetch-assets.sh
