@@ -1,0 +1,130 @@
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/vibedom/vibedom/overlay"
+)
+
+// changesFixture makes $VIBEDOM_HOME with one ended session whose agent
+// edited a.txt, deleted b.txt and tried to plant a git hook.
+func changesFixture(t *testing.T) (home, ws string) {
+	t.Helper()
+	root := t.TempDir()
+	home, ws = filepath.Join(root, "home"), filepath.Join(root, "ws")
+	agent := filepath.Join(root, "agent")
+	dir := filepath.Join(home, "sessions", "ws-0001")
+	for _, d := range []string{ws, agent, dir, filepath.Join(ws, ".git"), filepath.Join(agent, ".git", "hooks")} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	files := map[string][2]string{ // path: workspace, agent ("" = absent)
+		"a.txt":                 {"a\n", "a by the agent\n"},
+		"b.txt":                 {"b\n", ""},
+		".git/hooks/pre-commit": {"", "#!/bin/sh\necho pwned\n"},
+	}
+	for p, c := range files {
+		if c[0] != "" {
+			os.WriteFile(filepath.Join(ws, p), []byte(c[0]), 0o644)
+		}
+	}
+	st, _ := json.Marshal(map[string]any{"name": "ws-0001", "workspace": ws, "created": time.Now().UTC(), "status": "stopped", "log_dir": ""})
+	os.WriteFile(filepath.Join(dir, "state.json"), st, 0o600)
+	if _, err := overlay.TakeBaseline(t.Context(), ws, filepath.Join(dir, overlay.BaselineDir), overlay.BaselineOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for p, c := range files {
+		if c[1] != "" {
+			os.WriteFile(filepath.Join(agent, p), []byte(c[1]), 0o755)
+		}
+	}
+	cs, err := overlay.DiffTrees(ws, agent)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := overlay.WriteSessionPatch(t.Context(), dir, cs, overlay.DirSource(agent), nil); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("VIBEDOM_HOME", home)
+	return home, ws
+}
+
+// capture runs the CLI with args and returns its exit code and stdout.
+func capture(t *testing.T, args ...string) (int, string) {
+	t.Helper()
+	f, err := os.CreateTemp(t.TempDir(), "out")
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := os.Stdout
+	os.Stdout = f
+	code := run(t.Context(), append([]string{"vibedom"}, args...))
+	os.Stdout = old
+	f.Close()
+	data, _ := os.ReadFile(f.Name())
+	return code, string(data)
+}
+
+func TestChangesCommands(t *testing.T) {
+	_, ws := changesFixture(t)
+	read := func(p string) string {
+		data, err := os.ReadFile(filepath.Join(ws, p))
+		if err != nil {
+			return "<absent>"
+		}
+		return string(data)
+	}
+
+	code, patch := capture(t, "diff")
+	if code != 0 || !strings.Contains(patch, "diff --git a/a.txt b/a.txt") || strings.Contains(patch, "\x1b[") {
+		t.Fatalf("diff: exit %d, output:\n%s", code, patch)
+	}
+	if _, err := exec.LookPath("git"); err == nil {
+		// (git refuses .git paths itself)
+		cmd := exec.Command("git", "apply", "--check", "--exclude=.git/hooks/pre-commit", "-")
+		cmd.Dir, cmd.Stdin = ws, strings.NewReader(patch)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Errorf("vibedom diff | git apply --check: %v\n%s", err, out)
+		}
+	}
+
+	// Without a terminal, review applies nothing.
+	if code, out := capture(t, "review", "ws-0001"); code != 0 || !strings.Contains(out, "Nothing applied") || read("a.txt") != "a\n" {
+		t.Errorf("review without a terminal: exit %d, a.txt %q, output:\n%s", code, read("a.txt"), out)
+	}
+
+	// apply: the hook is refused (exit 1), the rest applied.
+	code, out := capture(t, "apply")
+	if code != 1 || !strings.Contains(out, "protected") {
+		t.Errorf("apply: exit %d, want 1 with the hook refused; output:\n%s", code, out)
+	}
+	if got := read("a.txt"); got != "a by the agent\n" {
+		t.Errorf("a.txt after apply: %q", got)
+	}
+	if got := read("b.txt"); got != "<absent>" {
+		t.Errorf("b.txt after apply: %q", got)
+	}
+	if got := read(".git/hooks/pre-commit"); got != "<absent>" {
+		t.Errorf("hook planted: %q", got)
+	}
+
+	if code, out := capture(t, "undo"); code != 0 || !strings.Contains(out, "restored") {
+		t.Errorf("undo: exit %d, output:\n%s", code, out)
+	}
+	if read("a.txt") != "a\n" || read("b.txt") != "b\n" {
+		t.Errorf("after undo: a.txt %q, b.txt %q", read("a.txt"), read("b.txt"))
+	}
+	if code, _ := capture(t, "undo"); code != 2 {
+		t.Errorf("second undo: exit %d, want 2 (nothing to undo)", code)
+	}
+	if code, _ := capture(t, "apply", "nosuchsession"); code != 2 {
+		t.Errorf("apply of a missing session: exit %d, want 2", code)
+	}
+}

@@ -1,0 +1,51 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+
+	"github.com/urfave/cli/v3"
+
+	"github.com/vibedom/vibedom/overlay"
+	"github.com/vibedom/vibedom/review"
+)
+
+func init() {
+	commands = append(commands, &cli.Command{
+		Name:      "diff",
+		Usage:     "print a session's changes as a git-style patch",
+		ArgsUsage: "[SESSION]",
+		Description: "Prints the session's changes.patch. Piped, it is the raw patch (`vibedom diff | git apply` works);\n" +
+			"on a terminal it is colored and control characters are shown escaped. SESSION defaults to the latest.",
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "color", Value: "auto", Usage: "auto, always or never"},
+		},
+		Action: func(ctx context.Context, c *cli.Command) error {
+			si, err := changesSession(c)
+			if err != nil {
+				return err
+			}
+			patch, _, err := overlay.ReadSessionPatch(si.Dir)
+			if err != nil {
+				return err
+			}
+			tty := changesIsTerminal(os.Stdout)
+			var color bool
+			switch c.String("color") {
+			case "auto":
+				color = tty && os.Getenv("NO_COLOR") == ""
+			case "always":
+				color = true
+			case "never":
+			default:
+				return fmt.Errorf("--color %q: use auto, always or never", c.String("color"))
+			}
+			if tty || color {
+				patch = review.ColorDiff(patch, color)
+			}
+			_, err = os.Stdout.Write(patch)
+			return err
+		},
+	})
+}

@@ -1,0 +1,375 @@
+package overlay
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"slices"
+	"strings"
+)
+
+// Git file modes as they appear in patches.
+const (
+	ModeFile    uint32 = 0o100644
+	ModeExec    uint32 = 0o100755
+	ModeSymlink uint32 = 0o120000
+)
+
+// gitMode maps a type and permission bits to the mode git records: only a
+// file's owner-executable bit survives.
+func gitMode(t FileType, perm uint32) uint32 {
+	switch t {
+	case TypeSymlink:
+		return ModeSymlink
+	case TypeFile:
+		if perm&0o100 != 0 {
+			return ModeExec
+		}
+		return ModeFile
+	}
+	return 0
+}
+
+// Source gives the host the agent's version of changed files (the guest's
+// /work), e.g. over SFTP. Paths are slash-separated and relative to the
+// overlay root; they have passed ValidatePath. The content is untrusted: the
+// patch builder checks its size and SHA-256 against the change set as it
+// reads.
+type Source interface {
+	Open(path string) (io.ReadCloser, error)
+}
+
+// OldTree is the workspace as the agent first saw it: the baseline.
+type OldTree interface {
+	// Old describes path at session start. A path that did not exist has
+	// Type "". When the start state cannot be recovered, Old returns the
+	// host's current entry with Unknown set.
+	Old(path string) (OldEntry, error)
+}
+
+// OldEntry is one path of an OldTree.
+type OldEntry struct {
+	Type    FileType // "" when absent
+	Mode    uint32   // permission bits
+	Target  string   // symlinks
+	Content []byte   // regular files
+	// Unknown means the session-start state is not recoverable (manifest
+	// baseline, file changed on the host since): the other fields are the
+	// host's current entry, and applying over it needs the user's say.
+	Unknown bool
+}
+
+// ErrContentMismatch means content fetched from the guest did not match the
+// size or hash the change set announced.
+var ErrContentMismatch = errors.New("content does not match the change set")
+
+// PatchInfoVersion is the version of the PatchInfo JSON (changes.json).
+const PatchInfoVersion = 1
+
+// PatchInfo describes a patch the host built: one entry per file diff, in
+// patch order, and what the change set held that a git patch cannot carry.
+// It is kept beside the patch as changes.json.
+type PatchInfo struct {
+	Version    int          `json:"version"`
+	Files      []PatchFile  `json:"files"`
+	NotCarried []NotCarried `json:"not_carried,omitempty"`
+}
+
+// PatchFile is one file diff of a patch.
+type PatchFile struct {
+	Path    string `json:"path"`
+	Op      Op     `json:"op"` // add, modify or delete
+	OldMode uint32 `json:"old_mode,omitempty"`
+	NewMode uint32 `json:"new_mode,omitempty"`
+	OldID   string `json:"old_id,omitempty"`
+	NewID   string `json:"new_id,omitempty"`
+	Binary  bool   `json:"binary,omitempty"`
+	Added   int    `json:"added,omitempty"`
+	Deleted int    `json:"deleted,omitempty"`
+	// BaseUnknown means the old side is the host's current content because
+	// the session-start content was not recoverable: applying it needs the
+	// user's decision.
+	BaseUnknown bool `json:"base_unknown,omitempty"`
+}
+
+// NotCarried is a change the patch does not carry, and why.
+type NotCarried struct {
+	Path   string `json:"path"`
+	Reason string `json:"reason"`
+}
+
+// BuildOptions tunes BuildPatch.
+type BuildOptions struct {
+	// ObjectDir, when set, keeps every old side of the patch by blob id so
+	// apply can merge after the host files moved on.
+	ObjectDir string
+	// MaxFileSize is the largest file carried (default 256 MiB).
+	MaxFileSize int64
+	// Logger gets debug lines; nil is silent.
+	Logger *slog.Logger
+}
+
+// BuildPatch turns a validated change set into a git-style patch from the
+// old tree (the baseline) to the agent's content, written to w. It returns
+// what the patch holds. The patch applies with `git apply` and, for text,
+// with `patch -p1`.
+func BuildPatch(ctx context.Context, cs *ChangeSet, src Source, old OldTree, w io.Writer, opts BuildOptions) (*PatchInfo, error) {
+	if opts.MaxFileSize <= 0 {
+		opts.MaxFileSize = 256 << 20
+	}
+	log := opts.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	if err := cs.Validate(); err != nil {
+		return nil, err
+	}
+	objects := &objectStore{dir: opts.ObjectDir}
+	defer objects.close()
+	info := &PatchInfo{Version: PatchInfoVersion}
+
+	type newState struct {
+		c   *Change // add/modify entry, nil when the path is gone
+		del bool
+	}
+	states := make(map[string]*newState)
+	var order []string
+	for i := range cs.Changes {
+		c := &cs.Changes[i]
+		if c.Op == OpSkip {
+			info.NotCarried = append(info.NotCarried, NotCarried{c.Path, c.Reason})
+			continue
+		}
+		st := states[c.Path]
+		if st == nil {
+			st = &newState{}
+			states[c.Path] = st
+			order = append(order, c.Path)
+		}
+		if c.Op == OpDelete {
+			st.del = true
+		} else {
+			st.c = c
+		}
+	}
+
+	type entry struct {
+		path     string
+		oldT     FileType
+		oldMode  uint32
+		oldData  []byte
+		newT     FileType
+		newMode  uint32
+		newData  []byte
+		unknown  bool
+		isDelete bool
+	}
+	var dels, rest []entry
+	hasCarriedBelow := make(map[string]bool)
+	var addedDirs []string
+	for _, p := range order {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		st := states[p]
+		oe, err := old.Old(p)
+		if err != nil {
+			return nil, fmt.Errorf("read baseline of %s: %w", DisplayPath(p), err)
+		}
+		var nt FileType
+		var nperm uint32
+		var ndata []byte
+		if c := st.c; c != nil {
+			nt, nperm = c.Type, c.Mode
+			switch c.Type {
+			case TypeDir:
+				if c.Op == OpAdd && oe.Type != TypeDir {
+					addedDirs = append(addedDirs, p)
+				} else if oe.Type == TypeDir && c.Mode != oe.Mode {
+					info.NotCarried = append(info.NotCarried, NotCarried{p, fmt.Sprintf("directory mode %04o (git records no directory modes)", c.Mode)})
+				}
+			case TypeSymlink:
+				ndata = []byte(c.Target)
+			case TypeFile:
+				if c.Size > opts.MaxFileSize {
+					info.NotCarried = append(info.NotCarried, NotCarried{p, fmt.Sprintf("file of %d bytes is larger than the %d carried", c.Size, opts.MaxFileSize)})
+					continue
+				}
+				if oe.Type == TypeFile && int64(len(oe.Content)) == c.Size && sha256hex(oe.Content) == c.SHA256 {
+					ndata = oe.Content
+				} else if ndata, err = fetch(src, c); err != nil {
+					return nil, err
+				}
+			}
+		}
+		oldT := oe.Type
+		if oldT == TypeSpecial {
+			info.NotCarried = append(info.NotCarried, NotCarried{p, "special file on the host is left alone"})
+			continue
+		}
+		oldDiffable := oldT == TypeFile || oldT == TypeSymlink
+		newDiffable := nt == TypeFile || nt == TypeSymlink
+		var odata []byte
+		if oldT == TypeSymlink {
+			odata = []byte(oe.Target)
+		} else {
+			odata = oe.Content
+		}
+		om, nm := gitMode(oldT, oe.Mode), gitMode(nt, nperm)
+		if oldDiffable && newDiffable && oldT == nt {
+			if om == nm && bytes.Equal(odata, ndata) {
+				if nt == TypeFile && nperm&0o777 != oe.Mode&0o777 {
+					info.NotCarried = append(info.NotCarried, NotCarried{p, fmt.Sprintf("permission change %04o → %04o (git records only the executable bit)", oe.Mode&0o7777, nperm)})
+				}
+				continue
+			}
+			rest = append(rest, entry{path: p, oldT: oldT, oldMode: om, oldData: odata, newT: nt, newMode: nm, newData: ndata, unknown: oe.Unknown})
+			markCarried(hasCarriedBelow, p)
+			continue
+		}
+		if oldDiffable {
+			dels = append(dels, entry{path: p, oldT: oldT, oldMode: om, oldData: odata, unknown: oe.Unknown, isDelete: true})
+		}
+		if newDiffable {
+			rest = append(rest, entry{path: p, newT: nt, newMode: nm, newData: ndata, unknown: oe.Unknown && !oldDiffable})
+			markCarried(hasCarriedBelow, p)
+		}
+	}
+	for _, d := range addedDirs {
+		if !hasCarriedBelow[d] {
+			info.NotCarried = append(info.NotCarried, NotCarried{d, "empty directory (git carries files only)"})
+		}
+	}
+	slices.SortFunc(info.NotCarried, func(a, b NotCarried) int { return strings.Compare(a.Path, b.Path) })
+
+	var buf bytes.Buffer
+	for _, e := range append(dels, rest...) {
+		buf.Reset()
+		pf := PatchFile{Path: e.path, OldMode: e.oldMode, NewMode: e.newMode, BaseUnknown: e.unknown}
+		switch {
+		case e.isDelete:
+			pf.Op = OpDelete
+		case e.oldMode == 0:
+			pf.Op = OpAdd
+		default:
+			pf.Op = OpModify
+		}
+		if e.oldMode != 0 {
+			pf.OldID = blobID(e.oldData)
+			if e.oldT == TypeFile && !e.unknown {
+				if _, err := objects.put(e.oldData); opts.ObjectDir != "" && err != nil {
+					return nil, err
+				}
+			}
+		}
+		if e.newMode != 0 {
+			pf.NewID = blobID(e.newData)
+		}
+		pf.Added, pf.Deleted, pf.Binary = writeFileDiff(&buf, &pf, e.oldData, e.newData)
+		if _, err := w.Write(buf.Bytes()); err != nil {
+			return nil, fmt.Errorf("write patch: %w", err)
+		}
+		info.Files = append(info.Files, pf)
+		log.Debug("patch entry", "path", DisplayPath(pf.Path), "op", pf.Op, "added", pf.Added, "deleted", pf.Deleted, "binary", pf.Binary)
+	}
+	if err := objects.close(); err != nil {
+		return nil, err
+	}
+	return info, nil
+}
+
+func markCarried(m map[string]bool, p string) {
+	for a := parentDir(p); a != "" && !m[a]; a = parentDir(a) {
+		m[a] = true
+	}
+}
+
+func sha256hex(b []byte) string {
+	s := sha256.Sum256(b)
+	return hex.EncodeToString(s[:])
+}
+
+// fetch reads a file's content from the guest and checks it against the
+// change set's size and hash.
+func fetch(src Source, c *Change) ([]byte, error) {
+	rc, err := src.Open(c.Path)
+	if err != nil {
+		return nil, fmt.Errorf("fetch %s from the guest: %w", DisplayPath(c.Path), err)
+	}
+	defer rc.Close()
+	data, err := io.ReadAll(io.LimitReader(rc, c.Size+1))
+	if err != nil {
+		return nil, fmt.Errorf("fetch %s from the guest: %w", DisplayPath(c.Path), err)
+	}
+	if int64(len(data)) != c.Size || sha256hex(data) != c.SHA256 {
+		return nil, fmt.Errorf("fetch %s from the guest: %w (%d bytes, sha256 %s; listed %d bytes, %s): the file changed after the scan; stop the agent and list the changes again",
+			DisplayPath(c.Path), ErrContentMismatch, len(data), sha256hex(data)[:12], c.Size, c.SHA256[:12])
+	}
+	return data, nil
+}
+
+// writeFileDiff writes one "diff --git" entry. A zero mode is an absent side.
+func writeFileDiff(w *bytes.Buffer, pf *PatchFile, old, new []byte) (added, deleted int, binary bool) {
+	p := pf.Path
+	// Git leaves spaces unquoted, but GNU patch cannot split such a header
+	// when no ---/+++ lines follow (mode changes): quote them here.
+	a, b := gitQuoteSpace("a/", p), gitQuoteSpace("b/", p)
+	fmt.Fprintf(w, "diff --git %s %s\n", a, b)
+	switch {
+	case pf.OldMode == 0:
+		fmt.Fprintf(w, "new file mode %06o\n", pf.NewMode)
+	case pf.NewMode == 0:
+		fmt.Fprintf(w, "deleted file mode %06o\n", pf.OldMode)
+	case pf.OldMode != pf.NewMode:
+		fmt.Fprintf(w, "old mode %06o\nnew mode %06o\n", pf.OldMode, pf.NewMode)
+	}
+	oldID, newID := pf.OldID, pf.NewID
+	if oldID == "" {
+		oldID = zeroID
+	}
+	if newID == "" {
+		newID = zeroID
+	}
+	if oldID == newID {
+		return 0, 0, false // mode change only
+	}
+	if pf.OldMode != 0 && pf.NewMode != 0 && pf.OldMode == pf.NewMode {
+		fmt.Fprintf(w, "index %s..%s %06o\n", oldID, newID, pf.OldMode)
+	} else {
+		fmt.Fprintf(w, "index %s..%s\n", oldID, newID)
+	}
+	if len(old) == 0 && len(new) == 0 {
+		return 0, 0, false // empty file created or deleted
+	}
+	from, to := "/dev/null", "/dev/null"
+	if pf.OldMode != 0 {
+		from = headerName("a/", p)
+	}
+	if pf.NewMode != 0 {
+		to = headerName("b/", p)
+	}
+	if isBinary(old) || isBinary(new) || tooManyLines(old, new) {
+		w.WriteString("GIT binary patch\n")
+		writeBinaryLiteral(w, new)
+		writeBinaryLiteral(w, old)
+		return 0, 0, true
+	}
+	fmt.Fprintf(w, "--- %s\n+++ %s\n", from, to)
+	added, deleted = writeHunks(w, lineDiff(string(old), string(new)))
+	return added, deleted, false
+}
+
+// headerName is a ---/+++ name: git quotes it when needed, and ends an
+// unquoted name holding a space with a tab so `patch` knows where it ends.
+func headerName(prefix, p string) string {
+	q := gitQuote(prefix, p)
+	if q[0] != '"' && strings.ContainsRune(q, ' ') {
+		return q + "\t"
+	}
+	return q
+}

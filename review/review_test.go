@@ -1,0 +1,417 @@
+package review
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/creack/pty"
+
+	"github.com/vibedom/vibedom/overlay"
+)
+
+func write(t *testing.T, p, data string) {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(p, []byte(data), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func read(t *testing.T, p string) string {
+	t.Helper()
+	data, err := os.ReadFile(p)
+	if err != nil {
+		return "<" + err.Error() + ">"
+	}
+	return string(data)
+}
+
+// fixture is a vibedom home with one ended session whose agent changed
+// files of a workspace.
+type fixture struct {
+	home, ws string
+	sess     *SessionInfo
+}
+
+// newFixture makes the workspace from base, a session with a baseline, and
+// the patch to the workspace as agent changes it (path -> content, "" to
+// delete).
+func newFixture(t *testing.T, base, agent map[string]string) fixture {
+	t.Helper()
+	root := t.TempDir()
+	f := fixture{home: filepath.Join(root, "home"), ws: filepath.Join(root, "ws")}
+	dir := filepath.Join(f.home, "sessions", "ws-1a2b")
+	for p, c := range base {
+		write(t, filepath.Join(f.ws, p), c)
+	}
+	os.MkdirAll(dir, 0o700)
+	st, _ := json.Marshal(map[string]any{"name": "ws-1a2b", "workspace": f.ws, "created": time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC), "status": "stopped", "log_dir": filepath.Join(f.home, "logs", "x")})
+	write(t, filepath.Join(dir, "state.json"), string(st))
+	if _, err := overlay.TakeBaseline(t.Context(), f.ws, filepath.Join(dir, overlay.BaselineDir), overlay.BaselineOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	ag := filepath.Join(root, "agent")
+	os.MkdirAll(ag, 0o755)
+	for p, c := range base {
+		write(t, filepath.Join(ag, p), c)
+	}
+	for p, c := range agent {
+		if c == "" {
+			os.Remove(filepath.Join(ag, p))
+			continue
+		}
+		write(t, filepath.Join(ag, p), c)
+	}
+	cs, err := overlay.DiffTrees(f.ws, ag)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := overlay.WriteSessionPatch(t.Context(), dir, cs, overlay.DirSource(ag), nil); err != nil {
+		t.Fatal(err)
+	}
+	if f.sess, err = FindSession(f.home, ""); err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+func (f fixture) options() overlay.ApplyOptions {
+	return overlay.ApplyOptions{Workspace: f.sess.Workspace, SessionDir: f.sess.Dir}
+}
+
+// term is the user's side of a pseudo-terminal.
+type term struct {
+	t    *testing.T
+	ptmx *os.File
+	mu   sync.Mutex
+	buf  bytes.Buffer
+	seen int
+}
+
+func newTerm(t *testing.T) (*term, *os.File) {
+	ptmx, tty, err := pty.Open()
+	if err != nil {
+		t.Skipf("no pseudo-terminal here: %v", err)
+	}
+	tm := &term{t: t, ptmx: ptmx}
+	go func() {
+		b := make([]byte, 4096)
+		for {
+			n, err := ptmx.Read(b)
+			tm.mu.Lock()
+			tm.buf.Write(b[:n])
+			tm.mu.Unlock()
+			if err != nil {
+				return
+			}
+		}
+	}()
+	t.Cleanup(func() { tty.Close(); ptmx.Close() })
+	return tm, tty
+}
+
+// expect waits until the output since the last expect contains s (failing
+// after a generous guard so a broken prompt does not hang the suite).
+func (tm *term) expect(s string) string {
+	tm.t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for time.Now().Before(deadline) {
+		tm.mu.Lock()
+		out := tm.buf.String()[tm.seen:]
+		if i := strings.Index(out, s); i >= 0 {
+			tm.seen += i + len(s)
+			tm.mu.Unlock()
+			return out[:i+len(s)]
+		}
+		tm.mu.Unlock()
+		time.Sleep(10 * time.Millisecond)
+	}
+	tm.mu.Lock()
+	defer tm.mu.Unlock()
+	tm.t.Fatalf("terminal never showed %q; it showed:\n%s", s, tm.buf.String()[tm.seen:])
+	return ""
+}
+
+func (tm *term) send(s string) {
+	tm.t.Helper()
+	if _, err := tm.ptmx.Write([]byte(s + "\n")); err != nil {
+		tm.t.Fatal(err)
+	}
+}
+
+type result struct {
+	out Outcome
+	rep *overlay.Report
+	err error
+}
+
+func runOnTTY(t *testing.T, o Options, tty *os.File) chan result {
+	o.In, o.Out, o.TTY, o.Pager = tty, tty, true, "cat"
+	done := make(chan result, 1)
+	go func() {
+		out, rep, err := Run(t.Context(), o)
+		done <- result{out, rep, err}
+	}()
+	return done
+}
+
+func wait(t *testing.T, done chan result) result {
+	t.Helper()
+	select {
+	case r := <-done:
+		return r
+	case <-time.After(20 * time.Second):
+		t.Fatal("review did not finish")
+	}
+	return result{}
+}
+
+var base = map[string]string{"a.txt": "a\n", "b.txt": "b\n", "c.txt": "c\n"}
+var agentChanges = map[string]string{"a.txt": "a changed\n", "b.txt": "", "new.txt": "new\n"}
+
+func TestPromptApplyAll(t *testing.T) {
+	f := newFixture(t, base, agentChanges)
+	tm, tty := newTerm(t)
+	done := runOnTTY(t, Options{Apply: f.options(), Color: true}, tty)
+	sum := tm.expect("[d]iscard? ")
+	for _, want := range []string{"1 added, 1 modified, 1 deleted", "a.txt", "new.txt"} {
+		if !strings.Contains(sum, want) {
+			t.Errorf("summary lacks %q:\n%s", want, sum)
+		}
+	}
+	tm.send("a")
+	r := wait(t, done)
+	if r.err != nil || r.out != Applied {
+		t.Fatalf("got %v %v, want applied", r.out, r.err)
+	}
+	tm.expect("vibedom undo")
+	if got := read(t, filepath.Join(f.ws, "a.txt")); got != "a changed\n" {
+		t.Errorf("a.txt: got %q", got)
+	}
+	if _, err := os.Stat(filepath.Join(f.ws, "b.txt")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("b.txt not deleted: %v", err)
+	}
+}
+
+func TestPromptReviewThenKeep(t *testing.T) {
+	f := newFixture(t, base, agentChanges)
+	tm, tty := newTerm(t)
+	done := runOnTTY(t, Options{Apply: f.options(), Color: true}, tty)
+	tm.expect("[d]iscard? ")
+	tm.send("r")
+	diff := tm.expect("[d]iscard? ")
+	if !strings.Contains(diff, "\x1b[32m+a changed") || !strings.Contains(diff, "\x1b[31m-a") {
+		t.Errorf("diff not colored:\n%q", diff)
+	}
+	tm.send("k")
+	r := wait(t, done)
+	if r.out != Kept || r.err != nil {
+		t.Fatalf("got %v %v, want kept", r.out, r.err)
+	}
+	if got := read(t, filepath.Join(f.ws, "a.txt")); got != "a\n" {
+		t.Errorf("workspace changed: a.txt %q", got)
+	}
+	if _, err := os.Stat(filepath.Join(f.sess.Dir, overlay.PatchFileName)); err != nil {
+		t.Errorf("patch not kept: %v", err)
+	}
+}
+
+func TestPromptSelect(t *testing.T) {
+	f := newFixture(t, base, agentChanges)
+	tm, tty := newTerm(t)
+	done := runOnTTY(t, Options{Apply: f.options()}, tty)
+	tm.expect("[d]iscard? ")
+	tm.send("s")
+	tm.expect("Files to apply")
+	tm.send("3") // files are a.txt, b.txt, new.txt
+	r := wait(t, done)
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	if got := read(t, filepath.Join(f.ws, "new.txt")); got != "new\n" {
+		t.Errorf("new.txt: got %q", got)
+	}
+	if got := read(t, filepath.Join(f.ws, "a.txt")); got != "a\n" {
+		t.Errorf("a.txt applied though not selected: %q", got)
+	}
+	if got := read(t, filepath.Join(f.ws, "b.txt")); got != "b\n" {
+		t.Errorf("b.txt deleted though not selected: %q", got)
+	}
+}
+
+func TestPromptDiscard(t *testing.T) {
+	f := newFixture(t, base, agentChanges)
+	tm, tty := newTerm(t)
+	done := runOnTTY(t, Options{Apply: f.options()}, tty)
+	tm.expect("[d]iscard? ")
+	tm.send("d")
+	tm.expect("[y/N] ")
+	tm.send("n") // not confirmed: asked again
+	tm.expect("[d]iscard? ")
+	tm.send("d")
+	tm.expect("[y/N] ")
+	tm.send("y")
+	r := wait(t, done)
+	if r.out != Discarded || r.err != nil {
+		t.Fatalf("got %v %v, want discarded", r.out, r.err)
+	}
+	if _, err := os.Stat(filepath.Join(f.sess.Dir, overlay.PatchFileName)); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("patch still there: %v", err)
+	}
+	if got := read(t, filepath.Join(f.ws, "a.txt")); got != "a\n" {
+		t.Errorf("workspace changed: %q", got)
+	}
+}
+
+func TestPromptConflict(t *testing.T) {
+	f := newFixture(t, map[string]string{"f.txt": "1\n2\n3\n"}, map[string]string{"f.txt": "1\nagent\n3\n"})
+	write(t, filepath.Join(f.ws, "f.txt"), "1\nmine\n3\n") // the user edits it after the session
+	tm, tty := newTerm(t)
+	done := runOnTTY(t, Options{Apply: f.options()}, tty)
+	sum := tm.expect("[d]iscard? ")
+	if !strings.Contains(sum, "Conflicts") {
+		t.Errorf("summary does not list the conflict:\n%s", sum)
+	}
+	tm.send("a")
+	tm.expect("Conflict in f.txt")
+	tm.expect("[v]iew? ")
+	tm.send("c")
+	r := wait(t, done)
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	got := read(t, filepath.Join(f.ws, "f.txt"))
+	if !strings.Contains(got, "<<<<<<<") || !strings.Contains(got, "mine") || !strings.Contains(got, "agent") {
+		t.Errorf("f.txt: got %q, want conflict markers with both versions", got)
+	}
+}
+
+func TestNoTTY(t *testing.T) {
+	for _, applyAll := range []bool{false, true} {
+		t.Run(map[bool]string{false: "kept", true: "--apply"}[applyAll], func(t *testing.T) {
+			f := newFixture(t, base, agentChanges)
+			var out bytes.Buffer
+			r, _, err := Run(t.Context(), Options{Apply: f.options(), In: strings.NewReader("a\n"), Out: &out, ApplyAll: applyAll})
+			if err != nil {
+				t.Fatal(err)
+			}
+			want, content := Kept, "a\n"
+			if applyAll {
+				want, content = Applied, "a changed\n"
+			}
+			if r != want {
+				t.Errorf("outcome: got %v, want %v", r, want)
+			}
+			if got := read(t, filepath.Join(f.ws, "a.txt")); got != content {
+				t.Errorf("a.txt: got %q, want %q", got, content)
+			}
+			if strings.Contains(out.String(), "\x1b[") {
+				t.Errorf("colors without a terminal:\n%s", out.String())
+			}
+		})
+	}
+}
+
+// TestTerminalInjection: names and contents cannot drive the terminal.
+func TestTerminalInjection(t *testing.T) {
+	evilName := "x\u202egpj.exe"
+	f := newFixture(t, map[string]string{"a.txt": "a\n"}, map[string]string{"a.txt": "a\x1b]0;pwned\x07\x1b[2J\n", evilName: "e\n"})
+	var out bytes.Buffer
+	pl, err := overlay.MakePlan(t.Context(), f.options())
+	if err != nil {
+		t.Fatal(err)
+	}
+	WriteSummary(&out, pl, false)
+	if strings.Contains(out.String(), "\u202e") {
+		t.Errorf("summary prints a bidi override raw:\n%s", out.String())
+	}
+	diff := ColorDiff(planText(pl), true)
+	if bytes.Contains(diff, []byte("\x1b]0;")) || bytes.Contains(diff, []byte("\x1b[2J")) || bytes.Contains(diff, []byte("\x07")) {
+		t.Errorf("diff passes escape sequences through:\n%q", diff)
+	}
+	if !bytes.Contains(diff, []byte("^[]0;pwned^G^[[2J")) {
+		t.Errorf("diff does not show the escapes visibly:\n%q", diff)
+	}
+}
+
+func TestParseSelection(t *testing.T) {
+	tests := []struct {
+		in   string
+		want []int
+		err  bool
+	}{
+		{"1", []int{0}, false},
+		{"1-3,7", []int{0, 1, 2, 6}, false},
+		{"3 1 3", []int{0, 2}, false},
+		{"0", nil, true},
+		{"8", nil, true},
+		{"3-1", nil, true},
+		{"x", nil, true},
+		{"", nil, true},
+	}
+	for _, tc := range tests {
+		got, err := ParseSelection(tc.in, 7)
+		if (err != nil) != tc.err || !equalInts(got, tc.want) {
+			t.Errorf("ParseSelection(%q): got %v, %v; want %v (error %v)", tc.in, got, err, tc.want, tc.err)
+		}
+	}
+}
+
+func equalInts(a, b []int) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+func TestFindSession(t *testing.T) {
+	home := t.TempDir()
+	mk := func(name, ws string, created time.Time) {
+		st, _ := json.Marshal(map[string]any{"name": name, "workspace": ws, "created": created, "status": "stopped", "log_dir": ""})
+		write(t, filepath.Join(home, "sessions", name, "state.json"), string(st))
+	}
+	mk("old-1111", "/w/old", time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	mk("new-2222", "/w/new", time.Date(2026, 2, 1, 0, 0, 0, 0, time.UTC))
+	mk("bad-3333", "relative/ws", time.Date(2027, 1, 1, 0, 0, 0, 0, time.UTC))
+	write(t, filepath.Join(home, "sessions", "nostate", "x"), "")
+	tests := []struct {
+		name, want string
+		err        bool
+	}{
+		{"", "/w/new", false},
+		{"old-1111", "/w/old", false},
+		{"missing", "", true},
+		{"../sessions/old-1111", "", true},
+		{"bad-3333", "", true},
+	}
+	for _, tc := range tests {
+		si, err := FindSession(home, tc.name)
+		if tc.err {
+			if err == nil {
+				t.Errorf("FindSession(%q): got %v, want an error", tc.name, si.Workspace)
+			}
+			continue
+		}
+		if err != nil || si.Workspace != tc.want {
+			t.Errorf("FindSession(%q): got %v, %v; want %s", tc.name, si, err, tc.want)
+		}
+	}
+	if _, err := FindSession(t.TempDir(), ""); !errors.Is(err, ErrNoSession) {
+		t.Errorf("empty home: got %v, want ErrNoSession", err)
+	}
+}
