@@ -1,0 +1,138 @@
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/vibedom/vibedom/netfilter"
+)
+
+// runPolicy runs the CLI with args and returns its exit code and stdout.
+func runPolicy(t *testing.T, args ...string) (int, string) {
+	t.Helper()
+	f, err := os.CreateTemp(t.TempDir(), "out")
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := os.Stdout
+	os.Stdout = f
+	code := run(t.Context(), append([]string{"vibedom", "policy", "check"}, args...))
+	os.Stdout = old
+	f.Close()
+	data, _ := os.ReadFile(f.Name())
+	return code, string(data)
+}
+
+func TestPolicyCheck(t *testing.T) {
+	root := t.TempDir()
+	home, ws := filepath.Join(root, "home"), filepath.Join(root, "ws")
+	os.MkdirAll(home, 0o700)
+	os.MkdirAll(filepath.Join(ws, ".vibedom"), 0o755)
+	os.WriteFile(filepath.Join(home, "trusted_domains.txt"), []byte("# mine\n*.user.example\nxn--bcher-kva.example\n"), 0o644)
+	os.WriteFile(netfilter.WorkspacePolicyFile(ws), []byte("!blocked.user.example\n"), 0o644)
+	t.Setenv("VIBEDOM_HOME", home)
+
+	tests := []struct {
+		name     string
+		args     []string
+		code     int
+		wantOut  []string
+		denyText []string
+	}{
+		{"builtin", []string{"api.anthropic.com"}, 0, []string{"allow  api.anthropic.com:443", "rule    api.anthropic.com:443", "source  builtin"}, nil},
+		{"builtin is https only", []string{"api.anthropic.com:80"}, 1, []string{"deny   api.anthropic.com:80", "other ports only"}, nil},
+		{"unknown", []string{"evil.example"}, 1, []string{"deny   evil.example:443", "no rule allows this name"}, []string{"rule    "}},
+		{"https url", []string{"https://API.OpenAI.com/v1/chat?x=1"}, 0, []string{"allow  api.openai.com:443"}, nil},
+		{"http url means port 80", []string{"http://api.openai.com/"}, 1, []string{"api.openai.com:80"}, nil},
+		{"user wildcard", []string{"a.b.user.example"}, 0, []string{"*.user.example", "trusted_domains.txt:2"}, nil},
+		{"user wildcard apex", []string{"user.example"}, 1, nil, nil},
+		{"workspace deny", []string{"--workspace", ws, "blocked.user.example"}, 1, []string{"!blocked.user.example", filepath.Join(".vibedom", "trusted_domains.txt") + ":1"}, nil},
+		{"workspace deny not in other workspace", []string{"--workspace", root, "blocked.user.example"}, 0, nil, nil},
+		{"allow flag", []string{"--allow", "db.example:5432", "db.example:5432"}, 0, []string{"source  --allow"}, nil},
+		{"allow flag after the target", []string{"db.example:5432", "--allow", "db.example:5432"}, 0, nil, nil},
+		{"idn", []string{"bücher.example"}, 0, []string{"allow  xn--bcher-kva.example:443"}, nil},
+		{"ip literal", []string{"[2001:db8::1]:443"}, 1, []string{"[2001:db8::1]:443", "no rule names this IP"}, nil},
+		{"bare ipv6", []string{"--allow", "2001:db8::1", "2001:db8::1"}, 0, nil, nil},
+		{"bad port", []string{"example.com:99999"}, 2, nil, nil},
+		{"malformed allow flag", []string{"--allow", "https://x.example", "x.example"}, 2, nil, nil},
+		{"no target", nil, 2, nil, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			code, out := runPolicy(t, tt.args...)
+			if code != tt.code {
+				t.Errorf("exit: got %d, want %d; output:\n%s", code, tt.code, out)
+			}
+			for _, w := range tt.wantOut {
+				if !strings.Contains(out, w) {
+					t.Errorf("output lacks %q:\n%s", w, out)
+				}
+			}
+			for _, w := range tt.denyText {
+				if strings.Contains(out, w) {
+					t.Errorf("output has %q:\n%s", w, out)
+				}
+			}
+		})
+	}
+
+	t.Run("json", func(t *testing.T) {
+		code, out := runPolicy(t, "--json", "x.user.example:80")
+		if code != 0 {
+			t.Fatalf("exit %d: %s", code, out)
+		}
+		var got map[string]any
+		if err := json.Unmarshal([]byte(out), &got); err != nil {
+			t.Fatalf("output is not JSON: %v\n%s", err, out)
+		}
+		want := map[string]any{"input": "x.user.example:80", "name": "x.user.example", "port": 80.0, "allow": true,
+			"rule": "*.user.example", "source": filepath.Join(home, "trusted_domains.txt") + ":2"}
+		for k, v := range want {
+			if got[k] != v && !(k == "source" && strings.HasSuffix(got[k].(string), "trusted_domains.txt:2")) {
+				t.Errorf("%s: got %v, want %v", k, got[k], v)
+			}
+		}
+	})
+
+	t.Run("malformed user file", func(t *testing.T) {
+		os.WriteFile(filepath.Join(home, "trusted_domains.txt"), []byte("ok.example\n*.com\n"), 0o644)
+		if code, out := runPolicy(t, "ok.example"); code != 2 {
+			t.Errorf("exit: got %d, want 2 (the policy does not load); output:\n%s", code, out)
+		}
+	})
+}
+
+func TestParseCheckTarget(t *testing.T) {
+	tests := []struct {
+		in   string
+		host string
+		port uint16
+		err  bool
+	}{
+		{"example.com", "example.com", 443, false},
+		{"example.com:22", "example.com", 22, false},
+		{"https://example.com/x", "example.com", 443, false},
+		{"http://example.com:8080/x", "example.com", 8080, false},
+		{"wss://example.com", "example.com", 443, false},
+		{"ws://example.com", "example.com", 80, false},
+		{"ftp://example.com", "", 0, true},
+		{"ftp://example.com:21", "example.com", 21, false},
+		{"[::1]:80", "::1", 80, false},
+		{"[::1]", "::1", 443, false},
+		{"::1", "::1", 443, false},
+		{"example.com:0", "", 0, true},
+		{"example.com:x", "", 0, true},
+		{"https://", "", 0, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.in, func(t *testing.T) {
+			h, p, err := parseCheckTarget(tt.in)
+			if (err != nil) != tt.err || h != tt.host || p != tt.port {
+				t.Errorf("parseCheckTarget(%q): got %q %d %v, want %q %d error %v", tt.in, h, p, err, tt.host, tt.port, tt.err)
+			}
+		})
+	}
+}

@@ -1,0 +1,591 @@
+package netfilter
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"io"
+	"log"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/netip"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"golang.org/x/net/http2"
+
+	"github.com/vibedom/vibedom/keys"
+)
+
+// DialFunc opens an upstream connection, like net.Dialer.DialContext. addr
+// is "name:port" (or "[ip]:port").
+type DialFunc func(ctx context.Context, network, addr string) (net.Conn, error)
+
+// Decider decides whether a name (or IP literal) and port may be reached.
+// *Policy is the Decider; the explicit proxy asks it about every CONNECT
+// target and absolute-URI request.
+type Decider interface {
+	Decide(name string, port uint16) Decision
+}
+
+var _ Decider = (*Policy)(nil)
+
+// ErrUpstreamAddress is returned by the default upstream dialer when a name
+// resolves to an address vibedom never connects to for a name: loopback,
+// unspecified, link-local (cloud metadata) or multicast. A rule that names
+// such an IP literally still reaches it.
+var ErrUpstreamAddress = errors.New("upstream address refused")
+
+// EngineConfig configures the Go MITM engine.
+type EngineConfig struct {
+	// CA mints the leaf certificates the guest sees. Required.
+	CA *keys.CA
+	// Policy decides the explicit proxy's CONNECT targets and absolute-URI
+	// requests. Required for HandleProxyConn (without it every explicit
+	// proxy request is refused); HandleConn trusts Target.Decision.
+	Policy Decider
+	// Filter rewrites every request before it goes upstream; nil means
+	// IdentityFilter.
+	Filter RequestFilter
+	// Events receives one Event per connection and per request; nil
+	// discards them.
+	Events EventSink
+	// Logger receives diagnostics (never secret values); nil is silent.
+	Logger *slog.Logger
+	// Dial opens upstream connections; nil uses a net.Dialer that refuses
+	// ErrUpstreamAddress addresses for names. Tests map names to loopback
+	// servers here.
+	Dial DialFunc
+	// ExtraRoots are trusted for upstream TLS in addition to the system
+	// roots.
+	ExtraRoots []*x509.Certificate
+	// NoSystemRoots trusts only ExtraRoots upstream.
+	NoSystemRoots bool
+	// LeafValidity is the validity of minted leaf certificates
+	// (keys.DefaultLeafValidity when 0).
+	LeafValidity time.Duration
+	// HandshakeTimeout bounds how long a guest may take to send its first
+	// bytes and finish the TLS handshake (10s when 0).
+	HandshakeTimeout time.Duration
+	// ServerFirstWait is how long a connection to a port other than 80 or
+	// 443 may stay silent before it is treated as a server-speaks-first
+	// protocol and spliced (500ms when 0).
+	ServerFirstWait time.Duration
+	// IdleTimeout closes guest HTTP connections idle this long (2m when 0).
+	IdleTimeout time.Duration
+}
+
+// GoEngine is the default Engine: it terminates the guest's TLS with leaf
+// certificates from the vibedom CA, checks that SNI, Host and :authority
+// agree with the name the connection was admitted for, runs every request
+// through the RequestFilter and forwards it upstream over TLS verified
+// against the system roots (plus EngineConfig.ExtraRoots). It speaks
+// HTTP/1.1, HTTP/2 and WebSocket and streams bodies both ways. Connections
+// that are neither TLS nor HTTP, to ports other than 80 and 443, are spliced
+// to upstream uninspected. It also serves the explicit proxy
+// (HandleProxyConn). A GoEngine is safe for concurrent use.
+type GoEngine struct {
+	cfg       EngineConfig
+	filter    RequestFilter
+	events    EventSink
+	log       *slog.Logger
+	stdlog    *log.Logger
+	leaves    leafCache
+	transport *http.Transport
+	rp        *httputil.ReverseProxy
+	h2        *http2.Server
+	dial      DialFunc
+}
+
+var _ Engine = (*GoEngine)(nil)
+
+// NewGoEngine checks cfg and builds the engine.
+func NewGoEngine(cfg EngineConfig) (*GoEngine, error) {
+	if cfg.CA == nil {
+		return nil, errors.New("netfilter: EngineConfig.CA is required (run `vibedom init` to create the CA)")
+	}
+	e := &GoEngine{cfg: cfg, filter: cfg.Filter, events: cfg.Events, log: cfg.Logger}
+	if e.filter == nil {
+		e.filter = IdentityFilter{}
+	}
+	if e.events == nil {
+		e.events = discardEvents{}
+	}
+	if e.log == nil {
+		e.log = slog.New(slog.DiscardHandler)
+	}
+	if e.cfg.HandshakeTimeout <= 0 {
+		e.cfg.HandshakeTimeout = 10 * time.Second
+	}
+	if e.cfg.ServerFirstWait <= 0 {
+		e.cfg.ServerFirstWait = 500 * time.Millisecond
+	}
+	if e.cfg.IdleTimeout <= 0 {
+		e.cfg.IdleTimeout = 2 * time.Minute
+	}
+	e.stdlog = slog.NewLogLogger(e.log.Handler(), slog.LevelDebug)
+	e.leaves = leafCache{ca: cfg.CA, validity: cfg.LeafValidity, m: map[string]*tls.Certificate{}}
+	if e.leaves.validity <= 0 {
+		e.leaves.validity = keys.DefaultLeafValidity
+	}
+
+	var roots *x509.CertPool
+	if !cfg.NoSystemRoots {
+		sys, err := x509.SystemCertPool()
+		if err != nil {
+			e.log.Warn("system certificate roots unavailable; trusting only the configured extra roots", "err", err)
+		} else {
+			roots = sys.Clone()
+		}
+	}
+	if roots == nil {
+		roots = x509.NewCertPool()
+	}
+	for _, c := range cfg.ExtraRoots {
+		roots.AddCert(c)
+	}
+	e.dial = cfg.Dial
+	if e.dial == nil {
+		e.dial = defaultDial
+	}
+	e.transport = &http.Transport{
+		Proxy:                 nil, // never the host's HTTP(S)_PROXY
+		DialContext:           e.dial,
+		TLSClientConfig:       &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12},
+		ForceAttemptHTTP2:     true,
+		TLSHandshakeTimeout:   15 * time.Second,
+		ExpectContinueTimeout: time.Second,
+		MaxIdleConns:          512,
+		MaxIdleConnsPerHost:   64,
+		IdleConnTimeout:       90 * time.Second,
+		DisableCompression:    true, // bodies pass as the server encoded them
+		WriteBufferSize:       32 << 10,
+		ReadBufferSize:        32 << 10,
+	}
+	e.rp = &httputil.ReverseProxy{
+		Rewrite:        func(*httputil.ProxyRequest) {}, // the request is prepared in forward
+		Transport:      e.transport,
+		BufferPool:     bufferPool{},
+		ErrorLog:       e.stdlog,
+		ErrorHandler:   e.upstreamError,
+		ModifyResponse: e.modifyResponse,
+	}
+	e.h2 = &http2.Server{IdleTimeout: e.cfg.IdleTimeout, MaxConcurrentStreams: 250}
+	return e, nil
+}
+
+// Close releases idle upstream connections.
+func (e *GoEngine) Close() error {
+	e.transport.CloseIdleConnections()
+	return nil
+}
+
+// blockedUpstream reports addresses a name must never lead to.
+func blockedUpstream(a netip.Addr) bool {
+	a = a.Unmap()
+	return a.IsLoopback() || a.IsUnspecified() || a.IsLinkLocalUnicast() || a.IsLinkLocalMulticast() ||
+		a.IsInterfaceLocalMulticast() || a.IsMulticast()
+}
+
+var (
+	guardedDialer = &net.Dialer{
+		Timeout:   15 * time.Second,
+		KeepAlive: 30 * time.Second,
+		ControlContext: func(_ context.Context, _, address string, _ syscall.RawConn) error {
+			ap, err := netip.ParseAddrPort(address)
+			if err != nil {
+				return fmt.Errorf("%w: cannot parse %q", ErrUpstreamAddress, address)
+			}
+			if blockedUpstream(ap.Addr()) {
+				return fmt.Errorf("%w: %s is loopback, link-local, unspecified or multicast", ErrUpstreamAddress, ap.Addr())
+			}
+			return nil
+		},
+	}
+	plainDialer = &net.Dialer{Timeout: 15 * time.Second, KeepAlive: 30 * time.Second}
+)
+
+// defaultDial connects to IP literals as named (a rule named them) and to
+// names only when they resolve to addresses blockedUpstream allows.
+func defaultDial(ctx context.Context, network, addr string) (net.Conn, error) {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return nil, err
+	}
+	if _, ok := ParseAddr(host); ok {
+		return plainDialer.DialContext(ctx, network, addr)
+	}
+	return guardedDialer.DialContext(ctx, network, addr)
+}
+
+type bufferPool struct{}
+
+var copyBufs = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
+
+func (bufferPool) Get() []byte  { return *copyBufs.Get().(*[]byte) }
+func (bufferPool) Put(b []byte) { copyBufs.Put(&b) }
+
+// leafCache keeps one minted certificate per name until half its validity
+// has passed. It holds at most maxLeaves names.
+type leafCache struct {
+	ca       *keys.CA
+	validity time.Duration
+	mu       sync.Mutex
+	m        map[string]*tls.Certificate
+}
+
+const maxLeaves = 4096
+
+func (c *leafCache) get(name string) (*tls.Certificate, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if cert, ok := c.m[name]; ok && time.Until(cert.Leaf.NotAfter) > c.validity/2 {
+		return cert, nil
+	}
+	cert, err := c.ca.IssueLeaf(name, c.validity)
+	if err != nil {
+		return nil, err
+	}
+	if len(c.m) >= maxLeaves {
+		clear(c.m)
+	}
+	c.m[name] = cert
+	return cert, nil
+}
+
+// countConn counts the bytes read from (up) and written to (down) a guest
+// connection.
+type countConn struct {
+	net.Conn
+	up, down atomic.Int64
+}
+
+func (c *countConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	c.up.Add(int64(n))
+	return n, err
+}
+
+func (c *countConn) Write(p []byte) (int, error) {
+	n, err := c.Conn.Write(p)
+	c.down.Add(int64(n))
+	return n, err
+}
+
+func (c *countConn) CloseWrite() error {
+	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return nil
+}
+
+// connOutcome is what HandleConn logs when the connection ends.
+type connOutcome struct {
+	decision, reason string
+}
+
+// HandleConn implements Engine. It blocks until the connection is done and
+// closes it. What the guest sends first decides the treatment:
+//
+//   - a TLS ClientHello: its SNI must equal t.Name (a ClientHello without
+//     SNI is accepted only when t.Name is an IP literal); TLS is terminated
+//     with a leaf for t.Name, ALPN h2 or http/1.1, and the HTTP inside is
+//     proxied;
+//   - an HTTP/1.x request line: proxied as plain HTTP;
+//   - anything else, or silence for ServerFirstWait, on a port other than
+//     80 and 443: spliced to t.Name:t.Port without interception;
+//   - anything else on 80 or 443: refused.
+//
+// Every request's Host (or :authority) must equal t.Name, with t.Port when
+// it is not the scheme's default port. One "connect" Event is recorded when
+// the connection ends, plus one "request" Event per HTTP request.
+func (e *GoEngine) HandleConn(ctx context.Context, conn net.Conn, t Target) {
+	cc := &countConn{Conn: conn}
+	start := time.Now()
+	out := e.handleConn(ctx, cc, t)
+	cc.Close()
+	ev := Event{
+		Time:     start,
+		Kind:     "connect",
+		Name:     t.Name,
+		Port:     t.Port,
+		Decision: out.decision,
+		Rule:     t.Decision.Rule,
+		Reason:   out.reason,
+		BytesUp:  cc.up.Load(),
+		BytesDn:  cc.down.Load(),
+	}
+	if t.Guest.IsValid() {
+		ev.Src = t.Guest.String()
+	}
+	if t.Dialled.IsValid() {
+		ev.Dst = t.Dialled.String()
+	}
+	e.events.Record(ev)
+	if out.decision == "deny" {
+		e.log.Info("refused guest connection", "name", t.Name, "port", t.Port, "reason", out.reason)
+	}
+}
+
+func (e *GoEngine) handleConn(ctx context.Context, cc *countConn, t Target) connOutcome {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stop := context.AfterFunc(ctx, func() { cc.Close() })
+	defer stop()
+	if t.Name == "" || t.Port == 0 || !t.Decision.Allow {
+		return connOutcome{"deny", "connection was not admitted by the policy"}
+	}
+	pc := &peekConn{Conn: cc}
+	webPort := t.Port == 80 || t.Port == 443
+	wait := e.cfg.ServerFirstWait
+	if webPort {
+		wait = e.cfg.HandshakeTimeout
+	}
+	cc.SetReadDeadline(time.Now().Add(wait))
+	err := pc.fill(1)
+	if err != nil {
+		var ne net.Error
+		if errors.As(err, &ne) && ne.Timeout() && !webPort {
+			cc.SetReadDeadline(time.Time{})
+			return e.splice(ctx, pc, t, "spliced (server speaks first)")
+		}
+		if errors.As(err, &ne) && ne.Timeout() {
+			return connOutcome{"deny", fmt.Sprintf("no TLS or HTTP request within %v on port %d", wait, t.Port)}
+		}
+		return connOutcome{"allow", "closed before sending anything"}
+	}
+	switch {
+	case pc.buf[0] == 0x16:
+		cc.SetReadDeadline(time.Now().Add(e.cfg.HandshakeTimeout))
+		return e.serveTLS(ctx, pc, t)
+	case looksLikeHTTP(pc):
+		cc.SetReadDeadline(time.Time{})
+		e.serveHTTP1(ctx, pc, &connHandler{e: e, t: t, scheme: "http"})
+		return connOutcome{"allow", "http"}
+	case webPort:
+		return connOutcome{"deny", fmt.Sprintf("neither TLS nor HTTP on port %d", t.Port)}
+	default:
+		cc.SetReadDeadline(time.Time{})
+		return e.splice(ctx, pc, t, "spliced (neither TLS nor HTTP)")
+	}
+}
+
+var httpMethods = []string{"GET ", "HEAD ", "POST ", "PUT ", "DELETE ", "OPTIONS ", "PATCH ", "TRACE ", "CONNECT "}
+
+// looksLikeHTTP reports whether the buffered bytes start an HTTP/1.x
+// request line, reading a few more bytes if needed.
+func looksLikeHTTP(pc *peekConn) bool {
+	c := pc.buf[0]
+	if c < 'A' || c > 'Z' {
+		return false
+	}
+	for _, m := range httpMethods {
+		if m[0] != c {
+			continue
+		}
+		if pc.fill(len(m)) != nil {
+			return false
+		}
+		if string(pc.buf[:len(m)]) == m {
+			return true
+		}
+	}
+	return false
+}
+
+func (e *GoEngine) serveTLS(ctx context.Context, pc *peekConn, t Target) connOutcome {
+	hello, err := peekClientHello(pc)
+	if err != nil {
+		tlsAlert(pc.Conn, alertAccessDenied)
+		return connOutcome{"deny", err.Error()}
+	}
+	if reason := sniMismatch(hello.serverName, hello.hasSNI, t.Name); reason != "" {
+		tlsAlert(pc.Conn, alertAccessDenied)
+		return connOutcome{"deny", reason}
+	}
+	var refused string
+	cfg := &tls.Config{
+		MinVersion: tls.VersionTLS12,
+		NextProtos: []string{"h2", "http/1.1"},
+		// The standard library parses the ClientHello again; check its view
+		// too, so a parser difference cannot smuggle another name in.
+		GetCertificate: func(hi *tls.ClientHelloInfo) (*tls.Certificate, error) {
+			if refused = sniMismatch(hi.ServerName, hi.ServerName != "", t.Name); refused != "" {
+				return nil, errors.New(refused)
+			}
+			return e.leaves.get(t.Name)
+		},
+	}
+	tc := tls.Server(pc, cfg)
+	if err := tc.HandshakeContext(ctx); err != nil {
+		if refused != "" {
+			return connOutcome{"deny", refused}
+		}
+		// Not a policy matter: e.g. the guest does not trust the vibedom CA.
+		return connOutcome{"error", "TLS handshake with the guest failed: " + err.Error()}
+	}
+	pc.Conn.SetReadDeadline(time.Time{})
+	h := &connHandler{e: e, t: t, scheme: "https"}
+	if tc.ConnectionState().NegotiatedProtocol == "h2" {
+		var wg sync.WaitGroup
+		e.h2.ServeConn(tc, &http2.ServeConnOpts{
+			Context:    ctx,
+			Handler:    trackHandler(&wg, h),
+			BaseConfig: &http.Server{ErrorLog: e.stdlog, IdleTimeout: e.cfg.IdleTimeout},
+		})
+		wg.Wait()
+		return connOutcome{"allow", "tls h2"}
+	}
+	e.serveHTTP1(ctx, tc, h)
+	return connOutcome{"allow", "tls http/1.1"}
+}
+
+// sniMismatch says why a ClientHello's server name is not acceptable for
+// the admitted name, or "" when it is.
+func sniMismatch(sni string, has bool, name string) string {
+	if !has {
+		if _, ok := ParseAddr(name); ok {
+			return ""
+		}
+		return fmt.Sprintf("TLS ClientHello without SNI to %s (a name needs SNI)", name)
+	}
+	var n string
+	if ip, ok := ParseAddr(sni); ok {
+		n = ip.String()
+	} else if nn, err := NormalizeName(sni); err == nil {
+		n = nn
+	}
+	if n == "" || n != name {
+		return fmt.Sprintf("TLS SNI %q does not match the admitted name %s", shorten(sni), name)
+	}
+	return ""
+}
+
+// trackHandler counts running handlers in wg so a connection's owner can
+// wait for them (a hijacked or HTTP/2 handler can outlive the serve loop).
+func trackHandler(wg *sync.WaitGroup, h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		wg.Add(1)
+		defer wg.Done()
+		h.ServeHTTP(w, r)
+	})
+}
+
+// serveHTTP1 serves HTTP/1.x on c until the connection ends (including a
+// hijacked connection, e.g. a WebSocket, being closed by its handler).
+func (e *GoEngine) serveHTTP1(ctx context.Context, c net.Conn, h http.Handler) {
+	var wg sync.WaitGroup
+	nc := &notifyConn{Conn: c, done: make(chan struct{})}
+	srv := &http.Server{
+		Handler:           trackHandler(&wg, h),
+		ReadHeaderTimeout: 30 * time.Second,
+		IdleTimeout:       e.cfg.IdleTimeout,
+		MaxHeaderBytes:    1 << 20,
+		ErrorLog:          e.stdlog,
+		BaseContext:       func(net.Listener) context.Context { return ctx },
+	}
+	srv.Serve(&oneConnListener{c: nc})
+	<-nc.done
+	wg.Wait()
+}
+
+// notifyConn closes done when it is closed.
+type notifyConn struct {
+	net.Conn
+	once sync.Once
+	done chan struct{}
+}
+
+func (c *notifyConn) Close() error {
+	err := c.Conn.Close()
+	c.once.Do(func() { close(c.done) })
+	return err
+}
+
+func (c *notifyConn) CloseWrite() error {
+	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return nil
+}
+
+// oneConnListener hands out one connection, then reports closed once that
+// connection is.
+type oneConnListener struct {
+	c    *notifyConn
+	used bool
+}
+
+var errListenerDone = errors.New("connection served")
+
+func (l *oneConnListener) Accept() (net.Conn, error) {
+	if !l.used {
+		l.used = true
+		return l.c, nil
+	}
+	<-l.c.done
+	return nil, errListenerDone
+}
+
+func (l *oneConnListener) Close() error   { return nil }
+func (l *oneConnListener) Addr() net.Addr { return l.c.LocalAddr() }
+
+// splice copies bytes both ways between the guest and upstream until both
+// directions end.
+func (e *GoEngine) splice(ctx context.Context, pc *peekConn, t Target, mode string) connOutcome {
+	up, err := e.dial(ctx, "tcp", hostPort(t.Name, t.Port))
+	if err != nil {
+		return connOutcome{"error", "connect upstream " + hostPort(t.Name, t.Port) + ": " + err.Error()}
+	}
+	defer up.Close()
+	stop := context.AfterFunc(ctx, func() { up.Close() })
+	defer stop()
+	errc := make(chan error, 2)
+	go func() { errc <- copyHalf(up, pc) }()
+	go func() { errc <- copyHalf(pc, up) }()
+	err = <-errc
+	if err != nil {
+		pc.Close()
+		up.Close()
+	}
+	<-errc
+	return connOutcome{"allow", mode}
+}
+
+// copyHalf copies src to dst, then half-closes dst.
+func copyHalf(dst, src net.Conn) error {
+	bp := copyBufs.Get().(*[]byte)
+	defer copyBufs.Put(bp)
+	_, err := io.CopyBuffer(struct{ io.Writer }{dst}, struct{ io.Reader }{src}, *bp)
+	if cw, ok := dst.(interface{ CloseWrite() error }); ok {
+		cw.CloseWrite()
+	}
+	return err
+}
+
+// defaultPort is the default port of scheme.
+func defaultPort(scheme string) uint16 {
+	if scheme == "https" || scheme == "wss" {
+		return 443
+	}
+	return 80
+}
+
+// authority is name[:port], the port left out when it is the scheme's
+// default.
+func authority(name string, port uint16, scheme string) string {
+	if port == defaultPort(scheme) {
+		if strings.Contains(name, ":") {
+			return "[" + name + "]"
+		}
+		return name
+	}
+	return hostPort(name, port)
+}

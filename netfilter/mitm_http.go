@@ -1,0 +1,359 @@
+package netfilter
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/netip"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+)
+
+// connHandler serves the HTTP requests of one transparently intercepted
+// connection admitted for t.
+type connHandler struct {
+	e      *GoEngine
+	t      Target
+	scheme string // "https" or "http"
+}
+
+func (h *connHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	dest := fwdTarget{name: h.t.Name, port: h.t.Port, scheme: h.scheme, decision: h.t.Decision, src: h.t.Guest}
+	if r.Method == http.MethodConnect {
+		h.e.refuse(w, r, dest, http.StatusMethodNotAllowed,
+			"CONNECT is served only by the explicit proxy, not on an intercepted connection")
+		return
+	}
+	if reason := authorityMismatch(r, h.t.Name, h.t.Port, h.scheme); reason != "" {
+		// 421 tells a client this connection cannot serve that authority.
+		h.e.refuse(w, r, dest, http.StatusMisdirectedRequest, reason)
+		return
+	}
+	h.e.forward(w, r, dest)
+}
+
+// authorityMismatch says why the request's Host (HTTP/2: :authority) does not
+// name the admitted destination, or "" when it does. A Host without a port
+// means the scheme's default port.
+func authorityMismatch(r *http.Request, name string, port uint16, scheme string) string {
+	host, p, ok := splitAuthority(r.Host, defaultPort(scheme))
+	if !ok {
+		return fmt.Sprintf("Host %q is not a valid host[:port]", shorten(r.Host))
+	}
+	if host != name || p != port {
+		return fmt.Sprintf("Host %q does not match the admitted destination %s (refused: Host header or SNI spoofing)",
+			shorten(r.Host), hostPort(name, port))
+	}
+	if r.URL.Host != "" && r.URL.Host != r.Host {
+		return fmt.Sprintf("request URI host %q does not match Host %q", shorten(r.URL.Host), shorten(r.Host))
+	}
+	return ""
+}
+
+// splitAuthority parses host[:port] into a normalised name (or IP string)
+// and port.
+func splitAuthority(a string, def uint16) (string, uint16, bool) {
+	if a == "" {
+		return "", 0, false
+	}
+	host, port := a, def
+	if h, ps, err := net.SplitHostPort(a); err == nil {
+		n, err := strconv.ParseUint(ps, 10, 16)
+		if err != nil || n == 0 {
+			return "", 0, false
+		}
+		host, port = h, uint16(n)
+	} else if strings.HasPrefix(a, "[") {
+		if !strings.HasSuffix(a, "]") {
+			return "", 0, false
+		}
+	} else if strings.Contains(a, ":") {
+		return "", 0, false
+	}
+	if ip, ok := ParseAddr(host); ok {
+		return ip.String(), port, true
+	}
+	if strings.HasPrefix(host, "[") {
+		return "", 0, false
+	}
+	n, err := NormalizeName(host)
+	if err != nil {
+		return "", 0, false
+	}
+	return n, port, true
+}
+
+// fwdTarget is where a request goes and why it may.
+type fwdTarget struct {
+	name     string
+	port     uint16
+	scheme   string
+	decision Decision
+	src      netip.AddrPort
+}
+
+// reqState collects what one request's Event reports.
+type reqState struct {
+	status   atomic.Int64
+	up, down atomic.Int64
+	errText  atomic.Pointer[string]
+}
+
+type reqStateKey struct{}
+
+func stateOf(ctx context.Context) *reqState {
+	st, _ := ctx.Value(reqStateKey{}).(*reqState)
+	return st
+}
+
+// refuse answers a request the proxy will not forward, and records it.
+func (e *GoEngine) refuse(w http.ResponseWriter, r *http.Request, dest fwdTarget, status int, reason string) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.Header().Set("X-Vibedom", "refused")
+	w.Header().Set("Connection", "close")
+	w.WriteHeader(status)
+	fmt.Fprintf(w, "vibedom: %s\n", reason)
+	e.events.Record(Event{
+		Time:     time.Now(),
+		Kind:     "request",
+		Name:     dest.name,
+		Port:     dest.port,
+		Src:      addrString(dest.src),
+		Method:   r.Method,
+		URL:      redactURL(dest.scheme, r.Host, r.URL),
+		Decision: "deny",
+		Rule:     dest.decision.Rule,
+		Reason:   reason,
+		Status:   status,
+	})
+}
+
+// forward runs r through the filter and sends it to dest, streaming the
+// response back, and records one Event.
+func (e *GoEngine) forward(w http.ResponseWriter, r *http.Request, dest fwdTarget) {
+	start := time.Now()
+	st := &reqState{}
+	ctx := context.WithValue(r.Context(), reqStateKey{}, st)
+	out := r.Clone(ctx)
+	out.URL.Scheme = dest.scheme
+	out.URL.Host = authority(dest.name, dest.port, dest.scheme)
+	out.Host = out.URL.Host
+	out.RequestURI = ""
+
+	ev := Event{
+		Time:   start,
+		Kind:   "request",
+		Name:   dest.name,
+		Port:   dest.port,
+		Src:    addrString(dest.src),
+		Method: r.Method,
+		Rule:   dest.decision.Rule,
+	}
+	done, err := e.filter.FilterRequest(ctx, Destination{Name: dest.name, Port: dest.port}, out)
+	if err != nil {
+		e.refuse(w, r, dest, http.StatusForbidden, "request refused by the content filter: "+err.Error())
+		return
+	}
+	if out.Body != nil && out.Body != http.NoBody {
+		out.Body = &countBody{ReadCloser: out.Body, n: &st.up}
+	}
+	defer func() {
+		var findings []Finding
+		if done != nil {
+			findings = done()
+		}
+		ev.Status = int(st.status.Load())
+		ev.BytesUp, ev.BytesDn = st.up.Load(), st.down.Load()
+		ev.Findings = findings
+		ev.URL = redactURL(dest.scheme, out.Host, out.URL) // the filter may have rewritten it
+		switch {
+		case st.errText.Load() != nil:
+			ev.Decision, ev.Reason = "error", *st.errText.Load()
+		case len(findings) > 0:
+			ev.Decision, ev.Reason = "scrub", fmt.Sprintf("%d finding(s) scrubbed", len(findings))
+		default:
+			ev.Decision = "allow"
+		}
+		e.events.Record(ev)
+	}()
+	e.rp.ServeHTTP(w, out)
+}
+
+// modifyResponse counts the response body as it streams to the guest.
+func (e *GoEngine) modifyResponse(resp *http.Response) error {
+	st := stateOf(resp.Request.Context())
+	if st == nil {
+		return nil
+	}
+	st.status.Store(int64(resp.StatusCode))
+	if resp.StatusCode == http.StatusSwitchingProtocols {
+		if rwc, ok := resp.Body.(io.ReadWriteCloser); ok {
+			resp.Body = &countRWC{ReadWriteCloser: rwc, up: &st.up, down: &st.down}
+		}
+		return nil
+	}
+	if resp.Body != nil {
+		resp.Body = &countBody{ReadCloser: resp.Body, n: &st.down}
+	}
+	return nil
+}
+
+// upstreamError answers 502 with a plain-text body that names the reason.
+func (e *GoEngine) upstreamError(w http.ResponseWriter, r *http.Request, err error) {
+	reason := describeUpstreamError(r.URL.Host, err)
+	if st := stateOf(r.Context()); st != nil {
+		st.status.Store(http.StatusBadGateway)
+		st.errText.Store(&reason)
+	}
+	if errors.Is(err, context.Canceled) {
+		// The guest went away; nobody is listening for an answer.
+		return
+	}
+	e.log.Debug("upstream request failed", "host", r.URL.Host, "reason", reason)
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.Header().Set("X-Vibedom", "upstream-error")
+	w.WriteHeader(http.StatusBadGateway)
+	fmt.Fprintf(w, "vibedom: bad gateway: %s\n", reason)
+}
+
+// describeUpstreamError turns a transport error into one line a user (or an
+// agent) can act on.
+func describeUpstreamError(host string, err error) string {
+	var (
+		verr     *tls.CertificateVerificationError
+		unknown  x509.UnknownAuthorityError
+		hostErr  x509.HostnameError
+		invalid  x509.CertificateInvalidError
+		recErr   tls.RecordHeaderError
+		dnsErr   *net.DNSError
+		alertErr tls.AlertError
+	)
+	switch {
+	case errors.As(err, &unknown):
+		return fmt.Sprintf("upstream TLS certificate of %s is not trusted: signed by an unknown authority (%s)", host, unknown.Error())
+	case errors.As(err, &hostErr):
+		return fmt.Sprintf("upstream TLS certificate is not valid for %s: %s", host, hostErr.Error())
+	case errors.As(err, &invalid):
+		return fmt.Sprintf("upstream TLS certificate of %s is invalid: %s", host, invalid.Error())
+	case errors.As(err, &verr):
+		return fmt.Sprintf("upstream TLS certificate of %s failed verification: %v", host, verr.Err)
+	case errors.As(err, &recErr):
+		return fmt.Sprintf("upstream %s did not answer with TLS", host)
+	case errors.As(err, &alertErr):
+		return fmt.Sprintf("upstream %s refused the TLS handshake: %v", host, alertErr)
+	case errors.Is(err, ErrUpstreamAddress):
+		return fmt.Sprintf("%s resolves to an address vibedom does not connect to for a name (%v); name the IP in a rule if you mean it", host, err)
+	case errors.As(err, &dnsErr):
+		return fmt.Sprintf("could not resolve %s: %v", host, dnsErr.Err)
+	case errors.Is(err, context.DeadlineExceeded):
+		return fmt.Sprintf("upstream %s timed out", host)
+	}
+	var opErr *net.OpError
+	if errors.As(err, &opErr) && opErr.Op == "dial" {
+		return fmt.Sprintf("could not connect to %s: %v", host, opErr.Err)
+	}
+	return fmt.Sprintf("request to %s failed: %v", host, err)
+}
+
+// redactURL renders scheme://host/path?query with every query value (and
+// any parameter without "=") replaced by REDACTED and no user info. Long
+// URLs are cut at 2048 bytes.
+func redactURL(scheme, host string, u *url.URL) string {
+	var b strings.Builder
+	b.WriteString(scheme)
+	b.WriteString("://")
+	b.WriteString(host)
+	if u != nil {
+		p := u.EscapedPath()
+		if p == "" {
+			p = "/"
+		}
+		if u.Opaque != "" {
+			p = u.Opaque
+		}
+		b.WriteString(p)
+		if u.RawQuery != "" || u.ForceQuery {
+			b.WriteByte('?')
+			b.WriteString(redactQuery(u.RawQuery))
+		}
+	}
+	s := b.String()
+	if len(s) > 2048 {
+		s = s[:2048] + "…"
+	}
+	return s
+}
+
+func redactQuery(q string) string {
+	if q == "" {
+		return ""
+	}
+	parts := strings.Split(q, "&")
+	for i, p := range parts {
+		k, v, ok := strings.Cut(p, "=")
+		switch {
+		case !ok && p == "":
+		case !ok:
+			parts[i] = "REDACTED"
+		case len(k) > 64:
+			parts[i] = k[:64] + "…=REDACTED"
+		case v == "":
+			parts[i] = k + "="
+		default:
+			parts[i] = k + "=REDACTED"
+		}
+	}
+	return strings.Join(parts, "&")
+}
+
+// countBody counts bytes read through it.
+type countBody struct {
+	io.ReadCloser
+	n *atomic.Int64
+}
+
+func (b *countBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	b.n.Add(int64(n))
+	return n, err
+}
+
+// countRWC counts both directions of an upgraded (101) connection.
+type countRWC struct {
+	io.ReadWriteCloser
+	up, down *atomic.Int64
+}
+
+func (c *countRWC) Read(p []byte) (int, error) {
+	n, err := c.ReadWriteCloser.Read(p)
+	c.down.Add(int64(n))
+	return n, err
+}
+
+func (c *countRWC) Write(p []byte) (int, error) {
+	n, err := c.ReadWriteCloser.Write(p)
+	c.up.Add(int64(n))
+	return n, err
+}
+
+func (c *countRWC) CloseWrite() error {
+	if cw, ok := c.ReadWriteCloser.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return nil
+}
+
+func addrString(a netip.AddrPort) string {
+	if !a.IsValid() {
+		return ""
+	}
+	return a.String()
+}

@@ -1,0 +1,784 @@
+package netfilter
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/netip"
+	"net/url"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"golang.org/x/net/websocket"
+
+	"github.com/vibedom/vibedom/keys"
+)
+
+const testRules = `api.test
+*.wild.test
+plain.test:80
+ssh.test:22
+opaque.test:7000
+api.test:8443
+192.0.2.10
+`
+
+// echoInfo answers with what the upstream saw.
+func echoInfo(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("X-Upstream-Proto", r.Proto)
+	w.Header().Set("X-Upstream-Host", r.Host)
+	fmt.Fprintf(w, "hello from %s %s", r.Host, r.URL.RequestURI())
+}
+
+func TestInterceptHTTP1AndHTTP2(t *testing.T) {
+	v := newTestEnv(t, testRules)
+	v.upstreamTLS("api.test", 443, v.upCA, http.HandlerFunc(echoInfo))
+	v.upstreamTLS("a.b.wild.test", 443, v.upCA, http.HandlerFunc(echoInfo))
+	v.upstreamTLS("api.test", 8443, v.upCA, http.HandlerFunc(echoInfo))
+	tests := []struct {
+		name      string
+		h2        bool
+		url       string
+		wantProto int
+		wantHost  string
+	}{
+		{"http/1.1", false, "https://api.test/hello?token=s3cr3t&x=1", 1, "api.test"},
+		{"h2", true, "https://api.test/hello?token=s3cr3t&x=1", 2, "api.test"},
+		{"wildcard name", true, "https://a.b.wild.test/x", 2, "a.b.wild.test"},
+		{"non-default port", false, "https://api.test:8443/p", 1, "api.test:8443"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := &http.Client{Transport: v.guestTransport(tt.h2)}
+			for i := range 3 { // keep-alive: several requests on one connection
+				req, _ := http.NewRequestWithContext(t.Context(), "GET", tt.url, nil)
+				resp, err := c.Do(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				body, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode != 200 {
+					t.Fatalf("status: got %d, want 200 (%s)", resp.StatusCode, body)
+				}
+				if resp.ProtoMajor != tt.wantProto {
+					t.Errorf("guest-side protocol: got %s, want major %d", resp.Proto, tt.wantProto)
+				}
+				if got := resp.Header.Get("X-Upstream-Host"); got != tt.wantHost {
+					t.Errorf("upstream Host: got %q, want %q", got, tt.wantHost)
+				}
+				if !strings.HasPrefix(string(body), "hello from "+tt.wantHost) {
+					t.Errorf("body: got %q", body)
+				}
+				if i == 0 {
+					// The chain the guest sees verifies against the vibedom CA
+					// (the client trusts nothing else) and names the host.
+					certs := resp.TLS.PeerCertificates
+					if len(certs) == 0 || certs[0].CheckSignatureFrom(v.ca.Certificate()) != nil {
+						t.Errorf("leaf not signed by the vibedom CA")
+					}
+					if len(resp.TLS.VerifiedChains) == 0 || !resp.TLS.VerifiedChains[0][len(resp.TLS.VerifiedChains[0])-1].Equal(v.ca.Certificate()) {
+						t.Errorf("verified chain does not end at the vibedom CA")
+					}
+				}
+			}
+		})
+	}
+	ev := v.events.wait(t, "request with query", func(e Event) bool { return e.Kind == "request" && strings.Contains(e.URL, "token") })
+	if want := "https://api.test/hello?token=REDACTED&x=REDACTED"; ev.URL != want {
+		t.Errorf("logged URL: got %q, want %q", ev.URL, want)
+	}
+	if ev.Status != 200 || ev.BytesDn == 0 || ev.Decision != "allow" || ev.Rule != "api.test" || ev.Src == "" {
+		t.Errorf("request event: %+v", ev)
+	}
+	v.log.Close()
+	data, _ := os.ReadFile(filepath.Join(v.logDir, NetworkLogFile))
+	if bytes.Contains(data, []byte("s3cr3t")) {
+		t.Errorf("network.jsonl holds the query value")
+	}
+	// One connect event per connection: 3 keep-alive requests do not open 3.
+	conns := 0
+	for _, e := range v.events.all() {
+		if e.Kind == "connect" && e.Name == "api.test" && e.Port == 443 {
+			conns++
+		}
+	}
+	if conns > 2 {
+		t.Errorf("connections to api.test:443: got %d, want at most 2 (h1 and h2 clients, keep-alive)", conns)
+	}
+}
+
+func TestPlainHTTP(t *testing.T) {
+	v := newTestEnv(t, testRules)
+	v.upstreamPlain("plain.test", 80, http.HandlerFunc(echoInfo))
+	c := &http.Client{Transport: v.guestTransport(false)}
+	resp, err := c.Get("http://plain.test/p?q=v")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || string(body) != "hello from plain.test /p?q=v" {
+		t.Errorf("got %d %q", resp.StatusCode, body)
+	}
+	ev := v.events.wait(t, "plain request", isKind("request", "allow"))
+	if ev.URL != "http://plain.test/p?q=REDACTED" {
+		t.Errorf("logged URL: got %q", ev.URL)
+	}
+}
+
+func TestUpstreamCertificateErrors(t *testing.T) {
+	v := newTestEnv(t, testRules)
+	rogue, err := keys.EnsureCA(filepath.Join(t.TempDir(), "rogue"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	v.upstreamTLS("api.test", 443, rogue, http.HandlerFunc(echoInfo))
+	// An upstream with a trusted CA but a certificate for another name.
+	s := v.upstreamTLS("x.wild.test", 443, v.upCA, http.HandlerFunc(echoInfo))
+	s.TLS.GetCertificate = func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return v.upCA.IssueLeaf("other.test", time.Hour) }
+	v.addServer("plain-on-tls.wild.test", 443, v.upstreamPlain("plain-on-tls.wild.test", 1, http.HandlerFunc(echoInfo)).Listener.Addr().String())
+
+	tests := []struct {
+		name, url, wantBody string
+	}{
+		{"unknown authority", "https://api.test/", "not trusted: signed by an unknown authority"},
+		{"wrong name", "https://x.wild.test/", "not valid for x.wild.test"},
+		{"not tls", "https://plain-on-tls.wild.test/", "did not answer with TLS"},
+		{"unreachable", "https://nowhere.wild.test/", "nowhere.wild.test"},
+	}
+	c := &http.Client{Transport: v.guestTransport(true)}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			resp, err := c.Get(tt.url)
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusBadGateway {
+				t.Errorf("status: got %d, want 502", resp.StatusCode)
+			}
+			if !strings.Contains(string(body), tt.wantBody) || !strings.HasPrefix(string(body), "vibedom: bad gateway: ") {
+				t.Errorf("body %q: want it to say %q", body, tt.wantBody)
+			}
+			if got := resp.Header.Get("Content-Type"); !strings.HasPrefix(got, "text/plain") {
+				t.Errorf("Content-Type: got %q, want text/plain", got)
+			}
+		})
+	}
+	ev := v.events.wait(t, "error event", isKind("request", "error"))
+	if ev.Status != 502 || ev.Reason == "" {
+		t.Errorf("error event: %+v", ev)
+	}
+}
+
+func TestSNIRefused(t *testing.T) {
+	v := newTestEnv(t, testRules)
+	v.upstreamTLS("api.test", 443, v.upCA, http.HandlerFunc(echoInfo))
+	tests := []struct {
+		name, admitted, sni string
+		skipVerify          bool
+		reason              string
+	}{
+		{"other allowed name", "api.test", "x.wild.test", false, "does not match the admitted name api.test"},
+		{"denied name", "api.test", "evil.test", false, "does not match"},
+		{"no sni", "api.test", "", true, "without SNI"},
+		{"case and dot are not a mismatch but a different name is", "api.test", "API.TEST.evil", false, "does not match"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			conn := v.guestConn(tt.admitted, 443)
+			defer conn.Close()
+			tc := tls.Client(conn, &tls.Config{ServerName: tt.sni, RootCAs: v.ca.Pool(), InsecureSkipVerify: tt.skipVerify})
+			err := tc.HandshakeContext(t.Context())
+			if err == nil {
+				t.Fatal("handshake succeeded; want it refused")
+			}
+			if !strings.Contains(err.Error(), "access denied") {
+				t.Errorf("handshake error %q: want a TLS access_denied alert", err)
+			}
+			v.events.wait(t, "refused connect", func(e Event) bool {
+				return e.Kind == "connect" && e.Decision == "deny" && strings.Contains(e.Reason, tt.reason)
+			})
+		})
+	}
+	t.Run("same name in other case with trailing dot is accepted", func(t *testing.T) {
+		conn := v.guestConn("api.test", 443)
+		defer conn.Close()
+		tc := tls.Client(conn, &tls.Config{ServerName: "API.Test.", RootCAs: v.ca.Pool(), InsecureSkipVerify: true})
+		if err := tc.HandshakeContext(t.Context()); err != nil {
+			t.Fatalf("handshake: %v", err)
+		}
+	})
+	alerts := v.alerts()
+	n := 0
+	for _, a := range alerts {
+		if a["kind"] == "connect" && a["decision"] == "deny" && strings.Contains(a["reason"].(string), "SNI") {
+			n++
+		}
+	}
+	if n < len(tests) {
+		t.Errorf("alerts.jsonl has %d SNI refusals, want %d: %v", n, len(tests), alerts)
+	}
+}
+
+func TestGuestDistrustIsAnErrorNotAnAlert(t *testing.T) {
+	v := newTestEnv(t, testRules)
+	conn := v.guestConn("api.test", 443)
+	defer conn.Close()
+	tc := tls.Client(conn, &tls.Config{ServerName: "api.test", RootCAs: v.upCA.Pool()}) // not the vibedom CA
+	if err := tc.HandshakeContext(t.Context()); err == nil {
+		t.Fatal("handshake succeeded with a guest that does not trust the vibedom CA")
+	}
+	ev := v.events.wait(t, "connect", func(e Event) bool { return e.Kind == "connect" })
+	if ev.Decision != "error" || !strings.Contains(ev.Reason, "handshake") {
+		t.Errorf("connect event: %+v, want decision error about the handshake", ev)
+	}
+	if a := v.alerts(); len(a) != 0 {
+		t.Errorf("alerts: %v, want none", a)
+	}
+}
+
+func TestIPLiteralTargetWithoutSNI(t *testing.T) {
+	v := newTestEnv(t, testRules)
+	var hits atomic.Int32
+	v.upstreamPlain("192.0.2.10", 80, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { hits.Add(1) }))
+	conn := v.guestConn("192.0.2.10", 443)
+	defer conn.Close()
+	pool := v.ca.Pool()
+	tc := tls.Client(conn, &tls.Config{RootCAs: pool, ServerName: "192.0.2.10"}) // Go sends no SNI for an IP
+	if err := tc.HandshakeContext(t.Context()); err != nil {
+		t.Fatalf("handshake to an IP target without SNI: %v", err)
+	}
+	if got := tc.ConnectionState().PeerCertificates[0].IPAddresses; len(got) != 1 || !got[0].Equal(net.ParseIP("192.0.2.10")) {
+		t.Errorf("leaf IP SANs: got %v", got)
+	}
+}
+
+func TestHostRefused(t *testing.T) {
+	v := newTestEnv(t, testRules)
+	var hits atomic.Int32
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { hits.Add(1); echoInfo(w, r) })
+	v.upstreamTLS("api.test", 443, v.upCA, h)
+	v.upstreamTLS("x.wild.test", 443, v.upCA, h)
+	v.upstreamPlain("plain.test", 80, h)
+	tests := []struct {
+		name, url, host string
+		h2              bool
+	}{
+		{"https h1 other allowed host", "https://api.test/", "x.wild.test", false},
+		{"https h2 authority", "https://api.test/", "x.wild.test", true},
+		{"https port differs", "https://api.test/", "api.test:8443", false},
+		{"https explicit default port is fine? no: other port", "https://api.test/", "api.test:80", false},
+		{"plain http", "http://plain.test/", "evil.test", false},
+		{"plain http with port", "http://plain.test/", "plain.test:8080", false},
+		{"invalid host", "https://api.test/", "api..test", false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := &http.Client{Transport: v.guestTransport(tt.h2)}
+			req, _ := http.NewRequestWithContext(t.Context(), "GET", tt.url, nil)
+			req.Host = tt.host
+			resp, err := c.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusMisdirectedRequest {
+				t.Errorf("status: got %d, want 421 (%s)", resp.StatusCode, body)
+			}
+			if !strings.HasPrefix(string(body), "vibedom: ") {
+				t.Errorf("body %q: want a vibedom explanation", body)
+			}
+		})
+	}
+	t.Run("explicit default port accepted", func(t *testing.T) {
+		c := &http.Client{Transport: v.guestTransport(false)}
+		req, _ := http.NewRequestWithContext(t.Context(), "GET", "https://api.test/", nil)
+		req.Host = "api.test:443"
+		resp, err := c.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			t.Errorf("status: got %d, want 200", resp.StatusCode)
+		}
+	})
+	t.Run("absolute-form request line on an intercepted connection", func(t *testing.T) {
+		conn := v.guestConn("plain.test", 80)
+		defer conn.Close()
+		fmt.Fprintf(conn, "GET http://evil.test/ HTTP/1.1\r\nHost: plain.test\r\n\r\n")
+		resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if resp.StatusCode != http.StatusMisdirectedRequest {
+			t.Errorf("status: got %d, want 421", resp.StatusCode)
+		}
+	})
+	t.Run("second request on a kept-alive connection", func(t *testing.T) {
+		conn := v.guestConn("plain.test", 80)
+		defer conn.Close()
+		fmt.Fprintf(conn, "GET /one HTTP/1.1\r\nHost: plain.test\r\n\r\nGET /two HTTP/1.1\r\nHost: evil.test\r\n\r\n")
+		br := bufio.NewReader(conn)
+		for i, want := range []int{200, http.StatusMisdirectedRequest} {
+			resp, err := http.ReadResponse(br, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			io.Copy(io.Discard, resp.Body)
+			if resp.StatusCode != want {
+				t.Errorf("request %d: status %d, want %d", i+1, resp.StatusCode, want)
+			}
+		}
+	})
+	t.Run("CONNECT on an intercepted connection", func(t *testing.T) {
+		conn := v.guestConn("plain.test", 80)
+		defer conn.Close()
+		fmt.Fprintf(conn, "CONNECT evil.test:443 HTTP/1.1\r\nHost: evil.test:443\r\n\r\n")
+		resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if resp.StatusCode != http.StatusMethodNotAllowed {
+			t.Errorf("status: got %d, want 405", resp.StatusCode)
+		}
+	})
+	if hits.Load() != 2 {
+		t.Errorf("upstream saw %d requests, want only the 2 accepted ones", hits.Load())
+	}
+	n := 0
+	for _, a := range v.alerts() {
+		if a["kind"] == "request" && a["decision"] == "deny" {
+			n++
+		}
+	}
+	if n != len(tests)+3 {
+		t.Errorf("alerts.jsonl request refusals: got %d, want %d", n, len(tests)+3)
+	}
+}
+
+func TestWebSocketEcho(t *testing.T) {
+	v := newTestEnv(t, testRules)
+	v.upstreamTLS("api.test", 443, v.upCA, websocket.Handler(func(ws *websocket.Conn) {
+		for {
+			var msg string
+			if websocket.Message.Receive(ws, &msg) != nil {
+				return
+			}
+			websocket.Message.Send(ws, msg)
+		}
+	}))
+	conn := v.guestConn("api.test", 443)
+	defer conn.Close()
+	tc := tls.Client(conn, &tls.Config{ServerName: "api.test", RootCAs: v.ca.Pool(), NextProtos: []string{"http/1.1"}})
+	cfg, err := websocket.NewConfig("wss://api.test/ws?key=v", "https://api.test/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ws, err := websocket.NewClient(cfg, tc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, msg := range []string{"hello", strings.Repeat("x", 100000), "bye"} {
+		if err := websocket.Message.Send(ws, msg); err != nil {
+			t.Fatal(err)
+		}
+		var got string
+		if err := websocket.Message.Receive(ws, &got); err != nil {
+			t.Fatal(err)
+		}
+		if got != msg {
+			t.Errorf("echo: got %d bytes, want %d", len(got), len(msg))
+		}
+	}
+	ws.Close()
+	ev := v.events.wait(t, "websocket request", func(e Event) bool { return e.Kind == "request" && e.Status == 101 })
+	if ev.BytesUp < 100000 || ev.BytesDn < 100000 {
+		t.Errorf("websocket bytes: up %d down %d, want both > 100000", ev.BytesUp, ev.BytesDn)
+	}
+	if ev.URL != "https://api.test/ws?key=REDACTED" {
+		t.Errorf("websocket URL: got %q", ev.URL)
+	}
+}
+
+// patternReader yields n bytes of a repeating pattern without holding them.
+type patternReader struct{ n int64 }
+
+var pattern = func() []byte {
+	b := make([]byte, 64<<10)
+	for i := range b {
+		b[i] = byte('a' + i%26)
+	}
+	return b
+}()
+
+func (p *patternReader) Read(b []byte) (int, error) {
+	if p.n <= 0 {
+		return 0, io.EOF
+	}
+	if int64(len(b)) > p.n {
+		b = b[:p.n]
+	}
+	n := copy(b, pattern)
+	p.n -= int64(n)
+	return n, nil
+}
+
+// heapWatch samples the live heap until stopped and reports the peak above
+// the starting point.
+func heapWatch() (stop func() uint64) {
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	base := ms.HeapAlloc
+	var peak atomic.Uint64
+	done := make(chan struct{})
+	finished := make(chan struct{})
+	go func() {
+		defer close(finished)
+		tk := time.NewTicker(20 * time.Millisecond)
+		defer tk.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-tk.C:
+				var m runtime.MemStats
+				runtime.ReadMemStats(&m)
+				if m.HeapAlloc > base && m.HeapAlloc-base > peak.Load() {
+					peak.Store(m.HeapAlloc - base)
+				}
+			}
+		}
+	}()
+	return func() uint64 { close(done); <-finished; return peak.Load() }
+}
+
+func TestStreaming100MB(t *testing.T) {
+	size := int64(100 << 20)
+	if testing.Short() {
+		size = 10 << 20
+	}
+	const heapLimit = 40 << 20
+	v := newTestEnv(t, testRules)
+	v.upstreamTLS("api.test", 443, v.upCA, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/download":
+			w.Header().Set("Content-Length", strconv.FormatInt(size, 10))
+			io.Copy(w, &patternReader{n: size})
+		case "/upload":
+			n, err := io.Copy(io.Discard, r.Body)
+			if err != nil {
+				http.Error(w, err.Error(), 500)
+				return
+			}
+			fmt.Fprint(w, n)
+		}
+	}))
+	for _, h2 := range []bool{false, true} {
+		c := &http.Client{Transport: v.guestTransport(h2)}
+		proto := map[bool]string{false: "http1", true: "h2"}[h2]
+		t.Run("download "+proto, func(t *testing.T) {
+			stop := heapWatch()
+			resp, err := c.Get("https://api.test/download")
+			if err != nil {
+				t.Fatal(err)
+			}
+			n, err := io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			peak := stop()
+			if err != nil || n != size {
+				t.Fatalf("downloaded %d bytes (err %v), want %d", n, err, size)
+			}
+			if peak > heapLimit {
+				t.Errorf("heap grew by %d MB during a %d MB download, want < %d MB", peak>>20, size>>20, heapLimit>>20)
+			}
+			t.Logf("heap peak +%d kB", peak>>10)
+		})
+		t.Run("upload "+proto, func(t *testing.T) {
+			stop := heapWatch()
+			req, _ := http.NewRequestWithContext(t.Context(), "POST", "https://api.test/upload", &patternReader{n: size})
+			req.ContentLength = -1 // chunked: the proxy cannot know the size either
+			resp, err := c.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			peak := stop()
+			if string(body) != strconv.FormatInt(size, 10) {
+				t.Fatalf("upstream received %q bytes, want %d", body, size)
+			}
+			if peak > heapLimit {
+				t.Errorf("heap grew by %d MB during a %d MB upload, want < %d MB", peak>>20, size>>20, heapLimit>>20)
+			}
+			t.Logf("heap peak +%d kB", peak>>10)
+		})
+	}
+	ev := v.events.wait(t, "upload event", func(e Event) bool { return e.Kind == "request" && e.Method == "POST" })
+	if ev.BytesUp != size {
+		t.Errorf("upload event bytes_up: got %d, want %d", ev.BytesUp, size)
+	}
+}
+
+func TestSplice(t *testing.T) {
+	v := newTestEnv(t, testRules, func(c *EngineConfig) { c.ServerFirstWait = 50 * time.Millisecond })
+	// A server-speaks-first echo service (like SSH or SMTP).
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				io.WriteString(c, "SSH-2.0-test\r\n")
+				io.Copy(c, c)
+			}()
+		}
+	}()
+	v.addServer("ssh.test", 22, ln.Addr().String())
+	v.addServer("opaque.test", 7000, ln.Addr().String())
+
+	t.Run("server speaks first", func(t *testing.T) {
+		conn := v.guestConn("ssh.test", 22)
+		defer conn.Close()
+		br := bufio.NewReader(conn)
+		line, err := br.ReadString('\n')
+		if err != nil || line != "SSH-2.0-test\r\n" {
+			t.Fatalf("banner: got %q, %v", line, err)
+		}
+		io.WriteString(conn, "ping\n")
+		if got, _ := br.ReadString('\n'); got != "ping\n" {
+			t.Errorf("echo: got %q", got)
+		}
+		conn.(*net.TCPConn).CloseWrite()
+		io.Copy(io.Discard, br)
+		ev := v.events.wait(t, "splice connect", func(e Event) bool { return e.Kind == "connect" && e.Name == "ssh.test" })
+		if ev.Decision != "allow" || !strings.Contains(ev.Reason, "spliced") || ev.BytesUp != 5 || ev.BytesDn != 14+5 {
+			t.Errorf("splice event: %+v", ev)
+		}
+	})
+	t.Run("client speaks first, not TLS or HTTP", func(t *testing.T) {
+		conn := v.guestConn("opaque.test", 7000)
+		defer conn.Close()
+		conn.Write([]byte{0, 1, 2, 3})
+		buf := make([]byte, 14+4)
+		if _, err := io.ReadFull(conn, buf); err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.HasSuffix(buf, []byte{0, 1, 2, 3}) {
+			t.Errorf("got %q", buf)
+		}
+	})
+	t.Run("opaque bytes on 443 refused", func(t *testing.T) {
+		conn := v.guestConn("api.test", 443)
+		defer conn.Close()
+		conn.Write([]byte("SSH-2.0-sneaky\r\n"))
+		if n, _ := io.Copy(io.Discard, conn); n != 0 {
+			t.Errorf("got %d bytes back, want none", n)
+		}
+		v.events.wait(t, "refused opaque", func(e Event) bool {
+			return e.Kind == "connect" && e.Decision == "deny" && strings.Contains(e.Reason, "neither TLS nor HTTP")
+		})
+	})
+}
+
+// recordingFilter replaces "SECRET" in bodies while streaming and reports a
+// finding.
+type recordingFilter struct{ fail bool }
+
+func (f recordingFilter) FilterRequest(_ context.Context, d Destination, r *http.Request) (func() []Finding, error) {
+	if f.fail {
+		return nil, errors.New("policy says no")
+	}
+	var found atomic.Int32
+	if r.Body != nil && r.Body != http.NoBody {
+		pr, pw := io.Pipe()
+		src := r.Body
+		go func() {
+			b, err := io.ReadAll(io.LimitReader(src, 1<<20)) // test bodies are small
+			if bytes.Contains(b, []byte("SECRET")) {
+				found.Add(1)
+				b = bytes.ReplaceAll(b, []byte("SECRET"), []byte("[redacted]"))
+			}
+			pw.Write(b)
+			pw.CloseWithError(err)
+		}()
+		r.Body = pr
+		r.ContentLength = -1
+		r.Header.Del("Content-Length")
+	}
+	return func() []Finding {
+		if found.Load() == 0 {
+			return nil
+		}
+		return []Finding{{Category: "test-secret", Prefix: "SECR", Length: 6, Where: "body"}}
+	}, nil
+}
+
+func TestRequestFilter(t *testing.T) {
+	for _, fail := range []bool{false, true} {
+		t.Run(fmt.Sprintf("fail=%v", fail), func(t *testing.T) {
+			v := newTestEnv(t, testRules, func(c *EngineConfig) { c.Filter = recordingFilter{fail: fail} })
+			var got atomic.Value
+			v.upstreamTLS("api.test", 443, v.upCA, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				b, _ := io.ReadAll(r.Body)
+				got.Store(string(b))
+			}))
+			c := &http.Client{Transport: v.guestTransport(true)}
+			resp, err := c.Post("https://api.test/v1", "text/plain", strings.NewReader("key=SECRET;"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			if fail {
+				if resp.StatusCode != http.StatusForbidden || got.Load() != nil {
+					t.Errorf("failing filter: status %d, upstream saw %v; want 403 and nothing", resp.StatusCode, got.Load())
+				}
+				return
+			}
+			if g, _ := got.Load().(string); g != "key=[redacted];" {
+				t.Errorf("upstream body: got %q", g)
+			}
+			ev := v.events.wait(t, "scrub", isKind("request", "scrub"))
+			if len(ev.Findings) != 1 || ev.Findings[0].Category != "test-secret" {
+				t.Errorf("findings: %+v", ev.Findings)
+			}
+			if a := v.alerts(); len(a) != 1 || a[0]["decision"] != "scrub" {
+				t.Errorf("alerts: %v", a)
+			}
+		})
+	}
+}
+
+func TestRedactURL(t *testing.T) {
+	tests := []struct{ raw, want string }{
+		{"/p", "https://h/p"},
+		{"/p?a=1&b=two", "https://h/p?a=REDACTED&b=REDACTED"},
+		{"/p?sk-abcdef", "https://h/p?REDACTED"},
+		{"/p?a=&b", "https://h/p?a=&REDACTED"},
+		{"/p?a=1&&b=2", "https://h/p?a=REDACTED&&b=REDACTED"},
+		{"/p?" + strings.Repeat("k", 100) + "=v", "https://h/p?" + strings.Repeat("k", 64) + "…=REDACTED"},
+		{"/a%20b?x=y%26z", "https://h/a%20b?x=REDACTED"},
+		{"", "https://h/"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.raw, func(t *testing.T) {
+			u := &url.URL{}
+			if tt.raw != "" {
+				var err error
+				if u, err = url.ParseRequestURI(tt.raw); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if got := redactURL("https", "h", u); got != tt.want {
+				t.Errorf("redactURL(%q): got %q, want %q", tt.raw, got, tt.want)
+			}
+		})
+	}
+}
+
+func TestDefaultDialRefusesLocalForNames(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+	_, port, _ := net.SplitHostPort(ln.Addr().String())
+	if _, err := defaultDial(t.Context(), "tcp", "localhost:"+port); !errors.Is(err, ErrUpstreamAddress) {
+		t.Errorf("dial localhost: got %v, want ErrUpstreamAddress", err)
+	}
+	c, err := defaultDial(t.Context(), "tcp", "127.0.0.1:"+port)
+	if err != nil {
+		t.Errorf("dial the IP literal a rule names: %v", err)
+	} else {
+		c.Close()
+	}
+	for _, a := range []string{"127.0.0.1", "::1", "169.254.169.254", "0.0.0.0", "::ffff:127.0.0.1", "fe80::1", "224.0.0.1"} {
+		if !blockedUpstream(netip.MustParseAddr(a)) {
+			t.Errorf("blockedUpstream(%s): false, want true", a)
+		}
+	}
+	for _, a := range []string{"10.1.2.3", "192.168.1.1", "93.184.216.34", "2606:4700::1"} {
+		if blockedUpstream(netip.MustParseAddr(a)) {
+			t.Errorf("blockedUpstream(%s): true, want false", a)
+		}
+	}
+}
+
+func TestUnadmittedTargetRefused(t *testing.T) {
+	v := newTestEnv(t, testRules)
+	tests := []struct {
+		name string
+		t    Target
+	}{
+		{"denied decision", Target{Name: "evil.test", Port: 443, Decision: Decision{Reason: "no rule"}}},
+		{"no name", Target{Port: 443, Decision: Decision{Allow: true}}},
+		{"no port", Target{Name: "api.test", Decision: Decision{Allow: true}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c, s := tcpPair(t)
+			defer c.Close()
+			go v.engine.HandleConn(t.Context(), s, tt.t)
+			if n, _ := io.Copy(io.Discard, c); n != 0 {
+				t.Errorf("got %d bytes, want the connection closed", n)
+			}
+		})
+	}
+}
+
+func TestEngineNeedsCA(t *testing.T) {
+	if _, err := NewGoEngine(EngineConfig{}); err == nil {
+		t.Error("NewGoEngine without a CA: got nil error")
+	}
+}
+
+func TestContextCancelClosesConnection(t *testing.T) {
+	v := newTestEnv(t, testRules)
+	c, s := tcpPair(t)
+	defer c.Close()
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan struct{})
+	go func() {
+		v.engine.HandleConn(ctx, s, Target{Name: "api.test", Port: 443, Decision: v.policy.Decide("api.test", 443)})
+		close(done)
+	}()
+	cancel()
+	select {
+	case <-done:
+	case <-time.After(20 * time.Second):
+		t.Fatal("HandleConn did not return after its context was cancelled")
+	}
+}

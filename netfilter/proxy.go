@@ -1,0 +1,133 @@
+package netfilter
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"net/netip"
+	"strconv"
+	"time"
+)
+
+// HandleProxyConn implements Engine: it serves the explicit HTTP proxy (for
+// tools that honour HTTPS_PROXY / HTTP_PROXY) on conn and closes it.
+//
+//   - CONNECT host:port: the target is decided by the policy; a denied one
+//     gets 403 with the reason. An allowed one gets 200, and the tunnel is
+//     then handled exactly like a transparent connection admitted for that
+//     target (HandleConn): the inner SNI and Host must agree with it.
+//   - GET http://host/path (absolute URI; https:// too): decided by the
+//     policy per request, then forwarded like an intercepted request.
+//   - Anything else gets 400.
+//
+// Each CONNECT is recorded as a "proxy" Event, each forwarded or refused
+// request as a "request" Event.
+func (e *GoEngine) HandleProxyConn(ctx context.Context, conn net.Conn, src netip.AddrPort) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stop := context.AfterFunc(ctx, func() { conn.Close() })
+	defer stop()
+	// The HTTP server's ReadHeaderTimeout bounds a silent client.
+	e.serveHTTP1(ctx, conn, &proxyHandler{e: e, src: src})
+	conn.Close()
+}
+
+type proxyHandler struct {
+	e   *GoEngine
+	src netip.AddrPort
+}
+
+func (h *proxyHandler) decide(name string, port uint16) Decision {
+	if h.e.cfg.Policy == nil {
+		return Decision{Reason: "the explicit proxy has no policy"}
+	}
+	return h.e.cfg.Policy.Decide(name, port)
+}
+
+func (h *proxyHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Method == http.MethodConnect {
+		h.connect(w, r)
+		return
+	}
+	if !r.URL.IsAbs() || r.URL.Host == "" || (r.URL.Scheme != "http" && r.URL.Scheme != "https") {
+		h.e.refuse(w, r, fwdTarget{scheme: "http", src: h.src}, http.StatusBadRequest,
+			"this is vibedom's egress proxy: send CONNECT host:port or an absolute URI (GET http://host/path)")
+		return
+	}
+	name, port, ok := splitAuthority(r.URL.Host, defaultPort(r.URL.Scheme))
+	if !ok {
+		h.e.refuse(w, r, fwdTarget{scheme: r.URL.Scheme, src: h.src}, http.StatusBadRequest,
+			fmt.Sprintf("%q is not a valid host[:port]", shorten(r.URL.Host)))
+		return
+	}
+	d := h.decide(name, port)
+	dest := fwdTarget{name: name, port: port, scheme: r.URL.Scheme, decision: d, src: h.src}
+	if !d.Allow {
+		h.e.refuse(w, r, dest, http.StatusForbidden, denialText(name, port, d))
+		return
+	}
+	h.e.forward(w, r, dest)
+}
+
+func (h *proxyHandler) connect(w http.ResponseWriter, r *http.Request) {
+	ev := Event{Time: time.Now(), Kind: "proxy", Method: http.MethodConnect, Src: addrString(h.src)}
+	fail := func(status int, reason string, d Decision) {
+		ev.Decision, ev.Reason, ev.Status, ev.Rule = "deny", reason, status, d.Rule
+		h.e.events.Record(ev)
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		w.Header().Set("X-Vibedom", "refused")
+		w.Header().Set("Connection", "close")
+		w.WriteHeader(status)
+		fmt.Fprintf(w, "vibedom: %s\n", reason)
+	}
+	host, ps, err := net.SplitHostPort(r.Host)
+	pn, perr := strconv.ParseUint(ps, 10, 16)
+	if err != nil || perr != nil || pn == 0 {
+		ev.Name = shorten(r.Host)
+		fail(http.StatusBadRequest, fmt.Sprintf("CONNECT target %q is not host:port", shorten(r.Host)), Decision{})
+		return
+	}
+	port := uint16(pn)
+	name, _, ok := splitAuthority(net.JoinHostPort(host, ps), port)
+	ev.Name, ev.Port = name, port
+	if !ok {
+		ev.Name = shorten(host)
+		fail(http.StatusBadRequest, fmt.Sprintf("CONNECT target %q is not a valid host name or IP address", shorten(host)), Decision{})
+		return
+	}
+	d := h.decide(name, port)
+	if !d.Allow {
+		fail(http.StatusForbidden, denialText(name, port, d), d)
+		return
+	}
+	c, brw, err := http.NewResponseController(w).Hijack()
+	if err != nil {
+		fail(http.StatusInternalServerError, "cannot take over the connection: "+err.Error(), d)
+		return
+	}
+	ev.Decision, ev.Rule, ev.Status = "allow", d.Rule, http.StatusOK
+	h.e.events.Record(ev)
+	if _, err := c.Write([]byte("HTTP/1.1 200 Connection established\r\n\r\n")); err != nil {
+		c.Close()
+		return
+	}
+	pc := &peekConn{Conn: c}
+	if n := brw.Reader.Buffered(); n > 0 {
+		b, _ := brw.Reader.Peek(n)
+		pc.buf = append([]byte(nil), b...)
+	}
+	c.SetDeadline(time.Time{})
+	// The request's context lives until this handler returns, which is
+	// when the tunnel ends.
+	h.e.HandleConn(r.Context(), pc, Target{Name: name, Port: port, Decision: d, Guest: h.src})
+}
+
+// denialText is the body of a 403 from the explicit proxy.
+func denialText(name string, port uint16, d Decision) string {
+	s := fmt.Sprintf("%s is not allowed by the egress policy: %s", hostPort(name, port), d.Reason)
+	if d.Rule != "" {
+		return s + fmt.Sprintf(" (rule %q from %s; a deny rule beats any allow rule)", d.Rule, d.Source)
+	}
+	return s + "; ask the user to add a rule to ~/.vibedom/trusted_domains.txt or to run with --allow"
+}
