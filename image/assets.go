@@ -1,0 +1,208 @@
+package image
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/vibedom/vibedom/vm"
+)
+
+// Environment variables LocateAssets reads.
+const (
+	// EnvAssets names a directory holding <arch>/kernel/ and <arch>/busybox.
+	EnvAssets = "VIBEDOM_ASSETS"
+	// EnvGuestBin names the vibedom-guest binary to pack.
+	EnvGuestBin = "VIBEDOM_GUEST_BIN"
+	// EnvHome is vibedom's home directory (default ~/.vibedom).
+	EnvHome = "VIBEDOM_HOME"
+)
+
+// Asset errors.
+var (
+	// ErrNoAssets means no kernel and busybox were found for an arch.
+	ErrNoAssets = errors.New("test image assets not found")
+	// ErrNoGuest means no vibedom-guest binary was found for an arch.
+	ErrNoGuest = errors.New("vibedom-guest binary not found")
+)
+
+// Assets are the host files a test image is built from.
+type Assets struct {
+	Arch vm.Arch
+	// KernelDir is an unpacked Debian kernel package: it holds
+	// boot/vmlinuz-<release> and lib/modules/<release>/.
+	KernelDir string
+	// Busybox is a static busybox binary for Arch.
+	Busybox string
+	// GuestBinary is the static vibedom-guest binary for Arch.
+	GuestBinary string
+}
+
+// LocateAssets finds the kernel, busybox and guest binary for arch.
+//
+// Kernel and busybox, as <dir>/<arch>/kernel/ and <dir>/<arch>/busybox,
+// where <dir> is, first found wins: $VIBEDOM_ASSETS (when set it must be
+// complete); $VIBEDOM_HOME/assets (default ~/.vibedom/assets); .cache/assets
+// in the current directory or one of its parents, then in the vibedom
+// executable's directory or one of its parents.
+//
+// Guest binary: $VIBEDOM_GUEST_BIN (when set it must exist);
+// vibedom-guest-linux-<arch> next to the vibedom executable;
+// bin/vibedom-guest-linux-<arch> in the current directory or a parent, then
+// in the executable's directory or a parent.
+//
+// Errors wrap ErrNoAssets or ErrNoGuest and name the command that fetches
+// or builds what is missing.
+func LocateAssets(arch vm.Arch) (Assets, error) {
+	a := Assets{Arch: arch}
+	if _, ok := elfMachine[arch]; !ok {
+		return a, fmt.Errorf("locate assets: unknown guest architecture %q", arch)
+	}
+	kdir, bb, err := locateKernel(arch)
+	if err != nil {
+		return a, err
+	}
+	guest, err := locateGuest(arch)
+	if err != nil {
+		return a, err
+	}
+	a.KernelDir, a.Busybox, a.GuestBinary = kdir, bb, guest
+	return a, nil
+}
+
+// assetDirComplete reports whether dir/<arch> holds kernel/ and busybox.
+func assetDirComplete(dir string, arch vm.Arch) (kdir, busybox string, ok bool) {
+	kdir = filepath.Join(dir, string(arch), "kernel")
+	busybox = filepath.Join(dir, string(arch), "busybox")
+	fi, err := os.Stat(kdir)
+	if err != nil || !fi.IsDir() {
+		return "", "", false
+	}
+	fi, err = os.Stat(busybox)
+	if err != nil || !fi.Mode().IsRegular() {
+		return "", "", false
+	}
+	return kdir, busybox, true
+}
+
+func locateKernel(arch vm.Arch) (kdir, busybox string, err error) {
+	var looked []string
+	if d := os.Getenv(EnvAssets); d != "" {
+		if k, b, ok := assetDirComplete(d, arch); ok {
+			return abs(k), abs(b), nil
+		}
+		return "", "", fmt.Errorf("%w: $%s=%s has no %s/kernel/ and %s/busybox: run `scripts/fetch-assets.sh %s` or unset %s",
+			ErrNoAssets, EnvAssets, d, arch, arch, d, EnvAssets)
+	}
+	if h := homeDir(); h != "" {
+		c := filepath.Join(h, "assets")
+		if k, b, ok := assetDirComplete(c, arch); ok {
+			return abs(k), abs(b), nil
+		}
+		looked = append(looked, c)
+	}
+	for _, start := range searchStarts() {
+		for _, c := range walkUp(start, filepath.Join(".cache", "assets")) {
+			if k, b, ok := assetDirComplete(c, arch); ok {
+				return abs(k), abs(b), nil
+			}
+		}
+		looked = append(looked, ".cache/assets in "+start+" and its parents")
+	}
+	return "", "", fmt.Errorf("%w for %s (looked in %s): run `make assets` in the vibedom repository (it runs scripts/fetch-assets.sh), or set %s",
+		ErrNoAssets, arch, strings.Join(dedupe(looked), "; "), EnvAssets)
+}
+
+func locateGuest(arch vm.Arch) (string, error) {
+	name := "vibedom-guest-linux-" + string(arch)
+	if p := os.Getenv(EnvGuestBin); p != "" {
+		if isFile(p) {
+			return abs(p), nil
+		}
+		return "", fmt.Errorf("%w: $%s=%s does not exist: run `make guest` or unset %s", ErrNoGuest, EnvGuestBin, p, EnvGuestBin)
+	}
+	var looked []string
+	if exe, err := os.Executable(); err == nil {
+		p := filepath.Join(filepath.Dir(exe), name)
+		if isFile(p) {
+			return abs(p), nil
+		}
+		looked = append(looked, filepath.Dir(exe))
+	}
+	for _, start := range searchStarts() {
+		for _, p := range walkUp(start, filepath.Join("bin", name)) {
+			if isFile(p) {
+				return abs(p), nil
+			}
+		}
+		looked = append(looked, "bin/ in "+start+" and its parents")
+	}
+	return "", fmt.Errorf("%w: no %s (looked in %s): run `make guest` in the vibedom repository, or set %s",
+		ErrNoGuest, name, strings.Join(dedupe(looked), "; "), EnvGuestBin)
+}
+
+// homeDir is $VIBEDOM_HOME, else ~/.vibedom, else "".
+func homeDir() string {
+	if h := os.Getenv(EnvHome); h != "" {
+		return h
+	}
+	if h, err := os.UserHomeDir(); err == nil {
+		return filepath.Join(h, ".vibedom")
+	}
+	return ""
+}
+
+// searchStarts are the directories the walks up start from: the current
+// directory and the executable's directory.
+func searchStarts() []string {
+	var out []string
+	if wd, err := os.Getwd(); err == nil {
+		out = append(out, wd)
+	}
+	if exe, err := os.Executable(); err == nil {
+		if r, err := filepath.EvalSymlinks(exe); err == nil {
+			exe = r
+		}
+		out = append(out, filepath.Dir(exe))
+	}
+	return out
+}
+
+// walkUp returns dir/rel, parent/rel, … up to the root.
+func walkUp(dir, rel string) []string {
+	var out []string
+	for {
+		out = append(out, filepath.Join(dir, rel))
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return out
+		}
+		dir = parent
+	}
+}
+
+func isFile(p string) bool {
+	fi, err := os.Stat(p)
+	return err == nil && fi.Mode().IsRegular()
+}
+
+func abs(p string) string {
+	if a, err := filepath.Abs(p); err == nil {
+		return a
+	}
+	return p
+}
+
+func dedupe(s []string) []string {
+	seen := map[string]bool{}
+	var out []string
+	for _, x := range s {
+		if !seen[x] {
+			seen[x] = true
+			out = append(out, x)
+		}
+	}
+	return out
+}

@@ -1,0 +1,77 @@
+package image
+
+import (
+	"bytes"
+	"compress/gzip"
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/vibedom/vibedom/vm"
+)
+
+func fakeKernel(magicAt int, magic string) []byte {
+	k := bytes.Repeat([]byte{0x90}, 64<<10)
+	copy(k[magicAt:], magic)
+	return k
+}
+
+func gz(t *testing.T, data []byte) []byte {
+	t.Helper()
+	var b bytes.Buffer
+	w := gzip.NewWriter(&b)
+	w.Write(data)
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return b.Bytes()
+}
+
+func TestWriteKernel(t *testing.T) {
+	bz := fakeKernel(0x202, "HdrS")
+	arm := fakeKernel(56, "ARM\x64")
+	zboot := fakeKernel(0, "MZ\x00\x00zimg")
+	tests := []struct {
+		name    string
+		arch    vm.Arch
+		in      []byte
+		want    []byte // nil: an error is expected
+		wantErr error
+	}{
+		{"x86 bzImage", vm.ArchAMD64, bz, bz, nil},
+		{"arm64 Image", vm.ArchARM64, arm, arm, nil},
+		{"arm64 Image.gz is unpacked", vm.ArchARM64, gz(t, arm), arm, nil},
+		{"gzipped x86 kernel", vm.ArchAMD64, gz(t, bz), nil, ErrBadKernel},
+		{"arm64 EFI zboot", vm.ArchARM64, zboot, nil, ErrBadKernel},
+		{"x86 kernel for arm64", vm.ArchARM64, bz, nil, ErrBadKernel},
+		{"arm64 kernel for x86", vm.ArchAMD64, arm, nil, ErrBadKernel},
+		{"truncated gzip", vm.ArchARM64, gz(t, arm)[:100], nil, nil},
+		{"tiny file", vm.ArchAMD64, []byte("MZ"), nil, ErrBadKernel},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := t.TempDir()
+			src := filepath.Join(dir, "vmlinuz")
+			os.WriteFile(src, tt.in, 0o644)
+			dst := filepath.Join(dir, "kernel")
+			err := writeKernel(dst, src, tt.arch)
+			if tt.want == nil {
+				if err == nil {
+					t.Fatalf("writeKernel accepted it")
+				}
+				if tt.wantErr != nil && !errors.Is(err, tt.wantErr) {
+					t.Errorf("writeKernel: got %v, want %v", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("writeKernel: %v", err)
+			}
+			got, _ := os.ReadFile(dst)
+			if !bytes.Equal(got, tt.want) {
+				t.Errorf("kernel written: %d bytes, want %d identical bytes", len(got), len(tt.want))
+			}
+		})
+	}
+}

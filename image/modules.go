@@ -1,0 +1,407 @@
+package image
+
+import (
+	"bufio"
+	"bytes"
+	"debug/elf"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"github.com/vibedom/vibedom/vm"
+)
+
+// DefaultModules are the kernel modules the guest needs: virtio transports
+// and devices, the workspace share (9p on QEMU, virtiofs on vz), OverlayFS,
+// ext4 for the scratch disk, vsock and packet sockets. Names built into the
+// kernel are skipped when resolving, so the list is the same on every arch.
+var DefaultModules = []string{
+	"virtio_pci", "virtio_mmio", "virtio_blk", "virtio_net", "virtio_console",
+	"9p", "9pnet_virtio", "virtiofs", "overlay", "ext4",
+	"vsock", "vmw_vsock_virtio_transport", "af_packet",
+}
+
+// Module resolution errors.
+var (
+	// ErrUnknownModule means a requested module is neither a loadable
+	// module nor built into the kernel.
+	ErrUnknownModule = errors.New("no such kernel module")
+	// ErrCompressedModule means a needed module is compressed (.ko.xz,
+	// .ko.zst, .ko.gz); the guest loads modules with a plain insmod and
+	// needs them uncompressed.
+	ErrCompressedModule = errors.New("compressed kernel module")
+	// ErrModuleMismatch means a module was built for another kernel
+	// release or CPU architecture than the one being packed.
+	ErrModuleMismatch = errors.New("kernel module does not match the kernel")
+)
+
+// Modules is the resolved set of kernel modules for one kernel.
+type Modules struct {
+	// Release is the kernel release ("6.1.0-56-amd64").
+	Release string
+	// Dir is the host directory lib/modules/<Release>.
+	Dir string
+	// Order lists module files relative to Dir, every module after the
+	// modules it depends on: the content of proto.ModuleListPath.
+	Order []string
+	// Builtin lists requested or depended-on names that are built into the
+	// kernel and so need no file.
+	Builtin []string
+	// Unresolved lists soft dependencies that matched no module and no
+	// built-in (soft dependencies are optional by nature).
+	Unresolved []string
+}
+
+// moduleName turns a file name or a name as written in depends= into the
+// canonical module name: no directory, no .ko suffix, '-' as '_'.
+func moduleName(s string) string {
+	s = filepath.Base(s)
+	for _, suf := range []string{".ko.xz", ".ko.zst", ".ko.gz", ".ko"} {
+		if strings.HasSuffix(s, suf) {
+			s = strings.TrimSuffix(s, suf)
+			break
+		}
+	}
+	return strings.ReplaceAll(s, "-", "_")
+}
+
+// modinfo is what the resolver reads from a module's .modinfo section.
+type modinfo struct {
+	depends  []string
+	pre      []string // softdep pre:
+	post     []string // softdep post:
+	aliases  []string
+	vermagic string
+	machine  elf.Machine
+}
+
+// readModinfo reads the .modinfo section of the module file at path.
+func readModinfo(path string) (*modinfo, error) {
+	if compressed(path) {
+		return nil, fmt.Errorf("%w: %s: unpack the kernel modules uncompressed (Debian's 6.1 packages ship plain .ko files)", ErrCompressedModule, path)
+	}
+	f, err := elf.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("read module %s: %w", path, err)
+	}
+	defer f.Close()
+	sec := f.Section(".modinfo")
+	if sec == nil {
+		return nil, fmt.Errorf("read module %s: no .modinfo section", path)
+	}
+	data, err := sec.Data()
+	if err != nil {
+		return nil, fmt.Errorf("read module %s: .modinfo: %w", path, err)
+	}
+	mi := &modinfo{machine: f.Machine}
+	for _, kv := range bytes.Split(data, []byte{0}) {
+		k, v, ok := strings.Cut(string(kv), "=")
+		if !ok {
+			continue
+		}
+		switch k {
+		case "depends":
+			for _, d := range strings.Split(v, ",") {
+				if d = strings.TrimSpace(d); d != "" {
+					mi.depends = append(mi.depends, moduleName(d))
+				}
+			}
+		case "softdep":
+			pre, post := parseSoftdep(v)
+			mi.pre = append(mi.pre, pre...)
+			mi.post = append(mi.post, post...)
+		case "alias":
+			mi.aliases = append(mi.aliases, v)
+		case "vermagic":
+			mi.vermagic = v
+		}
+	}
+	return mi, nil
+}
+
+// parseSoftdep parses "pre: a b post: c".
+func parseSoftdep(v string) (pre, post []string) {
+	var cur *[]string
+	for _, tok := range strings.Fields(v) {
+		switch tok {
+		case "pre:":
+			cur = &pre
+		case "post:":
+			cur = &post
+		default:
+			if cur != nil {
+				*cur = append(*cur, tok)
+			}
+		}
+	}
+	return pre, post
+}
+
+func compressed(path string) bool {
+	return strings.HasSuffix(path, ".ko.xz") || strings.HasSuffix(path, ".ko.zst") || strings.HasSuffix(path, ".ko.gz")
+}
+
+// elfMachine is the ELF machine of each guest architecture.
+var elfMachine = map[vm.Arch]elf.Machine{
+	vm.ArchAMD64: elf.EM_X86_64,
+	vm.ArchARM64: elf.EM_AARCH64,
+}
+
+// moduleTree indexes the modules of one kernel.
+type moduleTree struct {
+	dir     string
+	release string
+	arch    vm.Arch
+	files   map[string]string // module name -> path relative to dir
+	builtin map[string]bool   // built-in module names
+	// builtinAlias maps aliases of built-in modules (from
+	// modules.builtin.modinfo) to true.
+	builtinAlias map[string]bool
+	info         map[string]*modinfo
+	aliases      map[string][]string // alias -> module names, built lazily
+}
+
+// openModuleTree indexes lib/modules/<release> under dir. The module list
+// comes from modules.order (falling back to walking kernel/), built-ins from
+// modules.builtin and modules.builtin.modinfo.
+func openModuleTree(dir, release string, arch vm.Arch) (*moduleTree, error) {
+	t := &moduleTree{
+		dir: dir, release: release, arch: arch,
+		files: map[string]string{}, builtin: map[string]bool{}, builtinAlias: map[string]bool{},
+		info: map[string]*modinfo{},
+	}
+	order, err := readLines(filepath.Join(dir, "modules.order"))
+	switch {
+	case err == nil:
+		for _, rel := range order {
+			t.files[moduleName(rel)] = filepath.ToSlash(rel)
+		}
+	case errors.Is(err, fs.ErrNotExist):
+		err := filepath.WalkDir(filepath.Join(dir, "kernel"), func(p string, d fs.DirEntry, err error) error {
+			if err != nil {
+				return err
+			}
+			if !d.IsDir() && (strings.HasSuffix(p, ".ko") || compressed(p)) {
+				rel, _ := filepath.Rel(dir, p)
+				t.files[moduleName(rel)] = filepath.ToSlash(rel)
+			}
+			return nil
+		})
+		if err != nil {
+			return nil, fmt.Errorf("list kernel modules in %s: %w", dir, err)
+		}
+	default:
+		return nil, fmt.Errorf("list kernel modules: %w", err)
+	}
+	if len(t.files) == 0 {
+		return nil, fmt.Errorf("list kernel modules: no modules in %s", dir)
+	}
+	builtin, err := readLines(filepath.Join(dir, "modules.builtin"))
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("list built-in kernel modules: %w", err)
+	}
+	for _, rel := range builtin {
+		t.builtin[moduleName(rel)] = true
+	}
+	if data, err := os.ReadFile(filepath.Join(dir, "modules.builtin.modinfo")); err == nil {
+		// Records are "module.key=value", NUL-separated.
+		for _, rec := range bytes.Split(data, []byte{0}) {
+			k, v, ok := strings.Cut(string(rec), "=")
+			if !ok {
+				continue
+			}
+			if mod, key, ok := strings.Cut(k, "."); ok && key == "alias" {
+				t.builtinAlias[v] = true
+				t.builtin[moduleName(mod)] = true
+			}
+		}
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("read built-in module info: %w", err)
+	}
+	return t, nil
+}
+
+func readLines(path string) ([]string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	var out []string
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if l := strings.TrimSpace(sc.Text()); l != "" && !strings.HasPrefix(l, "#") {
+			out = append(out, l)
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("read %s: %w", path, err)
+	}
+	return out, nil
+}
+
+// modinfo returns (and checks) the metadata of module name.
+func (t *moduleTree) modinfo(name string) (*modinfo, error) {
+	if mi, ok := t.info[name]; ok {
+		return mi, nil
+	}
+	rel := t.files[name]
+	mi, err := readModinfo(filepath.Join(t.dir, filepath.FromSlash(rel)))
+	if err != nil {
+		return nil, err
+	}
+	if want, ok := elfMachine[t.arch]; ok && mi.machine != want {
+		return nil, fmt.Errorf("%w: %s is built for %v, not %s", ErrModuleMismatch, rel, mi.machine, t.arch)
+	}
+	if v, _, _ := strings.Cut(mi.vermagic, " "); v != t.release {
+		return nil, fmt.Errorf("%w: %s is built for kernel %q, not %q", ErrModuleMismatch, rel, v, t.release)
+	}
+	t.info[name] = mi
+	return mi, nil
+}
+
+// byAlias returns the modules that declare alias a. The first call reads
+// every module's metadata once (tens of milliseconds); it is only needed
+// for soft dependencies that name an alias, on a cache miss.
+func (t *moduleTree) byAlias(a string) ([]string, error) {
+	if t.aliases == nil {
+		t.aliases = map[string][]string{}
+		names := make([]string, 0, len(t.files))
+		for n := range t.files {
+			names = append(names, n)
+		}
+		slices.Sort(names)
+		for _, n := range names {
+			rel := t.files[n]
+			if compressed(rel) {
+				continue
+			}
+			mi, err := readModinfo(filepath.Join(t.dir, filepath.FromSlash(rel)))
+			if err != nil {
+				return nil, err
+			}
+			for _, al := range mi.aliases {
+				t.aliases[al] = append(t.aliases[al], n)
+			}
+		}
+	}
+	return t.aliases[a], nil
+}
+
+// resolve orders want and everything it needs, dependencies first.
+func (t *moduleTree) resolve(want []string) (*Modules, error) {
+	m := &Modules{Release: t.release, Dir: t.dir}
+	const (
+		visiting = 1
+		done     = 2
+	)
+	state := map[string]int{}
+	builtinSeen := map[string]bool{}
+	unresolvedSeen := map[string]bool{}
+
+	var visit func(name string, chain []string) error
+	// softdep resolves a soft dependency by module name, then by alias.
+	softdep := func(target string, chain []string) error {
+		n := moduleName(target)
+		if _, ok := t.files[n]; ok {
+			return visit(n, chain)
+		}
+		if t.builtin[n] || t.builtinAlias[target] {
+			return nil
+		}
+		mods, err := t.byAlias(target)
+		if err != nil {
+			return err
+		}
+		if len(mods) == 0 {
+			if !unresolvedSeen[target] {
+				unresolvedSeen[target] = true
+				m.Unresolved = append(m.Unresolved, target)
+			}
+			return nil
+		}
+		for _, mod := range mods {
+			if err := visit(mod, chain); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	visit = func(name string, chain []string) error {
+		switch state[name] {
+		case done:
+			return nil
+		case visiting:
+			// A soft dependency loop (hard ones cannot exist: the kernel
+			// refuses to load them) is broken where it closes.
+			return nil
+		}
+		rel, ok := t.files[name]
+		if !ok {
+			if t.builtin[name] {
+				if !builtinSeen[name] {
+					builtinSeen[name] = true
+					m.Builtin = append(m.Builtin, name)
+				}
+				state[name] = done
+				return nil
+			}
+			via := "requested"
+			if len(chain) > 0 {
+				via = "needed by " + strings.Join(chain, " -> ")
+			}
+			return fmt.Errorf("%w: %q (%s) is neither a module nor built into kernel %s",
+				ErrUnknownModule, name, via, t.release)
+		}
+		state[name] = visiting
+		chain = append(slices.Clip(chain), name)
+		mi, err := t.modinfo(name)
+		if err != nil {
+			return err
+		}
+		for _, d := range mi.depends {
+			if err := visit(d, chain); err != nil {
+				return err
+			}
+		}
+		for _, s := range mi.pre {
+			if err := softdep(s, chain); err != nil {
+				return err
+			}
+		}
+		state[name] = done
+		m.Order = append(m.Order, rel)
+		for _, s := range mi.post {
+			if err := softdep(s, chain); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	for _, w := range want {
+		if err := visit(moduleName(w), nil); err != nil {
+			return nil, fmt.Errorf("resolve kernel modules: %w", err)
+		}
+	}
+	return m, nil
+}
+
+// ResolveModules resolves the modules named in want (file-style names with
+// '-' are accepted) for the kernel whose modules are in dir
+// (lib/modules/<release>), for a guest of the given arch. Dependencies come
+// from each module's depends= and softdep= metadata; soft dependencies may
+// name an alias, as ext4's "pre: crypto-crc32c" does, and then every module
+// declaring that alias is included (the crypto API picks the fastest one
+// that loads). Built-in names are skipped.
+func ResolveModules(dir string, arch vm.Arch, want []string) (*Modules, error) {
+	release := filepath.Base(dir)
+	t, err := openModuleTree(dir, release, arch)
+	if err != nil {
+		return nil, err
+	}
+	return t.resolve(want)
+}
