@@ -1,0 +1,463 @@
+package session
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/vibedom/vibedom/guest/client"
+	"github.com/vibedom/vibedom/guest/proto"
+	"github.com/vibedom/vibedom/image"
+	"github.com/vibedom/vibedom/keys"
+	"github.com/vibedom/vibedom/overlay"
+	"github.com/vibedom/vibedom/vm"
+)
+
+// files of a session folder.
+const (
+	stateFile    = "state.json"
+	initrdFile   = "initrd"
+	scratchFile  = "scratch.img"
+	clientKey    = "client_key"
+	hostKey      = "host_key"
+	consoleFile  = "console.log"
+	sessionLog   = "session.log"
+	workspaceTag = "workspace"
+)
+
+// sess is one session while its process runs it.
+type sess struct {
+	opts    Options
+	name    string
+	dir     string // session folder
+	logDir  string
+	runDir  string // short private folder for sockets
+	state   State
+	log     *slog.Logger
+	keys    *keys.Session
+	img     *image.Image
+	machine vm.Machine
+	client  *client.Client
+	egress  *egress
+	cleanup cleanups
+	timings Timings
+}
+
+func (s *sess) progress(format string, a ...any) {
+	fmt.Fprintf(s.opts.Progress, "vibedom: "+format+"\n", a...)
+}
+
+func (s *sess) saveState() {
+	if err := writeState(s.dir, &s.state); err != nil {
+		s.log.Warn("write session state", "err", err)
+	}
+}
+
+// prepare does everything before the VM starts.
+func (s *sess) prepare(ctx context.Context) error {
+	o := &s.opts
+	ws, err := CheckWorkspace(o.Workspace)
+	if err != nil {
+		return err
+	}
+	o.Workspace = ws
+	if err := CheckMemory(o.MemoryMiB); err != nil {
+		return err
+	}
+	if o.Driver == nil {
+		d, err := DefaultDriver(o.Home)
+		if err != nil {
+			return err
+		}
+		o.Driver = d
+	}
+	if err := o.Driver.Available(ctx, o.Arch); err != nil {
+		return err
+	}
+
+	// Folders: the session folder and its log folder.
+	if err := ensureDir(string(o.Home)); err != nil {
+		return err
+	}
+	s.name = o.Name
+	if s.name == "" {
+		s.name = newName(ws)
+	} else if !ValidName(s.name) {
+		return fmt.Errorf("session name %q: use lower-case letters, digits, '.', '_' and '-'", s.name)
+	}
+	if err := ensureDir(o.Home.Sessions()); err != nil {
+		return err
+	}
+	s.dir = o.Home.Session(s.name)
+	if err := os.Mkdir(s.dir, 0o700); err != nil {
+		if errors.Is(err, os.ErrExist) {
+			return fmt.Errorf("a session named %q already exists: pick another --name or remove %s", s.name, s.dir)
+		}
+		return fmt.Errorf("create session folder: %w", err)
+	}
+	if err := ensureDir(o.Home.Logs()); err != nil {
+		return err
+	}
+	s.logDir, err = makeLogDir(o.Home.Logs(), time.Now())
+	if err != nil {
+		return err
+	}
+	logf, err := os.OpenFile(filepath.Join(s.logDir, sessionLog), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	if err != nil {
+		return fmt.Errorf("open session log: %w", err)
+	}
+	s.cleanup.add("close session log", logf.Close)
+	var h slog.Handler = slog.NewTextHandler(logf, &slog.HandlerOptions{Level: slog.LevelDebug})
+	if o.Log != nil {
+		h = teeHandler{h, o.Log.Handler()}
+	}
+	s.log = slog.New(h).With("session", s.name)
+	s.state = State{
+		Name: s.name, Workspace: ws, Created: time.Now().UTC().Truncate(time.Second), Status: StatusStarting,
+		LogDir: s.logDir, PID: os.Getpid(), Driver: o.Driver.Name(), Arch: string(o.Arch),
+		CPUs: o.CPUs, MemoryMiB: o.MemoryMiB, Command: o.Command,
+	}
+	s.saveState()
+	s.log.Info("session starting", "workspace", ws, "driver", o.Driver.Name(), "arch", o.Arch, "cpus", o.CPUs, "memory_mib", o.MemoryMiB)
+
+	// Runtime folder for sockets: unix socket paths must stay short.
+	s.runDir, err = os.MkdirTemp("", "vibedom-")
+	if err != nil {
+		return fmt.Errorf("create runtime folder: %w", err)
+	}
+	s.cleanup.add("remove runtime folder", func() error { return os.RemoveAll(s.runDir) })
+
+	// Image.
+	assets, err := image.LocateAssets(o.Arch)
+	if err != nil {
+		return err
+	}
+	s.progress("preparing the %s image", o.Arch)
+	s.img, err = image.Ensure(ctx, o.Home.Images(), image.NewDebianTest(assets, nil))
+	if err != nil {
+		return fmt.Errorf("prepare the VM image: %w", err)
+	}
+
+	// Keys.
+	s.keys, err = keys.NewSession()
+	if err != nil {
+		return err
+	}
+	hostPEM, err := s.keys.HostKeyPEM()
+	if err != nil {
+		return err
+	}
+	clientPEM, err := s.keys.ClientKeyPEM()
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(s.dir, clientKey), clientPEM, 0o600); err != nil {
+		return fmt.Errorf("write session key: %w", err)
+	}
+	if err := os.WriteFile(filepath.Join(s.dir, hostKey), hostPEM, 0o600); err != nil {
+		return fmt.Errorf("write guest host key: %w", err)
+	}
+
+	// Baseline of the workspace, so the end of the session knows what the
+	// user changed meanwhile.
+	if _, err := overlay.TakeBaseline(ctx, ws, filepath.Join(s.dir, overlay.BaselineDir), overlay.BaselineOptions{Logger: s.log}); err != nil {
+		return fmt.Errorf("record the workspace baseline: %w", err)
+	}
+
+	// Scratch disk: sparse, holds the overlay's upper layer.
+	scratch := filepath.Join(s.dir, scratchFile)
+	if err := makeSparse(scratch, o.ScratchSize); err != nil {
+		return err
+	}
+	s.cleanup.add("remove scratch disk", func() error { return removeIfExists(scratch) })
+
+	if !o.Egress.Disabled {
+		if err := s.setupEgress(ctx); err != nil {
+			return err
+		}
+	}
+
+	// Boot data.
+	bc := &proto.BootConfig{
+		Version:        proto.Version,
+		SessionID:      s.name,
+		Hostname:       "vibedom",
+		Control:        controlFor(o.Driver),
+		Workspace:      proto.Workspace{Tag: workspaceTag, FSType: shareFSFor(o.Driver)},
+		Scratch:        proto.Scratch{Device: "/dev/vda"},
+		AuthorizedKeys: []string{s.keys.AuthorizedKey()},
+		Env:            map[string]string{"VIBEDOM_SESSION": s.name},
+	}
+	var caPEM []byte
+	if s.egress != nil {
+		bc.Network = &proto.Network{Interface: "eth0", ProxyURL: s.egress.proxyURL, NoProxy: "localhost,127.0.0.1"}
+		caPEM = s.egress.caPEM
+	}
+	files, err := image.SessionFiles(bc, hostPEM, caPEM)
+	if err != nil {
+		return fmt.Errorf("session boot data: %w", err)
+	}
+	initrd := filepath.Join(s.dir, initrdFile)
+	if err := image.WriteSessionInitrd(initrd, s.img, files); err != nil {
+		return fmt.Errorf("session initrd: %w", err)
+	}
+	s.cleanup.add("remove session initrd", func() error { return removeIfExists(initrd) })
+	return nil
+}
+
+// boot starts the VM and connects to the guest agent.
+func (s *sess) boot(ctx context.Context) error {
+	o := &s.opts
+	cfg := vm.Config{
+		Name:       s.name,
+		Arch:       o.Arch,
+		CPUs:       o.CPUs,
+		MemoryMiB:  o.MemoryMiB,
+		Kernel:     s.img.Kernel,
+		Initrd:     filepath.Join(s.dir, initrdFile),
+		Cmdline:    "quiet",
+		Shares:     []vm.Share{{Tag: workspaceTag, HostPath: o.Workspace, ReadOnly: true}},
+		Disks:      []vm.Disk{{Path: filepath.Join(s.dir, scratchFile)}},
+		ConsoleLog: filepath.Join(s.logDir, consoleFile),
+		StateDir:   s.runDir,
+	}
+	if s.egress != nil {
+		cfg.Network = &vm.Network{Conn: s.egress.vmEnd, MAC: s.egress.mac}
+	}
+	s.progress("booting the VM (%s, %d CPUs, %d MiB)", o.Driver.Name(), o.CPUs, o.MemoryMiB)
+	t0 := time.Now()
+	m, err := o.Driver.Start(ctx, cfg)
+	if err != nil {
+		return fmt.Errorf("start the VM: %w", err)
+	}
+	s.machine = m
+	s.timings.VMStart = time.Since(t0)
+	s.cleanup.add("stop the VM", func() error { return s.stopMachine() })
+	s.state.Status = StatusRunning
+	s.saveState()
+
+	// Wait for the guest agent, but give up at once if the VM dies.
+	t1 := time.Now()
+	bctx, cancel := context.WithTimeout(ctx, o.BootTimeout)
+	defer cancel()
+	died := make(chan error, 1)
+	go func() { died <- m.Wait(bctx) }()
+	type dialed struct {
+		c         *client.Client
+		handshake time.Duration
+		err       error
+	}
+	ready := make(chan dialed, 1)
+	go func() {
+		conn, err := m.DialControl(bctx)
+		if err != nil {
+			ready <- dialed{err: err}
+			return
+		}
+		th := time.Now()
+		c, err := client.Dial(bctx, conn, s.keys.ClientConfig())
+		if err != nil {
+			conn.Close()
+		}
+		ready <- dialed{c: c, handshake: time.Since(th), err: err}
+	}()
+	select {
+	case d := <-ready:
+		if d.err != nil {
+			return s.bootError(d.err)
+		}
+		s.client = d.c
+		s.timings.Handshake = d.handshake
+		s.cleanup.add("close control connection", func() error { return closeQuiet(s.client) })
+	case err := <-died:
+		if bctx.Err() != nil && ctx.Err() == nil {
+			return s.bootError(fmt.Errorf("no answer from the guest agent within %v", o.BootTimeout))
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if err == nil {
+			err = errors.New("the guest powered off")
+		}
+		return s.bootError(err)
+	}
+	s.timings.Ready = time.Since(t1)
+	s.log.Info("guest ready", "vm_start", s.timings.VMStart, "ready", s.timings.Ready, "handshake", s.timings.Handshake)
+	return nil
+}
+
+// bootError explains a failed boot with the end of the console log.
+func (s *sess) bootError(err error) error {
+	tail := consoleTail(filepath.Join(s.logDir, consoleFile), 15)
+	msg := fmt.Sprintf("%v: %v", ErrBootFailed, err)
+	if tail != "" {
+		msg += "\nlast lines of the VM console (" + filepath.Join(s.logDir, consoleFile) + "):\n" + tail
+	}
+	return &bootError{msg: msg, err: err}
+}
+
+type bootError struct {
+	msg string
+	err error
+}
+
+func (e *bootError) Error() string { return e.msg }
+func (e *bootError) Unwrap() []error {
+	return []error{ErrBootFailed, e.err}
+}
+
+// stopMachine powers the guest off cleanly when it can, forcefully when it
+// must, and waits for the VM to be gone.
+func (s *sess) stopMachine() error {
+	if s.machine == nil {
+		return nil
+	}
+	m := s.machine
+	s.machine = nil
+	if st := m.State(); st == vm.StateStopped || st == vm.StateError {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if s.client != nil {
+		pctx, pcancel := context.WithTimeout(ctx, 5*time.Second)
+		err := s.client.Poweroff(pctx)
+		pcancel()
+		if err == nil {
+			wctx, wcancel := context.WithTimeout(ctx, 20*time.Second)
+			werr := m.Wait(wctx)
+			wcancel()
+			if werr == nil {
+				return nil
+			}
+			if m.State() == vm.StateStopped {
+				s.log.Warn("VM stopped with an error after poweroff", "err", werr)
+				return nil
+			}
+		} else {
+			s.log.Warn("guest poweroff request failed", "err", err)
+		}
+	}
+	sctx, scancel := context.WithTimeout(ctx, 10*time.Second)
+	defer scancel()
+	if err := m.Stop(sctx); err != nil {
+		if kerr := m.Kill(); kerr != nil {
+			return errors.Join(err, kerr)
+		}
+	}
+	return nil
+}
+
+func makeSparse(path string, size int64) error {
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return fmt.Errorf("create scratch disk: %w", err)
+	}
+	if err := f.Truncate(size); err != nil {
+		f.Close()
+		return fmt.Errorf("size scratch disk: %w", err)
+	}
+	return f.Close()
+}
+
+func removeIfExists(path string) error {
+	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	return nil
+}
+
+func closeQuiet(c io.Closer) error {
+	if err := c.Close(); err != nil && !errors.Is(err, net.ErrClosed) && !errors.Is(err, io.EOF) {
+		return err
+	}
+	return nil
+}
+
+// makeLogDir makes logs/session-YYYYMMDD-HHMMSS (with a suffix when two
+// sessions start in the same second).
+func makeLogDir(root string, t time.Time) (string, error) {
+	base := filepath.Join(root, "session-"+t.Format("20060102-150405"))
+	for i := 0; i < 100; i++ {
+		dir := base
+		if i > 0 {
+			dir = fmt.Sprintf("%s-%d", base, i)
+		}
+		err := os.Mkdir(dir, 0o700)
+		if err == nil {
+			return dir, nil
+		}
+		if !errors.Is(err, os.ErrExist) {
+			return "", fmt.Errorf("create log folder: %w", err)
+		}
+	}
+	return "", fmt.Errorf("create log folder: too many sessions started at %s", t.Format(time.TimeOnly))
+}
+
+// consoleTail returns the last n non-empty lines of the console log.
+func consoleTail(path string, n int) string {
+	f, err := os.Open(path)
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	const max = 64 << 10
+	if fi, err := f.Stat(); err == nil && fi.Size() > max {
+		_, _ = f.Seek(fi.Size()-max, io.SeekStart)
+	}
+	data, _ := io.ReadAll(io.LimitReader(f, max))
+	var lines []string
+	for _, l := range strings.Split(strings.ReplaceAll(string(data), "\r", ""), "\n") {
+		if strings.TrimSpace(l) != "" {
+			lines = append(lines, "  "+sanitizeLine(l))
+		}
+	}
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+// sanitizeLine drops control characters so guest output cannot drive the
+// user's terminal.
+func sanitizeLine(s string) string {
+	return strings.Map(func(r rune) rune {
+		if r < 0x20 && r != '\t' || r == 0x7f || r >= 0x80 && r < 0xa0 {
+			return -1
+		}
+		return r
+	}, s)
+}
+
+// teeHandler sends records to two handlers.
+type teeHandler struct{ a, b slog.Handler }
+
+func (t teeHandler) Enabled(ctx context.Context, l slog.Level) bool {
+	return t.a.Enabled(ctx, l) || t.b.Enabled(ctx, l)
+}
+
+func (t teeHandler) Handle(ctx context.Context, r slog.Record) error {
+	var errs []error
+	if t.a.Enabled(ctx, r.Level) {
+		errs = append(errs, t.a.Handle(ctx, r.Clone()))
+	}
+	if t.b.Enabled(ctx, r.Level) {
+		errs = append(errs, t.b.Handle(ctx, r.Clone()))
+	}
+	return errors.Join(errs...)
+}
+
+func (t teeHandler) WithAttrs(as []slog.Attr) slog.Handler {
+	return teeHandler{t.a.WithAttrs(as), t.b.WithAttrs(as)}
+}
+
+func (t teeHandler) WithGroup(name string) slog.Handler {
+	return teeHandler{t.a.WithGroup(name), t.b.WithGroup(name)}
+}

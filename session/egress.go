@@ -1,0 +1,125 @@
+package session
+
+import (
+	"context"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"sync"
+
+	"github.com/vibedom/vibedom/keys"
+	"github.com/vibedom/vibedom/netfilter"
+)
+
+// EgressOptions configures the session's network. The zero value gives the
+// guest a NIC whose only way out is the allowlisting proxy.
+type EgressOptions struct {
+	// Disabled gives the guest no NIC at all.
+	Disabled bool
+	// Allow holds extra rules (--allow), the last scope of the policy.
+	Allow []string
+	// Filter rewrites outgoing requests (the DLP); nil changes nothing.
+	Filter netfilter.RequestFilter
+	// Dial, ExtraRoots and Resolver replace how the proxy reaches
+	// upstreams; tests map names to loopback servers with them.
+	Dial       netfilter.DialFunc
+	ExtraRoots []*x509.Certificate
+	Resolver   netfilter.Resolver
+}
+
+// guestMAC is the guest NIC's address (locally administered).
+const guestMAC = "02:76:64:00:00:02"
+
+type egress struct {
+	policy   *netfilter.Policy
+	engine   *netfilter.GoEngine
+	stack    *netfilter.Stack
+	events   *netfilter.LogWriter
+	hostEnd  net.Conn
+	vmEnd    *os.File
+	proxyURL string
+	caPEM    []byte
+	mac      string
+	cancel   context.CancelFunc
+	done     sync.WaitGroup
+}
+
+// setupEgress builds the policy, the proxy engine and the userspace network
+// stack, and starts serving the host end of the guest's NIC. The returned
+// egress is torn down by the session's cleanups.
+func (s *sess) setupEgress(ctx context.Context) error {
+	o := &s.opts
+	eo := o.Egress
+	policy, err := netfilter.LoadPolicy(netfilter.PolicyConfig{
+		UserFile:      o.Home.TrustedDomains(),
+		WorkspaceFile: netfilter.WorkspacePolicyFile(o.Workspace),
+		Allow:         eo.Allow,
+	})
+	if err != nil {
+		return fmt.Errorf("load the egress policy: %w", err)
+	}
+	ca, err := keys.EnsureCA(o.Home.CA())
+	if err != nil {
+		return fmt.Errorf("the MITM CA: %w", err)
+	}
+	events, err := netfilter.NewLogWriter(filepath.Join(s.logDir, netfilter.NetworkLogFile), filepath.Join(s.logDir, netfilter.AlertsLogFile))
+	if err != nil {
+		return err
+	}
+	e := &egress{policy: policy, events: events, caPEM: ca.CertPEM(), mac: guestMAC}
+	s.cleanup.add("close network log", events.Close)
+	e.engine, err = netfilter.NewGoEngine(netfilter.EngineConfig{
+		CA: ca, Policy: policy, Filter: eo.Filter, Events: events, Logger: s.log.With("part", "proxy"),
+		Dial: eo.Dial, ExtraRoots: eo.ExtraRoots,
+	})
+	if err != nil {
+		return err
+	}
+	mac, _ := net.ParseMAC(guestMAC)
+	resolver := eo.Resolver
+	if resolver == nil {
+		resolver = netfilter.SystemResolver{}
+	}
+	e.stack, err = netfilter.NewStack(netfilter.StackConfig{GuestMAC: mac, Resolver: resolver}, e.engine, policy, events, s.log.With("part", "network"))
+	if err != nil {
+		return err
+	}
+	e.proxyURL = e.stack.ProxyURL()
+	e.hostEnd, e.vmEnd, err = netfilter.SocketPair()
+	if err != nil {
+		e.stack.Close()
+		return fmt.Errorf("make the guest's network link: %w", err)
+	}
+	sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	e.cancel = cancel
+	e.done.Add(1)
+	go func() {
+		defer e.done.Done()
+		if err := e.stack.Serve(sctx, e.hostEnd); err != nil && !errors.Is(err, context.Canceled) {
+			s.log.Warn("network stack stopped", "err", err)
+		}
+	}()
+	s.cleanup.add("stop the network", func() error {
+		cancel()
+		errs := []error{e.stack.Close(), e.hostEnd.Close()}
+		e.done.Wait()
+		e.engine.Close()
+		errs = append(errs, e.vmEnd.Close())
+		return errors.Join(ignoreClosed(errs)...)
+	})
+	s.egress = e
+	return nil
+}
+
+func ignoreClosed(errs []error) []error {
+	out := errs[:0]
+	for _, err := range errs {
+		if err != nil && !errors.Is(err, net.ErrClosed) && !errors.Is(err, os.ErrClosed) {
+			out = append(out, err)
+		}
+	}
+	return out
+}

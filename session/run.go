@@ -1,0 +1,189 @@
+// Package session runs vibedom sessions: it checks the workspace, prepares
+// the image, keys and disks, boots the VM, connects to the guest agent, runs
+// the agent or a command in it, and on the way out collects the agent's
+// changes as a patch, shuts the VM down and leaves nothing behind but the
+// session folder and its logs.
+package session
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/vibedom/vibedom/vm"
+)
+
+// Errors a user can act on. Each is wrapped with the details.
+var (
+	ErrWorkspace  = errors.New("bad workspace")
+	ErrLowMemory  = errors.New("not enough memory")
+	ErrBootFailed = errors.New("the VM did not come up")
+)
+
+// Options configures one session.
+type Options struct {
+	// Home is the vibedom state folder.
+	Home Home
+	// Workspace is the project folder the agent works on (read-only to it).
+	Workspace string
+	// Name is the session name; empty derives one from the workspace.
+	Name string
+	// CPUs and MemoryMiB size the VM.
+	CPUs      int
+	MemoryMiB int
+	// Arch is the guest architecture; empty means the host's.
+	Arch vm.Arch
+	// Driver runs the VM; nil picks the platform's default.
+	Driver vm.Driver
+	// Command runs without a TTY when non-empty; otherwise an interactive
+	// shell is attached to Terminal.
+	Command []string
+	// Stdin, Stdout and Stderr are the user's streams.
+	Stdin          io.Reader
+	Stdout, Stderr io.Writer
+	// Terminal is the user's terminal, nil when there is none.
+	Terminal *Terminal
+	// Progress receives one human line per step; nil is quiet.
+	Progress io.Writer
+	// BootTimeout bounds the wait for the guest agent; zero means 3 minutes.
+	BootTimeout time.Duration
+	// ScratchSize is the size of the sparse scratch disk holding the
+	// agent's writes; zero means 8 GiB.
+	ScratchSize int64
+	// Egress configures the guest's network.
+	Egress EgressOptions
+	// Review decides what happens to the agent's changes at the end.
+	Review ReviewOptions
+	// Log receives the session's own debug log besides session.log; nil
+	// writes only session.log.
+	Log *slog.Logger
+}
+
+// Result is what a finished session reports.
+type Result struct {
+	Name       string
+	SessionDir string
+	LogDir     string
+	// ExitCode is the command's or shell's exit status, shell style:
+	// 128+N when killed by signal N.
+	ExitCode int
+	Timings  Timings
+}
+
+// Timings splits the time to a ready guest into host-side work and guest
+// boot, for docs/performance.md.
+type Timings struct {
+	Prepare   time.Duration // workspace checks, image, keys, disks, initrd
+	VMStart   time.Duration // hypervisor process start until it runs the VM
+	Ready     time.Duration // VM start until the SSH handshake completed
+	Handshake time.Duration // SSH handshake once the guest answered
+	Total     time.Duration // Run start until the guest was ready
+}
+
+func (o *Options) setDefaults() error {
+	if o.Home == "" {
+		h, err := DefaultHome()
+		if err != nil {
+			return err
+		}
+		o.Home = h
+	}
+	if o.CPUs == 0 {
+		o.CPUs = 2
+	}
+	if o.MemoryMiB == 0 {
+		o.MemoryMiB = 2048
+	}
+	if o.Arch == "" {
+		o.Arch = HostArch()
+	}
+	if o.BootTimeout == 0 {
+		o.BootTimeout = 3 * time.Minute
+	}
+	if o.ScratchSize == 0 {
+		o.ScratchSize = 8 << 30
+	}
+	if o.Stdin == nil {
+		o.Stdin = strings.NewReader("")
+	}
+	if o.Stdout == nil {
+		o.Stdout = io.Discard
+	}
+	if o.Stderr == nil {
+		o.Stderr = io.Discard
+	}
+	if o.Progress == nil {
+		o.Progress = io.Discard
+	}
+	return nil
+}
+
+// CheckWorkspace resolves path to an absolute, symlink-free directory path
+// or says what is wrong with it.
+func CheckWorkspace(path string) (string, error) {
+	if path == "" {
+		return "", fmt.Errorf("%w: no workspace given: run `vibedom run PATH`", ErrWorkspace)
+	}
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return "", fmt.Errorf("%w: %v", ErrWorkspace, err)
+	}
+	real, err := filepath.EvalSymlinks(abs)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return "", fmt.Errorf("%w: %s does not exist: check the path", ErrWorkspace, path)
+		}
+		return "", fmt.Errorf("%w: %v", ErrWorkspace, err)
+	}
+	fi, err := os.Stat(real)
+	if err != nil {
+		return "", fmt.Errorf("%w: %v", ErrWorkspace, err)
+	}
+	if !fi.IsDir() {
+		return "", fmt.Errorf("%w: %s is a file, not a directory: give the project folder", ErrWorkspace, path)
+	}
+	if real == "/" {
+		return "", fmt.Errorf("%w: refusing to share the whole filesystem: give a project folder", ErrWorkspace)
+	}
+	return real, nil
+}
+
+// CheckMemory refuses a VM bigger than the host can give.
+func CheckMemory(wantMiB int) error {
+	avail, err := availableMemoryMiB()
+	if err != nil {
+		return nil // cannot tell; let the hypervisor decide
+	}
+	// The hypervisor and vibedom itself need some room too.
+	if need := wantMiB + 256; need > avail {
+		return fmt.Errorf("%w: the VM needs %d MiB but the host has %d MiB available: pass a smaller --memory (e.g. --memory %dM) or close other programs",
+			ErrLowMemory, wantMiB, avail, max(128, (avail-256)/128*128))
+	}
+	return nil
+}
+
+// shellQuote quotes args for /bin/sh so the guest runs exactly them.
+func shellQuote(args []string) string {
+	var b strings.Builder
+	for i, a := range args {
+		if i > 0 {
+			b.WriteByte(' ')
+		}
+		if a != "" && strings.IndexFunc(a, func(r rune) bool {
+			return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("-_./=:,+@%", r))
+		}) < 0 {
+			b.WriteString(a)
+			continue
+		}
+		b.WriteByte('\'')
+		b.WriteString(strings.ReplaceAll(a, "'", `'\''`))
+		b.WriteByte('\'')
+	}
+	return b.String()
+}
