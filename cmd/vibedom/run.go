@@ -1,0 +1,123 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+
+	"github.com/urfave/cli/v3"
+
+	"github.com/vibedom/vibedom/session"
+	"github.com/vibedom/vibedom/vm"
+)
+
+func init() {
+	commands = append(commands, &cli.Command{
+		Name:      "run",
+		Usage:     "boot a VM on a project and run a shell, or a command, in it",
+		ArgsUsage: "PATH [-- COMMAND [ARGS…]]",
+		Description: `The project at PATH is shared read-only; the guest works in /work, an overlay
+over it. Without a command you get a shell in /work on your terminal. With
+one (after --) it runs without a TTY, its output streams to yours, and vibedom
+exits with its exit code. When it ends, vibedom shows what changed and asks
+what to apply (without a terminal nothing is applied unless --apply).`,
+		Flags: []cli.Flag{
+			&cli.IntFlag{Name: "cpus", Usage: "virtual CPUs", Value: 2},
+			&cli.StringFlag{Name: "memory", Usage: "guest memory, e.g. 2G or 512M", Value: "2G"},
+			&cli.StringFlag{Name: "name", Usage: "session name (default: the folder's name plus a random suffix)"},
+			&cli.BoolFlag{Name: "shell", Usage: "attach an interactive shell (the default without a command)"},
+			&cli.StringSliceFlag{Name: "allow", Usage: "also allow this egress rule for this session (repeatable), e.g. --allow registry.npmjs.org"},
+			&cli.BoolFlag{Name: "no-network", Usage: "give the VM no network interface at all"},
+			&cli.BoolFlag{Name: "apply", Usage: "apply every change at the end without asking"},
+			&cli.BoolFlag{Name: "no-review", Usage: "do not collect the agent's changes at the end"},
+			&cli.StringFlag{Name: "arch", Usage: "guest architecture: amd64 or arm64 (default: the host's)"},
+			&cli.BoolFlag{Name: "quiet", Aliases: []string{"q"}, Usage: "print no progress lines"},
+		},
+		Action: runAction,
+	})
+}
+
+func runAction(ctx context.Context, c *cli.Command) error {
+	args := c.Args().Slice()
+	if len(args) == 0 {
+		return errors.New("no project given: run `vibedom run PATH` (e.g. vibedom run .)")
+	}
+	ws, command := args[0], args[1:]
+	if len(command) > 0 && command[0] == "--" {
+		command = command[1:]
+	}
+	if c.Bool("shell") && len(command) > 0 {
+		return errors.New("--shell and a command exclude each other: drop one")
+	}
+	mem, err := parseSize(c.String("memory"))
+	if err != nil {
+		return fmt.Errorf("--memory: %w", err)
+	}
+	if c.Int("cpus") < 1 || c.Int("cpus") > 64 {
+		return fmt.Errorf("--cpus must be between 1 and 64, got %d", c.Int("cpus"))
+	}
+	home, err := session.DefaultHome()
+	if err != nil {
+		return err
+	}
+	o := session.Options{
+		Home:      home,
+		Workspace: ws,
+		Name:      c.String("name"),
+		CPUs:      int(c.Int("cpus")),
+		MemoryMiB: int(mem >> 20),
+		Arch:      vm.Arch(c.String("arch")),
+		Command:   command,
+		Stdin:     os.Stdin,
+		Stdout:    os.Stdout,
+		Stderr:    os.Stderr,
+		Progress:  os.Stderr,
+		Egress:    session.EgressOptions{Disabled: c.Bool("no-network"), Allow: c.StringSlice("allow")},
+		Review:    session.ReviewOptions{ApplyAll: c.Bool("apply"), Skip: c.Bool("no-review")},
+	}
+	if o.Arch != "" && o.Arch != vm.ArchAMD64 && o.Arch != vm.ArchARM64 {
+		return fmt.Errorf("--arch must be amd64 or arm64, got %q", o.Arch)
+	}
+	if c.Bool("quiet") {
+		o.Progress = nil
+	}
+	if len(command) == 0 {
+		o.Terminal = session.NewTerminal(os.Stdin, os.Stdout)
+	}
+	o.Review.Color = o.Terminal != nil && os.Getenv("NO_COLOR") == ""
+	res, err := session.Run(ctx, o)
+	if err != nil {
+		if res != nil && res.LogDir != "" {
+			fmt.Fprintf(os.Stderr, "vibedom: logs are in %s\n", res.LogDir)
+		}
+		return err
+	}
+	return exitCode(res.ExitCode)
+}
+
+// parseSize reads sizes like 2G, 512M, 1536MiB or a plain number of MiB.
+func parseSize(s string) (int64, error) {
+	t := strings.TrimSpace(strings.ToUpper(s))
+	t = strings.TrimSuffix(strings.TrimSuffix(t, "B"), "I")
+	mult := int64(1 << 20)
+	switch {
+	case strings.HasSuffix(t, "G"):
+		mult, t = 1<<30, strings.TrimSuffix(t, "G")
+	case strings.HasSuffix(t, "M"):
+		t = strings.TrimSuffix(t, "M")
+	case strings.HasSuffix(t, "K"):
+		mult, t = 1<<10, strings.TrimSuffix(t, "K")
+	}
+	n, err := strconv.ParseFloat(t, 64)
+	if err != nil || n <= 0 || n > 1<<20 {
+		return 0, fmt.Errorf("%q is not a size: use e.g. 2G or 512M", s)
+	}
+	v := int64(n * float64(mult))
+	if v < 128<<20 {
+		return 0, fmt.Errorf("%q is too small: the VM needs at least 128M", s)
+	}
+	return v, nil
+}
