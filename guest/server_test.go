@@ -225,12 +225,12 @@ func TestShellPTYResize(t *testing.T) {
 		}
 		done <- st
 	}()
-	waitFor(t, &out, "30 100")
+	waitOutput(t, &out, "30 100")
 	resize <- client.WindowSize{Cols: 120, Rows: 40}
 	// Give the window-change a moment to arrive before the line.
 	time.Sleep(200 * time.Millisecond)
 	io.WriteString(pw, "go\n")
-	waitFor(t, &out, "40 120")
+	waitOutput(t, &out, "40 120")
 	st := <-done
 	if st.Code != 7 {
 		t.Errorf("exit code: got %d, want 7", st.Code)
@@ -452,7 +452,7 @@ func (b *lockedBuffer) String() string {
 	return b.buf.String()
 }
 
-func waitFor(t *testing.T, b *lockedBuffer, s string) {
+func waitOutput(t *testing.T, b *lockedBuffer, s string) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for !strings.Contains(b.String(), s) {

@@ -1,0 +1,197 @@
+package guest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"golang.org/x/crypto/ssh"
+	"golang.org/x/sys/unix"
+
+	"github.com/vibedom/vibedom/guest/proto"
+)
+
+// Agent serves the control channel described by the boot data until the
+// host asks the guest to power off. It runs as PID 1's child.
+func Agent() error {
+	log := consoleLogger(false)
+	data, err := os.ReadFile(proto.BootConfigPath)
+	if err != nil {
+		return fmt.Errorf("read boot data: %w", err)
+	}
+	bc, err := proto.Parse(data)
+	if err != nil {
+		return err
+	}
+	log = consoleLogger(bc.Debug)
+	keyPEM, err := os.ReadFile(proto.HostKeyPath)
+	if err != nil {
+		return fmt.Errorf("read host key: %w", err)
+	}
+	hostKey, err := ssh.ParsePrivateKey(keyPEM)
+	if err != nil {
+		return fmt.Errorf("parse host key: %w", err)
+	}
+	var authorized []ssh.PublicKey
+	for _, line := range bc.AuthorizedKeys {
+		k, _, _, _, err := ssh.ParseAuthorizedKey([]byte(line))
+		if err != nil {
+			return fmt.Errorf("parse authorized key: %w", err)
+		}
+		authorized = append(authorized, k)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	srv, err := NewServer(ServerConfig{
+		HostKey:        hostKey,
+		AuthorizedKeys: authorized,
+		Shell:          "/bin/sh",
+		WorkDir:        proto.WorkDir,
+		Env:            SessionEnv(bc),
+		Poweroff:       func() { Poweroff(log); cancel() },
+		Log:            log,
+	})
+	if err != nil {
+		return err
+	}
+	switch bc.Control.Transport {
+	case proto.TransportVirtioSerial:
+		return serveVirtioSerial(ctx, log, srv, bc.Control.Name)
+	case proto.TransportVsock:
+		return serveVsock(ctx, log, srv, bc.Control.Port)
+	}
+	return fmt.Errorf("unknown control transport %q", bc.Control.Transport)
+}
+
+// serveVirtioSerial serves one SSH connection at a time over the named
+// virtio-serial port, reopening it each time the host disconnects.
+func serveVirtioSerial(ctx context.Context, log *slog.Logger, srv *Server, name string) error {
+	dev, err := findPort(name, 10*time.Second)
+	if err != nil {
+		return err
+	}
+	log.Info("serving the control channel", "port", dev)
+	for ctx.Err() == nil {
+		f, err := os.OpenFile(dev, os.O_RDWR|unix.O_NOCTTY, 0)
+		if err != nil {
+			return fmt.Errorf("open control port %s: %w", dev, err)
+		}
+		// Wait until the host is connected and has said something: read on
+		// a port whose host side is closed returns EOF at once.
+		if err := waitReadable(ctx, f); err != nil {
+			f.Close()
+			return err
+		}
+		if err := srv.ServeConn(ctx, &fileConn{f: f}); err != nil {
+			log.Debug("control connection ended", "err", err)
+		}
+	}
+	return nil
+}
+
+// findPort returns the /dev node of the virtio-serial port called name.
+func findPort(name string, wait time.Duration) (string, error) {
+	deadline := time.Now().Add(wait)
+	for {
+		matches, _ := filepath.Glob("/sys/class/virtio-ports/*/name")
+		for _, m := range matches {
+			b, err := os.ReadFile(m)
+			if err == nil && strings.TrimSpace(string(b)) == name {
+				dev := "/dev/" + filepath.Base(filepath.Dir(m))
+				if _, err := os.Stat(dev); err == nil {
+					return dev, nil
+				}
+			}
+		}
+		if time.Now().After(deadline) {
+			return "", fmt.Errorf("no virtio-serial port named %q appeared", name)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// waitReadable blocks until f has data to read (the host connected and
+// spoke first, as an SSH client does).
+func waitReadable(ctx context.Context, f *os.File) error {
+	fds := []unix.PollFd{{Fd: int32(f.Fd()), Events: unix.POLLIN}}
+	for ctx.Err() == nil {
+		n, err := unix.Poll(fds, 200)
+		if err != nil {
+			if errors.Is(err, unix.EINTR) {
+				continue
+			}
+			return fmt.Errorf("poll control port: %w", err)
+		}
+		if n > 0 && fds[0].Revents&unix.POLLIN != 0 {
+			return nil
+		}
+		if n > 0 && fds[0].Revents&unix.POLLHUP != 0 {
+			time.Sleep(50 * time.Millisecond) // the host is not connected
+		}
+	}
+	return ctx.Err()
+}
+
+// serveVsock serves SSH connections on a vsock port.
+func serveVsock(ctx context.Context, log *slog.Logger, srv *Server, port uint32) error {
+	fd, err := unix.Socket(unix.AF_VSOCK, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("vsock socket: %w", err)
+	}
+	if err := unix.Bind(fd, &unix.SockaddrVM{CID: unix.VMADDR_CID_ANY, Port: port}); err != nil {
+		unix.Close(fd)
+		return fmt.Errorf("bind vsock port %d: %w", port, err)
+	}
+	if err := unix.Listen(fd, 16); err != nil {
+		unix.Close(fd)
+		return fmt.Errorf("listen on vsock port %d: %w", port, err)
+	}
+	go func() {
+		<-ctx.Done()
+		unix.Close(fd)
+	}()
+	log.Info("serving the control channel", "vsock_port", port)
+	for ctx.Err() == nil {
+		nfd, _, err := unix.Accept4(fd, unix.SOCK_CLOEXEC)
+		if err != nil {
+			if errors.Is(err, unix.EINTR) || errors.Is(err, unix.ECONNABORTED) {
+				continue
+			}
+			if ctx.Err() != nil {
+				return nil
+			}
+			return fmt.Errorf("accept on vsock: %w", err)
+		}
+		go func() {
+			f := os.NewFile(uintptr(nfd), "vsock")
+			if err := srv.ServeConn(ctx, &fileConn{f: f}); err != nil {
+				log.Debug("control connection ended", "err", err)
+			}
+		}()
+	}
+	return nil
+}
+
+// fileConn adapts a stream file (a virtio-serial port, a vsock socket) to
+// net.Conn for the SSH server.
+type fileConn struct{ f *os.File }
+
+func (c *fileConn) Read(p []byte) (int, error)         { return c.f.Read(p) }
+func (c *fileConn) Write(p []byte) (int, error)        { return c.f.Write(p) }
+func (c *fileConn) Close() error                       { return c.f.Close() }
+func (c *fileConn) LocalAddr() net.Addr                { return fileAddr(c.f.Name()) }
+func (c *fileConn) RemoteAddr() net.Addr               { return fileAddr("host") }
+func (c *fileConn) SetDeadline(t time.Time) error      { return nil }
+func (c *fileConn) SetReadDeadline(t time.Time) error  { return nil }
+func (c *fileConn) SetWriteDeadline(t time.Time) error { return nil }
+
+type fileAddr string
+
+func (a fileAddr) Network() string { return "file" }
+func (a fileAddr) String() string  { return string(a) }
