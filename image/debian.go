@@ -22,7 +22,7 @@ import (
 
 // debianTestVersion changes whenever DebianTest's output changes for the
 // same inputs, so old cache entries are not reused.
-const debianTestVersion = "debian-test/1"
+const debianTestVersion = "debian-test/2"
 
 // File names of DebianTest's outputs inside the image directory.
 const (

@@ -55,6 +55,26 @@ func writeKernel(dst, src string, arch vm.Arch) error {
 		return err
 	}
 	defer in.Close()
+	if arch == vm.ArchAMD64 {
+		bz, err := io.ReadAll(io.LimitReader(in, 256<<20))
+		if err != nil {
+			return err
+		}
+		if err := checkKernelHeader(bz, arch, src); err != nil {
+			return err
+		}
+		vmlinux, ok, err := pvhKernel(bz)
+		if err != nil {
+			return fmt.Errorf("%s: %w", src, err)
+		}
+		if !ok {
+			vmlinux = bz
+		}
+		if err := os.WriteFile(dst, vmlinux, 0o644); err != nil {
+			return fmt.Errorf("write kernel %s: %w", dst, err)
+		}
+		return nil
+	}
 	br := bufio.NewReaderSize(in, 1<<20)
 	var r io.Reader = br
 	if magic, _ := br.Peek(2); len(magic) == 2 && magic[0] == 0x1f && magic[1] == 0x8b {

@@ -6,7 +6,6 @@
 package session
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"io"
