@@ -393,4 +393,3 @@ func othersAlive() bool {
 	}
 	return false
 }
-

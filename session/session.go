@@ -249,4 +249,3 @@ func (l *limitedBuffer) Write(p []byte) (int, error) {
 	}
 	return l.buf.Write(p)
 }
-
