@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	"golang.org/x/crypto/ssh"
@@ -60,6 +61,8 @@ func Agent() error {
 	if err != nil {
 		return err
 	}
+	var once sync.Once
+	go watchPowerButton(ctx, log, func() { once.Do(func() { Poweroff(log); cancel() }) })
 	switch bc.Control.Transport {
 	case proto.TransportVirtioSerial:
 		return serveVirtioSerial(ctx, log, srv, bc.Control.Name)

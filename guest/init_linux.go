@@ -61,6 +61,9 @@ func consoleLogger(debug bool) *slog.Logger {
 // setup performs every step from the kernel's hand-off to a guest ready to
 // serve the control channel.
 func setup(log *slog.Logger) (*proto.BootConfig, error) {
+	// Helpers are found on PATH: where busybox puts its applets differs
+	// between images.
+	os.Setenv("PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
 	if err := mountBase(); err != nil {
 		return nil, err
 	}
@@ -76,7 +79,7 @@ func setup(log *slog.Logger) (*proto.BootConfig, error) {
 	if bc.Hostname != "" {
 		_ = unix.Sethostname([]byte(bc.Hostname))
 	}
-	_ = run(log, "/sbin/ip", "link", "set", "lo", "up")
+	_ = run(log, "ip", "link", "set", "lo", "up")
 	if err := mountWorkspace(bc.Workspace); err != nil {
 		return nil, err
 	}
@@ -215,7 +218,7 @@ func mountScratch(log *slog.Logger, dev string) error {
 		t := time.Now()
 		// Busybox mke2fs makes ext2 (no journal); the ext4 driver mounts
 		// it. One inode per 64 KiB keeps formatting quick.
-		if err := run(log, "/sbin/mke2fs", "-F", "-b", "4096", "-i", "65536", "-m", "0", "-L", "vibedom-scratch", dev); err != nil {
+		if err := run(log, "mke2fs", "-F", "-b", "4096", "-i", "65536", "-m", "0", "-L", "vibedom-scratch", dev); err != nil {
 			return fmt.Errorf("make a filesystem on the scratch disk: %w", err)
 		}
 		log.Debug("scratch disk formatted", "took", time.Since(t).Round(time.Millisecond))

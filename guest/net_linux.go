@@ -52,7 +52,7 @@ func setupNetwork(log *slog.Logger, n *proto.Network) error {
 	t := time.Now()
 	// -q: quit once bound; -n: fail if no lease; -f: foreground; -t/-T:
 	// 10 tries a second apart.
-	if err := run(log, "/sbin/udhcpc", "-i", iface, "-s", script, "-q", "-f", "-n", "-t", "10", "-T", "1"); err != nil {
+	if err := run(log, "udhcpc", "-i", iface, "-s", script, "-q", "-f", "-n", "-t", "10", "-T", "1"); err != nil {
 		return fmt.Errorf("get an address by DHCP on %s: %w", iface, err)
 	}
 	log.Debug("network up", "took", time.Since(t).Round(time.Millisecond))

@@ -23,6 +23,9 @@ var DefaultModules = []string{
 	"virtio_pci", "virtio_mmio", "virtio_blk", "virtio_net", "virtio_console",
 	"9p", "9pnet_virtio", "virtiofs", "overlay", "ext4",
 	"vsock", "vmw_vsock_virtio_transport", "af_packet",
+	// The power button (ACPI on x86, GPIO keys on arm64 virt) and the
+	// event device the guest agent watches it through.
+	"button", "gpio_keys", "evdev",
 }
 
 // Module resolution errors.

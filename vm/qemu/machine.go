@@ -170,8 +170,8 @@ func (m *machine) setFinal() {
 	m.subs = nil
 }
 
-// sendLatest delivers s, dropping an older undelivered state if the reader
-// is behind so the newest state always arrives.
+// sendLatest delivers s; a reader more than 16 states behind loses the
+// oldest ones, never the newest.
 func sendLatest(c chan vm.State, s vm.State) {
 	select {
 	case c <- s:
@@ -234,7 +234,7 @@ func (m *machine) State() vm.State {
 func (m *machine) StateChanges() <-chan vm.State {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	c := make(chan vm.State, 1)
+	c := make(chan vm.State, 16)
 	if m.final {
 		c <- m.state
 		close(c)
