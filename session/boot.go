@@ -81,6 +81,10 @@ func (s *sess) prepare(ctx context.Context) error {
 	if err := o.Driver.Available(ctx, o.Arch); err != nil {
 		return err
 	}
+	assets, err := image.LocateAssets(o.Arch)
+	if err != nil {
+		return err
+	}
 
 	// Folders: the session folder and its log folder.
 	if err := ensureDir(string(o.Home)); err != nil {
@@ -135,10 +139,6 @@ func (s *sess) prepare(ctx context.Context) error {
 	s.cleanup.add("remove runtime folder", func() error { return os.RemoveAll(s.runDir) })
 
 	// Image.
-	assets, err := image.LocateAssets(o.Arch)
-	if err != nil {
-		return err
-	}
 	s.progress("preparing the %s image", o.Arch)
 	s.img, err = image.Ensure(ctx, o.Home.Images(), image.NewDebianTest(assets, nil))
 	if err != nil {

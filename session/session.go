@@ -41,6 +41,9 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	if err := o.setDefaults(); err != nil {
 		return nil, err
 	}
+	if len(o.Command) == 0 && o.Terminal == nil {
+		return nil, errors.New("no command given and this is not a terminal: pass the command after --, e.g. vibedom run PATH -- make test")
+	}
 	s := &sess{opts: o}
 	start := time.Now()
 	res, err := s.run(ctx, start)
@@ -123,9 +126,11 @@ func (s *sess) runAgent(ctx context.Context) (int, error) {
 	var err error
 	if len(o.Command) > 0 {
 		s.log.Info("exec", "argv", o.Command)
+		in, stop := newInput(o.Stdin)
 		st, err = s.client.Exec(ctx, "exec "+shellQuote(o.Command), client.ExecOptions{
-			Stdin: o.Stdin, Stdout: o.Stdout, Stderr: o.Stderr,
+			Stdin: in, Stdout: o.Stdout, Stderr: o.Stderr,
 		})
+		stop()
 	} else {
 		if o.Terminal == nil {
 			return 0, errors.New("no command given and this is not a terminal: pass the command after --, e.g. vibedom run PATH -- make test")
@@ -164,9 +169,11 @@ func (s *sess) shell(ctx context.Context) (client.ExitStatus, error) {
 			}
 		}
 	}()
+	in, stop := newInput(t.In)
+	defer stop()
 	return s.client.Shell(ctx, client.ShellOptions{
 		Term: TermName(), Cols: size.Cols, Rows: size.Rows, Resize: resizes,
-		Stdin: t.In, Stdout: t.Out,
+		Stdin: in, Stdout: t.Out,
 	})
 }
 

@@ -1,0 +1,375 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/creack/pty"
+
+	"github.com/vibedom/vibedom/image"
+	"github.com/vibedom/vibedom/vm"
+	"github.com/vibedom/vibedom/vm/vmtest"
+)
+
+var (
+	buildOnce sync.Once
+	builtBin  string
+	buildErr  error
+)
+
+// vibedomBin builds the vibedom command once per test process.
+func vibedomBin(t *testing.T) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "vibedom-bin-")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		builtBin = filepath.Join(dir, "vibedom")
+		out, err := exec.Command("go", "build", "-o", builtBin, ".").CombinedOutput()
+		if err != nil {
+			buildErr = errors.New(string(out))
+		}
+	})
+	if buildErr != nil {
+		t.Fatalf("build vibedom: %v", buildErr)
+	}
+	return builtBin
+}
+
+// cliRun is one run of the vibedom command as a user runs it.
+type cliRun struct {
+	home, tmp string
+	env       []string
+}
+
+func newCLI(t *testing.T) *cliRun {
+	t.Helper()
+	c := &cliRun{home: t.TempDir(), tmp: t.TempDir()}
+	c.env = append(os.Environ(), "VIBEDOM_HOME="+c.home, "TMPDIR="+c.tmp, "NO_COLOR=1")
+	if d := os.Getenv("VIBEDOM_TEST_IMAGE_CACHE"); d == "" {
+		// Share the image cache between the tests' homes.
+		shared := filepath.Join(os.TempDir(), "vibedom-test-home-images")
+		os.MkdirAll(shared, 0o700)
+		os.MkdirAll(c.home, 0o700)
+		os.Symlink(shared, filepath.Join(c.home, "images"))
+	}
+	return c
+}
+
+func (c *cliRun) run(t *testing.T, stdin string, args ...string) (stdout, stderr string, code int) {
+	t.Helper()
+	cmd := exec.Command(vibedomBin(t), args...)
+	cmd.Env = c.env
+	cmd.Stdin = strings.NewReader(stdin)
+	var o, e bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &o, &e
+	err := cmd.Run()
+	code = 0
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatalf("run vibedom: %v", err)
+	}
+	return o.String(), e.String(), code
+}
+
+// requireVM skips when no QEMU or guest image assets are here.
+func requireVM(t *testing.T) {
+	t.Helper()
+	bin := map[string]string{"amd64": "qemu-system-x86_64", "arm64": "qemu-system-aarch64"}[runtime.GOARCH]
+	if _, err := exec.LookPath(bin); err != nil {
+		t.Skipf("%s not installed (make setup)", bin)
+	}
+	if _, err := image.LocateAssets(vm.Arch(runtime.GOARCH)); err != nil {
+		t.Skipf("no guest image assets: %v", err)
+	}
+}
+
+// assertNothingLeft checks a finished run left no VM, socket or temp file.
+func (c *cliRun) assertNothingLeft(t *testing.T) {
+	t.Helper()
+	ents, _ := os.ReadDir(c.tmp)
+	for _, e := range ents {
+		t.Errorf("left in TMPDIR: %s", e.Name())
+	}
+	sessions, _ := filepath.Glob(filepath.Join(c.home, "sessions", "*"))
+	for _, s := range sessions {
+		for _, f := range []string{"scratch.img", "initrd"} {
+			if _, err := os.Stat(filepath.Join(s, f)); err == nil {
+				t.Errorf("left in the session folder: %s", filepath.Join(s, f))
+			}
+		}
+	}
+	procs, _ := exec.Command("pgrep", "-af", "qemu-system|vibedom").Output()
+	for _, line := range strings.Split(string(procs), "\n") {
+		if strings.Contains(line, c.tmp) || strings.Contains(line, c.home) {
+			t.Errorf("left running: %s", line)
+		}
+	}
+}
+
+func sampleWorkspace(t *testing.T) string {
+	t.Helper()
+	ws := filepath.Join(t.TempDir(), "app")
+	files := map[string]string{
+		"README.md":    "# app\n",
+		"greet.sh":     "#!/bin/sh\necho hello\n",
+		"notes.txt":    "one\ntwo\nthree\n",
+		"obsolete.txt": "old\n",
+		"src/main.c":   "int main(void) { return 0; }\n",
+	}
+	for p, c := range files {
+		fp := filepath.Join(ws, p)
+		os.MkdirAll(filepath.Dir(fp), 0o755)
+		if err := os.WriteFile(fp, []byte(c), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	os.Chmod(filepath.Join(ws, "greet.sh"), 0o755)
+	return ws
+}
+
+func TestRunBadInput(t *testing.T) {
+	c := newCLI(t)
+	dir := t.TempDir()
+	file := filepath.Join(dir, "file.txt")
+	os.WriteFile(file, []byte("x"), 0o644)
+	empty := t.TempDir()
+	tests := []struct {
+		name string
+		env  []string
+		args []string
+		want string
+	}{
+		{"no path", nil, []string{"run"}, "no project given"},
+		{"missing path", nil, []string{"run", filepath.Join(dir, "nope"), "--", "true"}, "does not exist"},
+		{"a file", nil, []string{"run", file, "--", "true"}, "is a file, not a directory"},
+		{"bad memory", nil, []string{"run", dir, "--memory", "lots", "--", "true"}, "is not a size"},
+		{"tiny memory", nil, []string{"run", dir, "--memory", "64M", "--", "true"}, "at least 128M"},
+		{"not enough memory", nil, []string{"run", dir, "--memory", "100000G", "--", "true"}, "not enough memory"},
+		{"bad cpus", nil, []string{"run", dir, "--cpus", "0", "--", "true"}, "--cpus must be"},
+		{"bad arch", nil, []string{"run", dir, "--arch", "riscv", "--", "true"}, "--arch must be"},
+		{"no qemu", []string{"VIBEDOM_QEMU_X86_64=/nonexistent/qemu", "VIBEDOM_QEMU_AARCH64=/nonexistent/qemu"}, []string{"run", dir, "--", "true"}, "nonexistent"},
+		{"no kernel", []string{"VIBEDOM_ASSETS=" + empty}, []string{"run", dir, "--", "true"}, "fetch-assets.sh"},
+		{"no command without a terminal", nil, []string{"run", dir, "--no-network"}, "not a terminal"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if tt.name == "no qemu" || tt.name == "no kernel" || tt.name == "no command without a terminal" {
+				if _, err := exec.LookPath("qemu-system-x86_64"); err != nil && tt.name != "no qemu" {
+					t.Skip("needs QEMU to get that far")
+				}
+			}
+			cc := *c
+			cc.env = append(append([]string{}, c.env...), tt.env...)
+			_, stderr, code := cc.run(t, "", tt.args...)
+			if code == 0 {
+				t.Fatalf("exit 0, want an error")
+			}
+			if !strings.Contains(stderr, tt.want) {
+				t.Errorf("stderr %q does not say %q", stderr, tt.want)
+			}
+			if strings.Contains(stderr, "logs are in") {
+				t.Errorf("a refused start made a session:\n%s", stderr)
+			}
+			if lines := strings.Count(strings.TrimSpace(stderr), "\n"); lines > 1 {
+				t.Errorf("error is %d lines, want a short one:\n%s", lines+1, stderr)
+			}
+		})
+	}
+	c.assertNothingLeft(t)
+}
+
+// TestRunVM drives `vibedom run … -- CMD` against a real VM: the command
+// runs in the guest, the workspace is read-only even for root, the overlay
+// takes every kind of change while the host tree stays as it was, and exit
+// codes come back.
+func TestRunVM(t *testing.T) {
+	requireVM(t)
+	c := newCLI(t)
+	ws := sampleWorkspace(t)
+	before := vmtest.TreeHash(t, ws)
+	script := `set -u
+uname -s
+id -u
+echo x > /mnt/workspace/README.md 2>/dev/null && echo WROTE-WORKSPACE
+mount -o remount,rw /mnt/workspace && echo x > /mnt/workspace/README.md 2>/dev/null && echo WROTE-AFTER-REMOUNT
+cd /work
+echo added > added.txt
+echo four >> notes.txt
+rm obsolete.txt
+mv src/main.c src/app.c
+chmod 700 greet.sh
+ls | tr '\n' ' '; echo
+cat notes.txt | wc -l
+stat -c %a greet.sh
+test -e /mnt/workspace/obsolete.txt && echo LOWER-INTACT
+exit 42`
+	stdout, stderr, code := c.run(t, "", "run", ws, "--memory", "512M", "--no-network", "--", "sh", "-c", script)
+	if code != 42 {
+		t.Fatalf("exit code %d, want 42\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
+	}
+	want := "Linux\n0\nREADME.md added.txt greet.sh notes.txt src \n4\n700\nLOWER-INTACT\n"
+	if stdout != want {
+		t.Errorf("guest output:\n%s\nwant:\n%s", stdout, want)
+	}
+	if strings.Contains(stdout, "WROTE") {
+		t.Errorf("the guest wrote to the read-only workspace")
+	}
+	if got := vmtest.TreeHash(t, ws); got != before {
+		t.Errorf("the host workspace changed during the session")
+	}
+	if !strings.Contains(stderr, "1 added, 1 modified, 1 deleted") && !strings.Contains(stderr, "added") {
+		t.Errorf("the end-of-session summary is missing:\n%s", stderr)
+	}
+	if !strings.Contains(stderr, "Nothing applied") {
+		t.Errorf("without a terminal nothing may be applied:\n%s", stderr)
+	}
+	c.assertNothingLeft(t)
+
+	t.Run("killed by a signal", func(t *testing.T) {
+		_, stderr, code := c.run(t, "", "run", ws, "--memory", "512M", "--no-network", "--no-review", "--", "sh", "-c", "kill -KILL $$")
+		if code != 128+9 {
+			t.Errorf("exit code %d, want 137\n%s", code, stderr)
+		}
+		c.assertNothingLeft(t)
+	})
+}
+
+// TestRunApplyVM is the end-to-end test of the change set: a scripted agent
+// edits, adds, deletes, chmods, writes a binary file and a symlink in /work;
+// with --apply the host workspace ends up exactly as the guest's /work.
+func TestRunApplyVM(t *testing.T) {
+	requireVM(t)
+	c := newCLI(t)
+	ws := sampleWorkspace(t)
+	script := `set -e
+echo 'edited by the agent' >> notes.txt
+printf 'new file\n' > added.txt
+mkdir -p docs/deep && printf 'doc' > docs/deep/guide.md
+rm obsolete.txt
+chmod 755 notes.txt
+chmod 644 greet.sh
+printf '\000\001\002\377binary\000' > blob.bin
+ln -s notes.txt link-to-notes
+printf 'no newline at end' > src/main.c`
+	// The same script on a host copy gives the expected tree.
+	expected := filepath.Join(t.TempDir(), "expected")
+	if out, err := exec.Command("cp", "-a", ws, expected).CombinedOutput(); err != nil {
+		t.Fatalf("cp: %v %s", err, out)
+	}
+	cmd := exec.Command("sh", "-c", script)
+	cmd.Dir = expected
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("script on the host: %v %s", err, out)
+	}
+	_, stderr, code := c.run(t, "", "run", ws, "--memory", "512M", "--no-network", "--apply", "--", "sh", "-c", script)
+	if code != 0 {
+		t.Fatalf("exit code %d\n%s", code, stderr)
+	}
+	if got, want := vmtest.TreeHash(t, ws), vmtest.TreeHash(t, expected); got != want {
+		diff, _ := exec.Command("diff", "-r", "--no-dereference", expected, ws).CombinedOutput()
+		t.Errorf("the applied workspace differs from the guest's /work:\n%s\n%s", diff, stderr)
+	}
+	c.assertNothingLeft(t)
+
+	// Undo restores the workspace as it was before the apply.
+	_, stderr, code = c.run(t, "", "undo")
+	if code != 0 {
+		t.Fatalf("undo: exit %d\n%s", code, stderr)
+	}
+	if got, want := vmtest.TreeHash(t, ws), vmtest.TreeHash(t, sampleWorkspace(t)); got != want {
+		t.Errorf("undo did not restore the workspace")
+	}
+}
+
+// TestShellVM attaches an interactive shell through a real pseudo-terminal
+// and checks the guest follows a window resize.
+func TestShellVM(t *testing.T) {
+	requireVM(t)
+	c := newCLI(t)
+	ws := sampleWorkspace(t)
+	cmd := exec.Command(vibedomBin(t), "run", ws, "--memory", "512M", "--no-network")
+	cmd.Env = c.env
+	ptmx, err := pty.StartWithSize(cmd, &pty.Winsize{Rows: 30, Cols: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ptmx.Close()
+	var mu sync.Mutex
+	var out bytes.Buffer
+	go func() {
+		buf := make([]byte, 4096)
+		for {
+			n, err := ptmx.Read(buf)
+			mu.Lock()
+			out.Write(buf[:n])
+			mu.Unlock()
+			if err != nil {
+				return
+			}
+		}
+	}()
+	wait := func(s string, d time.Duration) {
+		t.Helper()
+		deadline := time.Now().Add(d)
+		for {
+			mu.Lock()
+			ok := strings.Contains(out.String(), s)
+			text := out.String()
+			mu.Unlock()
+			if ok {
+				return
+			}
+			if time.Now().After(deadline) {
+				consoles, _ := filepath.Glob(filepath.Join(c.home, "logs", "*", "console.log"))
+				for _, p := range consoles {
+					b, _ := os.ReadFile(p)
+					t.Logf("%s:\n%s", p, b)
+				}
+				t.Fatalf("waiting for %q; terminal so far:\n%s", s, text)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	wait("attaching a shell", 3*time.Minute)
+	io.WriteString(ptmx, "stty size; echo SIZE-DONE-1\n")
+	wait("30 100", 30*time.Second)
+	if err := pty.Setsize(ptmx, &pty.Winsize{Rows: 40, Cols: 120}); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(500 * time.Millisecond)
+	io.WriteString(ptmx, "stty size; tty; exit 3\n")
+	wait("40 120", 30*time.Second)
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.ExitCode() != 3 {
+			t.Errorf("vibedom exit: %v, want exit status 3", err)
+		}
+	case <-time.After(2 * time.Minute):
+		cmd.Process.Kill()
+		t.Fatalf("vibedom did not exit after the shell did")
+	}
+	mu.Lock()
+	text := out.String()
+	mu.Unlock()
+	if !strings.Contains(text, "/dev/pts/") {
+		t.Errorf("the shell has no terminal:\n%s", text)
+	}
+	c.assertNothingLeft(t)
+}
