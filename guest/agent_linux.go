@@ -7,9 +7,11 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"golang.org/x/crypto/ssh"
@@ -19,9 +21,10 @@ import (
 )
 
 // Agent serves the control channel described by the boot data until the
-// host asks the guest to power off. It runs as PID 1's child.
+// host asks the guest to power off; then it ends every process, unmounts
+// and powers the machine off itself. It runs as PID 1's child and logs to
+// its stderr, which PID 1 points at the console. It returns only on error.
 func Agent() error {
-	log := consoleLogger(false)
 	data, err := os.ReadFile(proto.BootConfigPath)
 	if err != nil {
 		return fmt.Errorf("read boot data: %w", err)
@@ -30,39 +33,45 @@ func Agent() error {
 	if err != nil {
 		return err
 	}
-	log = consoleLogger(bc.Debug)
-	keyPEM, err := os.ReadFile(proto.HostKeyPath)
+	log := consoleLogger(os.Stderr, bc.Debug)
+	hostKey, authorized, err := loadKeys(bc)
 	if err != nil {
-		return fmt.Errorf("read host key: %w", err)
+		return err
 	}
-	hostKey, err := ssh.ParsePrivateKey(keyPEM)
-	if err != nil {
-		return fmt.Errorf("parse host key: %w", err)
-	}
-	var authorized []ssh.PublicKey
-	for _, line := range bc.AuthorizedKeys {
-		k, _, _, _, err := ssh.ParseAuthorizedKey([]byte(line))
-		if err != nil {
-			return fmt.Errorf("parse authorized key: %w", err)
+	// A command running "kill -TERM -1" (or a script's trap doing so) must
+	// not take the control channel down with it. Handled signals, unlike
+	// ignored ones, are reset to their defaults in the commands started.
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGINT)
+	go func() {
+		for sig := range sigs {
+			log.Debug("signal ignored", "signal", sig.String())
 		}
-		authorized = append(authorized, k)
-	}
+	}()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
+	var once sync.Once
+	poweroff := func(reason string) {
+		once.Do(func() {
+			log.Info("powering off: " + reason)
+			Shutdown(log)
+			cancel()
+			halt(log)
+		})
+	}
 	srv, err := NewServer(ServerConfig{
 		HostKey:        hostKey,
 		AuthorizedKeys: authorized,
 		Shell:          "/bin/sh",
 		WorkDir:        proto.WorkDir,
-		Env:            SessionEnv(bc),
-		Poweroff:       func() { Poweroff(log); cancel() },
+		Env:            SessionEnv(bc, caBundle(bc)),
+		Poweroff:       func() { poweroff("the host asked") },
 		Log:            log,
 	})
 	if err != nil {
 		return err
 	}
-	var once sync.Once
-	go watchPowerButton(ctx, log, func() { once.Do(func() { Poweroff(log); cancel() }) })
+	go watchPowerButton(ctx, log, func() { poweroff("power button pressed") })
 	switch bc.Control.Transport {
 	case proto.TransportVirtioSerial:
 		return serveVirtioSerial(ctx, log, srv, bc.Control.Name)
@@ -70,6 +79,28 @@ func Agent() error {
 		return serveVsock(ctx, log, srv, bc.Control.Port)
 	}
 	return fmt.Errorf("unknown control transport %q", bc.Control.Transport)
+}
+
+// loadKeys reads the host key from proto.HostKeyPath and parses the
+// authorized keys of the boot data.
+func loadKeys(bc *proto.BootConfig) (ssh.Signer, []ssh.PublicKey, error) {
+	keyPEM, err := os.ReadFile(proto.HostKeyPath)
+	if err != nil {
+		return nil, nil, fmt.Errorf("read the SSH host key: %w", err)
+	}
+	hostKey, err := ssh.ParsePrivateKey(keyPEM)
+	if err != nil {
+		return nil, nil, fmt.Errorf("parse the SSH host key %s: %w", proto.HostKeyPath, err)
+	}
+	var authorized []ssh.PublicKey
+	for i, line := range bc.AuthorizedKeys {
+		k, _, _, _, err := ssh.ParseAuthorizedKey([]byte(line))
+		if err != nil {
+			return nil, nil, fmt.Errorf("parse authorized key %d of the boot data: %w", i+1, err)
+		}
+		authorized = append(authorized, k)
+	}
+	return hostKey, authorized, nil
 }
 
 // serveVirtioSerial serves one SSH connection at a time over the named
@@ -85,9 +116,9 @@ func serveVirtioSerial(ctx context.Context, log *slog.Logger, srv *Server, name 
 		if err != nil {
 			return fmt.Errorf("open control port %s: %w", dev, err)
 		}
-		// Wait until the host is connected and has said something: read on
-		// a port whose host side is closed returns EOF at once.
-		if err := waitReadable(ctx, f); err != nil {
+		// Wait until the host side is connected (a read on a port whose
+		// host side is closed returns EOF at once), then say we are ready.
+		if err := waitHostConnected(ctx, f); err != nil {
 			f.Close()
 			return err
 		}
@@ -119,24 +150,23 @@ func findPort(name string, wait time.Duration) (string, error) {
 	}
 }
 
-// waitReadable blocks until f has data to read (the host connected and
-// spoke first, as an SSH client does).
-func waitReadable(ctx context.Context, f *os.File) error {
+// waitHostConnected blocks until the host side of the port is connected:
+// the port then stops reporting POLLHUP.
+func waitHostConnected(ctx context.Context, f *os.File) error {
 	fds := []unix.PollFd{{Fd: int32(f.Fd()), Events: unix.POLLIN}}
 	for ctx.Err() == nil {
-		n, err := unix.Poll(fds, 200)
+		fds[0].Revents = 0
+		n, err := unix.Poll(fds, 100)
 		if err != nil {
 			if errors.Is(err, unix.EINTR) {
 				continue
 			}
 			return fmt.Errorf("poll control port: %w", err)
 		}
-		if n > 0 && fds[0].Revents&unix.POLLIN != 0 {
+		if n == 0 || fds[0].Revents&unix.POLLHUP == 0 {
 			return nil
 		}
-		if n > 0 && fds[0].Revents&unix.POLLHUP != 0 {
-			time.Sleep(50 * time.Millisecond) // the host is not connected
-		}
+		time.Sleep(50 * time.Millisecond) // the host is not connected
 	}
 	return ctx.Err()
 }

@@ -20,44 +20,60 @@ import (
 	"github.com/creack/pty"
 	"github.com/pkg/sftp"
 	"golang.org/x/crypto/ssh"
+	"golang.org/x/sys/unix"
 
 	"github.com/vibedom/vibedom/guest/proto"
 )
 
-// Limits on what a client may ask of the server.
+// Limits on what a client may ask of the server. The client is the host,
+// which is trusted, but a bug there must not take the guest agent down.
 const (
 	maxEnvVars     = 512
 	maxEnvBytes    = 1 << 20 // all env names and values of one session
 	maxChannels    = 64      // sessions open at once on one connection
 	maxTermSize    = 4096    // rows or columns
-	outputDrainMax = 2 * time.Second
+	maxTermName    = 128
+	outputDrainMax = 2 * time.Second // output read after a command exits, at most
+	hangupGrace    = 2 * time.Second // SIGHUP to SIGKILL when a client goes away
 )
 
 // ServerConfig configures the SSH server of the control channel.
 type ServerConfig struct {
 	// HostKey signs the server's side of the handshake.
 	HostKey ssh.Signer
-	// AuthorizedKeys are the public keys allowed to log in.
+	// AuthorizedKeys are the public keys allowed to log in, whatever the
+	// user name. Certificates are not accepted.
 	AuthorizedKeys []ssh.PublicKey
 	// Shell runs commands (as Shell -c CMD) and login shells; "" is /bin/sh.
 	Shell string
-	// WorkDir is the commands' working directory when it exists, else /.
+	// WorkDir is the commands' (and SFTP's) working directory when it
+	// exists, else /; "" is proto.WorkDir.
 	WorkDir string
-	// Env is the base environment of every command ("KEY=value").
+	// Env is the base environment of every command ("KEY=value"); the
+	// terminal type and the client's variables are added to it.
 	Env []string
 	// Poweroff is called once, in its own goroutine, after a poweroff
 	// request was acknowledged. nil refuses poweroff requests.
 	Poweroff func()
-	// Log receives diagnostics; nil is silent.
+	// Log receives diagnostics (never command lines or environment
+	// values); nil is silent.
 	Log *slog.Logger
 }
 
-// Server serves SSH connections from the host.
+// Server serves SSH connections from the host: session channels with exec,
+// shell (with or without a pseudo-terminal), the SFTP subsystem, signals
+// and window changes, and the poweroff global request. Commands run as the
+// server's own user (root in the guest). Nothing else is served: no port
+// forwarding, no other channel types.
 type Server struct {
 	cfg     ServerConfig
 	ssh     *ssh.ServerConfig
 	log     *slog.Logger
 	powered sync.Once
+
+	// Bounds, shortened by tests.
+	outputDrain time.Duration
+	hangupGrace time.Duration
 }
 
 // NewServer checks cfg and returns a server.
@@ -74,7 +90,7 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	if cfg.WorkDir == "" {
 		cfg.WorkDir = proto.WorkDir
 	}
-	s := &Server{cfg: cfg, log: cfg.Log}
+	s := &Server{cfg: cfg, log: cfg.Log, outputDrain: outputDrainMax, hangupGrace: hangupGrace}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
@@ -99,14 +115,21 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	return s, nil
 }
 
-// ServeConn runs one SSH connection until it ends. It closes conn.
+// ServeConn announces the agent (proto.ReadyBanner), then serves one SSH
+// connection until it ends or ctx is done. It closes conn, and returns
+// once every command it started has ended (those still running when the
+// connection ends get SIGHUP, then SIGKILL).
 func (s *Server) ServeConn(ctx context.Context, conn net.Conn) error {
 	defer conn.Close()
+	if _, err := conn.Write([]byte(proto.ReadyBanner)); err != nil {
+		return fmt.Errorf("announce the agent: %w", err)
+	}
 	sc, chans, reqs, err := ssh.NewServerConn(conn, s.ssh)
 	if err != nil {
 		return fmt.Errorf("ssh handshake: %w", err)
 	}
 	defer sc.Close()
+	s.log.Debug("control connection open")
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	go func() {
@@ -136,11 +159,12 @@ func (s *Server) ServeConn(ctx context.Context, conn net.Conn) error {
 		go func() {
 			defer wg.Done()
 			defer func() { <-slots }()
-			s.session(ctx, ch, creqs)
+			s.session(ch, creqs)
 		}()
 	}
 	cancel()
 	wg.Wait()
+	s.log.Debug("control connection closed")
 	return nil
 }
 
@@ -149,128 +173,136 @@ func (s *Server) globalRequests(reqs <-chan *ssh.Request) {
 		switch r.Type {
 		case proto.RequestPoweroff:
 			if s.cfg.Poweroff == nil {
-				_ = r.Reply(false, nil)
+				reply(r, false)
 				continue
 			}
-			_ = r.Reply(true, nil)
+			reply(r, true)
 			s.powered.Do(func() { go s.cfg.Poweroff() })
-		case "keepalive@openssh.com":
-			_ = r.Reply(true, nil)
-		default:
-			_ = r.Reply(false, nil)
+		case proto.RequestKeepalive:
+			reply(r, true)
+		default: // tcpip-forward and the like
+			reply(r, false)
 		}
 	}
 }
 
-// session serves one session channel: env and pty requests, then one of
-// shell, exec or subsystem, then signals and window changes.
-func (s *Server) session(ctx context.Context, ch ssh.Channel, reqs <-chan *ssh.Request) {
-	defer ch.Close()
-	var (
-		env      []string
-		envBytes int
-		ptyReq   *ptyRequest
-		started  bool
-		proc     *process
-	)
-	defer func() {
-		if proc != nil {
-			proc.hangup()
-		}
-	}()
+// sessionState is what the requests of one session channel have set up.
+type sessionState struct {
+	env      []string
+	envBytes int
+	pty      *ptyRequest
+	started  bool
+	proc     *process
+	sftpDone chan struct{}
+}
+
+// session serves one session channel: env and pty-req requests, then one of
+// shell, exec or subsystem, then signals and window changes. It returns
+// when the channel's requests end, after what it started has ended.
+func (s *Server) session(ch ssh.Channel, reqs <-chan *ssh.Request) {
+	var st sessionState
 	for r := range reqs {
-		switch r.Type {
-		case "env":
-			var kv struct{ Name, Value string }
-			if started || ssh.Unmarshal(r.Payload, &kv) != nil || !validEnvName(kv.Name) ||
-				len(env) >= maxEnvVars || envBytes+len(kv.Name)+len(kv.Value) > maxEnvBytes || strings.IndexByte(kv.Value, 0) >= 0 {
-				reply(r, false)
-				continue
-			}
-			envBytes += len(kv.Name) + len(kv.Value)
-			env = append(env, kv.Name+"="+kv.Value)
-			reply(r, true)
-		case "pty-req":
-			var p ptyRequest
-			if started || ptyReq != nil || ssh.Unmarshal(r.Payload, &p) != nil {
-				reply(r, false)
-				continue
-			}
-			p.Columns, p.Rows = uint32(clampSize(p.Columns, 80)), uint32(clampSize(p.Rows, 24))
-			ptyReq = &p
-			reply(r, true)
-		case "window-change":
-			var w struct{ Columns, Rows, Width, Height uint32 }
-			if ssh.Unmarshal(r.Payload, &w) != nil {
-				reply(r, false)
-				continue
-			}
-			if proc != nil {
-				proc.resize(clampSize(w.Columns, 80), clampSize(w.Rows, 24))
-			}
-			reply(r, true)
-		case "signal":
-			var sg struct{ Signal string }
-			if ssh.Unmarshal(r.Payload, &sg) != nil || proc == nil {
-				reply(r, false)
-				continue
-			}
-			sig, ok := signalByName[sg.Signal]
-			if !ok {
-				reply(r, false)
-				continue
-			}
-			proc.signal(sig)
-			reply(r, true)
-		case "shell", "exec":
-			var cmd string
-			if r.Type == "exec" {
-				var e struct{ Command string }
-				if ssh.Unmarshal(r.Payload, &e) != nil || strings.IndexByte(e.Command, 0) >= 0 {
-					reply(r, false)
-					continue
-				}
-				cmd = e.Command
-			}
-			if started {
-				reply(r, false)
-				continue
-			}
-			p, err := s.start(cmd, r.Type == "shell", env, ptyReq, ch)
-			if err != nil {
-				s.log.Warn("start command", "err", err)
-				reply(r, false)
-				continue
-			}
-			started, proc = true, p
-			reply(r, true)
-			go p.wait(ch)
-		case "subsystem":
-			var sub struct{ Name string }
-			if started || ssh.Unmarshal(r.Payload, &sub) != nil || sub.Name != proto.SubsystemSFTP {
-				reply(r, false)
-				continue
-			}
-			started = true
-			reply(r, true)
-			go func() {
-				srv, err := sftp.NewServer(ch)
-				status := uint32(0)
-				if err == nil {
-					if err := srv.Serve(); err != nil && !errors.Is(err, io.EOF) {
-						status = 1
-					}
-					srv.Close()
-				} else {
-					status = 1
-				}
-				_, _ = ch.SendRequest("exit-status", false, ssh.Marshal(struct{ Status uint32 }{status}))
-				ch.Close()
-			}()
-		default:
-			reply(r, false)
-		}
+		reply(r, s.request(ch, &st, r))
 	}
+	// The channel is gone (or the whole connection): end what runs in it.
+	ch.Close()
+	if st.proc != nil {
+		st.proc.hangup()
+		<-st.proc.done
+	}
+	if st.sftpDone != nil {
+		<-st.sftpDone
+	}
+}
+
+// request handles one channel request and reports whether it succeeded.
+func (s *Server) request(ch ssh.Channel, st *sessionState, r *ssh.Request) bool {
+	switch r.Type {
+	case "env":
+		var kv struct{ Name, Value string }
+		if st.started || ssh.Unmarshal(r.Payload, &kv) != nil || !validEnvName(kv.Name) || strings.IndexByte(kv.Value, 0) >= 0 ||
+			len(st.env) >= maxEnvVars || st.envBytes+len(kv.Name)+len(kv.Value) > maxEnvBytes {
+			return false
+		}
+		st.envBytes += len(kv.Name) + len(kv.Value)
+		st.env = append(st.env, kv.Name+"="+kv.Value)
+		return true
+	case "pty-req":
+		var p ptyRequest
+		if st.started || st.pty != nil || ssh.Unmarshal(r.Payload, &p) != nil || !validTerm(p.Term) {
+			return false
+		}
+		p.Columns, p.Rows = uint32(clampSize(p.Columns, 80)), uint32(clampSize(p.Rows, 24))
+		st.pty = &p
+		return true
+	case "window-change":
+		var w struct{ Columns, Rows, Width, Height uint32 }
+		if ssh.Unmarshal(r.Payload, &w) != nil || st.pty == nil {
+			return false
+		}
+		cols, rows := clampSize(w.Columns, 80), clampSize(w.Rows, 24)
+		st.pty.Columns, st.pty.Rows = uint32(cols), uint32(rows)
+		if st.proc != nil {
+			st.proc.resize(cols, rows)
+		}
+		return true
+	case "signal":
+		var sg struct{ Signal string }
+		if ssh.Unmarshal(r.Payload, &sg) != nil || st.proc == nil {
+			return false
+		}
+		sig, ok := signalByName[sg.Signal]
+		if !ok {
+			return false
+		}
+		st.proc.signal(sig)
+		return true
+	case "shell", "exec":
+		if st.started {
+			return false
+		}
+		var e struct{ Command string }
+		if r.Type == "exec" && (ssh.Unmarshal(r.Payload, &e) != nil || strings.IndexByte(e.Command, 0) >= 0) {
+			return false
+		}
+		p, err := s.start(r.Type == "shell", e.Command, st, ch)
+		if err != nil {
+			s.log.Warn("start a command", "kind", r.Type, "err", err)
+			return false
+		}
+		st.started, st.proc = true, p
+		s.log.Debug("command started", "kind", r.Type, "pty", st.pty != nil, "pid", p.cmd.Process.Pid)
+		go p.wait(ch)
+		return true
+	case "subsystem":
+		var sub struct{ Name string }
+		if st.started || ssh.Unmarshal(r.Payload, &sub) != nil || sub.Name != proto.SubsystemSFTP {
+			return false
+		}
+		st.started = true
+		st.sftpDone = make(chan struct{})
+		go s.serveSFTP(ch, st.sftpDone)
+		return true
+	}
+	return false
+}
+
+func (s *Server) serveSFTP(ch ssh.Channel, done chan<- struct{}) {
+	defer close(done)
+	status := uint32(0)
+	srv, err := sftp.NewServer(ch, sftp.WithServerWorkingDirectory(s.workDir()))
+	if err != nil {
+		status = 1
+	} else {
+		if err := srv.Serve(); err != nil && !errors.Is(err, io.EOF) {
+			s.log.Debug("sftp ended", "err", err)
+			status = 1
+		}
+		srv.Close()
+	}
+	_, _ = ch.SendRequest("exit-status", false, ssh.Marshal(struct{ Status uint32 }{status}))
+	_ = ch.CloseWrite()
+	ch.Close()
 }
 
 func reply(r *ssh.Request, ok bool) {
@@ -296,80 +328,115 @@ func clampSize(v uint32, def uint16) uint16 {
 	return uint16(v)
 }
 
-func validEnvName(n string) bool {
-	if n == "" || len(n) > 256 {
+// validTerm accepts terminal type names: printable ASCII without quotes or
+// spaces, short.
+func validTerm(t string) bool {
+	if len(t) > maxTermName {
 		return false
 	}
-	for i := 0; i < len(n); i++ {
-		c := n[i]
-		if !(c == '_' || c >= 'A' && c <= 'Z' || c >= 'a' && c <= 'z' || i > 0 && c >= '0' && c <= '9') {
+	for i := 0; i < len(t); i++ {
+		if c := t[i]; c <= ' ' || c > '~' || c == '\'' || c == '"' || c == '\\' {
 			return false
 		}
 	}
 	return true
 }
 
-// process is a running command of one session.
+func (s *Server) workDir() string {
+	if fi, err := os.Stat(s.cfg.WorkDir); err == nil && fi.IsDir() {
+		return s.cfg.WorkDir
+	}
+	return "/"
+}
+
+// process is the running command of one session.
 type process struct {
 	cmd     *exec.Cmd
 	ptmx    *os.File // nil without a PTY
 	copying sync.WaitGroup
 	log     *slog.Logger
-	mu      sync.Mutex
-	exited  bool
+	done    chan struct{} // closed once the status is sent
+	drain   time.Duration // output read after the command exits, at most
+	grace   time.Duration // SIGHUP to SIGKILL
+
+	mu     sync.Mutex
+	exited bool
 }
 
-func (s *Server) start(command string, shell bool, clientEnv []string, pr *ptyRequest, ch ssh.Channel) (*process, error) {
+// start starts a login shell (shell) or command through the shell, on a
+// PTY when the session asked for one.
+func (s *Server) start(shell bool, command string, st *sessionState, ch ssh.Channel) (*process, error) {
 	var cmd *exec.Cmd
-	if command == "" {
-		// A login shell: argv[0] starting with '-' makes sh read /etc/profile.
+	if shell {
+		// argv[0] starting with '-' makes sh a login shell that reads
+		// /etc/profile.
 		cmd = &exec.Cmd{Path: s.cfg.Shell, Args: []string{"-" + baseName(s.cfg.Shell)}}
 	} else {
 		cmd = exec.Command(s.cfg.Shell, "-c", command)
 	}
-	cmd.Dir = s.cfg.WorkDir
-	if fi, err := os.Stat(cmd.Dir); err != nil || !fi.IsDir() {
-		cmd.Dir = "/"
-	}
+	cmd.Dir = s.workDir()
 	env := append([]string{}, s.cfg.Env...)
-	if pr != nil && pr.Term != "" {
-		env = append(env, "TERM="+pr.Term)
+	if st.pty != nil && st.pty.Term != "" {
+		env = append(env, "TERM="+st.pty.Term)
 	}
-	cmd.Env = append(env, clientEnv...)
-	p := &process{cmd: cmd, log: s.log}
-	if pr != nil {
-		ptmx, err := pty.StartWithAttrs(cmd, &pty.Winsize{Cols: uint16(pr.Columns), Rows: uint16(pr.Rows)},
-			&syscall.SysProcAttr{Setsid: true, Setctty: true})
-		if err != nil {
-			return nil, fmt.Errorf("start on a pty: %w", err)
-		}
-		p.ptmx = ptmx
-		p.copying.Add(1)
-		go func() {
-			defer p.copying.Done()
-			_, _ = io.Copy(ch, ptmx) // ends with EIO once every writer closed the tty
-		}()
-		go func() { _, _ = io.Copy(ptmx, ch) }()
-		return p, nil
+	cmd.Env = append(env, st.env...) // later entries win
+	p := &process{cmd: cmd, log: s.log, done: make(chan struct{}), drain: s.outputDrain, grace: s.hangupGrace}
+	if st.pty != nil {
+		return p, p.startPTY(st.pty, ch)
 	}
+	// Its own process group, so a signal reaches the whole pipeline.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.Stdout = ch
 	cmd.Stderr = ch.Stderr()
-	// Background processes that keep stdout open must not hold the session
+	// A background job that keeps stdout open must not hold the session
 	// open forever.
-	cmd.WaitDelay = outputDrainMax
+	cmd.WaitDelay = s.outputDrain
+	// Not cmd.Stdin = ch: Wait would then wait for the client to close its
+	// stdin. A pipe is closed when the client's stdin ends (EOF for the
+	// command) or when the channel goes.
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
 		return nil, err
 	}
 	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("start: %w", err)
+		return nil, fmt.Errorf("start %s: %w", s.cfg.Shell, err)
 	}
 	go func() {
 		_, _ = io.Copy(stdin, ch)
 		stdin.Close()
 	}()
 	return p, nil
+}
+
+func (p *process) startPTY(pr *ptyRequest, ch ssh.Channel) error {
+	ptmx, tty, err := openPTY()
+	if err != nil {
+		return err
+	}
+	defer tty.Close()
+	if err := setModes(int(tty.Fd()), []byte(pr.Modes)); err != nil {
+		p.log.Debug("terminal modes not applied", "err", err)
+	}
+	if err := setWinsize(ptmx, uint16(pr.Columns), uint16(pr.Rows)); err != nil {
+		ptmx.Close()
+		return fmt.Errorf("size the pty: %w", err)
+	}
+	p.cmd.Stdin, p.cmd.Stdout, p.cmd.Stderr = tty, tty, tty
+	// A session leader with the pty as its controlling terminal (fd 0 in
+	// the child), like a login.
+	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0}
+	if err := p.cmd.Start(); err != nil {
+		ptmx.Close()
+		return fmt.Errorf("start %s on a pty: %w", p.cmd.Path, err)
+	}
+	p.ptmx = ptmx
+	p.copying.Add(1)
+	go func() {
+		defer p.copying.Done()
+		_, _ = io.Copy(ch, ptmx) // ends with EIO once every holder closed the tty
+	}()
+	go func() { _, _ = io.Copy(ptmx, ch) }()
+	return nil
 }
 
 func baseName(p string) string {
@@ -379,9 +446,11 @@ func baseName(p string) string {
 	return p
 }
 
-// wait waits for the command, flushes its output, reports its status and
+// wait waits for the command, flushes its output, reports its status
+// (exit-status, or exit-signal when a signal killed it), sends EOF and
 // closes the channel.
 func (p *process) wait(ch ssh.Channel) {
+	defer close(p.done)
 	err := p.cmd.Wait()
 	p.mu.Lock()
 	p.exited = true
@@ -390,13 +459,16 @@ func (p *process) wait(ch ssh.Channel) {
 		// Output still in the pty is read until every holder of the tty
 		// has closed it, bounded so a background job cannot hold the
 		// session.
-		done := make(chan struct{})
-		go func() { p.copying.Wait(); close(done) }()
+		drained := make(chan struct{})
+		go func() { p.copying.Wait(); close(drained) }()
+		t := time.NewTimer(p.drain)
 		select {
-		case <-done:
-		case <-time.After(outputDrainMax):
+		case <-drained:
+		case <-t.C:
 		}
+		t.Stop()
 		p.ptmx.Close()
+		<-drained
 	}
 	st := p.cmd.ProcessState
 	var ws syscall.WaitStatus
@@ -409,14 +481,13 @@ func (p *process) wait(ch ssh.Channel) {
 		if ws.CoreDump() {
 			msg = "core dumped"
 		}
-		_, _ = ch.SendRequest("exit-signal", false, ssh.Marshal(struct {
-			Signal     string
-			CoreDumped bool
-			Msg        string
-			Lang       string
-		}{signalName(ws.Signal()), ws.CoreDump(), msg, ""}))
+		_, _ = ch.SendRequest("exit-signal", false, ssh.Marshal(exitSignal{
+			Signal: signalName(ws.Signal()), CoreDumped: ws.CoreDump(), Msg: msg,
+		}))
+		p.log.Debug("command killed", "signal", signalName(ws.Signal()))
 	case st != nil:
 		_, _ = ch.SendRequest("exit-status", false, ssh.Marshal(struct{ Status uint32 }{uint32(st.ExitCode())}))
+		p.log.Debug("command exited", "status", st.ExitCode())
 	default:
 		p.log.Warn("command ended without a status", "err", err)
 		_, _ = ch.SendRequest("exit-status", false, ssh.Marshal(struct{ Status uint32 }{255}))
@@ -425,13 +496,58 @@ func (p *process) wait(ch ssh.Channel) {
 	ch.Close()
 }
 
+// exitSignal is the payload of an exit-signal request (RFC 4254 6.10).
+type exitSignal struct {
+	Signal     string
+	CoreDumped bool
+	Msg        string
+	Lang       string
+}
+
 func (p *process) resize(cols, rows uint16) {
 	if p.ptmx != nil {
-		_ = pty.Setsize(p.ptmx, &pty.Winsize{Cols: cols, Rows: rows})
+		_ = setWinsize(p.ptmx, cols, rows)
 	}
 }
 
-// signal sends sig to the command's process group.
+// openPTY opens a pseudo-terminal pair. The master is non-blocking and
+// registered with the runtime's poller, so closing it ends a pending Read
+// (creack/pty leaves it blocking, and a blocked Read would outlive Close).
+func openPTY() (ptmx, tty *os.File, err error) {
+	m, t, err := pty.Open()
+	if err != nil {
+		return nil, nil, fmt.Errorf("open a pty: %w", err)
+	}
+	fd, err := unix.Dup(int(m.Fd()))
+	m.Close()
+	if err == nil {
+		err = unix.SetNonblock(fd, true)
+	}
+	if err != nil {
+		t.Close()
+		return nil, nil, fmt.Errorf("open a pty: %w", err)
+	}
+	unix.CloseOnExec(fd)
+	return os.NewFile(uintptr(fd), "/dev/ptmx"), t, nil
+}
+
+// setWinsize sets the terminal size of the pty master f without making it
+// blocking (as f.Fd() would).
+func setWinsize(f *os.File, cols, rows uint16) error {
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var ierr error
+	if err := rc.Control(func(fd uintptr) {
+		ierr = unix.IoctlSetWinsize(int(fd), unix.TIOCSWINSZ, &unix.Winsize{Row: rows, Col: cols})
+	}); err != nil {
+		return err
+	}
+	return ierr
+}
+
+// signal sends sig to the command's process group while the command runs.
 func (p *process) signal(sig syscall.Signal) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -443,15 +559,29 @@ func (p *process) signal(sig syscall.Signal) {
 	}
 }
 
-// hangup ends the command when its client went away.
+// hangup ends a command whose client went away: SIGHUP, then SIGKILL if it
+// still runs after a grace period.
 func (p *process) hangup() {
+	p.mu.Lock()
+	exited := p.exited
+	p.mu.Unlock()
+	if exited {
+		return
+	}
 	p.signal(syscall.SIGHUP)
 	go func() {
-		time.Sleep(2 * time.Second)
-		p.signal(syscall.SIGKILL)
+		t := time.NewTimer(p.grace)
+		defer t.Stop()
+		select {
+		case <-p.done:
+		case <-t.C:
+			p.signal(syscall.SIGKILL)
+		}
 	}()
 }
 
+// signalByName maps SSH signal names (RFC 4254 6.10, without "SIG") to
+// Linux signals.
 var signalByName = map[string]syscall.Signal{
 	"ABRT": syscall.SIGABRT, "ALRM": syscall.SIGALRM, "FPE": syscall.SIGFPE, "HUP": syscall.SIGHUP,
 	"ILL": syscall.SIGILL, "INT": syscall.SIGINT, "KILL": syscall.SIGKILL, "PIPE": syscall.SIGPIPE,
@@ -460,6 +590,9 @@ var signalByName = map[string]syscall.Signal{
 	"WINCH": syscall.SIGWINCH,
 }
 
+// signalName names sig the SSH way, without "SIG" ("KILL"); a signal
+// without a name (a real-time one) is its number and "@vibedom", in the
+// form RFC 4254 gives local extensions.
 func signalName(sig syscall.Signal) string {
 	for n, s := range signalByName {
 		if s == sig {
@@ -477,6 +610,16 @@ func signalName(sig syscall.Signal) string {
 		return "XCPU"
 	case syscall.SIGXFSZ:
 		return "XFSZ"
+	case syscall.SIGVTALRM:
+		return "VTALRM"
+	case syscall.SIGPROF:
+		return "PROF"
+	case syscall.SIGIO:
+		return "IO"
+	case syscall.SIGPWR:
+		return "PWR"
+	case syscall.SIGSTKFLT:
+		return "STKFLT"
 	}
-	return fmt.Sprintf("%d", int(sig))
+	return fmt.Sprintf("%d@vibedom", int(sig))
 }

@@ -5,32 +5,43 @@ package guest
 import (
 	"bytes"
 	"context"
+	"errors"
+	"fmt"
 	"io"
 	"net"
 	"os"
 	"path/filepath"
+	"runtime"
+	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
 	"golang.org/x/crypto/ssh"
 
 	"github.com/vibedom/vibedom/guest/client"
-	"github.com/vibedom/vibedom/guest/proto"
 	"github.com/vibedom/vibedom/keys"
 )
 
+// testGuest is the real SSH server of the guest agent, run in-process on a
+// loopback listener with this host's /bin/sh as the guest's shell and a
+// temporary folder as /work.
 type testGuest struct {
 	keys     *keys.Session
-	client   *client.Client
+	srv      *Server
+	addr     string
 	workDir  string
 	poweroff atomic.Int32
 }
 
-// startServer runs the real SSH server in-process over a loopback TCP
-// connection, with this host's /bin/sh as the guest's shell.
-func startServer(t *testing.T) *testGuest {
+type guestOption func(*ServerConfig)
+
+func withoutPoweroff() guestOption { return func(c *ServerConfig) { c.Poweroff = nil } }
+
+func startGuest(t *testing.T, opts ...guestOption) *testGuest {
 	t.Helper()
 	k, err := keys.NewSession()
 	if err != nil {
@@ -45,55 +56,135 @@ func startServer(t *testing.T) *testGuest {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := NewServer(ServerConfig{
+	cfg := ServerConfig{
 		HostKey:        hostSigner,
 		AuthorizedKeys: []ssh.PublicKey{k.ClientSigner().PublicKey()},
 		WorkDir:        g.workDir,
-		Env:            []string{"PATH=/usr/local/bin:/usr/bin:/bin", "VIBEDOM_TEST=1"},
+		Env:            []string{"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=" + g.workDir, "VIBEDOM_TEST=1"},
 		Poweroff:       func() { g.poweroff.Add(1) },
-	})
+	}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	g.srv, err = NewServer(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
+	g.srv.outputDrain, g.srv.hangupGrace = 200*time.Millisecond, 200*time.Millisecond
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
+	g.addr = ln.Addr().String()
 	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
+	var conns sync.WaitGroup
+	conns.Add(1)
 	go func() {
-		defer close(done)
+		defer conns.Done()
 		for {
 			c, err := ln.Accept()
 			if err != nil {
 				return
 			}
-			go srv.ServeConn(ctx, c)
+			conns.Add(1)
+			go func() {
+				defer conns.Done()
+				_ = g.srv.ServeConn(ctx, c)
+			}()
 		}
 	}()
 	t.Cleanup(func() {
 		cancel()
 		ln.Close()
-		<-done
+		conns.Wait() // every connection and every command ended
 	})
-	conn, err := net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	g.client, err = client.Dial(t.Context(), conn, k.ClientConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { g.client.Close() })
 	return g
 }
 
-func (g *testGuest) exec(t *testing.T, cmd string, stdin string) (string, string, client.ExitStatus) {
+// dial connects a guest/client to the server.
+func (g *testGuest) dial(t *testing.T) *client.Client {
 	t.Helper()
-	var out, errb bytes.Buffer
-	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	conn, err := net.Dial("tcp", g.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := client.Dial(t.Context(), conn, g.keys.ClientConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// raw connects a plain x/crypto/ssh client, for requests guest/client
+// never sends.
+func (g *testGuest) raw(t *testing.T) *ssh.Client {
+	t.Helper()
+	conn, err := net.Dial("tcp", g.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, chans, reqs, err := ssh.NewClientConn(conn, g.addr, g.keys.ClientConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc := ssh.NewClient(c, chans, reqs)
+	t.Cleanup(func() { sc.Close() })
+	return sc
+}
+
+func (g *testGuest) path(name string) string { return filepath.Join(g.workDir, name) }
+
+// killPIDFileAtCleanup kills the process whose pid a test command writes
+// to name, so no test leaves processes behind.
+func (g *testGuest) killPIDFileAtCleanup(t *testing.T, name string) {
+	t.Cleanup(func() {
+		if pid, ok := readPID(g.path(name)); ok {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+	})
+}
+
+func readPID(path string) (int, bool) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0, false
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	return pid, err == nil && pid > 1
+}
+
+// alive reports whether pid runs (a zombie does not).
+func alive(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	return i < 0 || i+2 >= len(s) || s[i+2] != 'Z'
+}
+
+// waitUntil polls cond until it holds or the deadline passes (generous:
+// tests never assert wall-clock time).
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func execIn(t *testing.T, c *client.Client, cmd string, o client.ExecOptions) (string, string, client.ExitStatus) {
+	t.Helper()
+	var out, errb lockedBuffer
+	o.Stdout, o.Stderr = &out, &errb
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
-	st, err := g.client.Exec(ctx, cmd, client.ExecOptions{Stdin: strings.NewReader(stdin), Stdout: &out, Stderr: &errb})
+	st, err := c.Exec(ctx, cmd, o)
 	if err != nil {
 		t.Fatalf("exec %q: %v", cmd, err)
 	}
@@ -101,25 +192,32 @@ func (g *testGuest) exec(t *testing.T, cmd string, stdin string) (string, string
 }
 
 func TestExec(t *testing.T) {
-	g := startServer(t)
+	g := startGuest(t)
+	c := g.dial(t)
 	tests := []struct {
-		name, cmd, stdin    string
-		wantOut, wantErr    string
-		wantCode, wantShell int
-		wantSignal          string
+		name, cmd, stdin string
+		wantOut, wantErr string
+		wantStatus       client.ExitStatus
+		wantShell        int
 	}{
-		{name: "stdout and stderr apart", cmd: "echo out; echo err >&2", wantOut: "out\n", wantErr: "err\n"},
-		{name: "exit 1", cmd: "exit 1", wantCode: 1, wantShell: 1},
-		{name: "exit 42", cmd: "exit 42", wantCode: 42, wantShell: 42},
+		{name: "stdout and stderr apart", cmd: "echo out; echo err >&2; echo out2", wantOut: "out\nout2\n", wantErr: "err\n"},
+		{name: "exit 0", cmd: "true"},
+		{name: "exit 1", cmd: "exit 1", wantStatus: client.ExitStatus{Code: 1}, wantShell: 1},
+		{name: "exit 42", cmd: "exit 42", wantStatus: client.ExitStatus{Code: 42}, wantShell: 42},
 		{name: "stdin reaches EOF", cmd: "cat; echo done", stdin: "abc", wantOut: "abcdone\n"},
-		{name: "working directory", cmd: "pwd", wantOut: "WORKDIR\n"},
-		{name: "base env", cmd: "echo $VIBEDOM_TEST", wantOut: "1\n"},
-		{name: "killed by signal", cmd: "kill -9 $$", wantSignal: "KILL", wantShell: 137},
-		{name: "background job does not hold the session", cmd: "sleep 30 & echo started", wantOut: "started\n"},
+		{name: "no stdin is an empty stdin", cmd: "wc -c", wantOut: "0\n"},
+		{name: "working directory is /work", cmd: "pwd", wantOut: "WORKDIR\n"},
+		{name: "base environment", cmd: "echo $VIBEDOM_TEST", wantOut: "1\n"},
+		{name: "no TERM without a pty", cmd: "echo ${TERM-unset}", wantOut: "unset\n"},
+		{name: "killed by SIGKILL", cmd: "kill -9 $$", wantStatus: client.ExitStatus{Signal: "KILL"}, wantShell: 137},
+		{name: "killed by SIGSEGV", cmd: "kill -SEGV $$", wantStatus: client.ExitStatus{Signal: "SEGV"}, wantShell: 139},
+		{name: "killed by a signal without a name", cmd: "kill -36 $$", wantStatus: client.ExitStatus{Signal: "36@vibedom"}, wantShell: 164},
+		{name: "empty command", cmd: ""},
+		{name: "stdin is not a terminal", cmd: "test -t 0 || echo notty", wantOut: "notty\n"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			out, errOut, st := g.exec(t, tt.cmd, tt.stdin)
+			out, errOut, st := execIn(t, c, tt.cmd, client.ExecOptions{Stdin: strings.NewReader(tt.stdin)})
 			want := strings.ReplaceAll(tt.wantOut, "WORKDIR", g.workDir)
 			if out != want {
 				t.Errorf("stdout: got %q, want %q", out, want)
@@ -127,8 +225,9 @@ func TestExec(t *testing.T) {
 			if errOut != tt.wantErr {
 				t.Errorf("stderr: got %q, want %q", errOut, tt.wantErr)
 			}
-			if st.Code != tt.wantCode || st.Signal != tt.wantSignal {
-				t.Errorf("status: got %+v, want code %d signal %q", st, tt.wantCode, tt.wantSignal)
+			st.CoreDumped = false // depends on the host's core limits
+			if st != tt.wantStatus {
+				t.Errorf("status: got %+v, want %+v", st, tt.wantStatus)
 			}
 			if st.ShellCode() != tt.wantShell {
 				t.Errorf("shell code: got %d, want %d", st.ShellCode(), tt.wantShell)
@@ -137,353 +236,760 @@ func TestExec(t *testing.T) {
 	}
 }
 
-func TestExecEnvFromClient(t *testing.T) {
-	g := startServer(t)
-	var out bytes.Buffer
-	st, err := g.client.Exec(t.Context(), `printf '%s' "$FOO"`, client.ExecOptions{Stdout: &out, Env: map[string]string{"FOO": "a b=c"}})
-	if err != nil || st.Code != 0 {
-		t.Fatalf("exec: %v %+v", err, st)
+func TestExecStreams(t *testing.T) {
+	g := startGuest(t)
+	c := g.dial(t)
+	const size = 4 << 20
+	t.Run("all output arrives before the status", func(t *testing.T) {
+		var n countingWriter
+		st, err := c.Exec(t.Context(), fmt.Sprintf("head -c %d /dev/zero; exit 3", size), client.ExecOptions{Stdout: &n})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n.n.Load() != size || st.Code != 3 {
+			t.Errorf("got %d bytes and %+v, want %d bytes and exit 3", n.n.Load(), st, size)
+		}
+	})
+	t.Run("large stdin", func(t *testing.T) {
+		out, _, st := execIn(t, c, "wc -c", client.ExecOptions{Stdin: io.LimitReader(zeroReader{}, size)})
+		if strings.TrimSpace(out) != strconv.Itoa(size) || st.Code != 0 {
+			t.Errorf("wc -c of %d bytes: got %q (%+v)", size, out, st)
+		}
+	})
+	t.Run("a command that ignores stdin still ends", func(t *testing.T) {
+		pr, pw := io.Pipe() // never closed until the end
+		defer pw.Close()
+		out, _, st := execIn(t, c, "echo hi", client.ExecOptions{Stdin: pr})
+		if out != "hi\n" || st.Code != 0 {
+			t.Errorf("got %q (%+v)", out, st)
+		}
+	})
+	t.Run("background job does not hold the session", func(t *testing.T) {
+		g.killPIDFileAtCleanup(t, "bg.pid")
+		out, _, st := execIn(t, c, "sleep 60 & echo $! > bg.pid; echo started", client.ExecOptions{})
+		if out != "started\n" || st.Code != 0 {
+			t.Errorf("got %q (%+v)", out, st)
+		}
+	})
+	t.Run("Output", func(t *testing.T) {
+		out, err := c.Output(t.Context(), "echo fine")
+		if err != nil || string(out) != "fine\n" {
+			t.Errorf("Output: got %q, %v", out, err)
+		}
+		_, err = c.Output(t.Context(), "echo why >&2; exit 4")
+		var ee *client.ExitError
+		if !errors.As(err, &ee) || ee.Status.Code != 4 || string(ee.Stderr) != "why\n" {
+			t.Errorf("Output of a failing command: got %v", err)
+		}
+	})
+}
+
+func TestExecEnv(t *testing.T) {
+	g := startGuest(t)
+	c := g.dial(t)
+	ok := []struct {
+		name string
+		env  map[string]string
+		cmd  string
+		want string
+	}{
+		{"client variable", map[string]string{"FOO": "a b=c"}, `printf %s "$FOO"`, "a b=c"},
+		{"client overrides the base", map[string]string{"VIBEDOM_TEST": "2"}, `printf %s "$VIBEDOM_TEST"`, "2"},
+		{"quotes and newlines kept", map[string]string{"Q": "it's\n\"$(x)\""}, `printf %s "$Q"`, "it's\n\"$(x)\""},
+		{"large value", map[string]string{"BIG": strings.Repeat("x", 100<<10)}, `printf %s "$BIG" | wc -c`, strconv.Itoa(100<<10) + "\n"},
 	}
-	if got := out.String(); got != "a b=c" {
-		t.Errorf("FOO: got %q, want %q", got, "a b=c")
-	}
-	// An invalid name is refused, a huge value too.
-	for name, env := range map[string]map[string]string{
-		"bad name":   {"A=B": "x"},
-		"huge value": {"BIG": strings.Repeat("x", maxEnvBytes+1)},
-	} {
-		t.Run(name, func(t *testing.T) {
-			_, err := g.client.Exec(t.Context(), "true", client.ExecOptions{Env: env})
-			if err == nil {
-				t.Errorf("env %s accepted", name)
+	for _, tt := range ok {
+		t.Run(tt.name, func(t *testing.T) {
+			out, _, st := execIn(t, c, tt.cmd, client.ExecOptions{Env: tt.env})
+			if out != tt.want || st.Code != 0 {
+				t.Errorf("got %q (%+v), want %q", out, st, tt.want)
 			}
 		})
 	}
+	refused := []struct {
+		name string
+		env  map[string]string
+	}{
+		{"name with =", map[string]string{"A=B": "x"}},
+		{"name with a space", map[string]string{"A B": "x"}},
+		{"name starting with a digit", map[string]string{"1A": "x"}},
+		{"empty name", map[string]string{"": "x"}},
+		{"NUL in the value", map[string]string{"A": "x\x00y"}},
+		{"too many bytes in all", hugeEnv(6, 200<<10)},
+		{"too many variables", hugeEnv(maxEnvVars+1, 1)},
+	}
+	for _, tt := range refused {
+		t.Run(tt.name, func(t *testing.T) {
+			if _, err := c.Exec(t.Context(), "true", client.ExecOptions{Env: tt.env}); err == nil {
+				t.Errorf("environment accepted")
+			}
+		})
+	}
+	t.Run("a value larger than an SSH packet ends only that connection", func(t *testing.T) {
+		other := g.dial(t)
+		_, err := other.Exec(t.Context(), "true", client.ExecOptions{Env: map[string]string{"HUGE": strings.Repeat("y", 2<<20)}})
+		if err == nil {
+			t.Errorf("a 2 MiB variable was accepted")
+		}
+		if out, _, _ := execIn(t, c, "echo alive", client.ExecOptions{}); out != "alive\n" {
+			t.Errorf("server after a huge variable: got %q", out)
+		}
+	})
 }
 
-func TestExecContextCancelSignals(t *testing.T) {
-	g := startServer(t)
-	ctx, cancel := context.WithCancel(t.Context())
-	marker := filepath.Join(g.workDir, "got-term")
-	started := make(chan struct{})
-	var out syncWriter
-	out.onWrite = func() {
-		select {
-		case <-started:
-		default:
-			close(started)
-		}
+func hugeEnv(n, size int) map[string]string {
+	m := map[string]string{}
+	for i := 0; i < n; i++ {
+		m[fmt.Sprintf("V%d", i)] = strings.Repeat("v", size)
 	}
+	return m
+}
+
+func TestSignals(t *testing.T) {
+	g := startGuest(t)
+	c := g.dial(t)
+	tests := []struct {
+		name       string
+		cmd        string
+		sig        ssh.Signal
+		wantOut    string
+		wantStatus client.ExitStatus
+	}{
+		{"trapped INT", "trap 'echo got-int; exit 5' INT; echo ready; while :; do sleep 0.05; done", ssh.SIGINT, "ready\ngot-int\n", client.ExitStatus{Code: 5}},
+		{"TERM kills", "echo ready; exec sleep 60", ssh.SIGTERM, "ready\n", client.ExitStatus{Signal: "TERM"}},
+		{"KILL reaches the whole pipeline", "echo ready; sleep 60 | sleep 60", ssh.SIGKILL, "ready\n", client.ExitStatus{Signal: "KILL"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var out lockedBuffer
+			sigs := make(chan ssh.Signal, 1)
+			res := make(chan client.ExitStatus, 1)
+			go func() {
+				st, err := c.Exec(t.Context(), tt.cmd, client.ExecOptions{Stdout: &out, Signals: sigs})
+				if err != nil {
+					t.Errorf("exec: %v", err)
+				}
+				res <- st
+			}()
+			waitUntil(t, "the command to start", func() bool { return strings.Contains(out.String(), "ready") })
+			sigs <- tt.sig
+			st := <-res
+			st.CoreDumped = false
+			if st != tt.wantStatus || out.String() != tt.wantOut {
+				t.Errorf("got %q %+v, want %q %+v", out.String(), st, tt.wantOut, tt.wantStatus)
+			}
+		})
+	}
+	t.Run("the whole process group is signalled", func(t *testing.T) {
+		g.killPIDFileAtCleanup(t, "child.pid")
+		var out lockedBuffer
+		sigs := make(chan ssh.Signal, 1)
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			_, _ = c.Exec(t.Context(), "sh -c 'echo $$ > child.pid; exec sleep 60' & sleep 0.2; echo ready; wait", client.ExecOptions{Stdout: &out, Signals: sigs})
+		}()
+		waitUntil(t, "the command to start", func() bool { return strings.Contains(out.String(), "ready") })
+		pid, ok := readPID(g.path("child.pid"))
+		if !ok {
+			t.Fatal("no child pid")
+		}
+		sigs <- ssh.SIGTERM
+		<-done
+		waitUntil(t, "the background child to die", func() bool { return !alive(pid) })
+	})
+}
+
+func TestExecContextCancel(t *testing.T) {
+	g := startGuest(t)
+	c := g.dial(t)
+	ctx, cancel := context.WithCancel(t.Context())
+	var out lockedBuffer
 	errc := make(chan error, 1)
 	go func() {
-		_, err := g.client.Exec(ctx, "trap 'touch "+marker+"; exit 3' TERM; echo ready; while :; do sleep 0.1; done", client.ExecOptions{Stdout: &out})
+		_, err := c.Exec(ctx, "trap 'touch got-term; exit 3' TERM; echo ready; while :; do sleep 0.05; done", client.ExecOptions{Stdout: &out})
 		errc <- err
 	}()
-	select {
-	case <-started:
-	case <-time.After(10 * time.Second):
-		t.Fatal("command did not start")
-	}
+	waitUntil(t, "the command to start", func() bool { return strings.Contains(out.String(), "ready") })
 	cancel()
-	if err := <-errc; err == nil {
-		t.Errorf("cancelled Exec returned no error")
+	if err := <-errc; !errors.Is(err, context.Canceled) {
+		t.Errorf("cancelled Exec: got %v, want context.Canceled", err)
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		if _, err := os.Stat(marker); err == nil {
-			break
+	waitUntil(t, "the command to get SIGTERM", func() bool { _, err := os.Stat(g.path("got-term")); return err == nil })
+}
+
+func TestShellPTY(t *testing.T) {
+	g := startGuest(t)
+	c := g.dial(t)
+	t.Run("window-change reaches stty size", func(t *testing.T) {
+		pr, pw := io.Pipe()
+		defer pw.Close()
+		var out lockedBuffer
+		resize := make(chan client.WindowSize, 1)
+		done := make(chan client.ExitStatus, 1)
+		go func() {
+			st, err := c.Shell(t.Context(), client.ShellOptions{
+				Term: "xterm", Cols: 100, Rows: 30, Resize: resize, Stdin: pr, Stdout: &out,
+				Command: "stty size; read x; stty size; exit 7",
+			})
+			if err != nil {
+				t.Errorf("shell: %v", err)
+			}
+			done <- st
+		}()
+		waitUntil(t, "the first size", func() bool { return strings.Contains(out.String(), "30 100") })
+		resize <- client.WindowSize{Cols: 120, Rows: 40}
+		// The resize is sent on the channel before the line, and the
+		// server handles a channel's requests and data in order of
+		// arrival; a short pause covers the two travelling apart.
+		time.Sleep(100 * time.Millisecond)
+		io.WriteString(pw, "go\n")
+		waitUntil(t, "the new size", func() bool { return strings.Contains(out.String(), "40 120") })
+		if st := <-done; st.Code != 7 {
+			t.Errorf("exit code: got %d, want 7", st.Code)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the command never got SIGTERM")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
-type syncWriter struct {
-	onWrite func()
-}
-
-func (w *syncWriter) Write(p []byte) (int, error) {
-	w.onWrite()
-	return len(p), nil
-}
-
-func TestShellPTYResize(t *testing.T) {
-	g := startServer(t)
-	pr, pw := io.Pipe()
-	var out lockedBuffer
-	resize := make(chan client.WindowSize, 1)
-	done := make(chan client.ExitStatus, 1)
-	go func() {
-		st, err := g.client.Shell(t.Context(), client.ShellOptions{
-			Term: "xterm", Cols: 100, Rows: 30, Resize: resize, Stdin: pr, Stdout: &out,
-			Command: "stty size; read x; stty size; test -t 0 && echo tty; exit 7",
+	})
+	t.Run("login shell on a terminal", func(t *testing.T) {
+		var out lockedBuffer
+		st, err := c.Shell(t.Context(), client.ShellOptions{
+			Term: "vt100", Stdout: &out,
+			Stdin: strings.NewReader("echo \"0=$0 TERM=$TERM\"; tty; exit 3\n"),
 		})
 		if err != nil {
-			t.Errorf("shell: %v", err)
+			t.Fatal(err)
 		}
-		done <- st
-	}()
-	waitOutput(t, &out, "30 100")
-	resize <- client.WindowSize{Cols: 120, Rows: 40}
-	// Give the window-change a moment to arrive before the line.
-	time.Sleep(200 * time.Millisecond)
-	io.WriteString(pw, "go\n")
-	waitOutput(t, &out, "40 120")
-	st := <-done
-	if st.Code != 7 {
-		t.Errorf("exit code: got %d, want 7", st.Code)
+		if s := out.String(); !strings.Contains(s, "0=-sh TERM=vt100") || !strings.Contains(s, "/dev/pts/") || st.Code != 3 {
+			t.Errorf("login shell: got %q (%+v)", s, st)
+		}
+	})
+	t.Run("killed by a signal", func(t *testing.T) {
+		st, err := c.Shell(t.Context(), client.ShellOptions{Command: "kill -TERM $$"})
+		if err != nil || st.Signal != "TERM" || st.ShellCode() != 143 {
+			t.Errorf("got %+v, %v", st, err)
+		}
+	})
+	t.Run("a process keeping the terminal does not hold the session", func(t *testing.T) {
+		g.killPIDFileAtCleanup(t, "holder.pid")
+		var out lockedBuffer
+		st, err := c.Shell(t.Context(), client.ShellOptions{Stdout: &out,
+			Command: "setsid sh -c 'echo $$ > holder.pid; exec sleep 60' & sleep 0.2; echo bye"})
+		if err != nil || st.Code != 0 || !strings.Contains(out.String(), "bye") {
+			t.Errorf("got %q %+v, %v", out.String(), st, err)
+		}
+	})
+	modes := []struct {
+		name  string
+		modes ssh.TerminalModes
+		want  string
+	}{
+		{"echo off", ssh.TerminalModes{ssh.ECHO: 0}, " -echo "},
+		{"echo on", ssh.TerminalModes{ssh.ECHO: 1}, " echo "},
+		{"intr is ^B", ssh.TerminalModes{ssh.VINTR: 2}, "intr = ^B"},
+		{"icrnl off", ssh.TerminalModes{ssh.ICRNL: 0}, " -icrnl "},
 	}
-	if !strings.Contains(out.String(), "tty") {
-		t.Errorf("stdin is not a terminal: %q", out.String())
+	for _, tt := range modes {
+		t.Run("modes "+tt.name, func(t *testing.T) {
+			sess, err := g.raw(t).NewSession()
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer sess.Close()
+			if err := sess.RequestPty("xterm", 24, 80, tt.modes); err != nil {
+				t.Fatal(err)
+			}
+			out, err := sess.Output("stty -a | tr '\\n;' '  '; echo")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !strings.Contains(" "+string(out), tt.want) {
+				t.Errorf("stty -a: got %q, want it to contain %q", out, tt.want)
+			}
+		})
 	}
 }
 
 func TestSFTP(t *testing.T) {
-	g := startServer(t)
-	sc, err := g.client.SFTP()
+	g := startGuest(t)
+	c := g.dial(t)
+	sc, err := c.SFTP()
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer sc.Close()
-	p := filepath.Join(g.workDir, "x.txt")
-	f, err := sc.Create(p)
+	f, err := sc.Create(g.path("x.txt"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	io.WriteString(f, "written over sftp")
-	f.Close()
-	out, _, _ := g.exec(t, "cat x.txt", "")
-	if out != "written over sftp" {
+	if _, err := io.WriteString(f, "written over sftp"); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if out, _, _ := execIn(t, c, "cat x.txt", client.ExecOptions{}); out != "written over sftp" {
 		t.Errorf("file written over SFTP: got %q", out)
 	}
-	g.exec(t, "printf guest > y.txt", "")
-	r, err := sc.Open(filepath.Join(g.workDir, "y.txt"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, _ := io.ReadAll(r)
-	r.Close()
-	if string(b) != "guest" {
-		t.Errorf("file read over SFTP: got %q", b)
+	execIn(t, c, "printf guest > y.txt", client.ExecOptions{})
+	for _, p := range []string{g.path("y.txt"), "y.txt"} {
+		t.Run(p, func(t *testing.T) {
+			r, err := sc.Open(p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, err := io.ReadAll(r)
+			r.Close()
+			if err != nil || string(b) != "guest" {
+				t.Errorf("file read over SFTP: got %q, %v", b, err)
+			}
+		})
 	}
 }
 
 func TestPoweroffRequest(t *testing.T) {
-	g := startServer(t)
-	if err := g.client.Poweroff(t.Context()); err != nil {
-		t.Fatal(err)
-	}
-	deadline := time.Now().Add(5 * time.Second)
-	for g.poweroff.Load() == 0 && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
-	if got := g.poweroff.Load(); got != 1 {
-		t.Errorf("poweroff called %d times, want 1", got)
-	}
-	if err := g.client.Poweroff(t.Context()); err != nil {
-		t.Fatal(err)
-	}
-	time.Sleep(50 * time.Millisecond)
-	if got := g.poweroff.Load(); got != 1 {
-		t.Errorf("poweroff called %d times after two requests, want 1", got)
-	}
+	t.Run("accepted once", func(t *testing.T) {
+		g := startGuest(t)
+		c := g.dial(t)
+		for i := 0; i < 2; i++ {
+			if err := c.Poweroff(t.Context()); err != nil {
+				t.Fatal(err)
+			}
+		}
+		waitUntil(t, "poweroff", func() bool { return g.poweroff.Load() > 0 })
+		// A second request must not start a second poweroff.
+		time.Sleep(50 * time.Millisecond)
+		if got := g.poweroff.Load(); got != 1 {
+			t.Errorf("poweroff called %d times, want 1", got)
+		}
+	})
+	t.Run("refused without a poweroff action", func(t *testing.T) {
+		g := startGuest(t, withoutPoweroff())
+		if err := g.dial(t).Poweroff(t.Context()); err == nil {
+			t.Errorf("poweroff accepted by a server that cannot power off")
+		}
+	})
 }
 
 func TestAuthentication(t *testing.T) {
-	g := startServer(t)
-	_ = g
-	k, _ := keys.NewSession()
-	hostPEM, _ := k.HostKeyPEM()
-	hostSigner, _ := ssh.ParsePrivateKey(hostPEM)
-	srv, err := NewServer(ServerConfig{HostKey: hostSigner, AuthorizedKeys: []ssh.PublicKey{k.ClientSigner().PublicKey()}})
+	g := startGuest(t)
+	other, err := keys.NewSession()
 	if err != nil {
 		t.Fatal(err)
 	}
-	serve := func() net.Conn {
-		a, b := tcpPair(t)
-		go srv.ServeConn(context.Background(), a)
-		return b
+	tests := []struct {
+		name    string
+		cfg     func() *ssh.ClientConfig
+		wantErr string
+	}{
+		{"right key and pinned host key", g.keys.ClientConfig, ""},
+		{"client key not authorized", func() *ssh.ClientConfig {
+			cfg := other.ClientConfig()
+			cfg.HostKeyCallback = g.keys.HostKeyCallback()
+			return cfg
+		}, "unable to authenticate"},
+		{"host key differs from the pinned one", func() *ssh.ClientConfig {
+			cfg := g.keys.ClientConfig()
+			cfg.HostKeyCallback = other.HostKeyCallback()
+			return cfg
+		}, "does not match the pinned key"},
+		{"no host key pinning", func() *ssh.ClientConfig {
+			cfg := g.keys.ClientConfig()
+			cfg.HostKeyCallback = nil
+			return cfg
+		}, "no host key pinning"},
+		{"password only", func() *ssh.ClientConfig {
+			cfg := g.keys.ClientConfig()
+			cfg.Auth = []ssh.AuthMethod{ssh.Password("root")}
+			return cfg
+		}, "unable to authenticate"},
+		{"no authentication", func() *ssh.ClientConfig {
+			cfg := g.keys.ClientConfig()
+			cfg.Auth = nil
+			return cfg
+		}, "unable to authenticate"},
 	}
-	t.Run("wrong client key", func(t *testing.T) {
-		other, _ := keys.NewSession()
-		cfg := other.ClientConfig()
-		cfg.HostKeyCallback = k.HostKeyCallback()
-		if _, err := client.Dial(t.Context(), serve(), cfg); err == nil {
-			t.Errorf("a client key that is not authorized logged in")
-		}
-	})
-	t.Run("different host key", func(t *testing.T) {
-		other, _ := keys.NewSession()
-		cfg := k.ClientConfig()
-		cfg.HostKeyCallback = other.HostKeyCallback()
-		_, err := client.Dial(t.Context(), serve(), cfg)
-		if err == nil || !strings.Contains(err.Error(), "does not match the pinned key") {
-			t.Errorf("unpinned host key: got %v", err)
-		}
-	})
-	t.Run("other channel types refused", func(t *testing.T) {
-		c, chans, reqs, err := ssh.NewClientConn(serve(), "x", k.ClientConfig())
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			conn, err := net.Dial("tcp", g.addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			c, err := client.Dial(t.Context(), conn, tt.cfg())
+			if c != nil {
+				defer c.Close()
+			}
+			switch {
+			case tt.wantErr == "" && err != nil:
+				t.Errorf("dial: %v", err)
+			case tt.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tt.wantErr)):
+				t.Errorf("dial: got %v, want an error containing %q", err, tt.wantErr)
+			}
+		})
+	}
+}
+
+func TestOnlySessionChannels(t *testing.T) {
+	g := startGuest(t)
+	c := g.raw(t)
+	for _, typ := range []string{"direct-tcpip", "forwarded-tcpip", "x11", "auth-agent@openssh.com", "direct-streamlocal@openssh.com", "bogus"} {
+		t.Run("channel "+typ, func(t *testing.T) {
+			_, _, err := c.OpenChannel(typ, nil)
+			var oce *ssh.OpenChannelError
+			if !errors.As(err, &oce) || oce.Reason != ssh.UnknownChannelType {
+				t.Errorf("got %v, want an unknown channel type refusal", err)
+			}
+		})
+	}
+	for _, typ := range []string{"tcpip-forward", "streamlocal-forward@openssh.com", "cancel-tcpip-forward", "no-more-sessions@openssh.com"} {
+		t.Run("global request "+typ, func(t *testing.T) {
+			ok, _, err := c.SendRequest(typ, true, ssh.Marshal(struct {
+				Addr string
+				Port uint32
+			}{"127.0.0.1", 0}))
+			if err != nil || ok {
+				t.Errorf("got ok=%v err=%v, want a refusal", ok, err)
+			}
+		})
+	}
+	t.Run("session requests for forwarding", func(t *testing.T) {
+		ch, reqs, err := c.OpenChannel("session", nil)
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer c.Close()
+		defer ch.Close()
 		go ssh.DiscardRequests(reqs)
-		go func() {
-			for nc := range chans {
-				nc.Reject(ssh.Prohibited, "no")
+		for _, typ := range []string{"x11-req", "auth-agent-req@openssh.com"} {
+			if ok, err := ch.SendRequest(typ, true, nil); err != nil || ok {
+				t.Errorf("%s: got ok=%v err=%v, want a refusal", typ, ok, err)
 			}
-		}()
-		for _, typ := range []string{"direct-tcpip", "x11", "auth-agent@openssh.com"} {
-			if _, _, err := c.OpenChannel(typ, nil); err == nil {
-				t.Errorf("channel type %s accepted", typ)
-			}
-		}
-		if _, _, err := c.SendRequest("tcpip-forward", true, nil); err != nil {
-			t.Fatal(err)
 		}
 	})
 }
 
 func TestMalformedRequests(t *testing.T) {
-	g := startServer(t)
-	k := g.keys
-	_ = k
-	// Raw session with garbage payloads must be refused, not crash.
-	sc, err := g.client.SFTP() // the server is alive
-	if err != nil {
-		t.Fatal(err)
+	g := startGuest(t)
+	c := g.raw(t)
+	garbage := []byte{0xff, 0xff, 0xff, 0xff, 1}
+	open := func(t *testing.T) ssh.Channel {
+		ch, reqs, err := c.OpenChannel("session", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { ch.Close() })
+		go ssh.DiscardRequests(reqs)
+		return ch
 	}
-	sc.Close()
-	sess, err := rawSession(t, g)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, typ := range []string{"env", "pty-req", "exec", "subsystem", "signal", "window-change", "shell-x"} {
-		ok, err := sess.SendRequest(typ, true, []byte{0xff, 0xff, 0xff, 0xff, 1})
+	send := func(ch ssh.Channel, typ string, payload []byte) bool {
+		ok, err := ch.SendRequest(typ, true, payload)
 		if err != nil {
 			t.Fatalf("%s: %v", typ, err)
 		}
-		if ok && typ != "window-change" {
-			t.Errorf("garbage %s accepted", typ)
+		return ok
+	}
+	pty := func(term string, cols, rows uint32, modes string) []byte {
+		return ssh.Marshal(ptyRequest{Term: term, Columns: cols, Rows: rows, Modes: modes})
+	}
+	exec := func(cmd string) []byte { return ssh.Marshal(struct{ Command string }{cmd}) }
+	type step struct {
+		typ     string
+		payload []byte
+		want    bool
+	}
+	var tests []struct {
+		name  string
+		steps []step
+	}
+	add := func(name string, steps ...step) {
+		tests = append(tests, struct {
+			name  string
+			steps []step
+		}{name, steps})
+	}
+	for _, typ := range []string{"env", "pty-req", "exec", "subsystem", "signal", "window-change"} {
+		add("garbage "+typ, step{typ, garbage, false})
+		add("empty "+typ, step{typ, nil, false})
+	}
+	add("unknown request", step{"shell-x", nil, false})
+	add("signal before start", step{"signal", ssh.Marshal(struct{ Signal string }{"TERM"}), false})
+	add("window-change without a pty", step{"window-change", ssh.Marshal(struct{ C, R, W, H uint32 }{80, 24, 0, 0}), false})
+	add("second pty-req", step{"pty-req", pty("xterm", 80, 24, ""), true}, step{"pty-req", pty("xterm", 80, 24, ""), false})
+	add("terminal name with control characters", step{"pty-req", pty("xterm\x1b]0;x\x07", 80, 24, ""), false})
+	add("terminal name with a quote", step{"pty-req", pty("x'; reboot; '", 80, 24, ""), false})
+	add("terminal name too long", step{"pty-req", pty(strings.Repeat("x", 4096), 80, 24, ""), false})
+	add("truncated modes", step{"pty-req", pty("xterm", 80, 24, "\x35\x00\x00"), true}, step{"exec", exec("true"), true})
+	add("modes with an undefined opcode", step{"pty-req", pty("xterm", 80, 24, "\xa0\x00\x00\x00\x01\x35\x00\x00\x00\x00"), true}, step{"exec", exec("true"), true})
+	add("mode values out of range", step{"pty-req", pty("xterm", 80, 24, "\x01\xff\xff\xff\xff\x5a\xff\xff\xff\xff"), true}, step{"exec", exec("true"), true})
+	add("unknown subsystem", step{"subsystem", ssh.Marshal(struct{ Name string }{"netconf"}), false})
+	add("NUL in a command", step{"exec", exec("echo a\x00b"), false})
+	add("second exec", step{"exec", exec("sleep 1"), true}, step{"exec", exec("true"), false},
+		step{"shell", nil, false}, step{"subsystem", ssh.Marshal(struct{ Name string }{"sftp"}), false},
+		step{"env", ssh.Marshal(struct{ Name, Value string }{"A", "b"}), false},
+		step{"signal", ssh.Marshal(struct{ Signal string }{"NOPE"}), false},
+		step{"signal", ssh.Marshal(struct{ Signal string }{"SIGTERM"}), false})
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ch := open(t)
+			for _, s := range tt.steps {
+				if got := send(ch, s.typ, s.payload); got != s.want {
+					t.Errorf("%s %q: got %v, want %v", s.typ, s.payload, got, s.want)
+				}
+			}
+		})
+	}
+	t.Run("bogus terminal sizes are clamped", func(t *testing.T) {
+		ch := open(t)
+		if !send(ch, "pty-req", pty("xterm", 1<<31, 0, "")) {
+			t.Fatal("pty-req with a huge size refused")
 		}
+		if !send(ch, "exec", exec("stty size")) {
+			t.Fatal("exec refused")
+		}
+		b, _ := io.ReadAll(ch)
+		if got := strings.TrimSpace(string(b)); got != "24 4096" {
+			t.Errorf("clamped size: got %q, want %q", got, "24 4096")
+		}
+	})
+	t.Run("the server still works", func(t *testing.T) {
+		if out, _, _ := execIn(t, g.dial(t), "echo alive", client.ExecOptions{}); out != "alive\n" {
+			t.Errorf("got %q", out)
+		}
+	})
+}
+
+func TestServeConnBadPeers(t *testing.T) {
+	g := startGuest(t)
+	tests := []struct {
+		name string
+		send []byte
+	}{
+		{"closes at once", nil},
+		{"not SSH", []byte("GET / HTTP/1.1\r\nHost: x\r\n\r\n")},
+		{"endless version line", bytes.Repeat([]byte("A"), 64<<10)},
+		{"garbage after the version", append([]byte("SSH-2.0-x\r\n"), bytes.Repeat([]byte{0xff}, 64<<10)...)},
 	}
-	// Bogus terminal sizes are clamped, not fatal.
-	ok, err := sess.SendRequest("pty-req", true, ssh.Marshal(ptyRequest{Term: "xterm", Columns: 1 << 31, Rows: 0}))
-	if err != nil || !ok {
-		t.Fatalf("pty-req with huge size: ok=%v err=%v", ok, err)
-	}
-	ok, err = sess.SendRequest("exec", true, ssh.Marshal(struct{ Command string }{"stty size"}))
-	if err != nil || !ok {
-		t.Fatalf("exec after pty-req: ok=%v err=%v", ok, err)
-	}
-	b, _ := io.ReadAll(sess)
-	if got := strings.TrimSpace(string(b)); got != "24 4096" {
-		t.Errorf("clamped size: got %q, want %q", got, "24 4096")
-	}
-	out, _, _ := g.exec(t, "echo alive", "")
-	if out != "alive\n" {
-		t.Errorf("server after malformed requests: got %q", out)
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			a, b := net.Pipe()
+			done := make(chan error, 1)
+			go func() { done <- g.srv.ServeConn(t.Context(), a) }()
+			go func() {
+				_, _ = b.Write(tt.send)
+				b.Close()
+			}()
+			go func() { _, _ = io.Copy(io.Discard, b) }()
+			if err := <-done; err == nil {
+				t.Errorf("ServeConn accepted a bad peer")
+			}
+		})
 	}
 }
 
-func rawSession(t *testing.T, g *testGuest) (ssh.Channel, error) {
-	t.Helper()
-	// Reach the underlying connection through a fresh client.
+func TestManyChannels(t *testing.T) {
+	g := startGuest(t)
+	c := g.raw(t)
+	var sessions []*ssh.Session
+	for i := 0; i < maxChannels; i++ {
+		s, err := c.NewSession()
+		if err != nil {
+			t.Fatalf("session %d: %v", i, err)
+		}
+		if _, err := s.StdinPipe(); err != nil { // held open: cat runs until the end
+			t.Fatal(err)
+		}
+		if err := s.Start("cat"); err != nil {
+			t.Fatalf("session %d: %v", i, err)
+		}
+		sessions = append(sessions, s)
+	}
+	_, err := c.NewSession()
+	var oce *ssh.OpenChannelError
+	if !errors.As(err, &oce) || oce.Reason != ssh.ResourceShortage {
+		t.Errorf("session %d: got %v, want a resource shortage", maxChannels+1, err)
+	}
+	for _, s := range sessions {
+		s.Close()
+	}
+	waitUntil(t, "a free slot", func() bool {
+		s, err := c.NewSession()
+		if err != nil {
+			return false
+		}
+		s.Close()
+		return true
+	})
+}
+
+func TestClientGoneEndsCommands(t *testing.T) {
+	g := startGuest(t)
+	tests := []struct {
+		name, cmd string
+	}{
+		{"hung up", "echo $$ > NAME; echo ready; exec sleep 60"},
+		{"SIGHUP ignored, then killed", "trap '' HUP; echo $$ > NAME; echo ready; while :; do sleep 0.05; done"},
+	}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			name := fmt.Sprintf("gone%d.pid", i)
+			g.killPIDFileAtCleanup(t, name)
+			c := g.raw(t)
+			s, err := c.NewSession()
+			if err != nil {
+				t.Fatal(err)
+			}
+			var out lockedBuffer
+			s.Stdout = &out
+			if err := s.Start(strings.ReplaceAll(tt.cmd, "NAME", name)); err != nil {
+				t.Fatal(err)
+			}
+			waitUntil(t, "the command to start", func() bool { return strings.Contains(out.String(), "ready") })
+			pid, ok := readPID(g.path(name))
+			if !ok {
+				t.Fatal("no pid")
+			}
+			c.Close() // the host vanishes
+			waitUntil(t, "the command to end", func() bool { return !alive(pid) })
+		})
+	}
+}
+
+// TestNoGoroutineLeak runs every kind of session, cleanly and not, and
+// checks the server leaves no goroutine behind once its connections end.
+func TestNoGoroutineLeak(t *testing.T) {
+	before := runtime.NumGoroutine()
+	t.Run("sessions", func(t *testing.T) {
+		g := startGuest(t)
+		c := g.dial(t)
+		execIn(t, c, "echo x; cat", client.ExecOptions{Stdin: strings.NewReader("y")})
+		if _, err := c.Shell(t.Context(), client.ShellOptions{Command: "stty size"}); err != nil {
+			t.Fatal(err)
+		}
+		sc, err := c.SFTP()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := sc.ReadDir("."); err != nil {
+			t.Fatal(err)
+		}
+		sc.Close()
+		// Sessions abandoned mid-command, with and without a pty.
+		r := g.raw(t)
+		for _, ptyReq := range []bool{false, true} {
+			s, err := r.NewSession()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ptyReq {
+				if err := s.RequestPty("xterm", 24, 80, nil); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := s.Start("sleep 60"); err != nil {
+				t.Fatal(err)
+			}
+		}
+		// Half-open channels with nothing started.
+		for i := 0; i < 5; i++ {
+			if _, _, err := r.OpenChannel("session", nil); err != nil {
+				t.Fatal(err)
+			}
+		}
+		r.Close()
+		c.Close()
+	})
+	waitUntil(t, "the server's goroutines to end", func() bool {
+		return runtime.NumGoroutine() <= before
+	})
+}
+
+// BenchmarkExec measures a command's round trip over the control channel
+// (loopback here; add the VM transport's latency in a real guest).
+func BenchmarkExec(b *testing.B) {
+	_, c := benchGuest(b)
+	b.ResetTimer()
+	for b.Loop() {
+		st, err := c.Exec(b.Context(), "true", client.ExecOptions{})
+		if err != nil || st.Code != 0 {
+			b.Fatal(err, st)
+		}
+	}
+}
+
+// BenchmarkExecThroughput measures stdout throughput of one command.
+func BenchmarkExecThroughput(b *testing.B) {
+	_, c := benchGuest(b)
+	const size = 64 << 20
+	b.SetBytes(size)
+	b.ResetTimer()
+	for b.Loop() {
+		var n countingWriter
+		if _, err := c.Exec(b.Context(), fmt.Sprintf("head -c %d /dev/zero", size), client.ExecOptions{Stdout: &n}); err != nil || n.n.Load() != size {
+			b.Fatal(err, n.n.Load())
+		}
+	}
+}
+
+func benchGuest(b *testing.B) (*Server, *client.Client) {
+	k, err := keys.NewSession()
+	if err != nil {
+		b.Fatal(err)
+	}
+	hostPEM, _ := k.HostKeyPEM()
+	hostSigner, _ := ssh.ParsePrivateKey(hostPEM)
+	srv, err := NewServer(ServerConfig{HostKey: hostSigner, AuthorizedKeys: []ssh.PublicKey{k.ClientSigner().PublicKey()}, WorkDir: b.TempDir()})
+	if err != nil {
+		b.Fatal(err)
+	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		return nil, err
+		b.Fatal(err)
 	}
-	defer ln.Close()
-	hostPEM, _ := g.keys.HostKeyPEM()
-	hostSigner, _ := ssh.ParsePrivateKey(hostPEM)
-	srv, _ := NewServer(ServerConfig{HostKey: hostSigner, AuthorizedKeys: []ssh.PublicKey{g.keys.ClientSigner().PublicKey()}, WorkDir: g.workDir})
+	done := make(chan struct{})
 	go func() {
-		c, err := ln.Accept()
+		defer close(done)
+		conn, err := ln.Accept()
 		if err == nil {
-			srv.ServeConn(context.Background(), c)
+			_ = srv.ServeConn(context.Background(), conn)
 		}
 	}()
 	conn, err := net.Dial("tcp", ln.Addr().String())
 	if err != nil {
-		return nil, err
+		b.Fatal(err)
 	}
-	c, chans, reqs, err := ssh.NewClientConn(conn, "x", g.keys.ClientConfig())
+	ln.Close()
+	c, err := client.Dial(b.Context(), conn, k.ClientConfig())
 	if err != nil {
-		return nil, err
+		b.Fatal(err)
 	}
-	t.Cleanup(func() { c.Close() })
-	go ssh.DiscardRequests(reqs)
-	go func() {
-		for nc := range chans {
-			nc.Reject(ssh.Prohibited, "no")
-		}
-	}()
-	ch, creqs, err := c.OpenChannel("session", nil)
-	if err != nil {
-		return nil, err
-	}
-	go ssh.DiscardRequests(creqs)
-	return ch, nil
+	b.Cleanup(func() { c.Close(); <-done })
+	return srv, c
 }
 
 type lockedBuffer struct {
-	mu  chan struct{}
+	mu  sync.Mutex
 	buf bytes.Buffer
 }
 
-func (b *lockedBuffer) lock() {
-	if b.mu == nil {
-		b.mu = make(chan struct{}, 1)
-	}
-	b.mu <- struct{}{}
-}
-
 func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.lock()
-	defer func() { <-b.mu }()
+	b.mu.Lock()
+	defer b.mu.Unlock()
 	return b.buf.Write(p)
 }
 
 func (b *lockedBuffer) String() string {
-	b.lock()
-	defer func() { <-b.mu }()
+	b.mu.Lock()
+	defer b.mu.Unlock()
 	return b.buf.String()
 }
 
-func waitOutput(t *testing.T, b *lockedBuffer, s string) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !strings.Contains(b.String(), s) {
-		if time.Now().After(deadline) {
-			t.Fatalf("waiting for %q; output so far: %q", s, b.String())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+type countingWriter struct{ n atomic.Int64 }
+
+func (w *countingWriter) Write(p []byte) (int, error) {
+	w.n.Add(int64(len(p)))
+	return len(p), nil
 }
 
-var _ = proto.WorkDir
+type zeroReader struct{}
 
-// tcpPair returns both ends of a loopback TCP connection (net.Pipe has no
-// buffering, and both SSH ends write their version before reading).
-func tcpPair(t *testing.T) (net.Conn, net.Conn) {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	acc := make(chan net.Conn, 1)
-	go func() {
-		c, _ := ln.Accept()
-		acc <- c
-	}()
-	b, err := net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	a := <-acc
-	t.Cleanup(func() { a.Close(); b.Close() })
-	return a, b
+func (zeroReader) Read(p []byte) (int, error) {
+	clear(p)
+	return len(p), nil
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/vibedom/vibedom/image"
 	"github.com/vibedom/vibedom/keys"
 	"github.com/vibedom/vibedom/overlay"
+	"github.com/vibedom/vibedom/preflight"
 	"github.com/vibedom/vibedom/vm"
 )
 
@@ -46,6 +47,7 @@ type sess struct {
 	machine vm.Machine
 	client  *client.Client
 	egress  *egress
+	secrets *preflight.Report
 	cleanup cleanups
 	timings Timings
 }
@@ -85,6 +87,13 @@ func (s *sess) prepare(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	// The secrets scan comes before anything is made: a cancel leaves no
+	// trace.
+	rep, err := s.runPreflight(ctx)
+	if err != nil {
+		return err
+	}
+	s.secrets = rep
 
 	// Folders: the session folder and its log folder.
 	if err := ensureDir(string(o.Home)); err != nil {
@@ -129,6 +138,11 @@ func (s *sess) prepare(ctx context.Context) error {
 		CPUs: o.CPUs, MemoryMiB: o.MemoryMiB, Command: o.Command,
 	}
 	s.saveState()
+	if rep != nil {
+		if err := rep.WriteJSON(filepath.Join(s.logDir, "gitleaks_report.json")); err != nil {
+			s.log.Warn("write gitleaks report", "err", err)
+		}
+	}
 	s.log.Info("session starting", "workspace", ws, "driver", o.Driver.Name(), "arch", o.Arch, "cpus", o.CPUs, "memory_mib", o.MemoryMiB)
 
 	// Runtime folder for sockets: unix socket paths must stay short.

@@ -55,6 +55,8 @@ type Options struct {
 	// ScratchSize is the size of the sparse scratch disk holding the
 	// agent's writes; zero means 8 GiB.
 	ScratchSize int64
+	// Preflight configures the secrets scan before boot.
+	Preflight PreflightOptions
 	// Egress configures the guest's network.
 	Egress EgressOptions
 	// Review decides what happens to the agent's changes at the end.

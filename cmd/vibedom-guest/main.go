@@ -1,3 +1,5 @@
+//go:build linux
+
 // Command vibedom-guest is the agent inside a vibedom VM. As /init it is
 // PID 1: it sets the guest up from the boot data and keeps reaping; its
 // child "vibedom-guest agent" serves the control channel. "vibedom-guest
@@ -5,13 +7,10 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"os"
 
 	"github.com/vibedom/vibedom/guest"
-	"github.com/vibedom/vibedom/guest/proto"
-	"github.com/vibedom/vibedom/overlay"
 )
 
 func main() {
@@ -29,12 +28,7 @@ func main() {
 			os.Exit(1)
 		}
 	case "changes":
-		cs, err := overlay.ScanChanges(proto.WorkspaceMount, proto.UpperDir)
-		if err != nil {
-			fmt.Fprintln(os.Stderr, "vibedom-guest changes:", err)
-			os.Exit(1)
-		}
-		if err := json.NewEncoder(os.Stdout).Encode(cs); err != nil {
+		if err := guest.WriteChanges(os.Stdout); err != nil {
 			fmt.Fprintln(os.Stderr, "vibedom-guest changes:", err)
 			os.Exit(1)
 		}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/urfave/cli/v3"
 
+	"github.com/vibedom/vibedom/preflight"
 	"github.com/vibedom/vibedom/session"
 	"github.com/vibedom/vibedom/vm"
 )
@@ -34,6 +35,7 @@ what to apply (without a terminal nothing is applied unless --apply).`,
 			&cli.BoolFlag{Name: "apply", Usage: "apply every change at the end without asking"},
 			&cli.BoolFlag{Name: "no-review", Usage: "do not collect the agent's changes at the end"},
 			&cli.StringFlag{Name: "arch", Usage: "guest architecture: amd64 or arm64 (default: the host's)"},
+			&cli.StringFlag{Name: "preflight", Usage: "secrets scan before boot: prompt (ask on a terminal), warn (report and go on), strict (refuse on unapproved HIGH), off", Value: "prompt"},
 			&cli.BoolFlag{Name: "quiet", Aliases: []string{"q"}, Usage: "print no progress lines"},
 		},
 		Action: runAction,
@@ -59,6 +61,10 @@ func runAction(ctx context.Context, c *cli.Command) error {
 	if c.Int("cpus") < 1 || c.Int("cpus") > 64 {
 		return fmt.Errorf("--cpus must be between 1 and 64, got %d", c.Int("cpus"))
 	}
+	mode, err := preflight.ParseMode(c.String("preflight"))
+	if err != nil {
+		return fmt.Errorf("--preflight: %w", err)
+	}
 	home, err := session.DefaultHome()
 	if err != nil {
 		return err
@@ -76,6 +82,7 @@ func runAction(ctx context.Context, c *cli.Command) error {
 		Stderr:    os.Stderr,
 		Progress:  os.Stderr,
 		Egress:    session.EgressOptions{Disabled: c.Bool("no-network"), Allow: c.StringSlice("allow")},
+		Preflight: session.PreflightOptions{Mode: mode},
 		Review:    session.ReviewOptions{ApplyAll: c.Bool("apply"), Skip: c.Bool("no-review")},
 	}
 	if o.Arch != "" && o.Arch != vm.ArchAMD64 && o.Arch != vm.ArchARM64 {

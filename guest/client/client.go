@@ -9,11 +9,13 @@
 package client
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"net"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -28,12 +30,49 @@ import (
 // Client is an SSH connection to one guest agent. It is safe for concurrent
 // use: each Exec or Shell opens its own channel.
 type Client struct {
-	conn *ssh.Client
+	conn     *ssh.Client
+	stop     chan struct{}
+	stopOnce sync.Once
 }
 
-// Dial runs the SSH handshake over conn. cfg must pin the guest's host key
-// (keys.Session.ClientConfig does). ctx bounds the handshake only; on
-// failure conn is closed.
+// keepaliveEvery is the keepalive period. See keepalive.
+const keepaliveEvery = 250 * time.Millisecond
+
+// keepalive sends a keepalive request every period until the client is
+// closed. Measured on QEMU (TCG) with a virtio-serial control port: about
+// one connection in ten, a message stays held between the two ends until
+// the next one passes, so a command's start or a subsystem request could
+// wait forever for a reply that was already on its way. The keepalives are
+// that next message; they cost a few bytes each way. At most one waits for
+// its reply; while it waits, the others ask for none.
+func (c *Client) keepalive(period time.Duration) {
+	t := time.NewTicker(period)
+	defer t.Stop()
+	waiting := make(chan struct{}, 1)
+	for {
+		select {
+		case <-c.stop:
+			return
+		case <-t.C:
+		}
+		select {
+		case waiting <- struct{}{}:
+			go func() {
+				defer func() { <-waiting }()
+				_, _, _ = c.conn.SendRequest(proto.RequestKeepalive, true, nil)
+			}()
+		default:
+			if _, _, err := c.conn.SendRequest(proto.RequestKeepalive, false, nil); err != nil {
+				return
+			}
+		}
+	}
+}
+
+// Dial waits for the guest agent's proto.ReadyBanner on conn (skipping up
+// to 4 KiB of anything before it), then runs the SSH handshake. cfg must
+// pin the guest's host key (keys.Session.ClientConfig does). ctx bounds the
+// wait and the handshake only; on failure conn is closed.
 func Dial(ctx context.Context, conn net.Conn, cfg *ssh.ClientConfig) (*Client, error) {
 	if cfg == nil || cfg.HostKeyCallback == nil {
 		conn.Close()
@@ -47,6 +86,10 @@ func Dial(ctx context.Context, conn net.Conn, cfg *ssh.ClientConfig) (*Client, e
 	}
 	done := make(chan result, 1)
 	go func() {
+		if err := readBanner(conn); err != nil {
+			done <- result{err: err}
+			return
+		}
 		c, ch, rq, err := ssh.NewClientConn(conn, "vibedom-guest", cfg)
 		done <- result{c, ch, rq, err}
 	}()
@@ -56,7 +99,9 @@ func Dial(ctx context.Context, conn net.Conn, cfg *ssh.ClientConfig) (*Client, e
 			conn.Close()
 			return nil, fmt.Errorf("SSH handshake with the guest: %w", r.err)
 		}
-		return &Client{conn: ssh.NewClient(r.c, r.ch, r.rq)}, nil
+		c := &Client{conn: ssh.NewClient(r.c, r.ch, r.rq), stop: make(chan struct{})}
+		go c.keepalive(keepaliveEvery)
+		return c, nil
 	case <-ctx.Done():
 		conn.Close()
 		<-done
@@ -64,8 +109,33 @@ func Dial(ctx context.Context, conn net.Conn, cfg *ssh.ClientConfig) (*Client, e
 	}
 }
 
+// readBanner reads up to and including proto.ReadyBanner, one byte at a
+// time so nothing after it is consumed. Anything else the guest wrote first
+// (at most 4 KiB) is skipped.
+func readBanner(conn net.Conn) error {
+	want := []byte(proto.ReadyBanner)
+	var got []byte
+	b := make([]byte, 1)
+	for n := 0; n < 4096+len(want); n++ {
+		if _, err := io.ReadFull(conn, b); err != nil {
+			return fmt.Errorf("wait for the guest agent: %w", err)
+		}
+		got = append(got, b[0])
+		if len(got) > len(want) {
+			got = got[1:]
+		}
+		if string(got) == string(want) {
+			return nil
+		}
+	}
+	return errors.New("the guest agent did not announce itself")
+}
+
 // Close closes the connection and every channel on it.
-func (c *Client) Close() error { return c.conn.Close() }
+func (c *Client) Close() error {
+	c.stopOnce.Do(func() { close(c.stop) })
+	return c.conn.Close()
+}
 
 // Wait blocks until the connection is closed and returns why.
 func (c *Client) Wait() error { return c.conn.Wait() }
@@ -75,14 +145,16 @@ type ExitStatus struct {
 	// Code is the exit code when the command exited normally.
 	Code int
 	// Signal is the signal's name without "SIG" ("KILL", "TERM") when a
-	// signal killed the command, else "".
+	// signal killed the command, else "". A signal without a name is
+	// "<number>@vibedom"; a name that does not look like one is "UNKNOWN".
 	Signal string
 	// CoreDumped reports a core dump with Signal.
 	CoreDumped bool
 }
 
 // ShellCode is the exit status as a shell reports it: Code, or 128 plus the
-// signal's number when a signal killed the command.
+// signal's Linux number when a signal killed the command (255 for a signal
+// this package cannot number).
 func (s ExitStatus) ShellCode() int {
 	if s.Signal == "" {
 		return s.Code
@@ -90,8 +162,17 @@ func (s ExitStatus) ShellCode() int {
 	if n, ok := signalNumbers[s.Signal]; ok {
 		return 128 + n
 	}
-	return 128 + 127
+	// The guest names signals without a standard name "<number>@vibedom".
+	if num, ok := strings.CutSuffix(s.Signal, "@vibedom"); ok {
+		if n, err := strconv.Atoi(num); err == nil && n > 0 && n < 128 {
+			return 128 + n
+		}
+	}
+	return 255
 }
+
+// Success reports whether the command exited with status 0.
+func (s ExitStatus) Success() bool { return s.Signal == "" && s.Code == 0 }
 
 // String describes the status as a user would want it.
 func (s ExitStatus) String() string {
@@ -122,6 +203,9 @@ type ExecOptions struct {
 	Stdout, Stderr io.Writer
 	// Env is added to the command's environment.
 	Env map[string]string
+	// Signals delivers signals to send to the command's process group
+	// (ssh.SIGINT, ssh.SIGTERM …) while it runs.
+	Signals <-chan ssh.Signal
 }
 
 // Exec runs cmd through /bin/sh -c in the guest (working directory /work)
@@ -130,24 +214,106 @@ type ExecOptions struct {
 // When ctx ends, the command gets SIGTERM, then SIGKILL two seconds later,
 // and Exec returns ctx's error.
 func (c *Client) Exec(ctx context.Context, cmd string, o ExecOptions) (ExitStatus, error) {
-	sess, err := c.conn.NewSession()
+	sess, err := c.open(ctx, func(sess *ssh.Session) error {
+		if err := setEnv(sess, o.Env); err != nil {
+			return err
+		}
+		if err := feedStdin(sess, o.Stdin); err != nil {
+			return err
+		}
+		sess.Stdout = orDiscard(o.Stdout)
+		sess.Stderr = orDiscard(o.Stderr)
+		if err := sess.Start(cmd); err != nil {
+			return fmt.Errorf("start a command in the guest: %w", err)
+		}
+		return nil
+	})
 	if err != nil {
-		return ExitStatus{}, fmt.Errorf("open a session to the guest: %w", err)
-	}
-	defer sess.Close()
-	if err := setEnv(sess, o.Env); err != nil {
 		return ExitStatus{}, err
 	}
-	if o.Stdin == nil {
-		o.Stdin = strings.NewReader("")
+	defer sess.Close()
+	return wait(ctx, sess, o.Signals)
+}
+
+// open opens a session channel and sets it up (requests that wait for the
+// guest's answer), giving up when ctx ends: a guest that stopped answering
+// must not hang the host. A session that completes after that is closed.
+func (c *Client) open(ctx context.Context, setup func(*ssh.Session) error) (*ssh.Session, error) {
+	type result struct {
+		s   *ssh.Session
+		err error
 	}
-	sess.Stdin = o.Stdin
-	sess.Stdout = orDiscard(o.Stdout)
-	sess.Stderr = orDiscard(o.Stderr)
-	if err := sess.Start(cmd); err != nil {
-		return ExitStatus{}, fmt.Errorf("start %q in the guest: %w", cmd, err)
+	done := make(chan result, 1)
+	go func() {
+		s, err := c.conn.NewSession()
+		if err != nil {
+			done <- result{nil, fmt.Errorf("open a session to the guest: %w", err)}
+			return
+		}
+		if err := setup(s); err != nil {
+			s.Close()
+			done <- result{nil, err}
+			return
+		}
+		done <- result{s, nil}
+	}()
+	select {
+	case r := <-done:
+		return r.s, r.err
+	case <-ctx.Done():
+		go func() {
+			if r := <-done; r.s != nil {
+				_ = r.s.Signal(ssh.SIGKILL)
+				r.s.Close()
+			}
+		}()
+		return nil, fmt.Errorf("the guest did not answer: %w", ctx.Err())
 	}
-	return wait(ctx, sess)
+}
+
+// ExitError is the error of Output when the command ran but failed.
+type ExitError struct {
+	Status ExitStatus
+	// Stderr is the end of the command's standard error (at most 4 KiB).
+	Stderr []byte
+}
+
+func (e *ExitError) Error() string {
+	msg := "guest command failed: " + e.Status.String()
+	if s := strings.TrimSpace(string(e.Stderr)); s != "" {
+		msg += ": " + s
+	}
+	return msg
+}
+
+// Output runs cmd like Exec with no input and returns its standard output.
+// A command that runs but fails gives an *ExitError holding its status and
+// the end of its standard error.
+func (c *Client) Output(ctx context.Context, cmd string) ([]byte, error) {
+	var out bytes.Buffer
+	errTail := &tailBuffer{max: 4096}
+	st, err := c.Exec(ctx, cmd, ExecOptions{Stdout: &out, Stderr: errTail})
+	if err != nil {
+		return out.Bytes(), err
+	}
+	if !st.Success() {
+		return out.Bytes(), &ExitError{Status: st, Stderr: errTail.buf}
+	}
+	return out.Bytes(), nil
+}
+
+// tailBuffer keeps the last max bytes written to it.
+type tailBuffer struct {
+	max int
+	buf []byte
+}
+
+func (t *tailBuffer) Write(p []byte) (int, error) {
+	t.buf = append(t.buf, p...)
+	if len(t.buf) > t.max {
+		t.buf = append(t.buf[:0], t.buf[len(t.buf)-t.max:]...)
+	}
+	return len(p), nil
 }
 
 // WindowSize is a terminal size in character cells.
@@ -171,43 +337,48 @@ type ShellOptions struct {
 	Command string
 	// Env is added to the environment.
 	Env map[string]string
+	// Signals delivers signals to send to the command's process group
+	// while it runs.
+	Signals <-chan ssh.Signal
 }
 
 // Shell runs a login shell (or o.Command) on a pseudo-terminal in the guest
 // and waits for it to end.
 func (c *Client) Shell(ctx context.Context, o ShellOptions) (ExitStatus, error) {
-	sess, err := c.conn.NewSession()
-	if err != nil {
-		return ExitStatus{}, fmt.Errorf("open a session to the guest: %w", err)
-	}
-	defer sess.Close()
-	if err := setEnv(sess, o.Env); err != nil {
-		return ExitStatus{}, err
-	}
 	if o.Term == "" {
 		o.Term = "xterm-256color"
 	}
 	if o.Cols <= 0 || o.Rows <= 0 {
 		o.Cols, o.Rows = 80, 24
 	}
-	modes := ssh.TerminalModes{ssh.ECHO: 1, ssh.TTY_OP_ISPEED: 38400, ssh.TTY_OP_OSPEED: 38400}
-	if err := sess.RequestPty(o.Term, o.Rows, o.Cols, modes); err != nil {
-		return ExitStatus{}, fmt.Errorf("ask the guest for a terminal: %w", err)
-	}
-	if o.Stdin == nil {
-		o.Stdin = strings.NewReader("")
-	}
-	sess.Stdin = o.Stdin
-	sess.Stdout = orDiscard(o.Stdout)
-	sess.Stderr = sess.Stdout
-	if o.Command != "" {
-		err = sess.Start(o.Command)
-	} else {
-		err = sess.Shell()
-	}
+	sess, err := c.open(ctx, func(sess *ssh.Session) error {
+		if err := setEnv(sess, o.Env); err != nil {
+			return err
+		}
+		modes := ssh.TerminalModes{ssh.ECHO: 1, ssh.TTY_OP_ISPEED: 38400, ssh.TTY_OP_OSPEED: 38400}
+		if err := sess.RequestPty(o.Term, o.Rows, o.Cols, modes); err != nil {
+			return fmt.Errorf("ask the guest for a terminal: %w", err)
+		}
+		if err := feedStdin(sess, o.Stdin); err != nil {
+			return err
+		}
+		sess.Stdout = orDiscard(o.Stdout)
+		sess.Stderr = sess.Stdout
+		var err error
+		if o.Command != "" {
+			err = sess.Start(o.Command)
+		} else {
+			err = sess.Shell()
+		}
+		if err != nil {
+			return fmt.Errorf("start a shell in the guest: %w", err)
+		}
+		return nil
+	})
 	if err != nil {
-		return ExitStatus{}, fmt.Errorf("start a shell in the guest: %w", err)
+		return ExitStatus{}, err
 	}
+	defer sess.Close()
 	stop := make(chan struct{})
 	defer close(stop)
 	if o.Resize != nil {
@@ -227,29 +398,62 @@ func (c *Client) Shell(ctx context.Context, o ShellOptions) (ExitStatus, error) 
 			}
 		}()
 	}
-	return wait(ctx, sess)
+	return wait(ctx, sess, o.Signals)
 }
 
-// wait waits for sess, signalling the command when ctx ends.
-func wait(ctx context.Context, sess *ssh.Session) (ExitStatus, error) {
+// feedStdin copies r (nil: nothing) to the command's stdin and closes it at
+// r's end. The copy is not part of the session's Wait: a command that ends
+// while r (a terminal, say) has no input must not wait for a keystroke. The
+// copy goroutine ends at r's next read or write error; callers passing a
+// blocking reader make it interruptible (session does).
+func feedStdin(sess *ssh.Session, r io.Reader) error {
+	w, err := sess.StdinPipe()
+	if err != nil {
+		return fmt.Errorf("open the command's stdin: %w", err)
+	}
+	if r == nil {
+		return w.Close()
+	}
+	go func() {
+		_, _ = io.Copy(w, r)
+		_ = w.Close()
+	}()
+	return nil
+}
+
+// killGrace is how long a command gets between SIGTERM and SIGKILL when
+// the caller's context ends.
+const killGrace = 2 * time.Second
+
+// wait waits for sess, forwarding signals, and signals the command when ctx
+// ends.
+func wait(ctx context.Context, sess *ssh.Session, signals <-chan ssh.Signal) (ExitStatus, error) {
 	done := make(chan error, 1)
 	go func() { done <- sess.Wait() }()
+	for ctx.Err() == nil {
+		select {
+		case err := <-done:
+			return exitStatus(err)
+		case sig, ok := <-signals:
+			if !ok {
+				signals = nil
+			} else {
+				_ = sess.Signal(sig)
+			}
+		case <-ctx.Done():
+		}
+	}
+	_ = sess.Signal(ssh.SIGTERM)
 	select {
-	case err := <-done:
-		return exitStatus(err)
-	case <-ctx.Done():
-		_ = sess.Signal(ssh.SIGTERM)
+	case <-done:
+	case <-time.After(killGrace):
+		_ = sess.Signal(ssh.SIGKILL)
 		select {
 		case <-done:
-		case <-time.After(2 * time.Second):
-			_ = sess.Signal(ssh.SIGKILL)
-			select {
-			case <-done:
-			case <-time.After(2 * time.Second):
-			}
+		case <-time.After(killGrace):
 		}
-		return ExitStatus{}, ctx.Err()
 	}
+	return ExitStatus{}, ctx.Err()
 }
 
 func exitStatus(err error) (ExitStatus, error) {
@@ -260,7 +464,7 @@ func exitStatus(err error) (ExitStatus, error) {
 	if errors.As(err, &ee) {
 		st := ExitStatus{Code: ee.ExitStatus(), Signal: ee.Signal()}
 		if st.Signal != "" {
-			st.Signal = strings.TrimPrefix(strings.ToUpper(st.Signal), "SIG")
+			st.Signal = cleanSignal(strings.TrimPrefix(st.Signal, "SIG"))
 			st.Code = 0
 			st.CoreDumped = strings.Contains(ee.Msg(), "core dumped")
 		}
@@ -274,6 +478,20 @@ func exitStatus(err error) (ExitStatus, error) {
 		return ExitStatus{}, fmt.Errorf("lost the connection to the guest: %w", err)
 	}
 	return ExitStatus{}, err
+}
+
+// cleanSignal keeps a signal name the guest sent only when it looks like
+// one, so it can be shown to the user safely.
+func cleanSignal(name string) string {
+	if name == "" || len(name) > 32 {
+		return "UNKNOWN"
+	}
+	for _, r := range name {
+		if !(r >= 'A' && r <= 'Z' || r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '@' || r == '.' || r == '_' || r == '-') {
+			return "UNKNOWN"
+		}
+	}
+	return name
 }
 
 func setEnv(sess *ssh.Session, env map[string]string) error {

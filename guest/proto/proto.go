@@ -158,11 +158,20 @@ func Parse(data []byte) (*BootConfig, error) {
 	return &c, nil
 }
 
+// ReadyBanner is the line the guest writes on every new control connection
+// before SSH starts; the host sends nothing until it has read it. On a
+// virtio-serial port, bytes the host sends before the guest has opened the
+// port can be lost, so the guest speaks first.
+const ReadyBanner = "vibedom-guest ready\n"
+
 // SSH requests and subsystems beyond the standard ones.
 const (
 	// RequestPoweroff is a global request: the guest replies, ends every
 	// session, syncs, unmounts /work and the scratch disk, and powers off.
 	RequestPoweroff = "poweroff@vibedom"
+	// RequestKeepalive is a global request the guest answers with success
+	// (OpenSSH's name, so other SSH servers answer it too).
+	RequestKeepalive = "keepalive@openssh.com"
 	// SubsystemSFTP is the standard SFTP subsystem. Paths are absolute guest
 	// paths; the server is not chrooted.
 	SubsystemSFTP = "sftp"

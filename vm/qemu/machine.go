@@ -57,7 +57,7 @@ func start(ctx context.Context, p *plan, cfg *vm.Config, log *slog.Logger) (*mac
 	cmd.Stdout = io.Discard
 	cmd.Stderr = m.stderr
 	cmd.ExtraFiles = p.extra
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	cmd.SysProcAttr = procAttr()
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start %s: %w", p.bin, err)
 	}
@@ -283,7 +283,7 @@ func (m *machine) Pause(ctx context.Context) error {
 	if err := m.running(); err != nil {
 		return err
 	}
-	if _, err := m.qmp.execute(ctx, "stop"); err != nil {
+	if _, err := m.qmp.execute(ctx, "stop", nil); err != nil {
 		return err
 	}
 	m.setState(vm.StatePaused)
@@ -295,7 +295,7 @@ func (m *machine) Resume(ctx context.Context) error {
 	if err := m.running(); err != nil {
 		return err
 	}
-	if _, err := m.qmp.execute(ctx, "cont"); err != nil {
+	if _, err := m.qmp.execute(ctx, "cont", nil); err != nil {
 		return err
 	}
 	m.setState(vm.StateRunning)
@@ -321,9 +321,9 @@ func (m *machine) Stop(ctx context.Context) error {
 	paused := m.state == vm.StatePaused
 	m.mu.Unlock()
 	if paused {
-		_, _ = m.qmp.execute(ctx, "cont")
+		_, _ = m.qmp.execute(ctx, "cont", nil)
 	}
-	if _, err := m.qmp.execute(ctx, "system_powerdown"); err == nil {
+	if _, err := m.qmp.execute(ctx, "system_powerdown", nil); err == nil {
 		select {
 		case <-m.exited:
 			return nil
@@ -335,7 +335,7 @@ func (m *machine) Stop(ctx context.Context) error {
 	m.mu.Unlock()
 	qctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	_, _ = m.qmp.execute(qctx, "quit")
+	_, _ = m.qmp.execute(qctx, "quit", nil)
 	select {
 	case <-m.exited:
 		return nil

@@ -77,6 +77,9 @@ func binary(arch vm.Arch) (string, error) {
 		return "", fmt.Errorf("%w: QEMU backend has no %q guests", vm.ErrUnavailable, arch)
 	}
 	if p := os.Getenv(env); p != "" {
+		if _, err := exec.LookPath(p); err != nil {
+			return "", fmt.Errorf("%w: %s=%s: %v", vm.ErrUnavailable, env, p, err)
+		}
 		return p, nil
 	}
 	p, err := exec.LookPath(name)

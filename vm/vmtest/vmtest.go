@@ -98,7 +98,7 @@ func Boot(t testing.TB, h Harness, files map[string]string) *Guest {
 		t.Fatal(err)
 	}
 	bc := &proto.BootConfig{
-		Version: proto.Version, SessionID: "vmtest", Hostname: "vmtest",
+		Version: proto.Version, SessionID: "vmtest", Hostname: "vmtest", Debug: os.Getenv("VIBEDOM_GUEST_DEBUG") != "",
 		Workspace:      proto.Workspace{Tag: "workspace", FSType: h.ShareFS},
 		Scratch:        proto.Scratch{Device: "/dev/vda"},
 		AuthorizedKeys: []string{k.AuthorizedKey()},
@@ -206,7 +206,7 @@ func (g *Guest) Sh(t testing.TB, cmd string) (string, client.ExitStatus) {
 	defer cancel()
 	st, err := g.Client.Exec(ctx, cmd, client.ExecOptions{Stdout: &out, Stderr: &errb})
 	if err != nil {
-		t.Fatalf("exec %q: %v (stderr %q)", cmd, err, errb.String())
+		t.Fatalf("exec %q: %v (stderr %q)%s", cmd, err, errb.String(), tail(g.Console))
 	}
 	return out.String(), st
 }

@@ -1,0 +1,249 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/crypto/ssh"
+
+	"github.com/vibedom/vibedom/guest/proto"
+	"github.com/vibedom/vibedom/keys"
+)
+
+// fakeGuest is a minimal SSH server standing in for a guest that misbehaves:
+// each exec command names what it answers.
+type fakeGuest struct {
+	keys *keys.Session
+	cfg  *ssh.ServerConfig
+}
+
+func newFakeGuest(t *testing.T) *fakeGuest {
+	t.Helper()
+	k, err := keys.NewSession()
+	if err != nil {
+		t.Fatal(err)
+	}
+	hostPEM, err := k.HostKeyPEM()
+	if err != nil {
+		t.Fatal(err)
+	}
+	signer, err := ssh.ParsePrivateKey(hostPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := &ssh.ServerConfig{PublicKeyCallback: func(ssh.ConnMetadata, ssh.PublicKey) (*ssh.Permissions, error) { return nil, nil }}
+	cfg.AddHostKey(signer)
+	return &fakeGuest{keys: k, cfg: cfg}
+}
+
+// serve runs the fake guest on one end of a loopback connection, writing
+// preamble first, and returns the other end.
+func (f *fakeGuest) serve(t *testing.T, preamble string) net.Conn {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		conn, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		defer conn.Close()
+		if _, err := io.WriteString(conn, preamble); err != nil {
+			return
+		}
+		if preamble != proto.ReadyBanner && !strings.HasSuffix(preamble, proto.ReadyBanner) {
+			_, _ = io.Copy(io.Discard, conn) // stay silent
+			return
+		}
+		_, chans, reqs, err := ssh.NewServerConn(conn, f.cfg)
+		if err != nil {
+			return
+		}
+		go f.global(reqs)
+		for nc := range chans {
+			ch, creqs, err := nc.Accept()
+			if err != nil {
+				continue
+			}
+			go f.session(ch, creqs)
+		}
+	}()
+	conn, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return conn
+}
+
+func (f *fakeGuest) global(reqs <-chan *ssh.Request) {
+	for r := range reqs {
+		if r.Type == proto.RequestPoweroff {
+			_ = r.Reply(false, nil) // this guest refuses
+			continue
+		}
+		_ = r.Reply(false, nil)
+	}
+}
+
+func (f *fakeGuest) session(ch ssh.Channel, reqs <-chan *ssh.Request) {
+	defer ch.Close()
+	for r := range reqs {
+		if r.Type != "exec" {
+			_ = r.Reply(true, nil)
+			continue
+		}
+		var e struct{ Command string }
+		_ = ssh.Unmarshal(r.Payload, &e)
+		_ = r.Reply(true, nil)
+		switch e.Command {
+		case "core":
+			_, _ = ch.SendRequest("exit-signal", false, ssh.Marshal(struct {
+				Signal     string
+				CoreDumped bool
+				Msg, Lang  string
+			}{"SEGV", true, "core dumped", ""}))
+		case "no status":
+		case "garbage status":
+			_, _ = ch.SendRequest("exit-status", false, []byte{1})
+		case "huge status":
+			_, _ = ch.SendRequest("exit-status", false, ssh.Marshal(struct{ Status uint32 }{1 << 31}))
+		case "weird signal":
+			_, _ = ch.SendRequest("exit-signal", false, ssh.Marshal(struct {
+				Signal     string
+				CoreDumped bool
+				Msg, Lang  string
+			}{"\x1b[31mNOPE", false, "", ""}))
+		}
+		return
+	}
+}
+
+func TestDial(t *testing.T) {
+	f := newFakeGuest(t)
+	tests := []struct {
+		name     string
+		preamble string
+		timeout  time.Duration
+		wantErr  string
+	}{
+		{name: "banner", preamble: proto.ReadyBanner},
+		{name: "console noise before the banner", preamble: "[    1.234] random: crng init done\r\n" + proto.ReadyBanner},
+		{name: "no banner within 4 KiB", preamble: strings.Repeat("x", 8192), wantErr: "did not announce itself"},
+		{name: "silent guest", preamble: "", timeout: 200 * time.Millisecond, wantErr: context.DeadlineExceeded.Error()},
+		{name: "half a banner, then silence", preamble: proto.ReadyBanner[:5], timeout: 200 * time.Millisecond, wantErr: context.DeadlineExceeded.Error()},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ctx := t.Context()
+			if tt.timeout > 0 {
+				var cancel context.CancelFunc
+				ctx, cancel = context.WithTimeout(ctx, tt.timeout)
+				defer cancel()
+			}
+			c, err := Dial(ctx, f.serve(t, tt.preamble), f.keys.ClientConfig())
+			if c != nil {
+				c.Close()
+			}
+			switch {
+			case tt.wantErr == "" && err != nil:
+				t.Errorf("Dial: %v", err)
+			case tt.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tt.wantErr)):
+				t.Errorf("Dial: got %v, want an error containing %q", err, tt.wantErr)
+			}
+		})
+	}
+}
+
+// TestUntrustedStatus checks what a guest sends as a status is parsed
+// defensively.
+func TestUntrustedStatus(t *testing.T) {
+	f := newFakeGuest(t)
+	c, err := Dial(t.Context(), f.serve(t, proto.ReadyBanner), f.keys.ClientConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	tests := []struct {
+		cmd     string
+		want    ExitStatus
+		wantErr bool
+	}{
+		{cmd: "core", want: ExitStatus{Signal: "SEGV", CoreDumped: true}},
+		{cmd: "no status", wantErr: true},
+		{cmd: "garbage status", wantErr: true},
+		{cmd: "huge status", want: ExitStatus{Code: 1 << 31}},
+		{cmd: "weird signal", want: ExitStatus{Signal: "UNKNOWN"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.cmd, func(t *testing.T) {
+			st, err := c.Exec(t.Context(), tt.cmd, ExecOptions{})
+			if (err != nil) != tt.wantErr || st != tt.want {
+				t.Errorf("got %+v, %v; want %+v, error %v", st, err, tt.want, tt.wantErr)
+			}
+			if code := st.ShellCode(); err == nil && tt.want.Signal != "" && (code < 129 || code > 255) {
+				t.Errorf("shell code %d out of range", code)
+			}
+		})
+	}
+	t.Run("refused poweroff", func(t *testing.T) {
+		if err := c.Poweroff(t.Context()); err == nil {
+			t.Errorf("a refused poweroff reported success")
+		}
+	})
+}
+
+func TestExitStatus(t *testing.T) {
+	tests := []struct {
+		st      ExitStatus
+		code    int
+		str     string
+		success bool
+	}{
+		{ExitStatus{}, 0, "exit status 0", true},
+		{ExitStatus{Code: 42}, 42, "exit status 42", false},
+		{ExitStatus{Signal: "KILL"}, 137, "killed by SIGKILL", false},
+		{ExitStatus{Signal: "SEGV", CoreDumped: true}, 139, "killed by SIGSEGV (core dumped)", false},
+		{ExitStatus{Signal: "36@vibedom"}, 164, "killed by SIG36@vibedom", false},
+		{ExitStatus{Signal: "999@vibedom"}, 255, "killed by SIG999@vibedom", false},
+		{ExitStatus{Signal: "NOPE"}, 255, "killed by SIGNOPE", false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.str, func(t *testing.T) {
+			if got := tt.st.ShellCode(); got != tt.code {
+				t.Errorf("ShellCode: got %d, want %d", got, tt.code)
+			}
+			if got := tt.st.String(); got != tt.str {
+				t.Errorf("String: got %q, want %q", got, tt.str)
+			}
+			if got := tt.st.Success(); got != tt.success {
+				t.Errorf("Success: got %v, want %v", got, tt.success)
+			}
+		})
+	}
+}
+
+func TestExitErrorMessage(t *testing.T) {
+	err := error(&ExitError{Status: ExitStatus{Code: 2}, Stderr: []byte("no such file\n")})
+	if got, want := err.Error(), "guest command failed: exit status 2: no such file"; got != want {
+		t.Errorf("got %q, want %q", got, want)
+	}
+	var ee *ExitError
+	if !errors.As(err, &ee) {
+		t.Errorf("errors.As failed")
+	}
+	tb := &tailBuffer{max: 4}
+	_, _ = tb.Write([]byte("abc"))
+	_, _ = tb.Write([]byte("defg"))
+	if string(tb.buf) != "defg" {
+		t.Errorf("tail: got %q", tb.buf)
+	}
+}

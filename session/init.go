@@ -1,0 +1,79 @@
+package session
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+
+	"github.com/vibedom/vibedom/image"
+	"github.com/vibedom/vibedom/keys"
+)
+
+// InitResult reports what Init found and made.
+type InitResult struct {
+	Home          string   `json:"home"`
+	DeployKey     string   `json:"deploy_key"`      // authorized_keys line
+	DeployKeyPath string   `json:"deploy_key_path"` // private key file
+	DeployKeyNew  bool     `json:"deploy_key_created"`
+	CAFingerprint string   `json:"ca_fingerprint"`
+	CACert        string   `json:"ca_cert_path"`
+	TrustedFile   string   `json:"trusted_domains_path"`
+	Driver        string   `json:"driver"`
+	Problems      []string `json:"problems,omitempty"` // what still stops `vibedom run`, with the fix
+}
+
+const trustedTemplate = `# vibedom egress allowlist: one rule a line.
+#   example.com          this name, ports 443 and 80
+#   *.example.com        any name below example.com (not example.com itself)
+#   example.com:22       this name, port 22 only
+#   !bad.example.com     deny (beats every allow)
+# The agent APIs (api.anthropic.com, api.openai.com) are allowed by default.
+# A workspace can add rules in <workspace>/.vibedom/trusted_domains.txt;
+# one run can add some with --allow.
+`
+
+// Init prepares h for sessions: the folders, the MITM CA, the deploy key and
+// an allowlist file to edit. It is idempotent and never replaces a key. It
+// also checks the hypervisor and the guest image, reporting what is missing
+// rather than failing.
+func Init(ctx context.Context, h Home) (*InitResult, error) {
+	if err := ensureDir(string(h)); err != nil {
+		return nil, err
+	}
+	for _, d := range []string{h.Sessions(), h.Logs(), h.Keys()} {
+		if err := ensureDir(d); err != nil {
+			return nil, err
+		}
+	}
+	r := &InitResult{Home: string(h), TrustedFile: h.TrustedDomains()}
+	ca, err := keys.EnsureCA(h.CA())
+	if err != nil {
+		return nil, fmt.Errorf("make the MITM CA: %w", err)
+	}
+	r.CAFingerprint = ca.Fingerprint()
+	r.CACert = h.CA() + "/" + keys.CACertFile
+	dk, created, err := keys.EnsureDeployKey(h.Keys())
+	if err != nil {
+		return nil, fmt.Errorf("make the deploy key: %w", err)
+	}
+	r.DeployKey, r.DeployKeyPath, r.DeployKeyNew = dk.AuthorizedKey(), dk.Path(), created
+	if _, err := os.Stat(r.TrustedFile); errors.Is(err, os.ErrNotExist) {
+		if err := os.WriteFile(r.TrustedFile, []byte(trustedTemplate), 0o600); err != nil {
+			return nil, fmt.Errorf("write %s: %w", r.TrustedFile, err)
+		}
+	}
+	d, err := DefaultDriver(h)
+	if err != nil {
+		r.Problems = append(r.Problems, err.Error())
+		return r, nil
+	}
+	r.Driver = d.Name()
+	if err := d.Available(ctx, HostArch()); err != nil {
+		r.Problems = append(r.Problems, err.Error())
+	}
+	if _, err := image.LocateAssets(HostArch()); err != nil {
+		r.Problems = append(r.Problems, err.Error())
+	}
+	return r, nil
+}
