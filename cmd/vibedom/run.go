@@ -91,9 +91,10 @@ func runAction(ctx context.Context, c *cli.Command) error {
 	if c.Bool("quiet") {
 		o.Progress = nil
 	}
-	if len(command) == 0 {
-		o.Terminal = session.NewTerminal(os.Stdin, os.Stdout)
-	}
+	// On a terminal the review prompt asks at the end even when a command
+	// ran (without a TTY of its own); the terminal hosts the shell only
+	// when there is no command.
+	o.Terminal = session.NewTerminal(os.Stdin, os.Stdout)
 	o.Review.Color = o.Terminal != nil && os.Getenv("NO_COLOR") == ""
 	res, err := session.Run(ctx, o)
 	if err != nil {
