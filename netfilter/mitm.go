@@ -153,7 +153,7 @@ func NewGoEngine(cfg EngineConfig) (*GoEngine, error) {
 	}
 	e.dial = cfg.Dial
 	if e.dial == nil {
-		e.dial = defaultDial
+		e.dial = DefaultDial
 	}
 	e.transport = &http.Transport{
 		Proxy:                 nil, // never the host's HTTP(S)_PROXY
@@ -212,9 +212,10 @@ var (
 	plainDialer = &net.Dialer{Timeout: 15 * time.Second, KeepAlive: 30 * time.Second}
 )
 
-// defaultDial connects to IP literals as named (a rule named them) and to
-// names only when they resolve to addresses blockedUpstream allows.
-func defaultDial(ctx context.Context, network, addr string) (net.Conn, error) {
+// DefaultDial is the engine's dialer when none is configured. It connects
+// to IP literals as named (a rule named them) and to names only when they
+// resolve to addresses blockedUpstream allows.
+func DefaultDial(ctx context.Context, network, addr string) (net.Conn, error) {
 	host, _, err := net.SplitHostPort(addr)
 	if err != nil {
 		return nil, err

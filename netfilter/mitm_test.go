@@ -716,10 +716,10 @@ func TestDefaultDialRefusesLocalForNames(t *testing.T) {
 		}
 	}()
 	_, port, _ := net.SplitHostPort(ln.Addr().String())
-	if _, err := defaultDial(t.Context(), "tcp", "localhost:"+port); !errors.Is(err, ErrUpstreamAddress) {
+	if _, err := DefaultDial(t.Context(), "tcp", "localhost:"+port); !errors.Is(err, ErrUpstreamAddress) {
 		t.Errorf("dial localhost: got %v, want ErrUpstreamAddress", err)
 	}
-	c, err := defaultDial(t.Context(), "tcp", "127.0.0.1:"+port)
+	c, err := DefaultDial(t.Context(), "tcp", "127.0.0.1:"+port)
 	if err != nil {
 		t.Errorf("dial the IP literal a rule names: %v", err)
 	} else {

@@ -3,6 +3,7 @@ package session
 import (
 	"context"
 	"crypto/x509"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"net"
@@ -23,8 +24,13 @@ type EgressOptions struct {
 	Allow []string
 	// Filter rewrites outgoing requests (the DLP); nil changes nothing.
 	Filter netfilter.RequestFilter
+	// Resolve maps allowed names to the addresses the proxy connects to
+	// (--resolve); CAFiles are PEM files of extra roots trusted for
+	// upstreams (--ca-file), on top of the system's.
+	Resolve []netfilter.Resolve
+	CAFiles []string
 	// Dial, ExtraRoots and Resolver replace how the proxy reaches
-	// upstreams; tests map names to loopback servers with them.
+	// upstreams (Resolve wraps them).
 	Dial       netfilter.DialFunc
 	ExtraRoots []*x509.Certificate
 	Resolver   netfilter.Resolver
@@ -71,18 +77,30 @@ func (s *sess) setupEgress(ctx context.Context) error {
 	}
 	e := &egress{policy: policy, events: events, caPEM: ca.CertPEM(), mac: guestMAC}
 	s.cleanup.add("close network log", events.Close)
+	roots := append([]*x509.Certificate{}, eo.ExtraRoots...)
+	for _, f := range eo.CAFiles {
+		certs, err := readCerts(f)
+		if err != nil {
+			return err
+		}
+		roots = append(roots, certs...)
+	}
+	dial, resolver := eo.Dial, eo.Resolver
+	if len(eo.Resolve) > 0 {
+		dial = netfilter.ResolveDial(eo.Resolve, dial)
+		resolver = netfilter.ResolveResolver(eo.Resolve, resolver)
+	}
+	if resolver == nil {
+		resolver = netfilter.SystemResolver{}
+	}
 	e.engine, err = netfilter.NewGoEngine(netfilter.EngineConfig{
 		CA: ca, Policy: policy, Filter: eo.Filter, Events: events, Logger: s.log.With("part", "proxy"),
-		Dial: eo.Dial, ExtraRoots: eo.ExtraRoots,
+		Dial: dial, ExtraRoots: roots,
 	})
 	if err != nil {
 		return err
 	}
 	mac, _ := net.ParseMAC(guestMAC)
-	resolver := eo.Resolver
-	if resolver == nil {
-		resolver = netfilter.SystemResolver{}
-	}
 	e.stack, err = netfilter.NewStack(netfilter.StackConfig{GuestMAC: mac, Resolver: resolver}, e.engine, policy, events, s.log.With("part", "network"))
 	if err != nil {
 		return err
@@ -122,4 +140,32 @@ func ignoreClosed(errs []error) []error {
 		}
 	}
 	return out
+}
+
+// readCerts reads the PEM certificates of a --ca-file.
+func readCerts(path string) ([]*x509.Certificate, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("--ca-file: %w", err)
+	}
+	var certs []*x509.Certificate
+	for {
+		var b *pem.Block
+		b, data = pem.Decode(data)
+		if b == nil {
+			break
+		}
+		if b.Type != "CERTIFICATE" {
+			continue
+		}
+		c, err := x509.ParseCertificate(b.Bytes)
+		if err != nil {
+			return nil, fmt.Errorf("--ca-file %s: %w", path, err)
+		}
+		certs = append(certs, c)
+	}
+	if len(certs) == 0 {
+		return nil, fmt.Errorf("--ca-file %s: no PEM certificate in it", path)
+	}
+	return certs, nil
 }

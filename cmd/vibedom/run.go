@@ -10,6 +10,7 @@ import (
 
 	"github.com/urfave/cli/v3"
 
+	"github.com/vibedom/vibedom/netfilter"
 	"github.com/vibedom/vibedom/preflight"
 	"github.com/vibedom/vibedom/session"
 	"github.com/vibedom/vibedom/vm"
@@ -32,6 +33,8 @@ what to apply (without a terminal nothing is applied unless --apply).`,
 			&cli.BoolFlag{Name: "shell", Usage: "attach an interactive shell (the default without a command)"},
 			&cli.StringSliceFlag{Name: "allow", Usage: "also allow this egress rule for this session (repeatable), e.g. --allow registry.npmjs.org"},
 			&cli.BoolFlag{Name: "no-network", Usage: "give the VM no network interface at all"},
+			&cli.StringSliceFlag{Name: "resolve", Usage: "connect to this address for an allowed name, like curl's --resolve (repeatable): NAME:PORT:ADDRESS[:PORT]"},
+			&cli.StringSliceFlag{Name: "ca-file", Usage: "also trust the CA certificates in this PEM file for upstream TLS (repeatable)"},
 			&cli.BoolFlag{Name: "apply", Usage: "apply every change at the end without asking"},
 			&cli.BoolFlag{Name: "no-review", Usage: "do not collect the agent's changes at the end"},
 			&cli.StringFlag{Name: "arch", Usage: "guest architecture: amd64 or arm64 (default: the host's)"},
@@ -61,6 +64,19 @@ func runAction(ctx context.Context, c *cli.Command) error {
 	if c.Int("cpus") < 1 || c.Int("cpus") > 64 {
 		return fmt.Errorf("--cpus must be between 1 and 64, got %d", c.Int("cpus"))
 	}
+	var resolves []netfilter.Resolve
+	for _, spec := range c.StringSlice("resolve") {
+		r, err := netfilter.ParseResolve(spec)
+		if err != nil {
+			return err
+		}
+		resolves = append(resolves, r)
+	}
+	for _, f := range c.StringSlice("ca-file") {
+		if _, err := os.Stat(f); err != nil {
+			return fmt.Errorf("--ca-file: %w", err)
+		}
+	}
 	mode, err := preflight.ParseMode(c.String("preflight"))
 	if err != nil {
 		return fmt.Errorf("--preflight: %w", err)
@@ -81,7 +97,8 @@ func runAction(ctx context.Context, c *cli.Command) error {
 		Stdout:    os.Stdout,
 		Stderr:    os.Stderr,
 		Progress:  os.Stderr,
-		Egress:    session.EgressOptions{Disabled: c.Bool("no-network"), Allow: c.StringSlice("allow")},
+		Egress: session.EgressOptions{Disabled: c.Bool("no-network"), Allow: c.StringSlice("allow"),
+			Resolve: resolves, CAFiles: c.StringSlice("ca-file")},
 		Preflight: session.PreflightOptions{Mode: mode},
 		Review:    session.ReviewOptions{ApplyAll: c.Bool("apply"), Skip: c.Bool("no-review")},
 	}

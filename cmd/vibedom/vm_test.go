@@ -164,6 +164,10 @@ func TestRunBadInput(t *testing.T) {
 		{"no qemu", []string{"VIBEDOM_QEMU_X86_64=/nonexistent/qemu", "VIBEDOM_QEMU_AARCH64=/nonexistent/qemu"}, []string{"run", dir, "--", "true"}, "nonexistent"},
 		{"no kernel", []string{"VIBEDOM_ASSETS=" + empty}, []string{"run", dir, "--", "true"}, "fetch-assets.sh"},
 		{"no command without a terminal", nil, []string{"run", dir, "--no-network"}, "not a terminal"},
+		{"bad resolve", nil, []string{"run", dir, "--resolve", "example.com:443", "--", "true"}, "NAME:PORT:ADDRESS"},
+		{"bad resolve address", nil, []string{"run", dir, "--resolve", "example.com:443:nowhere", "--", "true"}, "bad address"},
+		{"missing ca file", nil, []string{"run", dir, "--ca-file", filepath.Join(dir, "nope.pem"), "--", "true"}, "--ca-file"},
+		{"bad preflight", nil, []string{"run", dir, "--preflight", "sometimes", "--", "true"}, "--preflight"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

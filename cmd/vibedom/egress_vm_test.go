@@ -1,0 +1,201 @@
+package main
+
+import (
+	"encoding/pem"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+)
+
+// TestEgressVM drives the egress boundary the way an agent running as root
+// would: a probe inside the guest tries the allowed way out and every other
+// way, then flushes what it can of the guest's network set-up (routes,
+// resolv.conf, iptables where it exists) and tries again. The host's
+// allowlist must hold both times, and each refusal must be in alerts.jsonl.
+func TestEgressVM(t *testing.T) {
+	requireVM(t)
+	c := newCLI(t)
+	ws := sampleWorkspace(t)
+
+	// The "internet": loopback servers with their own CA, reached through
+	// --resolve for example.com (which the allowlist names).
+	upstream := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, "upstream saw host=%s path=%s", r.Host, r.URL.Path)
+	})
+	tlsSrv := httptest.NewTLSServer(upstream)
+	defer tlsSrv.Close()
+	plainSrv := httptest.NewServer(upstream)
+	defer plainSrv.Close()
+	caFile := filepath.Join(t.TempDir(), "upstream-ca.pem")
+	os.WriteFile(caFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: tlsSrv.Certificate().Raw}), 0o644)
+
+	probe := filepath.Join(ws, "probe")
+	build := exec.Command("go", "build", "-o", probe, "./testdata/egressprobe")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH="+runtime.GOARCH)
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build the probe: %v\n%s", err, out)
+	}
+
+	probes := []string{
+		"https:https://example.com/allowed",
+		"proxy:https://example.com/via-proxy",
+		"resolve:example.com",
+		"resolve:denied.example.net",
+		"tcp:93.184.216.34:443",
+		"tcp:$gw:22",
+		"tcp:$gw:8080",
+		"tcp:10.0.0.1:80",
+		"tcp:192.168.1.1:443",
+		"tcp:1.1.1.1:443",
+		"udp:8.8.8.8:53",
+		"udp:1.1.1.1:53",
+		"icmp:1.1.1.1",
+		"icmp:10.0.0.1",
+		"sni:example.com:443:denied.example.net",
+		"host:http://example.com/spoof:denied.example.net",
+	}
+	script := `set -u
+P=/mnt/workspace/probe
+gw=$(ip route | awk '/^default/ {print $3; exit}')
+all() { $P ` + strings.Join(probes, " ") + `; }
+echo "ROUND 1 gw=$gw"; all
+# What root would try: flush the firewall, route around the gateway,
+# point DNS elsewhere.
+iptables -F 2>/dev/null; iptables -P OUTPUT ACCEPT 2>/dev/null
+ip route add 0.0.0.0/1 via "$gw" 2>/dev/null; ip route add 128.0.0.0/1 via "$gw" 2>/dev/null
+ip route add 8.8.8.8/32 dev eth0 2>/dev/null
+echo "nameserver 8.8.8.8" > /etc/resolv.conf
+echo "ROUND 2"; all
+`
+	_, tlsPort, _ := strings.Cut(strings.TrimPrefix(tlsSrv.URL, "https://"), ":")
+	_, plainPort, _ := strings.Cut(strings.TrimPrefix(plainSrv.URL, "http://"), ":")
+	stdout, stderr, code := c.run(t, "", "run", ws, "--preflight=off", "--no-review",
+		"--allow", "example.com",
+		"--resolve", "example.com:443:127.0.0.1:"+tlsPort,
+		"--resolve", "example.com:80:127.0.0.1:"+plainPort,
+		"--ca-file", caFile,
+		"--", "sh", "-c", script)
+	if code != 0 {
+		t.Fatalf("run: exit %d\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
+	}
+	t.Logf("guest:\n%s", stdout)
+
+	rounds := strings.Split(stdout, "ROUND 2")
+	if len(rounds) != 2 || !strings.Contains(rounds[0], "ROUND 1 gw=") || strings.Contains(rounds[0], "gw= ") {
+		t.Fatalf("the probe script did not run both rounds:\n%s", stdout)
+	}
+	for i, round := range rounds {
+		res := map[string]string{}
+		for _, line := range strings.Split(round, "\n") {
+			if k, v, ok := strings.Cut(line, " "); ok {
+				for _, p := range probes {
+					if strings.ReplaceAll(p, "$gw", "") == strings.Join(strings.Split(k, gwOf(stdout)), "") {
+						res[p] = v
+					}
+				}
+			}
+		}
+		check := func(p string, ok func(string) bool, want string) {
+			t.Helper()
+			got, found := res[p]
+			if !found {
+				t.Errorf("round %d: no result for %s", i+1, p)
+			} else if !ok(got) {
+				t.Errorf("round %d: %s: got %q, want %s", i+1, p, got, want)
+			}
+		}
+		has := func(s ...string) func(string) bool {
+			return func(got string) bool {
+				for _, x := range s {
+					if strings.Contains(got, x) {
+						return true
+					}
+				}
+				return false
+			}
+		}
+		refused := func(got string) bool { return strings.HasPrefix(got, "ERR ") }
+		// Round 1 uses the network as set up. In round 2 resolv.conf
+		// points at 8.8.8.8, which nothing reaches: the transparent path
+		// loses its DNS (nothing answers, nothing leaks) while the proxy
+		// still works; nowhere does an outside answer come back.
+		for _, p := range []string{"https:https://example.com/allowed", "proxy:https://example.com/via-proxy"} {
+			if i == 1 && strings.HasPrefix(p, "https:") {
+				check(p, func(got string) bool { return refused(got) || strings.Contains(got, `root="vibedom`) }, "no answer but the MITM's")
+				continue
+			}
+			path := p[strings.LastIndex(p, "/"):]
+			check(p, has(`HTTP 200 root="vibedom`), "200 through the MITM (chain ending at the vibedom CA)")
+			check(p, has("upstream saw host=example.com path="+path), "the upstream's answer")
+		}
+		if i == 0 {
+			check("resolve:example.com", has("ADDRS 198.18."), "a synthetic address")
+			check("resolve:denied.example.net", has("no such host"), "NXDOMAIN")
+		} else {
+			check("resolve:example.com", refused, "no DNS answer from 8.8.8.8")
+			check("resolve:denied.example.net", refused, "no DNS answer from 8.8.8.8")
+		}
+		for _, p := range []string{"tcp:93.184.216.34:443", "tcp:$gw:22", "tcp:$gw:8080", "tcp:10.0.0.1:80", "tcp:192.168.1.1:443", "tcp:1.1.1.1:443"} {
+			check(p, refused, "the connect refused")
+		}
+		// (Echo requests to the gateway itself are answered by vibedom's
+		// own network stack, for diagnostics; nothing leaves the host.)
+		for _, p := range []string{"udp:8.8.8.8:53", "udp:1.1.1.1:53", "icmp:1.1.1.1", "icmp:10.0.0.1"} {
+			check(p, func(got string) bool { return !strings.HasPrefix(got, "REPLY") }, "no answer")
+		}
+		check("sni:example.com:443:denied.example.net", func(got string) bool {
+			return refused(got) || !strings.Contains(got, "upstream saw")
+		}, "the TLS session refused")
+		check("host:http://example.com/spoof:denied.example.net", func(got string) bool {
+			return refused(got) || (!strings.Contains(got, "upstream saw") && !strings.HasPrefix(got, "HTTP 2"))
+		}, "the request refused")
+	}
+
+	// Every refusal is an alert the user can read.
+	alerts := readSessionFile(t, c, "alerts.jsonl")
+	for _, want := range []string{`"denied.example.net`, `"93.184.216.34`, `"10.0.0.1`, `"192.168.1.1`, `"1.1.1.1`, `"8.8.8.8`, "spoof"} {
+		if !strings.Contains(alerts, want) {
+			t.Errorf("alerts.jsonl has no entry for %s", want)
+		}
+	}
+	if t.Failed() {
+		t.Logf("alerts.jsonl:\n%s", alerts)
+	}
+	c.assertNothingLeft(t)
+}
+
+// gwOf returns the gateway address the probe script printed.
+func gwOf(stdout string) string {
+	_, after, ok := strings.Cut(stdout, "ROUND 1 gw=")
+	if !ok {
+		return "\x00"
+	}
+	gw, _, _ := strings.Cut(after, "\n")
+	if gw == "" {
+		return "\x00"
+	}
+	return gw
+}
+
+// readSessionFile returns a file of the only session's log folder.
+func readSessionFile(t *testing.T, c *cliRun, name string) string {
+	t.Helper()
+	matches, _ := filepath.Glob(filepath.Join(c.home, "logs", "*", name))
+	if len(matches) != 1 {
+		t.Fatalf("want one session log folder with %s, found %v", name, matches)
+	}
+	f, err := os.Open(matches[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	b, _ := io.ReadAll(f)
+	return string(b)
+}

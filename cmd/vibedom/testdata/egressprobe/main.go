@@ -1,0 +1,152 @@
+// Command egressprobe runs inside a vibedom guest (as root) and tries the
+// ways out of the VM the egress tests check. Each argument is one probe;
+// each prints one line "PROBE RESULT detail". It never decides what is
+// right: the host-side test does.
+//
+//	https:URL           GET through the transparent path (no proxy variables)
+//	proxy:URL           GET through $HTTPS_PROXY / $HTTP_PROXY
+//	resolve:NAME        DNS lookup
+//	tcp:HOST:PORT       TCP connect
+//	udp:HOST:PORT       a DNS query over UDP; does anything answer?
+//	icmp:IP             an ICMP echo; does anything answer?
+//	sni:NAME:PORT:SNI   TLS to NAME's address with another SNI
+//	host:URL:HOST       plain HTTP GET of URL with another Host header
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"strings"
+	"time"
+)
+
+func main() {
+	for _, a := range os.Args[1:] {
+		kind, arg, _ := strings.Cut(a, ":")
+		res, detail := probe(kind, arg)
+		fmt.Printf("%s %s %s\n", a, res, strings.ReplaceAll(detail, "\n", " "))
+	}
+}
+
+func probe(kind, arg string) (string, string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Second)
+	defer cancel()
+	switch kind {
+	case "https", "proxy":
+		tr := &http.Transport{Proxy: nil}
+		if kind == "proxy" {
+			tr.Proxy = http.ProxyFromEnvironment
+		}
+		req, _ := http.NewRequestWithContext(ctx, "GET", arg, nil)
+		resp, err := (&http.Client{Transport: tr}).Do(req)
+		if err != nil {
+			return "ERR", err.Error()
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+		issuer := ""
+		if resp.TLS != nil && len(resp.TLS.VerifiedChains) > 0 {
+			ch := resp.TLS.VerifiedChains[0]
+			issuer = ch[len(ch)-1].Subject.CommonName
+		}
+		return "HTTP", fmt.Sprintf("%d root=%q body=%q", resp.StatusCode, issuer, body)
+	case "resolve":
+		addrs, err := net.DefaultResolver.LookupHost(ctx, arg)
+		if err != nil {
+			return "ERR", err.Error()
+		}
+		return "ADDRS", strings.Join(addrs, ",")
+	case "tcp":
+		c, err := (&net.Dialer{Timeout: 4 * time.Second}).DialContext(ctx, "tcp", arg)
+		if err != nil {
+			return "ERR", err.Error()
+		}
+		defer c.Close()
+		// A connect the stack accepted but the far end never answers is
+		// not a way out: send something and see whether anything returns.
+		c.SetDeadline(time.Now().Add(3 * time.Second))
+		fmt.Fprintf(c, "GET / HTTP/1.0\r\nHost: x\r\n\r\n")
+		b := make([]byte, 64)
+		n, err := c.Read(b)
+		if n > 0 {
+			return "DATA", fmt.Sprintf("%q", b[:n])
+		}
+		return "CONNECTED", fmt.Sprint(err)
+	case "udp":
+		c, err := net.Dial("udp", arg)
+		if err != nil {
+			return "ERR", err.Error()
+		}
+		defer c.Close()
+		// A DNS query for example.com, type A.
+		q := []byte{0x12, 0x34, 1, 0, 0, 1, 0, 0, 0, 0, 0, 0, 7, 'e', 'x', 'a', 'm', 'p', 'l', 'e', 3, 'c', 'o', 'm', 0, 0, 1, 0, 1}
+		c.Write(q)
+		c.SetReadDeadline(time.Now().Add(3 * time.Second))
+		b := make([]byte, 512)
+		n, err := c.Read(b)
+		if n > 0 {
+			return "REPLY", fmt.Sprintf("%d bytes", n)
+		}
+		return "NOTHING", fmt.Sprint(err)
+	case "icmp":
+		c, err := net.Dial("ip4:icmp", arg)
+		if err != nil {
+			return "ERR", err.Error()
+		}
+		defer c.Close()
+		msg := []byte{8, 0, 0, 0, 0x42, 0x42, 0, 1, 'v', 'd'}
+		sum := uint32(0)
+		for i := 0; i+1 < len(msg); i += 2 {
+			sum += uint32(msg[i])<<8 | uint32(msg[i+1])
+		}
+		sum = (sum >> 16) + (sum & 0xffff)
+		sum += sum >> 16
+		cs := ^uint16(sum)
+		msg[2], msg[3] = byte(cs>>8), byte(cs)
+		c.Write(msg)
+		c.SetReadDeadline(time.Now().Add(3 * time.Second))
+		b := make([]byte, 512)
+		n, err := c.Read(b)
+		if n > 0 {
+			return "REPLY", fmt.Sprintf("%d bytes", n)
+		}
+		return "NOTHING", fmt.Sprint(err)
+	case "sni":
+		parts := strings.Split(arg, ":")
+		if len(parts) != 3 {
+			return "ERR", "want sni:NAME:PORT:SNI"
+		}
+		d := &tls.Dialer{NetDialer: &net.Dialer{Timeout: 4 * time.Second}, Config: &tls.Config{ServerName: parts[2], InsecureSkipVerify: true}}
+		c, err := d.DialContext(ctx, "tcp", net.JoinHostPort(parts[0], parts[1]))
+		if err != nil {
+			return "ERR", err.Error()
+		}
+		defer c.Close()
+		c.SetDeadline(time.Now().Add(3 * time.Second))
+		fmt.Fprintf(c, "GET / HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n\r\n", parts[2])
+		b, _ := io.ReadAll(io.LimitReader(c, 256))
+		return "TLS", fmt.Sprintf("%q", b)
+	case "host":
+		i := strings.LastIndex(arg, ":")
+		u, host := arg[:i], arg[i+1:]
+		if _, err := url.Parse(u); err != nil {
+			return "ERR", err.Error()
+		}
+		req, _ := http.NewRequestWithContext(ctx, "GET", u, nil)
+		req.Host = host
+		resp, err := (&http.Client{Transport: &http.Transport{Proxy: nil}}).Do(req)
+		if err != nil {
+			return "ERR", err.Error()
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(io.LimitReader(resp.Body, 256))
+		return "HTTP", fmt.Sprintf("%d body=%q", resp.StatusCode, body)
+	}
+	return "ERR", "unknown probe " + kind
+}

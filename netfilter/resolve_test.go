@@ -1,0 +1,90 @@
+package netfilter
+
+import (
+	"context"
+	"net"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+func TestParseResolve(t *testing.T) {
+	for _, tc := range []struct{ spec, want, err string }{
+		{"api.example.com:443:127.0.0.1:8443", "api.example.com 443 127.0.0.1:8443", ""},
+		{"API.Example.COM.:443:10.0.0.5", "api.example.com 443 10.0.0.5:443", ""},
+		{"example.com:443:[::1]:8443", "example.com 443 [::1]:8443", ""},
+		{"example.com:443:::1", "example.com 443 [::1]:443", ""},
+		{"example.com", "", "no port"},
+		{"example.com:443", "", "no address"},
+		{"example.com:0:127.0.0.1", "", "bad port"},
+		{"example.com:99999:127.0.0.1", "", "bad port"},
+		{"example.com:443:not-an-ip", "", "bad address"},
+		{"exa mple.com:443:127.0.0.1", "", "--resolve"},
+		{"example.com:443:127.0.0.1:0", "", "bad upstream port"},
+	} {
+		r, err := ParseResolve(tc.spec)
+		if tc.err != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.err) {
+				t.Errorf("%q: err %v, want %q", tc.spec, err, tc.err)
+			}
+			continue
+		}
+		if err != nil {
+			t.Errorf("%q: %v", tc.spec, err)
+			continue
+		}
+		if got := r.Name + " " + itoa(int(r.Port)) + " " + r.Addr.String(); got != tc.want {
+			t.Errorf("%q: got %q, want %q", tc.spec, got, tc.want)
+		}
+	}
+}
+
+func itoa(n int) string { return strconv.Itoa(n) }
+
+// TestResolveDial checks a mapped name and port reach the mapped loopback
+// address, and that everything else still goes through the guarded dialer
+// (which refuses names leading to loopback).
+func TestResolveDial(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			c.Write([]byte("hi"))
+			c.Close()
+		}
+	}()
+	r, err := ParseResolve("svc.example.com:443:" + ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	dial := ResolveDial([]Resolve{r}, nil)
+	c, err := dial(context.Background(), "tcp", "SVC.example.com:443")
+	if err != nil {
+		t.Fatalf("mapped dial: %v", err)
+	}
+	c.Close()
+	if _, err := dial(context.Background(), "tcp", "svc.example.com:80"); err == nil {
+		t.Errorf("an unmapped port of a mapped name was dialled")
+	}
+	if _, err := dial(context.Background(), "tcp", "localhost:"+itoa(ln.Addr().(*net.TCPAddr).Port)); err == nil {
+		t.Errorf("an unmapped name leading to loopback was dialled")
+	}
+	res := ResolveResolver([]Resolve{r}, existsNone{})
+	if ok, _ := res.Exists(context.Background(), "svc.example.com"); !ok {
+		t.Errorf("a mapped name does not exist")
+	}
+	if ok, _ := res.Exists(context.Background(), "other.example.com"); ok {
+		t.Errorf("an unmapped name was not asked of the next resolver")
+	}
+}
+
+type existsNone struct{}
+
+func (existsNone) Exists(context.Context, string) (bool, error) { return false, nil }
