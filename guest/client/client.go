@@ -86,7 +86,10 @@ func Dial(ctx context.Context, conn net.Conn, cfg *ssh.ClientConfig) (*Client, e
 	}
 	done := make(chan result, 1)
 	go func() {
-		if err := readBanner(conn); err != nil {
+		stopNudge := nudge(conn)
+		err := readBanner(conn)
+		stopNudge()
+		if err != nil {
 			done <- result{err: err}
 			return
 		}
@@ -107,6 +110,33 @@ func Dial(ctx context.Context, conn net.Conn, cfg *ssh.ClientConfig) (*Client, e
 		<-done
 		return nil, fmt.Errorf("SSH handshake with the guest: %w", ctx.Err())
 	}
+}
+
+// nudge writes an empty line to conn every half second until stop is
+// called (stop returns once the writer is done, so nothing interleaves with
+// the SSH version line). On QEMU's virtio-serial port a message from the
+// guest can stay held until the next one from the host passes (see
+// keepalive): the banner is such a message, and the host has nothing else
+// to send before it. The guest's SSH server ignores lines before the
+// client's version line (up to 1024 of them; this sends at most 900).
+func nudge(conn net.Conn) (stop func()) {
+	done, exited := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(exited)
+		t := time.NewTicker(500 * time.Millisecond)
+		defer t.Stop()
+		for i := 0; i < 900; i++ {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+			}
+			if _, err := conn.Write([]byte("\n")); err != nil {
+				return
+			}
+		}
+	}()
+	return func() { close(done); <-exited }
 }
 
 // readBanner reads up to and including proto.ReadyBanner, one byte at a
