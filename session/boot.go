@@ -270,16 +270,8 @@ func (s *sess) boot(ctx context.Context) error {
 	}
 	ready := make(chan dialed, 1)
 	go func() {
-		conn, err := m.DialControl(bctx)
-		if err != nil {
-			ready <- dialed{err: err}
-			return
-		}
 		th := time.Now()
-		c, err := client.Dial(bctx, conn, s.keys.ClientConfig())
-		if err != nil {
-			conn.Close()
-		}
+		c, err := client.Connect(bctx, m.DialControl, s.keys.ClientConfig(), 30*time.Second)
 		ready <- dialed{c: c, handshake: time.Since(th), err: err}
 	}()
 	select {

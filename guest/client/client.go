@@ -574,3 +574,26 @@ func (c *Client) Poweroff(ctx context.Context) error {
 		return fmt.Errorf("ask the guest to power off: %w", ctx.Err())
 	}
 }
+
+// Connect dials the control channel with dial and runs Dial on it, each
+// attempt bounded by attempt. When an attempt times out while ctx is still
+// live it closes that connection and tries again: the guest agent reopens
+// its end when the host goes away, and a fresh connection gets past a
+// control-port stall (see keepalive) that a stuck handshake cannot.
+func Connect(ctx context.Context, dial func(context.Context) (net.Conn, error), cfg *ssh.ClientConfig, attempt time.Duration) (*Client, error) {
+	for {
+		conn, err := dial(ctx)
+		if err != nil {
+			return nil, err
+		}
+		actx, cancel := context.WithTimeout(ctx, attempt)
+		c, err := Dial(actx, conn, cfg)
+		cancel()
+		if err == nil {
+			return c, nil
+		}
+		if ctx.Err() != nil || !errors.Is(err, context.DeadlineExceeded) {
+			return nil, err
+		}
+	}
+}

@@ -143,11 +143,7 @@ func Boot(t testing.TB, h Harness, files map[string]string) *Guest {
 	t.Cleanup(func() { _ = m.Kill() })
 	bctx, cancel := context.WithTimeout(ctx, h.BootTimeout)
 	defer cancel()
-	conn, err := m.DialControl(bctx)
-	if err != nil {
-		t.Fatalf("dial the control channel: %v%s", err, tail(g.Console))
-	}
-	g.Client, err = client.Dial(bctx, conn, k.ClientConfig())
+	g.Client, err = client.Connect(bctx, m.DialControl, k.ClientConfig(), 30*time.Second)
 	if err != nil {
 		t.Fatalf("connect to the guest agent: %v%s", err, tail(g.Console))
 	}
