@@ -68,8 +68,10 @@ func start(ctx context.Context, p *plan, cfg *vm.Config, log *slog.Logger) (*mac
 		m.waitErr = err
 		m.mu.Unlock()
 		m.cleanupSockets()
-		close(m.exited)
+		// The final state before exited closes: whoever Wait releases
+		// must see it.
 		m.setFinal()
+		close(m.exited)
 	}()
 
 	// Connect QMP: the socket appears once QEMU has parsed its options.
