@@ -701,20 +701,7 @@ func TestRedactURL(t *testing.T) {
 }
 
 func TestDefaultDialRefusesLocalForNames(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			c.Close()
-		}
-	}()
+	ln := closingListener(t)
 	_, port, _ := net.SplitHostPort(ln.Addr().String())
 	if _, err := DefaultDial(t.Context(), "tcp", "localhost:"+port); !errors.Is(err, ErrUpstreamAddress) {
 		t.Errorf("dial localhost: got %v, want ErrUpstreamAddress", err)

@@ -45,21 +45,7 @@ func itoa(n int) string { return strconv.Itoa(n) }
 // address, and that everything else still goes through the guarded dialer
 // (which refuses names leading to loopback).
 func TestResolveDial(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			c.Write([]byte("hi"))
-			c.Close()
-		}
-	}()
+	ln := closingListener(t)
 	r, err := ParseResolve("svc.example.com:443:" + ln.Addr().String())
 	if err != nil {
 		t.Fatal(err)
@@ -88,3 +74,24 @@ func TestResolveDial(t *testing.T) {
 type existsNone struct{}
 
 func (existsNone) Exists(context.Context, string) (bool, error) { return false, nil }
+
+// closingListener is a loopback listener, closed when the test ends, that
+// accepts every connection and closes it at once.
+func closingListener(t *testing.T) net.Listener {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+	return ln
+}

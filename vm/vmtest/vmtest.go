@@ -98,7 +98,7 @@ func Boot(t testing.TB, h Harness, files map[string]string) *Guest {
 		t.Fatal(err)
 	}
 	bc := &proto.BootConfig{
-		Version: proto.Version, SessionID: "vmtest", Hostname: "vmtest", Debug: os.Getenv("VIBEDOM_GUEST_DEBUG") != "",
+		Version: proto.Version, SessionID: "vmtest", Hostname: "vmtest",
 		Workspace:      proto.Workspace{Tag: "workspace", FSType: h.ShareFS},
 		Scratch:        proto.Scratch{Device: "/dev/vda"},
 		AuthorizedKeys: []string{k.AuthorizedKey()},

@@ -86,14 +86,7 @@ func probe(kind, arg string) (string, string) {
 		defer c.Close()
 		// A DNS query for example.com, type A.
 		q := []byte{0x12, 0x34, 1, 0, 0, 1, 0, 0, 0, 0, 0, 0, 7, 'e', 'x', 'a', 'm', 'p', 'l', 'e', 3, 'c', 'o', 'm', 0, 0, 1, 0, 1}
-		c.Write(q)
-		c.SetReadDeadline(time.Now().Add(3 * time.Second))
-		b := make([]byte, 512)
-		n, err := c.Read(b)
-		if n > 0 {
-			return "REPLY", fmt.Sprintf("%d bytes", n)
-		}
-		return "NOTHING", fmt.Sprint(err)
+		return sendAwait(c, q)
 	case "icmp":
 		c, err := net.Dial("ip4:icmp", arg)
 		if err != nil {
@@ -109,14 +102,7 @@ func probe(kind, arg string) (string, string) {
 		sum += sum >> 16
 		cs := ^uint16(sum)
 		msg[2], msg[3] = byte(cs>>8), byte(cs)
-		c.Write(msg)
-		c.SetReadDeadline(time.Now().Add(3 * time.Second))
-		b := make([]byte, 512)
-		n, err := c.Read(b)
-		if n > 0 {
-			return "REPLY", fmt.Sprintf("%d bytes", n)
-		}
-		return "NOTHING", fmt.Sprint(err)
+		return sendAwait(c, msg)
 	case "sni":
 		parts := strings.Split(arg, ":")
 		if len(parts) != 3 {
@@ -149,4 +135,19 @@ func probe(kind, arg string) (string, string) {
 		return "HTTP", fmt.Sprintf("%d body=%q", resp.StatusCode, body)
 	}
 	return "ERR", "unknown probe " + kind
+}
+
+// sendAwait sends msg on c and reports whether anything answers within
+// three seconds.
+func sendAwait(c net.Conn, msg []byte) (string, string) {
+	if _, err := c.Write(msg); err != nil {
+		return "ERR", err.Error()
+	}
+	c.SetReadDeadline(time.Now().Add(3 * time.Second))
+	b := make([]byte, 512)
+	n, err := c.Read(b)
+	if n > 0 {
+		return "REPLY", fmt.Sprintf("%d bytes", n)
+	}
+	return "NOTHING", fmt.Sprint(err)
 }
