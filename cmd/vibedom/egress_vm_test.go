@@ -87,19 +87,23 @@ echo "ROUND 2"; all
 	}
 	t.Logf("guest:\n%s", stdout)
 
+	_, after, _ := strings.Cut(stdout, "ROUND 1 gw=")
+	gw, _, _ := strings.Cut(after, "\n")
 	rounds := strings.Split(stdout, "ROUND 2")
-	if len(rounds) != 2 || !strings.Contains(rounds[0], "ROUND 1 gw=") || strings.Contains(rounds[0], "gw= ") {
-		t.Fatalf("the probe script did not run both rounds:\n%s", stdout)
+	if len(rounds) != 2 || gw == "" {
+		t.Fatalf("the probe script did not find the gateway or did not run both rounds:\n%s", stdout)
 	}
 	for i, round := range rounds {
-		res := map[string]string{}
+		lines := map[string]string{}
 		for _, line := range strings.Split(round, "\n") {
 			if k, v, ok := strings.Cut(line, " "); ok {
-				for _, p := range probes {
-					if strings.ReplaceAll(p, "$gw", "") == strings.Join(strings.Split(k, gwOf(stdout)), "") {
-						res[p] = v
-					}
-				}
+				lines[k] = v
+			}
+		}
+		res := map[string]string{} // by probe as written, $gw and all
+		for _, p := range probes {
+			if v, ok := lines[strings.ReplaceAll(p, "$gw", gw)]; ok {
+				res[p] = v
 			}
 		}
 		check := func(p string, ok func(string) bool, want string) {
@@ -169,19 +173,6 @@ echo "ROUND 2"; all
 		t.Logf("alerts.jsonl:\n%s", alerts)
 	}
 	c.assertNothingLeft(t)
-}
-
-// gwOf returns the gateway address the probe script printed.
-func gwOf(stdout string) string {
-	_, after, ok := strings.Cut(stdout, "ROUND 1 gw=")
-	if !ok {
-		return "\x00"
-	}
-	gw, _, _ := strings.Cut(after, "\n")
-	if gw == "" {
-		return "\x00"
-	}
-	return gw
 }
 
 // readSessionFile returns a file of the only session's log folder.
