@@ -112,9 +112,9 @@ func serveVirtioSerial(ctx context.Context, log *slog.Logger, srv *Server, name 
 	}
 	log.Info("serving the control channel", "port", dev)
 	for ctx.Err() == nil {
-		f, err := os.OpenFile(dev, os.O_RDWR|unix.O_NOCTTY, 0)
+		f, err := openPort(ctx, dev)
 		if err != nil {
-			return fmt.Errorf("open control port %s: %w", dev, err)
+			return err
 		}
 		// Wait until the host side is connected (a read on a port whose
 		// host side is closed returns EOF at once), then say we are ready.
@@ -127,6 +127,28 @@ func serveVirtioSerial(ctx context.Context, log *slog.Logger, srv *Server, name 
 		}
 	}
 	return nil
+}
+
+// openPort opens the control port. The driver allows one open at a time
+// and answers EBUSY while the previous one is still being released, so
+// that is retried for a while rather than ending the agent (which would
+// power the VM off).
+func openPort(ctx context.Context, dev string) (*os.File, error) {
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		f, err := os.OpenFile(dev, os.O_RDWR|unix.O_NOCTTY, 0)
+		if err == nil {
+			return f, nil
+		}
+		if !errors.Is(err, unix.EBUSY) || time.Now().After(deadline) {
+			return nil, fmt.Errorf("open control port %s: %w", dev, err)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
 }
 
 // findPort returns the /dev node of the virtio-serial port called name.
@@ -151,19 +173,33 @@ func findPort(name string, wait time.Duration) (string, error) {
 }
 
 // waitHostConnected blocks until the host side of the port is connected:
-// the port then stops reporting POLLHUP.
+// the port then stops reporting POLLHUP. It polls through SyscallConn, not
+// f.Fd(): Fd would switch the file to blocking mode, and a read blocked in
+// the kernel keeps the port open after Close (the next open then fails
+// with EBUSY) and cannot be interrupted.
 func waitHostConnected(ctx context.Context, f *os.File) error {
-	fds := []unix.PollFd{{Fd: int32(f.Fd()), Events: unix.POLLIN}}
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return fmt.Errorf("control port: %w", err)
+	}
 	for ctx.Err() == nil {
-		fds[0].Revents = 0
-		n, err := unix.Poll(fds, 100)
-		if err != nil {
-			if errors.Is(err, unix.EINTR) {
-				continue
-			}
+		var revents int16
+		var perr error
+		n := 0
+		if err := rc.Control(func(fd uintptr) {
+			fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+			n, perr = unix.Poll(fds, 100)
+			revents = fds[0].Revents
+		}); err != nil {
 			return fmt.Errorf("poll control port: %w", err)
 		}
-		if n == 0 || fds[0].Revents&unix.POLLHUP == 0 {
+		if perr != nil {
+			if errors.Is(perr, unix.EINTR) {
+				continue
+			}
+			return fmt.Errorf("poll control port: %w", perr)
+		}
+		if n == 0 || revents&unix.POLLHUP == 0 {
 			return nil
 		}
 		time.Sleep(50 * time.Millisecond) // the host is not connected
