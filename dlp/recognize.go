@@ -1,0 +1,980 @@
+package dlp
+
+import (
+	"bytes"
+	"encoding/base64"
+	"encoding/binary"
+	"slices"
+	"strings"
+)
+
+// match is one finding in a segment's decoded text.
+type match struct {
+	start, end int32
+	cat        Category
+	form       form
+	secret     int32 // index of the known secret, for CatSecret
+}
+
+// Byte classes.
+const (
+	cLower = 1 << iota
+	cUpper
+	cDigit
+	cB64URL // [A-Za-z0-9_-]
+	cLocal  // e-mail local part: [A-Za-z0-9._%+-]
+	cDomain // [A-Za-z0-9-]
+	cBearer // [A-Za-z0-9._~+/=-]
+	cIdent  // [A-Za-z0-9_.-]
+)
+
+var class [256]uint8
+
+func init() {
+	for c := 0; c < 256; c++ {
+		b := byte(c)
+		var v uint8
+		switch {
+		case b >= 'a' && b <= 'z':
+			v = cLower
+		case b >= 'A' && b <= 'Z':
+			v = cUpper
+		case b >= '0' && b <= '9':
+			v = cDigit
+		}
+		alnum := v != 0
+		if alnum || b == '_' || b == '-' {
+			v |= cB64URL
+		}
+		if alnum || strings.IndexByte("._%+-", b) >= 0 {
+			v |= cLocal
+		}
+		if alnum || b == '-' {
+			v |= cDomain
+		}
+		if alnum || strings.IndexByte("._~+/=-", b) >= 0 {
+			v |= cBearer
+		}
+		if alnum || b == '_' || b == '.' || b == '-' {
+			v |= cIdent
+		}
+		class[c] = v
+	}
+}
+
+func isAlnum(c byte) bool { return class[c]&(cLower|cUpper|cDigit) != 0 }
+func isDigit(c byte) bool { return c >= '0' && c <= '9' }
+
+// Longest matches of the recognizers. A segment holds back hold bytes
+// (see segment) so a match that starts before its cut is complete.
+const (
+	maxTokenLen = 1024
+	maxJWTLen   = 8192
+	maxPEMLen   = 16 << 10
+)
+
+// scanner finds matches in one window of a segment. buf[:from] is text
+// already emitted (context only); matches start at or after from.
+type scanner struct {
+	e     *Engine
+	pol   *Policy
+	buf   []byte
+	from  int
+	n     int
+	final bool
+	// hold is the earliest position that may not be emitted yet (an
+	// unfinished PEM block); n when nothing is held.
+	hold int
+	// pemOpen: a PEM block began in an earlier window and has not ended.
+	pemOpen *bool
+	// full: the window is full, so something must be emitted.
+	full bool
+	out  []match
+}
+
+func (s *scanner) add(start, end int, c Category) {
+	if start < s.from || end <= start {
+		return
+	}
+	s.out = append(s.out, match{start: int32(start), end: int32(end), cat: c, secret: -1})
+}
+
+// run scans for the recognizers of the policy's active categories.
+func (s *scanner) run() {
+	if *s.pemOpen {
+		s.continuePEM()
+	}
+	x := s.e.anchors
+	buf := s.buf[:s.n]
+	bm := &x.bitmap
+	// Anchors are looked for in the emitted context too: an anchor may
+	// come before its match (the name of an assignment, "Bearer ", a home
+	// folder), and a match starting at from or later may follow an anchor
+	// before it. Matches starting before from were settled earlier and
+	// are dropped (see add). Sampling every second position covers a key
+	// of every literal.
+	for i := max(0, s.from-lookbehind-1); i+4 <= len(buf); i += 2 {
+		key := binary.LittleEndian.Uint32(buf[i : i+4])
+		h := anchorHash(key)
+		if bm[h>>6]&(1<<(h&63)) == 0 {
+			continue
+		}
+		for _, r := range x.byKey[key] {
+			as := i - r.off
+			if as >= 0 && s.pol.active(anchorCats[r.def.kind]) && matchLit(buf, as, r.def) {
+				s.recognize(r.def.kind, as, as+len(r.def.lit))
+			}
+		}
+	}
+	if s.pol.active(CatEmail) || s.pol.active(CatCredentials) {
+		for i := s.from; i < len(buf); {
+			k := bytes.IndexByte(buf[i:], '@')
+			if k < 0 {
+				break
+			}
+			if s.pol.active(CatEmail) {
+				s.email(i + k)
+			}
+			if s.pol.active(CatCredentials) {
+				s.urlCredentials(i + k)
+			}
+			i += k + 1
+		}
+	}
+	if s.pol.active(CatCreditCard) || s.pol.active(CatInternalIP) {
+		for i := s.from; i < len(buf); i++ {
+			if i+8 <= len(buf) && !hasDigit(binary.LittleEndian.Uint64(buf[i:i+8])) {
+				i += 7
+				continue
+			}
+			if isDigit(buf[i]) {
+				i = s.numeric(i) - 1
+			}
+		}
+	}
+}
+
+// hasDigit reports whether any byte of x is an ASCII digit (the classic
+// "has a byte between m and n" test; bytes with the high bit set never
+// count).
+func hasDigit(x uint64) bool {
+	const ones, highs = 0x0101010101010101, 0x8080808080808080
+	const m, n = '0' - 1, '9' + 1
+	return ((ones*(127+n)-(x&(ones*127)))&^x&((x&(ones*127))+ones*(127-m)))&highs != 0
+}
+
+// recognize checks one anchor at buf[as:ae]. It returns a position to
+// resume scanning at (past a numeric token) or -1.
+func (s *scanner) recognize(k anchorKind, as, ae int) int {
+	buf, n := s.buf, s.n
+	switch k {
+	case akAWS:
+		if !isUpperLit(buf[as:ae]) || !s.boundaryBefore(as, cB64URL) {
+			return -1
+		}
+		if end := runOf(buf, ae, n, cUpper|cDigit, 16); end == ae+16 && !s.classAt(end, cB64URL) {
+			s.add(as, end, CatCloudKey)
+		}
+	case akGCP:
+		if string(buf[as:ae]) != "AIza" || !s.boundaryBefore(as, cB64URL) {
+			return -1
+		}
+		if end := runOf(buf, ae, n, cB64URL, 36); end == ae+35 {
+			s.add(as, end, CatCloudKey)
+		}
+	case akGitHub:
+		s.token(as, ae, cB64URL&^0, 36, maxTokenLen, CatToken, true)
+	case akGitHubPAT:
+		s.token(as, ae, cB64URL, 22, maxTokenLen, CatToken, true)
+	case akGitLab, akSlack, akAnthropic, akOpenAI:
+		s.token(as, ae, cB64URL, 20, maxTokenLen, CatToken, true)
+	case akStripe:
+		s.token(as, ae, cLower|cUpper|cDigit, 16, maxTokenLen, CatToken, true)
+	case akOpenAILegacy:
+		s.openAILegacy(as)
+	case akNPM:
+		s.token(as, ae, cLower|cUpper|cDigit, 36, maxTokenLen, CatToken, true)
+	case akBearer:
+		s.bearer(as, ae)
+	case akBasic:
+		s.basic(as, ae)
+	case akJWT:
+		s.jwt(as + 1)
+	case akPEM:
+		s.pem(as)
+	case akAge:
+		if string(buf[as:ae]) == "AGE-SECRET-KEY-1" {
+			if end := runOf(buf, ae, n, cUpper|cDigit, 59); end == ae+58 {
+				s.add(as, end, CatPrivateKey)
+			}
+		}
+	case akHome:
+		s.homePath(as, ae)
+	case akWinHome:
+		s.winHomePath(as, ae)
+	case akAssign:
+		s.assignment(as, ae)
+	}
+	return -1
+}
+
+func isUpperLit(b []byte) bool {
+	for _, c := range b {
+		if class[c]&(cUpper|cDigit) == 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// runOf returns the end of the run of bytes of class cls starting at i,
+// looking at most limit bytes.
+func runOf(buf []byte, i, n int, cls uint8, limit int) int {
+	end := min(n, i+limit)
+	j := i
+	for j < end && class[buf[j]]&cls != 0 {
+		j++
+	}
+	return j
+}
+
+// boundaryBefore reports whether the byte before i is not of class cls
+// (or there is none).
+func (s *scanner) boundaryBefore(i int, cls uint8) bool {
+	return i == 0 || class[s.buf[i-1]]&cls == 0
+}
+
+// classAt reports whether buf[i] exists and is of class cls.
+func (s *scanner) classAt(i int, cls uint8) bool {
+	return i < s.n && class[s.buf[i]]&cls != 0
+}
+
+// token matches a prefixed token: the literal (lower case, as issued)
+// followed by at least min bytes of cls.
+func (s *scanner) token(as, ae int, cls uint8, minLen, maxLen int, c Category, lowerLit bool) {
+	buf := s.buf
+	for _, ch := range buf[as:ae] {
+		if lowerLit && ch >= 'A' && ch <= 'Z' {
+			return
+		}
+	}
+	if !s.boundaryBefore(as, cB64URL) {
+		return
+	}
+	end := runOf(buf, ae, s.n, cls, maxLen+1)
+	if end-ae < minLen || end-ae > maxLen || s.classAt(end, cB64URL) {
+		return
+	}
+	s.add(as, end, c)
+}
+
+// bearer matches "Bearer <token>" and redacts the token.
+func (s *scanner) bearer(as, ae int) {
+	if !s.boundaryBefore(as, cLower|cUpper|cDigit) {
+		return
+	}
+	end := runOf(s.buf, ae, s.n, cBearer, maxTokenLen+1)
+	if end-ae < 16 || end-ae > maxTokenLen {
+		return
+	}
+	if classCount(s.buf[ae:end]) < 2 {
+		return
+	}
+	s.add(ae, end, CatToken)
+}
+
+// basic matches "Basic <base64 of user:password>" and redacts the
+// credential.
+func (s *scanner) basic(as, ae int) {
+	if !s.boundaryBefore(as, cLower|cUpper|cDigit) {
+		return
+	}
+	buf := s.buf
+	end := ae
+	for end < s.n && end-ae <= 1024 {
+		c := buf[end]
+		if isAlnum(c) || c == '+' || c == '/' || c == '=' {
+			end++
+			continue
+		}
+		break
+	}
+	tok := buf[ae:end]
+	if len(tok) < 8 || len(tok)%4 != 0 || s.classAt(end, cB64URL) {
+		return
+	}
+	dec, err := base64.StdEncoding.DecodeString(string(tok))
+	if err != nil || bytes.IndexByte(dec, ':') < 1 {
+		return
+	}
+	for _, c := range dec {
+		if c < 0x20 || c == 0x7f {
+			return
+		}
+	}
+	s.add(ae, end, CatToken)
+}
+
+// jwt matches header.payload.signature around the payload that starts at
+// p (".eyJ" anchors it: payloads are JSON objects); the header before it
+// must start with eyJ too.
+func (s *scanner) jwt(p int) {
+	buf, n := s.buf, s.n
+	as := p - 1
+	for as > 0 && p-as <= maxJWTLen && class[buf[as-1]]&cB64URL != 0 {
+		as--
+	}
+	if p-1-as < 10 || !bytes.HasPrefix(buf[as:], []byte("eyJ")) || !s.boundaryBefore(as, cB64URL) {
+		return
+	}
+	i := p
+	for part := 1; part < 3; part++ {
+		end := runOf(buf, i, n, cB64URL, maxJWTLen)
+		if end-i < 10 {
+			return
+		}
+		i = end
+		if part == 1 {
+			if i >= n || buf[i] != '.' {
+				return
+			}
+			i++
+		}
+	}
+	if i-as > maxJWTLen || (i < n && buf[i] == '.') {
+		return
+	}
+	s.add(as, i, CatJWT)
+}
+
+// openAILegacy matches sk-<20>T3BlbkFJ<20> around its marker at m.
+func (s *scanner) openAILegacy(m int) {
+	buf, n := s.buf, s.n
+	as := m - 23
+	if as < 0 || string(buf[as:as+3]) != "sk-" || runOf(buf, as+3, m, cAlnum, 20) != m || !s.boundaryBefore(as, cB64URL) {
+		return
+	}
+	end := runOf(buf, m+8, n, cAlnum, 64)
+	if end-(m+8) < 20 || s.classAt(end, cB64URL) {
+		return
+	}
+	s.add(as, end, CatToken)
+}
+
+// pem matches a whole "-----BEGIN … PRIVATE KEY-----" … "-----END …-----"
+// block. A block without its end within maxPEMLen is redacted up to there
+// and stays open: what follows is redacted until its end marker.
+func (s *scanner) pem(as int) {
+	buf, n := s.buf, s.n
+	const begin = "-----BEGIN "
+	if as+len(begin) > n || string(buf[as:as+len(begin)]) != begin {
+		return
+	}
+	hdrEnd := bytes.Index(buf[as+len(begin):min(n, as+len(begin)+64)], []byte("-----"))
+	if hdrEnd < 0 {
+		return
+	}
+	label := buf[as+len(begin) : as+len(begin)+hdrEnd]
+	if !bytes.Contains(label, []byte("PRIVATE KEY")) {
+		return
+	}
+	bodyStart := as + len(begin) + hdrEnd + 5
+	if end := pemEnd(buf, bodyStart, min(n, as+maxPEMLen)); end > 0 {
+		s.add(as, end, CatPrivateKey)
+		return
+	}
+	switch {
+	case s.final:
+		s.add(as, n, CatPrivateKey)
+	case n-as < maxPEMLen && !(s.full && as <= s.from):
+		// Wait for more text (unless the window is full and holding
+		// would stop all progress).
+		s.hold = min(s.hold, as)
+	default:
+		s.add(as, n, CatPrivateKey)
+		*s.pemOpen = true
+	}
+}
+
+// pemEnd finds "-----END …-----" in buf[from:limit] and returns the index
+// after it, or -1.
+func pemEnd(buf []byte, from, limit int) int {
+	if from >= limit {
+		return -1
+	}
+	i := bytes.Index(buf[from:limit], []byte("-----END "))
+	if i < 0 {
+		return -1
+	}
+	i += from + len("-----END ")
+	j := bytes.Index(buf[i:min(limit, i+64)], []byte("-----"))
+	if j < 0 {
+		return -1
+	}
+	return i + j + 5
+}
+
+// continuePEM redacts the rest of a PEM block that began in an earlier
+// window.
+func (s *scanner) continuePEM() {
+	if end := pemEnd(s.buf, s.from, s.n); end > 0 {
+		s.add(s.from, end, CatPrivateKey)
+		*s.pemOpen = false
+		return
+	}
+	if s.final {
+		s.add(s.from, s.n, CatPrivateKey)
+		*s.pemOpen = false
+		return
+	}
+	// Keep the tail back: an end marker may be split across windows.
+	keep := min(80, (s.n-s.from)/2)
+	s.add(s.from, s.n-keep, CatPrivateKey)
+	s.hold = min(s.hold, s.n-keep)
+}
+
+// urlCredentials matches the password of scheme://user:password@host,
+// given an '@' at at: the last '@' of the URL's authority, with "://" and
+// user:password before it.
+func (s *scanner) urlCredentials(at int) {
+	buf, n := s.buf, s.n
+	stop := func(c byte) bool {
+		return c == '/' || c == '?' || c == '#' || c <= ' ' || c == '"' || c == '\'' || c == '<' || c == '>' || c == '`' || c == '\\'
+	}
+	// Another '@' further in the authority decides instead.
+	end := at + 1
+	for end < n && end-at < 256 && !stop(buf[end]) {
+		if buf[end] == '@' {
+			return
+		}
+		end++
+	}
+	if end == at+1 {
+		return // no host
+	}
+	// Back to "://" over the user info.
+	j := at
+	for j > 0 && at-j < 512 {
+		if j >= 3 && buf[j-1] == '/' && buf[j-2] == '/' && buf[j-3] == ':' {
+			break
+		}
+		if stop(buf[j-1]) {
+			return
+		}
+		j--
+	}
+	if j < 4 || buf[j-1] != '/' || buf[j-2] != '/' || buf[j-3] != ':' || !isAlnum(buf[j-4]) {
+		return
+	}
+	colon := bytes.IndexByte(buf[j:at], ':')
+	if colon < 0 {
+		return
+	}
+	pw := buf[j+colon+1 : at]
+	if len(pw) == 0 || placeholder(pw) {
+		return
+	}
+	s.add(j+colon+1, at, CatCredentials)
+}
+
+// placeholder reports values that stand for a secret rather than being
+// one.
+func placeholder(v []byte) bool {
+	if len(v) == 0 {
+		return true
+	}
+	switch v[0] {
+	case '$', '{', '<', '%', '[':
+		return true
+	}
+	if allSame(v) {
+		return true
+	}
+	l := strings.ToLower(string(v))
+	for _, w := range placeholderWords {
+		if strings.Contains(l, w) {
+			return true
+		}
+	}
+	switch l {
+	case "password", "pass", "passwd", "secret", "pw", "pwd", "token", "none", "null", "undefined", "redacted":
+		return true
+	}
+	return false
+}
+
+var placeholderWords = []string{"${", "{{", "xxxx", "****", "....", "your_", "your-", "<your", "example", "placeholder", "changeme", "change_me", "redacted"}
+
+func allSame(v []byte) bool {
+	for _, c := range v[1:] {
+		if c != v[0] {
+			return false
+		}
+	}
+	return true
+}
+
+// exemptDomain reports the RFC 2606 and RFC 6761 names.
+func exemptDomain(d string) bool {
+	d = strings.ToLower(d)
+	for _, e := range []string{"example.com", "example.net", "example.org"} {
+		if d == e || strings.HasSuffix(d, "."+e) {
+			return true
+		}
+	}
+	tld := d[strings.LastIndexByte(d, '.')+1:]
+	switch tld {
+	case "example", "test", "invalid", "localhost", "local":
+		return true
+	}
+	return false
+}
+
+// fileExtTLDs are "top-level domains" that are really file extensions
+// (logo@2x.png).
+var fileExtTLDs = map[string]bool{
+	"png": true, "jpg": true, "jpeg": true, "gif": true, "svg": true, "webp": true, "ico": true, "bmp": true,
+	"js": true, "mjs": true, "cjs": true, "ts": true, "tsx": true, "jsx": true, "css": true, "scss": true,
+	"json": true, "html": true, "htm": true, "txt": true, "pdf": true, "map": true, "woff": true, "woff2": true,
+	"ttf": true, "otf": true, "avif": true, "mp4": true, "webm": true, "wasm": true, "lock": true, "yaml": true, "yml": true,
+}
+
+// email matches local@domain.tld around the '@' at at.
+func (s *scanner) email(at int) {
+	buf, n := s.buf, s.n
+	ls := at
+	for ls > 0 && at-ls < 64 && class[buf[ls-1]]&cLocal != 0 {
+		ls--
+	}
+	if ls > 0 && class[buf[ls-1]]&cLocal != 0 {
+		return // a local part longer than 64
+	}
+	for ls < at && buf[ls] == '.' {
+		ls++
+	}
+	if ls == at || buf[at-1] == '.' {
+		return
+	}
+	if inURLUserInfo(buf, ls) {
+		return // URL user info (user:pass@host), not an address
+	}
+	// Domain: labels of [A-Za-z0-9-], dot-separated.
+	i, labels, lastLabel := at+1, 0, at+1
+	for i < n && i-at < 254 {
+		ls2 := i
+		i = runOf(buf, i, n, cDomain, 64)
+		if i == ls2 || buf[ls2] == '-' || buf[i-1] == '-' {
+			i = ls2
+			break
+		}
+		labels++
+		lastLabel = ls2
+		if i+1 < n && buf[i] == '.' && class[buf[i+1]]&cDomain != 0 {
+			i++
+			continue
+		}
+		break
+	}
+	if labels < 2 {
+		return
+	}
+	end := i
+	tld := buf[lastLabel:end]
+	if len(tld) < 2 || len(tld) > 63 || classCount(tld) != 1 || class[tld[0]]&(cLower|cUpper) == 0 || !allLetters(tld) {
+		return
+	}
+	if fileExtTLDs[strings.ToLower(string(tld))] || exemptDomain(string(buf[at+1:end])) {
+		return
+	}
+	if end < n && (buf[end] == ':' || buf[end] == '_') {
+		return // scp-style git remote (git@host:repo) or part of an identifier
+	}
+	s.add(ls, end, CatEmail)
+}
+
+// inURLUserInfo reports whether position i is inside the user info of a
+// URL: "://" comes before it with nothing that ends an authority between.
+func inURLUserInfo(buf []byte, i int) bool {
+	for j := i; j > 0 && i-j < 512; j-- {
+		c := buf[j-1]
+		if c == '/' && j >= 3 && buf[j-2] == '/' && buf[j-3] == ':' {
+			return true
+		}
+		if c == '/' || c == '?' || c == '#' || c <= ' ' || c == '"' || c == '\'' || c == '<' || c == '>' || c == '`' || c == '\\' {
+			return false
+		}
+	}
+	return false
+}
+
+func allLetters(b []byte) bool {
+	for _, c := range b {
+		if class[c]&(cLower|cUpper) == 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// classCount counts the classes (lower, upper, digit) present in b.
+func classCount(b []byte) int {
+	var seen uint8
+	for _, c := range b {
+		seen |= class[c] & (cLower | cUpper | cDigit)
+	}
+	n := 0
+	for ; seen != 0; seen &= seen - 1 {
+		n++
+	}
+	return n
+}
+
+// numeric reads the numeric token starting at as and matches private IPv4
+// addresses and card numbers. It returns the token's end, where scanning
+// resumes.
+func (s *scanner) numeric(as int) int {
+	buf, n := s.buf, s.n
+	if as > 0 && isDigit(buf[as-1]) {
+		// The rest of a number that began before this window.
+		j := as
+		for j < n && isDigit(buf[j]) {
+			j++
+		}
+		return j
+	}
+	// Fast path: most digit runs are neither an address (a run followed by
+	// a dot) nor a card (13 or more digits, or 4 then a separator).
+	r := as
+	for r < n && r-as < 20 && isDigit(buf[r]) {
+		r++
+	}
+	if r < n && !(buf[r] == '.' || ((buf[r] == ' ' || buf[r] == '-') && (r-as == 4))) && r-as < 13 {
+		for r < n && isDigit(buf[r]) {
+			r++
+		}
+		return r
+	}
+	if r == n && r-as < 13 {
+		return r
+	}
+	var groups [20]int
+	ng, sep := 0, byte(0)
+	j := as
+	for j < n && j-as < 48 && ng < len(groups) {
+		g := j
+		for j < n && isDigit(buf[j]) && j-g < 20 {
+			j++
+		}
+		groups[ng] = j - g
+		ng++
+		if j+1 < n && isDigit(buf[j+1]) && (buf[j] == '.' || buf[j] == ' ' || buf[j] == '-') && (sep == 0 || sep == buf[j]) {
+			sep = buf[j]
+			j++
+			continue
+		}
+		break
+	}
+	end := j
+	for end < n && isDigit(buf[end]) {
+		end++ // an over-long run: not a match, skip it whole
+	}
+	if end != j {
+		return end
+	}
+	prev := byte(' ')
+	if as > 0 {
+		prev = buf[as-1]
+	}
+	next := byte(' ')
+	if end < n {
+		next = buf[end]
+	}
+	switch {
+	case sep == '.' && ng == 4 && s.pol.active(CatInternalIP):
+		if isAlnum(prev) || prev == '.' || prev == '-' || prev == '_' {
+			return end
+		}
+		if isAlnum(next) || next == '-' || next == '_' || (next == '.' && end+1 < n && isAlnum(buf[end+1])) {
+			return end
+		}
+		var oct [4]int
+		pos := as
+		for k := 0; k < 4; k++ {
+			if groups[k] > 3 {
+				return end
+			}
+			v := 0
+			for _, c := range buf[pos : pos+groups[k]] {
+				v = v*10 + int(c-'0')
+			}
+			if v > 255 {
+				return end
+			}
+			oct[k] = v
+			pos += groups[k] + 1
+		}
+		if oct[0] == 10 || (oct[0] == 172 && oct[1] >= 16 && oct[1] <= 31) || (oct[0] == 192 && oct[1] == 168) {
+			s.add(as, end, CatInternalIP)
+		}
+	case sep != '.' && s.pol.active(CatCreditCard):
+		if isAlnum(prev) || prev == '.' || prev == '_' || prev == '-' || prev == '+' {
+			return end
+		}
+		if isAlnum(next) || next == '_' || (next == '.' && end+1 < n && isDigit(buf[end+1])) || (next == '-' && end+1 < n && isAlnum(buf[end+1])) {
+			return end
+		}
+		if cardNumber(buf[as:end], groups[:ng]) {
+			s.add(as, end, CatCreditCard)
+		}
+	}
+	return end
+}
+
+// cardNumber reports a Luhn-valid number of 13 to 19 digits with a known
+// issuer prefix and a usual grouping (none, fours, or Amex/Diners 4-6-x).
+func cardNumber(tok []byte, groups []int) bool {
+	digits := make([]byte, 0, 19)
+	for _, c := range tok {
+		if isDigit(c) {
+			digits = append(digits, c)
+		}
+	}
+	l := len(digits)
+	if l < 13 || l > 19 {
+		return false
+	}
+	if len(groups) > 1 {
+		fours := true
+		for _, g := range groups[:len(groups)-1] {
+			if g != 4 {
+				fours = false
+			}
+		}
+		amex := len(groups) == 3 && groups[0] == 4 && groups[1] == 6 && (groups[2] == 5 || groups[2] == 4)
+		if !(fours && groups[len(groups)-1] <= 4) && !amex {
+			return false
+		}
+	}
+	if !issuer(string(digits), l) {
+		return false
+	}
+	sum := 0
+	for i := 0; i < l; i++ {
+		d := int(digits[l-1-i] - '0')
+		if i%2 == 1 {
+			d *= 2
+			if d > 9 {
+				d -= 9
+			}
+		}
+		sum += d
+	}
+	return sum%10 == 0
+}
+
+func issuer(d string, l int) bool {
+	p2 := int(d[0]-'0')*10 + int(d[1]-'0')
+	p4 := p2*100 + int(d[2]-'0')*10 + int(d[3]-'0')
+	switch {
+	case d[0] == '4':
+		return l == 13 || l == 16 || l == 19
+	case p2 >= 51 && p2 <= 55, p4 >= 2221 && p4 <= 2720:
+		return l == 16
+	case p2 == 34 || p2 == 37:
+		return l == 15
+	case p4 == 6011, p2 == 65, p4 >= 6440 && p4 <= 6499, p2 == 62:
+		return l >= 16
+	case p2 == 36 || p2 == 38 || p2 == 39, p4 >= 3000 && p4 <= 3059:
+		return l >= 14
+	case p4 >= 3528 && p4 <= 3589:
+		return l >= 16
+	}
+	return false
+}
+
+// homePath matches the user name in /Users/<name> and /home/<name>.
+func (s *scanner) homePath(as, ae int) {
+	buf := s.buf
+	lit := string(buf[as:ae])
+	if lit != "/Users/" && lit != "/home/" {
+		return
+	}
+	if as > 0 {
+		p := buf[as-1]
+		url := p == '/' && as >= 3 && buf[as-2] == '/' && buf[as-3] == ':'
+		if !url && (isAlnum(p) || strings.IndexByte("./-_%~", p) >= 0) {
+			return
+		}
+	}
+	s.homeName(ae)
+}
+
+// winHomePath matches the user name in C:\Users\<name>.
+func (s *scanner) winHomePath(as, ae int) {
+	if as == 0 || (s.buf[as-1] != ':' && s.buf[as-1] != '\\') {
+		return
+	}
+	s.homeName(ae)
+}
+
+func (s *scanner) homeName(i int) {
+	buf, n := s.buf, s.n
+	end := runOf(buf, i, n, cIdent, 65)
+	if end == i || end-i > 64 {
+		return
+	}
+	if end < n && (isAlnum(buf[end]) || buf[end] == '@' || buf[end] == '$') {
+		return
+	}
+	switch string(buf[i:end]) {
+	case "Shared", ".", "..":
+		return
+	}
+	s.add(i, end, CatHomePath)
+}
+
+// secretKeySuffixes may follow a secret keyword and still name a secret
+// (secret_key, password_value).
+var secretKeySuffixes = []string{"", "_key", "key", "-key", ".key", "_value", "-value"}
+
+// assignment matches `name = value`, `name: value`, `"name": "value"`,
+// `name := value` and `name => value` where name ends with a secret
+// keyword, and redacts a high-entropy value.
+func (s *scanner) assignment(as, ae int) {
+	buf, n := s.buf, s.n
+	k := runOf(buf, ae, n, cIdent, 17)
+	if !slices.Contains(secretKeySuffixes, strings.ToLower(string(buf[ae:k]))) {
+		return
+	}
+	if k < n && (buf[k] == '"' || buf[k] == '\'') {
+		k++
+	}
+	k = skipBlanks(buf, k, n)
+	if k >= n {
+		return
+	}
+	switch buf[k] {
+	case '=':
+		if k+1 < n && (buf[k+1] == '=' || buf[k+1] == '~') {
+			return
+		}
+		if k+1 < n && buf[k+1] == '>' {
+			k++
+		}
+	case ':':
+		if k+1 < n && buf[k+1] == ':' {
+			return
+		}
+		if k+1 < n && buf[k+1] == '=' {
+			k++
+		}
+	default:
+		return
+	}
+	k = skipBlanks(buf, k+1, n)
+	if k >= n {
+		return
+	}
+	vs, ve := k, k
+	if q := buf[k]; q == '"' || q == '\'' || q == '`' {
+		vs = k + 1
+		ve = vs
+		for ve < n && buf[ve] != q && buf[ve] != '\n' && ve-vs <= 256 {
+			ve++
+		}
+		if ve >= n || buf[ve] != q {
+			return
+		}
+	} else {
+		for ve < n && ve-vs <= 256 {
+			c := buf[ve]
+			if c <= ' ' || strings.IndexByte(",;)}&'\"<>`", c) >= 0 {
+				break
+			}
+			ve++
+		}
+	}
+	if secretValue(buf[vs:ve]) {
+		s.add(vs, ve, CatPassword)
+	}
+}
+
+func skipBlanks(buf []byte, i, n int) int {
+	for j := 0; i < n && (buf[i] == ' ' || buf[i] == '\t') && j < 8; j++ {
+		i++
+	}
+	return i
+}
+
+// secretValue decides whether a value assigned to a secret-sounding name
+// is itself a secret: 8 to 256 bytes without blanks, not a placeholder or
+// a reference (${VAR}, process.env.X, getToken()), with at least two of
+// lower case, upper case and digits (letters alone must be 20 or more),
+// and close to the highest entropy its length allows.
+func secretValue(v []byte) bool {
+	if len(v) < 8 || len(v) > 256 || placeholder(v) {
+		return false
+	}
+	letters := true
+	for _, c := range v {
+		if c <= ' ' || c == 0x7f || c == '(' || c == ')' {
+			return false
+		}
+		if class[c]&(cLower|cUpper) == 0 {
+			letters = false
+		}
+	}
+	if dottedIdent(v) {
+		return false
+	}
+	cc := classCount(v)
+	if cc < 2 || (letters && len(v) < 20) {
+		return false
+	}
+	want := 3.0
+	if len(v) <= 12 {
+		want = 2.9
+	}
+	return entropy(v) >= want
+}
+
+// dottedIdent reports a.b.c identifiers (process.env.API_KEY).
+func dottedIdent(v []byte) bool {
+	if bytes.IndexByte(v, '.') < 0 {
+		return false
+	}
+	for _, part := range bytes.Split(v, []byte(".")) {
+		if len(part) == 0 || isDigit(part[0]) {
+			return false
+		}
+		for _, c := range part {
+			if !isAlnum(c) && c != '_' {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// secretKeyName reports whether a JSON key or form field names a secret:
+// it ends with a secret keyword, optionally followed by one of
+// secretKeySuffixes (db_password, apiKey, client_secret, secret_key).
+func secretKeyName(k []byte) bool {
+	if len(k) == 0 || len(k) > 64 {
+		return false
+	}
+	l := strings.ToLower(string(k))
+	for _, kw := range anchorDefs {
+		if kw.kind != akAssign {
+			continue
+		}
+		i := strings.LastIndex(l, kw.lit)
+		if i < 0 {
+			continue
+		}
+		if slices.Contains(secretKeySuffixes, l[i+len(kw.lit):]) {
+			return true
+		}
+	}
+	return false
+}
