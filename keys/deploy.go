@@ -55,21 +55,10 @@ func EnsureDeployKey(dir string) (k *DeployKey, created bool, err error) {
 		return nil, false, fmt.Errorf("deploy key: %w", err)
 	}
 	k = &DeployKey{signer: signer, path: path}
-	// O_EXCL: two concurrent inits must not overwrite each other's key.
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
-	if err != nil {
+	if err := writeNewKey(path, pemData); err != nil {
 		if errors.Is(err, os.ErrExist) {
 			return EnsureDeployKey(dir)
 		}
-		return nil, false, fmt.Errorf("write deploy key: %w", err)
-	}
-	if _, err := f.Write(pemData); err != nil {
-		f.Close()
-		os.Remove(path)
-		return nil, false, fmt.Errorf("write deploy key: %w", err)
-	}
-	if err := f.Close(); err != nil {
-		os.Remove(path)
 		return nil, false, fmt.Errorf("write deploy key: %w", err)
 	}
 	if err := os.WriteFile(path+".pub", []byte(k.AuthorizedKey()+"\n"), 0o644); err != nil {
@@ -117,3 +106,23 @@ func (k *DeployKey) String() string { return "keys.DeployKey{" + k.Fingerprint()
 
 // LogValue redacts the private key.
 func (k *DeployKey) LogValue() slog.Value { return slog.StringValue(k.Fingerprint()) }
+
+// writeNewKey writes data to a new file at path (mode 0600). O_EXCL: two
+// concurrent inits must not overwrite each other's key; a file already
+// there is an error wrapping os.ErrExist. Nothing is left behind on failure.
+func writeNewKey(path string, data []byte) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		os.Remove(path)
+		return err
+	}
+	if err := f.Close(); err != nil {
+		os.Remove(path)
+		return err
+	}
+	return nil
+}

@@ -179,8 +179,30 @@ func (r *hostRoot) get(rel string) (hostEntry, []byte, error) {
 	if err != nil || e.Type != TypeFile {
 		return e, nil, err
 	}
-	data, err := readFileAt(dfd, base, rel)
+	data, err := readFileAt(dfd, base, rel, -1)
 	return e, data, err
+}
+
+// ReadWorkspaceFile reads the regular file rel (slash-separated, relative
+// to workspace) without following a symlink in any component of its path
+// and without opening anything but a regular file (a FIFO would block). A
+// file larger than limit bytes is refused.
+func ReadWorkspaceFile(workspace, rel string, limit int64) ([]byte, error) {
+	if err := ValidatePath(rel); err != nil {
+		return nil, err
+	}
+	r, err := openHostRoot(workspace)
+	if err != nil {
+		return nil, err
+	}
+	defer r.Close()
+	dir, base := splitParent(rel)
+	dfd, _, err := r.openDir(dir, false)
+	if err != nil {
+		return nil, err
+	}
+	defer unix.Close(dfd)
+	return readFileAt(dfd, base, rel, limit)
 }
 
 // readFile reads the regular file rel (never through a symlink).
@@ -191,10 +213,12 @@ func (r *hostRoot) readFile(rel string) ([]byte, error) {
 		return nil, err
 	}
 	defer unix.Close(dfd)
-	return readFileAt(dfd, base, rel)
+	return readFileAt(dfd, base, rel, -1)
 }
 
-func readFileAt(dfd int, base, rel string) ([]byte, error) {
+// readFileAt reads the regular file base in dfd; limit >= 0 refuses a file
+// larger than limit bytes.
+func readFileAt(dfd int, base, rel string, limit int64) ([]byte, error) {
 	fd, err := unix.Openat(dfd, base, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
 	if err != nil {
 		if errors.Is(err, unix.ELOOP) {
@@ -211,6 +235,9 @@ func readFileAt(dfd int, base, rel string) ([]byte, error) {
 	if !fi.Mode().IsRegular() {
 		return nil, fmt.Errorf("read %s: not a regular file", DisplayPath(rel))
 	}
+	if limit >= 0 && fi.Size() > limit {
+		return nil, fmt.Errorf("read %s: larger than %d bytes", DisplayPath(rel), limit)
+	}
 	data := make([]byte, 0, fi.Size()+1)
 	for {
 		n, err := f.Read(data[len(data):cap(data)])
@@ -220,6 +247,9 @@ func readFileAt(dfd int, base, rel string) ([]byte, error) {
 		}
 		if err != nil {
 			return nil, fmt.Errorf("read %s: %w", DisplayPath(rel), err)
+		}
+		if limit >= 0 && int64(len(data)) > limit {
+			return nil, fmt.Errorf("read %s: larger than %d bytes", DisplayPath(rel), limit)
 		}
 		if len(data) == cap(data) {
 			data = append(data, 0)[:len(data)]
