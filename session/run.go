@@ -59,6 +59,8 @@ type Options struct {
 	Preflight PreflightOptions
 	// Egress configures the guest's network.
 	Egress EgressOptions
+	// DLP configures the scrubbing of what the agent sends out.
+	DLP DLPOptions
 	// Review decides what happens to the agent's changes at the end.
 	Review ReviewOptions
 	// Log receives the session's own debug log besides session.log; nil

@@ -40,6 +40,7 @@ func init() {
 				}
 				fmt.Fprintf(w, "\n  %s\n\n", r.DeployKey)
 				fmt.Fprintf(w, "MITM CA: %s (%s); its key never leaves this machine.\n", r.CACert, r.CAFingerprint)
+				fmt.Fprintf(w, "DLP audit key: %s (decrypts what was scrubbed: vibedom logs --decrypt)\n", r.AuditKey)
 				fmt.Fprintf(w, "Allowed domains: edit %s\n", r.TrustedFile)
 				for _, p := range r.Problems {
 					fmt.Fprintf(w, "\nBefore `vibedom run` works: %s\n", p)

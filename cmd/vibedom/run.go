@@ -35,6 +35,8 @@ what to apply (without a terminal nothing is applied unless --apply).`,
 			&cli.BoolFlag{Name: "no-network", Usage: "give the VM no network interface at all"},
 			&cli.StringSliceFlag{Name: "resolve", Usage: "connect to this address for an allowed name, like curl's --resolve (repeatable): NAME:PORT:ADDRESS[:PORT]"},
 			&cli.StringSliceFlag{Name: "ca-file", Usage: "also trust the CA certificates in this PEM file for upstream TLS (repeatable)"},
+			&cli.StringSliceFlag{Name: "allow-pattern", Usage: "never redact this value in what the agent sends (repeatable; re:REGEXP for a pattern), e.g. --allow-pattern 'Pearl St'"},
+			&cli.StringSliceFlag{Name: "allow-context", Usage: "let this category through to every destination (repeatable), e.g. --allow-context internal_ips (categories: vibedom scrub --help)"},
 			&cli.BoolFlag{Name: "apply", Usage: "apply every change at the end without asking"},
 			&cli.BoolFlag{Name: "no-review", Usage: "do not collect the agent's changes at the end"},
 			&cli.StringFlag{Name: "arch", Usage: "guest architecture: amd64 or arm64 (default: the host's)"},
@@ -100,6 +102,7 @@ func runAction(ctx context.Context, c *cli.Command) error {
 		Egress: session.EgressOptions{Disabled: c.Bool("no-network"), Allow: c.StringSlice("allow"),
 			Resolve: resolves, CAFiles: c.StringSlice("ca-file")},
 		Preflight: session.PreflightOptions{Mode: mode},
+		DLP:       session.DLPOptions{AllowPatterns: c.StringSlice("allow-pattern"), AllowContexts: c.StringSlice("allow-context")},
 		Review:    session.ReviewOptions{ApplyAll: c.Bool("apply"), Skip: c.Bool("no-review")},
 	}
 	if o.Arch != "" && o.Arch != vm.ArchAMD64 && o.Arch != vm.ArchARM64 {

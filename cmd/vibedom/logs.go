@@ -1,0 +1,199 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/urfave/cli/v3"
+
+	"github.com/vibedom/vibedom/dlp"
+	"github.com/vibedom/vibedom/keys"
+	"github.com/vibedom/vibedom/netfilter"
+	"github.com/vibedom/vibedom/review"
+)
+
+func init() {
+	commands = append(commands, &cli.Command{
+		Name:      "logs",
+		Usage:     "show a session's logs: session.log, the network log, its alerts, or the decrypted DLP audit",
+		ArgsUsage: "[SESSION | LOG-FOLDER]",
+		Description: `Without a flag, prints the session's session.log. SESSION defaults to the
+latest session; a path to a log folder (~/.vibedom/logs/session-…) works too.
+
+  --network   every connection and request (network.jsonl)
+  --alerts    what was refused or scrubbed (alerts.jsonl)
+  --decrypt   the original values the DLP scrubbed (dlp_audit.jsonl.enc,
+              decrypted with ~/.vibedom/keys/dlp_audit.key): handle with care
+  --path      the log folder's path
+
+With --json, --network, --alerts and --decrypt print one JSON object a line
+(the schemas are in docs/logs.md).`,
+		Flags: []cli.Flag{
+			&cli.BoolFlag{Name: "network", Usage: "print network.jsonl"},
+			&cli.BoolFlag{Name: "alerts", Usage: "print alerts.jsonl"},
+			&cli.BoolFlag{Name: "decrypt", Usage: "decrypt and print the DLP audit log (original values)"},
+			&cli.BoolFlag{Name: "path", Usage: "print the log folder"},
+			&cli.BoolFlag{Name: "json", Usage: "print JSON lines"},
+		},
+		Action: logsAction,
+	})
+}
+
+func logsAction(ctx context.Context, c *cli.Command) error {
+	n := 0
+	for _, f := range []string{"network", "alerts", "decrypt", "path"} {
+		if c.Bool(f) {
+			n++
+		}
+	}
+	if n > 1 {
+		return errors.New("--network, --alerts, --decrypt and --path exclude each other: pick one")
+	}
+	if c.Args().Len() > 1 {
+		return fmt.Errorf("one SESSION at most (got %d arguments)", c.Args().Len())
+	}
+	home, err := vibedomHome()
+	if err != nil {
+		return err
+	}
+	dir, err := logDir(home, c.Args().First())
+	if err != nil {
+		return err
+	}
+	w := c.Root().Writer
+	switch {
+	case c.Bool("path"):
+		fmt.Fprintln(w, dir)
+		return nil
+	case c.Bool("network"):
+		return printEvents(w, filepath.Join(dir, netfilter.NetworkLogFile), c.Bool("json"))
+	case c.Bool("alerts"):
+		return printEvents(w, filepath.Join(dir, netfilter.AlertsLogFile), c.Bool("json"))
+	case c.Bool("decrypt"):
+		return printAudit(w, c.Root().ErrWriter, home, filepath.Join(dir, dlp.AuditFile), c.Bool("json"))
+	}
+	f, err := os.Open(filepath.Join(dir, "session.log"))
+	if err != nil {
+		return fmt.Errorf("session log: %w", err)
+	}
+	defer f.Close()
+	_, err = io.Copy(w, f)
+	return err
+}
+
+// logDir finds the log folder of a session name, a log folder path, or the
+// latest session.
+func logDir(home, arg string) (string, error) {
+	if arg != "" && (strings.ContainsAny(arg, `/\`) || arg == ".") {
+		fi, err := os.Stat(arg)
+		if err != nil || !fi.IsDir() {
+			return "", fmt.Errorf("%s is not a log folder", arg)
+		}
+		return filepath.Abs(arg)
+	}
+	si, err := review.FindSession(home, arg)
+	if err != nil {
+		return "", err
+	}
+	if si.LogDir == "" {
+		return "", fmt.Errorf("session %s has no log folder recorded", si.Name)
+	}
+	return si.LogDir, nil
+}
+
+// printEvents prints a network or alerts log, as it is (--json) or one
+// line an event.
+func printEvents(w io.Writer, path string, raw bool) error {
+	f, err := os.Open(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("%s does not exist (the session had no network, or did not get that far)", path)
+	}
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64<<10), 16<<20)
+	for sc.Scan() {
+		if raw {
+			fmt.Fprintln(w, sc.Text())
+			continue
+		}
+		var ev netfilter.Event
+		if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
+			fmt.Fprintf(w, "(unreadable line: %v)\n", err)
+			continue
+		}
+		fmt.Fprintln(w, formatEvent(ev))
+	}
+	return sc.Err()
+}
+
+func formatEvent(ev netfilter.Event) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s %-6s %-7s", ev.Time.Local().Format("15:04:05"), ev.Decision, ev.Kind)
+	target := ev.Name
+	if ev.Port != 0 && ev.Name != "" {
+		target = fmt.Sprintf("%s:%d", ev.Name, ev.Port)
+	}
+	if target == "" {
+		target = ev.Dst
+	}
+	b.WriteString(" " + target)
+	if ev.Method != "" {
+		fmt.Fprintf(&b, " %s %s", ev.Method, ev.URL)
+	}
+	if ev.Status != 0 {
+		fmt.Fprintf(&b, " → %d", ev.Status)
+	}
+	if ev.Reason != "" {
+		b.WriteString(" (" + ev.Reason + ")")
+	}
+	for _, f := range ev.Findings {
+		fmt.Fprintf(&b, "\n    %s %s in %s, %d chars", f.Action, f.Category, f.Where, f.Length)
+		if f.Source != "" {
+			b.WriteString(", from " + f.Source)
+		}
+	}
+	return b.String()
+}
+
+// printAudit decrypts the DLP audit log with the home's audit key.
+func printAudit(w, errw io.Writer, home, path string, raw bool) error {
+	key, err := keys.LoadAuditKey(filepath.Join(home, "keys", keys.AuditKeyName))
+	if err != nil {
+		return fmt.Errorf("the DLP audit key: %w", err)
+	}
+	f, err := os.Open(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("%s does not exist: the session scrubbed nothing, or ran without network", path)
+	}
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	if errw == nil {
+		errw = os.Stderr
+	}
+	fmt.Fprintln(errw, "vibedom logs: below are the original values the DLP scrubbed; keep them out of tickets and chats")
+	enc := json.NewEncoder(w)
+	return dlp.ReadAuditLog(f, func(r dlp.AuditRecord) error {
+		if raw {
+			return enc.Encode(r)
+		}
+		src := ""
+		if r.Source != "" {
+			src = " (from " + r.Source + ")"
+		}
+		_, err := fmt.Fprintf(w, "%s %s %s %s: %s %s in %s: %q%s\n", r.Time.Local().Format("15:04:05"), r.Dest, r.Method, r.URL,
+			r.Action, r.Category, r.Where, r.Value, src)
+		return err
+	}, key.Identity())
+}

@@ -1,0 +1,220 @@
+package netfilter
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/vibedom/vibedom/dlp"
+)
+
+// AuditSink receives the original values of what a DLPFilter found, for
+// the encrypted audit log. *dlp.AuditLog is one.
+type AuditSink interface {
+	Record(recs ...dlp.AuditRecord) error
+}
+
+// DLPFilter is the RequestFilter that scrubs every outgoing request with a
+// dlp.Engine under the policy of the destination's class: the URL path
+// and query, header values, and the body (decoded from its
+// Content-Encoding and walked as JSON, form, multipart or text, then
+// encoded again).
+//
+// Credential headers (Authorization, Proxy-Authorization, Cookie,
+// X-Api-Key …) are how the agent signs in: they are searched for known
+// values only, and to an external destination (the agent's AI API, the
+// only reader of its own credential) known values there are logged, not
+// redacted. Headers that frame the message (Host, Content-Length,
+// Content-Type, Transfer-Encoding …) are left alone.
+//
+// A body whose length is known and at most BufferLimit is scrubbed whole
+// so upstream still gets a Content-Length; a longer one is streamed
+// (chunked). A body that cannot be decoded is not sent: the request is
+// refused, or aborted mid-stream.
+type DLPFilter struct {
+	Engine *dlp.Engine
+	// Audit receives each request's findings with their values; nil
+	// keeps only what the network log records (category, prefix, length).
+	Audit AuditSink
+	// BufferLimit is the largest body scrubbed whole (4 MiB when 0).
+	BufferLimit int64
+	// OnAuditError is told when the audit log cannot be written; nil
+	// ignores it.
+	OnAuditError func(error)
+}
+
+var _ RequestFilter = (*DLPFilter)(nil)
+
+// framingHeaders are never changed: they describe the message itself.
+var framingHeaders = map[string]bool{
+	"Host": true, "Content-Length": true, "Content-Type": true, "Content-Encoding": true,
+	"Transfer-Encoding": true, "Connection": true, "Keep-Alive": true, "Upgrade": true, "Te": true,
+	"Trailer": true, "Expect": true, "Sec-Websocket-Key": true, "Sec-Websocket-Version": true,
+	"Sec-Websocket-Extensions": true, "Sec-Websocket-Protocol": true, "Accept-Encoding": true,
+}
+
+// credentialHeaders carry the agent's own credentials.
+var credentialHeaders = map[string]bool{
+	"Authorization": true, "Proxy-Authorization": true, "Cookie": true, "X-Api-Key": true, "Api-Key": true,
+	"X-Auth-Token": true, "X-Goog-Api-Key": true, "X-Amz-Security-Token": true, "Private-Token": true,
+	"X-Gitlab-Token": true, "X-Github-Token": true,
+}
+
+// FilterRequest implements RequestFilter.
+func (f *DLPFilter) FilterRequest(ctx context.Context, dest Destination, r *http.Request) (func() []Finding, error) {
+	e := f.Engine
+	pol := e.PolicyFor(dest.Name)
+	rep := &dlp.Report{}
+	start := time.Now()
+
+	// URL.
+	if p := e.ScrubPath(&pol, r.URL.EscapedPath(), rep); p != r.URL.EscapedPath() {
+		if up, err := url.PathUnescape(p); err == nil {
+			r.URL.Path, r.URL.RawPath = up, p
+		}
+	}
+	if r.URL.RawQuery != "" {
+		r.URL.RawQuery = e.ScrubQuery(&pol, r.URL.RawQuery, rep)
+	}
+
+	// Headers.
+	credPol := pol
+	for _, c := range dlp.Categories() {
+		if c != dlp.CatSecret {
+			credPol = withAction(credPol, c, dlp.Pass)
+		}
+	}
+	if pol.Class == dlp.ClassExternal && credPol.Action(dlp.CatSecret) == dlp.Redact {
+		credPol = withAction(credPol, dlp.CatSecret, dlp.Log)
+	}
+	for name, vals := range r.Header {
+		if framingHeaders[name] {
+			continue
+		}
+		hp := &pol
+		if credentialHeaders[name] {
+			hp = &credPol
+		}
+		for i, v := range vals {
+			if out := e.ScrubText(hp, []byte(v), "header:"+name, rep); string(out) != v {
+				vals[i] = string(out)
+			}
+		}
+	}
+
+	// Body.
+	var wait func()
+	if r.Body != nil && r.Body != http.NoBody {
+		opts := dlp.StreamOptions{ContentType: r.Header.Get("Content-Type"), ContentEncoding: r.Header.Get("Content-Encoding")}
+		limit := f.BufferLimit
+		if limit <= 0 {
+			limit = 4 << 20
+		}
+		if r.ContentLength >= 0 && r.ContentLength <= limit {
+			body, err := io.ReadAll(io.LimitReader(r.Body, limit+1))
+			r.Body.Close()
+			if err != nil {
+				return nil, fmt.Errorf("read the request body: %w", err)
+			}
+			out, brep, err := e.ScrubBytes(&pol, body, opts)
+			if err != nil {
+				return nil, err
+			}
+			for _, fd := range brep.Findings() {
+				rep.Add(fd)
+			}
+			r.Body = io.NopCloser(bytes.NewReader(out))
+			r.ContentLength = int64(len(out))
+			r.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(out)), nil }
+		} else {
+			pr, pw := io.Pipe()
+			src := r.Body
+			var wg sync.WaitGroup
+			wg.Go(func() {
+				err := e.Scrub(pw, src, &pol, opts, rep)
+				src.Close()
+				pw.CloseWithError(err)
+			})
+			r.Body = pr
+			r.ContentLength = -1
+			r.GetBody = nil
+			r.Header.Del("Content-Length")
+			wait = func() {
+				pr.CloseWithError(errors.New("request finished"))
+				wg.Wait()
+			}
+		}
+	}
+
+	var once sync.Once
+	var findings []Finding
+	return func() []Finding {
+		once.Do(func() {
+			if wait != nil {
+				wait()
+			}
+			findings = f.report(dest, r, start, rep)
+		})
+		return findings
+	}, nil
+}
+
+// withAction returns p with category c set to a.
+func withAction(p dlp.Policy, c dlp.Category, a dlp.Action) dlp.Policy {
+	return p.With(c, a)
+}
+
+// report turns a request's findings into network-log findings and audit
+// records.
+func (f *DLPFilter) report(dest Destination, r *http.Request, start time.Time, rep *dlp.Report) []Finding {
+	fs := rep.Findings()
+	if len(fs) == 0 {
+		return nil
+	}
+	out := make([]Finding, 0, len(fs))
+	recs := make([]dlp.AuditRecord, 0, len(fs))
+	u := redactURL(schemeOf(dest), r.Host, r.URL)
+	for _, fd := range fs {
+		out = append(out, Finding{Category: fd.Category.String(), Prefix: fd.Prefix, Length: fd.Length, Where: fd.Where,
+			Action: fd.Action.String(), Form: fd.Form, Source: fd.Source})
+		recs = append(recs, dlp.AuditRecord{Time: start.UTC(), Dest: hostPort(dest.Name, dest.Port), Method: r.Method, URL: u,
+			Category: fd.Category.String(), Action: fd.Action.String(), Where: fd.Where, Form: fd.Form, Source: fd.Source,
+			Value: fd.Value()})
+	}
+	if n := rep.Dropped(); n > 0 {
+		out = append(out, Finding{Category: "MORE", Where: fmt.Sprintf("%d more findings not listed", n), Action: "redact"})
+	}
+	if f.Audit != nil {
+		if err := f.Audit.Record(recs...); err != nil && f.OnAuditError != nil {
+			f.OnAuditError(err)
+		}
+	}
+	return out
+}
+
+func schemeOf(d Destination) string {
+	if d.Port == 80 {
+		return "http"
+	}
+	return "https"
+}
+
+// scrubDescription is the reason a scrubbed request's event carries.
+func scrubDescription(fs []Finding) string {
+	cats := map[string]bool{}
+	var names []string
+	for _, f := range fs {
+		if (f.Action == "redact" || f.Action == "") && !cats[f.Category] {
+			cats[f.Category] = true
+			names = append(names, f.Category)
+		}
+	}
+	return strings.Join(names, ", ")
+}

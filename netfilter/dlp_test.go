@@ -1,0 +1,254 @@
+package netfilter
+
+import (
+	"bytes"
+	"encoding/json"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"filippo.io/age"
+	"github.com/klauspost/compress/gzip"
+
+	"github.com/vibedom/vibedom/dlp"
+)
+
+// Fixtures built at run time (the project's own secrets scan stays quiet).
+var (
+	dlpSecret = strings.Join([]string{"hQ7v", "Zp2LxK9wR4tYq"}, "")
+	dlpAWS    = strings.Join([]string{"AKIA", "Z7QX3M4P2KD9WLNB"}, "")
+)
+
+const dlpRules = "api.anthropic.com\nregistry.example.net\ngit.corp.internal\n"
+
+// seen records what an upstream received.
+type seen struct {
+	mu   sync.Mutex
+	reqs []seenReq
+}
+
+type seenReq struct {
+	url, body string
+	header    http.Header
+	length    int64
+}
+
+func (s *seen) handler() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		s.mu.Lock()
+		s.reqs = append(s.reqs, seenReq{url: r.URL.RequestURI(), body: string(b), header: r.Header.Clone(), length: r.ContentLength})
+		s.mu.Unlock()
+		io.WriteString(w, "ok")
+	})
+}
+
+func (s *seen) last(t *testing.T) seenReq {
+	t.Helper()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.reqs) == 0 {
+		t.Fatal("nothing reached the upstream")
+	}
+	return s.reqs[len(s.reqs)-1]
+}
+
+type dlpEnv struct {
+	*testEnv
+	up    map[string]*seen
+	id    *age.X25519Identity
+	audit string
+}
+
+func newDLPEnv(t *testing.T, limit int64) *dlpEnv {
+	id, err := age.GenerateX25519Identity()
+	if err != nil {
+		t.Fatal(err)
+	}
+	auditPath := filepath.Join(t.TempDir(), dlp.AuditFile)
+	audit, err := dlp.CreateAuditLog(auditPath, id.Recipient())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { audit.Close() })
+	e, err := dlp.New(dlp.Config{Secrets: []dlp.Secret{{Value: dlpSecret, Source: ".env:1 API_KEY"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &DLPFilter{Engine: e, Audit: audit, BufferLimit: limit}
+	v := &dlpEnv{testEnv: newTestEnv(t, dlpRules, func(c *EngineConfig) { c.Filter = f }), up: map[string]*seen{}, id: id, audit: auditPath}
+	for _, name := range []string{"api.anthropic.com", "registry.example.net", "git.corp.internal"} {
+		v.up[name] = &seen{}
+		v.upstreamTLS(name, 443, v.upCA, v.up[name].handler())
+	}
+	return v
+}
+
+func (v *dlpEnv) auditValues(t *testing.T) []string {
+	t.Helper()
+	f, err := os.Open(v.audit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var vals []string
+	if err := dlp.ReadAuditLog(f, func(r dlp.AuditRecord) error { vals = append(vals, r.Category+"="+r.Value); return nil }, v.id); err != nil {
+		t.Fatal(err)
+	}
+	return vals
+}
+
+func TestDLPFilterJSONBody(t *testing.T) {
+	for _, h2 := range []bool{false, true} {
+		t.Run(map[bool]string{false: "http1", true: "h2"}[h2], func(t *testing.T) {
+			v := newDLPEnv(t, 0)
+			c := &http.Client{Transport: v.guestTransport(h2)}
+			body := `{"messages":[{"role":"user","content":"key ` + dlpSecret + ` aws ` + dlpAWS + ` mail bob@corp.io"}]}`
+			resp, err := c.Post("https://api.anthropic.com/v1/messages", "application/json", strings.NewReader(body))
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			got := v.up["api.anthropic.com"].last(t)
+			want := `{"messages":[{"role":"user","content":"key [REDACTED:SECRET] aws [REDACTED:CLOUD_KEY] mail [REDACTED:EMAIL]"}]}`
+			if got.body != want || !json.Valid([]byte(got.body)) {
+				t.Errorf("upstream got\n%s\nwant\n%s", got.body, want)
+			}
+			if got.length != int64(len(want)) {
+				t.Errorf("Content-Length %d, want %d", got.length, len(want))
+			}
+			ev := v.events.wait(t, "scrub", isKind("request", "scrub"))
+			if len(ev.Findings) != 3 || ev.Findings[0].Category != "SECRET" || ev.Findings[0].Source != ".env:1 API_KEY" || ev.Findings[0].Prefix != dlpSecret[:4] {
+				t.Errorf("findings: %+v", ev.Findings)
+			}
+			logs, _ := os.ReadFile(filepath.Join(v.logDir, NetworkLogFile))
+			v.log.Close()
+			logs, _ = os.ReadFile(filepath.Join(v.logDir, NetworkLogFile))
+			alerts, _ := os.ReadFile(filepath.Join(v.logDir, AlertsLogFile))
+			for _, b := range [][]byte{logs, alerts} {
+				if bytes.Contains(b, []byte(dlpSecret)) || bytes.Contains(b, []byte(dlpAWS)) || bytes.Contains(b, []byte("bob@corp.io")) {
+					t.Errorf("a value reached a log:\n%s", b)
+				}
+			}
+			if !bytes.Contains(alerts, []byte(`"decision":"scrub"`)) {
+				t.Errorf("alerts lack the scrub: %s", alerts)
+			}
+			vals := v.auditValues(t)
+			if strings.Join(vals, " ") != "SECRET="+dlpSecret+" CLOUD_KEY="+dlpAWS+" EMAIL=bob@corp.io" {
+				t.Errorf("audit: %v", vals)
+			}
+		})
+	}
+}
+
+func TestDLPFilterCompressedAndStreamed(t *testing.T) {
+	v := newDLPEnv(t, 1024)
+	c := &http.Client{Transport: v.guestTransport(false)}
+
+	// gzip, small: scrubbed whole, still gzip, Content-Length exact.
+	var gz bytes.Buffer
+	zw := gzip.NewWriter(&gz)
+	io.WriteString(zw, `{"k":"`+dlpSecret+`"}`)
+	zw.Close()
+	req, _ := http.NewRequest("POST", "https://api.anthropic.com/v1/x", bytes.NewReader(gz.Bytes()))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Content-Encoding", "gzip")
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	got := v.up["api.anthropic.com"].last(t)
+	zr, err := gzip.NewReader(strings.NewReader(got.body))
+	if err != nil {
+		t.Fatalf("upstream body is not gzip: %v", err)
+	}
+	plain, _ := io.ReadAll(zr)
+	if string(plain) != `{"k":"[REDACTED:SECRET]"}` || got.header.Get("Content-Encoding") != "gzip" || got.length != int64(len(got.body)) {
+		t.Errorf("gzip body: %q, encoding %q, length %d", plain, got.header.Get("Content-Encoding"), got.length)
+	}
+
+	// Larger than the buffer limit, written in pieces that split the
+	// secret: streamed (chunked) and still scrubbed.
+	pr, pw := io.Pipe()
+	go func() {
+		pw.Write([]byte(strings.Repeat("padding line\n", 200) + "key " + dlpSecret[:5]))
+		pw.Write([]byte(dlpSecret[5:] + " end\n" + strings.Repeat("tail line\n", 200)))
+		pw.Close()
+	}()
+	req, _ = http.NewRequest("PUT", "https://api.anthropic.com/upload", pr)
+	req.Header.Set("Content-Type", "text/plain")
+	resp, err = c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	got = v.up["api.anthropic.com"].last(t)
+	// Streamed: upstream is told no length (chunked on HTTP/1.1, none on h2).
+	if strings.Contains(got.body, dlpSecret) || !strings.Contains(got.body, "key [REDACTED:SECRET] end") || got.length != -1 {
+		t.Errorf("streamed body: length %d, has placeholder %v", got.length, strings.Contains(got.body, "[REDACTED:SECRET]"))
+	}
+}
+
+func TestDLPFilterURLAndHeaders(t *testing.T) {
+	v := newDLPEnv(t, 0)
+	c := &http.Client{Transport: v.guestTransport(false)}
+	do := func(host string) seenReq {
+		req, _ := http.NewRequest("GET", "https://"+host+"/pkg/bob%40corp.io?q=1&aws="+dlpAWS, nil)
+		req.Header.Set("X-Note", "from bob@corp.io")
+		req.Header.Set("Authorization", "Bearer "+dlpSecret)
+		req.Header.Set("X-Api-Key", dlpAWS)
+		resp, err := c.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return v.up[host].last(t)
+	}
+	// Public: everything redacted; in credential headers known values only.
+	got := do("registry.example.net")
+	if got.url != "/pkg/%5BREDACTED%3AEMAIL%5D?q=1&aws=%5BREDACTED%3ACLOUD_KEY%5D" {
+		t.Errorf("url: %s", got.url)
+	}
+	if got.header.Get("X-Note") != "from [REDACTED:EMAIL]" || got.header.Get("Authorization") != "Bearer [REDACTED:SECRET]" || got.header.Get("X-Api-Key") != dlpAWS {
+		t.Errorf("headers: %v", got.header)
+	}
+	// External: the agent's credential headers reach its API (logged).
+	got = do("api.anthropic.com")
+	if got.header.Get("Authorization") != "Bearer "+dlpSecret || got.header.Get("X-Note") != "from [REDACTED:EMAIL]" {
+		t.Errorf("external headers: %v", got.header)
+	}
+	// Internal: nothing changes, known values are logged.
+	got = do("git.corp.internal")
+	if !strings.Contains(got.url, dlpAWS) || got.header.Get("Authorization") != "Bearer "+dlpSecret {
+		t.Errorf("internal: %s %v", got.url, got.header)
+	}
+	ev := v.events.wait(t, "internal request", func(e Event) bool { return e.Kind == "request" && e.Name == "git.corp.internal" })
+	if ev.Decision != "allow" || len(ev.Findings) != 1 || ev.Findings[0].Action != "log" || ev.Findings[0].Where != "header:Authorization" {
+		t.Errorf("internal event: %s %+v", ev.Decision, ev.Findings)
+	}
+}
+
+func TestDLPFilterRefusesUndecodableBody(t *testing.T) {
+	v := newDLPEnv(t, 0)
+	c := &http.Client{Transport: v.guestTransport(false)}
+	req, _ := http.NewRequest("POST", "https://api.anthropic.com/v1/x", strings.NewReader("not gzip at all "+dlpSecret))
+	req.Header.Set("Content-Encoding", "gzip")
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusForbidden || !strings.Contains(string(b), "cannot be decoded") {
+		t.Errorf("status %d: %s", resp.StatusCode, b)
+	}
+	if n := len(v.up["api.anthropic.com"].reqs); n != 0 {
+		t.Errorf("%d requests reached the upstream", n)
+	}
+	v.events.wait(t, "refused", func(e Event) bool { return e.Kind == "request" && e.Decision == "deny" })
+}
