@@ -147,18 +147,25 @@ func (w *windowIndex) scan(k *knownSet, buf []byte, from, n int, out []match) []
 // dropped).
 func newKnownSet(secrets []Secret) *knownSet {
 	k := &knownSet{}
-	seenSecret := map[string]bool{}
+	seenSecret := map[string]int32{}
 	seenPat := map[string]bool{}
 	for _, s := range secrets {
 		v := s.Value
 		if len(v) > MaxSecretLen {
 			v = v[:MaxSecretLen]
 		}
-		if len(v) < MinSecretLen || seenSecret[v] {
+		if len(v) < MinSecretLen {
 			continue
 		}
-		seenSecret[v] = true
+		if i, ok := seenSecret[v]; ok {
+			// The same value from several places: keep them all (a few).
+			if src := &k.secrets[i].Source; s.Source != "" && !strings.Contains(*src, s.Source) && strings.Count(*src, "; ") < 3 {
+				*src += "; " + s.Source
+			}
+			continue
+		}
 		idx := int32(len(k.secrets))
+		seenSecret[v] = idx
 		k.secrets = append(k.secrets, Secret{Value: v, Source: s.Source})
 		for _, enc := range encodedForms([]byte(v)) {
 			if len(enc.b) < MinSecretLen || seenPat[string(enc.b)] {

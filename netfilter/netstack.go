@@ -181,13 +181,13 @@ func (c StackConfig) withDefaults() (StackConfig, error) {
 // guest's NIC over a datagram socket. It serves, on the gateway address:
 // DHCP (the guest's one address), DNS on port 53 (UDP and TCP; names the
 // policy allows get synthetic addresses, everything else NXDOMAIN), the
-// explicit proxy on ProxyPort, and ping. Every other TCP connection the
+// explicit proxy on ProxyPort. Every other TCP connection the
 // guest opens, to any address, is admitted only when its destination maps
 // back to a name (or a rule names the IP) and the policy allows that name
 // and port; it is then handed to the Engine, which does the upstream
 // side. The Stack itself never opens a connection or sends a packet
-// anywhere but to the guest. UDP other than DNS and DHCP, ICMP other than
-// ping to the gateway, IPv6, IP fragments and frames that do not come from
+// anywhere but to the guest. UDP other than DNS and DHCP, all ICMP (a ping
+// to the gateway too), IPv6, IP fragments and frames that do not come from
 // the guest's address are dropped.
 type Stack struct {
 	cfg    StackConfig
@@ -528,7 +528,7 @@ type StackStats struct {
 	OtherProto uint64 // EtherTypes and IP protocols that are not served
 	Fragments  uint64
 	UDP        uint64 // UDP other than DNS and DHCP to the gateway
-	ICMP       uint64 // ICMP other than echo requests to the gateway
+	ICMP       uint64 // all ICMP
 	Multicast  uint64 // multicast and broadcast other than DHCP and ARP
 	Martians   uint64 // TCP to loopback addresses
 	// WriteErrors counts frames the socket refused; WriteNoBufs ENOBUFS

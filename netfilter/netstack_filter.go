@@ -37,8 +37,8 @@ var broadcastMAC = []byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff}
 //   - IPv4: a well-formed header, not a fragment, from the guest address
 //     (0.0.0.0 only for DHCP); then TCP to any address (the forwarder
 //     decides; loopback destinations are dropped), UDP only to the
-//     gateway's DNS and DHCP ports (DHCP also to 255.255.255.255), ICMP
-//     only echo requests to the gateway.
+//     gateway's DNS and DHCP ports (DHCP also to 255.255.255.255), no
+//     ICMP at all (not even an echo request to the gateway).
 //
 // Everything else is dropped and counted; unicast UDP and ICMP and
 // unknown IP protocols are also recorded as denied events (rate-limited).
@@ -194,20 +194,17 @@ func (s *Stack) checkIPv4(p []byte) bool {
 			st.malformed.Add(1)
 			return false
 		}
-		if dst == s.gwIP && l4[0] == icmpEchoRequest {
-			return true
-		}
 		st.icmp.Add(1)
-		if dst == s.gwIP {
+		if dst == s.gwIP && l4[0] != icmpEchoRequest {
 			return false // errors and the like about the gateway's own traffic: not worth an alert
 		}
 		s.refused(Event{Kind: "icmp", Src: srcAddr.String(), Dst: dstAddr.String(), Decision: "deny",
-			Reason: fmt.Sprintf("ICMP type %d dropped: only echo requests to the gateway are answered", l4[0])})
+			Reason: fmt.Sprintf("ICMP type %d dropped: ICMP goes nowhere, not even to the gateway", l4[0])})
 		return false
 	}
 	st.otherProto.Add(1)
 	s.refused(Event{Kind: "ip", Src: srcAddr.String(), Dst: dstAddr.String(), Decision: "deny",
-		Reason: fmt.Sprintf("IP protocol %d is not carried (only TCP, DNS over UDP and ping)", proto)})
+		Reason: fmt.Sprintf("IP protocol %d is not carried (only TCP and DNS over UDP)", proto)})
 	return false
 }
 

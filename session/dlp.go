@@ -32,9 +32,8 @@ type DLPOptions struct {
 func DLPConfig(h Home, workspace string, preflightSecrets []string, o DLPOptions) (dlp.Config, []string, error) {
 	var cfg dlp.Config
 	var notes []string
-	for _, s := range preflightSecrets {
-		cfg.Secrets = append(cfg.Secrets, dlp.Secret{Value: s, Source: "preflight (gitleaks)"})
-	}
+	// .env values first: their sources (file, line, name) are the more
+	// precise when both found the same value.
 	if workspace != "" {
 		env, warnings, err := workspaceEnvSecrets(workspace)
 		if err != nil {
@@ -42,6 +41,9 @@ func DLPConfig(h Home, workspace string, preflightSecrets []string, o DLPOptions
 		}
 		cfg.Secrets = append(cfg.Secrets, env...)
 		notes = append(notes, warnings...)
+	}
+	for _, s := range preflightSecrets {
+		cfg.Secrets = append(cfg.Secrets, dlp.Secret{Value: s, Source: "preflight (gitleaks)"})
 	}
 	rules, err := dlp.LoadClassRules(h.DLPClasses())
 	if err != nil {

@@ -58,6 +58,7 @@ func TestEgressVM(t *testing.T) {
 		"udp:1.1.1.1:53",
 		"icmp:1.1.1.1",
 		"icmp:10.0.0.1",
+		"icmp:$gw",
 		"sni:example.com:443:denied.example.net",
 		"host:http://example.com/spoof:denied.example.net",
 	}
@@ -149,9 +150,7 @@ echo "ROUND 2"; all
 		for _, p := range []string{"tcp:93.184.216.34:443", "tcp:$gw:22", "tcp:$gw:8080", "tcp:10.0.0.1:80", "tcp:192.168.1.1:443", "tcp:1.1.1.1:443"} {
 			check(p, refused, "the connect refused")
 		}
-		// (Echo requests to the gateway itself are answered by vibedom's
-		// own network stack, for diagnostics; nothing leaves the host.)
-		for _, p := range []string{"udp:8.8.8.8:53", "udp:1.1.1.1:53", "icmp:1.1.1.1", "icmp:10.0.0.1"} {
+		for _, p := range []string{"udp:8.8.8.8:53", "udp:1.1.1.1:53", "icmp:1.1.1.1", "icmp:10.0.0.1", "icmp:$gw"} {
 			check(p, func(got string) bool { return !strings.HasPrefix(got, "REPLY") }, "no answer")
 		}
 		check("sni:example.com:443:denied.example.net", func(got string) bool {

@@ -11,11 +11,19 @@
 //	icmp:IP             an ICMP echo; does anything answer?
 //	sni:NAME:PORT:SNI   TLS to NAME's address with another SNI
 //	host:URL:HOST       plain HTTP GET of URL with another Host header
+//	post:MODE:FILE:URL  send FILE's content to URL (transparent path) the way
+//	                    an exfiltration would: MODE text, json, gzip (gzipped
+//	                    JSON), b64 (base64 in JSON), form, query (in the URL)
+//	                    or header (in X-Data)
 package main
 
 import (
+	"bytes"
+	"compress/gzip"
 	"context"
 	"crypto/tls"
+	"encoding/base64"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -133,8 +141,69 @@ func probe(kind, arg string) (string, string) {
 		defer resp.Body.Close()
 		body, _ := io.ReadAll(io.LimitReader(resp.Body, 256))
 		return "HTTP", fmt.Sprintf("%d body=%q", resp.StatusCode, body)
+	case "post":
+		parts := strings.SplitN(arg, ":", 3)
+		if len(parts) != 3 {
+			return "ERR", "want post:MODE:FILE:URL"
+		}
+		return post(ctx, parts[0], parts[1], parts[2])
 	}
 	return "ERR", "unknown probe " + kind
+}
+
+// post sends the content of file to u in the given mode.
+func post(ctx context.Context, mode, file, u string) (string, string) {
+	data, err := os.ReadFile(file)
+	if err != nil {
+		return "ERR", err.Error()
+	}
+	method, ct, enc := "POST", "", ""
+	var body []byte
+	switch mode {
+	case "text":
+		body, ct = data, "text/plain"
+	case "json", "gzip":
+		body, _ = json.Marshal(map[string]any{"messages": []map[string]string{{"role": "user", "content": string(data)}}})
+		ct = "application/json"
+		if mode == "gzip" {
+			var b bytes.Buffer
+			w := gzip.NewWriter(&b)
+			w.Write(body)
+			w.Close()
+			body, enc = b.Bytes(), "gzip"
+		}
+	case "b64":
+		body, _ = json.Marshal(map[string]string{"blob": base64.StdEncoding.EncodeToString(data)})
+		ct = "application/json"
+	case "form":
+		body, ct = []byte("note="+url.QueryEscape(string(data))), "application/x-www-form-urlencoded"
+	case "query":
+		method, u = "GET", u+"?d="+url.QueryEscape(string(data))
+	case "header":
+		method = "GET"
+	default:
+		return "ERR", "unknown mode " + mode
+	}
+	req, err := http.NewRequestWithContext(ctx, method, u, bytes.NewReader(body))
+	if err != nil {
+		return "ERR", err.Error()
+	}
+	if ct != "" {
+		req.Header.Set("Content-Type", ct)
+	}
+	if enc != "" {
+		req.Header.Set("Content-Encoding", enc)
+	}
+	if mode == "header" {
+		req.Header.Set("X-Data", strings.ReplaceAll(string(data), "\n", " "))
+	}
+	resp, err := (&http.Client{Transport: &http.Transport{Proxy: nil}}).Do(req)
+	if err != nil {
+		return "ERR", err.Error()
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 256))
+	return "HTTP", fmt.Sprintf("%d body=%q", resp.StatusCode, b)
 }
 
 // sendAwait sends msg on c and reports whether anything answers within
