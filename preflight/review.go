@@ -225,6 +225,22 @@ func endOfInput(out io.Writer, err error) (Outcome, error) {
 	return OutcomeCancel, fmt.Errorf("preflight: read answer: %w", err)
 }
 
+// shellQuote quotes a path for a command line the user may copy; control
+// characters are escaped for display.
+func shellQuote(s string) string {
+	safe := s != ""
+	for _, r := range s {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("_./:=@%+,-", r)) {
+			safe = false
+			break
+		}
+	}
+	if safe {
+		return s
+	}
+	return clean("'" + strings.ReplaceAll(s, "'", `'\''`) + "'")
+}
+
 // pickItems asks for item numbers until the answer parses. back is true
 // for an empty answer.
 func pickItems(ctx context.Context, lr *lineReader, out io.Writer, n int) (picked []int, back bool, err error) {
@@ -291,13 +307,14 @@ func (r *Report) approve(fs []Finding) error {
 		return nil
 	}
 	if r.approvals == nil {
-		r.approvals = &approvals{hashes: map[string]bool{}}
+		r.approvals = newApprovals()
 	}
 	var entries []approvalLine
-	want := map[string]bool{}
 	for _, f := range fs {
+		if f.approvalHash == "" && r.approvals.err == nil {
+			return errors.New("preflight: record approvals: the finding has no approval hash (a report not made by Scan)")
+		}
 		entries = append(entries, approvalLine{fingerprint: f.Fingerprint, hash: f.approvalHash})
-		want[f.approvalHash] = true
 	}
 	live := map[string]bool{}
 	for _, f := range r.Findings {
@@ -307,7 +324,7 @@ func (r *Report) approve(fs []Finding) error {
 		return fmt.Errorf("preflight: record approvals: %w", err)
 	}
 	for i := range r.Findings {
-		if r.Findings[i].Status == StatusUnapproved && want[r.Findings[i].approvalHash] {
+		if r.Findings[i].Status == StatusUnapproved && r.approvals.approves(r.Findings[i]) {
 			r.Findings[i].Status = StatusApproved
 			r.Findings[i].Number = 0
 		}

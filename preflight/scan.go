@@ -128,16 +128,24 @@ func Scan(ctx context.Context, opts Options) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
-	key, err := loadApprovalKey(opts.ApprovalKeyPath)
-	if err != nil {
-		return nil, err
-	}
 	rep := &Report{Workspace: root, ConfigDigest: rs.digest, ScannedAt: start}
 
+	// Approvals fail towards asking: without a usable key or approvals
+	// file nothing is approved, the report says why, and approving fails
+	// with the same reason.
+	key, keyWarn, keyErr := loadApprovalKey(opts.ApprovalKeyPath)
+	if keyWarn != "" {
+		rep.Warnings = append(rep.Warnings, keyWarn)
+	}
 	ign, warns := readIgnore(root, []string{given, root})
 	rep.Warnings = append(rep.Warnings, warns...)
-	appr, err := readApprovals(root)
-	if err != nil {
+	appr, warns, err := readApprovals(root)
+	rep.Warnings = append(rep.Warnings, warns...)
+	switch {
+	case keyErr != nil:
+		appr.err = keyErr
+		rep.Warnings = append(rep.Warnings, fmt.Sprintf("approvals not used, every finding is asked about: %v", keyErr))
+	case err != nil:
 		rep.Warnings = append(rep.Warnings, fmt.Sprintf("approvals not used, every finding is asked about: %v", err))
 	}
 	rep.approvals = appr
@@ -339,7 +347,7 @@ func (s *scanner) scanFile(ctx context.Context, det *detect.Detector, j job) {
 			s.count(func(st *Stats) { st.TooLarge++ })
 			s.skip(j.rel, fmt.Sprintf("text file of %d bytes, over the %d-byte limit: not scanned", ofi.Size(), s.maxSize))
 		}
-		s.detectPath(ctx, det, j.rel, [32]byte{})
+		s.detectPath(ctx, det, j.rel, f)
 		return
 	}
 	readAt := time.Now()
@@ -367,7 +375,7 @@ func (s *scanner) scanFile(ctx context.Context, det *detect.Detector, j job) {
 	var found []report.Finding
 	if bytes.IndexByte(content[:min(len(content), binarySniff)], 0) >= 0 {
 		s.count(func(st *Stats) { st.Binary++ })
-		found = det.DetectContext(ctx, detect.Fragment{FilePath: j.rel})
+		found = det.DetectContext(ctx, detect.Fragment{FilePath: j.rel}) // path rules only
 	} else {
 		s.count(func(st *Stats) { st.Scanned++; st.BytesScanned += int64(len(content)) })
 		found = det.DetectContext(ctx, detect.Fragment{Raw: string(content), FilePath: j.rel, StartLine: 1})
@@ -384,12 +392,25 @@ func (s *scanner) scanFile(ctx context.Context, det *detect.Detector, j job) {
 	s.add(found, hash)
 }
 
-// detectPath runs the path-only rules (e.g. pkcs12-file) for a file whose
-// contents are not scanned.
-func (s *scanner) detectPath(ctx context.Context, det *detect.Detector, rel string, hash [32]byte) {
-	if found := det.DetectContext(ctx, detect.Fragment{FilePath: rel}); len(found) > 0 {
-		s.add(found, hash)
+// detectPath runs the path-only rules (e.g. pkcs12-file) for a file too
+// large to scan. A path-only finding is approved for the file's content, so
+// only then is the whole file read, to hash it.
+func (s *scanner) detectPath(ctx context.Context, det *detect.Detector, rel string, f *os.File) {
+	found := det.DetectContext(ctx, detect.Fragment{FilePath: rel})
+	if len(found) == 0 {
+		return
 	}
+	h := sha256.New()
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		s.skip(rel, "unreadable: "+errText(err))
+	} else if _, err := io.Copy(h, f); err != nil {
+		s.skip(rel, "unreadable: "+errText(err))
+	}
+	// On a read error the hash is of what was read: an approval then
+	// matches nothing later, which asks again (never approves more).
+	var sum [32]byte
+	h.Sum(sum[:0])
+	s.add(found, sum)
 }
 
 func (s *scanner) add(found []report.Finding, hash [32]byte) {
@@ -420,12 +441,15 @@ func (s *scanner) classify(key approvalKey, ign ignoreSet, appr *approvals) []Fi
 		f := Finding{
 			Fingerprint: fp, File: g.File, Line: g.StartLine, RuleID: g.RuleID,
 			Description: g.Description, Risk: risk, Reason: reason, Entropy: g.Entropy,
-			secret: g.Secret, approvalHash: key.approvalHash(g.File, g.RuleID, value),
+			secret: g.Secret,
+		}
+		if key != nil {
+			f.approvalHash = key.approvalHash(g.File, g.RuleID, value)
 		}
 		switch {
 		case ign[fp]:
 			f.Status = StatusIgnored
-		case appr != nil && appr.hashes[f.approvalHash]:
+		case appr.approves(f):
 			f.Status = StatusApproved
 		default:
 			f.Status = StatusUnapproved
