@@ -143,7 +143,7 @@ func Review(ctx context.Context, r *Report, in io.Reader, out io.Writer, isTTY b
 		if n := r.count(RiskHigh, StatusUnapproved); n > 0 {
 			fmt.Fprintf(out, "preflight: refusing to start (--preflight=strict): %d unapproved HIGH-risk finding(s)\n", n)
 			return OutcomeRefused, fmt.Errorf("preflight: %w: %d in %s; approve them with `vibedom preflight --review %s` in a terminal, list their fingerprints in %s, or remove the secrets",
-				ErrUnapprovedHigh, n, r.Workspace, r.Workspace, IgnoreFile)
+				ErrUnapprovedHigh, n, clean(r.Workspace), shellQuote(r.Workspace), IgnoreFile)
 		}
 		fmt.Fprintln(out, "preflight: no unapproved HIGH-risk findings; continuing (--preflight=strict)")
 		return OutcomeContinue, nil
