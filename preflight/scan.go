@@ -61,6 +61,14 @@ type Options struct {
 	// Logger receives progress and problems; nil means silent. It never
 	// receives a secret.
 	Logger *slog.Logger
+
+	// Test hooks. onScanFile, when set, runs in the worker before each file
+	// is decided. noStatMemo makes every file be read and hashed, as if no
+	// stat were trusted (to measure what the stat memo saves). statTrusted
+	// replaces the file system check of the same name.
+	onScanFile  func(rel string)
+	noStatMemo  bool
+	statTrusted func(path string) (bool, string)
 }
 
 type job struct {
@@ -82,6 +90,10 @@ type scanner struct {
 	cache   *cache
 	maxSize int64
 	log     *slog.Logger
+
+	onScanFile func(rel string)
+	noStatMemo bool
+	fsTrust    fsTrust
 
 	mu       sync.Mutex
 	stats    Stats
@@ -150,7 +162,11 @@ func Scan(ctx context.Context, opts Options) (*Report, error) {
 	}
 	rep.approvals = appr
 
-	s := &scanner{root: root, rules: rs, log: log, maxSize: opts.MaxFileSize}
+	s := &scanner{root: root, rules: rs, log: log, maxSize: opts.MaxFileSize, onScanFile: opts.onScanFile, noStatMemo: opts.noStatMemo}
+	s.fsTrust = fsTrust{probe: statTrusted, log: log, byDev: map[uint64]bool{}}
+	if opts.statTrusted != nil {
+		s.fsTrust.probe = opts.statTrusted
+	}
 	if s.maxSize == 0 {
 		s.maxSize = DefaultMaxFileSize
 	}
@@ -178,6 +194,9 @@ func Scan(ctx context.Context, opts Options) (*Report, error) {
 				if ctx.Err() != nil {
 					continue // drain
 				}
+				if s.onScanFile != nil {
+					s.onScanFile(j.rel)
+				}
 				s.scanFile(ctx, det, j)
 			}
 		})
@@ -203,7 +222,7 @@ func Scan(ctx context.Context, opts Options) (*Report, error) {
 		}
 	}
 	rep.Stats.Duration = time.Since(start)
-	log.Info("preflight scan done", "workspace", root, "files", rep.Stats.Files,
+	log.Info("preflight scan done", "workspace", root, "workers", workers, "files", rep.Stats.Files,
 		"scanned", rep.Stats.Scanned, "cache_hits", rep.Stats.CacheHits,
 		"findings", len(rep.Findings), "unapproved", len(rep.Unapproved()), "duration", rep.Stats.Duration)
 	return rep, nil
@@ -279,6 +298,32 @@ func (s *scanner) walk(ctx context.Context, jobs chan<- job) error {
 	})
 }
 
+// fsTrust remembers, per device, whether the memo may trust stat there
+// (see statTrusted). A file elsewhere is read and hashed on every scan:
+// its verdict still comes from the content-addressed cache.
+type fsTrust struct {
+	probe func(path string) (bool, string)
+	log   *slog.Logger
+
+	mu    sync.Mutex
+	byDev map[uint64]bool
+}
+
+func (f *fsTrust) trusted(dev uint64, path string) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	ok, seen := f.byDev[dev]
+	if !seen {
+		var name string
+		ok, name = f.probe(path)
+		f.byDev[dev] = ok
+		if !ok {
+			f.log.Info("preflight: stat not trusted on this file system; its files are read and hashed on every scan", "fs", name, "file", path)
+		}
+	}
+	return ok
+}
+
 func (s *scanner) count(f func(*Stats)) {
 	s.mu.Lock()
 	f(&s.stats)
@@ -314,7 +359,8 @@ func (s *scanner) scanFile(ctx context.Context, det *detect.Detector, j job) {
 		return
 	}
 	st, haveStat := statID(fi)
-	if s.cache != nil && haveStat {
+	useMemo := s.cache != nil && haveStat && !s.noStatMemo && s.fsTrust.trusted(st.Dev, j.abs)
+	if useMemo {
 		if h, ok := s.cache.lookupHash(j.rel, st); ok && s.cache.isClean(h, j.rel) {
 			s.count(func(st *Stats) { st.CacheHits++ })
 			return
@@ -363,7 +409,7 @@ func (s *scanner) scanFile(ctx context.Context, det *detect.Detector, j job) {
 	content := buf.Bytes()
 	hash := sha256.Sum256(content)
 	if s.cache != nil {
-		if ost, ok := statID(ofi); ok {
+		if ost, ok := statID(ofi); ok && useMemo {
 			s.cache.remember(j.rel, ost, hash, readAt)
 		}
 		if s.cache.isClean(hash, j.rel) {
