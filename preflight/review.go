@@ -218,9 +218,13 @@ func notRecorded(out io.Writer, err error) {
 }
 
 func endOfInput(out io.Writer, err error) (Outcome, error) {
-	if errors.Is(err, io.EOF) {
+	switch {
+	case errors.Is(err, io.EOF):
 		fmt.Fprintln(out, "End of input; cancelled, nothing was started.")
 		return OutcomeCancel, nil
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		fmt.Fprintln(out, "Interrupted; nothing was started.")
+		return OutcomeCancel, fmt.Errorf("preflight: review interrupted: %w", err)
 	}
 	return OutcomeCancel, fmt.Errorf("preflight: read answer: %w", err)
 }
