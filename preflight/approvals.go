@@ -1,7 +1,6 @@
 package preflight
 
 import (
-	"bufio"
 	"bytes"
 	"crypto/hmac"
 	"crypto/rand"
@@ -45,41 +44,93 @@ func (approvalKey) LogValue() slog.Value         { return slog.StringValue("[RED
 func (k approvalKey) Format(f fmt.State, _ rune) { io.WriteString(f, k.String()) }
 
 // loadApprovalKey reads the key at path, creating it (0600, parent 0700)
-// on first use.
-func loadApprovalKey(path string) (approvalKey, error) {
-	b, err := readNoFollow(path, approvalKeySize+1)
-	if errors.Is(err, fs.ErrNotExist) {
-		if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
-			return nil, fmt.Errorf("create approval key %q: %w: %w", path, ErrApprovalKey, err)
-		}
-		k := make([]byte, approvalKeySize)
-		if _, err := rand.Read(k); err != nil {
-			return nil, fmt.Errorf("create approval key %q: %w: %w", path, ErrApprovalKey, err)
-		}
-		f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, 0o600)
-		if errors.Is(err, fs.ErrExist) { // made by a concurrent run
-			return loadApprovalKey(path)
+// on first use. warn is non-empty when the key works but is exposed (other
+// users may read it). Errors wrap ErrApprovalKey and say what to do.
+func loadApprovalKey(path string) (key approvalKey, warn string, err error) {
+	for range 2 { // a second pass when a concurrent run made the key first
+		b, fi, err := readKeyFile(path)
+		if errors.Is(err, fs.ErrNotExist) {
+			k, err := createApprovalKey(path)
+			if errors.Is(err, fs.ErrExist) {
+				continue
+			}
+			return k, "", err
 		}
 		if err != nil {
-			return nil, fmt.Errorf("create approval key %q: %w: %w", path, ErrApprovalKey, err)
+			return nil, "", fmt.Errorf("read approval key %q: %w: %v (make it a regular file only you can read, `chmod 600 %s`, or delete it: every approval is then asked again)",
+				path, ErrApprovalKey, err, shellQuote(path))
 		}
-		_, werr := f.Write(k)
-		if cerr := f.Close(); werr == nil {
-			werr = cerr
+		if len(b) != approvalKeySize {
+			return nil, "", fmt.Errorf("approval key %q has %d bytes, want %d: %w (delete it: every approval is then asked again)",
+				path, len(b), approvalKeySize, ErrApprovalKey)
 		}
-		if werr != nil {
-			os.Remove(path)
-			return nil, fmt.Errorf("write approval key %q: %w: %w", path, ErrApprovalKey, werr)
+		if perm := fi.Mode().Perm(); perm&0o077 != 0 {
+			warn = fmt.Sprintf("approval key %s is readable by other users (mode %04o), who could then test guesses of short approved secrets: run `chmod 600 %s`",
+				path, perm, shellQuote(path))
 		}
-		return approvalKey(k), nil
+		return approvalKey(b), warn, nil
 	}
+	return nil, "", fmt.Errorf("create approval key %q: %w: it keeps changing under us", path, ErrApprovalKey)
+}
+
+// readKeyFile reads the key file, refusing a symlink or anything but a
+// regular file.
+func readKeyFile(path string) ([]byte, fs.FileInfo, error) {
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
 	if err != nil {
-		return nil, fmt.Errorf("read approval key %q: %w: %w", path, ErrApprovalKey, err)
+		return nil, nil, err
 	}
-	if len(b) != approvalKeySize {
-		return nil, fmt.Errorf("approval key %q has %d bytes, want %d: %w (delete it; approvals will be asked again)", path, len(b), approvalKeySize, ErrApprovalKey)
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, nil, err
 	}
-	return approvalKey(b), nil
+	if !fi.Mode().IsRegular() {
+		return nil, nil, fmt.Errorf("not a regular file (%s)", fi.Mode().Type())
+	}
+	b, err := io.ReadAll(io.LimitReader(f, approvalKeySize+1))
+	return b, fi, err
+}
+
+// createApprovalKey makes a new random key at path. The key is written to a
+// temporary file and published with a hard link, so a concurrent reader
+// never sees a partial key; a key made meanwhile by another run wins
+// (fs.ErrExist).
+func createApprovalKey(path string) (approvalKey, error) {
+	fail := func(err error) (approvalKey, error) {
+		return nil, fmt.Errorf("create approval key %q: %w: %v (check that %s is a folder you can write to)",
+			path, ErrApprovalKey, err, filepath.Dir(path))
+	}
+	dir := filepath.Dir(path)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fail(err)
+	}
+	k := make([]byte, approvalKeySize)
+	if _, err := rand.Read(k); err != nil {
+		return fail(err)
+	}
+	tmp, err := os.CreateTemp(dir, ".approval-key-*")
+	if err != nil {
+		return fail(err)
+	}
+	defer os.Remove(tmp.Name())
+	_, werr := tmp.Write(k)
+	if err := tmp.Chmod(0o600); werr == nil {
+		werr = err
+	}
+	if err := tmp.Close(); werr == nil {
+		werr = err
+	}
+	if werr != nil {
+		return fail(werr)
+	}
+	if err := os.Link(tmp.Name(), path); err != nil {
+		if errors.Is(err, fs.ErrExist) {
+			return nil, err
+		}
+		return fail(err)
+	}
+	return approvalKey(k), nil
 }
 
 // approvalHash binds a secret to its file and rule, not to its line, so an
@@ -93,8 +144,13 @@ func (k approvalKey) approvalHash(file, rule, value string) string {
 
 // approvals is the parsed approvals file.
 type approvals struct {
-	hashes map[string]bool
-	lines  []approvalLine // in file order, comments and unknown lines kept
+	// byHash maps each recorded hash to the "file:rule" part of the
+	// fingerprints it was recorded under.
+	byHash map[string]map[string]bool
+	lines  []approvalLine // in file order, comments and unusable lines kept verbatim
+	// err is why the file could not be read. Approving then fails with it
+	// rather than overwrite a file that was not understood.
+	err error
 }
 
 type approvalLine struct {
@@ -103,56 +159,139 @@ type approvalLine struct {
 	hash        string
 }
 
-// readApprovals reads <workspace>/.vibedom/approved_secrets.txt. A symlink
-// in the way is refused: the file is read and written only in place.
-func readApprovals(workspace string) (*approvals, error) {
-	a := &approvals{hashes: map[string]bool{}}
-	if err := checkVibedomDir(workspace); err != nil {
-		return a, err
+func newApprovals() *approvals { return &approvals{byHash: map[string]map[string]bool{}} }
+
+// approves reports whether a line of the file approves f: a line holding
+// f's hash under a fingerprint naming f's file and rule. The hash alone
+// would already bind file, rule and secret; requiring the fingerprint to
+// agree means no line approves anything but what it says.
+func (a *approvals) approves(f Finding) bool {
+	return a != nil && f.approvalHash != "" && a.byHash[f.approvalHash][f.File+":"+f.RuleID]
+}
+
+func (a *approvals) record(l approvalLine) {
+	subject, ok := fingerprintSubject(l.fingerprint)
+	if !ok {
+		return
 	}
-	b, err := readNoFollow(filepath.Join(workspace, ApprovalsFile), 16<<20)
+	m := a.byHash[l.hash]
+	if m == nil {
+		m = map[string]bool{}
+		a.byHash[l.hash] = m
+	}
+	m[subject] = true
+}
+
+// fingerprintSubject is the "file:rule" part of a "file:rule:line"
+// fingerprint. (Files and user rule ids may hold colons, so the split is
+// not unique; the keyed hash, which separates them unambiguously, decides.)
+func fingerprintSubject(fp string) (string, bool) {
+	i := strings.LastIndexByte(fp, ':')
+	if i <= 0 || i == len(fp)-1 || strings.Trim(fp[i+1:], "0123456789") != "" {
+		return "", false
+	}
+	subject := fp[:i]
+	if j := strings.LastIndexByte(subject, ':'); j <= 0 || j == len(subject)-1 {
+		return "", false
+	}
+	return subject, true
+}
+
+// maxApprovalsSize bounds the approvals file (about 100,000 approvals).
+const maxApprovalsSize = 16 << 20
+
+// readApprovals reads <workspace>/.vibedom/approved_secrets.txt. A symlink
+// in the way is refused: the file is read and written only in place. A
+// line that is not a fingerprint, a tab or space, and an hmac-sha256 hash
+// of 64 lower-case hex digits approves nothing and is returned as a
+// warning (it is kept in the file). The returned approvals are usable even
+// with an error; they then approve nothing and refuse to record more.
+func readApprovals(workspace string) (*approvals, []string, error) {
+	a := newApprovals()
+	fail := func(err error) (*approvals, []string, error) {
+		a.err = err
+		return a, nil, err
+	}
+	if err := checkVibedomDir(workspace); err != nil {
+		return fail(err)
+	}
+	b, err := readNoFollow(filepath.Join(workspace, ApprovalsFile), maxApprovalsSize+1)
 	if errors.Is(err, fs.ErrNotExist) {
-		return a, nil
+		return a, nil, nil
+	}
+	if err == nil && len(b) > maxApprovalsSize {
+		err = fmt.Errorf("larger than %d bytes", maxApprovalsSize)
+	}
+	if errors.Is(err, syscall.ELOOP) {
+		err = errors.New("it is a symbolic link")
 	}
 	if err != nil {
-		return a, fmt.Errorf("read %s: %w", ApprovalsFile, err)
+		return fail(fmt.Errorf("read %s: %v (it must be a regular file in the workspace: fix it, or delete it and every finding is asked again)", ApprovalsFile, errText(err)))
 	}
-	sc := bufio.NewScanner(bytes.NewReader(b))
-	sc.Buffer(make([]byte, 0, 64*1024), 1<<20)
-	for sc.Scan() {
-		raw := sc.Text()
+	var warnings []string
+	for n, raw := range strings.Split(strings.TrimSuffix(string(b), "\n"), "\n") {
+		if len(b) == 0 {
+			break
+		}
 		line := strings.TrimSpace(raw)
 		if line == "" || strings.HasPrefix(line, "#") {
 			a.lines = append(a.lines, approvalLine{raw: raw})
 			continue
 		}
-		i := strings.LastIndexAny(line, " \t")
-		if i < 0 || !strings.HasPrefix(line[i+1:], hashPrefix) {
+		l, ok := parseApprovalLine(line)
+		if !ok {
 			a.lines = append(a.lines, approvalLine{raw: raw})
+			warnings = append(warnings, fmt.Sprintf("%s:%d: not an approval (want FILE:RULE:LINE, a tab, and hmac-sha256: with 64 hex digits); it approves nothing: delete the line, or approve the finding again with `vibedom preflight --review`", ApprovalsFile, n+1))
 			continue
 		}
-		fp, h := strings.TrimSpace(line[:i]), line[i+1:]
-		a.hashes[h] = true
-		a.lines = append(a.lines, approvalLine{fingerprint: fp, hash: h})
+		a.lines = append(a.lines, l)
+		a.record(l)
 	}
-	if err := sc.Err(); err != nil {
-		return a, fmt.Errorf("read %s: %w", ApprovalsFile, err)
+	return a, warnings, nil
+}
+
+// parseApprovalLine reads "fingerprint<TAB>hmac-sha256:<64 hex>"; the
+// fingerprint may hold spaces, so the hash is the last field.
+func parseApprovalLine(line string) (approvalLine, bool) {
+	i := strings.LastIndexAny(line, " \t")
+	if i < 0 {
+		return approvalLine{}, false
 	}
-	return a, nil
+	fp, h := strings.TrimSpace(line[:i]), line[i+1:]
+	hexPart, ok := strings.CutPrefix(h, hashPrefix)
+	if !ok || len(hexPart) != 2*sha256.Size || strings.ToLower(hexPart) != hexPart {
+		return approvalLine{}, false
+	}
+	if _, err := hex.DecodeString(hexPart); err != nil {
+		return approvalLine{}, false
+	}
+	if _, ok := fingerprintSubject(fp); !ok {
+		return approvalLine{}, false
+	}
+	return approvalLine{fingerprint: fp, hash: h}, true
 }
 
 // add records approvals and rewrites the file atomically.
 //
-// live holds the approval hashes of every finding of the current scan. An
-// existing line whose fingerprint is approved again now is dropped when its
-// hash is not live: the secret it approved is no longer in that file under
-// that rule (it changed), so the new line replaces the stale one. A line
-// whose hash is live stays, even under a fingerprint approved again (two
-// secrets on one line, or an approved secret that moved and another that
-// took its line). A hash already recorded is not written twice.
+// The file is read again first, so approvals another run recorded since
+// this scan are kept. live holds the approval hashes of every finding of
+// the current scan. An existing line whose fingerprint is approved again
+// now is dropped when its hash is not live: the secret it approved is no
+// longer in that file under that rule (it changed), so the new line
+// replaces the stale one. A line whose hash is live stays, even under a
+// fingerprint approved again (two secrets on one line, or an approved
+// secret that moved and another that took its line). A line already
+// recorded is not written twice.
 func (a *approvals) add(workspace string, entries []approvalLine, live map[string]bool) error {
 	if len(entries) == 0 {
 		return nil
+	}
+	if a.err != nil {
+		return a.err
+	}
+	cur, _, err := readApprovals(workspace)
+	if err != nil {
+		return err
 	}
 	again := map[string]bool{}
 	for _, e := range entries {
@@ -160,23 +299,24 @@ func (a *approvals) add(workspace string, entries []approvalLine, live map[strin
 	}
 	have := map[string]bool{}
 	var kept []approvalLine
-	for _, l := range a.lines {
+	for _, l := range cur.lines {
 		if l.fingerprint != "" {
-			if (again[l.fingerprint] && !live[l.hash]) || have[l.hash] {
+			k := l.fingerprint + "\t" + l.hash
+			if (again[l.fingerprint] && !live[l.hash]) || have[k] {
 				continue
 			}
-			have[l.hash] = true
+			have[k] = true
 		}
 		kept = append(kept, l)
 	}
 	for _, e := range entries {
-		if !have[e.hash] {
+		if k := e.fingerprint + "\t" + e.hash; !have[k] {
 			kept = append(kept, e)
-			have[e.hash] = true
+			have[k] = true
 		}
 	}
 	var out bytes.Buffer
-	if len(a.lines) == 0 {
+	if len(cur.lines) == 0 {
 		out.WriteString(approvalsHeader)
 	}
 	for _, l := range kept {
@@ -190,8 +330,11 @@ func (a *approvals) add(workspace string, entries []approvalLine, live map[strin
 		return err
 	}
 	a.lines = kept
-	for _, e := range entries {
-		a.hashes[e.hash] = true
+	a.byHash = map[string]map[string]bool{}
+	for _, l := range kept {
+		if l.fingerprint != "" {
+			a.record(l)
+		}
 	}
 	return nil
 }

@@ -164,10 +164,12 @@ func (c *cache) lookupHash(rel string, st statKey) ([32]byte, bool) {
 }
 
 // remember memoises rel's content hash, unless its timestamps are too close
-// to readAt to be trusted.
+// to readAt to be trusted, or the file system keeps no ctime (some FUSE and
+// network file systems report 0): the ctime is what reveals a rewrite whose
+// size and mtime were put back.
 func (c *cache) remember(rel string, st statKey, hash [32]byte, readAt time.Time) {
 	edge := readAt.Add(-racyWindow).UnixNano()
-	if st.Mtime >= edge || st.Ctime >= edge {
+	if st.Mtime >= edge || st.Ctime >= edge || st.Ctime <= 0 {
 		return
 	}
 	c.mu.Lock()

@@ -30,6 +30,7 @@ func ageTree(t testing.TB, dir string) {
 func waitOutRacyWindow() { time.Sleep(racyWindow + 100*time.Millisecond) }
 
 func TestCache(t *testing.T) {
+	t.Parallel() // waits out the racy window
 	e := newEnv(t)
 	files := map[string]string{"with-secret.env": "GITHUB_TOKEN=" + githubPAT("1") + "\n"}
 	for i := range 20 {
@@ -133,6 +134,7 @@ func TestCache(t *testing.T) {
 }
 
 func TestCacheRacyFileNotMemoised(t *testing.T) {
+	t.Parallel() // waits out the racy window
 	e := newEnv(t)
 	writeTree(t, e.ws, map[string]string{"fresh.go": "package x\n"})
 	e.scan(t) // the file was written just now: its stat must not be trusted

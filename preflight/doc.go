@@ -22,8 +22,14 @@
 //   - Review prints the unapproved findings grouped by risk and asks
 //     continue / approve all / approve some / cancel on a terminal, or applies
 //     the warn, strict or off policy without one.
-//   - A content-addressed cache makes a repeat scan of an unchanged tree read
-//     no file that was clean; it stores hashes only, never a secret.
+//   - A content-addressed cache of clean verdicts (keyed by the bytes and
+//     the path, under one rule set) makes a repeat scan of an unchanged tree
+//     run the rules over no clean file; on a local file system a stat memo
+//     (size, mtime, ctime, inode, device) also spares reading them. It
+//     stores hashes only, never a secret.
+//   - Approvals are keyed hashes under a per-user key; a line of the
+//     approvals file approves at most the file, rule and secret it names,
+//     and without a usable key nothing is approved (the scan still runs).
 //   - Report.Secrets hands the plaintext values to the DLP, in memory only;
 //     Report.WriteJSON writes them redacted.
 //

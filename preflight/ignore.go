@@ -54,7 +54,9 @@ func readIgnore(workspace string, roots []string) (ignoreSet, []string) {
 		}
 		fp, ok := parseFingerprint(line, roots)
 		if !ok {
-			warnings = append(warnings, fmt.Sprintf("%s:%d: not a fingerprint (file:rule:line): %q", IgnoreFile, n+1, line))
+			// The line is not echoed: a secret pasted there by mistake
+			// must not reach the report.
+			warnings = append(warnings, fmt.Sprintf("%s:%d: not a fingerprint (want FILE:RULE:LINE, as the report's \"fingerprint\"); the line ignores nothing", IgnoreFile, n+1))
 			continue
 		}
 		set[fp] = true

@@ -143,7 +143,7 @@ func Review(ctx context.Context, r *Report, in io.Reader, out io.Writer, isTTY b
 		if n := r.count(RiskHigh, StatusUnapproved); n > 0 {
 			fmt.Fprintf(out, "preflight: refusing to start (--preflight=strict): %d unapproved HIGH-risk finding(s)\n", n)
 			return OutcomeRefused, fmt.Errorf("preflight: %w: %d in %s; approve them with `vibedom preflight --review %s` in a terminal, list their fingerprints in %s, or remove the secrets",
-				ErrUnapprovedHigh, n, r.Workspace, r.Workspace, IgnoreFile)
+				ErrUnapprovedHigh, n, clean(r.Workspace), shellQuote(r.Workspace), IgnoreFile)
 		}
 		fmt.Fprintln(out, "preflight: no unapproved HIGH-risk findings; continuing (--preflight=strict)")
 		return OutcomeContinue, nil
@@ -218,11 +218,31 @@ func notRecorded(out io.Writer, err error) {
 }
 
 func endOfInput(out io.Writer, err error) (Outcome, error) {
-	if errors.Is(err, io.EOF) {
+	switch {
+	case errors.Is(err, io.EOF):
 		fmt.Fprintln(out, "End of input; cancelled, nothing was started.")
 		return OutcomeCancel, nil
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		fmt.Fprintln(out, "Interrupted; nothing was started.")
+		return OutcomeCancel, fmt.Errorf("preflight: review interrupted: %w", err)
 	}
 	return OutcomeCancel, fmt.Errorf("preflight: read answer: %w", err)
+}
+
+// shellQuote quotes a path for a command line the user may copy; control
+// characters are escaped for display.
+func shellQuote(s string) string {
+	safe := s != ""
+	for _, r := range s {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("_./:=@%+,-", r)) {
+			safe = false
+			break
+		}
+	}
+	if safe {
+		return s
+	}
+	return clean("'" + strings.ReplaceAll(s, "'", `'\''`) + "'")
 }
 
 // pickItems asks for item numbers until the answer parses. back is true
@@ -291,13 +311,14 @@ func (r *Report) approve(fs []Finding) error {
 		return nil
 	}
 	if r.approvals == nil {
-		r.approvals = &approvals{hashes: map[string]bool{}}
+		r.approvals = newApprovals()
 	}
 	var entries []approvalLine
-	want := map[string]bool{}
 	for _, f := range fs {
+		if f.approvalHash == "" && r.approvals.err == nil {
+			return errors.New("preflight: record approvals: the finding has no approval hash (a report not made by Scan)")
+		}
 		entries = append(entries, approvalLine{fingerprint: f.Fingerprint, hash: f.approvalHash})
-		want[f.approvalHash] = true
 	}
 	live := map[string]bool{}
 	for _, f := range r.Findings {
@@ -307,7 +328,7 @@ func (r *Report) approve(fs []Finding) error {
 		return fmt.Errorf("preflight: record approvals: %w", err)
 	}
 	for i := range r.Findings {
-		if r.Findings[i].Status == StatusUnapproved && want[r.Findings[i].approvalHash] {
+		if r.Findings[i].Status == StatusUnapproved && r.approvals.approves(r.Findings[i]) {
 			r.Findings[i].Status = StatusApproved
 			r.Findings[i].Number = 0
 		}

@@ -247,14 +247,15 @@ func localHost(secret, match, line string) string {
 		if secret != "" && !strings.Contains(u, secret) {
 			continue
 		}
-		if h := urlHost(u); h != "" && isLocalHost(h) {
-			return strings.ToLower(h)
+		if h := urlHost(u); h != "" {
+			if label := localHostLabel(h); label != "" {
+				return label
+			}
 		}
 	}
 	for _, m := range atHost.FindAllStringSubmatch(match, -1) {
-		h := strings.Trim(m[1], "[]")
-		if isLocalHost(h) {
-			return strings.ToLower(h)
+		if label := localHostLabel(strings.Trim(m[1], "[]")); label != "" {
+			return label
 		}
 	}
 	return ""
@@ -268,23 +269,33 @@ func urlHost(raw string) string {
 	return u.Hostname()
 }
 
-func isLocalHost(h string) bool {
+// localHostLabel names the kind of local or example host h is, or returns
+// "" when it is neither. The label never holds a label of h's own beyond
+// the reserved name (`*.example.com`, not `tok3n.example.com`): a secret can
+// sit in a subdomain, and the reason is shown.
+func localHostLabel(h string) string {
 	h = strings.ToLower(strings.TrimSuffix(h, "."))
 	if ip := net.ParseIP(h); ip != nil {
-		return ip.IsLoopback() || ip.IsUnspecified()
+		switch {
+		case ip.IsUnspecified():
+			return "unspecified address"
+		case ip.IsLoopback():
+			return "loopback address"
+		}
+		return ""
 	}
-	if h == "localhost" || strings.HasSuffix(h, ".localhost") {
-		return true
-	}
-	for _, s := range []string{"example.com", "example.net", "example.org"} {
-		if h == s || strings.HasSuffix(h, "."+s) {
-			return true
+	for _, name := range []string{"localhost", "example.com", "example.net", "example.org"} {
+		if h == name {
+			return name
+		}
+		if strings.HasSuffix(h, "."+name) {
+			return "*." + name
 		}
 	}
 	for _, tld := range []string{".test", ".example", ".invalid"} {
 		if strings.HasSuffix(h, tld) {
-			return true
+			return "*" + tld
 		}
 	}
-	return false
+	return ""
 }

@@ -61,6 +61,14 @@ type Options struct {
 	// Logger receives progress and problems; nil means silent. It never
 	// receives a secret.
 	Logger *slog.Logger
+
+	// Test hooks. onScanFile, when set, runs in the worker before each file
+	// is decided. noStatMemo makes every file be read and hashed, as if no
+	// stat were trusted (to measure what the stat memo saves). statTrusted
+	// replaces the file system check of the same name.
+	onScanFile  func(rel string)
+	noStatMemo  bool
+	statTrusted func(path string) (bool, string)
 }
 
 type job struct {
@@ -82,6 +90,10 @@ type scanner struct {
 	cache   *cache
 	maxSize int64
 	log     *slog.Logger
+
+	onScanFile func(rel string)
+	noStatMemo bool
+	fsTrust    fsTrust
 
 	mu       sync.Mutex
 	stats    Stats
@@ -128,21 +140,33 @@ func Scan(ctx context.Context, opts Options) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
-	key, err := loadApprovalKey(opts.ApprovalKeyPath)
-	if err != nil {
-		return nil, err
-	}
 	rep := &Report{Workspace: root, ConfigDigest: rs.digest, ScannedAt: start}
 
+	// Approvals fail towards asking: without a usable key or approvals
+	// file nothing is approved, the report says why, and approving fails
+	// with the same reason.
+	key, keyWarn, keyErr := loadApprovalKey(opts.ApprovalKeyPath)
+	if keyWarn != "" {
+		rep.Warnings = append(rep.Warnings, keyWarn)
+	}
 	ign, warns := readIgnore(root, []string{given, root})
 	rep.Warnings = append(rep.Warnings, warns...)
-	appr, err := readApprovals(root)
-	if err != nil {
+	appr, warns, err := readApprovals(root)
+	rep.Warnings = append(rep.Warnings, warns...)
+	switch {
+	case keyErr != nil:
+		appr.err = keyErr
+		rep.Warnings = append(rep.Warnings, fmt.Sprintf("approvals not used, every finding is asked about: %v", keyErr))
+	case err != nil:
 		rep.Warnings = append(rep.Warnings, fmt.Sprintf("approvals not used, every finding is asked about: %v", err))
 	}
 	rep.approvals = appr
 
-	s := &scanner{root: root, rules: rs, log: log, maxSize: opts.MaxFileSize}
+	s := &scanner{root: root, rules: rs, log: log, maxSize: opts.MaxFileSize, onScanFile: opts.onScanFile, noStatMemo: opts.noStatMemo}
+	s.fsTrust = fsTrust{probe: statTrusted, log: log, byDev: map[uint64]bool{}}
+	if opts.statTrusted != nil {
+		s.fsTrust.probe = opts.statTrusted
+	}
 	if s.maxSize == 0 {
 		s.maxSize = DefaultMaxFileSize
 	}
@@ -170,6 +194,9 @@ func Scan(ctx context.Context, opts Options) (*Report, error) {
 				if ctx.Err() != nil {
 					continue // drain
 				}
+				if s.onScanFile != nil {
+					s.onScanFile(j.rel)
+				}
 				s.scanFile(ctx, det, j)
 			}
 		})
@@ -195,7 +222,7 @@ func Scan(ctx context.Context, opts Options) (*Report, error) {
 		}
 	}
 	rep.Stats.Duration = time.Since(start)
-	log.Info("preflight scan done", "workspace", root, "files", rep.Stats.Files,
+	log.Info("preflight scan done", "workspace", root, "workers", workers, "files", rep.Stats.Files,
 		"scanned", rep.Stats.Scanned, "cache_hits", rep.Stats.CacheHits,
 		"findings", len(rep.Findings), "unapproved", len(rep.Unapproved()), "duration", rep.Stats.Duration)
 	return rep, nil
@@ -271,6 +298,32 @@ func (s *scanner) walk(ctx context.Context, jobs chan<- job) error {
 	})
 }
 
+// fsTrust remembers, per device, whether the memo may trust stat there
+// (see statTrusted). A file elsewhere is read and hashed on every scan:
+// its verdict still comes from the content-addressed cache.
+type fsTrust struct {
+	probe func(path string) (bool, string)
+	log   *slog.Logger
+
+	mu    sync.Mutex
+	byDev map[uint64]bool
+}
+
+func (f *fsTrust) trusted(dev uint64, path string) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	ok, seen := f.byDev[dev]
+	if !seen {
+		var name string
+		ok, name = f.probe(path)
+		f.byDev[dev] = ok
+		if !ok {
+			f.log.Info("preflight: stat not trusted on this file system; its files are read and hashed on every scan", "fs", name, "file", path)
+		}
+	}
+	return ok
+}
+
 func (s *scanner) count(f func(*Stats)) {
 	s.mu.Lock()
 	f(&s.stats)
@@ -306,7 +359,8 @@ func (s *scanner) scanFile(ctx context.Context, det *detect.Detector, j job) {
 		return
 	}
 	st, haveStat := statID(fi)
-	if s.cache != nil && haveStat {
+	useMemo := s.cache != nil && haveStat && !s.noStatMemo && s.fsTrust.trusted(st.Dev, j.abs)
+	if useMemo {
 		if h, ok := s.cache.lookupHash(j.rel, st); ok && s.cache.isClean(h, j.rel) {
 			s.count(func(st *Stats) { st.CacheHits++ })
 			return
@@ -339,7 +393,7 @@ func (s *scanner) scanFile(ctx context.Context, det *detect.Detector, j job) {
 			s.count(func(st *Stats) { st.TooLarge++ })
 			s.skip(j.rel, fmt.Sprintf("text file of %d bytes, over the %d-byte limit: not scanned", ofi.Size(), s.maxSize))
 		}
-		s.detectPath(ctx, det, j.rel, [32]byte{})
+		s.detectPath(ctx, det, j.rel, f)
 		return
 	}
 	readAt := time.Now()
@@ -355,7 +409,7 @@ func (s *scanner) scanFile(ctx context.Context, det *detect.Detector, j job) {
 	content := buf.Bytes()
 	hash := sha256.Sum256(content)
 	if s.cache != nil {
-		if ost, ok := statID(ofi); ok {
+		if ost, ok := statID(ofi); ok && useMemo {
 			s.cache.remember(j.rel, ost, hash, readAt)
 		}
 		if s.cache.isClean(hash, j.rel) {
@@ -367,7 +421,7 @@ func (s *scanner) scanFile(ctx context.Context, det *detect.Detector, j job) {
 	var found []report.Finding
 	if bytes.IndexByte(content[:min(len(content), binarySniff)], 0) >= 0 {
 		s.count(func(st *Stats) { st.Binary++ })
-		found = det.DetectContext(ctx, detect.Fragment{FilePath: j.rel})
+		found = det.DetectContext(ctx, detect.Fragment{FilePath: j.rel}) // path rules only
 	} else {
 		s.count(func(st *Stats) { st.Scanned++; st.BytesScanned += int64(len(content)) })
 		found = det.DetectContext(ctx, detect.Fragment{Raw: string(content), FilePath: j.rel, StartLine: 1})
@@ -384,12 +438,25 @@ func (s *scanner) scanFile(ctx context.Context, det *detect.Detector, j job) {
 	s.add(found, hash)
 }
 
-// detectPath runs the path-only rules (e.g. pkcs12-file) for a file whose
-// contents are not scanned.
-func (s *scanner) detectPath(ctx context.Context, det *detect.Detector, rel string, hash [32]byte) {
-	if found := det.DetectContext(ctx, detect.Fragment{FilePath: rel}); len(found) > 0 {
-		s.add(found, hash)
+// detectPath runs the path-only rules (e.g. pkcs12-file) for a file too
+// large to scan. A path-only finding is approved for the file's content, so
+// only then is the whole file read, to hash it.
+func (s *scanner) detectPath(ctx context.Context, det *detect.Detector, rel string, f *os.File) {
+	found := det.DetectContext(ctx, detect.Fragment{FilePath: rel})
+	if len(found) == 0 {
+		return
 	}
+	h := sha256.New()
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		s.skip(rel, "unreadable: "+errText(err))
+	} else if _, err := io.Copy(h, f); err != nil {
+		s.skip(rel, "unreadable: "+errText(err))
+	}
+	// On a read error the hash is of what was read: an approval then
+	// matches nothing later, which asks again (never approves more).
+	var sum [32]byte
+	h.Sum(sum[:0])
+	s.add(found, sum)
 }
 
 func (s *scanner) add(found []report.Finding, hash [32]byte) {
@@ -420,12 +487,15 @@ func (s *scanner) classify(key approvalKey, ign ignoreSet, appr *approvals) []Fi
 		f := Finding{
 			Fingerprint: fp, File: g.File, Line: g.StartLine, RuleID: g.RuleID,
 			Description: g.Description, Risk: risk, Reason: reason, Entropy: g.Entropy,
-			secret: g.Secret, approvalHash: key.approvalHash(g.File, g.RuleID, value),
+			secret: g.Secret,
+		}
+		if key != nil {
+			f.approvalHash = key.approvalHash(g.File, g.RuleID, value)
 		}
 		switch {
 		case ign[fp]:
 			f.Status = StatusIgnored
-		case appr != nil && appr.hashes[f.approvalHash]:
+		case appr.approves(f):
 			f.Status = StatusApproved
 		default:
 			f.Status = StatusUnapproved
