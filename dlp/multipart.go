@@ -39,12 +39,7 @@ func newMultipartLayer(b base, where, boundary string) *multipartLayer {
 	m := &multipartLayer{base: b, where: where}
 	m.open = []byte("--" + boundary)
 	m.delim = []byte("\r\n--" + boundary)
-	m.binPol = *b.pol
-	for i := range m.binPol.act {
-		if Category(i) != CatSecret && Category(i) != CatPrivateKey {
-			m.binPol.act[i] = Pass
-		}
-	}
+	m.binPol = b.pol.KnownOnly()
 	m.part = m.sub(m.pol, "text/plain", where+":preamble")
 	return m
 }

@@ -282,3 +282,40 @@ func newEncoder(coding string, w io.Writer) (io.WriteCloser, error) {
 }
 
 var copyBufs = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
+
+// NewStream returns a writer that scrubs what is written to it under pol,
+// as one body of o.ContentType, writing the result to dst; Close scrubs
+// and writes what is still held back (it does not close dst). Content
+// codings are not undone here: o.ContentEncoding must be empty or
+// identity (use Scrub for encoded bodies).
+func (e *Engine) NewStream(dst io.Writer, pol *Policy, o StreamOptions, rep *Report) (io.WriteCloser, error) {
+	encs, err := parseEncodings(o.ContentEncoding)
+	if err != nil {
+		return nil, err
+	}
+	if len(encs) > 0 {
+		return nil, fmt.Errorf("%w: NewStream does not undo content codings (%s)", ErrEncoding, o.ContentEncoding)
+	}
+	if o.Where == "" {
+		o.Where = "body"
+	}
+	if !pol.any() {
+		return nopCloser{dst}, nil
+	}
+	return e.newLayer(base{e: e, pol: pol, rep: rep, dst: dst}, o.ContentType, o.Where), nil
+}
+
+type nopCloser struct{ io.Writer }
+
+func (nopCloser) Close() error { return nil }
+
+// KnownOnly returns a copy of p that acts only on known values and
+// private keys (for data that is not text: recognizers would mangle it).
+func (p Policy) KnownOnly() Policy {
+	for i := range p.act {
+		if Category(i) != CatSecret && Category(i) != CatPrivateKey {
+			p.act[i] = Pass
+		}
+	}
+	return p
+}

@@ -48,6 +48,26 @@ type DLPFilter struct {
 	// OnAuditError is told when the audit log cannot be written; nil
 	// ignores it.
 	OnAuditError func(error)
+
+	upgrades sync.Map // *http.Request -> *upgradeState, while it runs
+}
+
+type upgradeState struct {
+	pol dlp.Policy
+	rep *dlp.Report
+}
+
+var _ UpgradeFilter = (*DLPFilter)(nil)
+
+// UpgradeWriter implements UpgradeFilter: the guest's WebSocket frames are
+// scrubbed message by message (see wsScrubber).
+func (f *DLPFilter) UpgradeWriter(r *http.Request, upstream io.Writer) io.WriteCloser {
+	v, ok := f.upgrades.Load(r)
+	if !ok {
+		return nil
+	}
+	st := v.(*upgradeState)
+	return newWSScrubber(upstream, f.Engine, &st.pol, st.rep)
 }
 
 var _ RequestFilter = (*DLPFilter)(nil)
@@ -109,6 +129,14 @@ func (f *DLPFilter) FilterRequest(ctx context.Context, dest Destination, r *http
 		}
 	}
 
+	// A WebSocket: no extension may compress frames the scrubber must
+	// read; what the guest sends after the upgrade goes through
+	// UpgradeWriter with this request's report.
+	if isWebSocketUpgrade(r) {
+		r.Header.Del("Sec-Websocket-Extensions")
+		f.upgrades.Store(r, &upgradeState{pol: pol, rep: rep})
+	}
+
 	// Body.
 	var wait func()
 	if r.Body != nil && r.Body != http.NoBody {
@@ -160,6 +188,7 @@ func (f *DLPFilter) FilterRequest(ctx context.Context, dest Destination, r *http
 			if wait != nil {
 				wait()
 			}
+			f.upgrades.Delete(r)
 			findings = f.report(dest, r, start, rep)
 		})
 		return findings

@@ -1,7 +1,10 @@
 package netfilter
 
 import (
+	"bufio"
 	"bytes"
+	"crypto/tls"
+	"encoding/binary"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -10,6 +13,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"filippo.io/age"
 	"github.com/klauspost/compress/gzip"
@@ -251,4 +255,207 @@ func TestDLPFilterRefusesUndecodableBody(t *testing.T) {
 		t.Errorf("%d requests reached the upstream", n)
 	}
 	v.events.wait(t, "refused", func(e Event) bool { return e.Kind == "request" && e.Decision == "deny" })
+}
+
+// wsFrame builds a client frame (masked unless mask is nil).
+func wsFrame(fin bool, op byte, payload []byte, mask []byte) []byte {
+	b := []byte{op, 0}
+	if fin {
+		b[0] |= 0x80
+	}
+	switch l := len(payload); {
+	case l <= 125:
+		b[1] = byte(l)
+	case l <= 0xffff:
+		b[1] = 126
+		b = binary.BigEndian.AppendUint16(b, uint16(l))
+	default:
+		b[1] = 127
+		b = binary.BigEndian.AppendUint64(b, uint64(l))
+	}
+	if mask != nil {
+		b[1] |= 0x80
+		b = append(b, mask...)
+	}
+	for i, c := range payload {
+		if mask != nil {
+			c ^= mask[i&3]
+		}
+		b = append(b, c)
+	}
+	return b
+}
+
+type wsMsg struct {
+	op      byte
+	payload string
+}
+
+// wsUpstream is a WebSocket server that records the messages (and control
+// frames) it receives, reassembled, and whether every frame was masked.
+type wsUpstream struct {
+	mu       sync.Mutex
+	msgs     []wsMsg
+	unmasked bool
+	ext      string
+	done     chan struct{}
+}
+
+func (u *wsUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	u.mu.Lock()
+	u.ext = r.Header.Get("Sec-WebSocket-Extensions")
+	u.mu.Unlock()
+	c, brw, err := http.NewResponseController(w).Hijack()
+	if err != nil {
+		return
+	}
+	defer c.Close()
+	defer close(u.done)
+	io.WriteString(c, "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n")
+	var cur []byte
+	var curOp byte
+	for {
+		var h [2]byte
+		if _, err := io.ReadFull(brw, h[:]); err != nil {
+			return
+		}
+		l := uint64(h[1] & 0x7f)
+		switch l {
+		case 126:
+			var x [2]byte
+			io.ReadFull(brw, x[:])
+			l = uint64(binary.BigEndian.Uint16(x[:]))
+		case 127:
+			var x [8]byte
+			io.ReadFull(brw, x[:])
+			l = binary.BigEndian.Uint64(x[:])
+		}
+		var mask [4]byte
+		masked := h[1]&0x80 != 0
+		if masked {
+			io.ReadFull(brw, mask[:])
+		}
+		p := make([]byte, l)
+		if _, err := io.ReadFull(brw, p); err != nil {
+			return
+		}
+		for i := range p {
+			p[i] ^= mask[i&3]
+		}
+		u.mu.Lock()
+		if !masked {
+			u.unmasked = true
+		}
+		op, fin := h[0]&0x0f, h[0]&0x80 != 0
+		switch {
+		case op >= 8:
+			u.msgs = append(u.msgs, wsMsg{op, string(p)})
+		case op != 0:
+			cur, curOp = p, op
+		default:
+			cur = append(cur, p...)
+		}
+		if fin && op < 8 {
+			u.msgs = append(u.msgs, wsMsg{curOp, string(cur)})
+		}
+		closing := op == 8
+		u.mu.Unlock()
+		if closing {
+			return
+		}
+	}
+}
+
+func TestDLPFilterWebSocket(t *testing.T) {
+	v := newDLPEnv(t, 0)
+	up := &wsUpstream{done: make(chan struct{})}
+	v.upstreamTLS("registry.example.net", 443, v.upCA, up)
+	conn := v.guestConn("registry.example.net", 443)
+	defer conn.Close()
+	tc := tls.Client(conn, &tls.Config{ServerName: "registry.example.net", RootCAs: v.ca.Pool(), NextProtos: []string{"http/1.1"}})
+	io.WriteString(tc, "GET /ws HTTP/1.1\r\nHost: registry.example.net\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"+
+		"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Extensions: permessage-deflate\r\n\r\n")
+	br := bufio.NewReader(tc)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil || resp.StatusCode != 101 {
+		t.Fatalf("upgrade: %v %v", resp, err)
+	}
+	mask := []byte{1, 2, 3, 4}
+	s := dlpSecret
+	var frames []byte
+	// A text message in three fragments, the secret split across them,
+	// with a ping in between.
+	frames = append(frames, wsFrame(false, 1, []byte("key "+s[:5]), mask)...)
+	frames = append(frames, wsFrame(true, 9, []byte("ping "+s), mask)...)
+	frames = append(frames, wsFrame(false, 0, []byte(s[5:11]), mask)...)
+	frames = append(frames, wsFrame(true, 0, []byte(s[11:]+" and bob@corp.io"), mask)...)
+	// A binary message: the known value goes, the address stays.
+	frames = append(frames, wsFrame(true, 2, []byte("\x00"+s+" bob@corp.io"), mask)...)
+	// A long text message, in one frame.
+	long := strings.Repeat("x", 70000) + s + strings.Repeat("y", 70000)
+	frames = append(frames, wsFrame(true, 1, []byte(long), mask)...)
+	frames = append(frames, wsFrame(true, 8, append([]byte{3, 232}, "bye "+s...), mask)...)
+	// Written in small pieces, cutting through headers and payloads.
+	for i := 0; i < len(frames); i += 7 {
+		if _, err := tc.Write(frames[i:min(i+7, len(frames))]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	select {
+	case <-up.done:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the upstream did not get the close frame")
+	}
+	up.mu.Lock()
+	defer up.mu.Unlock()
+	want := []wsMsg{
+		{9, "ping [REDACTED:SECRET]"},
+		{1, "key [REDACTED:SECRET] and [REDACTED:EMAIL]"},
+		{2, "\x00[REDACTED:SECRET] bob@corp.io"},
+		{1, strings.Repeat("x", 70000) + "[REDACTED:SECRET]" + strings.Repeat("y", 70000)},
+		{8, "\x03\xe8bye [REDACTED:SECRET]"},
+	}
+	if len(up.msgs) != len(want) {
+		t.Fatalf("upstream got %d messages: %q", len(up.msgs), up.msgs)
+	}
+	for i := range want {
+		if up.msgs[i] != want[i] {
+			t.Errorf("message %d: got %d %.80q, want %d %.80q", i, up.msgs[i].op, up.msgs[i].payload, want[i].op, want[i].payload)
+		}
+	}
+	if up.unmasked || up.ext != "" {
+		t.Errorf("unmasked frames %v, extension offer passed %q", up.unmasked, up.ext)
+	}
+	conn.Close()
+	ev := v.events.wait(t, "websocket request", func(e Event) bool { return e.Kind == "request" && e.Status == 101 })
+	if ev.Decision != "scrub" || len(ev.Findings) < 5 {
+		t.Errorf("event: %s %+v", ev.Decision, ev.Findings)
+	}
+}
+
+func TestDLPFilterWebSocketRefusesCompressedFrames(t *testing.T) {
+	v := newDLPEnv(t, 0)
+	up := &wsUpstream{done: make(chan struct{})}
+	v.upstreamTLS("registry.example.net", 443, v.upCA, up)
+	conn := v.guestConn("registry.example.net", 443)
+	defer conn.Close()
+	tc := tls.Client(conn, &tls.Config{ServerName: "registry.example.net", RootCAs: v.ca.Pool(), NextProtos: []string{"http/1.1"}})
+	io.WriteString(tc, "GET /ws HTTP/1.1\r\nHost: registry.example.net\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"+
+		"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n")
+	if resp, err := http.ReadResponse(bufio.NewReader(tc), nil); err != nil || resp.StatusCode != 101 {
+		t.Fatalf("upgrade: %v %v", resp, err)
+	}
+	f := wsFrame(true, 1, []byte("compressed? "+dlpSecret), []byte{9, 9, 9, 9})
+	f[0] |= 0x40 // RSV1: permessage-deflate
+	tc.Write(f)
+	select {
+	case <-up.done:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the connection to the upstream stayed open")
+	}
+	up.mu.Lock()
+	defer up.mu.Unlock()
+	if len(up.msgs) != 0 {
+		t.Errorf("the upstream got %q", up.msgs)
+	}
 }

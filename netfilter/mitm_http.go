@@ -105,6 +105,9 @@ type reqState struct {
 	status   atomic.Int64
 	up, down atomic.Int64
 	errText  atomic.Pointer[string]
+	// upgrade makes the writer the guest's bytes go through after a 101
+	// (an UpgradeFilter's), or is nil.
+	upgrade func(io.Writer) io.WriteCloser
 }
 
 type reqStateKey struct{}
@@ -165,6 +168,9 @@ func (e *GoEngine) forward(w http.ResponseWriter, r *http.Request, dest fwdTarge
 	if out.Body != nil && out.Body != http.NoBody {
 		out.Body = &countBody{ReadCloser: out.Body, n: &st.up}
 	}
+	if uf, ok := e.filter.(UpgradeFilter); ok && isWebSocketUpgrade(out) {
+		st.upgrade = func(w io.Writer) io.WriteCloser { return uf.UpgradeWriter(out, w) }
+	}
 	defer func() {
 		var findings []Finding
 		if done != nil {
@@ -198,7 +204,13 @@ func (e *GoEngine) modifyResponse(resp *http.Response) error {
 	st.status.Store(int64(resp.StatusCode))
 	if resp.StatusCode == http.StatusSwitchingProtocols {
 		if rwc, ok := resp.Body.(io.ReadWriteCloser); ok {
-			resp.Body = &countRWC{ReadWriteCloser: rwc, up: &st.up, down: &st.down}
+			var up io.ReadWriteCloser = &countRWC{ReadWriteCloser: rwc, up: &st.up, down: &st.down}
+			if st.upgrade != nil {
+				if w := st.upgrade(up); w != nil {
+					up = &wsConn{ReadWriteCloser: up, w: w}
+				}
+			}
+			resp.Body = up
 		}
 		return nil
 	}

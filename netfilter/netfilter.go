@@ -10,6 +10,7 @@ package netfilter
 
 import (
 	"context"
+	"io"
 	"net"
 	"net/http"
 	"net/netip"
@@ -89,6 +90,16 @@ type Finding struct {
 // fully sent (or the request abandoned) and returns what was changed.
 type RequestFilter interface {
 	FilterRequest(ctx context.Context, dest Destination, r *http.Request) (done func() []Finding, err error)
+}
+
+// UpgradeFilter is an optional capability of a RequestFilter: scrubbing
+// what the guest sends after the upstream agreed to switch protocols (a
+// WebSocket). For a request the filter was given, UpgradeWriter returns the
+// writer the guest's bytes go through on their way to upstream (nil: they
+// pass as they are); the engine closes it when the guest's side ends.
+// Findings go into the request's done.
+type UpgradeFilter interface {
+	UpgradeWriter(r *http.Request, upstream io.Writer) io.WriteCloser
 }
 
 // IdentityFilter is the RequestFilter that changes nothing.
