@@ -28,6 +28,8 @@ type SessionInfo struct {
 	Created   time.Time `json:"created"`
 	Status    string    `json:"status"`
 	LogDir    string    `json:"log_dir"`
+	// PID is the process that ran (or runs) the session.
+	PID int `json:"pid,omitempty"`
 	// Dir is the session folder ($VIBEDOM_HOME/sessions/<name>).
 	Dir string `json:"-"`
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/base64"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -190,5 +191,42 @@ func TestLogsCommand(t *testing.T) {
 	_, errOut, code = runStdin(t, home, nil, "logs", "no-such-session")
 	if code != 2 || !strings.Contains(errOut, "vibedom list") {
 		t.Errorf("unknown session: %d %s", code, errOut)
+	}
+}
+
+func TestListCommand(t *testing.T) {
+	home := t.TempDir()
+	out, _, code := runStdin(t, home, nil, "list")
+	if code != 0 || !strings.Contains(out, "no sessions yet") {
+		t.Errorf("empty list: %d %q", code, out)
+	}
+	mk := func(name, status string, pid int, created string, patch bool) {
+		dir := filepath.Join(home, "sessions", name)
+		os.MkdirAll(dir, 0o700)
+		st := map[string]any{"name": name, "workspace": "/tmp/" + name, "created": created, "status": status, "pid": pid, "log_dir": "/tmp/logs/" + name}
+		b, _ := json.Marshal(st)
+		os.WriteFile(filepath.Join(dir, "state.json"), b, 0o600)
+		if patch {
+			os.WriteFile(filepath.Join(dir, "changes.patch"), []byte("diff"), 0o600)
+		}
+	}
+	mk("old-1111", "stopped", 0, "2026-11-20T10:00:00Z", true)
+	mk("live-2222", "running", os.Getpid(), "2026-11-22T10:00:00Z", false)
+	mk("dead-3333", "running", 1<<22+12345, "2026-11-21T10:00:00Z", false)
+	out, _, code = runStdin(t, home, nil, "list", "--json")
+	var rows []struct {
+		Name, Status string
+		Patch        bool `json:"patch_pending"`
+	}
+	if code != 0 || json.Unmarshal([]byte(out), &rows) != nil || len(rows) != 3 {
+		t.Fatalf("list --json: %d %s", code, out)
+	}
+	got := fmt.Sprint(rows)
+	if got != "[{live-2222 running false} {dead-3333 crashed false} {old-1111 stopped true}]" {
+		t.Errorf("rows: %s", got)
+	}
+	out, _, _ = runStdin(t, home, nil, "list")
+	if !strings.Contains(out, "NAME") || !strings.Contains(out, "dead-3333  crashed") {
+		t.Errorf("table:\n%s", out)
 	}
 }

@@ -1,0 +1,94 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/urfave/cli/v3"
+
+	"github.com/vibedom/vibedom/review"
+)
+
+func init() {
+	commands = append(commands, &cli.Command{
+		Name:  "list",
+		Usage: "list sessions, newest first, with their status, project and whether a patch waits for review",
+		Description: `A session whose state says it is running but whose process is gone is shown as
+"crashed" (its scratch disk and logs are kept: vibedom review still works on a
+patch it wrote).`,
+		Flags: []cli.Flag{&cli.BoolFlag{Name: "json", Usage: "print a JSON array"}},
+		Action: func(ctx context.Context, c *cli.Command) error {
+			home, err := vibedomHome()
+			if err != nil {
+				return err
+			}
+			all, err := review.ListSessions(home)
+			if err != nil {
+				return err
+			}
+			type row struct {
+				Name      string    `json:"name"`
+				Status    string    `json:"status"`
+				Workspace string    `json:"workspace"`
+				Created   time.Time `json:"created"`
+				Patch     bool      `json:"patch_pending"`
+				LogDir    string    `json:"log_dir"`
+			}
+			rows := []row{}
+			for _, s := range all {
+				rows = append(rows, row{Name: s.Name, Status: liveStatus(s), Workspace: s.Workspace, Created: s.Created,
+					Patch: fileExists(filepath.Join(s.Dir, "changes.patch")), LogDir: s.LogDir})
+			}
+			w := c.Root().Writer
+			if c.Bool("json") {
+				enc := json.NewEncoder(w)
+				enc.SetIndent("", "  ")
+				return enc.Encode(rows)
+			}
+			if len(rows) == 0 {
+				fmt.Fprintln(w, "no sessions yet: start one with `vibedom run PATH`")
+				return nil
+			}
+			tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "NAME\tSTATUS\tCREATED\tPATCH\tWORKSPACE")
+			for _, r := range rows {
+				patch := ""
+				if r.Patch {
+					patch = "yes"
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", r.Name, r.Status, r.Created.Local().Format("2006-01-02 15:04"), patch, r.Workspace)
+			}
+			return tw.Flush()
+		},
+	})
+}
+
+// liveStatus is the recorded status, or "crashed" when it says the session
+// runs but its process is gone.
+func liveStatus(s *review.SessionInfo) string {
+	switch s.Status {
+	case "starting", "running", "stopping":
+		if s.PID > 0 && !processAlive(s.PID) {
+			return "crashed"
+		}
+	}
+	return s.Status
+}
+
+func fileExists(p string) bool {
+	_, err := os.Stat(p)
+	return err == nil
+}
+
+// processAlive reports whether a process with this PID exists.
+func processAlive(pid int) bool {
+	err := syscall.Kill(pid, 0)
+	return err == nil || errors.Is(err, syscall.EPERM)
+}
