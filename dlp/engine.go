@@ -85,6 +85,21 @@ func New(cfg Config) (*Engine, error) {
 	return e, nil
 }
 
+// ContainsKnownFold reports whether s holds a known value, ignoring case
+// (for header names, whose case the protocol does not keep).
+func (e *Engine) ContainsKnownFold(s string) bool {
+	if len(s) < MinSecretLen {
+		return false
+	}
+	l := strings.ToLower(s)
+	for _, v := range e.known.lower {
+		if strings.Contains(l, v) {
+			return true
+		}
+	}
+	return false
+}
+
 // KnownValues is the number of distinct known values the engine matches.
 func (e *Engine) KnownValues() int { return len(e.known.secrets) }
 
@@ -164,6 +179,10 @@ func (f Finding) LogValue() slog.Value {
 	return slog.GroupValue(slog.String("category", f.Category.String()), slog.String("action", f.Action.String()),
 		slog.String("where", f.Where), slog.Int("length", f.Length))
 }
+
+// NewFinding makes a finding for a value a caller acted on itself (e.g. a
+// header dropped for its name).
+func NewFinding(c Category, a Action, where, value string) Finding { return newFinding(c, a, where, value) }
 
 func newFinding(c Category, a Action, where string, value string) Finding {
 	f := Finding{Category: c, Action: a, Where: where, Length: utf8.RuneCountInString(value), value: value}

@@ -68,6 +68,7 @@ type knownPattern struct {
 // at every position.
 type knownSet struct {
 	secrets []Secret
+	lower   []string // the values in lower case
 	pats    []knownPattern
 	long    windowIndex
 	short   windowIndex
@@ -167,6 +168,7 @@ func newKnownSet(secrets []Secret) *knownSet {
 		idx := int32(len(k.secrets))
 		seenSecret[v] = idx
 		k.secrets = append(k.secrets, Secret{Value: v, Source: s.Source})
+		k.lower = append(k.lower, strings.ToLower(v))
 		for _, enc := range encodedForms([]byte(v)) {
 			if len(enc.b) < MinSecretLen || seenPat[string(enc.b)] {
 				continue

@@ -34,6 +34,10 @@ type AuditSink interface {
 // redacted. Headers that frame the message (Host, Content-Length,
 // Content-Type, Transfer-Encoding …) are left alone.
 //
+// A header whose name holds a finding is dropped; request trailers are
+// never sent (they would come after every check); a method that holds a
+// finding is refused.
+//
 // A body whose length is known and at most BufferLimit is scrubbed whole
 // so upstream still gets a Content-Length; a longer one is streamed
 // (chunked). A body that cannot be decoded is not sent: the request is
@@ -114,8 +118,24 @@ func (f *DLPFilter) FilterRequest(ctx context.Context, dest Destination, r *http
 	if pol.Class == dlp.ClassExternal && credPol.Action(dlp.CatSecret) == dlp.Redact {
 		credPol = withAction(credPol, dlp.CatSecret, dlp.Log)
 	}
+	if m := e.ScrubText(&pol, []byte(r.Method), "method", rep); string(m) != r.Method {
+		return nil, errors.New("the request method carries a value the DLP redacts")
+	}
+	// Trailers would arrive after the body, past every check: none is sent.
+	r.Trailer = nil
 	for name, vals := range r.Header {
 		if framingHeaders[name] {
+			continue
+		}
+		// A value hidden in a header's name cannot be replaced there (a
+		// placeholder is no valid name): the header is dropped.
+		if n := e.ScrubText(&pol, []byte(name), "header-name", rep); string(n) != name {
+			r.Header.Del(name)
+			continue
+		}
+		if pol.Action(dlp.CatSecret) == dlp.Redact && e.ContainsKnownFold(name) {
+			rep.Add(dlp.NewFinding(dlp.CatSecret, dlp.Redact, "header-name", name))
+			r.Header.Del(name)
 			continue
 		}
 		hp := &pol

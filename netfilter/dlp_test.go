@@ -6,6 +6,7 @@ import (
 	"crypto/tls"
 	"encoding/binary"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -206,6 +207,7 @@ func TestDLPFilterURLAndHeaders(t *testing.T) {
 		req.Header.Set("X-Note", "from bob@corp.io")
 		req.Header.Set("Authorization", "Bearer "+dlpSecret)
 		req.Header.Set("X-Api-Key", dlpAWS)
+		req.Header.Set("X-"+dlpSecret, "1")
 		resp, err := c.Do(req)
 		if err != nil {
 			t.Fatal(err)
@@ -220,6 +222,11 @@ func TestDLPFilterURLAndHeaders(t *testing.T) {
 	}
 	if got.header.Get("X-Note") != "from [REDACTED:EMAIL]" || got.header.Get("Authorization") != "Bearer [REDACTED:SECRET]" || got.header.Get("X-Api-Key") != dlpAWS {
 		t.Errorf("headers: %v", got.header)
+	}
+	for name := range got.header {
+		if strings.Contains(strings.ToLower(name), strings.ToLower(dlpSecret)) {
+			t.Errorf("a header name carried the secret: %q", name)
+		}
 	}
 	// External: the agent's credential headers reach its API (logged).
 	got = do("api.anthropic.com")
@@ -457,5 +464,36 @@ func TestDLPFilterWebSocketRefusesCompressedFrames(t *testing.T) {
 	defer up.mu.Unlock()
 	if len(up.msgs) != 0 {
 		t.Errorf("the upstream got %q", up.msgs)
+	}
+}
+
+func TestDLPFilterTrailersAndMethod(t *testing.T) {
+	v := newDLPEnv(t, 16)
+	c := &http.Client{Transport: v.guestTransport(false)}
+	pr, pw := io.Pipe()
+	req, _ := http.NewRequest("POST", "https://registry.example.net/t", pr)
+	req.Trailer = http.Header{"X-Late": nil}
+	go func() {
+		pw.Write([]byte("body"))
+		req.Trailer.Set("X-Late", dlpSecret)
+		pw.Close()
+	}()
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	got := v.up["registry.example.net"].last(t)
+	if strings.Contains(fmt.Sprint(got.header), dlpSecret) || got.body != "body" {
+		t.Errorf("trailer reached upstream: %v %q", got.header, got.body)
+	}
+	req, _ = http.NewRequest(dlpAWS, "https://registry.example.net/m", nil)
+	resp, err = c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusForbidden {
+		t.Errorf("a method holding a key: status %d", resp.StatusCode)
 	}
 }
