@@ -348,7 +348,7 @@ func (r *Report) WriteText(w io.Writer) error {
 	if n := r.count(0, StatusIgnored); n > 0 {
 		notes = append(notes, fmt.Sprintf("%d ignored by %s", n, IgnoreFile))
 	}
-	fmt.Fprintf(&b, "\n%d files: %d scanned, %d unchanged since the last scan", r.Stats.Files, r.Stats.Scanned, r.Stats.CacheHits)
+	fmt.Fprintf(&b, "\n%s: %d scanned, %d unchanged since the last scan", plural(r.Stats.Files, "file"), r.Stats.Scanned, r.Stats.CacheHits)
 	if r.Stats.Binary > 0 {
 		fmt.Fprintf(&b, ", %d binary (checked by name only)", r.Stats.Binary)
 	}
@@ -389,4 +389,12 @@ func clean(s string) string {
 	}
 	q := strconv.QuoteToASCII(s)
 	return q[1 : len(q)-1]
+}
+
+// plural is "1 file", "2 files".
+func plural(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
 }

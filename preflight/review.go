@@ -131,8 +131,8 @@ func Review(ctx context.Context, r *Report, in io.Reader, out io.Writer, isTTY b
 	}
 	un := r.Unapproved()
 	if len(un) == 0 {
-		_, err := fmt.Fprintf(out, "preflight: no unapproved secrets in %s (%d files, %d approved, %d ignored)\n",
-			clean(r.Workspace), r.Stats.Files, r.count(0, StatusApproved), r.count(0, StatusIgnored))
+		_, err := fmt.Fprintf(out, "preflight: no unapproved secrets in %s (%s, %d approved, %d ignored)\n",
+			clean(r.Workspace), plural(r.Stats.Files, "file"), r.count(0, StatusApproved), r.count(0, StatusIgnored))
 		return OutcomeContinue, err
 	}
 	if err := r.WriteText(out); err != nil {
