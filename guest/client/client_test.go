@@ -247,3 +247,61 @@ func TestExitErrorMessage(t *testing.T) {
 		t.Errorf("tail: got %q", tb.buf)
 	}
 }
+
+// TestConnectRetriesAStalledAttempt: the first connection never answers
+// (a stalled control port); Connect gives that attempt up after its bound,
+// closes it, dials again and gets a working client.
+func TestConnectRetriesAStalledAttempt(t *testing.T) {
+	f := newFakeGuest(t)
+	var dials []net.Conn
+	dial := func(context.Context) (net.Conn, error) {
+		var c net.Conn
+		if len(dials) == 0 {
+			c = f.serve(t, "") // silent: the stall
+		} else {
+			c = f.serve(t, proto.ReadyBanner)
+		}
+		dials = append(dials, c)
+		return c, nil
+	}
+	start := time.Now()
+	c, err := Connect(t.Context(), dial, f.keys.ClientConfig(), 300*time.Millisecond)
+	if err != nil {
+		t.Fatalf("Connect: %v", err)
+	}
+	defer c.Close()
+	if len(dials) != 2 {
+		t.Fatalf("dialled %d times, want 2", len(dials))
+	}
+	if d := time.Since(start); d < 300*time.Millisecond {
+		t.Errorf("the stalled attempt was given up after %v, before its bound", d)
+	}
+	// The stalled connection was closed.
+	dials[0].SetReadDeadline(time.Now().Add(2 * time.Second))
+	if _, err := dials[0].Read(make([]byte, 1)); !errors.Is(err, net.ErrClosed) {
+		t.Errorf("the stalled connection is still open: %v", err)
+	}
+	st, err := c.Exec(t.Context(), "core", ExecOptions{})
+	if err != nil || st.Signal != "SEGV" {
+		t.Errorf("the client does not work: %v %v", st, err)
+	}
+}
+
+// TestConnectGivesUpWithTheContext: when every attempt stalls, Connect
+// returns once its context ends.
+func TestConnectGivesUpWithTheContext(t *testing.T) {
+	f := newFakeGuest(t)
+	n := 0
+	dial := func(context.Context) (net.Conn, error) { n++; return f.serve(t, ""), nil }
+	ctx, cancel := context.WithTimeout(t.Context(), 700*time.Millisecond)
+	defer cancel()
+	_, err := Connect(ctx, dial, f.keys.ClientConfig(), 200*time.Millisecond)
+	if !errors.Is(err, context.DeadlineExceeded) || n < 3 {
+		t.Errorf("Connect: %v after %d dials, want a deadline error after several", err, n)
+	}
+	// A dial error ends it at once.
+	boom := errors.New("no control socket")
+	if _, err := Connect(t.Context(), func(context.Context) (net.Conn, error) { return nil, boom }, f.keys.ClientConfig(), time.Second); !errors.Is(err, boom) {
+		t.Errorf("dial error: %v", err)
+	}
+}
