@@ -182,7 +182,9 @@ func (f Finding) LogValue() slog.Value {
 
 // NewFinding makes a finding for a value a caller acted on itself (e.g. a
 // header dropped for its name).
-func NewFinding(c Category, a Action, where, value string) Finding { return newFinding(c, a, where, value) }
+func NewFinding(c Category, a Action, where, value string) Finding {
+	return newFinding(c, a, where, value)
+}
 
 func newFinding(c Category, a Action, where string, value string) Finding {
 	f := Finding{Category: c, Action: a, Where: where, Length: utf8.RuneCountInString(value), value: value}

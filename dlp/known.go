@@ -224,13 +224,13 @@ func encodedForms(s []byte) []encoded {
 	out = append(out,
 		encoded{[]byte(url.QueryEscape(str)), formURL},
 		encoded{[]byte(url.PathEscape(str)), formURL},
-		encoded{percentAll(s, "0123456789ABCDEF"), formURL},
-		encoded{percentAll(s, "0123456789abcdef"), formURL},
+		encoded{percentAll(s, upperHex), formURL},
+		encoded{percentAll(s, lowerHex), formURL},
 	)
 	if utf8.Valid(s) {
 		out = append(out, encoded{jsonEscaped(str, true), formJSON}, encoded{jsonEscaped(str, false), formJSON})
-		out = append(out, encoded{unicodeEscapeAll(str, "0123456789abcdef"), formJSON},
-			encoded{unicodeEscapeAll(str, "0123456789ABCDEF"), formJSON})
+		out = append(out, encoded{unicodeEscapeAll(str, lowerHex), formJSON},
+			encoded{unicodeEscapeAll(str, upperHex), formJSON})
 		// A JSON encoder that escapes only the solidus.
 		if strings.Contains(str, "/") {
 			out = append(out, encoded{[]byte(strings.ReplaceAll(str, "/", `\/`)), formJSON})
@@ -304,3 +304,9 @@ func jsonEscaped(str string, html bool) []byte {
 	q := b.Bytes() // "…"\n
 	return bytes.Clone(q[1 : len(q)-2])
 }
+
+// Hex digits for the escaped forms.
+const (
+	lowerHex = "0123456789abcdef"
+	upperHex = "0123456789ABCDEF"
+)

@@ -46,9 +46,9 @@ func TestKnownValueForms(t *testing.T) {
 		tc{"hex upper", strings.ToUpper(hex.EncodeToString(append(s, noise(3)...)))},
 		tc{"query escaped", "q=" + url.QueryEscape(knownSecret) + "&x=1"},
 		tc{"path escaped", "/v1/" + url.PathEscape(knownSecret) + "/x"},
-		tc{"every byte percent-encoded", "q=" + string(percentAll(s, "0123456789abcdef"))},
+		tc{"every byte percent-encoded", "q=" + string(percentAll(s, lowerHex))},
 		tc{"json escaped", func() string { b, _ := json.Marshal(knownSecret); return string(b) }()},
-		tc{"json every char escaped", `"` + string(unicodeEscapeAll(knownSecret, "0123456789ABCDEF")) + `"`},
+		tc{"json every char escaped", `"` + string(unicodeEscapeAll(knownSecret, upperHex)) + `"`},
 		tc{"json solidus escaped", strings.ReplaceAll(knownSecret, "/", `\/`)},
 	)
 	for _, tt := range tests {

@@ -452,13 +452,14 @@ func (s *scanner) urlCredentials(at int) {
 	if end == at+1 {
 		return // no host
 	}
-	// Back to "://" over the user info.
+	// Back to "://" over the user info, where a careless password may
+	// hold '?' or '#' unescaped.
 	j := at
 	for j > 0 && at-j < 512 {
 		if j >= 3 && buf[j-1] == '/' && buf[j-2] == '/' && buf[j-3] == ':' {
 			break
 		}
-		if stop(buf[j-1]) {
+		if c := buf[j-1]; c != '?' && c != '#' && stop(c) {
 			return
 		}
 		j--

@@ -69,7 +69,7 @@ func TestSplitAtEveryOffset(t *testing.T) {
 	}{
 		{"text", "text/plain", "a " + knownSecret + " b " + jwtToken + " c " + pemKey(t) + " d postgres://u:" + j("Zq8#mK2", "vL9x") + "@h.io/x"},
 		{"json", "application/json", string(jsonBody)},
-		{"json with escapes", "application/json", `{"k":"` + string(unicodeEscapeAll(knownSecret, "0123456789abcdef")) + `\n` + strings.ReplaceAll(knownSecret, "/", `\/`) + `"}`},
+		{"json with escapes", "application/json", `{"k":"` + string(unicodeEscapeAll(knownSecret, lowerHex)) + `\n` + strings.ReplaceAll(knownSecret, "/", `\/`) + `"}`},
 		{"form", "application/x-www-form-urlencoded", "a=1&api_key=" + "Zq8%23mK2vL9x" + "&note=" + strings.ReplaceAll(knownSecret, "+", "%2B") + "+is+it&mail=bob%40corp.io"},
 		{"multipart", "multipart/form-data; boundary=XyZ", "--XyZ\r\nContent-Disposition: form-data; name=\"a\"\r\n\r\nhello " + knownSecret + "\r\n--XyZ\r\nContent-Type: application/json\r\n\r\n{\"t\":\"" + awsKey + "\"}\r\n--XyZ--\r\n"},
 	}
@@ -149,7 +149,7 @@ func TestJSONStaysValidAndUntouchedBytesStay(t *testing.T) {
 	inputs := []string{
 		`{"a":"` + knownSecret + `","n":4111111111111111,"arr":[1,2.5e3,true,null,"` + awsKey + `"],"e":"\u00e9\ud83d\ude00\"x\\"}`,
 		`{"messages":[{"role":"user","content":"see \/Users\/bob and mail bob@corp.io\n"}],"password":"` + j("Zq8#mK2", "vL9x") + `"}`,
-		`["` + string(unicodeEscapeAll(knownSecret, "0123456789abcdef")) + `"]`,
+		`["` + string(unicodeEscapeAll(knownSecret, lowerHex)) + `"]`,
 		`{"k": "lone \ud800 surrogate and bad \x escape", "v": "` + knownSecret + `"}`,
 	}
 	for _, in := range inputs {

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"crypto/tls"
+	"encoding/base64"
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
@@ -264,6 +265,9 @@ func TestDLPFilterRefusesUndecodableBody(t *testing.T) {
 	v.events.wait(t, "refused", func(e Event) bool { return e.Kind == "request" && e.Decision == "deny" })
 }
 
+// wsKey is RFC 6455's sample handshake nonce.
+var wsKey = base64.StdEncoding.EncodeToString([]byte("the sample nonce"))
+
 // wsFrame builds a client frame (masked unless mask is nil).
 func wsFrame(fin bool, op byte, payload []byte, mask []byte) []byte {
 	b := []byte{op, 0}
@@ -381,7 +385,7 @@ func TestDLPFilterWebSocket(t *testing.T) {
 	defer conn.Close()
 	tc := tls.Client(conn, &tls.Config{ServerName: "registry.example.net", RootCAs: v.ca.Pool(), NextProtos: []string{"http/1.1"}})
 	io.WriteString(tc, "GET /ws HTTP/1.1\r\nHost: registry.example.net\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"+
-		"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Extensions: permessage-deflate\r\n\r\n")
+		"Sec-WebSocket-Key: "+wsKey+"\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Extensions: permessage-deflate\r\n\r\n")
 	br := bufio.NewReader(tc)
 	resp, err := http.ReadResponse(br, nil)
 	if err != nil || resp.StatusCode != 101 {
@@ -448,7 +452,7 @@ func TestDLPFilterWebSocketRefusesCompressedFrames(t *testing.T) {
 	defer conn.Close()
 	tc := tls.Client(conn, &tls.Config{ServerName: "registry.example.net", RootCAs: v.ca.Pool(), NextProtos: []string{"http/1.1"}})
 	io.WriteString(tc, "GET /ws HTTP/1.1\r\nHost: registry.example.net\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"+
-		"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n")
+		"Sec-WebSocket-Key: "+wsKey+"\r\nSec-WebSocket-Version: 13\r\n\r\n")
 	if resp, err := http.ReadResponse(bufio.NewReader(tc), nil); err != nil || resp.StatusCode != 101 {
 		t.Fatalf("upgrade: %v %v", resp, err)
 	}
