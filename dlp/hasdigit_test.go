@@ -6,7 +6,9 @@ import (
 	"testing"
 )
 
-func TestHasDigitExhaustiveBytes(t *testing.T) {
+// TestDigitMask checks the word-at-a-time digit test against a byte loop,
+// on random words and words of printable ASCII around the digits.
+func TestDigitMask(t *testing.T) {
 	r := rand.New(rand.NewPCG(5, 6))
 	for it := 0; it < 2000000; it++ {
 		var b [8]byte
@@ -16,14 +18,14 @@ func TestHasDigitExhaustiveBytes(t *testing.T) {
 				b[i] = byte(0x20 + r.IntN(0x20))
 			}
 		}
-		want := false
-		for _, c := range b {
+		var want uint64
+		for i, c := range b {
 			if c >= '0' && c <= '9' {
-				want = true
+				want |= 0x80 << (8 * i)
 			}
 		}
-		if got := hasDigit(binary.LittleEndian.Uint64(b[:])); got != want {
-			t.Fatalf("%q: got %v", b, got)
+		if got := digitMask(binary.LittleEndian.Uint64(b[:])); got != want {
+			t.Fatalf("%q: got %x, want %x", b, got, want)
 		}
 	}
 }

@@ -83,8 +83,7 @@ const knownStride = 4
 // are looked up and checked.
 type windowIndex struct {
 	stride int
-	shift  uint
-	bitmap []uint64
+	bitmap []uint64 // a power of two of bits, at most 2^32
 	byKey  map[uint64][]knownCand
 	n      int
 }
@@ -102,16 +101,15 @@ func (w *windowIndex) build(pats []knownPattern, idx []int32, stride int) {
 	w.byKey = map[uint64][]knownCand{}
 	// About 32 bits a window keeps false hits near 3 %.
 	logBits := uint(10)
-	for logBits < 22 && 1<<logBits < 32*stride*len(idx) {
+	for logBits < 21 && 1<<logBits < 32*stride*len(idx) {
 		logBits++
 	}
-	w.shift = 64 - logBits
 	w.bitmap = make([]uint64, 1<<logBits/64)
 	for _, i := range idx {
 		p := pats[i].b
 		for off := 0; off < stride; off++ {
 			key := binary.LittleEndian.Uint64(p[off:])
-			h := (key * hashMul) >> w.shift
+			h := (key * hashMul >> 32) & uint64(1<<logBits-1)
 			w.bitmap[h>>6] |= 1 << (h & 63)
 			w.byKey[key] = append(w.byKey[key], knownCand{i, int32(off)})
 		}
@@ -122,24 +120,34 @@ func (w *windowIndex) scan(k *knownSet, buf []byte, from, n int, out []match) []
 	if w.n == 0 {
 		return out
 	}
-	bm, shift, stride := w.bitmap, w.shift, w.stride
 	buf = buf[:n]
+	bm := w.bitmap
+	mask := uint64(len(bm)*64 - 1)
+	stride := w.stride
 	// Start early enough that a pattern starting at from is covered;
-	// matches starting before from are dropped.
-	for i := max(0, from-stride+1); i+8 <= len(buf); i += stride {
-		key := binary.LittleEndian.Uint64(buf[i : i+8])
-		h := (key * hashMul) >> shift
-		if bm[h>>6]&(1<<(h&63)) == 0 {
+	// matches starting before from are dropped. The loop is kept small
+	// (the rare hits are checked out of line).
+	for i := max(0, from-stride+1); i <= len(buf)-8; i += stride {
+		key := binary.LittleEndian.Uint64(buf[i:])
+		h := (key * hashMul >> 32) & mask
+		if bm[h>>6]&(1<<(h&63)) != 0 {
+			out = w.check(k, buf, i, from, key, out)
+		}
+	}
+	return out
+}
+
+// check looks at the patterns whose window at some offset is key, found
+// at position i.
+//go:noinline
+func (w *windowIndex) check(k *knownSet, buf []byte, i, from int, key uint64, out []match) []match {
+	for _, c := range w.byKey[key] {
+		p := &k.pats[c.pat]
+		st := i - int(c.off)
+		if st < from || st+len(p.b) > len(buf) || !bytes.Equal(buf[st:st+len(p.b)], p.b) {
 			continue
 		}
-		for _, c := range w.byKey[key] {
-			p := &k.pats[c.pat]
-			st := i - int(c.off)
-			if st < from || st+len(p.b) > n || !bytes.Equal(buf[st:st+len(p.b)], p.b) {
-				continue
-			}
-			out = append(out, match{start: int32(st), end: int32(st + len(p.b)), cat: CatSecret, secret: p.secret, form: p.form})
-		}
+		out = append(out, match{start: int32(st), end: int32(st + len(p.b)), cat: CatSecret, secret: p.secret, form: p.form})
 	}
 	return out
 }

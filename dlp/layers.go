@@ -3,6 +3,7 @@ package dlp
 import (
 	"bytes"
 	"io"
+	"sync"
 	"unicode/utf16"
 	"unicode/utf8"
 )
@@ -27,7 +28,35 @@ type base struct {
 }
 
 func (b *base) newSegment() *segment {
-	return &segment{e: b.e, pol: b.pol, rep: b.rep, out: &b.out}
+	if b.out == nil {
+		b.out = getBuf()
+	}
+	return &segment{e: b.e, pol: b.pol, rep: b.rep, out: &b.out, dec: getBuf()}
+}
+
+// release returns the layer's buffers to the pool; the layer is not used
+// again.
+func (b *base) release(segs ...*segment) {
+	for _, g := range segs {
+		putBuf(g.dec)
+		putBuf(g.raw)
+		g.dec, g.raw = nil, nil
+	}
+	putBuf(b.out)
+	b.out = nil
+}
+
+// bufPool recycles the segments' and layers' buffers between bodies (a
+// body's buffers grow to a window, about 80 KiB).
+var bufPool = sync.Pool{New: func() any { b := make([]byte, 0, 96<<10); return &b }}
+
+func getBuf() []byte { return (*bufPool.Get().(*[]byte))[:0] }
+
+func putBuf(b []byte) {
+	if b != nil && cap(b) <= 1<<20 {
+		b = b[:0]
+		bufPool.Put(&b)
+	}
 }
 
 func (b *base) flush() error {
@@ -59,7 +88,9 @@ func (t *textLayer) Write(p []byte) (int, error) {
 
 func (t *textLayer) Close() error {
 	t.seg.finish()
-	return t.flush()
+	err := t.flush()
+	t.release(t.seg)
+	return err
 }
 
 // jsonLayer walks JSON: each string (key or value) is its own segment,
@@ -344,7 +375,9 @@ func (j *jsonLayer) Close() error {
 	default:
 		j.outer.finish()
 	}
-	return j.flush()
+	err := j.flush()
+	j.release(j.outer, j.str)
+	return err
 }
 
 func isHex(c byte) bool {
@@ -469,5 +502,7 @@ func (f *formLayer) Close() error {
 		f.pct = f.pct[:0]
 	}
 	f.seg.finish()
-	return f.flush()
+	err := f.flush()
+	f.release(f.seg)
+	return err
 }

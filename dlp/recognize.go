@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/base64"
 	"encoding/binary"
+	"math/bits"
 	"slices"
 	"strings"
 )
@@ -112,18 +113,11 @@ func (s *scanner) run() {
 	// folder), and a match starting at from or later may follow an anchor
 	// before it. Matches starting before from were settled earlier and
 	// are dropped (see add). Sampling every second position covers a key
-	// of every literal.
-	for i := max(0, s.from-lookbehind-1); i+4 <= len(buf); i += 2 {
-		key := binary.LittleEndian.Uint32(buf[i : i+4])
-		h := anchorHash(key)
-		if bm[h>>6]&(1<<(h&63)) == 0 {
-			continue
-		}
-		for _, r := range x.byKey[key] {
-			as := i - r.off
-			if as >= 0 && s.pol.active(anchorCats[r.def.kind]) && matchLit(buf, as, r.def) {
-				s.recognize(r.def.kind, as, as+len(r.def.lit))
-			}
+	// of every literal; hits are checked out of line.
+	for i := max(0, s.from-lookbehind-1); i <= len(buf)-4; i += 2 {
+		h := anchorHash(binary.LittleEndian.Uint32(buf[i:]))
+		if bm[h>>6]&(1<<(h&63)) != 0 {
+			s.anchorAt(i)
 		}
 	}
 	if s.pol.active(CatEmail) || s.pol.active(CatCredentials) {
@@ -142,25 +136,30 @@ func (s *scanner) run() {
 		}
 	}
 	if s.pol.active(CatCreditCard) || s.pol.active(CatInternalIP) {
-		for i := s.from; i < len(buf); i++ {
-			if i+8 <= len(buf) && !hasDigit(binary.LittleEndian.Uint64(buf[i:i+8])) {
-				i += 7
+		i := s.from
+		for i+8 <= len(buf) {
+			m := digitMask(binary.LittleEndian.Uint64(buf[i : i+8]))
+			if m == 0 {
+				i += 8
 				continue
 			}
+			i = s.digitRun(i + bits.TrailingZeros64(m)/8)
+		}
+		for ; i < len(buf); i++ {
 			if isDigit(buf[i]) {
-				i = s.numeric(i) - 1
+				i = s.digitRun(i) - 1
 			}
 		}
 	}
 }
 
-// hasDigit reports whether any byte of x is an ASCII digit (the classic
-// "has a byte between m and n" test; bytes with the high bit set never
-// count).
-func hasDigit(x uint64) bool {
+// digitMask has the high bit of each byte of x that is an ASCII digit set
+// (the classic "has a byte between m and n" test, exact per byte for
+// bytes below 0x80; bytes with the high bit set never count).
+func digitMask(x uint64) uint64 {
 	const ones, highs = 0x0101010101010101, 0x8080808080808080
 	const m, n = '0' - 1, '9' + 1
-	return ((ones*(127+n)-(x&(ones*127)))&^x&((x&(ones*127))+ones*(127-m)))&highs != 0
+	return ((ones*(127+n) - (x & (ones * 127))) &^ x & ((x & (ones * 127)) + ones*(127-m))) & highs
 }
 
 // recognize checks one anchor at buf[as:ae]. It returns a position to
@@ -630,6 +629,25 @@ func classCount(b []byte) int {
 	return n
 }
 
+// digitRun skips the run of digits at i, and calls numeric when it could
+// start an address (1 to 3 digits then a dot) or a card (13 or more
+// digits, or 4 then a space or dash). It returns where scanning resumes.
+func (s *scanner) digitRun(i int) int {
+	buf := s.buf[:s.n]
+	j := i
+	for j < len(buf) && isDigit(buf[j]) {
+		j++
+	}
+	if i > 0 && isDigit(buf[i-1]) {
+		return j // the rest of a run that began before from
+	}
+	l := j - i
+	if l >= 13 || (j < len(buf) && ((l <= 3 && buf[j] == '.') || (l == 4 && (buf[j] == ' ' || buf[j] == '-')))) {
+		return s.numeric(i)
+	}
+	return j
+}
+
 // numeric reads the numeric token starting at as and matches private IPv4
 // addresses and card numbers. It returns the token's end, where scanning
 // resumes.
@@ -717,7 +735,7 @@ func (s *scanner) numeric(as int) int {
 		if oct[0] == 10 || (oct[0] == 172 && oct[1] >= 16 && oct[1] <= 31) || (oct[0] == 192 && oct[1] == 168) {
 			s.add(as, end, CatInternalIP)
 		}
-	case sep != '.' && s.pol.active(CatCreditCard):
+	case sep != '.' && s.pol.active(CatCreditCard) && end-as >= 13:
 		if isAlnum(prev) || prev == '.' || prev == '_' || prev == '-' || prev == '+' {
 			return end
 		}
@@ -978,4 +996,16 @@ func secretKeyName(k []byte) bool {
 		}
 	}
 	return false
+}
+
+// anchorAt checks the anchors whose key is the 4 bytes at i.
+//go:noinline
+func (s *scanner) anchorAt(i int) {
+	buf := s.buf[:s.n]
+	for _, r := range s.e.anchors.byKey[binary.LittleEndian.Uint32(buf[i:])] {
+		as := i - r.off
+		if as >= 0 && s.pol.active(anchorCats[r.def.kind]) && matchLit(buf, as, r.def) {
+			s.recognize(r.def.kind, as, as+len(r.def.lit))
+		}
+	}
 }

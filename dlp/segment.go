@@ -112,6 +112,9 @@ func (g *segment) writeEsc(d, r []byte) {
 		g.process(false)
 	}
 	if !g.mapped {
+		if g.raw == nil {
+			g.raw = getBuf()
+		}
 		g.raw = append(g.raw[:0], g.dec[g.look:]...)
 		g.mapped = true
 	}
