@@ -139,6 +139,7 @@ func (w *windowIndex) scan(k *knownSet, buf []byte, from, n int, out []match) []
 
 // check looks at the patterns whose window at some offset is key, found
 // at position i.
+//
 //go:noinline
 func (w *windowIndex) check(k *knownSet, buf []byte, i, from int, key uint64, out []match) []match {
 	for _, c := range w.byKey[key] {

@@ -999,6 +999,7 @@ func secretKeyName(k []byte) bool {
 }
 
 // anchorAt checks the anchors whose key is the 4 bytes at i.
+//
 //go:noinline
 func (s *scanner) anchorAt(i int) {
 	buf := s.buf[:s.n]
