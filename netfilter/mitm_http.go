@@ -184,7 +184,11 @@ func (e *GoEngine) forward(w http.ResponseWriter, r *http.Request, dest fwdTarge
 		}
 		e.events.Record(ev)
 	}()
-	e.rp.ServeHTTP(w, out)
+	rp := e.rp1
+	if r.ProtoMajor == 2 {
+		rp = e.rp2
+	}
+	rp.ServeHTTP(w, out)
 }
 
 // modifyResponse counts the response body as it streams to the guest.
