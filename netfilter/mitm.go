@@ -164,10 +164,10 @@ func NewGoEngine(cfg EngineConfig) (*GoEngine, error) {
 	// guest's protocol end to end keeps its semantics (Upgrade, framing)
 	// and spares an HTTP/1.1 response the h2 framing, flow-control updates
 	// and extra records on both sides.
-	tr := func(protos http.Protocols) *http.Transport {
+	tr := func(protos http.Protocols, dial DialFunc) *http.Transport {
 		return &http.Transport{
 			Proxy:                 nil, // never the host's HTTP(S)_PROXY
-			DialContext:           e.dial,
+			DialContext:           dial,
 			TLSClientConfig:       &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12},
 			Protocols:             &protos,
 			TLSHandshakeTimeout:   15 * time.Second,
@@ -184,7 +184,14 @@ func NewGoEngine(cfg EngineConfig) (*GoEngine, error) {
 	h1.SetHTTP1(true)
 	h2.SetHTTP1(true)
 	h2.SetHTTP2(true)
-	e.transport1, e.transport2 = tr(h1), tr(h2)
+	dial1 := func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := e.dial(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		return wrapUpstream(c), nil
+	}
+	e.transport1, e.transport2 = tr(h1, dial1), tr(h2, e.dial)
 	rp := func(t http.RoundTripper) *httputil.ReverseProxy {
 		return &httputil.ReverseProxy{
 			Rewrite:        func(*httputil.ProxyRequest) {}, // the request is prepared in forward
@@ -388,7 +395,8 @@ func (e *GoEngine) handleConn(ctx context.Context, cc *countConn, t Target) conn
 		return e.serveTLS(ctx, pc, t)
 	case looksLikeHTTP(pc):
 		cc.SetReadDeadline(time.Time{})
-		e.serveHTTP1(ctx, pc, &connHandler{e: e, t: t, scheme: "http"})
+		bc := &batchConn{Conn: pc}
+		e.serveHTTP1(ctx, bc, &connHandler{e: e, t: t, scheme: "http", guest: bc})
 		return connOutcome{"allow", "http"}
 	case webPort:
 		return connOutcome{"deny", fmt.Sprintf("neither TLS nor HTTP on port %d", t.Port)}
@@ -444,7 +452,8 @@ func (e *GoEngine) serveTLS(ctx context.Context, pc *peekConn, t Target) connOut
 			return e.leaves.get(t.Name)
 		},
 	}
-	tc := tls.Server(pc, cfg)
+	bc := &batchConn{Conn: pc}
+	tc := tls.Server(bc, cfg)
 	if err := tc.HandshakeContext(ctx); err != nil {
 		if refused != "" {
 			return connOutcome{"deny", refused}
@@ -464,6 +473,7 @@ func (e *GoEngine) serveTLS(ctx context.Context, pc *peekConn, t Target) connOut
 		wg.Wait()
 		return connOutcome{"allow", "tls h2"}
 	}
+	h.guest = bc
 	e.serveHTTP1(ctx, tc, h)
 	return connOutcome{"allow", "tls http/1.1"}
 }
