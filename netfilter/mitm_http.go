@@ -230,7 +230,7 @@ func (e *GoEngine) modifyResponse(resp *http.Response) error {
 		resp.Body = &countBody{ReadCloser: resp.Body, n: &st.down}
 	}
 	// Batch the body's records to the guest while more of it is at hand;
-	// the upstream connection flushes the batch before it waits.
+	// the upstream connection has the batch written out when it waits.
 	if up := st.upstream.Load(); up != nil && st.guest != nil {
 		up.guest.Store(st.guest)
 		st.guest.setHold(true)

@@ -14,9 +14,10 @@ import (
 // kernel's cost of a loopback or local socket is per call, not per byte.
 // So an HTTP/1 guest connection gathers the records of a body while more
 // of it is at hand and writes them in one call (batchConn), and the
-// upstream connection reads whatever has arrived in one call and writes
-// out the guest's batch just before it would wait (upstreamConn): nothing
-// is held back while the proxy waits, so streamed events are not delayed.
+// upstream connection reads whatever has arrived in one call and, when it
+// is about to wait, has the guest's batch written out (upstreamConn):
+// nothing is held back while the proxy waits, so streamed events are not
+// delayed.
 
 // batchMax is the most a batchConn gathers before it writes: four TLS
 // records of the largest size (16 KB of plaintext, 256 bytes of expansion,
@@ -37,6 +38,7 @@ type batchConn struct {
 	err  error
 	// npending is len(*buf), readable without mu.
 	npending atomic.Int64
+	flushing atomic.Bool // a flushSoon goroutine has not yet taken mu
 }
 
 func (c *batchConn) Write(p []byte) (int, error) {
@@ -90,11 +92,18 @@ func (c *batchConn) flushLocked() {
 // pending reports whether writes are gathered and not yet written.
 func (c *batchConn) pending() bool { return c.npending.Load() > 0 }
 
-// flush writes what is gathered; hold stays as it is.
-func (c *batchConn) flush() {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.flushLocked()
+// flushSoon has what is gathered written by a goroutine of its own (one at
+// a time); hold stays as it is.
+func (c *batchConn) flushSoon() {
+	if !c.flushing.CompareAndSwap(false, true) {
+		return // one is on its way; it writes whatever is gathered by then
+	}
+	go func() {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		c.flushing.Store(false)
+		c.flushLocked()
+	}()
 }
 
 // setHold turns gathering on or off; off writes what is gathered.
@@ -127,9 +136,9 @@ func (c *batchConn) CloseWrite() error {
 // upstreamConn is an HTTP/1 upstream connection tuned for streaming
 // bodies to a batching guest connection:
 //
-//   - before a read blocks it writes what the guest it serves has gathered,
-//     so the guest never waits for bytes the proxy holds while the proxy
-//     waits for upstream;
+//   - when a read is about to wait, it has what the guest it serves has
+//     gathered written out (flushSoon), so the guest never waits for bytes
+//     the proxy holds while the proxy waits for upstream;
 //   - it reads up to upReadMax bytes at a time into a pooled buffer (held
 //     only while it has unread bytes), fetching what a server sent in many
 //     small writes with one read(2).
@@ -141,7 +150,7 @@ func (c *batchConn) CloseWrite() error {
 type upstreamConn struct {
 	net.Conn
 	rc    syscall.RawConn
-	guest atomic.Pointer[batchConn] // flushed before a read blocks
+	guest atomic.Pointer[batchConn] // flushed when a read waits
 	buf   *[]byte                   // read but not yet returned: (*buf)[off:]
 	off   int
 }
@@ -198,49 +207,46 @@ func (c *upstreamConn) Read(p []byte) (int, error) {
 // fill reads at least one byte into a fresh c.buf, or returns an error
 // (io.EOF at the end) with c.buf nil.
 func (c *upstreamConn) fill() error {
-	for {
-		var (
-			b       *[]byte
-			n       int
-			rerr    error
-			blocked bool
-		)
-		g := c.guest.Load()
-		err := c.rc.Read(func(fd uintptr) bool {
-			if b == nil {
-				b = upReadBufs.Get().(*[]byte)
-			}
-			var again bool
-			n, again, rerr = readFD(fd, *b)
-			if again {
-				// Hold no buffer while waiting. Leave the read to flush
-				// outside it (a guest write may take a while) when there is
-				// something to flush.
-				upReadBufs.Put(b)
-				b = nil
-				blocked = g != nil && g.pending()
-				return blocked
-			}
-			return true
-		})
-		if err == nil && rerr == nil && n > 0 {
-			*b = (*b)[:n]
-			c.buf, c.off = b, 0
-			return nil
+	var (
+		b    *[]byte
+		n    int
+		rerr error
+	)
+	err := c.rc.Read(func(fd uintptr) bool {
+		if b == nil {
+			b = upReadBufs.Get().(*[]byte)
 		}
-		if b != nil {
+		var again bool
+		n, again, rerr = readFD(fd, *b)
+		if again {
+			// About to wait: hold no buffer meanwhile, and have what the
+			// guest is owed written out (by another goroutine, so that
+			// neither this read nor the next response on this connection
+			// waits for a slow guest).
 			upReadBufs.Put(b)
+			b = nil
+			if g := c.guest.Load(); g != nil && g.pending() {
+				g.flushSoon()
+			}
+			return false
 		}
-		switch {
-		case err != nil:
-			return c.opError(err)
-		case blocked:
-			g.flush()
-		case rerr != nil:
-			return c.opError(rerr)
-		default:
-			return io.EOF
-		}
+		return true
+	})
+	if err == nil && rerr == nil && n > 0 {
+		*b = (*b)[:n]
+		c.buf, c.off = b, 0
+		return nil
+	}
+	if b != nil {
+		upReadBufs.Put(b)
+	}
+	switch {
+	case err != nil:
+		return c.opError(err)
+	case rerr != nil:
+		return c.opError(rerr)
+	default:
+		return io.EOF
 	}
 }
 

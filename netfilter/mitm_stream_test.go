@@ -170,8 +170,8 @@ func TestUpstreamConnReads(t *testing.T) {
 	}
 }
 
-// An upstream read that would wait first sends the guest what it holds.
-func TestUpstreamConnFlushesGuestBeforeWaiting(t *testing.T) {
+// An upstream read that waits has the guest sent what it holds.
+func TestUpstreamConnFlushesGuestWhileWaiting(t *testing.T) {
 	if !canReadFD {
 		t.Skip("upstream connections are not wrapped on this platform")
 	}
