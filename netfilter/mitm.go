@@ -89,10 +89,10 @@ type EngineConfig struct {
 // against the system roots (plus EngineConfig.ExtraRoots). It speaks
 // HTTP/1.1, HTTP/2 and WebSocket and streams bodies both ways; a request
 // goes upstream in the HTTP version the guest used (HTTP/2 only when the
-// server offers it). Connections
-// that are neither TLS nor HTTP, to ports other than 80 and 443, are spliced
-// to upstream uninspected. It also serves the explicit proxy
-// (HandleProxyConn). A GoEngine is safe for concurrent use.
+// server offers it). Connections that are neither TLS nor HTTP, to ports
+// other than 80 and 443, are spliced to upstream uninspected. It also
+// serves the explicit proxy (HandleProxyConn). A GoEngine is safe for
+// concurrent use.
 type GoEngine struct {
 	cfg    EngineConfig
 	filter RequestFilter

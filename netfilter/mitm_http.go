@@ -213,7 +213,8 @@ func (e *GoEngine) forward(w http.ResponseWriter, r *http.Request, dest fwdTarge
 	rp.ServeHTTP(w, out)
 }
 
-// modifyResponse counts the response body as it streams to the guest.
+// modifyResponse counts the response body as it streams to the guest and,
+// for an HTTP/1 guest, has its TLS records batched (see batchConn).
 func (e *GoEngine) modifyResponse(resp *http.Response) error {
 	st := stateOf(resp.Request.Context())
 	if st == nil {
