@@ -109,14 +109,20 @@ func TestLogWriter(t *testing.T) {
 	})
 }
 
-// gateWriter blocks every Write until open is closed.
+// gateWriter blocks every Write until open is closed. entered, when not
+// nil, is closed when the first Write starts.
 type gateWriter struct {
-	open chan struct{}
-	mu   sync.Mutex
-	buf  bytes.Buffer
+	open    chan struct{}
+	entered chan struct{}
+	once    sync.Once
+	mu      sync.Mutex
+	buf     bytes.Buffer
 }
 
 func (g *gateWriter) Write(p []byte) (int, error) {
+	if g.entered != nil {
+		g.once.Do(func() { close(g.entered) })
+	}
 	<-g.open
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -126,15 +132,17 @@ func (g *gateWriter) Write(p []byte) (int, error) {
 func (g *gateWriter) Close() error { return nil }
 
 func TestLogWriterNeverBlocksAndCountsDrops(t *testing.T) {
-	nw := &gateWriter{open: make(chan struct{})}
+	nw := &gateWriter{open: make(chan struct{}), entered: make(chan struct{})}
 	aw := &gateWriter{open: nw.open}
 	w := newLogWriter(nw, aw, 4)
-	// The writer is stuck on its first flush; the queue of 4 fills and the
-	// rest are dropped, without blocking this goroutine.
+	// Once the writer is stuck on its first flush, the queue of 4 fills and
+	// the rest are dropped, without blocking this goroutine.
+	w.Record(Event{Kind: "dns", Decision: "allow"})
+	<-nw.entered
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		for range 100 {
+		for range 99 {
 			w.Record(Event{Kind: "dns", Decision: "allow"})
 		}
 	}()
@@ -143,12 +151,9 @@ func TestLogWriterNeverBlocksAndCountsDrops(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("Record blocked on a stuck writer")
 	}
-	// How many the writer takes into its buffer before its first flush
-	// blocks depends on scheduling; the queue (4) bounds the rest. Most
-	// must have been dropped, and every event is written or counted.
 	dropped := w.Dropped()
-	if dropped < 50 || dropped > 100-4 {
-		t.Errorf("Dropped: got %d, want between 50 and 96", dropped)
+	if dropped != 99-4 {
+		t.Errorf("Dropped: got %d, want %d", dropped, 99-4)
 	}
 	close(nw.open)
 	if err := w.Close(); err != nil {

@@ -87,21 +87,25 @@ type EngineConfig struct {
 // agree with the name the connection was admitted for, runs every request
 // through the RequestFilter and forwards it upstream over TLS verified
 // against the system roots (plus EngineConfig.ExtraRoots). It speaks
-// HTTP/1.1, HTTP/2 and WebSocket and streams bodies both ways. Connections
-// that are neither TLS nor HTTP, to ports other than 80 and 443, are spliced
-// to upstream uninspected. It also serves the explicit proxy
-// (HandleProxyConn). A GoEngine is safe for concurrent use.
+// HTTP/1.1, HTTP/2 and WebSocket and streams bodies both ways; a request
+// goes upstream in the HTTP version the guest used (HTTP/2 only when the
+// server offers it). Connections that are neither TLS nor HTTP, to ports
+// other than 80 and 443, are spliced to upstream uninspected. It also
+// serves the explicit proxy (HandleProxyConn). A GoEngine is safe for
+// concurrent use.
 type GoEngine struct {
-	cfg       EngineConfig
-	filter    RequestFilter
-	events    EventSink
-	log       *slog.Logger
-	stdlog    *log.Logger
-	leaves    leafCache
-	transport *http.Transport
-	rp        *httputil.ReverseProxy
-	h2        *http2.Server
-	dial      DialFunc
+	cfg    EngineConfig
+	filter RequestFilter
+	events EventSink
+	log    *slog.Logger
+	stdlog *log.Logger
+	leaves leafCache
+	// transport1 and rp1 serve HTTP/1.x guests, transport2 and rp2 HTTP/2
+	// guests.
+	transport1, transport2 *http.Transport
+	rp1, rp2               *httputil.ReverseProxy
+	h2                     *http2.Server
+	dial                   DialFunc
 }
 
 var _ Engine = (*GoEngine)(nil)
@@ -155,35 +159,58 @@ func NewGoEngine(cfg EngineConfig) (*GoEngine, error) {
 	if e.dial == nil {
 		e.dial = DefaultDial
 	}
-	e.transport = &http.Transport{
-		Proxy:                 nil, // never the host's HTTP(S)_PROXY
-		DialContext:           e.dial,
-		TLSClientConfig:       &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12},
-		ForceAttemptHTTP2:     true,
-		TLSHandshakeTimeout:   15 * time.Second,
-		ExpectContinueTimeout: time.Second,
-		MaxIdleConns:          512,
-		MaxIdleConnsPerHost:   64,
-		IdleConnTimeout:       90 * time.Second,
-		DisableCompression:    true, // bodies pass as the server encoded them
-		WriteBufferSize:       32 << 10,
-		ReadBufferSize:        32 << 10,
+	// Upstream speaks the protocol the guest chose: HTTP/1.1 for an HTTP/1.x
+	// guest, HTTP/2 (when the server offers it) for an h2 guest. Keeping the
+	// guest's protocol end to end keeps its semantics (Upgrade, framing)
+	// and spares an HTTP/1.1 response the h2 framing, flow-control updates
+	// and extra records on both sides.
+	tr := func(protos http.Protocols, dial DialFunc) *http.Transport {
+		return &http.Transport{
+			Proxy:                 nil, // never the host's HTTP(S)_PROXY
+			DialContext:           dial,
+			TLSClientConfig:       &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12},
+			Protocols:             &protos,
+			TLSHandshakeTimeout:   15 * time.Second,
+			ExpectContinueTimeout: time.Second,
+			MaxIdleConns:          512,
+			MaxIdleConnsPerHost:   64,
+			IdleConnTimeout:       90 * time.Second,
+			DisableCompression:    true, // bodies pass as the server encoded them
+			WriteBufferSize:       32 << 10,
+			ReadBufferSize:        32 << 10,
+		}
 	}
-	e.rp = &httputil.ReverseProxy{
-		Rewrite:        func(*httputil.ProxyRequest) {}, // the request is prepared in forward
-		Transport:      e.transport,
-		BufferPool:     bufferPool{},
-		ErrorLog:       e.stdlog,
-		ErrorHandler:   e.upstreamError,
-		ModifyResponse: e.modifyResponse,
+	var h1, h2 http.Protocols
+	h1.SetHTTP1(true)
+	h2.SetHTTP1(true)
+	h2.SetHTTP2(true)
+	dial1 := func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := e.dial(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		return wrapUpstream(c), nil
 	}
+	e.transport1, e.transport2 = tr(h1, dial1), tr(h2, e.dial)
+	rp := func(t http.RoundTripper) *httputil.ReverseProxy {
+		return &httputil.ReverseProxy{
+			Rewrite:        func(*httputil.ProxyRequest) {}, // the request is prepared in forward
+			Transport:      t,
+			BufferPool:     bufferPool{},
+			ErrorLog:       e.stdlog,
+			ErrorHandler:   e.upstreamError,
+			ModifyResponse: e.modifyResponse,
+		}
+	}
+	e.rp1, e.rp2 = rp(e.transport1), rp(e.transport2)
 	e.h2 = &http2.Server{IdleTimeout: e.cfg.IdleTimeout, MaxConcurrentStreams: 250}
 	return e, nil
 }
 
 // Close releases idle upstream connections.
 func (e *GoEngine) Close() error {
-	e.transport.CloseIdleConnections()
+	e.transport1.CloseIdleConnections()
+	e.transport2.CloseIdleConnections()
 	return nil
 }
 
@@ -368,7 +395,8 @@ func (e *GoEngine) handleConn(ctx context.Context, cc *countConn, t Target) conn
 		return e.serveTLS(ctx, pc, t)
 	case looksLikeHTTP(pc):
 		cc.SetReadDeadline(time.Time{})
-		e.serveHTTP1(ctx, pc, &connHandler{e: e, t: t, scheme: "http"})
+		bc := &batchConn{Conn: pc}
+		e.serveHTTP1(ctx, bc, &connHandler{e: e, t: t, scheme: "http", guest: bc})
 		return connOutcome{"allow", "http"}
 	case webPort:
 		return connOutcome{"deny", fmt.Sprintf("neither TLS nor HTTP on port %d", t.Port)}
@@ -424,7 +452,8 @@ func (e *GoEngine) serveTLS(ctx context.Context, pc *peekConn, t Target) connOut
 			return e.leaves.get(t.Name)
 		},
 	}
-	tc := tls.Server(pc, cfg)
+	bc := &batchConn{Conn: pc}
+	tc := tls.Server(bc, cfg)
 	if err := tc.HandshakeContext(ctx); err != nil {
 		if refused != "" {
 			return connOutcome{"deny", refused}
@@ -444,6 +473,7 @@ func (e *GoEngine) serveTLS(ctx context.Context, pc *peekConn, t Target) connOut
 		wg.Wait()
 		return connOutcome{"allow", "tls h2"}
 	}
+	h.guest = bc
 	e.serveHTTP1(ctx, tc, h)
 	return connOutcome{"allow", "tls http/1.1"}
 }

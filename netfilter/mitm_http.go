@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptrace"
 	"net/netip"
 	"net/url"
 	"strconv"
@@ -22,7 +23,8 @@ import (
 type connHandler struct {
 	e      *GoEngine
 	t      Target
-	scheme string // "https" or "http"
+	scheme string     // "https" or "http"
+	guest  *batchConn // the guest's HTTP/1 connection (nil for HTTP/2)
 }
 
 func (h *connHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -37,7 +39,7 @@ func (h *connHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.e.refuse(w, r, dest, http.StatusMisdirectedRequest, reason)
 		return
 	}
-	h.e.forward(w, r, dest)
+	h.e.forward(w, r, dest, h.guest)
 }
 
 // authorityMismatch says why the request's Host (HTTP/2: :authority) does not
@@ -108,6 +110,11 @@ type reqState struct {
 	// upgrade makes the writer the guest's bytes go through after a 101
 	// (an UpgradeFilter's), or is nil.
 	upgrade func(io.Writer) io.WriteCloser
+	// guest is the guest's connection when its responses can be batched,
+	// upstream the connection the request went out on when it can flush
+	// them.
+	guest    *batchConn
+	upstream atomic.Pointer[upstreamConn]
 }
 
 type reqStateKey struct{}
@@ -140,11 +147,18 @@ func (e *GoEngine) refuse(w http.ResponseWriter, r *http.Request, dest fwdTarget
 }
 
 // forward runs r through the filter and sends it to dest, streaming the
-// response back, and records one Event.
-func (e *GoEngine) forward(w http.ResponseWriter, r *http.Request, dest fwdTarget) {
+// response back, and records one Event. guest, when not nil, is the
+// HTTP/1 connection w writes to; the response body is then batched on it.
+func (e *GoEngine) forward(w http.ResponseWriter, r *http.Request, dest fwdTarget, guest *batchConn) {
 	start := time.Now()
-	st := &reqState{}
+	st := &reqState{guest: guest}
 	ctx := context.WithValue(r.Context(), reqStateKey{}, st)
+	if guest != nil {
+		// Learn which upstream connection the request goes out on.
+		ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
+			GotConn: func(info httptrace.GotConnInfo) { st.upstream.Store(asUpstream(info.Conn)) },
+		})
+	}
 	out := r.Clone(ctx)
 	out.URL.Scheme = dest.scheme
 	out.URL.Host = authority(dest.name, dest.port, dest.scheme)
@@ -192,10 +206,23 @@ func (e *GoEngine) forward(w http.ResponseWriter, r *http.Request, dest fwdTarge
 		}
 		e.events.Record(ev)
 	}()
-	e.rp.ServeHTTP(w, out)
+	rp := e.rp1
+	if r.ProtoMajor == 2 {
+		rp = e.rp2
+	}
+	if guest != nil {
+		defer func() {
+			guest.setHold(false)
+			if up := st.upstream.Load(); up != nil {
+				up.guest.CompareAndSwap(guest, nil)
+			}
+		}()
+	}
+	rp.ServeHTTP(w, out)
 }
 
-// modifyResponse counts the response body as it streams to the guest.
+// modifyResponse counts the response body as it streams to the guest and,
+// for an HTTP/1 guest, has its TLS records batched (see batchConn).
 func (e *GoEngine) modifyResponse(resp *http.Response) error {
 	st := stateOf(resp.Request.Context())
 	if st == nil {
@@ -216,6 +243,12 @@ func (e *GoEngine) modifyResponse(resp *http.Response) error {
 	}
 	if resp.Body != nil {
 		resp.Body = &countBody{ReadCloser: resp.Body, n: &st.down}
+	}
+	// Batch the body's records to the guest while more of it is at hand;
+	// the upstream connection has the batch written out when it waits.
+	if up := st.upstream.Load(); up != nil && st.guest != nil {
+		up.guest.Store(st.guest)
+		st.guest.setHold(true)
 	}
 	return nil
 }

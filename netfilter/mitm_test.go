@@ -76,6 +76,11 @@ func TestInterceptHTTP1AndHTTP2(t *testing.T) {
 				if resp.ProtoMajor != tt.wantProto {
 					t.Errorf("guest-side protocol: got %s, want major %d", resp.Proto, tt.wantProto)
 				}
+				// Upstream speaks the guest's protocol (every test server
+				// offers h2).
+				if got, want := resp.Header.Get("X-Upstream-Proto"), resp.Proto; got != want {
+					t.Errorf("upstream protocol: got %s, want %s (the guest's)", got, want)
+				}
 				if got := resp.Header.Get("X-Upstream-Host"); got != tt.wantHost {
 					t.Errorf("upstream Host: got %q, want %q", got, tt.wantHost)
 				}

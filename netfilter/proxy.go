@@ -67,7 +67,7 @@ func (h *proxyHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.e.refuse(w, r, dest, http.StatusForbidden, denialText(name, port, d))
 		return
 	}
-	h.e.forward(w, r, dest)
+	h.e.forward(w, r, dest, nil)
 }
 
 func (h *proxyHandler) connect(w http.ResponseWriter, r *http.Request) {
