@@ -13,7 +13,7 @@ import (
 func init() {
 	commands = append(commands, &cli.Command{
 		Name:  "init",
-		Usage: "set up ~/.vibedom: MITM CA, deploy key, allowlist; check the hypervisor and image",
+		Usage: "set up ~/.vibedom: MITM CA, deploy key, DLP audit key, allowlist; check the hypervisor and image",
 		Flags: []cli.Flag{&cli.BoolFlag{Name: "json", Usage: "print the result as JSON"}},
 		Action: func(ctx context.Context, c *cli.Command) error {
 			home, err := session.DefaultHome()

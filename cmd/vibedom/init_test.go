@@ -20,6 +20,8 @@ func TestInit(t *testing.T) {
 		DeployKeyPath string `json:"deploy_key_path"`
 		CAFingerprint string `json:"ca_fingerprint"`
 		DeployKeyNew  bool   `json:"deploy_key_created"`
+		AuditKey      string `json:"audit_key_path"`
+		AuditPublic   string `json:"audit_public_key"`
 	}
 	if err := json.Unmarshal([]byte(stdout), &r); err != nil {
 		t.Fatalf("init --json: %v\n%s", err, stdout)
@@ -28,11 +30,15 @@ func TestInit(t *testing.T) {
 		r.Home != c.home || r.DeployKeyPath != filepath.Join(c.home, "keys", "id_ed25519_vibedom") {
 		t.Errorf("deploy key: %+v", r)
 	}
+	if r.AuditKey != filepath.Join(c.home, "keys", "dlp_audit.key") || !strings.HasPrefix(r.AuditPublic, "age1") {
+		t.Errorf("audit key: %q %q", r.AuditKey, r.AuditPublic)
+	}
 	for path, want := range map[string]os.FileMode{
 		filepath.Join(c.home, "keys", "id_ed25519_vibedom"): 0o600,
 		filepath.Join(c.home, "ca", "ca-key.pem"):           0o600,
 		filepath.Join(c.home, "ca"):                         0o700,
 		filepath.Join(c.home, "trusted_domains.txt"):        0o600,
+		filepath.Join(c.home, "keys", "dlp_audit.key"):      0o600,
 	} {
 		fi, err := os.Stat(path)
 		if err != nil {
@@ -51,6 +57,13 @@ func TestInit(t *testing.T) {
 	json.Unmarshal([]byte(stdout2), &r2)
 	if r2.DeployKey != r.DeployKey {
 		t.Errorf("second init replaced the deploy key")
+	}
+	var r3 struct {
+		AuditPublic string `json:"audit_public_key"`
+	}
+	json.Unmarshal([]byte(stdout2), &r3)
+	if r3.AuditPublic != r.AuditPublic {
+		t.Errorf("second init replaced the audit key")
 	}
 	// The human output shows the public key and where the CA is.
 	out, _, _ := c.run(t, "", "init")
