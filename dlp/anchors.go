@@ -20,15 +20,11 @@ const (
 	akOpenAI
 	akOpenAILegacy
 	akNPM
-	akHF
 	akBearer
 	akBasic
 	akJWT
 	akPEM
 	akAge
-	akURLCred
-	akEmail
-	akDigit
 	akHome
 	akWinHome
 	akAssign
@@ -39,10 +35,10 @@ const (
 var anchorCats = [...]Category{
 	akAWS: CatCloudKey, akGCP: CatCloudKey,
 	akGitHub: CatToken, akGitHubPAT: CatToken, akGitLab: CatToken, akSlack: CatToken, akStripe: CatToken,
-	akAnthropic: CatToken, akOpenAI: CatToken, akOpenAILegacy: CatToken, akNPM: CatToken, akHF: CatToken,
+	akAnthropic: CatToken, akOpenAI: CatToken, akOpenAILegacy: CatToken, akNPM: CatToken,
 	akBearer: CatToken, akBasic: CatToken,
-	akJWT: CatJWT, akPEM: CatPrivateKey, akAge: CatPrivateKey, akURLCred: CatCredentials,
-	akEmail: CatEmail, akDigit: CatCreditCard, akHome: CatHomePath, akWinHome: CatHomePath, akAssign: CatPassword,
+	akJWT: CatJWT, akPEM: CatPrivateKey, akAge: CatPrivateKey,
+	akHome: CatHomePath, akWinHome: CatHomePath, akAssign: CatPassword,
 }
 
 // Anchors are found by sampling the text every second byte: each anchor

@@ -182,17 +182,17 @@ func (s *scanner) recognize(k anchorKind, as, ae int) int {
 			s.add(as, end, CatCloudKey)
 		}
 	case akGitHub:
-		s.token(as, ae, cB64URL&^0, 36, maxTokenLen, CatToken, true)
+		s.token(as, ae, cAlnum, 36)
 	case akGitHubPAT:
-		s.token(as, ae, cB64URL, 22, maxTokenLen, CatToken, true)
+		s.token(as, ae, cB64URL, 22)
 	case akGitLab, akSlack, akAnthropic, akOpenAI:
-		s.token(as, ae, cB64URL, 20, maxTokenLen, CatToken, true)
+		s.token(as, ae, cB64URL, 20)
 	case akStripe:
-		s.token(as, ae, cLower|cUpper|cDigit, 16, maxTokenLen, CatToken, true)
+		s.token(as, ae, cLower|cUpper|cDigit, 16)
 	case akOpenAILegacy:
 		s.openAILegacy(as)
 	case akNPM:
-		s.token(as, ae, cLower|cUpper|cDigit, 36, maxTokenLen, CatToken, true)
+		s.token(as, ae, cLower|cUpper|cDigit, 36)
 	case akBearer:
 		s.bearer(as, ae)
 	case akBasic:
@@ -248,23 +248,23 @@ func (s *scanner) classAt(i int, cls uint8) bool {
 	return i < s.n && class[s.buf[i]]&cls != 0
 }
 
-// token matches a prefixed token: the literal (lower case, as issued)
-// followed by at least min bytes of cls.
-func (s *scanner) token(as, ae int, cls uint8, minLen, maxLen int, c Category, lowerLit bool) {
+// token matches a prefixed token: the literal (as issued, lower case)
+// followed by at least minLen and at most maxTokenLen bytes of cls.
+func (s *scanner) token(as, ae int, cls uint8, minLen int) {
 	buf := s.buf
 	for _, ch := range buf[as:ae] {
-		if lowerLit && ch >= 'A' && ch <= 'Z' {
+		if ch >= 'A' && ch <= 'Z' {
 			return
 		}
 	}
 	if !s.boundaryBefore(as, cB64URL) {
 		return
 	}
-	end := runOf(buf, ae, s.n, cls, maxLen+1)
-	if end-ae < minLen || end-ae > maxLen || s.classAt(end, cB64URL) {
+	end := runOf(buf, ae, s.n, cls, maxTokenLen+1)
+	if end-ae < minLen || end-ae > maxTokenLen || s.classAt(end, cB64URL) {
 		return
 	}
-	s.add(as, end, c)
+	s.add(as, end, CatToken)
 }
 
 // bearer matches "Bearer <token>" and redacts the token.

@@ -9,7 +9,6 @@ import (
 	"io"
 	"mime"
 	"strings"
-	"sync"
 
 	"github.com/andybalholm/brotli"
 	"github.com/klauspost/compress/gzip"
@@ -108,9 +107,8 @@ func (e *Engine) Scrub(w io.Writer, r io.Reader, pol *Policy, o StreamOptions, r
 		dst = enc
 	}
 	l := e.newLayer(base{e: e, pol: pol, rep: rep, dst: dst}, o.ContentType, o.Where)
-	bp := copyBufs.Get().(*[]byte)
-	defer copyBufs.Put(bp)
-	buf := *bp
+	buf := getBuf()[:32<<10]
+	defer putBuf(buf)
 	for {
 		n, rerr := src.Read(buf)
 		if n > 0 {
@@ -280,8 +278,6 @@ func newEncoder(coding string, w io.Writer) (io.WriteCloser, error) {
 	}
 	return nil, fmt.Errorf("unsupported coding %q", coding)
 }
-
-var copyBufs = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
 
 // NewStream returns a writer that scrubs what is written to it under pol,
 // as one body of o.ContentType, writing the result to dst; Close scrubs

@@ -112,11 +112,11 @@ func (f *DLPFilter) FilterRequest(ctx context.Context, dest Destination, r *http
 	credPol := pol
 	for _, c := range dlp.Categories() {
 		if c != dlp.CatSecret {
-			credPol = withAction(credPol, c, dlp.Pass)
+			credPol = credPol.With(c, dlp.Pass)
 		}
 	}
 	if pol.Class == dlp.ClassExternal && credPol.Action(dlp.CatSecret) == dlp.Redact {
-		credPol = withAction(credPol, dlp.CatSecret, dlp.Log)
+		credPol = credPol.With(dlp.CatSecret, dlp.Log)
 	}
 	if m := e.ScrubText(&pol, []byte(r.Method), "method", rep); string(m) != r.Method {
 		return nil, errors.New("the request method carries a value the DLP redacts")
@@ -213,11 +213,6 @@ func (f *DLPFilter) FilterRequest(ctx context.Context, dest Destination, r *http
 		})
 		return findings
 	}, nil
-}
-
-// withAction returns p with category c set to a.
-func withAction(p dlp.Policy, c dlp.Category, a dlp.Action) dlp.Policy {
-	return p.With(c, a)
 }
 
 // report turns a request's findings into network-log findings and audit

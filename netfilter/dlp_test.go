@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -377,20 +378,26 @@ func (u *wsUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-func TestDLPFilterWebSocket(t *testing.T) {
-	v := newDLPEnv(t, 0)
+// wsDial upgrades a guest connection to registry.example.net (a
+// recording wsUpstream) to WebSocket, with extra request header lines.
+func wsDial(t *testing.T, v *dlpEnv, extra string) (*wsUpstream, net.Conn, *tls.Conn) {
+	t.Helper()
 	up := &wsUpstream{done: make(chan struct{})}
 	v.upstreamTLS("registry.example.net", 443, v.upCA, up)
 	conn := v.guestConn("registry.example.net", 443)
-	defer conn.Close()
+	t.Cleanup(func() { conn.Close() })
 	tc := tls.Client(conn, &tls.Config{ServerName: "registry.example.net", RootCAs: v.ca.Pool(), NextProtos: []string{"http/1.1"}})
 	io.WriteString(tc, "GET /ws HTTP/1.1\r\nHost: registry.example.net\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"+
-		"Sec-WebSocket-Key: "+wsKey+"\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Extensions: permessage-deflate\r\n\r\n")
-	br := bufio.NewReader(tc)
-	resp, err := http.ReadResponse(br, nil)
-	if err != nil || resp.StatusCode != 101 {
+		"Sec-WebSocket-Key: "+wsKey+"\r\nSec-WebSocket-Version: 13\r\n"+extra+"\r\n")
+	if resp, err := http.ReadResponse(bufio.NewReader(tc), nil); err != nil || resp.StatusCode != 101 {
 		t.Fatalf("upgrade: %v %v", resp, err)
 	}
+	return up, conn, tc
+}
+
+func TestDLPFilterWebSocket(t *testing.T) {
+	v := newDLPEnv(t, 0)
+	up, conn, tc := wsDial(t, v, "Sec-WebSocket-Extensions: permessage-deflate\r\n")
 	mask := []byte{1, 2, 3, 4}
 	s := dlpSecret
 	var frames []byte
@@ -446,16 +453,7 @@ func TestDLPFilterWebSocket(t *testing.T) {
 
 func TestDLPFilterWebSocketRefusesCompressedFrames(t *testing.T) {
 	v := newDLPEnv(t, 0)
-	up := &wsUpstream{done: make(chan struct{})}
-	v.upstreamTLS("registry.example.net", 443, v.upCA, up)
-	conn := v.guestConn("registry.example.net", 443)
-	defer conn.Close()
-	tc := tls.Client(conn, &tls.Config{ServerName: "registry.example.net", RootCAs: v.ca.Pool(), NextProtos: []string{"http/1.1"}})
-	io.WriteString(tc, "GET /ws HTTP/1.1\r\nHost: registry.example.net\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"+
-		"Sec-WebSocket-Key: "+wsKey+"\r\nSec-WebSocket-Version: 13\r\n\r\n")
-	if resp, err := http.ReadResponse(bufio.NewReader(tc), nil); err != nil || resp.StatusCode != 101 {
-		t.Fatalf("upgrade: %v %v", resp, err)
-	}
+	up, _, tc := wsDial(t, v, "")
 	f := wsFrame(true, 1, []byte("compressed? "+dlpSecret), []byte{9, 9, 9, 9})
 	f[0] |= 0x40 // RSV1: permessage-deflate
 	tc.Write(f)

@@ -9,9 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -74,12 +72,7 @@ func TestDLPVM(t *testing.T) {
 	caFile := filepath.Join(t.TempDir(), "upstream-ca.pem")
 	os.WriteFile(caFile, upCA.CertPEM(), 0o644)
 
-	probe := filepath.Join(ws, "probe")
-	build := exec.Command("go", "build", "-o", probe, "./testdata/egressprobe")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH="+runtime.GOARCH)
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("build the probe: %v\n%s", err, out)
-	}
+	buildProbe(t, ws)
 	modes := []string{"text", "json", "gzip", "b64", "form", "query", "header"}
 	var args []string
 	for _, m := range modes {

@@ -36,12 +36,7 @@ func TestEgressVM(t *testing.T) {
 	caFile := filepath.Join(t.TempDir(), "upstream-ca.pem")
 	os.WriteFile(caFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: tlsSrv.Certificate().Raw}), 0o644)
 
-	probe := filepath.Join(ws, "probe")
-	build := exec.Command("go", "build", "-o", probe, "./testdata/egressprobe")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH="+runtime.GOARCH)
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("build the probe: %v\n%s", err, out)
-	}
+	buildProbe(t, ws)
 
 	probes := []string{
 		"https:https://example.com/allowed",
@@ -188,4 +183,15 @@ func readSessionFile(t *testing.T, c *cliRun, name string) string {
 	defer f.Close()
 	b, _ := io.ReadAll(f)
 	return string(b)
+}
+
+// buildProbe builds testdata/egressprobe for the guest into ws/probe
+// (/mnt/workspace/probe in the VM).
+func buildProbe(t *testing.T, ws string) {
+	t.Helper()
+	build := exec.Command("go", "build", "-o", filepath.Join(ws, "probe"), "./testdata/egressprobe")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH="+runtime.GOARCH)
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build the probe: %v\n%s", err, out)
+	}
 }
