@@ -430,7 +430,7 @@ func TestShellPTY(t *testing.T) {
 		go func() {
 			st, err := c.Shell(t.Context(), client.ShellOptions{
 				Term: "xterm", Cols: 100, Rows: 30, Resize: resize, Stdin: pr, Stdout: &out,
-				Command: "stty size; read x; stty size; exit 7",
+				Command: "stty size; while read x && [ \"$x\" != q ]; do stty size; done; exit 7",
 			})
 			if err != nil {
 				t.Errorf("shell: %v", err)
@@ -439,12 +439,13 @@ func TestShellPTY(t *testing.T) {
 		}()
 		waitUntil(t, "the first size", func() bool { return strings.Contains(out.String(), "30 100") })
 		resize <- client.WindowSize{Cols: 120, Rows: 40}
-		// The resize is sent on the channel before the line, and the
-		// server handles a channel's requests and data in order of
-		// arrival; a short pause covers the two travelling apart.
-		time.Sleep(100 * time.Millisecond)
-		io.WriteString(pw, "go\n")
-		waitUntil(t, "the new size", func() bool { return strings.Contains(out.String(), "40 120") })
+		// The resize and the typed lines travel apart: ask again until the
+		// shell reports the new size, then end its input.
+		waitUntil(t, "the new size", func() bool {
+			io.WriteString(pw, "go\n")
+			return strings.Contains(out.String(), "40 120")
+		})
+		io.WriteString(pw, "q\n")
 		if st := <-done; st.Code != 7 {
 			t.Errorf("exit code: got %d, want 7", st.Code)
 		}

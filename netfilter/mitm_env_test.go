@@ -273,6 +273,38 @@ func (m *memSink) wait(t *testing.T, what string, pred func(Event) bool) Event {
 	}
 }
 
+// waitCount waits until at least n recorded events match pred. Tests that
+// count what reaches alerts.jsonl call it first: an event is recorded when
+// its connection's handler finishes, which can be after the client has seen
+// the refusal, and one recorded after the log is closed is lost.
+func (m *memSink) waitCount(t *testing.T, what string, n int, pred func(Event) bool) {
+	t.Helper()
+	deadline := time.After(20 * time.Second)
+	for {
+		m.mu.Lock()
+		got := 0
+		for _, e := range m.events {
+			if pred(e) {
+				got++
+			}
+		}
+		if got >= n {
+			m.mu.Unlock()
+			return
+		}
+		if m.cond == nil {
+			m.cond = make(chan struct{})
+		}
+		c := m.cond
+		m.mu.Unlock()
+		select {
+		case <-c:
+		case <-deadline:
+			t.Fatalf("%d %s events recorded, want %d; have %+v", got, what, n, m.all())
+		}
+	}
+}
+
 func isKind(kind, decision string) func(Event) bool {
 	return func(e Event) bool { return e.Kind == kind && e.Decision == decision }
 }

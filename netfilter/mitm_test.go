@@ -228,6 +228,9 @@ func TestSNIRefused(t *testing.T) {
 			t.Fatalf("handshake: %v", err)
 		}
 	})
+	v.events.waitCount(t, "SNI refusal", len(tests), func(e Event) bool {
+		return e.Kind == "connect" && e.Decision == "deny" && strings.Contains(e.Reason, "SNI")
+	})
 	alerts := v.alerts()
 	n := 0
 	for _, a := range alerts {
@@ -367,6 +370,7 @@ func TestHostRefused(t *testing.T) {
 	if hits.Load() != 2 {
 		t.Errorf("upstream saw %d requests, want only the 2 accepted ones", hits.Load())
 	}
+	v.events.waitCount(t, "request refusal", len(tests)+3, isKind("request", "deny"))
 	n := 0
 	for _, a := range v.alerts() {
 		if a["kind"] == "request" && a["decision"] == "deny" {

@@ -170,6 +170,9 @@ func TestExplicitProxy(t *testing.T) {
 		t.Errorf("upstream requests after the refusals: got %d, want %d (only the pipelined one)", got, before+1)
 	}
 
+	v.events.waitCount(t, "proxy refusal", 5, isKind("proxy", "deny"))
+	v.events.waitCount(t, "connect refusal", 1, isKind("connect", "deny"))
+	v.events.waitCount(t, "request refusal", 4, isKind("request", "deny"))
 	alerts := v.alerts()
 	var proxyDenies, connectDenies, requestDenies int
 	for _, a := range alerts {

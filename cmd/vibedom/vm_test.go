@@ -354,9 +354,29 @@ func TestShellVM(t *testing.T) {
 	if err := pty.Setsize(ptmx, &pty.Winsize{Rows: 40, Cols: 120}); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(500 * time.Millisecond)
-	io.WriteString(ptmx, "stty size; tty; exit 3\n")
-	wait("40 120", 30*time.Second)
+	// The resize travels to the guest on its own, beside the typed lines:
+	// ask again, as a user would, until the shell reports the new size.
+	seen := func(s string, d time.Duration) bool {
+		for end := time.Now().Add(d); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
+			mu.Lock()
+			ok := strings.Contains(out.String(), s)
+			mu.Unlock()
+			if ok {
+				return true
+			}
+		}
+		return false
+	}
+	for end := time.Now().Add(30 * time.Second); ; {
+		io.WriteString(ptmx, "stty size\n")
+		if seen("40 120", 2*time.Second) {
+			break
+		}
+		if time.Now().After(end) {
+			wait("40 120", 0)
+		}
+	}
+	io.WriteString(ptmx, "tty; exit 3\n")
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()
 	select {

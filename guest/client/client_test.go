@@ -293,7 +293,7 @@ func TestConnectGivesUpWithTheContext(t *testing.T) {
 	f := newFakeGuest(t)
 	n := 0
 	dial := func(context.Context) (net.Conn, error) { n++; return f.serve(t, ""), nil }
-	ctx, cancel := context.WithTimeout(t.Context(), 700*time.Millisecond)
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
 	defer cancel()
 	_, err := Connect(ctx, dial, f.keys.ClientConfig(), 200*time.Millisecond)
 	if !errors.Is(err, context.DeadlineExceeded) || n < 3 {
