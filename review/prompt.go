@@ -122,7 +122,7 @@ func Run(ctx context.Context, o Options) (Outcome, *overlay.Report, error) {
 			return Applied, rep, err
 		case "r", "review":
 			if err := page(ctx, o, ColorDiff(planText(pl), o.Color)); err != nil {
-				fmt.Fprintf(o.Out, "pager: %s\n", termtext.Line(err.Error()))
+				fmt.Fprintf(o.Out, "pager: %s\n", termtext.Inline(err.Error()))
 			}
 			recap = true
 		case "s", "select":

@@ -140,7 +140,7 @@ func writeAttention(w io.Writer, pl *overlay.Plan, color bool) {
 		var b strings.Builder
 		for i, f := range pl.Files {
 			if match(f) {
-				fmt.Fprintf(&b, "  %3d  %s  %s\n", i+1, overlay.DisplayPath(f.Path), termtext.Line(f.Why))
+				fmt.Fprintf(&b, "  %3d  %s  %s\n", i+1, overlay.DisplayPath(f.Path), termtext.Inline(f.Why))
 			}
 		}
 		if b.Len() > 0 {
@@ -210,7 +210,7 @@ func WriteReport(w io.Writer, rep *overlay.Report, color bool) {
 		case strings.HasPrefix(res, "refused"), strings.HasPrefix(res, "protected"), strings.HasPrefix(res, "failed"):
 			style = styleRed
 		}
-		line := fmt.Sprintf("  %s  %s", overlay.DisplayPath(f.Path), termtext.Line(res))
+		line := fmt.Sprintf("  %s  %s", overlay.DisplayPath(f.Path), termtext.Inline(res))
 		if style != "" {
 			line = p.paint(style, line)
 		}

@@ -24,7 +24,8 @@
 // Line is the one-line form for names and short texts (a path, a reason, a
 // host name): a string with anything unsafe is printed Go-quoted, so the
 // escapes cannot be confused with the same characters typed literally.
-// Text and Block are the multi-line form for contents (a diff, a log): new
+// Inline escapes in place without quoting, for messages vibedom composes
+// around names it already quoted. Text and Block are the multi-line form for contents (a diff, a log): new
 // lines and tabs are kept, everything else unsafe is escaped in place. JSON
 // escapes the same characters inside JSON text with JSON's own escapes, so
 // the output is still the same JSON.
@@ -89,8 +90,19 @@ func Line(s string) string {
 	}
 	b := make([]byte, 0, len(s)+16)
 	b = append(b, '"')
-	b = appendEscaped(b, s, false, "", "")
+	b = appendEscaped(b, s, false, "", "", true)
 	return string(append(b, '"'))
+}
+
+// Inline returns s fit for one line without quoting it: every unsafe
+// character, newline and tab included, escaped in place. It is for messages
+// vibedom composes around names it already quoted with Line (an error, an
+// explanation): Line would quote them a second time.
+func Inline(s string) string {
+	if IsSafe(s) {
+		return s
+	}
+	return string(appendEscaped(make([]byte, 0, len(s)+16), s, false, "", "", false))
 }
 
 // Text returns s fit for a terminal as several lines: newlines and tabs are
@@ -101,7 +113,7 @@ func Text(s string) string {
 	if textSafe(s) {
 		return s
 	}
-	return string(appendEscaped(make([]byte, 0, len(s)+16), s, true, "", ""))
+	return string(appendEscaped(make([]byte, 0, len(s)+16), s, true, "", "", false))
 }
 
 // Block is Text for bytes.
@@ -116,7 +128,7 @@ func BlockMarked(b []byte, on, off string) []byte {
 	if textSafe(s) {
 		return b
 	}
-	return appendEscaped(make([]byte, 0, len(b)+16), s, true, on, off)
+	return appendEscaped(make([]byte, 0, len(b)+16), s, true, on, off, false)
 }
 
 func textSafe(s string) bool {
@@ -141,9 +153,9 @@ func textSafe(s string) bool {
 const hex = "0123456789abcdef"
 
 // appendEscaped appends s with unsafe characters escaped. multiline keeps
-// newlines and tabs and leaves quotes and backslashes alone; the one-line
-// form escapes them, as inside a Go string literal.
-func appendEscaped(b []byte, s string, multiline bool, on, off string) []byte {
+// newlines and tabs; quoted escapes quotes and backslashes, as inside a Go
+// string literal.
+func appendEscaped(b []byte, s string, multiline bool, on, off string, quoted bool) []byte {
 	for i := 0; i < len(s); {
 		r, n := utf8.DecodeRuneInString(s[i:])
 		if r == utf8.RuneError && n == 1 {
@@ -158,7 +170,7 @@ func appendEscaped(b []byte, s string, multiline bool, on, off string) []byte {
 		case multiline && (r == '\n' || r == '\t'):
 			b = append(b, byte(r))
 			continue
-		case !multiline && (r == '"' || r == '\\'):
+		case quoted && (r == '"' || r == '\\'):
 			b = append(b, '\\', byte(r))
 			continue
 		case Safe(r):

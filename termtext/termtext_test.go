@@ -68,6 +68,9 @@ func TestLineEscapesEveryClass(t *testing.T) {
 			if u, err := strconv.Unquote(got); err != nil || u != in {
 				t.Errorf("Line(%q) = %s does not unquote to the input: %q, %v", in, got, u, err)
 			}
+			if got := Inline(in); got != "a"+h.escaped+"b" {
+				t.Errorf("Inline(%q) = %s, want a%sb", in, got, h.escaped)
+			}
 			if got := Text(in); got != "a"+h.escaped+"b" {
 				t.Errorf("Text(%q) = %s, want a%sb", in, got, h.escaped)
 			}
@@ -92,6 +95,9 @@ func TestKeptAsIs(t *testing.T) {
 	}
 	if got := Line("a\n\tb"); got != `"a\n\tb"` {
 		t.Errorf("Line escapes newlines and tabs: got %s", got)
+	}
+	if got := Inline("open \"x\\u202e\": gone\n\u202e"); got != `open "x\u202e": gone\n\u202e` {
+		t.Errorf("Inline quotes nothing and escapes in place: got %s", got)
 	}
 	// Quotes and backslashes alone make Line quote, so a name cannot pose
 	// as an escaped one.
@@ -160,6 +166,9 @@ func TestRandom(t *testing.T) {
 			if u, err := strconv.Unquote(line); err != nil || u != s {
 				t.Fatalf("Line(%q) = %s does not unquote to the input (%q, %v)", s, line, u, err)
 			}
+		}
+		if c, bad := unsafeOut(Inline(s)); bad || strings.ContainsAny(Inline(s), "\n\t") {
+			t.Fatalf("Inline(%q) prints %q raw", s, c)
 		}
 		if c, bad := unsafeOut(Text(s)); bad {
 			t.Fatalf("Text(%q) prints %q raw", s, c)

@@ -147,7 +147,7 @@ func printEvents(w io.Writer, path string, raw bool) error {
 		}
 		var ev netfilter.Event
 		if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
-			fmt.Fprintf(w, "(unreadable line: %s)\n", termtext.Line(err.Error()))
+			fmt.Fprintf(w, "(unreadable line: %s)\n", termtext.Inline(err.Error()))
 			continue
 		}
 		fmt.Fprintln(w, formatEvent(ev))

@@ -33,7 +33,7 @@ func init() {
 					fmt.Fprintf(os.Stdout, "  %s  restored\n", overlay.DisplayPath(p))
 				}
 				for _, k := range rep.Kept {
-					fmt.Fprintf(os.Stdout, "  %s  %s\n", overlay.DisplayPath(k.Path), termtext.Line(fmt.Sprint(k.Err)))
+					fmt.Fprintf(os.Stdout, "  %s  %s\n", overlay.DisplayPath(k.Path), termtext.Inline(fmt.Sprint(k.Err)))
 				}
 			}
 			if err != nil {
