@@ -134,7 +134,7 @@ func scrubAction(ctx context.Context, c *cli.Command) error {
 		return err
 	}
 	for _, n := range notes {
-		fmt.Fprintf(w, "vibedom scrub: %s\n", termtext.Text(n))
+		fmt.Fprintf(w, "vibedom scrub: %s\n", termtext.Inline(n))
 	}
 	ruleText := "no rule: public by default"
 	if rule != "" {
