@@ -116,7 +116,7 @@ func WriteSummary(w io.Writer, pl *overlay.Plan, color bool) {
 		default:
 			note = " (" + termtext.Line(string(f.Status)) + ")"
 		}
-		if f.Attention == overlay.AttentionFlagged && f.Status != overlay.StatusProtected && f.Status != overlay.StatusRefused {
+		if flagged(f) {
 			note += " " + p.paint(styleYellow, "(flagged)")
 		}
 		fmt.Fprintf(w, "  %3d  %s  %s  %s%s\n", i+1, opLetter(f.Op), overlay.DisplayPath(f.Path), stat, note)
@@ -153,17 +153,23 @@ func writeAttention(w io.Writer, pl *overlay.Plan, color bool) {
 	section("Conflicts — you changed these too:", styleYellow+styleBold,
 		func(f *overlay.PlannedFile) bool { return f.Status == overlay.StatusConflict })
 	section("Flagged — these run code in your tools; look at them:", styleYellow+styleBold, flagged)
-	var parts []string
-	add := func(n int, what, style string) {
-		if n > 0 {
-			parts = append(parts, p.paint(style, strconv.Itoa(n)+" "+what))
+	nFlagged := 0
+	for _, f := range pl.Files {
+		if flagged(f) {
+			nFlagged++
 		}
 	}
-	add(t.Flagged-flaggedNotApplied(pl), "flagged", styleYellow+styleBold)
-	add(t.Protected, "protected", styleRed)
-	add(t.Refused, "refused", styleRed)
-	add(t.Conflicts, map[bool]string{true: "conflict", false: "conflicts"}[t.Conflicts == 1], styleYellow)
-	add(len(pl.NotCarried), "not carried", "")
+	var parts []string
+	add := func(n int, text, style string) {
+		if n > 0 {
+			parts = append(parts, p.paint(style, text))
+		}
+	}
+	add(nFlagged, strconv.Itoa(nFlagged)+" flagged", styleYellow+styleBold)
+	add(t.Protected, strconv.Itoa(t.Protected)+" protected", styleRed)
+	add(t.Refused, strconv.Itoa(t.Refused)+" refused", styleRed)
+	add(t.Conflicts, plural(t.Conflicts, "conflict"), styleYellow)
+	add(len(pl.NotCarried), strconv.Itoa(len(pl.NotCarried))+" not carried", "")
 	tail := ""
 	if len(parts) > 0 {
 		tail = "; " + strings.Join(parts, ", ")
@@ -176,16 +182,6 @@ func writeAttention(w io.Writer, pl *overlay.Plan, color bool) {
 // refused one is listed under its status).
 func flagged(f *overlay.PlannedFile) bool {
 	return f.Attention == overlay.AttentionFlagged && f.Status != overlay.StatusProtected && f.Status != overlay.StatusRefused
-}
-
-func flaggedNotApplied(pl *overlay.Plan) int {
-	n := 0
-	for _, f := range pl.Files {
-		if f.Attention == overlay.AttentionFlagged && !flagged(f) {
-			n++
-		}
-	}
-	return n
 }
 
 // plural is "1 file", "2 files".
