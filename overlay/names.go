@@ -2,34 +2,19 @@ package overlay
 
 import (
 	"errors"
-	"strconv"
 	"strings"
-	"unicode"
-	"unicode/utf8"
 
 	"golang.org/x/text/cases"
 	"golang.org/x/text/unicode/norm"
+
+	"github.com/vibedom/vibedom/termtext"
 )
 
 // DisplayPath returns p safe to print on a terminal: as is when every rune is
 // printable and harmless, else Go-quoted with escapes for control characters,
 // bidirectional overrides and invisible characters (so a name cannot move the
-// cursor, recolor the screen or hide what it really is).
-func DisplayPath(p string) string {
-	for _, r := range p {
-		if !safeRune(r) {
-			return strconv.Quote(p)
-		}
-	}
-	return p
-}
-
-func safeRune(r rune) bool {
-	if r == utf8.RuneError || isIgnorable(r) || unicode.Is(unicode.Bidi_Control, r) {
-		return false
-	}
-	return unicode.IsPrint(r)
-}
+// cursor, recolor the screen or hide what it really is). It is termtext.Line.
+func DisplayPath(p string) string { return termtext.Line(p) }
 
 // isIgnorable reports the code points HFS+ ignores in file names (git's
 // is_hfs_dotgit list): zero-width joiners and marks, bidi embeddings, and the

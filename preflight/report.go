@@ -9,11 +9,11 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
-	"unicode"
 	"unicode/utf8"
+
+	"github.com/vibedom/vibedom/termtext"
 )
 
 // Status says what the workspace's files already decided about a finding.
@@ -373,23 +373,10 @@ func (r *Report) WriteText(w io.Writer) error {
 	return err
 }
 
-// clean escapes control characters and invalid UTF-8 so text from the
-// workspace (file names, rule ids from a user config) prints as one
-// harmless line.
-func clean(s string) string {
-	ok := true
-	for _, r := range s {
-		if r == utf8.RuneError || unicode.IsControl(r) || r == '\u2028' || r == '\u2029' || unicode.Is(unicode.Bidi_Control, r) {
-			ok = false
-			break
-		}
-	}
-	if ok {
-		return s
-	}
-	q := strconv.QuoteToASCII(s)
-	return q[1 : len(q)-1]
-}
+// clean makes text from the workspace (file names, rule ids and reasons
+// from a user config, a secret's shown prefix) safe to print on one line:
+// see termtext.Line.
+func clean(s string) string { return termtext.Line(s) }
 
 // plural is "1 file", "2 files".
 func plural(n int, noun string) string {

@@ -10,6 +10,9 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"unicode/utf8"
+
+	"github.com/vibedom/vibedom/termtext"
 )
 
 func TestWriteJSON(t *testing.T) {
@@ -177,21 +180,37 @@ func TestRedact(t *testing.T) {
 }
 
 // TestWriteTextEscapes: a file name is attacker-chosen; it must not be able
-// to clear the screen or fake lines in the prompt.
+// to clear the screen, fake lines in the prompt or hide what it is. Every
+// class of character termtext escapes is shown escaped, none raw.
 func TestWriteTextEscapes(t *testing.T) {
 	e := newEnv(t)
-	evil := "x\x1b[2J\x1b[1;1Hfake\rline\u202e.env"
-	writeTree(t, e.ws, map[string]string{evil: "GITHUB_TOKEN=" + githubPAT("1") + "\n"})
+	names := map[string]string{ // on disk -> shown
+		"x\x1b[2J\x1b[1;1Hfake\rline\u202e.env": `"x\x1b[2J\x1b[1;1Hfake\rline\u202e.env"`,
+		"c1\u009b31m\u0085.env":                 `"c1\u009b31m\u0085.env"`,
+		"byte\x9b\xff.env":                      `"byte\x9b\xff.env"`,
+		"bidi\u2066\u200e\u061c.env":            `"bidi\u2066\u200e\u061c.env"`,
+		"sep\u2028\u2029zw\u200b\ufeff.env":     `"sep\u2028\u2029zw\u200b\ufeff.env"`,
+		"tag\U000e0041\u3164.env":               `"tag\U000e0041\u3164.env"`,
+	}
+	tree := map[string]string{}
+	for n := range names {
+		tree[n] = "GITHUB_TOKEN=" + githubPAT("1") + "\n"
+	}
+	writeTree(t, e.ws, tree)
 	r := e.scan(t)
 	var out bytes.Buffer
 	must(t, r.WriteText(&out))
 	s := out.String()
-	for _, bad := range []string{"\x1b", "\r", "\u202e"} {
-		if strings.Contains(s, bad) {
-			t.Errorf("output holds %q: %q", bad, s)
+	for i := 0; i < len(s); {
+		c, n := utf8.DecodeRuneInString(s[i:])
+		if c == utf8.RuneError && n == 1 || c != '\n' && !termtext.Safe(c) {
+			t.Errorf("output holds %q raw at %d: %q", s[i:i+n], i, s)
 		}
+		i += n
 	}
-	if !strings.Contains(s, `x\x1b[2J`) {
-		t.Errorf("escaped name missing: %q", s)
+	for _, shown := range names {
+		if !strings.Contains(s, shown) {
+			t.Errorf("escaped name %s missing: %s", shown, s)
+		}
 	}
 }

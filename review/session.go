@@ -1,8 +1,10 @@
 // Package review is the host-side end of a session's changes: it finds a
 // session folder, shows the user a summary of the agent's patch (what would
-// be added, modified, deleted; protected, refused and flagged paths first),
-// pages a colored diff, lets the user apply all or some files, keep the patch
-// for later or discard it, and asks about conflicts.
+// be added, modified, deleted; protected, refused, conflicting and flagged
+// paths and the totals last, next to the prompt), pages a colored diff, lets
+// the user apply all or some files, keep the patch for later or discard it,
+// and asks about conflicts. Every name, reason and content it prints from
+// the patch goes through package termtext.
 //
 // It does not compute, parse or apply patches itself (package overlay does)
 // and does not start or stop sessions. It writes only to the session folder

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/vibedom/vibedom/overlay"
+	"github.com/vibedom/vibedom/termtext"
 )
 
 // ANSI styles.
@@ -18,12 +19,15 @@ const (
 	styleGreen  = "\x1b[32m"
 	styleYellow = "\x1b[33m"
 	styleCyan   = "\x1b[36m"
+	// Reverse video on and off, leaving the color alone.
+	styleReverse   = "\x1b[7m"
+	styleNoReverse = "\x1b[27m"
 )
 
 type painter bool
 
 func (p painter) paint(style, s string) string {
-	if !p {
+	if !p || style == "" {
 		return s
 	}
 	return style + s + styleReset
@@ -79,36 +83,21 @@ func opLetter(op overlay.Op) string {
 	return "M"
 }
 
-// WriteSummary prints the plan: totals, then protected, refused, conflicting
-// and flagged paths (the ones needing attention), then every file numbered
-// for selection, then what the patch could not carry. Paths are printed
-// escaped (DisplayPath), so a file name cannot drive the terminal.
+// WriteSummary prints the plan: totals, every file numbered for selection,
+// what the patch could not carry, and then, last, the paths needing
+// attention (protected, refused, conflicting, flagged) and the totals again,
+// so they stay next to the prompt that follows however long the file list
+// is. Every path, reason and explanation is printed through termtext, so no
+// name or reason from the guest can drive the terminal.
 func WriteSummary(w io.Writer, pl *overlay.Plan, color bool) {
 	p := painter(color)
 	t := Count(pl)
 	fmt.Fprintf(w, "%s %d added, %d modified, %d deleted, %s %s lines\n",
 		p.paint(styleBold, "The agent changed:"), t.Added, t.Modified, t.Deleted,
 		p.paint(styleGreen, "+"+strconv.Itoa(t.LinesAdded)), p.paint(styleRed, "−"+strconv.Itoa(t.LinesDeleted)))
-	section := func(title, style string, match func(*overlay.PlannedFile) bool) {
-		var b strings.Builder
-		for _, f := range pl.Files {
-			if match(f) {
-				fmt.Fprintf(&b, "    %s  %s\n", overlay.DisplayPath(f.Path), f.Why)
-			}
-		}
-		if b.Len() > 0 {
-			fmt.Fprintf(w, "\n  %s\n%s", p.paint(style, title), b.String())
-		}
+	if len(pl.Files) > 0 {
+		fmt.Fprintf(w, "\n  %s\n", p.paint(styleBold, "Files:"))
 	}
-	section("Protected — not applied unless you allow them (--allow-protected PATH):", styleRed+styleBold,
-		func(f *overlay.PlannedFile) bool { return f.Status == overlay.StatusProtected })
-	section("Refused:", styleRed, func(f *overlay.PlannedFile) bool { return f.Status == overlay.StatusRefused })
-	section("Conflicts — you changed these too:", styleYellow+styleBold,
-		func(f *overlay.PlannedFile) bool { return f.Status == overlay.StatusConflict })
-	section("Flagged — these run code in your tools; look at them:", styleYellow, func(f *overlay.PlannedFile) bool {
-		return f.Attention == overlay.AttentionFlagged && f.Status != overlay.StatusProtected && f.Status != overlay.StatusRefused
-	})
-	fmt.Fprintf(w, "\n  %s\n", p.paint(styleBold, "Files:"))
 	for i, f := range pl.Files {
 		stat := ""
 		switch {
@@ -125,16 +114,82 @@ func WriteSummary(w io.Writer, pl *overlay.Plan, color bool) {
 		case overlay.StatusAlready:
 			note = " (already applied)"
 		default:
-			note = " (" + string(f.Status) + ")"
+			note = " (" + termtext.Line(string(f.Status)) + ")"
+		}
+		if flagged(f) {
+			note += " " + p.paint(styleYellow, "(flagged)")
 		}
 		fmt.Fprintf(w, "  %3d  %s  %s  %s%s\n", i+1, opLetter(f.Op), overlay.DisplayPath(f.Path), stat, note)
 	}
 	if len(pl.NotCarried) > 0 {
 		fmt.Fprintf(w, "\n  %s\n", p.paint(styleBold, "Not carried by the patch:"))
 		for _, n := range pl.NotCarried {
-			fmt.Fprintf(w, "    %s  %s\n", overlay.DisplayPath(n.Path), n.Reason)
+			fmt.Fprintf(w, "    %s  %s\n", overlay.DisplayPath(n.Path), termtext.Line(n.Reason))
 		}
 	}
+	writeAttention(w, pl, color)
+}
+
+// writeAttention prints the paths that need attention, the flagged ones
+// (applied by "apply all", and run code on the host) last, then the totals
+// on one line: what the user must see just above the prompt.
+func writeAttention(w io.Writer, pl *overlay.Plan, color bool) {
+	p := painter(color)
+	t := Count(pl)
+	section := func(title, style string, match func(*overlay.PlannedFile) bool) {
+		var b strings.Builder
+		for i, f := range pl.Files {
+			if match(f) {
+				fmt.Fprintf(&b, "  %3d  %s  %s\n", i+1, overlay.DisplayPath(f.Path), termtext.Inline(f.Why))
+			}
+		}
+		if b.Len() > 0 {
+			fmt.Fprintf(w, "\n  %s\n%s", p.paint(style, title), b.String())
+		}
+	}
+	section("Protected — not applied unless you allow them (--allow-protected PATH):", styleRed+styleBold,
+		func(f *overlay.PlannedFile) bool { return f.Status == overlay.StatusProtected })
+	section("Refused:", styleRed, func(f *overlay.PlannedFile) bool { return f.Status == overlay.StatusRefused })
+	section("Conflicts — you changed these too:", styleYellow+styleBold,
+		func(f *overlay.PlannedFile) bool { return f.Status == overlay.StatusConflict })
+	section("Flagged — these run code in your tools; look at them:", styleYellow+styleBold, flagged)
+	nFlagged := 0
+	for _, f := range pl.Files {
+		if flagged(f) {
+			nFlagged++
+		}
+	}
+	var parts []string
+	add := func(n int, text, style string) {
+		if n > 0 {
+			parts = append(parts, p.paint(style, text))
+		}
+	}
+	add(nFlagged, strconv.Itoa(nFlagged)+" flagged", styleYellow+styleBold)
+	add(t.Protected, strconv.Itoa(t.Protected)+" protected", styleRed)
+	add(t.Refused, strconv.Itoa(t.Refused)+" refused", styleRed)
+	add(t.Conflicts, plural(t.Conflicts, "conflict"), styleYellow)
+	add(len(pl.NotCarried), strconv.Itoa(len(pl.NotCarried))+" not carried", "")
+	tail := ""
+	if len(parts) > 0 {
+		tail = "; " + strings.Join(parts, ", ")
+	}
+	fmt.Fprintf(w, "\n%s %s: %d added, %d modified, %d deleted%s\n", p.paint(styleBold, "In all:"),
+		plural(len(pl.Files), "file"), t.Added, t.Modified, t.Deleted, tail)
+}
+
+// flagged selects the flagged files that would be applied (a protected or
+// refused one is listed under its status).
+func flagged(f *overlay.PlannedFile) bool {
+	return f.Attention == overlay.AttentionFlagged && f.Status != overlay.StatusProtected && f.Status != overlay.StatusRefused
+}
+
+// plural is "1 file", "2 files".
+func plural(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return strconv.Itoa(n) + " " + noun + "s"
 }
 
 // WriteReport prints what an apply did, path by path.
@@ -151,7 +206,7 @@ func WriteReport(w io.Writer, rep *overlay.Report, color bool) {
 		case strings.HasPrefix(res, "refused"), strings.HasPrefix(res, "protected"), strings.HasPrefix(res, "failed"):
 			style = styleRed
 		}
-		line := fmt.Sprintf("  %s  %s", overlay.DisplayPath(f.Path), res)
+		line := fmt.Sprintf("  %s  %s", overlay.DisplayPath(f.Path), termtext.Inline(res))
 		if style != "" {
 			line = p.paint(style, line)
 		}
@@ -162,44 +217,16 @@ func WriteReport(w io.Writer, rep *overlay.Report, color bool) {
 	}
 }
 
-// sanitize makes agent-controlled text safe for a terminal: control bytes
-// other than tab and newline become visible (^[, ^H …), so a file's content
-// cannot move the cursor, recolor the screen or retitle the window.
-func sanitize(b []byte) []byte {
-	clean := true
-	for _, c := range b {
-		if (c < 0x20 && c != '\t' && c != '\n') || c == 0x7f {
-			clean = false
-			break
-		}
-	}
-	if clean {
-		return b
-	}
-	var out bytes.Buffer
-	out.Grow(len(b) + 16)
-	for _, c := range b {
-		switch {
-		case c == 0x7f:
-			out.WriteString("^?")
-		case c < 0x20 && c != '\t' && c != '\n':
-			out.WriteByte('^')
-			out.WriteByte(c + '@')
-		default:
-			out.WriteByte(c)
-		}
-	}
-	return out.Bytes()
-}
-
-// ColorDiff renders patch text for a terminal: control characters made
-// visible, and with color, file headers bold, hunk headers cyan, added lines
-// green, deleted lines red.
+// ColorDiff renders patch text for a terminal: every character termtext
+// does not call safe shown as an escape (\x1b, \u202e …; in reverse video
+// with color, so it stands out from the same text typed literally), and with
+// color, file headers bold, hunk headers cyan, added lines green, deleted
+// lines red.
 func ColorDiff(patch []byte, color bool) []byte {
-	patch = sanitize(patch)
 	if !color {
-		return patch
+		return termtext.Block(patch)
 	}
+	patch = termtext.BlockMarked(patch, styleReverse, styleNoReverse)
 	var out bytes.Buffer
 	out.Grow(len(patch) * 11 / 10)
 	for len(patch) > 0 {

@@ -18,6 +18,7 @@ import (
 	"github.com/vibedom/vibedom/keys"
 	"github.com/vibedom/vibedom/overlay"
 	"github.com/vibedom/vibedom/preflight"
+	"github.com/vibedom/vibedom/termtext"
 	"github.com/vibedom/vibedom/vm"
 )
 
@@ -434,16 +435,9 @@ func consoleTail(path string, n int) string {
 	return strings.Join(lines, "\n")
 }
 
-// sanitizeLine drops control characters so guest output cannot drive the
-// user's terminal.
-func sanitizeLine(s string) string {
-	return strings.Map(func(r rune) rune {
-		if r < 0x20 && r != '\t' || r == 0x7f || r >= 0x80 && r < 0xa0 {
-			return -1
-		}
-		return r
-	}, s)
-}
+// sanitizeLine shows the control and invisible characters of guest output
+// as escapes (termtext.Text), so it cannot drive the user's terminal.
+func sanitizeLine(s string) string { return termtext.Text(s) }
 
 // teeHandler sends records to two handlers.
 type teeHandler struct{ a, b slog.Handler }

@@ -12,6 +12,7 @@ import (
 	"github.com/vibedom/vibedom/netfilter"
 	"github.com/vibedom/vibedom/overlay"
 	"github.com/vibedom/vibedom/preflight"
+	"github.com/vibedom/vibedom/termtext"
 )
 
 // DLPOptions configure the scrubbing of what the agent sends out.
@@ -110,7 +111,7 @@ func (s *sess) setupDLP() error {
 		return err
 	}
 	for _, n := range notes {
-		s.progress("DLP: %s", n)
+		s.progress("DLP: %s", termtext.Inline(n))
 		s.log.Info("dlp", "note", n)
 	}
 	s.progress("DLP: scrubbing %d known values (%d from the preflight, the rest from .env files) and the built-in recognizers", e.KnownValues(), len(found))

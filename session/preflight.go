@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 
 	"github.com/vibedom/vibedom/preflight"
+	"github.com/vibedom/vibedom/termtext"
 )
 
 // PreflightOptions configure the secrets scan before boot.
@@ -31,7 +32,7 @@ func (s *sess) runPreflight(ctx context.Context) (*preflight.Report, error) {
 		_, err := preflight.Review(ctx, nil, in, out, tty, preflight.ModeOff)
 		return nil, err
 	}
-	s.progress("scanning %s for secrets (gitleaks)", o.Workspace)
+	s.progress("scanning %s for secrets (gitleaks)", termtext.Line(o.Workspace))
 	rep, err := preflight.Scan(ctx, preflight.Options{
 		Workspace:       o.Workspace,
 		UserConfig:      o.Home.GitleaksConfig(),

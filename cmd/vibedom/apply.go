@@ -9,6 +9,7 @@ import (
 
 	"github.com/vibedom/vibedom/overlay"
 	"github.com/vibedom/vibedom/review"
+	"github.com/vibedom/vibedom/termtext"
 )
 
 func init() {
@@ -59,7 +60,7 @@ func init() {
 				return err
 			}
 			if n := changesNotApplied(rep); n > 0 {
-				fmt.Fprintf(os.Stderr, "vibedom: %d path(s) not applied (see above); the patch is kept in %s\n", n, si.Dir)
+				fmt.Fprintf(os.Stderr, "vibedom: %d path(s) not applied (see above); the patch is kept in %s\n", n, termtext.Line(si.Dir))
 				return exitCode(1)
 			}
 			return nil

@@ -16,8 +16,10 @@ func init() {
 		Name:      "diff",
 		Usage:     "print a session's changes as a git-style patch",
 		ArgsUsage: "[SESSION]",
-		Description: "Prints the session's changes.patch. Piped, it is the raw patch (`vibedom diff | git apply` works);\n" +
-			"on a terminal it is colored and control characters are shown escaped. SESSION defaults to the latest.",
+		Description: "Prints the session's changes.patch. Piped, it is the raw patch, byte for byte (`vibedom diff | git apply`\n" +
+			"works). On a terminal, or with --color=always, control, bidi and invisible characters are shown escaped\n" +
+			"(\\x1b, \\u202e …) so the patch cannot drive the terminal: page it with `vibedom diff --color=always | less -R`,\n" +
+			"not with the raw patch. SESSION defaults to the latest.",
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "color", Value: "auto", Usage: "auto, always or never"},
 		},
@@ -41,6 +43,8 @@ func init() {
 			default:
 				return fmt.Errorf("--color %q: use auto, always or never", c.String("color"))
 			}
+			// On a terminal, or colored for a pager, the patch goes through
+			// the sanitizer; piped plain it stays byte-exact for git apply.
 			if tty || color {
 				patch = review.ColorDiff(patch, color)
 			}

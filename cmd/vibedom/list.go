@@ -14,6 +14,7 @@ import (
 	"github.com/urfave/cli/v3"
 
 	"github.com/vibedom/vibedom/review"
+	"github.com/vibedom/vibedom/termtext"
 )
 
 func init() {
@@ -48,9 +49,12 @@ patch it wrote).`,
 			}
 			w := c.Root().Writer
 			if c.Bool("json") {
-				enc := json.NewEncoder(w)
-				enc.SetIndent("", "  ")
-				return enc.Encode(rows)
+				b, err := json.MarshalIndent(rows, "", "  ")
+				if err != nil {
+					return err
+				}
+				_, err = w.Write(termtext.JSON(append(b, '\n')))
+				return err
 			}
 			if len(rows) == 0 {
 				fmt.Fprintln(w, "no sessions yet: start one with `vibedom run PATH`")
@@ -63,7 +67,8 @@ patch it wrote).`,
 				if r.Patch {
 					patch = "yes"
 				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", r.Name, r.Status, r.Created.Local().Format("2006-01-02 15:04"), patch, r.Workspace)
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", termtext.Line(r.Name), termtext.Line(r.Status),
+					r.Created.Local().Format("2006-01-02 15:04"), patch, termtext.Line(r.Workspace))
 			}
 			return tw.Flush()
 		},

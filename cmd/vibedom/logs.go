@@ -17,6 +17,7 @@ import (
 	"github.com/vibedom/vibedom/keys"
 	"github.com/vibedom/vibedom/netfilter"
 	"github.com/vibedom/vibedom/review"
+	"github.com/vibedom/vibedom/termtext"
 )
 
 func init() {
@@ -34,7 +35,9 @@ latest session; a path to a log folder (~/.vibedom/logs/session-…) works too.
   --path      the log folder's path
 
 With --json, --network, --alerts and --decrypt print one JSON object a line
-(the schemas are in docs/logs.md).`,
+(the schemas are in docs/logs.md). Whatever came from the guest (host names,
+URLs, reasons) is printed with control and invisible characters escaped:
+\x1b, \u202e … in text, \u001b, \u202e … in JSON.`,
 		Flags: []cli.Flag{
 			&cli.BoolFlag{Name: "network", Usage: "print network.jsonl"},
 			&cli.BoolFlag{Name: "alerts", Usage: "print alerts.jsonl"},
@@ -84,8 +87,24 @@ func logsAction(ctx context.Context, c *cli.Command) error {
 		return fmt.Errorf("session log: %w", err)
 	}
 	defer f.Close()
-	_, err = io.Copy(w, f)
-	return err
+	// session.log quotes what it logs, but it holds guest-chosen text: print
+	// it through the sanitizer, line by line.
+	br := bufio.NewReaderSize(f, 64<<10)
+	for {
+		line, err := br.ReadSlice('\n')
+		if len(line) > 0 {
+			if _, werr := w.Write(termtext.Block(line)); werr != nil {
+				return werr
+			}
+		}
+		switch {
+		case errors.Is(err, bufio.ErrBufferFull):
+		case errors.Is(err, io.EOF):
+			return nil
+		case err != nil:
+			return fmt.Errorf("session log: %w", err)
+		}
+	}
 }
 
 // logDir finds the log folder of a session name, a log folder path, or the
@@ -123,12 +142,12 @@ func printEvents(w io.Writer, path string, raw bool) error {
 	sc.Buffer(make([]byte, 64<<10), 16<<20)
 	for sc.Scan() {
 		if raw {
-			fmt.Fprintln(w, sc.Text())
+			fmt.Fprintf(w, "%s\n", termtext.JSON(sc.Bytes()))
 			continue
 		}
 		var ev netfilter.Event
 		if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
-			fmt.Fprintf(w, "(unreadable line: %v)\n", err)
+			fmt.Fprintf(w, "(unreadable line: %s)\n", termtext.Inline(err.Error()))
 			continue
 		}
 		fmt.Fprintln(w, formatEvent(ev))
@@ -136,30 +155,33 @@ func printEvents(w io.Writer, path string, raw bool) error {
 	return sc.Err()
 }
 
+// formatEvent is one event as text. Every string in it may be the guest's
+// (a DNS name, SNI, Host, URL, method) and is printed through termtext.Line.
 func formatEvent(ev netfilter.Event) string {
+	l := termtext.Line
 	var b strings.Builder
-	fmt.Fprintf(&b, "%s %-6s %-7s", ev.Time.Local().Format("15:04:05"), ev.Decision, ev.Kind)
-	target := ev.Name
+	fmt.Fprintf(&b, "%s %-6s %-7s", ev.Time.Local().Format("15:04:05"), l(ev.Decision), l(ev.Kind))
+	target := l(ev.Name)
 	if ev.Port != 0 && ev.Name != "" {
-		target = fmt.Sprintf("%s:%d", ev.Name, ev.Port)
+		target = fmt.Sprintf("%s:%d", l(ev.Name), ev.Port)
 	}
 	if target == "" {
-		target = ev.Dst
+		target = l(ev.Dst)
 	}
 	b.WriteString(" " + target)
 	if ev.Method != "" {
-		fmt.Fprintf(&b, " %s %s", ev.Method, ev.URL)
+		fmt.Fprintf(&b, " %s %s", l(ev.Method), l(ev.URL))
 	}
 	if ev.Status != 0 {
 		fmt.Fprintf(&b, " → %d", ev.Status)
 	}
 	if ev.Reason != "" {
-		b.WriteString(" (" + ev.Reason + ")")
+		b.WriteString(" (" + l(ev.Reason) + ")")
 	}
 	for _, f := range ev.Findings {
-		fmt.Fprintf(&b, "\n    %s %s in %s, %d chars", f.Action, f.Category, f.Where, f.Length)
+		fmt.Fprintf(&b, "\n    %s %s in %s, %d chars", l(string(f.Action)), l(string(f.Category)), l(f.Where), f.Length)
 		if f.Source != "" {
-			b.WriteString(", from " + f.Source)
+			b.WriteString(", from " + l(f.Source))
 		}
 	}
 	return b.String()
@@ -183,17 +205,26 @@ func printAudit(w, errw io.Writer, home, path string, raw bool) error {
 		errw = os.Stderr
 	}
 	fmt.Fprintln(errw, "vibedom logs: below are the original values the DLP scrubbed; keep them out of tickets and chats")
-	enc := json.NewEncoder(w)
+	l := termtext.Line
 	return dlp.ReadAuditLog(f, func(r dlp.AuditRecord) error {
 		if raw {
-			return enc.Encode(r)
+			b, err := json.Marshal(r)
+			if err != nil {
+				return err
+			}
+			_, err = w.Write(termtext.JSON(append(b, '\n')))
+			return err
 		}
 		src := ""
 		if r.Source != "" {
-			src = " (from " + r.Source + ")"
+			src = " (from " + l(r.Source) + ")"
 		}
-		_, err := fmt.Fprintf(w, "%s %s %s %s: %s %s in %s: %q%s\n", r.Time.Local().Format("15:04:05"), r.Dest, r.Method, r.URL,
-			r.Action, r.Category, r.Where, r.Value, src)
+		value := l(r.Value)
+		if value == r.Value {
+			value = `"` + value + `"` // always quoted, as the values are
+		}
+		_, err := fmt.Fprintf(w, "%s %s %s %s: %s %s in %s: %s%s\n", r.Time.Local().Format("15:04:05"), l(r.Dest), l(r.Method), l(r.URL),
+			l(string(r.Action)), l(string(r.Category)), l(r.Where), value, src)
 		return err
 	}, key.Identity())
 }

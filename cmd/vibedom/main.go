@@ -16,6 +16,8 @@ import (
 	"syscall"
 
 	"github.com/urfave/cli/v3"
+
+	"github.com/vibedom/vibedom/termtext"
 )
 
 // commands is filled by each subcommand file's init function.
@@ -58,6 +60,8 @@ func run(ctx context.Context, args []string) int {
 	if errors.As(err, &ee) {
 		return ee.code
 	}
-	fmt.Fprintf(os.Stderr, "vibedom: %v\n", err)
+	// An error may quote a guest path or a workspace name: print it
+	// through the one sanitizer.
+	fmt.Fprintf(os.Stderr, "vibedom: %s\n", termtext.Text(err.Error()))
 	return 2
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/urfave/cli/v3"
 
 	"github.com/vibedom/vibedom/netfilter"
+	"github.com/vibedom/vibedom/termtext"
 )
 
 func init() {
@@ -84,7 +85,7 @@ func policyCheck(_ context.Context, c *cli.Command) error {
 	}
 	if c.Bool("json") {
 		b, _ := json.Marshal(res)
-		fmt.Fprintf(out, "%s\n", b)
+		fmt.Fprintf(out, "%s\n", termtext.JSON(b))
 	} else {
 		verdict := "deny "
 		if res.Allow {
@@ -94,11 +95,12 @@ func policyCheck(_ context.Context, c *cli.Command) error {
 		if strings.Contains(name, ":") {
 			target = "[" + name + "]:" + strconv.Itoa(int(port))
 		}
-		fmt.Fprintf(out, "%s  %s\n", verdict, target)
+		// Rules and their sources may come from the workspace's policy file.
+		fmt.Fprintf(out, "%s  %s\n", verdict, termtext.Line(target))
 		if res.Rule != "" {
-			fmt.Fprintf(out, "  rule    %s\n  source  %s\n", res.Rule, res.Source)
+			fmt.Fprintf(out, "  rule    %s\n  source  %s\n", termtext.Line(res.Rule), termtext.Line(res.Source))
 		}
-		fmt.Fprintf(out, "  reason  %s\n", res.Reason)
+		fmt.Fprintf(out, "  reason  %s\n", termtext.Line(res.Reason))
 	}
 	if !res.Allow {
 		return exitCode(1)

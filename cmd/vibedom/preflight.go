@@ -12,6 +12,7 @@ import (
 	"golang.org/x/term"
 
 	"github.com/vibedom/vibedom/preflight"
+	"github.com/vibedom/vibedom/termtext"
 )
 
 func init() {
@@ -64,7 +65,7 @@ func preflightAction(ctx context.Context, c *cli.Command) error {
 		if err != nil {
 			return fmt.Errorf("encode report: %w", err)
 		}
-		if _, err := out.Write(append(b, '\n')); err != nil {
+		if _, err := out.Write(termtext.JSON(append(b, '\n'))); err != nil {
 			return err
 		}
 	case c.Bool("review"):

@@ -17,7 +17,8 @@ func init() {
 		Name:      "review",
 		Usage:     "review a session's changes and apply all, some or none of them",
 		ArgsUsage: "[SESSION]",
-		Description: "Shows what the agent changed (protected, refused, conflicting and flagged paths first), then asks:\n" +
+		Description: "Shows what the agent changed (every file, then the protected, refused, conflicting and flagged paths\n" +
+			"and the totals just above the prompt; names and reasons with control or invisible characters escaped), then asks:\n" +
 			"[a]pply all, [r]eview (colored diff in $PAGER), [s]elect files, [k]eep for later, [d]iscard.\n" +
 			"Without a terminal nothing is applied unless --apply is given. SESSION defaults to the latest.",
 		Flags: append(applySafetyFlags(),

@@ -15,6 +15,7 @@ import (
 
 	"github.com/vibedom/vibedom/dlp"
 	"github.com/vibedom/vibedom/session"
+	"github.com/vibedom/vibedom/termtext"
 )
 
 func init() {
@@ -125,31 +126,34 @@ func scrubAction(ctx context.Context, c *cli.Command) error {
 		w = os.Stderr
 	}
 	if c.Bool("json") {
-		enc := json.NewEncoder(w)
-		enc.SetIndent("", "  ")
-		return enc.Encode(r)
+		b, err := json.MarshalIndent(r, "", "  ")
+		if err != nil {
+			return err
+		}
+		_, err = w.Write(termtext.JSON(append(b, '\n')))
+		return err
 	}
 	for _, n := range notes {
-		fmt.Fprintf(w, "vibedom scrub: %s\n", n)
+		fmt.Fprintf(w, "vibedom scrub: %s\n", termtext.Inline(n))
 	}
 	ruleText := "no rule: public by default"
 	if rule != "" {
 		ruleText = "rule from " + rule
 	}
-	fmt.Fprintf(w, "vibedom scrub: %s is %s (%s); %d known values\n", host, class, ruleText, r.KnownValues)
+	fmt.Fprintf(w, "vibedom scrub: %s is %s (%s); %d known values\n", termtext.Line(host), class, termtext.Line(ruleText), r.KnownValues)
 	for _, f := range r.Findings {
 		shown := "…"
 		if f.Prefix != "" {
-			shown = f.Prefix + "…"
+			shown = termtext.Line(f.Prefix) + "…"
 		}
 		extra := ""
 		if f.Source != "" {
-			extra = " from " + f.Source
+			extra = " from " + termtext.Line(f.Source)
 		}
 		if f.Form != "" && f.Form != "raw" {
-			extra += " (" + f.Form + ")"
+			extra += " (" + termtext.Line(f.Form) + ")"
 		}
-		fmt.Fprintf(w, "  %-7s %-12s %-14s %s (%d chars)%s\n", f.Action, f.Category, f.Where, shown, f.Length, extra)
+		fmt.Fprintf(w, "  %-7s %-12s %-14s %s (%d chars)%s\n", f.Action, f.Category, termtext.Line(f.Where), shown, f.Length, extra)
 	}
 	fmt.Fprintf(w, "vibedom scrub: %s\n", rep.Summary())
 	return nil

@@ -8,6 +8,7 @@ import (
 	"github.com/urfave/cli/v3"
 
 	"github.com/vibedom/vibedom/overlay"
+	"github.com/vibedom/vibedom/termtext"
 )
 
 func init() {
@@ -32,7 +33,7 @@ func init() {
 					fmt.Fprintf(os.Stdout, "  %s  restored\n", overlay.DisplayPath(p))
 				}
 				for _, k := range rep.Kept {
-					fmt.Fprintf(os.Stdout, "  %s  %v\n", overlay.DisplayPath(k.Path), k.Err)
+					fmt.Fprintf(os.Stdout, "  %s  %s\n", overlay.DisplayPath(k.Path), termtext.Inline(fmt.Sprint(k.Err)))
 				}
 			}
 			if err != nil {

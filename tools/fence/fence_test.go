@@ -35,9 +35,10 @@ const anything = "*"
 // list: each project package (path below the module, "tools/..." for every
 // package under tools/) and the project packages it may import directly.
 // guest/proto, the pure host–guest contract, may be imported by every
-// package except those whose list is closed: the five that import nothing
-// of ours (vm, keys, dlp, preflight, overlay) and netfilter (dlp and keys
-// only).
+// package except those whose list is closed: the four that import nothing
+// of ours (vm, keys, dlp, termtext), preflight and overlay (termtext only)
+// and netfilter (dlp and keys only). termtext, the one sanitizer of text
+// printed on a terminal, may be imported by any package that prints.
 //
 // Global rules hold on top of the table, for every package (tools too):
 //   - only vm/vz imports github.com/Code-Hex/vz/v3;
@@ -50,7 +51,7 @@ var table = map[string][]string{
 	"cmd/vibedom-guest": {"guest", "guest/proto"},
 	"session": {
 		"preflight", "image", "keys", "vm", "vm/vz", "vm/qemu", "netfilter", "dlp",
-		"overlay", "guest", "guest/client", "guest/proto", "review",
+		"overlay", "guest", "guest/client", "guest/proto", "review", "termtext",
 	},
 	"vm":           {},
 	"vm/vz":        {"vm", "guest/proto"},
@@ -63,9 +64,10 @@ var table = map[string][]string{
 	"keys":         {},
 	"netfilter":    {"dlp", "keys"},
 	"dlp":          {},
-	"preflight":    {},
-	"overlay":      {},
-	"review":       {"overlay", "guest/proto"},
+	"preflight":    {"termtext"},
+	"overlay":      {"termtext"},
+	"review":       {"overlay", "guest/proto", "termtext"},
+	"termtext":     {},
 	"tools/...":    {anything},
 }
 
@@ -302,9 +304,9 @@ func TestFenceRules(t *testing.T) {
 				p("guest/client", "keys", "guest/proto"),
 				p("image", "vm", "guest/proto"),
 				p("netfilter", "dlp", "keys"),
-				p("review", "overlay"),
+				p("review", "overlay", "termtext"),
 				p("tools/check-darwin", "vm"),
-				p("vm"), p("keys"), p("dlp"), p("preflight"), p("overlay"), p("guest/proto"),
+				p("vm"), p("keys"), p("dlp"), p("preflight", "termtext"), p("overlay", "termtext"), p("guest/proto"), p("termtext"),
 				{ImportPath: vzModule, Imports: []string{vzModule + "/internal/objc"}},
 			},
 			want: nil,
@@ -326,12 +328,13 @@ func TestFenceRules(t *testing.T) {
 		},
 		{
 			name: "leaf packages import nothing of ours",
-			pkgs: []pkg{p("dlp", "keys"), p("keys", "guest/proto"), p("preflight", "overlay"), p("overlay", "dlp"), p("vm", "guest/proto")},
+			pkgs: []pkg{p("dlp", "keys"), p("keys", "guest/proto"), p("preflight", "overlay"), p("overlay", "dlp"), p("vm", "guest/proto"), p("termtext", "overlay")},
 			want: []string{
 				"forbidden import dlp -> keys: dlp may import only no project package",
 				"forbidden import keys -> guest/proto",
 				"forbidden import overlay -> dlp",
 				"forbidden import preflight -> overlay",
+				"forbidden import termtext -> overlay: termtext may import only no project package",
 				"forbidden import vm -> guest/proto",
 			},
 		},
