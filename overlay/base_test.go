@@ -38,7 +38,7 @@ func TestMergeBaseIsTheCopyUp(t *testing.T) {
 				s = manifestSession(t, s, mode)
 			}
 			writeFile(t, filepath.Join(s.ws, "f.txt"), "header\nx\nx\n", 0o644) // the user, during the session
-			a := s.agentTree(t)                                                  // the agent's copy-up sees it
+			a := s.agentTree(t)                                                 // the agent's copy-up sees it
 			writeFile(t, filepath.Join(a, "f.txt"), "HEADER\nx\nx\n", 0o644)
 			s.finish(t, a)
 			rep, asked := applyAll(t, s)
@@ -90,7 +90,7 @@ func TestMergeBaseUnknownIsAConflict(t *testing.T) {
 func TestCopyUpUnchangedIsNoChange(t *testing.T) {
 	s := gitSession(t, tree{"f.txt": "file:one\ntwo\n", "g.txt": "file:g\n"})
 	writeFile(t, filepath.Join(s.ws, "f.txt"), "one\ntwo\nuser 1\n", 0o644) // before the copy-up
-	a := s.agentTree(t)                                                      // copied up, unchanged
+	a := s.agentTree(t)                                                     // copied up, unchanged
 	writeFile(t, filepath.Join(a, "g.txt"), "agent g\n", 0o644)
 	writeFile(t, filepath.Join(s.ws, "f.txt"), "one\ntwo\nuser 1\nuser 2\n", 0o644) // after the copy-up
 	info := s.finish(t, a)
@@ -162,6 +162,3 @@ func TestLyingBase(t *testing.T) {
 		}
 	})
 }
-
-
-
