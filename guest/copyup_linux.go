@@ -40,7 +40,10 @@ const maxBaseHash = 64 << 20
 // sides changed a conflict). It runs until stop is called (the guest
 // agent never does); pending opens then go on.
 func recordBases(log *slog.Logger, workDir, upperDir, out string) (stop func(), err error) {
-	fd, err := unix.FanotifyInit(unix.FAN_CLASS_CONTENT|unix.FAN_CLOEXEC|unix.FAN_NONBLOCK, unix.O_RDONLY|unix.O_LARGEFILE|unix.O_CLOEXEC)
+	// The descriptors events carry are opened O_NONBLOCK: an O_RDONLY open
+	// of a FIFO would otherwise wait for a writer whose own open waits for
+	// this recorder.
+	fd, err := unix.FanotifyInit(unix.FAN_CLASS_CONTENT|unix.FAN_CLOEXEC|unix.FAN_NONBLOCK, unix.O_RDONLY|unix.O_LARGEFILE|unix.O_CLOEXEC|unix.O_NONBLOCK)
 	if err != nil {
 		return nil, fmt.Errorf("fanotify (the kernel needs CONFIG_FANOTIFY_ACCESS_PERMISSIONS): %w", err)
 	}
