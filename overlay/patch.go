@@ -101,8 +101,10 @@ type PatchFile struct {
 	Added   int    `json:"added,omitempty"`
 	Deleted int    `json:"deleted,omitempty"`
 	// BaseUnknown means the old side is the host's current content because
-	// the session-start content was not recoverable: applying it needs the
-	// user's decision.
+	// the version the agent's copy started from is not known to the host
+	// (the session-start content was not recoverable, or the host file
+	// changed during the session and the guest named no base it holds):
+	// applying it needs the user's decision.
 	BaseUnknown bool `json:"base_unknown,omitempty"`
 }
 
