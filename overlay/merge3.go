@@ -94,9 +94,13 @@ func gitMergeFile(base, mine, theirs string) (string, bool, error) {
 	switch {
 	case err == nil:
 		return stdout.String(), true, nil
-	case errors.As(err, &ee) && ee.ExitCode() > 0 && ee.ExitCode() < 128:
+	case errors.As(err, &ee) && ee.ExitCode() > 0 && ee.ExitCode() < 128 &&
+		strings.Contains(stdout.String(), markerMine+"\n") && strings.Contains(stdout.String(), markerTheirs+"\n"):
 		return stdout.String(), false, nil // the number of conflicts
 	}
+	// Anything else (a git that is only a stub asking to be installed, as
+	// /usr/bin/git on a Mac without the developer tools, exits 1 too) is
+	// not a merge.
 	return "", false, fmt.Errorf("git merge-file: %v: %s", err, bytes.TrimSpace(stderr.Bytes()))
 }
 

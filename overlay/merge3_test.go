@@ -203,3 +203,17 @@ func TestMerge3IgnoresGitConfig(t *testing.T) {
 		t.Errorf("git ran a command from the user's configuration")
 	}
 }
+
+// TestMerge3GitStub: a `git` that is not git (the macOS stub without the
+// developer tools prints an error and exits 1) is not taken for a merge with
+// conflicts and no content.
+func TestMerge3GitStub(t *testing.T) {
+	bin := t.TempDir()
+	writeFile(t, filepath.Join(bin, "git"), "#!/bin/sh\necho 'xcrun: error: invalid active developer path' >&2\nexit 1\n", 0o755)
+	t.Setenv("PATH", bin)
+	base, mine, theirs := "a\nb\nc\n", "A\nb\nc\n", "a\nb\nC\n"
+	got, clean := merge3(base, mine, theirs)
+	if clean || got != wholeFileMarks(base, mine, theirs) {
+		t.Errorf("merge3 with a stub git: clean %v %q", clean, got)
+	}
+}
