@@ -119,10 +119,22 @@ func TestMerge3AgreesWithGit(t *testing.T) {
 	have(t, "git")
 	n, seed := mergeCases(t)
 	r := rand.New(rand.NewPCG(seed, seed))
-	cases := make([]mergeCase, n)
-	for i := range cases {
-		cases[i] = randomMergeCase(r)
+	// Cases the former merge (diff3 over go-diff's line matches) called
+	// clean where git has a conflict, then the random ones.
+	cases := []mergeCase{
+		{"}\nc\n}\nc\n", "}\nc\n}\n", "}\nb\nc\n}\n}\nc\n"},
+		{"x\n{\n{\nx\n", "b\nx\n{\nx\n", "x\n{\n{\n"},
+		{"x\n{\n{\na\n}\nx\nx\na\n", "x\nc\n{\nx\nx\na\n", "x\n{\n{\nx\nx\n"},
+		{"x\nx\nx", "x\nx", "x\nx\nx\n"},
+		{"b\nb\na\n", "a\nb\n{\n{\n", "a\nb\nb\na\n"},
+		{"a\n{\na\n{\n}\nx\nx\n", "a\n{\na\n{\nb\n}\nx\nx\n", "a\n{\n}\nx\nx\n{\n"},
+		{"b\na\na\nb\na\n}\n", "b\na\nb\na\nx\na\n}\n", "b\na\na\nx\na\nx\nx\n"},
+		{"x\nx\n}\n", "x\nx\n", "b\nx\n"},
 	}
+	for range n {
+		cases = append(cases, randomMergeCase(r))
+	}
+	n = len(cases)
 	refClean, refResult := gitReference(t, cases)
 	type got struct {
 		text  string
