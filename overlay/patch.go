@@ -317,36 +317,34 @@ func resolveBase(old OldTree, p string, c *Change, oe OldEntry) (res OldEntry, s
 	if c.BaseSHA256 != "" && c.BaseSHA256 == c.SHA256 && c.BaseMode == c.Mode {
 		return oe, true, nil
 	}
-	ct, haveCur := old.(CurrentTree)
-	var cur OldEntry
-	if haveCur {
-		if cur, err = ct.Current(p); err != nil {
-			return oe, false, fmt.Errorf("read the workspace's %s: %w", DisplayPath(p), err)
-		}
+	if c.BaseSHA256 != "" && !oe.Unknown && oe.Type == TypeFile && sha256hex(oe.Content) == c.BaseSHA256 {
+		oe.Mode = c.BaseMode
+		return oe, false, nil
 	}
-	unknown := func() (OldEntry, bool, error) {
-		if haveCur {
-			cur.Unknown = true
-			return cur, false, nil
+	if c.BaseSHA256 == "" && (oe.Unknown || oe.Type != TypeFile) {
+		return oe, false, nil // already unknown, or a type change: decided as before
+	}
+	ct, ok := old.(CurrentTree)
+	if !ok {
+		if c.BaseSHA256 == "" {
+			return oe, false, nil
 		}
 		oe.Unknown = true
 		return oe, false, nil
 	}
-	if c.BaseSHA256 == "" {
-		if oe.Unknown || oe.Type != TypeFile || !haveCur || (cur.Type == TypeFile && bytes.Equal(cur.Content, oe.Content)) {
-			return oe, false, nil // the host file is as the session started (or already unknown)
-		}
-		return unknown()
+	cur, err := ct.Current(p)
+	if err != nil {
+		return oe, false, fmt.Errorf("read the workspace's %s: %w", DisplayPath(p), err)
 	}
-	if !oe.Unknown && oe.Type == TypeFile && sha256hex(oe.Content) == c.BaseSHA256 {
-		oe.Mode = c.BaseMode
-		return oe, false, nil
-	}
-	if cur.Type == TypeFile && sha256hex(cur.Content) == c.BaseSHA256 {
-		cur.Mode, cur.Unknown = c.BaseMode, false
+	switch {
+	case c.BaseSHA256 == "" && cur.Type == TypeFile && bytes.Equal(cur.Content, oe.Content):
+		return oe, false, nil // the host file is as the session started
+	case c.BaseSHA256 != "" && cur.Type == TypeFile && sha256hex(cur.Content) == c.BaseSHA256:
+		cur.Mode = c.BaseMode
 		return cur, false, nil
 	}
-	return unknown()
+	cur.Unknown = true
+	return cur, false, nil
 }
 
 func markCarried(m map[string]bool, p string) {
