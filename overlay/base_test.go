@@ -162,3 +162,36 @@ func TestLyingBase(t *testing.T) {
 		}
 	})
 }
+
+// TestScanCarriesBases: the scan puts the recorded base on a modify, and a
+// file equal to its base is no change although the lower moved on (the user
+// edited the workspace after the copy-up).
+func TestScanCarriesBases(t *testing.T) {
+	root := t.TempDir()
+	lower, upper := filepath.Join(root, "lower"), filepath.Join(root, "upper")
+	writeTree(t, lower, tree{"edited": "file:user 2\n", "unchanged": "file:user 2\n", "chmod": "file:same\n"})
+	writeTree(t, upper, tree{"edited": "file:agent\n", "unchanged": "file:user 1\n", "chmod": "file:same\n"})
+	os.Chmod(filepath.Join(upper, "chmod"), 0o755)
+	bases := map[string]Base{
+		"edited":    {sha256hex([]byte("user 1\n")), 0o644},
+		"unchanged": {sha256hex([]byte("user 1\n")), 0o644},
+		"chmod":     {sha256hex([]byte("same\n")), 0o644},
+	}
+	cs, err := scanWith(allOpaque{}, lower, upper, bases)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]Change{}
+	for _, c := range cs.Changes {
+		got[c.Path] = c
+	}
+	if c := got["edited"]; c.Op != OpModify || c.BaseSHA256 != bases["edited"].SHA256 || c.BaseMode != 0o644 {
+		t.Errorf("edited: %+v, want a modify with its base", c)
+	}
+	if c, ok := got["unchanged"]; ok {
+		t.Errorf("unchanged: %+v, want no change", c)
+	}
+	if c := got["chmod"]; c.Op != OpModify || c.Mode != 0o755 || c.BaseMode != 0o644 {
+		t.Errorf("chmod: %+v, want a mode change against its base", c)
+	}
+}
