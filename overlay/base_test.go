@@ -143,6 +143,26 @@ func TestLyingBase(t *testing.T) {
 			t.Errorf("f.txt: got %q, want %q kept with a conflict (asked %v)", got, want, asked)
 		}
 	})
+	t.Run("a base mode does not make a file executable unflagged", func(t *testing.T) {
+		s := gitSession(t, tree{"run.sh": "file:echo hi\n"})
+		a := s.agentTree(t)
+		writeFile(t, filepath.Join(a, "run.sh"), "echo pwned\n", 0o755)
+		s.bases["run.sh"] = baseRec{sha256hex([]byte("echo hi\n")), 0o755} // it was not executable
+		s.finish(t, a)
+		rep, _ := applyAll(t, s)
+		fi, err := os.Stat(filepath.Join(s.ws, "run.sh"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := readFile(t, filepath.Join(s.ws, "run.sh")); got != "echo pwned\n" {
+			t.Fatalf("run.sh: %q; the test needs the agent's content applied", got)
+		}
+		for _, f := range rep.Plan.Files {
+			if f.Path == "run.sh" && fi.Mode()&0o111 != 0 && f.Attention == AttentionNone {
+				t.Errorf("run.sh became executable without a flag (mode %v, %s)", fi.Mode(), f.Why)
+			}
+		}
+	})
 	t.Run("refused where it does not belong", func(t *testing.T) {
 		sha := sha256hex(nil)
 		for name, js := range map[string]string{
