@@ -59,6 +59,9 @@ func Agent() error {
 			halt(log)
 		})
 	}
+	if _, err := recordBases(log, proto.WorkDir, proto.UpperDir, basesFile); err != nil {
+		log.Warn("copy-up bases are not recorded: files both you and the agent change will be conflicts", "err", err)
+	}
 	srv, err := NewServer(ServerConfig{
 		HostKey:        hostKey,
 		AuthorizedKeys: authorized,

@@ -53,7 +53,7 @@ const (
 	BothAdded        ConflictKind = "both added"
 	DeletedByYou     ConflictKind = "you deleted, the agent modified"
 	DeletedByAgent   ConflictKind = "the agent deleted, you modified"
-	BaseUnknown      ConflictKind = "changed on the host during the session (no baseline content)"
+	BaseUnknown      ConflictKind = "changed on the host during the session; the version the agent started from is unknown"
 	TypeChanged      ConflictKind = "the file type differs"
 	ModeConflict     ConflictKind = "both changed the mode"
 	UnmergeableWrite ConflictKind = "both modified (binary or symlink)"

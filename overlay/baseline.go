@@ -405,6 +405,18 @@ func (b *Baseline) Old(p string) (OldEntry, error) {
 	return b.current(p)
 }
 
+// Current implements CurrentTree: the host's entry at p now.
+func (b *Baseline) Current(p string) (OldEntry, error) {
+	if err := ValidatePath(p); err != nil {
+		return OldEntry{}, err
+	}
+	root, err := b.root(false)
+	if err != nil {
+		return OldEntry{}, err
+	}
+	return readEntry(root, p)
+}
+
 // current is the host's entry at p, marked Unknown.
 func (b *Baseline) current(p string) (OldEntry, error) {
 	root, err := b.root(false)

@@ -88,6 +88,15 @@ type Change struct {
 	Target string `json:"target,omitempty"`
 	// Reason says why an OpSkip entry was not carried.
 	Reason string `json:"reason,omitempty"`
+	// BaseSHA256 and BaseMode, on a modify of a regular file, describe the
+	// version the agent's copy started from: the lower (live workspace)
+	// content and permission bits the guest last saw opened before the
+	// overlay copied the path up. The host uses it as the merge base only
+	// when it holds that content itself (the session-start baseline or the
+	// host's current file, by hash); otherwise the path is a conflict.
+	// Absent when the guest does not know it.
+	BaseSHA256 string `json:"base_sha256,omitempty"`
+	BaseMode   uint32 `json:"base_mode,omitempty"`
 }
 
 // ErrInvalidChangeSet means a change set from the guest failed validation.
@@ -227,8 +236,16 @@ func (cs *ChangeSet) Validate() error {
 		default:
 			return bad("unknown type %q", c.Type)
 		}
-		if c.Mode > 0o7777 || c.OldMode > 0o7777 {
+		if c.Mode > 0o7777 || c.OldMode > 0o7777 || c.BaseMode > 0o7777 {
 			return bad("mode out of range")
+		}
+		if c.BaseSHA256 != "" || c.BaseMode != 0 {
+			if c.Op != OpModify || c.Type != TypeFile {
+				return bad("a base is only for a modify of a regular file")
+			}
+			if !validSHA256(c.BaseSHA256) {
+				return bad("base_sha256 must be 64 lowercase hex digits")
+			}
 		}
 		s := byPath[c.Path]
 		if s == nil {

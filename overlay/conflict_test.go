@@ -29,7 +29,7 @@ func gitSession(t *testing.T, base tree) testSession {
 	t.Helper()
 	have(t, "git")
 	root := t.TempDir()
-	s := testSession{ws: filepath.Join(root, "ws"), dir: filepath.Join(root, "session")}
+	s := testSession{ws: filepath.Join(root, "ws"), dir: filepath.Join(root, "session"), bases: map[string]baseRec{}}
 	os.Mkdir(s.ws, 0o755)
 	os.Mkdir(s.dir, 0o755)
 	writeTree(t, s.ws, base)

@@ -114,12 +114,20 @@ func copyTree(t testing.TB, src, dst string) {
 // session is a host workspace, its session folder and a baseline.
 type testSession struct {
 	ws, dir string
+	// bases is what a recording guest would report: for each file, the
+	// content and mode the agent's copy started from (set by agentTree).
+	bases map[string]baseRec
+}
+
+type baseRec struct {
+	sha  string
+	mode uint32
 }
 
 func newTestSession(t testing.TB, base tree) testSession {
 	t.Helper()
 	root := t.TempDir()
-	s := testSession{ws: filepath.Join(root, "ws"), dir: filepath.Join(root, "session")}
+	s := testSession{ws: filepath.Join(root, "ws"), dir: filepath.Join(root, "session"), bases: map[string]baseRec{}}
 	for _, d := range []string{s.ws, s.dir} {
 		if err := os.Mkdir(d, 0o755); err != nil {
 			t.Fatal(err)
@@ -141,6 +149,21 @@ func (s testSession) agentTree(t testing.TB) string {
 		t.Fatal(err)
 	}
 	copyTree(t, s.ws, a)
+	if s.bases != nil {
+		clear(s.bases)
+		filepath.WalkDir(s.ws, func(p string, d os.DirEntry, err error) error {
+			if err != nil || !d.Type().IsRegular() {
+				return nil
+			}
+			data, err := os.ReadFile(p)
+			fi, ferr := d.Info()
+			if err == nil && ferr == nil {
+				rel, _ := filepath.Rel(s.ws, p)
+				s.bases[filepath.ToSlash(rel)] = baseRec{sha256hex(data), uint32(fi.Mode().Perm())}
+			}
+			return nil
+		})
+	}
 	return a
 }
 
@@ -154,6 +177,12 @@ func (s testSession) finish(t testing.TB, agent string) *PatchInfo {
 	cs, err := DiffTrees(bl.Workspace(), agent)
 	if err != nil {
 		t.Fatal(err)
+	}
+	for i := range cs.Changes {
+		c := &cs.Changes[i]
+		if b, ok := s.bases[c.Path]; ok && c.Op == OpModify && c.Type == TypeFile {
+			c.BaseSHA256, c.BaseMode = b.sha, b.mode
+		}
 	}
 	info, err := writeSessionPatch(context.Background(), s.dir, cs, DirSource(agent), bl, nil)
 	if err != nil {

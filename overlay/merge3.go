@@ -1,112 +1,120 @@
 package overlay
 
-import "strings"
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+)
 
 // Conflict marker labels.
 const (
-	markerMine   = "<<<<<<< yours (host)"
-	markerBase   = "||||||| baseline"
+	labelMine   = "yours (host)"
+	labelBase   = "baseline"
+	labelTheirs = "agent"
+
+	markerMine   = "<<<<<<< " + labelMine
+	markerBase   = "||||||| " + labelBase
 	markerSep    = "======="
-	markerTheirs = ">>>>>>> agent"
+	markerTheirs = ">>>>>>> " + labelTheirs
 )
 
-// lineMatches returns, for each line of a, the index of the line of b it is
-// matched to by a line diff, or -1.
-func lineMatches(a, b []string) []int {
-	m := make([]int, len(a))
-	for i := range m {
-		m[i] = -1
+// errNoGit means git is not installed: no line merge is attempted.
+var errNoGit = errors.New("git not found")
+
+// merge3 merges the changes from base to mine (the host's file) and from
+// base to theirs (the agent's), line by line. It returns the merged text and
+// whether it is clean; with conflicts the text holds diff3-style markers.
+//
+// The merge is git's own (`git merge-file --diff3`, run without any
+// configuration in a private directory), so a merge vibedom calls clean is
+// exactly the one git would make, and every region git calls a conflict is
+// one. Without git, only the trivial merges are clean (one side unchanged,
+// or both the same); anything else is a conflict whose markers hold the
+// whole of each version: no line merge is guessed.
+func merge3(base, mine, theirs string) (string, bool) {
+	switch {
+	case mine == theirs, base == theirs:
+		return mine, true
+	case base == mine:
+		return theirs, true
 	}
-	script := lineDiff(strings.Join(a, ""), strings.Join(b, ""))
-	i, j := 0, 0
-	for _, l := range script {
-		switch l.kind {
-		case lineEqual:
-			m[i] = j
-			i++
-			j++
-		case lineDelete:
-			i++
-		case lineInsert:
-			j++
-		}
+	if out, clean, err := gitMergeFile(base, mine, theirs); err == nil {
+		return out, clean
 	}
-	return m
+	return wholeFileMarks(base, mine, theirs), false
 }
 
-// merge3 merges the changes from base to mine and from base to theirs, line
-// by line (diff3). It returns the merged text and whether it is clean; with
-// conflicts the text holds diff3-style markers.
-func merge3(base, mine, theirs string) (string, bool) {
-	o, a, b := splitLines(base), splitLines(mine), splitLines(theirs)
-	ma, mb := lineMatches(o, a), lineMatches(o, b)
+// wholeFileMarks is one conflict spanning the three versions.
+func wholeFileMarks(base, mine, theirs string) string {
 	var out strings.Builder
-	clean := true
-	write := func(lines []string) {
-		for _, l := range lines {
-			out.WriteString(l)
-		}
-	}
-	// Markers must start a line, even after a last line without "\n".
-	writeBlock := func(lines []string) {
-		write(lines)
-		if n := len(lines); n > 0 && !strings.HasSuffix(lines[n-1], "\n") {
+	block := func(marker, text string) {
+		out.WriteString(marker + "\n")
+		out.WriteString(text)
+		if text != "" && !strings.HasSuffix(text, "\n") {
 			out.WriteByte('\n')
 		}
 	}
-	po, ia, ib := 0, 0, 0
-	for {
-		// Stable run: lines all three agree on, in order.
-		k := 0
-		for po+k < len(o) && ma[po+k] == ia+k && mb[po+k] == ib+k {
-			k++
-		}
-		if k > 0 {
-			write(o[po : po+k])
-			po, ia, ib = po+k, ia+k, ib+k
-			continue
-		}
-		// Unstable chunk: up to the next base line matched on both sides.
-		j := po
-		for j < len(o) && (ma[j] < 0 || mb[j] < 0) {
-			j++
-		}
-		ea, eb := len(a), len(b)
-		if j < len(o) {
-			ea, eb = ma[j], mb[j]
-		}
-		co, ca, cb := o[po:j], a[ia:ea], b[ib:eb]
-		if len(co) == 0 && len(ca) == 0 && len(cb) == 0 {
-			break
-		}
-		switch {
-		case equalLines(ca, co):
-			write(cb)
-		case equalLines(cb, co), equalLines(ca, cb):
-			write(ca)
-		default:
-			clean = false
-			out.WriteString(markerMine + "\n")
-			writeBlock(ca)
-			out.WriteString(markerBase + "\n")
-			writeBlock(co)
-			out.WriteString(markerSep + "\n")
-			writeBlock(cb)
-			out.WriteString(markerTheirs + "\n")
-		}
-		po, ia, ib = j, ea, eb
-	}
-	return out.String(), clean
+	block(markerMine, mine)
+	block(markerBase, base)
+	block(markerSep, theirs)
+	out.WriteString(markerTheirs + "\n")
+	return out.String()
 }
 
-func equalLines(a, b []string) bool {
-	if len(a) != len(b) {
-		return false
+// gitMergeFile runs `git merge-file -p --diff3` on the three versions. Git
+// reads no configuration (system, global or a repository's: discovery stops
+// at the private directory), so nothing of the user's or the workspace's
+// setup changes the merge or runs.
+func gitMergeFile(base, mine, theirs string) (string, bool, error) {
+	git, err := exec.LookPath("git")
+	if err != nil {
+		return "", false, errNoGit
 	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
+	dir, err := os.MkdirTemp("", "vibedom-merge-")
+	if err != nil {
+		return "", false, fmt.Errorf("merge: %w", err)
+	}
+	defer os.RemoveAll(dir)
+	for name, text := range map[string]string{"mine": mine, "base": base, "theirs": theirs} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(text), 0o600); err != nil {
+			return "", false, fmt.Errorf("merge: %w", err)
 		}
 	}
-	return true
+	cmd := exec.Command(git, "merge-file", "-p", "--diff3", "-L", labelMine, "-L", labelBase, "-L", labelTheirs, "mine", "base", "theirs")
+	cmd.Dir = dir
+	cmd.Env = hermeticGitEnv(dir)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err = cmd.Run()
+	var ee *exec.ExitError
+	switch {
+	case err == nil:
+		return stdout.String(), true, nil
+	case errors.As(err, &ee) && ee.ExitCode() > 0 && ee.ExitCode() < 128 &&
+		strings.Contains(stdout.String(), markerMine+"\n") && strings.Contains(stdout.String(), markerTheirs+"\n"):
+		return stdout.String(), false, nil // the number of conflicts
+	}
+	// Anything else (a git that is only a stub asking to be installed, as
+	// /usr/bin/git on a Mac without the developer tools, exits 1 too) is
+	// not a merge.
+	return "", false, fmt.Errorf("git merge-file: %v: %s", err, bytes.TrimSpace(stderr.Bytes()))
+}
+
+// hermeticGitEnv is an environment in which git reads no configuration and
+// finds no repository above dir.
+func hermeticGitEnv(dir string) []string {
+	return []string{
+		"PATH=" + os.Getenv("PATH"),
+		"HOME=" + dir,
+		"XDG_CONFIG_HOME=" + dir,
+		"GIT_CONFIG_NOSYSTEM=1",
+		"GIT_CONFIG_GLOBAL=" + os.DevNull,
+		"GIT_ATTR_NOSYSTEM=1",
+		"GIT_CEILING_DIRECTORIES=" + filepath.Dir(dir),
+		"LC_ALL=C",
+	}
 }

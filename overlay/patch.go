@@ -64,6 +64,15 @@ type OldEntry struct {
 	Unknown bool
 }
 
+// CurrentTree is an OldTree that can also read the workspace as it is now.
+// BuildPatch uses it to check the base a change set names for a file (see
+// Change.BaseSHA256): without it, a base other than the baseline's is
+// treated as unknown.
+type CurrentTree interface {
+	// Current describes path on the host now; Type "" when absent.
+	Current(path string) (OldEntry, error)
+}
+
 // ErrContentMismatch means content fetched from the guest did not match the
 // size or hash the change set announced.
 var ErrContentMismatch = errors.New("content does not match the change set")
@@ -92,8 +101,10 @@ type PatchFile struct {
 	Added   int    `json:"added,omitempty"`
 	Deleted int    `json:"deleted,omitempty"`
 	// BaseUnknown means the old side is the host's current content because
-	// the session-start content was not recoverable: applying it needs the
-	// user's decision.
+	// the version the agent's copy started from is not known to the host
+	// (the session-start content was not recoverable, or the host file
+	// changed during the session and the guest named no base it holds):
+	// applying it needs the user's decision.
 	BaseUnknown bool `json:"base_unknown,omitempty"`
 }
 
@@ -180,6 +191,15 @@ func BuildPatch(ctx context.Context, cs *ChangeSet, src Source, old OldTree, w i
 		oe, err := old.Old(p)
 		if err != nil {
 			return nil, fmt.Errorf("read baseline of %s: %w", DisplayPath(p), err)
+		}
+		if c := st.c; c != nil && !st.del && c.Op == OpModify && c.Type == TypeFile {
+			var same bool
+			if oe, same, err = resolveBase(old, p, c, oe); err != nil {
+				return nil, err
+			}
+			if same {
+				continue // copied up, but the agent changed nothing
+			}
 		}
 		var nt FileType
 		var nperm uint32
@@ -281,6 +301,50 @@ func BuildPatch(ctx context.Context, cs *ChangeSet, src Source, old OldTree, w i
 		return nil, err
 	}
 	return info, nil
+}
+
+// resolveBase picks the old side of a regular file the agent modified: the
+// version the agent's copy started from (c.BaseSHA256), which may already
+// hold edits the user made on the host during the session. That version is
+// used only when the host holds it itself, by hash: the session-start
+// baseline oe or the host's current file. Otherwise, and when the guest
+// named no base while the host file changed during the session, the old
+// side is the host's current file marked Unknown: applying it is a
+// conflict, never a merge that could apply the user's edit twice. same
+// reports a copy-up the agent did not change (content and mode equal to its
+// base): not a change at all.
+func resolveBase(old OldTree, p string, c *Change, oe OldEntry) (res OldEntry, same bool, err error) {
+	if c.BaseSHA256 != "" && c.BaseSHA256 == c.SHA256 && c.BaseMode == c.Mode {
+		return oe, true, nil
+	}
+	if c.BaseSHA256 != "" && !oe.Unknown && oe.Type == TypeFile && sha256hex(oe.Content) == c.BaseSHA256 {
+		oe.Mode = c.BaseMode
+		return oe, false, nil
+	}
+	if c.BaseSHA256 == "" && (oe.Unknown || oe.Type != TypeFile) {
+		return oe, false, nil // already unknown, or a type change: decided as before
+	}
+	ct, ok := old.(CurrentTree)
+	if !ok {
+		if c.BaseSHA256 == "" {
+			return oe, false, nil
+		}
+		oe.Unknown = true
+		return oe, false, nil
+	}
+	cur, err := ct.Current(p)
+	if err != nil {
+		return oe, false, fmt.Errorf("read the workspace's %s: %w", DisplayPath(p), err)
+	}
+	switch {
+	case c.BaseSHA256 == "" && cur.Type == TypeFile && bytes.Equal(cur.Content, oe.Content):
+		return oe, false, nil // the host file is as the session started
+	case c.BaseSHA256 != "" && cur.Type == TypeFile && sha256hex(cur.Content) == c.BaseSHA256:
+		cur.Mode = c.BaseMode
+		return cur, false, nil
+	}
+	cur.Unknown = true
+	return cur, false, nil
 }
 
 func markCarried(m map[string]bool, p string) {

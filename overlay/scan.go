@@ -44,11 +44,28 @@ type overlayFS interface {
 // names that are not valid UTF-8 or hold control characters are reported as
 // OpSkip.
 func ScanChanges(lower, upper string) (*ChangeSet, error) {
-	return scanWith(platformOverlay{}, lower, upper)
+	return scanWith(platformOverlay{}, lower, upper, nil)
 }
 
-func scanWith(ofs overlayFS, lower, upper string) (*ChangeSet, error) {
-	s := &scanner{ofs: ofs, lower: lower, upper: upper, buf1: make([]byte, 1<<20), buf2: make([]byte, 1<<20)}
+// Base is the version of a workspace file the agent's copy started from:
+// the SHA-256 (lowercase hex) and permission bits of the lower file the
+// guest last saw opened before the overlay copied the path up.
+type Base struct {
+	SHA256 string
+	Mode   uint32
+}
+
+// ScanChangesFrom is ScanChanges with the bases the guest recorded (keyed
+// by slash path): a modify of a file with a base carries it (see
+// Change.BaseSHA256), and a copied-up file whose content and mode equal its
+// base is not a change, whatever the lower holds now (the user may have
+// changed the workspace file since).
+func ScanChangesFrom(lower, upper string, bases map[string]Base) (*ChangeSet, error) {
+	return scanWith(platformOverlay{}, lower, upper, bases)
+}
+
+func scanWith(ofs overlayFS, lower, upper string, bases map[string]Base) (*ChangeSet, error) {
+	s := &scanner{ofs: ofs, lower: lower, upper: upper, bases: bases, buf1: make([]byte, 1<<20), buf2: make([]byte, 1<<20)}
 	fi, err := os.Lstat(upper)
 	if err != nil {
 		return nil, fmt.Errorf("scan overlay upper dir: %w", err)
@@ -74,6 +91,7 @@ func scanWith(ofs overlayFS, lower, upper string) (*ChangeSet, error) {
 type scanner struct {
 	ofs          overlayFS
 	lower, upper string
+	bases        map[string]Base
 	out          []Change
 	buf1, buf2   []byte
 }
@@ -276,10 +294,14 @@ func (s *scanner) entry(p string, ufi, lfi fs.FileInfo) error {
 	}
 	c := Change{Path: p, Op: OpAdd, Type: TypeFile, Mode: permOf(ufi), Size: ufi.Size(), SHA256: sum}
 	if same {
-		if equal && permOf(ufi) == permOf(lfi) {
+		b, based := s.bases[p]
+		if (equal && permOf(ufi) == permOf(lfi)) || (based && b.SHA256 == sum && b.Mode == permOf(ufi)) {
 			return nil // a copy-up that changed nothing
 		}
 		c.Op, c.OldMode = OpModify, permOf(lfi)
+		if based && validSHA256(b.SHA256) && b.Mode <= 0o7777 {
+			c.BaseSHA256, c.BaseMode = b.SHA256, b.Mode
+		}
 	}
 	s.out = append(s.out, c)
 	return nil
@@ -374,5 +396,5 @@ func (allOpaque) opaque(string) (bool, error)                 { return true, nil
 // held all of newDir, opaque. It is for hosts without an overlay (tests,
 // tools); it follows no symlinks.
 func DiffTrees(oldDir, newDir string) (*ChangeSet, error) {
-	return scanWith(allOpaque{}, oldDir, newDir)
+	return scanWith(allOpaque{}, oldDir, newDir, nil)
 }

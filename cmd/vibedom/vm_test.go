@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"errors"
 	"io"
@@ -394,6 +395,124 @@ func TestShellVM(t *testing.T) {
 	mu.Unlock()
 	if !strings.Contains(text, "/dev/pts/") {
 		t.Errorf("the shell has no terminal:\n%s", text)
+	}
+	c.assertNothingLeft(t)
+}
+
+// TestConcurrentEditVM: the user edits files on the host while the agent
+// works on the same files in the guest, which reads the live workspace. The
+// agent's copies start from the user's versions; after the session, with
+// --apply, each file holds both edits exactly once, and a file the agent
+// only opened keeps the user's later edit. Driven from the guest as root:
+// the guest script waits until it sees the user's edits, edits in place
+// and by rename, says so on stdout, and the test then edits again.
+func TestConcurrentEditVM(t *testing.T) {
+	requireVM(t)
+	c := newCLI(t)
+	ws := filepath.Join(t.TempDir(), "app")
+	os.Mkdir(ws, 0o755)
+	for name, content := range map[string]string{"a.txt": "header\nx\nx\nx\n", "b.txt": "header\nx\nx\nx\n", "c.txt": "one\n"} {
+		if err := os.WriteFile(filepath.Join(ws, name), []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Committed, so the baseline knows every start content (a manifest
+	// baseline of an untracked file the user changed would make each a
+	// conflict whatever the base).
+	if _, err := exec.LookPath("git"); err != nil {
+		t.Skip("git not installed")
+	}
+	for _, args := range [][]string{{"init", "-q"}, {"add", "-A"}, {"-c", "user.name=t", "-c", "user.email=t@example.com", "commit", "-qm", "start"}} {
+		git := exec.Command("git", args...)
+		git.Dir = ws
+		if out, err := git.CombinedOutput(); err != nil {
+			t.Fatalf("git %v: %v %s", args, err, out)
+		}
+	}
+	script := `set -e
+cd /work
+wait_for() { n=0; until eval "$1"; do n=$((n+1)); [ $n -lt 1500 ] || { echo "TIMEOUT $1"; exit 9; }; sleep 0.2; done; }
+wait_for '[ "$(grep -c "^x$" a.txt)" = 2 ] && [ "$(grep -c "^x$" b.txt)" = 2 ] && grep -q user c.txt'
+sed -i 1s/header/HEADER/ a.txt
+c=$(tail -n +2 b.txt); printf 'HEADER\n%s\n' "$c" > b.txt
+: <> c.txt; touch c.txt
+echo COPIED-UP
+wait_for '! grep -q user /mnt/workspace/c.txt'
+echo DONE`
+	cmd := exec.Command(vibedomBin(t), "run", ws, "--memory", "512M", "--no-network", "--apply", "--", "sh", "-c", script)
+	cmd.Env = c.env
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	lines := make(chan string, 16)
+	var out bytes.Buffer
+	go func() {
+		defer close(lines)
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+	}()
+	edit := func(name, content string) {
+		t.Helper()
+		if err := os.WriteFile(filepath.Join(ws, name), []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The user's first edits, once the session's baseline is taken.
+	deadline := time.Now().Add(5 * time.Minute)
+	for {
+		if m, _ := filepath.Glob(filepath.Join(c.home, "sessions", "*", "baseline", "meta.json")); len(m) > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			cmd.Process.Kill()
+			cmd.Wait()
+			t.Fatalf("no session baseline appeared\n%s", stderr.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	edit("a.txt", "header\nx\nx\n")
+	edit("b.txt", "header\nx\nx\n")
+	edit("c.txt", "one\nuser\n")
+	// The user's second edit, after the agent copied c.txt up unchanged.
+	timeout := time.After(10 * time.Minute)
+	for copied := false; !copied; {
+		select {
+		case l, ok := <-lines:
+			if !ok {
+				cmd.Wait()
+				t.Fatalf("the guest script ended early:\n%s\n%s", out.String(), stderr.String())
+			}
+			out.WriteString(l + "\n")
+			copied = l == "COPIED-UP"
+		case <-timeout:
+			cmd.Process.Kill()
+			cmd.Wait()
+			t.Fatalf("the guest did not copy up:\n%s\n%s", out.String(), stderr.String())
+		}
+	}
+	edit("c.txt", "one\n")
+	for l := range lines {
+		out.WriteString(l + "\n")
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("vibedom run: %v\n%s\n%s", err, out.String(), stderr.String())
+	}
+	if !strings.Contains(out.String(), "DONE") {
+		t.Fatalf("guest output:\n%s\n%s", out.String(), stderr.String())
+	}
+	for name, want := range map[string]string{"a.txt": "HEADER\nx\nx\n", "b.txt": "HEADER\nx\nx\n", "c.txt": "one\n"} {
+		got, err := os.ReadFile(filepath.Join(ws, name))
+		if err != nil || string(got) != want {
+			t.Errorf("%s: got %q (%v), want %q\n%s", name, got, err, want, stderr.String())
+		}
 	}
 	c.assertNothingLeft(t)
 }
