@@ -142,7 +142,9 @@ type plan struct {
 }
 
 // virtiofsSock is the vhost-user socket of the i-th virtiofs share.
-func (p *plan) virtiofsSock(i int) string { return p.qmpSock[:len(p.qmpSock)-len("qmp.sock")] + "fs" + strconv.Itoa(i) + ".sock" }
+func (p *plan) virtiofsSock(i int) string {
+	return p.qmpSock[:len(p.qmpSock)-len("qmp.sock")] + "fs" + strconv.Itoa(i) + ".sock"
+}
 
 // buildPlan turns cfg into a QEMU command line. accel is "kvm" or "tcg";
 // share is how directories are shared.
