@@ -6,18 +6,17 @@ import (
 )
 
 // controlFor is where the guest agent listens for the driver's control
-// channel: vsock on vz, a virtio-serial port elsewhere.
+// channel, as the driver reports it.
 func controlFor(d vm.Driver) proto.Control {
-	if d.Name() == "vz" {
+	if d.Info().Transport == vm.TransportVsock {
 		return proto.Control{Transport: proto.TransportVsock, Port: vm.DefaultControlPort}
 	}
 	return proto.Control{Transport: proto.TransportVirtioSerial, Name: vm.ControlPortName}
 }
 
-// shareFSFor is how the driver shares the workspace: virtiofs on vz, 9p on
-// QEMU.
+// shareFSFor is how the driver shares the workspace, as it reports it.
 func shareFSFor(d vm.Driver) string {
-	if d.Name() == "vz" {
+	if d.Info().ShareFS == vm.ShareVirtiofs {
 		return proto.FSVirtiofs
 	}
 	return proto.FS9P

@@ -201,8 +201,15 @@ const (
 
 // Driver creates machines on one hypervisor.
 type Driver interface {
-	// Name is a short identifier such as "qemu" or "vz".
+	// Name is a short identifier such as "qemu" or "vz", for logs and
+	// messages. Callers never branch on it: what differs between backends
+	// is reported by Info.
 	Name() string
+	// Info reports how machines of this driver reach the guest: the
+	// control channel's transport and the filesystem of its shares. It
+	// answers from what the host offers (a helper program found or not)
+	// and does not change for the driver's life.
+	Info() Info
 	// Available reports whether the driver can start a machine for arch on
 	// this host. A non-nil error wraps ErrUnavailable and says what to
 	// install or change.
@@ -212,6 +219,32 @@ type Driver interface {
 	// is cancelled during Start, the machine is torn down. After Start
 	// returns, ctx no longer governs the machine's life.
 	Start(ctx context.Context, cfg Config) (Machine, error)
+}
+
+// Transport is how the control channel reaches the guest agent.
+type Transport string
+
+// Control channel transports.
+const (
+	// TransportVsock is an AF_VSOCK stream on Config.ControlPort.
+	TransportVsock Transport = "vsock"
+	// TransportVirtioSerial is a virtio-serial port named ControlPortName.
+	TransportVirtioSerial Transport = "virtio-serial"
+)
+
+// ShareFS is the filesystem a share reaches the guest through.
+type ShareFS string
+
+// Share filesystems.
+const (
+	ShareVirtiofs ShareFS = "virtiofs"
+	Share9P       ShareFS = "9p"
+)
+
+// Info describes what a driver's machines offer the guest.
+type Info struct {
+	Transport Transport
+	ShareFS   ShareFS
 }
 
 // Machine is one running (or finished) virtual machine.

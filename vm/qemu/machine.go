@@ -30,6 +30,7 @@ type machine struct {
 	log     *slog.Logger
 	stderr  *boundedBuffer
 	exited  chan struct{} // closed when the process has been reaped
+	daemons []*daemon     // virtiofsd processes, stopped after QEMU
 	waitErr error         // set before exited is closed
 
 	mu       sync.Mutex
@@ -52,6 +53,14 @@ func start(ctx context.Context, p *plan, cfg *vm.Config, log *slog.Logger) (*mac
 	}
 	m := &machine{cfg: *cfg, plan: p, log: log, state: vm.StateStarting, exited: make(chan struct{}),
 		stderr: &boundedBuffer{max: 16 << 10}}
+	for i, s := range p.virtiofs {
+		d, err := startVirtiofsd(ctx, s, p.virtiofsSock(i))
+		if err != nil {
+			m.stopDaemons()
+			return nil, err
+		}
+		m.daemons = append(m.daemons, d)
+	}
 	cmd := exec.Command(p.bin, p.args...)
 	cmd.Stdin = nil
 	cmd.Stdout = io.Discard
@@ -59,6 +68,7 @@ func start(ctx context.Context, p *plan, cfg *vm.Config, log *slog.Logger) (*mac
 	cmd.ExtraFiles = p.extra
 	cmd.SysProcAttr = procAttr()
 	if err := cmd.Start(); err != nil {
+		m.stopDaemons()
 		return nil, fmt.Errorf("start %s: %w", p.bin, err)
 	}
 	m.cmd = cmd
@@ -67,6 +77,7 @@ func start(ctx context.Context, p *plan, cfg *vm.Config, log *slog.Logger) (*mac
 		m.mu.Lock()
 		m.waitErr = err
 		m.mu.Unlock()
+		m.stopDaemons()
 		m.cleanupSockets()
 		// The final state before exited closes: whoever Wait releases
 		// must see it.
@@ -360,6 +371,14 @@ func (m *machine) Kill() error {
 		return nil
 	case <-time.After(10 * time.Second):
 		return errors.New("qemu did not die after SIGKILL")
+	}
+}
+
+// stopDaemons ends the virtiofsd processes. Each exits by itself once QEMU
+// has gone; the kill is for the failures before QEMU connected.
+func (m *machine) stopDaemons() {
+	for _, d := range m.daemons {
+		d.stop()
 	}
 }
 

@@ -1,6 +1,8 @@
 // Package qemu runs vibedom VMs on QEMU: the backend of Linux hosts and of
 // the test suite. It boots a kernel and initramfs directly, shares the
-// workspace read-only over 9p (read-only enforced by QEMU on the host side),
+// workspace read-only over virtiofs (virtiofsd confined to a read-only bind
+// mount in its own mount namespace) or, where virtiofsd cannot run, over 9p
+// (read-only enforced by QEMU); either way the guard is on the host side,
 // attaches disks as virtio-blk, carries the control channel on a
 // virtio-serial port backed by a unix socket, wires the NIC to a datagram
 // socket the caller owns, and drives the machine over QMP.
@@ -33,14 +35,20 @@ type Options struct {
 	// Accel forces "kvm" or "tcg"; "" or "auto" probes. The environment
 	// variable VIBEDOM_ACCEL overrides it.
 	Accel string
+	// ShareFS forces vm.ShareVirtiofs or vm.Share9P; "" or "auto" picks
+	// virtiofs where it can run (Linux, root, virtiofsd installed) and 9p
+	// elsewhere. The environment variable VIBEDOM_SHARE_FS overrides it.
+	ShareFS string
 	// Log receives diagnostics; nil is silent.
 	Log *slog.Logger
 }
 
 // Driver starts QEMU machines.
 type Driver struct {
-	opts Options
-	log  *slog.Logger
+	opts    Options
+	log     *slog.Logger
+	share   vm.ShareFS
+	noShare error // why a forced virtiofs cannot run, reported by Start
 }
 
 var _ vm.Driver = (*Driver)(nil)
@@ -59,11 +67,35 @@ func New(o Options) *Driver {
 	if l == nil {
 		l = slog.New(slog.DiscardHandler)
 	}
-	return &Driver{opts: o, log: l}
+	if v := os.Getenv("VIBEDOM_SHARE_FS"); v != "" {
+		o.ShareFS = v
+	}
+	d := &Driver{opts: o, log: l, share: vm.Share9P}
+	switch o.ShareFS {
+	case "", "auto":
+		if err := virtiofsUsable(); err == nil {
+			d.share = vm.ShareVirtiofs
+		} else {
+			l.Debug("sharing over 9p", "reason", err)
+		}
+	case string(vm.ShareVirtiofs):
+		d.share = vm.ShareVirtiofs
+		d.noShare = virtiofsUsable()
+	case string(vm.Share9P):
+	default:
+		d.noShare = fmt.Errorf("share filesystem %q: want virtiofs, 9p or auto", o.ShareFS)
+	}
+	return d
 }
 
 // Name implements vm.Driver.
 func (d *Driver) Name() string { return Name }
+
+// Info implements vm.Driver: a virtio-serial control port, and virtiofs
+// shares where virtiofsd can run read-only, 9p elsewhere.
+func (d *Driver) Info() vm.Info {
+	return vm.Info{Transport: vm.TransportVirtioSerial, ShareFS: d.share}
+}
 
 // binary returns the QEMU system emulator for arch.
 func binary(arch vm.Arch) (string, error) {
@@ -106,26 +138,39 @@ type plan struct {
 	controlSoc string
 	extra      []*os.File // passed as fds 3, 4 …
 	accel      string
+	virtiofs   []vm.Share // served by virtiofsd on virtiofsSock(i)
 }
 
-// buildPlan turns cfg into a QEMU command line. accel is "kvm" or "tcg".
-func buildPlan(cfg *vm.Config, bin, accel string) (*plan, error) {
+// virtiofsSock is the vhost-user socket of the i-th virtiofs share.
+func (p *plan) virtiofsSock(i int) string {
+	return p.qmpSock[:len(p.qmpSock)-len("qmp.sock")] + "fs" + strconv.Itoa(i) + ".sock"
+}
+
+// buildPlan turns cfg into a QEMU command line. accel is "kvm" or "tcg";
+// share is how directories are shared.
+func buildPlan(cfg *vm.Config, bin, accel string, share vm.ShareFS) (*plan, error) {
 	p := &plan{bin: bin, accel: accel,
 		qmpSock:    cfg.StateDir + "/qmp.sock",
 		controlSoc: cfg.StateDir + "/control.sock",
 	}
 	console := "ttyS0"
 	a := []string{"-name", "vibedom-" + sanitizeName(cfg.Name)}
+	// vhost-user devices need the guest's RAM in shared memory.
+	machineOpts := ""
+	if share == vm.ShareVirtiofs && len(cfg.Shares) > 0 {
+		machineOpts = ",memory-backend=mem"
+		a = append(a, "-object", "memory-backend-memfd,id=mem,size="+strconv.Itoa(cfg.MemoryMiB)+"M,share=on")
+	}
 	switch cfg.Arch {
 	case vm.ArchAMD64:
-		a = append(a, "-M", "q35")
+		a = append(a, "-M", "q35"+machineOpts)
 		// qboot is a minimal firmware that hands straight over to the
 		// kernel: about half a second faster than SeaBIOS under TCG.
 		if fw := firmware("qboot.rom"); fw != "" {
 			a = append(a, "-bios", fw)
 		}
 	case vm.ArchARM64:
-		a = append(a, "-M", "virt")
+		a = append(a, "-M", "virt"+machineOpts)
 		console = "ttyAMA0"
 	}
 	if accel == "kvm" {
@@ -156,6 +201,13 @@ func buildPlan(cfg *vm.Config, bin, accel string) (*plan, error) {
 	for i, s := range cfg.Shares {
 		if strings.ContainsAny(s.Tag, ",=") {
 			return nil, fmt.Errorf("%w: share tag %q", vm.ErrInvalidConfig, s.Tag)
+		}
+		if share == vm.ShareVirtiofs {
+			p.virtiofs = append(p.virtiofs, s)
+			id := "vfs" + strconv.Itoa(i)
+			a = append(a, "-chardev", "socket,id="+id+",path="+escape(p.virtiofsSock(len(p.virtiofs)-1)),
+				"-device", "vhost-user-fs-pci,chardev="+id+",tag="+s.Tag)
+			continue
 		}
 		fs := "local,id=fs" + strconv.Itoa(i) + ",path=" + escape(s.HostPath) + ",security_model=none"
 		if s.ReadOnly {
@@ -206,8 +258,11 @@ func (d *Driver) Start(ctx context.Context, cfg vm.Config) (vm.Machine, error) {
 	if len(cfg.StateDir)+len("/control.sock") > 100 {
 		return nil, fmt.Errorf("%w: state directory path %q is too long for unix sockets", vm.ErrInvalidConfig, cfg.StateDir)
 	}
+	if d.noShare != nil && len(cfg.Shares) > 0 {
+		return nil, fmt.Errorf("%w: %v", vm.ErrUnavailable, d.noShare)
+	}
 	accel := d.accel(ctx, cfg, bin)
-	p, err := buildPlan(&cfg, bin, accel)
+	p, err := buildPlan(&cfg, bin, accel, d.share)
 	if err != nil {
 		return nil, err
 	}

@@ -161,11 +161,18 @@ func (h *Harness) defaults() {
 	if h.BootTimeout == 0 {
 		h.BootTimeout = 2 * time.Minute
 	}
+	info := h.Driver.Info()
 	if h.ShareFS == "" {
 		h.ShareFS = proto.FS9P
+		if info.ShareFS == vm.ShareVirtiofs {
+			h.ShareFS = proto.FSVirtiofs
+		}
 	}
 	if h.Transport == "" {
 		h.Transport = proto.TransportVirtioSerial
+		if info.Transport == vm.TransportVsock {
+			h.Transport = proto.TransportVsock
+		}
 	}
 }
 

@@ -24,6 +24,8 @@ package vz
 import (
 	"errors"
 	"log/slog"
+
+	"github.com/vibedom/vibedom/vm"
 )
 
 // Name is the driver's name, as Driver.Name reports it.
@@ -41,6 +43,11 @@ type Driver struct {
 
 // Name returns "vz".
 func (d *Driver) Name() string { return Name }
+
+// Info implements vm.Driver: vsock for control, virtiofs for shares.
+func (d *Driver) Info() vm.Info {
+	return vm.Info{Transport: vm.TransportVsock, ShareFS: vm.ShareVirtiofs}
+}
 
 func newDriver(log *slog.Logger) *Driver {
 	if log == nil {
