@@ -261,6 +261,7 @@ func MakePlan(ctx context.Context, opts ApplyOptions) (*Plan, error) {
 		}
 		planOne(ctx, root, o, pf, opts, unknown, linkAfter, deleted, emptied)
 	}
+	checkFinalTree(root, pl, opts)
 	checkCollisions(root, pl)
 	return pl, nil
 }
@@ -289,7 +290,11 @@ func planOne(ctx context.Context, root *hostRoot, objs *objectStore, pf *Planned
 			pf.newT = TypeFile // a modify that names no mode: a file
 		}
 	}
-	if a, why := ClassifyPath(pf.Path); a != AttentionNone {
+	classify := ClassifyPath
+	if pf.newT == TypeSymlink {
+		classify = ClassifyDir // a symlink named .vscode is what that directory is
+	}
+	if a, why := classify(pf.Path); a != AttentionNone {
 		pf.Attention, pf.Why = a, why
 	}
 	if !selected(pf.Path, opts.Files) {
@@ -365,18 +370,12 @@ func planOne(ctx context.Context, root *hostRoot, objs *objectStore, pf *Planned
 			refuse(pf, StatusRefused, "bad symlink target")
 			return
 		}
-		if symlinkEscapes(pf.Path, t) {
-			if !opts.AllowOutsideSymlinks {
-				refuse(pf, StatusRefused, fmt.Sprintf("symlink points outside the workspace (%s); to apply it anyway: --allow-outside-symlinks", DisplayPath(t)))
-				return
-			}
-			pf.Attention, pf.Why = max(pf.Attention, AttentionFlagged), "symlink points outside the workspace: "+DisplayPath(t)
-		}
+		// Where it leads is judged over the final tree (checkFinalTree).
 	}
 	if pf.Attention == AttentionNone {
 		switch {
-		case foldName(filepath.Base(pf.Path)) == "package.json" && pf.newT == TypeFile && packageScriptsChanged(pf.oldData, pf.newData):
-			pf.Attention, pf.Why = AttentionFlagged, "package.json scripts change (npm runs them)"
+		case classKey(filepath.Base(pf.Path)) == "package.json" && pf.newT == TypeFile && packageJSONRisk(pf.oldData, pf.newData) != "":
+			pf.Attention, pf.Why = AttentionFlagged, packageJSONRisk(pf.oldData, pf.newData)
 		case pf.newGitMode == ModeExec && pf.oldGitMode != ModeExec:
 			pf.Attention, pf.Why = AttentionFlagged, "becomes executable"
 		}
