@@ -31,17 +31,30 @@ type finalTree struct {
 	dirs  map[string]bool         // folded paths the patch makes directories
 	host  map[string]hostEntry
 	names map[string][]string // dir -> host names
+	// kids maps a folded directory to the class keys of the names the
+	// patch puts in it.
+	kids map[string]map[string]bool
 }
 
 func newFinalTree(root *hostRoot, pl *Plan) *finalTree {
 	t := &finalTree{root: root, patch: map[string]*PlannedFile{}, dirs: map[string]bool{},
 		host: map[string]hostEntry{}, names: map[string][]string{}}
+	t.kids = map[string]map[string]bool{}
 	for _, pf := range pl.Files {
 		t.patch[foldPath(pf.Path)] = pf
-		if pf.newT != "" {
-			for d := parentDir(pf.Path); d != ""; d = parentDir(d) {
-				t.dirs[foldPath(d)] = true
+		if pf.newT == "" {
+			continue
+		}
+		for p := pf.Path; p != ""; p = parentDir(p) {
+			d, base := splitParent(p)
+			fd := foldPath(d)
+			if d != "" {
+				t.dirs[fd] = true
 			}
+			if t.kids[fd] == nil {
+				t.kids[fd] = map[string]bool{}
+			}
+			t.kids[fd][classKey(base)] = true
 		}
 	}
 	return t
@@ -169,21 +182,8 @@ func (t *finalTree) childKeys(d string) map[string]bool {
 		}
 		keys[classKey(n)] = true
 	}
-	if t.patch != nil {
-		for k, pf := range t.patch {
-			if pf.newT == "" {
-				continue
-			}
-			rel, ok := strings.CutPrefix(k, fd)
-			if fd != "" {
-				if !ok || !strings.HasPrefix(rel, "/") {
-					continue
-				}
-				rel = rel[1:]
-			}
-			first, _, _ := strings.Cut(rel, "/")
-			keys[classKey(first)] = true
-		}
+	for k := range t.kids[fd] {
+		keys[k] = true
 	}
 	return keys
 }
