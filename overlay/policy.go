@@ -143,12 +143,47 @@ var AttentionRules = []AttentionRule{
 	{"**/.gitmodules", AttentionFlagged, "submodule URLs are fetched by git"},
 }
 
-// compiledRule is an AttentionRule split into folded components.
+// compiledRule is an AttentionRule split into component matchers.
 type compiledRule struct {
 	AttentionRule
-	comps    []string
+	comps    []compPattern
 	anyDepth bool
 	dir      bool
+}
+
+// compPattern matches one component: a literal, "{.git}", one "*" between
+// a prefix and a suffix, or (else) a path.Match pattern.
+type compPattern struct {
+	pat, before, after string
+	kind               int // 0 literal, 1 .git, 2 one star, 3 path.Match
+}
+
+func compilePattern(pat string) compPattern {
+	c := compPattern{pat: pat}
+	before, after, star := strings.Cut(pat, "*")
+	switch {
+	case pat == "{.git}":
+		c.kind = 1
+	case !star && !strings.ContainsAny(pat, "?["):
+	case star && !strings.ContainsAny(after, "*?[") && !strings.ContainsAny(before, "?["):
+		c.kind, c.before, c.after = 2, before, after
+	default:
+		c.kind = 3
+	}
+	return c
+}
+
+func (c *compPattern) match(key string) bool {
+	switch c.kind {
+	case 0:
+		return c.pat == key
+	case 1:
+		return isDotGit(key)
+	case 2:
+		return len(key) >= len(c.before)+len(c.after) && strings.HasPrefix(key, c.before) && strings.HasSuffix(key, c.after)
+	}
+	ok, _ := path.Match(c.pat, key)
+	return ok
 }
 
 var compiledRules = func() []compiledRule {
@@ -162,7 +197,9 @@ var compiledRules = func() []compiledRule {
 		if rest, ok := strings.CutSuffix(p, "/"); ok {
 			c.dir, p = true, rest
 		}
-		c.comps = strings.Split(p, "/")
+		for comp := range strings.SplitSeq(p, "/") {
+			c.comps = append(c.comps, compilePattern(comp))
+		}
 		out = append(out, c)
 	}
 	return out
@@ -208,20 +245,9 @@ func classKeys(p string) []string {
 	return out
 }
 
-func compMatch(pat, key string) bool {
-	if pat == "{.git}" {
-		return isDotGit(key)
-	}
-	if !strings.ContainsAny(pat, "*?[") {
-		return pat == key
-	}
-	ok, _ := path.Match(pat, key)
-	return ok
-}
-
-func compsMatch(pats, keys []string) bool {
+func compsMatch(pats []compPattern, keys []string) bool {
 	for i := range pats {
-		if !compMatch(pats[i], keys[i]) {
+		if !pats[i].match(keys[i]) {
 			return false
 		}
 	}
@@ -234,21 +260,18 @@ func compsMatch(pats, keys []string) bool {
 // ".github/workflows/", "x/.cargo" for "**/.cargo/config.toml").
 func (r *compiledRule) match(keys []string, asDir bool) bool {
 	n, m := len(keys), len(r.comps)
-	starts := []int{0}
+	last := 0
 	if r.anyDepth {
-		starts = starts[:0]
-		for s := range n {
-			starts = append(starts, s)
-		}
+		last = n - 1
 	}
-	for _, s := range starts {
+	for s := 0; s <= last; s++ {
 		left := n - s
 		switch {
 		case left == m || (r.dir && left > m):
 			if compsMatch(r.comps, keys[s:s+m]) {
 				return true
 			}
-		case asDir && left < m && left > 0 && (r.anyDepth || s == 0):
+		case asDir && left < m && left > 0:
 			// The directory keys[s:] could hold the rule's path. For a rule
 			// at any depth only its own leading components count (a symlink
 			// to "src" is not flagged for the Makefile it might hold).
