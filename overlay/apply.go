@@ -646,6 +646,21 @@ func checkCollisions(root *hostRoot, pl *Plan) {
 // (core.hooksPath, else .git/hooks), relative to the workspace; "" when it
 // is outside the workspace, there is no repository or no git.
 func gitHooksDir(ctx context.Context, ws string) string {
+	real, err := filepath.EvalSymlinks(ws)
+	if err != nil {
+		return ""
+	}
+	inRepo := false
+	for d := real; !inRepo; d = filepath.Dir(d) {
+		_, err := os.Lstat(filepath.Join(d, ".git"))
+		inRepo = err == nil
+		if d == filepath.Dir(d) {
+			break
+		}
+	}
+	if !inRepo {
+		return "" // no git run for a workspace outside any repository
+	}
 	if _, err := exec.LookPath("git"); err != nil {
 		return ""
 	}
@@ -654,10 +669,6 @@ func gitHooksDir(ctx context.Context, ws string) string {
 		return ""
 	}
 	hooks := strings.TrimSuffix(string(out), "\n")
-	real, err := filepath.EvalSymlinks(ws)
-	if err != nil {
-		return ""
-	}
 	if h, err := filepath.EvalSymlinks(hooks); err == nil {
 		hooks = h
 	}
