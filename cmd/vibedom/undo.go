@@ -56,7 +56,8 @@ func init() {
 					fmt.Fprintf(os.Stdout, "What this undo overwrote is backed up: `vibedom undo --backup %s` puts it back.\n", rep.UndoBackupID)
 				}
 				if len(rep.Kept) > 0 {
-					fmt.Fprintf(os.Stdout, "Apply %s stays undoable; the paths above were kept.\n", rep.BackupID)
+					fmt.Fprintf(os.Stdout, "Apply %s stays undoable; the paths above were kept. To undo an earlier apply instead:\n"+
+						"`vibedom undo --list`, then `vibedom undo --backup ID`.\n", rep.BackupID)
 				}
 			}
 			if err != nil {
