@@ -141,7 +141,8 @@ type ApplyOptions struct {
 	// AllowProtected lists protected paths the user allows (exact, "dir/"
 	// prefix or glob).
 	AllowProtected []string
-	// AllowOutsideSymlinks allows symlinks that point outside the workspace.
+	// AllowOutsideSymlinks allows symlinks that resolve outside the workspace
+	// or loop (they are still flagged).
 	AllowOutsideSymlinks bool
 	// Resolve answers conflicts; nil keeps the host's version of each, and
 	// the conflict is reported.
