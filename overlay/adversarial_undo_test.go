@@ -226,7 +226,7 @@ func TestKilledApplyHelper(t *testing.T) {
 		if err := os.WriteFile(staged, nil, 0o600); err != nil {
 			t.Error(err)
 		}
-		select {} // until killed
+		time.Sleep(time.Hour) // until killed
 	}
 	Apply(t.Context(), ApplyOptions{Workspace: ws, SessionDir: dir})
 	t.Error("apply returned")
