@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -140,7 +141,8 @@ type ApplyOptions struct {
 	// AllowProtected lists protected paths the user allows (exact, "dir/"
 	// prefix or glob).
 	AllowProtected []string
-	// AllowOutsideSymlinks allows symlinks that point outside the workspace.
+	// AllowOutsideSymlinks allows symlinks that resolve outside the workspace
+	// or loop (they are still flagged).
 	AllowOutsideSymlinks bool
 	// Resolve answers conflicts; nil keeps the host's version of each, and
 	// the conflict is reported.
@@ -261,6 +263,20 @@ func MakePlan(ctx context.Context, opts ApplyOptions) (*Plan, error) {
 		}
 		planOne(ctx, root, o, pf, opts, unknown, linkAfter, deleted, emptied)
 	}
+	checkFinalTree(root, pl, opts)
+	if hooks := gitHooksDir(ctx, opts.Workspace); hooks != "" {
+		for _, pf := range pl.Files {
+			if pf.Status != StatusApply && pf.Status != StatusMerged && pf.Status != StatusConflict {
+				continue
+			}
+			if fp := foldPath(pf.Path); fp == foldPath(hooks) || strings.HasPrefix(fp, foldPath(hooks)+"/") {
+				pf.Attention, pf.Why = AttentionProtected, "git runs the hooks in "+DisplayPath(hooks)+"/ (core.hooksPath)"
+				if !allowedBy(pf.Path, opts.AllowProtected) {
+					refuse(pf, StatusProtected, fmt.Sprintf("protected path: %s; to apply it anyway: --allow-protected %s", pf.Why, pf.Path))
+				}
+			}
+		}
+	}
 	checkCollisions(root, pl)
 	return pl, nil
 }
@@ -289,7 +305,11 @@ func planOne(ctx context.Context, root *hostRoot, objs *objectStore, pf *Planned
 			pf.newT = TypeFile // a modify that names no mode: a file
 		}
 	}
-	if a, why := ClassifyPath(pf.Path); a != AttentionNone {
+	classify := ClassifyPath
+	if pf.newT == TypeSymlink {
+		classify = ClassifyDir // a symlink named .vscode is what that directory is
+	}
+	if a, why := classify(pf.Path); a != AttentionNone {
 		pf.Attention, pf.Why = a, why
 	}
 	if !selected(pf.Path, opts.Files) {
@@ -365,18 +385,12 @@ func planOne(ctx context.Context, root *hostRoot, objs *objectStore, pf *Planned
 			refuse(pf, StatusRefused, "bad symlink target")
 			return
 		}
-		if symlinkEscapes(pf.Path, t) {
-			if !opts.AllowOutsideSymlinks {
-				refuse(pf, StatusRefused, fmt.Sprintf("symlink points outside the workspace (%s); to apply it anyway: --allow-outside-symlinks", DisplayPath(t)))
-				return
-			}
-			pf.Attention, pf.Why = max(pf.Attention, AttentionFlagged), "symlink points outside the workspace: "+DisplayPath(t)
-		}
+		// Where it leads is judged over the final tree (checkFinalTree).
 	}
 	if pf.Attention == AttentionNone {
 		switch {
-		case foldName(filepath.Base(pf.Path)) == "package.json" && pf.newT == TypeFile && packageScriptsChanged(pf.oldData, pf.newData):
-			pf.Attention, pf.Why = AttentionFlagged, "package.json scripts change (npm runs them)"
+		case classKey(filepath.Base(pf.Path)) == "package.json" && pf.newT == TypeFile && packageJSONRisk(pf.oldData, pf.newData) != "":
+			pf.Attention, pf.Why = AttentionFlagged, packageJSONRisk(pf.oldData, pf.newData)
 		case pf.newGitMode == ModeExec && pf.oldGitMode != ModeExec:
 			pf.Attention, pf.Why = AttentionFlagged, "becomes executable"
 		}
@@ -627,4 +641,41 @@ func checkCollisions(root *hostRoot, pl *Plan) {
 			dir = join(dir, comp)
 		}
 	}
+}
+
+// gitHooksDir is the directory git runs the workspace's hooks from
+// (core.hooksPath, else .git/hooks), relative to the workspace; "" when it
+// is outside the workspace, there is no repository or no git.
+func gitHooksDir(ctx context.Context, ws string) string {
+	real, err := filepath.EvalSymlinks(ws)
+	if err != nil {
+		return ""
+	}
+	inRepo := false
+	for d := real; !inRepo; d = filepath.Dir(d) {
+		_, err := os.Lstat(filepath.Join(d, ".git"))
+		inRepo = err == nil
+		if d == filepath.Dir(d) {
+			break
+		}
+	}
+	if !inRepo {
+		return "" // no git run for a workspace outside any repository
+	}
+	if _, err := exec.LookPath("git"); err != nil {
+		return ""
+	}
+	out, err := gitCmd(ctx, ws, "rev-parse", "--path-format=absolute", "--git-path", "hooks")
+	if err != nil {
+		return ""
+	}
+	hooks := strings.TrimSuffix(string(out), "\n")
+	if h, err := filepath.EvalSymlinks(hooks); err == nil {
+		hooks = h
+	}
+	rel, err := filepath.Rel(real, hooks)
+	if err != nil || rel == "." || rel == ".." || strings.HasPrefix(rel, "../") || filepath.IsAbs(rel) {
+		return ""
+	}
+	return filepath.ToSlash(rel)
 }

@@ -74,8 +74,22 @@ type backupMeta struct {
 	Version   int       `json:"version"`
 	Workspace string    `json:"workspace"`
 	Created   time.Time `json:"created"`
-	State     string    `json:"state"` // applying, applied, incomplete, undone
+	State     string    `json:"state"` // applying, applied, incomplete, partial (an undo kept paths), undone
+	// Kind is "" for an apply, "undo" for what an undo overwrote (undone
+	// only when named); Of is the backup that undo reverted.
+	Kind string `json:"kind,omitempty"`
+	Of   string `json:"of,omitempty"`
 }
+
+// Backup states and kinds.
+const (
+	stateApplying   = "applying"
+	stateApplied    = "applied"
+	stateIncomplete = "incomplete"
+	statePartial    = "partial"
+	stateUndone     = "undone"
+	kindUndo        = "undo"
+)
 
 // action is one path to change.
 type action struct {
@@ -92,6 +106,10 @@ type action struct {
 // testHookBeforeExecute runs after planning and resolving, before anything
 // is written (tests swap directories for symlinks here).
 var testHookBeforeExecute func()
+
+// testHookAfterStage runs when a batch is staged and not yet renamed (a test
+// kills the process here).
+var testHookAfterStage func()
 
 // Apply plans the patch (see MakePlan), asks opts.Resolve about conflicts,
 // backs up everything it will overwrite or delete into a new folder under
@@ -113,6 +131,11 @@ func Execute(ctx context.Context, pl *Plan, opts ApplyOptions) (*Report, error) 
 		return nil, errors.New("apply: a session folder is needed for the backups undo uses")
 	}
 	log := opts.log()
+	unlock, err := lockSession(opts.SessionDir)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
 	rep := &Report{Plan: pl, Results: map[string]string{}}
 	var acts []*action
 	for _, pf := range pl.Files {
@@ -158,6 +181,16 @@ func Execute(ctx context.Context, pl *Plan, opts ApplyOptions) (*Report, error) 
 		}
 		acts = append(acts, a)
 	}
+	root, err := openHostRoot(opts.Workspace)
+	if err != nil {
+		return rep, err
+	}
+	defer root.Close()
+	// Temporary files an apply or undo killed part way left behind go
+	// first, whatever this apply does.
+	if err := cleanInterrupted(root, opts.SessionDir, log); err != nil {
+		return rep, err
+	}
 	if len(acts) == 0 {
 		return rep, nil
 	}
@@ -175,12 +208,7 @@ func Execute(ctx context.Context, pl *Plan, opts ApplyOptions) (*Report, error) 
 		}
 		return strings.Compare(a.path, b.path)
 	})
-	root, err := openHostRoot(opts.Workspace)
-	if err != nil {
-		return rep, err
-	}
-	defer root.Close()
-	j, err := newJournal(opts.SessionDir, opts.Workspace)
+	j, err := newJournal(opts.SessionDir, opts.Workspace, "", "")
 	if err != nil {
 		return rep, err
 	}
@@ -327,6 +355,9 @@ func Execute(ctx context.Context, pl *Plan, opts ApplyOptions) (*Report, error) 
 				fatal = err
 			}
 		}
+		if testHookAfterStage != nil {
+			testHookAfterStage()
+		}
 		// Commit: check the host is still as planned, then rename.
 		for _, a := range batch {
 			if fatal != nil {
@@ -355,9 +386,9 @@ func Execute(ctx context.Context, pl *Plan, opts ApplyOptions) (*Report, error) 
 			fatal = err
 		}
 	}
-	state := "applied"
+	state := stateApplied
 	if fatal != nil {
-		state = "incomplete"
+		state = stateIncomplete
 	}
 	if err := j.finish(state); err != nil && fatal == nil {
 		fatal = err
@@ -472,7 +503,7 @@ type journal struct {
 	meta   backupMeta
 }
 
-func newJournal(sessionDir, workspace string) (*journal, error) {
+func newJournal(sessionDir, workspace, kind, of string) (*journal, error) {
 	base := filepath.Join(sessionDir, BackupsDir)
 	if err := os.MkdirAll(base, 0o700); err != nil {
 		return nil, fmt.Errorf("make backup folder: %w", err)
@@ -500,7 +531,7 @@ func newJournal(sessionDir, workspace string) (*journal, error) {
 		return nil, fmt.Errorf("make journal: %w", err)
 	}
 	j := &journal{dir: dir, id: id, f: f, w: bufio.NewWriter(f), pack: pack, packW: bufio.NewWriterSize(pack, 1<<20),
-		packed: map[string]*backupRef{}, meta: backupMeta{Version: 1, Workspace: workspace, Created: time.Now().UTC(), State: "applying"}}
+		packed: map[string]*backupRef{}, meta: backupMeta{Version: 1, Workspace: workspace, Created: time.Now().UTC(), State: stateApplying, Kind: kind, Of: of}}
 	if err := j.writeMeta(); err != nil {
 		j.close()
 		return nil, err

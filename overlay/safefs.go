@@ -55,7 +55,10 @@ var forceWalk = false
 // order. A symlink or non-directory anywhere is ErrSymlinkInPath.
 func (r *hostRoot) openDir(rel string, create bool) (fd int, created []string, err error) {
 	if rel == "" {
-		fd, err := unix.Dup(r.fd)
+		// A new open file description, not a dup: a dup shares the
+		// directory's read offset, and a second listing would come back
+		// empty.
+		fd, err := unix.Openat(r.fd, ".", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 		if err != nil {
 			return -1, nil, fmt.Errorf("open workspace: %w", err)
 		}

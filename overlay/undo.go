@@ -12,81 +12,162 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 )
 
 // ErrNothingToUndo means a session has no apply left to undo.
 var ErrNothingToUndo = errors.New("nothing to undo")
 
+// ErrForceNeedsBackup means Undo was asked to force without naming the
+// apply: forcing overwrites later edits, so it only ever touches the apply
+// the user named.
+var ErrForceNeedsBackup = errors.New("undo --force needs the apply named")
+
 // UndoOptions tunes Undo.
 type UndoOptions struct {
-	// Force restores paths the user changed after the apply too (their
-	// current content is lost).
+	// BackupID names the apply to undo (a folder under backups/, as
+	// Backups lists); "" is the latest apply not fully undone. What an undo
+	// overwrote is undone only when named.
+	BackupID string
+	// Force restores paths the user changed after the apply too. Their
+	// current content is backed up first (an undo backup, undoable by
+	// name). Force needs BackupID.
 	Force bool
 }
 
 // UndoReport is what Undo did.
 type UndoReport struct {
+	// BackupID is the apply undone.
 	BackupID string
-	Restored []string
-	// Kept lists paths changed since the apply, left as they are.
+	// UndoBackupID names the backup of what this undo overwrote ("" when
+	// it overwrote nothing): Undo with it as BackupID puts that back.
+	UndoBackupID string
+	Restored     []string
+	// Kept lists paths changed since the apply, left as they are. The
+	// apply then stays undoable (state partial).
 	Kept []FileError
 }
 
-// Backups lists a session's backup folders (one per apply), oldest first,
-// with their state: applying, applied, incomplete or undone.
+// BackupSummary describes one backup folder.
+type BackupSummary struct {
+	ID string
+	// State is applying, applied, incomplete, partial or undone.
+	State string
+	// Undo is true for what an undo overwrote; Of is the backup it undid.
+	Undo bool
+	Of   string
+}
+
+// Backups lists a session's backup folders (one per apply, one per undo
+// that overwrote something), oldest first, with their state: applying,
+// applied, incomplete, partial (an undo kept paths) or undone.
 func Backups(sessionDir string) ([]string, map[string]string, error) {
-	ents, err := os.ReadDir(filepath.Join(sessionDir, BackupsDir))
-	if errors.Is(err, os.ErrNotExist) {
-		return nil, nil, nil
-	}
+	list, err := ListBackups(sessionDir)
 	if err != nil {
-		return nil, nil, fmt.Errorf("list backups: %w", err)
+		return nil, nil, err
 	}
 	var ids []string
 	states := map[string]string{}
+	for _, b := range list {
+		ids = append(ids, b.ID)
+		states[b.ID] = b.State
+	}
+	return ids, states, nil
+}
+
+// ListBackups is Backups with each folder's kind.
+func ListBackups(sessionDir string) ([]BackupSummary, error) {
+	ents, err := os.ReadDir(filepath.Join(sessionDir, BackupsDir))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("list backups: %w", err)
+	}
+	var out []BackupSummary
 	for _, e := range ents {
 		if !e.IsDir() {
 			continue
 		}
-		data, err := os.ReadFile(filepath.Join(sessionDir, BackupsDir, e.Name(), "meta.json"))
+		m, err := readBackupMeta(filepath.Join(sessionDir, BackupsDir, e.Name()))
 		if err != nil {
 			continue
 		}
-		var m backupMeta
-		if json.Unmarshal(data, &m) != nil {
-			continue
-		}
-		ids = append(ids, e.Name())
-		states[e.Name()] = m.State
+		out = append(out, BackupSummary{ID: e.Name(), State: m.State, Undo: m.Kind == kindUndo, Of: m.Of})
 	}
-	slices.Sort(ids)
-	return ids, states, nil
+	slices.SortFunc(out, func(a, b BackupSummary) int { return strings.Compare(a.ID, b.ID) })
+	return out, nil
 }
 
-// Undo reverts the latest apply of the session that is not undone yet: every
-// path it wrote or removed gets its prior content, mode or symlink target
-// back, files it created go, directories it made or removed are removed or
-// made again. A path changed since the apply is kept and reported (unless
-// Force). Undoing again reverts the apply before.
+func readBackupMeta(dir string) (backupMeta, error) {
+	var m backupMeta
+	data, err := os.ReadFile(filepath.Join(dir, "meta.json"))
+	if err != nil {
+		return m, err
+	}
+	if err := json.Unmarshal(data, &m); err != nil {
+		return m, err
+	}
+	return m, nil
+}
+
+func writeBackupMeta(dir string, m backupMeta) error {
+	out, _ := json.MarshalIndent(m, "", "  ")
+	tmp := filepath.Join(dir, ".meta.json.tmp")
+	if err := os.WriteFile(tmp, append(out, '\n'), 0o600); err != nil {
+		return fmt.Errorf("write backup meta: %w", err)
+	}
+	if err := os.Rename(tmp, filepath.Join(dir, "meta.json")); err != nil {
+		return fmt.Errorf("write backup meta: %w", err)
+	}
+	return nil
+}
+
+// Undo reverts one apply of the session (opts.BackupID, else the latest
+// apply not fully undone): every path it wrote or removed gets its prior
+// content, mode or symlink target back, files it created go, directories it
+// made or removed are removed or made again. A path changed since the
+// apply is kept and reported, and the apply stays undoable (state partial)
+// so that naming it again with Force finishes it; Undo never moves on to
+// an earlier apply while one is partial, and Force never touches an apply
+// that was not named. Everything an undo overwrites or removes is backed
+// up first, in a backup folder of its own (UndoReport.UndoBackupID).
 func Undo(ctx context.Context, sessionDir, workspace string, opts UndoOptions) (*UndoReport, error) {
-	ids, states, err := Backups(sessionDir)
+	unlock, err := lockSession(sessionDir)
 	if err != nil {
 		return nil, err
 	}
-	id := ""
-	for i := len(ids) - 1; i >= 0; i-- {
-		if states[ids[i]] != "undone" {
-			id = ids[i]
-			break
+	defer unlock()
+	list, err := ListBackups(sessionDir)
+	if err != nil {
+		return nil, err
+	}
+	id := opts.BackupID
+	if id == "" {
+		for i := len(list) - 1; i >= 0; i-- {
+			if !list[i].Undo && list[i].State != stateUndone {
+				id = list[i].ID
+				break
+			}
+		}
+		if id == "" {
+			return nil, fmt.Errorf("%w in %s", ErrNothingToUndo, sessionDir)
+		}
+		if opts.Force {
+			return nil, fmt.Errorf("%w: it overwrites what you changed since; to force the latest apply: vibedom undo --force --backup %s", ErrForceNeedsBackup, id)
+		}
+	} else {
+		i := slices.IndexFunc(list, func(b BackupSummary) bool { return b.ID == id })
+		switch {
+		case i < 0:
+			return nil, fmt.Errorf("no backup %q in %s; `vibedom undo --list` shows them", id, sessionDir)
+		case list[i].State == stateUndone:
+			return nil, fmt.Errorf("%w: backup %s is already undone", ErrNothingToUndo, id)
 		}
 	}
-	if id == "" {
-		return nil, fmt.Errorf("%w in %s", ErrNothingToUndo, sessionDir)
-	}
 	dir := filepath.Join(sessionDir, BackupsDir, id)
-	var meta backupMeta
-	data, err := os.ReadFile(filepath.Join(dir, "meta.json"))
-	if err != nil || json.Unmarshal(data, &meta) != nil {
+	meta, err := readBackupMeta(dir)
+	if err != nil {
 		return nil, fmt.Errorf("read backup %s: unreadable meta.json", id)
 	}
 	if workspace == "" {
@@ -101,51 +182,126 @@ func Undo(ctx context.Context, sessionDir, workspace string, opts UndoOptions) (
 		return nil, err
 	}
 	defer root.Close()
+	if err := cleanInterrupted(root, sessionDir, nil); err != nil {
+		return nil, err
+	}
 	rep := &UndoReport{BackupID: id}
 	for _, e := range entries {
 		if err := ValidatePath(e.Path); err != nil {
 			return rep, fmt.Errorf("backup %s journal: %w", id, err)
 		}
 	}
+	// Files are undone in two batches: those the apply wrote (newest
+	// first), then, after the directories, those it removed. Each batch is
+	// decided path by path, and what it will overwrite is backed up and
+	// made durable, before any of it is touched.
+	var uj *journal
+	defer func() {
+		if uj != nil {
+			uj.close()
+		}
+	}()
+	seq := 0
+	openUndoJournal := func() error {
+		if uj != nil {
+			return nil
+		}
+		var err error
+		if uj, err = newJournal(sessionDir, workspace, kindUndo, id); err != nil {
+			return err
+		}
+		rep.UndoBackupID = uj.id
+		return nil
+	}
+	fail := func(err error) (*UndoReport, error) {
+		if uj != nil {
+			uj.finish(stateIncomplete)
+		}
+		return rep, err
+	}
+	undoFiles := func(written bool) error {
+		type step struct {
+			e     journalEntry
+			cur   snapshot
+			nonce string
+		}
+		var steps []step
+		for i := len(entries) - 1; i >= 0; i-- {
+			e := entries[i]
+			if e.Kind != "file" || (e.After.Type != "") != written {
+				continue
+			}
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			if e.Tmp != "" {
+				root.remove(e.Tmp, false) // left by an interrupted apply
+			}
+			cur, _, err := readState(root, e.Path)
+			if err != nil {
+				if errors.Is(err, ErrSymlinkInPath) {
+					rep.Kept = append(rep.Kept, FileError{e.Path, err})
+					continue
+				}
+				return err
+			}
+			switch {
+			case cur == e.Prior:
+				continue // never applied, or already restored
+			case cur == e.After || opts.Force:
+			default:
+				rep.Kept = append(rep.Kept, FileError{e.Path, fmt.Errorf(
+					"changed since the apply; kept (to restore it anyway, your version backed up first: vibedom undo --force --backup %s)", id)})
+				continue
+			}
+			steps = append(steps, step{e: e, cur: cur, nonce: randomNonce()})
+		}
+		if len(steps) == 0 {
+			return nil
+		}
+		if err := openUndoJournal(); err != nil {
+			return err
+		}
+		for _, st := range steps {
+			var ref *backupRef
+			if st.cur.Type == TypeFile {
+				// Read again: what is backed up must be what is overwritten.
+				cur, data, err := readState(root, st.e.Path)
+				if err != nil {
+					return err
+				}
+				if cur != st.cur {
+					return fmt.Errorf("%s changed during the undo; run it again", DisplayPath(st.e.Path))
+				}
+				if ref, err = uj.backup(data); err != nil {
+					return err
+				}
+			}
+			tmp := ""
+			if st.e.Prior.Type != "" {
+				tmp = join(parentDir(st.e.Path), tempPrefix+st.nonce+"-"+shortName(filepath.Base(st.e.Path)))
+			}
+			seq++
+			if err := uj.add(journalEntry{Seq: seq, Kind: "file", Path: st.e.Path, Prior: st.cur, After: st.e.Prior, Tmp: tmp, Backup: ref}); err != nil {
+				return err
+			}
+		}
+		if err := uj.sync(); err != nil {
+			return err
+		}
+		for _, st := range steps {
+			if err := restore(root, dir, st.e, st.cur, st.nonce); err != nil {
+				return err
+			}
+			rep.Restored = append(rep.Restored, st.e.Path)
+		}
+		return nil
+	}
 	// Undo in the reverse order of the apply, which removed files, then
 	// removed the directories that emptied, then made directories and wrote
 	// files.
-	undoFile := func(e journalEntry) error {
-		if e.Tmp != "" {
-			root.remove(e.Tmp, false) // left by an interrupted apply
-		}
-		cur, data, err := readState(root, e.Path)
-		if err != nil {
-			if errors.Is(err, ErrSymlinkInPath) {
-				rep.Kept = append(rep.Kept, FileError{e.Path, err})
-				return nil
-			}
-			return err
-		}
-		switch {
-		case cur == e.Prior:
-			return nil // never applied, or already restored
-		case cur == e.After || opts.Force:
-		default:
-			rep.Kept = append(rep.Kept, FileError{e.Path, errors.New("changed since the apply; kept (undo --force restores it anyway)")})
-			return nil
-		}
-		if err := restore(root, dir, e, cur, data); err != nil {
-			return err
-		}
-		rep.Restored = append(rep.Restored, e.Path)
-		return nil
-	}
-	// Written files, newest first.
-	for i := len(entries) - 1; i >= 0; i-- {
-		if err := ctx.Err(); err != nil {
-			return rep, err
-		}
-		if e := entries[i]; e.Kind == "file" && e.After.Type != "" {
-			if err := undoFile(e); err != nil {
-				return rep, err
-			}
-		}
+	if err := undoFiles(true); err != nil {
+		return fail(err)
 	}
 	// Directories made for them, deepest first, when empty.
 	for i := len(entries) - 1; i >= 0; i-- {
@@ -154,8 +310,18 @@ func Undo(ctx context.Context, sessionDir, workspace string, opts UndoOptions) (
 			continue
 		}
 		if names, err := root.readDirNames(e.Path); err == nil && names != nil && len(names) == 0 {
+			cur, err := root.lstat(e.Path)
+			if err != nil {
+				return fail(err)
+			}
+			if err := openUndoJournal(); err != nil {
+				return fail(err)
+			}
+			if err := errors.Join(uj.add(journalEntry{Kind: "rmdir", Path: e.Path, Prior: snapshot{Type: TypeDir, Perm: cur.Mode}}), uj.sync()); err != nil {
+				return fail(err)
+			}
 			if err := root.remove(e.Path, true); err != nil {
-				return rep, err
+				return fail(err)
 			}
 		}
 	}
@@ -171,26 +337,35 @@ func Undo(ctx context.Context, sessionDir, workspace string, opts UndoOptions) (
 			continue
 		}
 		if cur.Type == "" {
+			if err := openUndoJournal(); err != nil {
+				return fail(err)
+			}
+			if err := errors.Join(uj.add(journalEntry{Kind: "mkdir", Path: e.Path, After: snapshot{Type: TypeDir}}), uj.sync()); err != nil {
+				return fail(err)
+			}
 			if err := root.mkdir(e.Path, e.Prior.Perm); err != nil {
-				return rep, err
+				return fail(err)
 			}
 		}
 	}
 	// Removed files.
-	for i := len(entries) - 1; i >= 0; i-- {
-		if e := entries[i]; e.Kind == "file" && e.After.Type == "" {
-			if err := undoFile(e); err != nil {
-				return rep, err
-			}
-		}
+	if err := undoFiles(false); err != nil {
+		return fail(err)
 	}
 	if err := root.sync(); err != nil {
-		return rep, err
+		return fail(err)
 	}
-	meta.State = "undone"
-	out, _ := json.MarshalIndent(meta, "", "  ")
-	if err := os.WriteFile(filepath.Join(dir, "meta.json"), append(out, '\n'), 0o600); err != nil {
-		return rep, fmt.Errorf("mark backup %s undone: %w", id, err)
+	if uj != nil {
+		if err := uj.finish(stateApplied); err != nil {
+			return rep, err
+		}
+	}
+	meta.State = stateUndone
+	if len(rep.Kept) > 0 {
+		meta.State = statePartial
+	}
+	if err := writeBackupMeta(dir, meta); err != nil {
+		return rep, fmt.Errorf("mark backup %s %s: %w", id, meta.State, err)
 	}
 	slices.Sort(rep.Restored)
 	return rep, nil
@@ -231,7 +406,7 @@ func readState(root *hostRoot, p string) (snapshot, []byte, error) {
 }
 
 // restore puts the prior state of a journal entry back.
-func restore(root *hostRoot, backupDir string, e journalEntry, cur snapshot, _ []byte) error {
+func restore(root *hostRoot, backupDir string, e journalEntry, cur snapshot, nonce string) error {
 	if cur.Type == TypeDir {
 		return fmt.Errorf("restore %s: a directory is in the way", DisplayPath(e.Path))
 	}
@@ -239,7 +414,7 @@ func restore(root *hostRoot, backupDir string, e journalEntry, cur snapshot, _ [
 	case "":
 		return root.remove(e.Path, false)
 	case TypeSymlink:
-		tmp, _, err := root.stageSymlink(e.Path, e.Prior.Target, randomNonce())
+		tmp, _, err := root.stageSymlink(e.Path, e.Prior.Target, nonce)
 		if err != nil {
 			return err
 		}
@@ -261,7 +436,7 @@ func restore(root *hostRoot, backupDir string, e journalEntry, cur snapshot, _ [
 		if blobID(data) != e.Prior.Blob {
 			return fmt.Errorf("restore %s: backup is corrupt", DisplayPath(e.Path))
 		}
-		tmp, _, err := root.stageFile(e.Path, data, e.Prior.Perm, randomNonce())
+		tmp, _, err := root.stageFile(e.Path, data, e.Prior.Perm, nonce)
 		if err != nil {
 			return err
 		}

