@@ -315,10 +315,18 @@ func (d *DebianTest) addBase(ar *Archive, release string, mods *Modules) error {
 	var list bytes.Buffer
 	for _, rel := range mods.Order {
 		src := filepath.Join(mods.Dir, filepath.FromSlash(rel))
-		if err := add(Entry{Name: path.Join("lib/modules", release, rel), Mode: 0o644, Source: src}); err != nil {
+		e := Entry{Name: path.Join("lib/modules", release, PackedName(rel)), Mode: 0o644, Source: src}
+		if PackedName(rel) != rel {
+			data, err := ReadModule(src)
+			if err != nil {
+				return err
+			}
+			e.Source, e.Data = "", data
+		}
+		if err := add(e); err != nil {
 			return err
 		}
-		list.WriteString(rel)
+		list.WriteString(PackedName(rel))
 		list.WriteByte('\n')
 	}
 	files := []struct {

@@ -6,12 +6,14 @@ import (
 	"compress/gzip"
 	"crypto/sha256"
 	"debug/elf"
+	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 
 	"github.com/vibedom/vibedom/vm"
@@ -77,7 +79,21 @@ func writeKernel(dst, src string, arch vm.Arch) error {
 	}
 	br := bufio.NewReaderSize(in, 1<<20)
 	var r io.Reader = br
-	if magic, _ := br.Peek(2); len(magic) == 2 && magic[0] == 0x1f && magic[1] == 0x8b {
+	if head, _ := br.Peek(zbootHeaderLen); isZboot(head) {
+		if arch != vm.ArchARM64 {
+			return fmt.Errorf("%w: %s is an EFI zboot kernel; only arm64 kernels are unwrapped", ErrBadKernel, src)
+		}
+		payload, err := zbootPayload(in, head, src)
+		if err != nil {
+			return err
+		}
+		gz, err := gzip.NewReader(payload)
+		if err != nil {
+			return fmt.Errorf("%w: %s: zboot payload: %v", ErrBadKernel, src, err)
+		}
+		defer gz.Close()
+		r = gz
+	} else if magic, _ := br.Peek(2); len(magic) == 2 && magic[0] == 0x1f && magic[1] == 0x8b {
 		if arch != vm.ArchARM64 {
 			return fmt.Errorf("%w: %s is gzip-compressed; only arm64 kernels are unpacked", ErrBadKernel, src)
 		}
@@ -127,8 +143,8 @@ func checkKernelHeader(head []byte, arch vm.Arch, src string) error {
 		}
 		return fmt.Errorf("%w: %s is not an x86 bzImage", ErrBadKernel, src)
 	case vm.ArchARM64:
-		if len(head) >= 8 && string(head[4:8]) == "zimg" {
-			return fmt.Errorf("%w: %s is an EFI zboot kernel, which cannot be booted directly; use a kernel packaged as a plain or gzipped Image", ErrBadKernel, src)
+		if isZboot(head) {
+			return fmt.Errorf("%w: %s holds an EFI zboot kernel inside an EFI zboot kernel", ErrBadKernel, src)
 		}
 		if len(head) >= 60 && string(head[56:60]) == "ARM\x64" {
 			return nil
@@ -136,6 +152,39 @@ func checkKernelHeader(head []byte, arch vm.Arch, src string) error {
 		return fmt.Errorf("%w: %s is not an arm64 Image", ErrBadKernel, src)
 	}
 	return fmt.Errorf("%w: unknown architecture %q", ErrBadKernel, arch)
+}
+
+// An EFI zboot kernel (arm64 distributions' vmlinuz, Alpine's linux-virt
+// among them) is a PE program that decompresses the real kernel. vz boots
+// only the raw Image, so it is unwrapped. Its header: "MZ" at 0, "zimg" at
+// 4, the payload's offset (u32 little-endian) at 8 and size at 12, and the
+// compression's name, NUL-terminated, at 24.
+const zbootHeaderLen = 64
+
+// maxZbootPayload bounds what is read from a zboot file.
+const maxZbootPayload = 256 << 20
+
+func isZboot(head []byte) bool {
+	return len(head) >= zbootHeaderLen && string(head[0:2]) == "MZ" && string(head[4:8]) == "zimg"
+}
+
+// zbootPayload returns a reader of the compressed kernel inside the zboot
+// file f whose first bytes are head. Only gzip payloads are accepted.
+func zbootPayload(f *os.File, head []byte, src string) (io.Reader, error) {
+	off := int64(binary.LittleEndian.Uint32(head[8:12]))
+	size := int64(binary.LittleEndian.Uint32(head[12:16]))
+	comp, _, _ := bytes.Cut(head[24:zbootHeaderLen], []byte{0})
+	if string(comp) != "gzip" {
+		return nil, fmt.Errorf("%w: %s is an EFI zboot kernel compressed with %s; vibedom unwraps only gzip", ErrBadKernel, src, strconv.QuoteToASCII(string(comp)))
+	}
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if off < zbootHeaderLen || size <= 0 || size > maxZbootPayload || off+size > fi.Size() {
+		return nil, fmt.Errorf("%w: %s: zboot payload at %d, %d bytes, does not fit in the file's %d bytes", ErrBadKernel, src, off, size, fi.Size())
+	}
+	return io.NewSectionReader(f, off, size), nil
 }
 
 // checkELF checks that the program at path is an ELF executable for arch.

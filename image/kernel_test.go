@@ -3,6 +3,7 @@ package image
 import (
 	"bytes"
 	"compress/gzip"
+	"encoding/binary"
 	"errors"
 	"os"
 	"path/filepath"
@@ -28,10 +29,22 @@ func gz(t *testing.T, data []byte) []byte {
 	return b.Bytes()
 }
 
+// zbootWrap wraps payload the way the kernel's EFI zboot does: a PE stub
+// whose header says where the compressed kernel is.
+func zbootWrap(payload []byte, comp string, offset int, sizeDelta int) []byte {
+	f := make([]byte, offset+len(payload)+512)
+	copy(f, "MZ\x00\x00zimg")
+	binary.LittleEndian.PutUint32(f[8:], uint32(offset))
+	binary.LittleEndian.PutUint32(f[12:], uint32(len(payload)+sizeDelta))
+	copy(f[24:], comp+"\x00")
+	copy(f[offset:], payload)
+	return f
+}
+
 func TestWriteKernel(t *testing.T) {
 	bz := fakeKernel(0x202, "HdrS")
 	arm := fakeKernel(56, "ARM\x64")
-	zboot := fakeKernel(0, "MZ\x00\x00zimg")
+	zboot := zbootWrap(gz(t, arm), "gzip", 4096, 0)
 	tests := []struct {
 		name    string
 		arch    vm.Arch
@@ -43,7 +56,13 @@ func TestWriteKernel(t *testing.T) {
 		{"arm64 Image", vm.ArchARM64, arm, arm, nil},
 		{"arm64 Image.gz is unpacked", vm.ArchARM64, gz(t, arm), arm, nil},
 		{"gzipped x86 kernel", vm.ArchAMD64, gz(t, bz), nil, ErrBadKernel},
-		{"arm64 EFI zboot", vm.ArchARM64, zboot, nil, ErrBadKernel},
+		{"arm64 EFI zboot is unwrapped", vm.ArchARM64, zboot, arm, nil},
+		{"zboot with zstd", vm.ArchARM64, zbootWrap(gz(t, arm), "zstd", 4096, 0), nil, ErrBadKernel},
+		{"zboot payload past the end", vm.ArchARM64, zbootWrap(gz(t, arm), "gzip", 4096, 1<<20), nil, ErrBadKernel},
+		{"zboot payload inside the header", vm.ArchARM64, zbootWrap(gz(t, arm), "gzip", 8, 0), nil, ErrBadKernel},
+		{"zboot payload not gzip", vm.ArchARM64, zbootWrap(arm, "gzip", 4096, 0), nil, ErrBadKernel},
+		{"zboot holding no arm64 Image", vm.ArchARM64, zbootWrap(gz(t, bz), "gzip", 4096, 0), nil, ErrBadKernel},
+		{"zboot for x86", vm.ArchAMD64, zboot, nil, ErrBadKernel},
 		{"x86 kernel for arm64", vm.ArchARM64, bz, nil, ErrBadKernel},
 		{"arm64 kernel for x86", vm.ArchAMD64, arm, nil, ErrBadKernel},
 		{"truncated gzip", vm.ArchARM64, gz(t, arm)[:100], nil, nil},

@@ -3,9 +3,11 @@ package image
 import (
 	"bufio"
 	"bytes"
+	"compress/gzip"
 	"debug/elf"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -15,27 +17,45 @@ import (
 	"github.com/vibedom/vibedom/vm"
 )
 
-// DefaultModules are the kernel modules the guest needs: virtio transports
-// and devices, the workspace share (9p on QEMU, virtiofs on vz), OverlayFS,
-// ext4 for the scratch disk, vsock and packet sockets. Names built into the
-// kernel are skipped when resolving, so the list is the same on every arch.
-var DefaultModules = []string{
-	"virtio_pci", "virtio_mmio", "virtio_blk", "virtio_net", "virtio_console",
-	"9p", "9pnet_virtio", "virtiofs", "overlay", "ext4",
-	"vsock", "vmw_vsock_virtio_transport", "af_packet",
-	// The power button (ACPI on x86, GPIO keys on arm64 virt) and the
-	// event device the guest agent watches it through.
-	"button", "gpio_keys", "evdev",
+// ModuleList names the kernel modules a guest image needs. Required ones
+// must be a module or built into the kernel: a kernel without one is
+// refused, naming it. Optional ones are packed when the kernel has them and
+// listed in Modules.Missing when it has not (Alpine's linux-virt has no
+// gpio_keys, for one). Names built into the kernel are skipped either way,
+// so one list serves every arch.
+type ModuleList struct {
+	Required []string
+	Optional []string
 }
+
+// GuestModules are the modules of vibedom's guest: virtio transports and
+// devices, the workspace share (virtiofs; 9p, QEMU's fallback), OverlayFS,
+// ext4 for the scratch disk, vsock for vz's control channel, and the power
+// button with the event device the guest agent watches it through.
+var GuestModules = ModuleList{
+	Required: []string{
+		"virtio_pci", "virtio_blk", "virtio_net", "virtio_console",
+		"virtiofs", "overlay", "ext4",
+	},
+	Optional: []string{
+		"virtio_mmio", "9p", "9pnet_virtio",
+		"vsock", "vmw_vsock_virtio_transport", "af_packet",
+		"button", "gpio_keys", "evdev",
+	},
+}
+
+// DefaultModules is GuestModules as one list, every name required: what
+// the Debian test kernels, which have them all, are held to.
+var DefaultModules = append(slices.Clone(GuestModules.Required), GuestModules.Optional...)
 
 // Module resolution errors.
 var (
 	// ErrUnknownModule means a requested module is neither a loadable
 	// module nor built into the kernel.
 	ErrUnknownModule = errors.New("no such kernel module")
-	// ErrCompressedModule means a needed module is compressed (.ko.xz,
-	// .ko.zst, .ko.gz); the guest loads modules with a plain insmod and
-	// needs them uncompressed.
+	// ErrCompressedModule means a needed module is compressed in a form
+	// vibedom does not unpack (.ko.xz, .ko.zst). Modules compressed with gzip
+	// (.ko.gz, Alpine's) are unpacked into the initramfs.
 	ErrCompressedModule = errors.New("compressed kernel module")
 	// ErrModuleMismatch means a module was built for another kernel
 	// release or CPU architecture than the one being packed.
@@ -57,6 +77,44 @@ type Modules struct {
 	// Unresolved lists soft dependencies that matched no module and no
 	// built-in (soft dependencies are optional by nature).
 	Unresolved []string
+	// Missing lists optional modules the kernel has neither as a module
+	// nor built in.
+	Missing []string
+}
+
+// PackedName is the name a module file gets in the initramfs: rel with a
+// ".gz" compression suffix removed (such modules are unpacked, since the
+// guest loads modules with a plain finit_module).
+func PackedName(rel string) string { return strings.TrimSuffix(rel, ".gz") }
+
+// maxModuleSize bounds an unpacked module.
+const maxModuleSize = 64 << 20
+
+// ReadModule returns the content of the module file at path, unpacking a
+// .ko.gz.
+func ReadModule(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	var r io.Reader = f
+	if strings.HasSuffix(path, ".ko.gz") {
+		gz, err := gzip.NewReader(f)
+		if err != nil {
+			return nil, fmt.Errorf("unpack module %s: %w", path, err)
+		}
+		defer gz.Close()
+		r = gz
+	}
+	data, err := io.ReadAll(io.LimitReader(r, maxModuleSize+1))
+	if err != nil {
+		return nil, fmt.Errorf("read module %s: %w", path, err)
+	}
+	if len(data) > maxModuleSize {
+		return nil, fmt.Errorf("read module %s: larger than %d MiB unpacked", path, maxModuleSize>>20)
+	}
+	return data, nil
 }
 
 // moduleName turns a file name or a name as written in depends= into the
@@ -84,10 +142,14 @@ type modinfo struct {
 
 // readModinfo reads the .modinfo section of the module file at path.
 func readModinfo(path string) (*modinfo, error) {
-	if compressed(path) {
-		return nil, fmt.Errorf("%w: %s: unpack the kernel modules uncompressed (Debian's 6.1 packages ship plain .ko files)", ErrCompressedModule, path)
+	if compressed(path) && !strings.HasSuffix(path, ".ko.gz") {
+		return nil, fmt.Errorf("%w: %s: vibedom unpacks .ko.gz modules only; unpack the others first", ErrCompressedModule, path)
 	}
-	f, err := elf.Open(path)
+	raw, err := ReadModule(path)
+	if err != nil {
+		return nil, err
+	}
+	f, err := elf.NewFile(bytes.NewReader(raw))
 	if err != nil {
 		return nil, fmt.Errorf("read module %s: %w", path, err)
 	}
@@ -280,7 +342,7 @@ func (t *moduleTree) byAlias(a string) ([]string, error) {
 		slices.Sort(names)
 		for _, n := range names {
 			rel := t.files[n]
-			if compressed(rel) {
+			if compressed(rel) && !strings.HasSuffix(rel, ".ko.gz") {
 				continue
 			}
 			mi, err := readModinfo(filepath.Join(t.dir, filepath.FromSlash(rel)))
@@ -296,7 +358,8 @@ func (t *moduleTree) byAlias(a string) ([]string, error) {
 }
 
 // resolve orders want and everything it needs, dependencies first.
-func (t *moduleTree) resolve(want []string) (*Modules, error) {
+// A name in optional that the kernel lacks is listed in Missing.
+func (t *moduleTree) resolve(want, optional []string) (*Modules, error) {
 	m := &Modules{Release: t.release, Dir: t.dir}
 	const (
 		visiting = 1
@@ -390,6 +453,16 @@ func (t *moduleTree) resolve(want []string) (*Modules, error) {
 			return nil, fmt.Errorf("resolve kernel modules: %w", err)
 		}
 	}
+	for _, o := range optional {
+		n := moduleName(o)
+		if _, ok := t.files[n]; !ok && !t.builtin[n] {
+			m.Missing = append(m.Missing, n)
+			continue
+		}
+		if err := visit(n, nil); err != nil {
+			return nil, fmt.Errorf("resolve kernel modules: %w", err)
+		}
+	}
 	return m, nil
 }
 
@@ -406,5 +479,18 @@ func ResolveModules(dir string, arch vm.Arch, want []string) (*Modules, error) {
 	if err != nil {
 		return nil, err
 	}
-	return t.resolve(want)
+	return t.resolve(want, nil)
+}
+
+// ResolveModuleList resolves a required and optional module list the way
+// ResolveModules resolves one list: a required module the kernel lacks is an
+// error naming it and the chain that needs it; an optional one is listed in
+// Modules.Missing.
+func ResolveModuleList(dir string, arch vm.Arch, l ModuleList) (*Modules, error) {
+	release := filepath.Base(dir)
+	t, err := openModuleTree(dir, release, arch)
+	if err != nil {
+		return nil, err
+	}
+	return t.resolve(l.Required, l.Optional)
 }

@@ -76,7 +76,11 @@ func fakeTree(t *testing.T, mods []fakeModule, builtin []string, builtinInfo []s
 			rel = fakeRelease
 		}
 		info := append(slices.Clone(m.info), "name="+moduleName(m.path), "vermagic="+rel+" SMP preempt mod_unload modversions ")
-		if err := os.WriteFile(p, makeKO(t, mach, info...), 0o644); err != nil {
+		ko := makeKO(t, mach, info...)
+		if strings.HasSuffix(m.path, ".ko.gz") {
+			ko = gz(t, ko)
+		}
+		if err := os.WriteFile(p, ko, 0o644); err != nil {
 			t.Fatal(err)
 		}
 		order = append(order, m.path)
@@ -375,4 +379,71 @@ func TestResolveModulesDebian(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestResolveModuleListAlpine resolves an Alpine-style tree: gzip-compressed
+// modules, an optional module the kernel lacks, a required one it lacks.
+func TestResolveModuleListAlpine(t *testing.T) {
+	mods := []fakeModule{
+		{path: "kernel/drivers/virtio/virtio_ring.ko.gz", info: []string{"depends="}},
+		{path: "kernel/drivers/virtio/virtio_pci.ko.gz", info: []string{"depends=virtio_ring"}},
+		{path: "kernel/fs/ext4/ext4.ko.gz", info: []string{"depends=", "softdep=pre: crypto-crc32c"}},
+		{path: "kernel/crypto/crc32c_generic.ko.gz", info: []string{"alias=crypto-crc32c", "depends="}},
+		{path: "kernel/fs/fuse/fuse.ko.gz", info: []string{"depends="}},
+		{path: "kernel/fs/fuse/virtiofs.ko.gz", info: []string{"depends=fuse,virtio_ring"}},
+		{path: "kernel/drivers/input/evdev.ko.gz", info: []string{"depends="}},
+	}
+	dir := fakeTree(t, mods, nil, nil)
+	got, err := ResolveModuleList(dir, vm.ArchAMD64, ModuleList{
+		Required: []string{"virtio_pci", "ext4", "virtiofs"},
+		Optional: []string{"gpio_keys", "evdev", "9p"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{
+		"kernel/drivers/virtio/virtio_ring.ko.gz", "kernel/drivers/virtio/virtio_pci.ko.gz",
+		"kernel/crypto/crc32c_generic.ko.gz", "kernel/fs/ext4/ext4.ko.gz",
+		"kernel/fs/fuse/fuse.ko.gz", "kernel/fs/fuse/virtiofs.ko.gz", "kernel/drivers/input/evdev.ko.gz",
+	}
+	if !slices.Equal(got.Order, want) {
+		t.Errorf("order:\n got %v\nwant %v", got.Order, want)
+	}
+	if !slices.Equal(got.Missing, []string{"gpio_keys", "9p"}) {
+		t.Errorf("missing optional modules: got %v, want [gpio_keys 9p]", got.Missing)
+	}
+	// The packed name drops .gz and the content is the module itself.
+	if n := PackedName(got.Order[0]); n != "kernel/drivers/virtio/virtio_ring.ko" {
+		t.Errorf("PackedName: %q", n)
+	}
+	data, err := ReadModule(filepath.Join(dir, got.Order[0]))
+	if err != nil || !bytes.HasPrefix(data, []byte(elf.ELFMAG)) {
+		t.Errorf("ReadModule of a .ko.gz: %v, ELF magic %v", err, bytes.HasPrefix(data, []byte(elf.ELFMAG)))
+	}
+
+	t.Run("a required module the kernel lacks is named", func(t *testing.T) {
+		_, err := ResolveModuleList(dir, vm.ArchAMD64, ModuleList{Required: []string{"ext4", "overlay"}})
+		if !errors.Is(err, ErrUnknownModule) || !strings.Contains(err.Error(), `"overlay"`) {
+			t.Errorf("got %v, want ErrUnknownModule naming overlay", err)
+		}
+	})
+	t.Run("a corrupt .ko.gz is an error naming it", func(t *testing.T) {
+		bad := fakeTree(t, []fakeModule{{path: "kernel/fs/overlay.ko.gz"}}, nil, nil)
+		if err := os.WriteFile(filepath.Join(bad, "kernel/fs/overlay.ko.gz"), []byte("\x1f\x8bnot gzip"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := ResolveModuleList(bad, vm.ArchAMD64, ModuleList{Required: []string{"overlay"}}); err == nil || !strings.Contains(err.Error(), "overlay.ko.gz") {
+			t.Errorf("got %v, want an error naming overlay.ko.gz", err)
+		}
+	})
+	t.Run("the guest's own lists", func(t *testing.T) {
+		if len(DefaultModules) != len(GuestModules.Required)+len(GuestModules.Optional) {
+			t.Errorf("DefaultModules is not GuestModules in one list")
+		}
+		for _, m := range []string{"virtiofs", "overlay", "ext4", "virtio_blk"} {
+			if !slices.Contains(GuestModules.Required, m) {
+				t.Errorf("%s is not required", m)
+			}
+		}
+	})
 }
