@@ -1,0 +1,102 @@
+#!/usr/bin/env bash
+# vibedom smoke test for an Apple-silicon Mac. It builds and signs vibedom,
+# runs the vz backend's tests, then (when a guest image is available) boots a
+# real session on a copy of examples/sample-app, lets a scripted agent edit it,
+# applies the changes and checks them. It prints a report to paste into the
+# issue tracker: every step with its time and its result.
+#
+#   scripts/mac-smoke.sh                 # everything it can do on this Mac
+#   VIBEDOM_ASSETS=DIR scripts/mac-smoke.sh
+#
+# The guest image: until `vibedom init` builds the Alpine image on a Mac,
+# copy the arm64 test assets from a Linux machine (`make assets` there, then
+# .cache/assets/arm64) and point VIBEDOM_ASSETS at the folder holding arm64/.
+# The script never touches ~/.vibedom: it uses a throwaway home.
+set -uo pipefail
+repo="$(cd "$(dirname "$0")/.." && pwd)"
+cd "$repo"
+tmp="$(mktemp -d "${TMPDIR:-/tmp}/vibedom-smoke.XXXXXX")"
+export VIBEDOM_HOME="$tmp/home"
+report="$tmp/report.txt"
+failed=0
+
+now() { perl -MTime::HiRes=time -e 'printf "%.3f\n", time'; }
+# step NAME CMD...: runs CMD, logs its output, records its time and result.
+step() {
+	local name="$1"
+	shift
+	local log="$tmp/$(echo "$name" | tr ' /' '__').log"
+	local t0 t1 rc
+	printf '== %s ... ' "$name"
+	t0=$(now)
+	"$@" >"$log" 2>&1
+	rc=$?
+	t1=$(now)
+	local secs
+	secs=$(echo "$t1 - $t0" | bc)
+	if [ "$rc" = 0 ]; then
+		echo "ok (${secs}s)"
+		printf '%-28s ok      %8.2fs\n' "$name" "$secs" >>"$report"
+	else
+		echo "FAILED (${secs}s, exit $rc; log: $log)"
+		tail -n 15 "$log" | sed 's/^/   | /'
+		printf '%-28s FAILED  %8.2fs  exit %s: %s\n' "$name" "$secs" "$rc" "$(tail -n 1 "$log" | cut -c1-160)" >>"$report"
+		failed=1
+	fi
+	return "$rc"
+}
+skip() {
+	echo "== $1 ... skipped: $2"
+	printf '%-28s skipped  %s\n' "$1" "$2" >>"$report"
+}
+
+{
+	echo "vibedom mac smoke report"
+	echo "date:     $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+	echo "macOS:    $(sw_vers -productVersion 2>/dev/null) ($(sw_vers -buildVersion 2>/dev/null))"
+	echo "machine:  $(uname -m), $(sysctl -n machdep.cpu.brand_string 2>/dev/null), $(($(sysctl -n hw.memsize 2>/dev/null || echo 0) / 1073741824)) GiB"
+	echo "go:       $(go version 2>/dev/null)"
+	echo "vibedom:  $(git describe --tags --always --dirty 2>/dev/null)"
+} >"$report"
+
+if [ "$(uname -s)" != Darwin ] || [ "$(uname -m)" != arm64 ]; then
+	echo "mac-smoke: this script is for Apple-silicon Macs (this is $(uname -sm))" >&2
+	exit 2
+fi
+
+step "build and sign" make build
+step "entitlement present" sh -c "codesign -d --entitlements - bin/vibedom 2>&1 | grep -q com.apple.security.virtualization"
+step "vz unit tests" go test -count=1 -exec "$repo/scripts/codesign-exec.sh" ./vm/vz/...
+step "darwin type-check" go run ./tools/check-darwin ./...
+step "vibedom init" bin/vibedom init
+step "vibedom init again" bin/vibedom init
+
+assets_ok=1
+if [ -z "${VIBEDOM_ASSETS:-}" ] && [ ! -d "$VIBEDOM_HOME/assets/arm64" ] && [ ! -d "$repo/.cache/assets/arm64" ]; then
+	assets_ok=0
+fi
+
+if [ "$assets_ok" = 1 ]; then
+	app="$tmp/sample-app"
+	cp -R examples/sample-app "$app"
+	git -C "$app" init -q && git -C "$app" add -A &&
+		git -C "$app" -c user.name=smoke -c user.email=smoke@example.invalid commit -q -m sample
+	agent='set -e; cd /work; uname -m; test "$(uname -m)" = aarch64
+	echo "#!/bin/sh" > smoke.sh; echo "echo smoke ok" >> smoke.sh; chmod +x smoke.sh
+	echo "edited by the smoke test" >> README.md
+	if echo x > /mnt/workspace/escape 2>/dev/null; then echo "workspace is writable!"; exit 9; fi
+	mount -o remount,rw /mnt/workspace 2>/dev/null; if echo x > /mnt/workspace/escape 2>/dev/null; then echo "workspace writable after remount!"; exit 9; fi'
+	step "session: boot, run, collect" bin/vibedom run "$app" --no-network --preflight=off --apply -- sh -c "$agent"
+	step "changes applied" sh -c "test -x '$app/smoke.sh' && grep -q 'edited by the smoke test' '$app/README.md' && test ! -e '$app/escape'"
+	step "session timings" sh -c "bin/vibedom logs --path >/dev/null && grep -h -E 'ready|took|boot' \"\$(bin/vibedom logs --path)\"/session.log | tail -n 20"
+	cat "$tmp"/session_timings.log 2>/dev/null | sed 's/^/  timing: /' >>"$report"
+	step "undo" bin/vibedom undo
+else
+	skip "session" "no arm64 guest image (set VIBEDOM_ASSETS; see docs/mac.md)"
+fi
+
+echo
+echo "----- paste everything below into the issue -----"
+cat "$report"
+echo "logs: $tmp"
+exit "$failed"
