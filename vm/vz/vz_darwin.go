@@ -292,11 +292,9 @@ func (m *machine) stopCause() error {
 
 func (m *machine) DialControl(ctx context.Context) (net.Conn, error) {
 	return dialRetry(ctx, m.port, m.feed.ended(), func() (net.Conn, error) {
-		c, err := m.sock.Connect(m.port)
-		if err != nil {
-			return nil, err
-		}
-		return c, nil
+		// Not m.sock.Connect: vz v3.7.1 closes the framework's descriptor
+		// under it (vsock_darwin_arm64.m).
+		return vsockConnect(m.sock, m.port)
 	})
 }
 
