@@ -186,6 +186,9 @@ func BuildPatch(ctx context.Context, cs *ChangeSet, src Source, old OldTree, w i
 		var ndata []byte
 		if c := st.c; c != nil {
 			nt, nperm = c.Type, c.Mode
+			if why := specialBitsLost(c, oe); why != "" {
+				info.NotCarried = append(info.NotCarried, NotCarried{p, why})
+			}
 			switch c.Type {
 			case TypeDir:
 				if c.Op == OpAdd && oe.Type != TypeDir {
@@ -281,6 +284,39 @@ func BuildPatch(ctx context.Context, cs *ChangeSet, src Source, old OldTree, w i
 		return nil, err
 	}
 	return info, nil
+}
+
+// specialBitsLost says what a patch loses of c's setuid, setgid and sticky
+// bits (git records none), or "" when the old entry had the same ones. A
+// directory whose mode changed is reported with its whole mode elsewhere.
+func specialBitsLost(c *Change, oe OldEntry) string {
+	if c.Type != TypeFile && c.Type != TypeDir {
+		return ""
+	}
+	var old uint32
+	if oe.Type == c.Type {
+		if c.Type == TypeDir && c.Mode != oe.Mode {
+			return ""
+		}
+		old = oe.Mode & 0o7000
+	}
+	if c.Mode&0o7000 == old {
+		return ""
+	}
+	var bits []string
+	for _, b := range []struct {
+		bit  uint32
+		name string
+	}{{0o4000, "setuid"}, {0o2000, "setgid"}, {0o1000, "sticky"}} {
+		if (c.Mode^old)&b.bit != 0 {
+			bits = append(bits, b.name)
+		}
+	}
+	mode := fmt.Sprintf("mode %04o", c.Mode)
+	if oe.Type == c.Type {
+		mode += fmt.Sprintf(", was %04o", oe.Mode&0o7777)
+	}
+	return fmt.Sprintf("%s bit (%s) is not carried (git records only the executable bit)", strings.Join(bits, "/"), mode)
 }
 
 func markCarried(m map[string]bool, p string) {
