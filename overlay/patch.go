@@ -36,10 +36,12 @@ func gitMode(t FileType, perm uint32) uint32 {
 }
 
 // Source gives the host the agent's version of changed files (the guest's
-// /work), e.g. over SFTP. Paths are slash-separated and relative to the
-// overlay root; they have passed ValidatePath. The content is untrusted: the
-// patch builder checks its size and SHA-256 against the change set as it
-// reads.
+// /work), e.g. from the collection stream. Paths are slash-separated and
+// relative to the overlay root; they have passed ValidatePath. BuildPatch
+// opens each path at most once, in the change set's sorted order, and
+// reads it before opening the next, so a Source may read one stream
+// forward. The content is untrusted: the patch builder checks its size and
+// SHA-256 against the change set as it reads.
 type Source interface {
 	Open(path string) (io.ReadCloser, error)
 }

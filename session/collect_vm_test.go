@@ -1,0 +1,124 @@
+//go:build linux
+
+package session
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"path"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/pkg/sftp"
+
+	"github.com/vibedom/vibedom/guest/client"
+	"github.com/vibedom/vibedom/guest/proto"
+	"github.com/vibedom/vibedom/overlay"
+	"github.com/vibedom/vibedom/vm"
+	"github.com/vibedom/vibedom/vm/qemu"
+	"github.com/vibedom/vibedom/vm/vmtest"
+)
+
+// BenchmarkCollectVM measures collecting an npm-install-like tree (50,000
+// small files in 500 packages) from a real guest, the old way (the change
+// set as JSON, then one SFTP open/read/close per file) against the
+// collection stream, in the same VM and the same run, and reports the
+// ratio. Both build the patch with the same builder (to io.Discard).
+//
+//	go test ./session -run '^$' -bench CollectVM -benchtime 1x -timeout 30m
+func BenchmarkCollectVM(b *testing.B) {
+	g := vmtest.Boot(b, vmtest.Harness{
+		Driver: qemu.New(qemu.Options{CacheDir: os.TempDir()}), Arch: vm.ArchAMD64,
+		Transport: proto.TransportVirtioSerial, ShareFS: proto.FS9P,
+		BootTimeout: 5 * time.Minute,
+	}, map[string]string{"package.json": "{}\n"})
+	const pkgs, perPkg = 500, 100
+	script := fmt.Sprintf(`set -e
+dd if=/dev/urandom of=/mnt/scratch/chunk bs=400 count=%d 2>/dev/null
+mkdir -p /work/node_modules && cd /work/node_modules
+i=0
+while [ $i -lt %d ]; do mkdir p$i; cd p$i; split -a 2 -b 400 /mnt/scratch/chunk; cd ..; i=$((i+1)); done
+find /work/node_modules -type f | wc -l`, perPkg, pkgs)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
+	defer cancel()
+	var out, errb bytes.Buffer
+	st, err := g.Client.Exec(ctx, script, client.ExecOptions{Stdout: &out, Stderr: &errb})
+	if err != nil || !st.Success() || strings.TrimSpace(out.String()) != fmt.Sprint(pkgs*perPkg) {
+		b.Fatalf("make the tree: %v %v %q %q", st, err, out.String(), errb.String())
+	}
+	want := pkgs * perPkg
+	b.ResetTimer()
+	for range b.N {
+		t0 := time.Now()
+		n, err := collectOld(ctx, g.Client)
+		old := time.Since(t0)
+		if err != nil || n != want {
+			b.Fatalf("old path: %d files, %v", n, err)
+		}
+		t1 := time.Now()
+		n, err = collectNew(ctx, g.Client)
+		nw := time.Since(t1)
+		if err != nil || n != want {
+			b.Fatalf("stream: %d files, %v", n, err)
+		}
+		b.ReportMetric(float64(want)/old.Seconds(), "old-files/s")
+		b.ReportMetric(float64(want)/nw.Seconds(), "stream-files/s")
+		b.ReportMetric(old.Seconds()/nw.Seconds(), "ratio")
+		b.Logf("%d files: old path %.1fs (%.0f files/s), stream %.1fs (%.0f files/s): %.1f× faster",
+			want, old.Seconds(), float64(want)/old.Seconds(), nw.Seconds(), float64(want)/nw.Seconds(), old.Seconds()/nw.Seconds())
+	}
+}
+
+// countingBuild builds the patch against an empty baseline and counts the
+// files it carries.
+func countingBuild(ctx context.Context, n *int) func(*overlay.ChangeSet, overlay.Source) error {
+	return func(cs *overlay.ChangeSet, src overlay.Source) error {
+		info, err := overlay.BuildPatch(ctx, cs, src, emptyTree{}, io.Discard, overlay.BuildOptions{})
+		if err == nil {
+			*n = len(info.Files)
+		}
+		return err
+	}
+}
+
+func collectNew(ctx context.Context, c *client.Client) (int, error) {
+	var n int
+	err := collect(ctx, c, collectLimits{MaxFile: maxCollectFile, MaxTotal: 1 << 30}, countingBuild(ctx, &n))
+	return n, err
+}
+
+// collectOld is how sessions collected before the stream: the change set
+// from proto.ChangesCommand, then each file over SFTP.
+func collectOld(ctx context.Context, c *client.Client) (int, error) {
+	var out bytes.Buffer
+	st, err := c.Exec(ctx, proto.ChangesCommand, client.ExecOptions{Stdout: &limitedBuffer{buf: &out, max: maxChangeSet}})
+	if err != nil || !st.Success() {
+		return 0, fmt.Errorf("changes: %v %v", st, err)
+	}
+	cs, err := overlay.ParseChangeSet(out.Bytes())
+	if err != nil {
+		return 0, err
+	}
+	sc, err := c.SFTP()
+	if err != nil {
+		return 0, err
+	}
+	defer sc.Close()
+	var n int
+	err = countingBuild(ctx, &n)(cs, sftpSource{sc})
+	return n, err
+}
+
+// sftpSource reads the agent's files from the guest's /work over SFTP.
+type sftpSource struct{ c *sftp.Client }
+
+func (s sftpSource) Open(p string) (io.ReadCloser, error) {
+	if err := overlay.ValidatePath(p); err != nil {
+		return nil, err
+	}
+	return s.c.Open(path.Join(proto.WorkDir, p))
+}
