@@ -61,3 +61,39 @@ sha256sum big200.bin big100.bin rand2.bin`
 	}
 	c.assertNothingLeft(t)
 }
+
+// TestCollectNotCarriedVM: what a patch cannot carry — a path past 4096
+// bytes, a setuid bit, a sticky directory, a fifo — is listed as not
+// carried with its reason, and the rest of the session is still collected
+// and applied. (A path over 4096 bytes once aborted the whole collection.)
+func TestCollectNotCarriedVM(t *testing.T) {
+	requireVM(t)
+	c := newCLI(t)
+	ws := sampleWorkspace(t)
+	script := `set -e
+echo ok > ok.txt
+printf '#!/bin/sh\n' > suid.sh
+chmod 4755 suid.sh
+mkdir shared
+chmod 1777 shared
+echo x > shared/f
+mkfifo pipe
+d=` + strings.Repeat("d", 180) + `
+(i=0; while [ $i -lt 25 ]; do mkdir $d; cd -P $d; echo x > f; i=$((i+1)); done)`
+	stdout, stderr, code := c.run(t, "", "run", ws, "--memory", "512M", "--no-network", "--apply", "--", "sh", "-c", script)
+	if code != 0 {
+		t.Fatalf("exit code %d\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
+	}
+	if data, err := os.ReadFile(filepath.Join(ws, "ok.txt")); err != nil || string(data) != "ok\n" {
+		t.Errorf("ok.txt on the host: %q, %v\n%s", data, err, stderr)
+	}
+	for _, want := range []string{"Not carried", "suid.sh  setuid bit", "shared  sticky bit", "pipe  special file", "bytes"} {
+		if !strings.Contains(stderr, want) {
+			t.Errorf("the summary does not say %q:\n%s", want, stderr)
+		}
+	}
+	if !strings.Contains(stderr, "longer than 4096 bytes") && !strings.Contains(stderr, "file name too long") {
+		t.Errorf("the deep path is not reported as not carried:\n%s", stderr)
+	}
+	c.assertNothingLeft(t)
+}
