@@ -34,15 +34,19 @@ func BenchmarkCollectVM(b *testing.B) {
 	g := vmtest.Boot(b, vmtest.Harness{
 		Driver: qemu.New(qemu.Options{CacheDir: os.TempDir()}), Arch: vm.ArchAMD64,
 		Transport: proto.TransportVirtioSerial, ShareFS: proto.FS9P,
-		BootTimeout: 5 * time.Minute,
+		BootTimeout: 5 * time.Minute, ScratchSize: 4 << 30, // 65,536 inodes
 	}, map[string]string{"package.json": "{}\n"})
 	const pkgs, perPkg = 500, 100
+	// busybox has no split; awk writes the files without a fork each.
 	script := fmt.Sprintf(`set -e
-dd if=/dev/urandom of=/mnt/scratch/chunk bs=400 count=%d 2>/dev/null
 mkdir -p /work/node_modules && cd /work/node_modules
-i=0
-while [ $i -lt %d ]; do mkdir p$i; cd p$i; split -a 2 -b 400 /mnt/scratch/chunk; cd ..; i=$((i+1)); done
-find /work/node_modules -type f | wc -l`, perPkg, pkgs)
+seq 0 %[1]d | sed 's/^/p/' | xargs mkdir
+awk 'BEGIN { for (i = 0; i < %[2]d; i++) for (j = 0; j < %[3]d; j++) {
+	f = "p" i "/f" j ".js"
+	printf "/* package %%d file %%d */\nmodule.exports = function f%%d(a, b) { return [a, b, %%d].join(\"-\"); };\n// %%s\n", i, j, j, i * j, "lorem ipsum dolor sit amet, consectetur adipiscing elit, sed do eiusmod tempor incididunt ut labore et dolore magna aliqua" > f
+	close(f)
+} }'
+find /work/node_modules -type f | wc -l`, pkgs-1, pkgs, perPkg)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
 	var out, errb bytes.Buffer
@@ -87,7 +91,7 @@ func countingBuild(ctx context.Context, n *int) func(*overlay.ChangeSet, overlay
 
 func collectNew(ctx context.Context, c *client.Client) (int, error) {
 	var n int
-	err := collect(ctx, c, collectLimits{MaxFile: maxCollectFile, MaxTotal: 1 << 30}, countingBuild(ctx, &n))
+	err := collect(ctx, c, collectLimits{MaxFile: maxCollectFile, MaxTotal: 4 << 30}, countingBuild(ctx, &n))
 	return n, err
 }
 
