@@ -3,6 +3,7 @@ package session
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -157,7 +158,7 @@ func (s *streamSource) next() (*proto.Frame, error) {
 		if _, err := io.Copy(io.Discard, s.cr.Body()); err != nil {
 			return nil, err
 		}
-		s.ended, s.end = true, int64(bigEndian(b))
+		s.ended, s.end = true, int64(binary.BigEndian.Uint64(b[:]))
 		return nil, nil
 	case proto.FrameFile:
 	default:
@@ -179,14 +180,6 @@ func (s *streamSource) next() (*proto.Frame, error) {
 	s.last = f.Path
 	s.files++
 	return &f, nil
-}
-
-func bigEndian(b [8]byte) uint64 {
-	var v uint64
-	for _, x := range b {
-		v = v<<8 | uint64(x)
-	}
-	return v
 }
 
 // Open returns the content of path from the stream.
