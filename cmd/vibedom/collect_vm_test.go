@@ -87,13 +87,21 @@ d=` + strings.Repeat("d", 180) + `
 	if data, err := os.ReadFile(filepath.Join(ws, "ok.txt")); err != nil || string(data) != "ok\n" {
 		t.Errorf("ok.txt on the host: %q, %v\n%s", data, err, stderr)
 	}
-	for _, want := range []string{"Not carried", "suid.sh  setuid bit", "shared  sticky bit", "pipe  special file", "bytes"} {
+	// The deep paths make the summary long: show its lines shortened.
+	var short []string
+	for _, l := range strings.Split(stderr, "\n") {
+		if len(l) > 160 {
+			l = l[:80] + " … " + l[len(l)-70:]
+		}
+		short = append(short, l)
+	}
+	for _, want := range []string{"Not carried", "suid.sh  setuid bit", "shared  sticky bit", "pipe  special file"} {
 		if !strings.Contains(stderr, want) {
-			t.Errorf("the summary does not say %q:\n%s", want, stderr)
+			t.Errorf("the summary does not say %q:\n%s", want, strings.Join(short, "\n"))
 		}
 	}
 	if !strings.Contains(stderr, "longer than 4096 bytes") && !strings.Contains(stderr, "file name too long") {
-		t.Errorf("the deep path is not reported as not carried:\n%s", stderr)
+		t.Errorf("the deep path is not reported as not carried:\n%s", strings.Join(short, "\n"))
 	}
 	c.assertNothingLeft(t)
 }
