@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"syscall"
 
 	"github.com/vibedom/vibedom/guest/proto"
 	"github.com/vibedom/vibedom/overlay"
@@ -65,7 +66,8 @@ func writeCollection(w io.Writer, lower, upper string, maxFile int64) error {
 }
 
 func sendFile(cw *proto.CollectWriter, name string, c overlay.Change) error {
-	f, err := os.Open(name)
+	// Not through a symlink put in the file's place since the scan.
+	f, err := os.OpenFile(name, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
 	if err != nil {
 		return fmt.Errorf("send %s: %w", overlay.DisplayPath(c.Path), err)
 	}
