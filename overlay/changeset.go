@@ -11,7 +11,8 @@
 //
 // It never touches the network, never runs the agent's code, and never
 // follows a symlink on the host while writing. It does not fetch content from
-// the guest itself: the caller hands it a Source (SFTP in a real session).
+// the guest itself: the caller hands it a Source (the collection stream in a
+// real session).
 package overlay
 
 import (

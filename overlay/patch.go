@@ -36,10 +36,12 @@ func gitMode(t FileType, perm uint32) uint32 {
 }
 
 // Source gives the host the agent's version of changed files (the guest's
-// /work), e.g. over SFTP. Paths are slash-separated and relative to the
-// overlay root; they have passed ValidatePath. The content is untrusted: the
-// patch builder checks its size and SHA-256 against the change set as it
-// reads.
+// /work), e.g. from the collection stream. Paths are slash-separated and
+// relative to the overlay root; they have passed ValidatePath. BuildPatch
+// opens each path at most once, in the change set's sorted order, and
+// reads it before opening the next, so a Source may read one stream
+// forward. The content is untrusted: the patch builder checks its size and
+// SHA-256 against the change set as it reads.
 type Source interface {
 	Open(path string) (io.ReadCloser, error)
 }
@@ -206,6 +208,9 @@ func BuildPatch(ctx context.Context, cs *ChangeSet, src Source, old OldTree, w i
 		var ndata []byte
 		if c := st.c; c != nil {
 			nt, nperm = c.Type, c.Mode
+			if why := specialBitsLost(c, oe); why != "" {
+				info.NotCarried = append(info.NotCarried, NotCarried{p, why})
+			}
 			switch c.Type {
 			case TypeDir:
 				if c.Op == OpAdd && oe.Type != TypeDir {
@@ -345,6 +350,39 @@ func resolveBase(old OldTree, p string, c *Change, oe OldEntry) (res OldEntry, s
 	}
 	cur.Unknown = true
 	return cur, false, nil
+}
+
+// specialBitsLost says what a patch loses of c's setuid, setgid and sticky
+// bits (git records none), or "" when the old entry had the same ones. A
+// directory whose mode changed is reported with its whole mode elsewhere.
+func specialBitsLost(c *Change, oe OldEntry) string {
+	if c.Type != TypeFile && c.Type != TypeDir {
+		return ""
+	}
+	var old uint32
+	if oe.Type == c.Type {
+		if c.Type == TypeDir && c.Mode != oe.Mode {
+			return ""
+		}
+		old = oe.Mode & 0o7000
+	}
+	if c.Mode&0o7000 == old {
+		return ""
+	}
+	var bits []string
+	for _, b := range []struct {
+		bit  uint32
+		name string
+	}{{0o4000, "setuid"}, {0o2000, "setgid"}, {0o1000, "sticky"}} {
+		if (c.Mode^old)&b.bit != 0 {
+			bits = append(bits, b.name)
+		}
+	}
+	mode := fmt.Sprintf("mode %04o", c.Mode)
+	if oe.Type == c.Type {
+		mode += fmt.Sprintf(", was %04o", oe.Mode&0o7777)
+	}
+	return fmt.Sprintf("%s bit (%s) is not carried (git records only the executable bit)", strings.Join(bits, "/"), mode)
 }
 
 func markCarried(m map[string]bool, p string) {

@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"syscall"
 	"unicode/utf8"
@@ -34,6 +35,9 @@ const (
 type overlayFS interface {
 	kind(path string, fi fs.FileInfo) (upperKind, error)
 	opaque(path string) (bool, error)
+	// xattrs returns the extended attributes of path other than the
+	// overlay's own, by name (nil when the platform has none).
+	xattrs(path string) (map[string]string, error)
 }
 
 // ScanChanges walks the overlay upper dir against lower and returns the
@@ -121,7 +125,42 @@ func usableName(name string) bool {
 }
 
 func (s *scanner) skip(rel, reason string) {
-	s.out = append(s.out, Change{Path: strings.ToValidUTF8(DisplayPath(rel), "?"), Op: OpSkip, Type: TypeSpecial, Reason: reason})
+	d := strings.ToValidUTF8(DisplayPath(rel), "?")
+	if len(d) > maxSkipPath {
+		d = strings.ToValidUTF8(d[:maxSkipPath], "") + "…"
+	}
+	s.out = append(s.out, Change{Path: d, Op: OpSkip, Type: TypeSpecial, Reason: reason})
+}
+
+// maxSkipPath bounds the display path of a skip entry (ChangeSet.Validate
+// allows four times MaxPathLen).
+const maxSkipPath = 2 * MaxPathLen
+
+// errChanged marks a scan error that is not one entry's alone: the tree
+// changed under the scan. It fails the whole scan.
+var errChanged = errors.New("changed while reading")
+
+// entryProblem turns the error of scanning one entry into the reason it is
+// not carried, or reports that the whole scan must fail (an unsupported
+// overlay, a tree that changed under the scan). The reason holds the
+// system's words only, not the path (which the skip entry has).
+func entryProblem(err error) (string, bool) {
+	if errors.Is(err, ErrUnsupportedOverlay) || errors.Is(err, errChanged) {
+		return "", false
+	}
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		err = pe.Err
+	}
+	var le *os.LinkError
+	if errors.As(err, &le) {
+		err = le.Err
+	}
+	msg := err.Error()
+	if len(msg) > 200 || !usableName(msg) {
+		msg = "unreadable"
+	}
+	return "could not be read in the guest (" + msg + ")", true
 }
 
 // lstatLower returns the lower entry at rel, or nil when there is none (or a
@@ -146,41 +185,13 @@ func (s *scanner) dir(rel string, lowerDir, opaque bool) error {
 	}
 	inUpper := make(map[string]bool, len(ents))
 	for _, e := range ents {
-		name := e.Name()
-		p := join(rel, name)
-		ufi, err := e.Info()
-		if err != nil {
-			return fmt.Errorf("scan upper %s: %w", DisplayPath(p), err)
-		}
-		k, err := s.ofs.kind(s.up(p), ufi)
-		if err != nil {
-			return err
-		}
-		var lfi fs.FileInfo
-		if lowerDir {
-			if lfi, err = s.lstatLower(p); err != nil {
+		p := join(rel, e.Name())
+		if err := s.dirEntry(p, e, lowerDir, opaque, inUpper); err != nil {
+			why, ok := entryProblem(err)
+			if !ok {
 				return err
 			}
-		}
-		if k != upperWhiteout {
-			inUpper[name] = true
-		}
-		if !usableName(name) {
-			if k != upperWhiteout {
-				s.skip(p, "name is not valid UTF-8 or holds control characters")
-			}
-			continue
-		}
-		if k == upperWhiteout {
-			if lfi != nil && !opaque {
-				if err := s.deleteTree(p, lfi); err != nil {
-					return err
-				}
-			}
-			continue
-		}
-		if err := s.entry(p, ufi, lfi); err != nil {
-			return err
+			s.skip(p, why)
 		}
 	}
 	if lowerDir && opaque {
@@ -204,6 +215,98 @@ func (s *scanner) dir(rel string, lowerDir, opaque bool) error {
 			}
 		}
 	}
+	return nil
+}
+
+// dirEntry scans one entry of an upper directory (see dir). Its error is
+// that entry's alone unless entryProblem says otherwise.
+func (s *scanner) dirEntry(p string, e fs.DirEntry, lowerDir, opaque bool, inUpper map[string]bool) error {
+	name := e.Name()
+	ufi, err := e.Info()
+	if err != nil {
+		return fmt.Errorf("scan upper %s: %w", DisplayPath(p), err)
+	}
+	k, err := s.ofs.kind(s.up(p), ufi)
+	if err != nil {
+		return err
+	}
+	if k != upperWhiteout {
+		inUpper[name] = true
+	}
+	if !usableName(name) {
+		if k != upperWhiteout {
+			s.skip(p, "name is not valid UTF-8 or holds control characters")
+		}
+		return nil
+	}
+	if len(p) > MaxPathLen {
+		if k == upperWhiteout {
+			s.skip(p, fmt.Sprintf("deleted, but the path is longer than %d bytes", MaxPathLen))
+		} else {
+			s.skip(p, fmt.Sprintf("path is longer than %d bytes (with everything under it)", MaxPathLen))
+		}
+		return nil
+	}
+	var lfi fs.FileInfo
+	if lowerDir {
+		if lfi, err = s.lstatLower(p); err != nil {
+			return err
+		}
+	}
+	if k == upperWhiteout {
+		if lfi != nil && !opaque {
+			return s.deleteTree(p, lfi)
+		}
+		return nil
+	}
+	if err := s.entry(p, ufi, lfi); err != nil {
+		return err
+	}
+	return s.xattrChanges(p, typeOf(ufi), lfi)
+}
+
+// xattrChanges reports the extended attributes of the upper entry at p
+// that lower's entry (lfi, nil if none) does not have with the same value:
+// a patch carries none of them.
+func (s *scanner) xattrChanges(p string, t FileType, lfi fs.FileInfo) error {
+	if t == TypeSpecial {
+		return nil
+	}
+	ux, err := s.ofs.xattrs(s.up(p))
+	if err != nil || len(ux) == 0 {
+		return err
+	}
+	var lx map[string]string
+	if lfi != nil {
+		if lx, err = s.ofs.xattrs(s.low(p)); err != nil {
+			lx = nil
+		}
+	}
+	var names []string
+	for n, v := range ux {
+		if lv, ok := lx[n]; !ok || lv != v {
+			names = append(names, n)
+		}
+	}
+	if len(names) == 0 {
+		return nil
+	}
+	sort.Strings(names)
+	list := ""
+	for _, n := range names {
+		if !usableName(n) {
+			n = strconv.Quote(n)
+		}
+		if len(list)+len(n) > 900 {
+			list += ", …"
+			break
+		}
+		if list != "" {
+			list += ", "
+		}
+		list += n
+	}
+	s.skip(p, "extended attributes are not carried: "+list)
 	return nil
 }
 
@@ -345,7 +448,7 @@ func (s *scanner) compareFile(p string, ufi, lfi fs.FileInfo, sameType bool) (st
 		}
 	}
 	if n != ufi.Size() {
-		return "", false, fmt.Errorf("scan upper %s: size changed while reading (%d, then %d bytes); stop the agent before listing changes", DisplayPath(p), ufi.Size(), n)
+		return "", false, fmt.Errorf("scan upper %s: %w (%d, then %d bytes); stop the agent before listing changes", DisplayPath(p), errChanged, ufi.Size(), n)
 	}
 	if equal {
 		// Lower must end where upper did.
@@ -359,6 +462,10 @@ func (s *scanner) compareFile(p string, ufi, lfi fs.FileInfo, sameType bool) (st
 // deleteTree records the deletion of the lower entry at p and, for a
 // directory, of everything under it.
 func (s *scanner) deleteTree(p string, lfi fs.FileInfo) error {
+	if len(p) > MaxPathLen {
+		s.skip(p, fmt.Sprintf("deleted, but the path is longer than %d bytes", MaxPathLen))
+		return nil
+	}
 	if !usableName(filepath.Base(filepath.FromSlash(p))) {
 		s.skip(p, "deleted, but the name is not valid UTF-8 or holds control characters")
 		return nil
@@ -390,6 +497,7 @@ type allOpaque struct{}
 
 func (allOpaque) kind(string, fs.FileInfo) (upperKind, error) { return upperNormal, nil }
 func (allOpaque) opaque(string) (bool, error)                 { return true, nil }
+func (allOpaque) xattrs(string) (map[string]string, error)    { return nil, nil }
 
 // DiffTrees returns the change set that turns the plain directory tree
 // oldDir into newDir, as ScanChanges would for an overlay whose upper dir

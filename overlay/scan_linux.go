@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"strings"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -77,4 +78,41 @@ func (platformOverlay) opaque(path string) (bool, error) {
 		return false, err
 	}
 	return ok && v == "y", nil
+}
+
+// maxXattrs bounds what xattrs reads of one entry.
+const maxXattrs = 64 << 10
+
+// xattrs lists path's extended attributes other than the overlay's own
+// (trusted.overlay.*, user.overlay.*), with their values. A file system
+// without xattrs has none.
+func (platformOverlay) xattrs(path string) (map[string]string, error) {
+	buf := make([]byte, 4096)
+	n, err := unix.Llistxattr(path, buf)
+	if errors.Is(err, unix.ERANGE) {
+		buf = make([]byte, maxXattrs)
+		n, err = unix.Llistxattr(path, buf)
+	}
+	switch {
+	case errors.Is(err, unix.ENOTSUP), errors.Is(err, unix.EOPNOTSUPP):
+		return nil, nil
+	case err != nil:
+		return nil, &fs.PathError{Op: "listxattr", Path: path, Err: err}
+	}
+	var out map[string]string
+	for _, name := range strings.Split(string(buf[:n]), "\x00") {
+		if name == "" || strings.HasPrefix(name, "trusted.overlay.") || strings.HasPrefix(name, "user.overlay.") {
+			continue
+		}
+		if out == nil {
+			out = make(map[string]string)
+		}
+		v := make([]byte, maxXattrs)
+		k, err := unix.Lgetxattr(path, name, v)
+		if err != nil {
+			k, v = 0, []byte("?unreadable")
+		}
+		out[name] = string(v[:k])
+	}
+	return out, nil
 }

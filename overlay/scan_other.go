@@ -15,3 +15,4 @@ var errNoOverlay = errors.New("scan overlay: OverlayFS exists only on Linux")
 
 func (platformOverlay) kind(string, fs.FileInfo) (upperKind, error) { return 0, errNoOverlay }
 func (platformOverlay) opaque(string) (bool, error)                 { return false, errNoOverlay }
+func (platformOverlay) xattrs(string) (map[string]string, error)    { return nil, errNoOverlay }

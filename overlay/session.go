@@ -57,7 +57,7 @@ func writeSessionPatch(ctx context.Context, sessionDir string, cs *ChangeSet, sr
 }
 
 // DirSource reads the agent's content from a local directory (a test stand
-// in for SFTP, or a mounted copy of the guest's /work). It never follows
+// in for the guest, or a mounted copy of the guest's /work). It never follows
 // symlinks.
 func DirSource(dir string) Source { return &dirSource{dir: dir} }
 

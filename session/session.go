@@ -5,11 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"path"
 	"time"
-
-	"github.com/pkg/sftp"
 
 	"github.com/vibedom/vibedom/guest/client"
 	"github.com/vibedom/vibedom/guest/proto"
@@ -177,33 +173,23 @@ func (s *sess) shell(ctx context.Context) (client.ExitStatus, error) {
 	})
 }
 
-// collectChanges asks the guest for the overlay's change set and builds the
-// patch from it, reading new content over SFTP.
+// collectChanges streams the overlay's change set and the changed files'
+// content from the guest (one command, one channel: see collect) and builds
+// the session's patch from them.
 func (s *sess) collectChanges(ctx context.Context) (*overlay.PatchInfo, error) {
-	var out, errOut bytes.Buffer
-	st, err := s.client.Exec(ctx, proto.ChangesCommand, client.ExecOptions{
-		Stdout: &limitedBuffer{buf: &out, max: maxChangeSet}, Stderr: &limitedBuffer{buf: &errOut, max: 64 << 10},
+	var info *overlay.PatchInfo
+	lim := collectLimits{MaxFile: maxCollectFile, MaxTotal: s.opts.ScratchSize}
+	err := collect(ctx, s.client, lim, func(cs *overlay.ChangeSet, src overlay.Source) error {
+		var err error
+		info, err = overlay.WriteSessionPatch(ctx, s.dir, cs, src, s.log)
+		if err == nil {
+			s.log.Info("patch written", "changes", len(cs.Changes), "files", len(info.Files), "not_carried", len(info.NotCarried))
+		}
+		return err
 	})
 	if err != nil {
 		return nil, err
 	}
-	if st.Code != 0 || st.Signal != "" {
-		return nil, fmt.Errorf("the guest could not list the changes (exit %d): %s", st.ShellCode(), sanitizeLine(errOut.String()))
-	}
-	cs, err := overlay.ParseChangeSet(out.Bytes())
-	if err != nil {
-		return nil, err
-	}
-	sc, err := s.client.SFTP()
-	if err != nil {
-		return nil, fmt.Errorf("open SFTP to the guest: %w", err)
-	}
-	defer sc.Close()
-	info, err := overlay.WriteSessionPatch(ctx, s.dir, cs, sftpSource{sc}, s.log)
-	if err != nil {
-		return nil, err
-	}
-	s.log.Info("patch written", "files", len(cs.Changes))
 	return info, nil
 }
 
@@ -227,20 +213,6 @@ func (s *sess) review(ctx context.Context) error {
 	}
 	s.log.Info("review", "outcome", outcome)
 	return nil
-}
-
-// sftpSource reads the agent's files from the guest's /work.
-type sftpSource struct{ c *sftp.Client }
-
-func (s sftpSource) Open(p string) (io.ReadCloser, error) {
-	if err := overlay.ValidatePath(p); err != nil {
-		return nil, err
-	}
-	f, err := s.c.Open(path.Join(proto.WorkDir, p))
-	if err != nil {
-		return nil, fmt.Errorf("read %s from the guest: %w", p, err)
-	}
-	return f, nil
 }
 
 // limitedBuffer fails writes past max bytes instead of growing without

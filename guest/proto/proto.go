@@ -176,6 +176,13 @@ const (
 	// paths; the server is not chrooted.
 	SubsystemSFTP = "sftp"
 	// ChangesCommand is the exec command line that prints the overlay's
-	// change set as JSON (overlay.ChangeSet) on stdout.
+	// change set as JSON (overlay.ChangeSet) on stdout. Sessions use
+	// CollectCommand; this stays for tools and the collection benchmark.
 	ChangesCommand = GuestBinaryPath + " changes"
+	// CollectCommand is the exec command line that writes the collection
+	// stream (see CollectMagic) on stdout: the change set, then the content
+	// of every added or modified regular file. It takes one argument, the
+	// largest file in bytes whose content is sent (larger ones are listed
+	// only).
+	CollectCommand = GuestBinaryPath + " collect"
 )

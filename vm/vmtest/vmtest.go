@@ -45,6 +45,9 @@ type Harness struct {
 	CPUs, MemoryMiB int
 	// BootTimeout bounds each boot (default 2 minutes: emulation is slow).
 	BootTimeout time.Duration
+	// ScratchSize is the sparse scratch disk's size (default 1 GiB: 16,384
+	// inodes, as the guest formats one per 64 KiB).
+	ScratchSize int64
 }
 
 // Guest is a booted test VM and an SSH connection to its agent.
@@ -120,7 +123,7 @@ func Boot(t testing.TB, h Harness, files map[string]string) *Guest {
 	if err := os.WriteFile(scratch, nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.Truncate(scratch, 1<<30); err != nil {
+	if err := os.Truncate(scratch, h.ScratchSize); err != nil {
 		t.Fatal(err)
 	}
 	stateDir, err := os.MkdirTemp("", "vmtest-")
@@ -162,6 +165,9 @@ func (h *Harness) defaults() {
 		h.BootTimeout = 2 * time.Minute
 	}
 	info := h.Driver.Info()
+	if h.ScratchSize == 0 {
+		h.ScratchSize = 1 << 30
+	}
 	if h.ShareFS == "" {
 		h.ShareFS = proto.FS9P
 		if info.ShareFS == vm.ShareVirtiofs {

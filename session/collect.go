@@ -1,0 +1,247 @@
+package session
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+
+	"github.com/vibedom/vibedom/guest/client"
+	"github.com/vibedom/vibedom/guest/proto"
+	"github.com/vibedom/vibedom/overlay"
+)
+
+// maxCollectFile is the largest file whose content is collected; larger
+// ones are reported as not carried (overlay.BuildOptions.MaxFileSize's
+// default, which the patch builder applies).
+const maxCollectFile = 256 << 20
+
+// guestExec runs a command in the guest (client.Client does).
+type guestExec interface {
+	Exec(ctx context.Context, cmd string, o client.ExecOptions) (client.ExitStatus, error)
+}
+
+// collectLimits bound what the host accepts from the guest's collection
+// stream.
+type collectLimits struct {
+	// MaxFile is the largest file whose content is asked for.
+	MaxFile int64
+	// MaxTotal bounds the sum of the sizes of the files asked for: the
+	// scratch disk's size, which holds them all in the guest.
+	MaxTotal int64
+}
+
+// collect runs proto.CollectCommand in the guest and reads its stream: the
+// change set, validated, is handed with a Source of the files' content to
+// build, which must read what it needs and return; then collect checks that
+// the stream ended as announced and the command succeeded. Everything from
+// the guest is bounded and checked before use (see streamSource); nothing
+// is written here, only by build.
+func collect(ctx context.Context, g guestExec, lim collectLimits, build func(*overlay.ChangeSet, overlay.Source) error) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	pr, pw := io.Pipe()
+	errOut := &limitedBuffer{buf: &bytes.Buffer{}, max: 64 << 10}
+	type result struct {
+		st  client.ExitStatus
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		st, err := g.Exec(ctx, proto.CollectCommand+" "+strconv.FormatInt(lim.MaxFile, 10), client.ExecOptions{Stdout: pw, Stderr: errOut})
+		if err == nil {
+			err = io.EOF
+		}
+		pw.CloseWithError(err)
+		done <- result{st, err}
+	}()
+	err := readCollection(pr, lim, build)
+	if err != nil {
+		// Stop the guest's writer; its status says more when it failed first.
+		pr.CloseWithError(err)
+		cancel()
+	}
+	r := <-done
+	if errors.Is(r.err, io.EOF) && !r.st.Success() {
+		// The command ran and failed: its own words come first.
+		gerr := fmt.Errorf("the guest could not collect the changes (%s): %s", r.st, sanitizeLine(errOut.buf.String()))
+		return errors.Join(gerr, err)
+	}
+	if err != nil {
+		return err
+	}
+	if !errors.Is(r.err, io.EOF) {
+		return fmt.Errorf("collect the changes: %w", r.err)
+	}
+	return nil
+}
+
+// readCollection reads one collection stream from r (see collect).
+func readCollection(r io.Reader, lim collectLimits, build func(*overlay.ChangeSet, overlay.Source) error) error {
+	cr, err := proto.NewCollectReader(r, proto.CollectLimits{MaxPath: overlay.MaxPathLen, MaxChangeSet: maxChangeSet, MaxFile: lim.MaxFile})
+	if err != nil {
+		return err
+	}
+	f, err := cr.Next()
+	if err != nil {
+		return err
+	}
+	if f.Kind != proto.FrameChangeSet {
+		return fmt.Errorf("%w: the first frame is not the change set", proto.ErrCollectStream)
+	}
+	data, err := io.ReadAll(cr.Body())
+	if err != nil {
+		return err
+	}
+	cs, err := overlay.ParseChangeSet(data)
+	if err != nil {
+		return err
+	}
+	src := &streamSource{cr: cr, want: make(map[string]*overlay.Change)}
+	var total int64
+	for i := range cs.Changes {
+		c := &cs.Changes[i]
+		if c.Type != overlay.TypeFile || (c.Op != overlay.OpAdd && c.Op != overlay.OpModify) || c.Size > lim.MaxFile {
+			continue
+		}
+		if total += c.Size; total > lim.MaxTotal {
+			return fmt.Errorf("%w: the changed files add up to more than the %d bytes of the scratch disk", overlay.ErrInvalidChangeSet, lim.MaxTotal)
+		}
+		src.want[c.Path] = c
+	}
+	if err := build(cs, src); err != nil {
+		return err
+	}
+	return src.finish()
+}
+
+// streamSource hands the patch builder the files of a collection stream. It
+// reads the stream forward only: the builder asks for paths in the change
+// set's order, which is the stream's. A frame is accepted only for a path
+// the change set lists as an added or modified file within the limits, in
+// strictly increasing order (no duplicates), with the listed size (checked
+// before its body is read) and, at its end, the listed SHA-256 as well as
+// its own trailer's. Frames the builder does not ask for are read and
+// checked, then dropped.
+type streamSource struct {
+	cr    *proto.CollectReader
+	want  map[string]*overlay.Change
+	cur   *proto.Frame // read but not yet consumed
+	last  string       // path of the last file frame
+	files int64        // file frames seen
+	ended bool
+	end   int64 // the end frame's count
+}
+
+var _ overlay.Source = (*streamSource)(nil)
+
+// next reads the next frame header and checks it; at the end frame it
+// returns nil.
+func (s *streamSource) next() (*proto.Frame, error) {
+	if s.ended {
+		return nil, nil
+	}
+	f, err := s.cr.Next()
+	if err != nil {
+		return nil, err
+	}
+	switch f.Kind {
+	case proto.FrameEnd:
+		var b [8]byte
+		if _, err := io.ReadFull(s.cr.Body(), b[:]); err != nil {
+			return nil, err
+		}
+		if _, err := io.Copy(io.Discard, s.cr.Body()); err != nil {
+			return nil, err
+		}
+		s.ended, s.end = true, int64(binary.BigEndian.Uint64(b[:]))
+		return nil, nil
+	case proto.FrameFile:
+	default:
+		return nil, fmt.Errorf("%w: a frame of kind %q among the files", proto.ErrCollectStream, f.Kind)
+	}
+	if err := overlay.ValidatePath(f.Path); err != nil {
+		return nil, fmt.Errorf("%w: %v", proto.ErrCollectStream, err)
+	}
+	if s.files > 0 && f.Path <= s.last {
+		return nil, fmt.Errorf("%w: %s sent out of order or twice", proto.ErrCollectStream, overlay.DisplayPath(f.Path))
+	}
+	c := s.want[f.Path]
+	if c == nil {
+		return nil, fmt.Errorf("%w: %s was sent but is not a changed file of the change set", proto.ErrCollectStream, overlay.DisplayPath(f.Path))
+	}
+	if f.Size != c.Size {
+		return nil, fmt.Errorf("%w: %s sent as %d bytes, listed as %d", proto.ErrCollectStream, overlay.DisplayPath(f.Path), f.Size, c.Size)
+	}
+	s.last = f.Path
+	s.files++
+	return &f, nil
+}
+
+// Open returns the content of path from the stream.
+func (s *streamSource) Open(path string) (io.ReadCloser, error) {
+	c := s.want[path]
+	if c == nil {
+		return nil, fmt.Errorf("%s is not a changed file the guest sends", overlay.DisplayPath(path))
+	}
+	for {
+		if s.cur == nil {
+			f, err := s.next()
+			if err != nil {
+				return nil, err
+			}
+			if f == nil {
+				return nil, fmt.Errorf("%w: the guest did not send %s", proto.ErrCollectStream, overlay.DisplayPath(path))
+			}
+			s.cur = f
+		}
+		switch {
+		case s.cur.Path < path:
+			s.cur = nil // Next skips its body
+			continue
+		case s.cur.Path > path:
+			return nil, fmt.Errorf("%w: the guest did not send %s", proto.ErrCollectStream, overlay.DisplayPath(path))
+		}
+		s.cur = nil
+		return &fileBody{b: s.cr.Body(), c: c}, nil
+	}
+}
+
+// finish reads the rest of the stream to its end frame, checking every
+// frame, and checks the count and that nothing follows.
+func (s *streamSource) finish() error {
+	s.cur = nil
+	for !s.ended {
+		if _, err := s.next(); err != nil {
+			return err
+		}
+	}
+	if s.end != s.files {
+		return fmt.Errorf("%w: the end frame counts %d files, %d were sent", proto.ErrCollectStream, s.end, s.files)
+	}
+	return s.cr.End()
+}
+
+// fileBody is one file's content; at its end it checks the change set's
+// hash besides the frame's own.
+type fileBody struct {
+	b *proto.FrameBody
+	c *overlay.Change
+}
+
+func (f *fileBody) Read(p []byte) (int, error) {
+	n, err := f.b.Read(p)
+	if err == io.EOF {
+		if sum := f.b.Sum(); hex.EncodeToString(sum[:]) != f.c.SHA256 {
+			return n, fmt.Errorf("%w: %s: the content sent does not match the change set's SHA-256", overlay.ErrContentMismatch, overlay.DisplayPath(f.c.Path))
+		}
+	}
+	return n, err
+}
+
+// Close leaves the rest of the body to the next frame read, which checks it.
+func (f *fileBody) Close() error { return nil }

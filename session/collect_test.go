@@ -1,0 +1,235 @@
+package session
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/vibedom/vibedom/guest/client"
+	"github.com/vibedom/vibedom/guest/proto"
+	"github.com/vibedom/vibedom/overlay"
+)
+
+// fakeGuest plays a hostile guest: it writes stream to the collect
+// command's stdout and exits with code, after writing stderr.
+type fakeGuest struct {
+	stream []byte
+	code   int
+	stderr string
+	cmd    string
+}
+
+func (g *fakeGuest) Exec(ctx context.Context, cmd string, o client.ExecOptions) (client.ExitStatus, error) {
+	g.cmd = cmd
+	if _, err := o.Stdout.Write(g.stream); err != nil {
+		return client.ExitStatus{}, ctx.Err()
+	}
+	io.WriteString(o.Stderr, g.stderr)
+	return client.ExitStatus{Code: g.code}, nil
+}
+
+// stream builds a collection stream frame by frame, correct unless told
+// otherwise.
+type stream struct{ bytes.Buffer }
+
+func newStream() *stream {
+	s := &stream{}
+	s.WriteString(proto.CollectMagic)
+	return s
+}
+
+func (s *stream) frame(kind byte, path string, size int64, body []byte, sum []byte) *stream {
+	s.WriteByte(kind)
+	binary.Write(s, binary.BigEndian, uint16(len(path)))
+	s.WriteString(path)
+	binary.Write(s, binary.BigEndian, uint64(size))
+	s.Write(body)
+	if sum == nil {
+		h := sha256.Sum256(body)
+		sum = h[:]
+	}
+	s.Write(sum)
+	return s
+}
+
+func (s *stream) changeSet(cs *overlay.ChangeSet) *stream {
+	data, _ := json.Marshal(cs)
+	return s.frame(proto.FrameChangeSet, "", int64(len(data)), data, nil)
+}
+
+func (s *stream) file(path string, body []byte) *stream {
+	return s.frame(proto.FrameFile, path, int64(len(body)), body, nil)
+}
+
+func (s *stream) end(n uint64) *stream {
+	var b [8]byte
+	binary.BigEndian.PutUint64(b[:], n)
+	return s.frame(proto.FrameEnd, "", 8, b[:], nil)
+}
+
+func fileChange(path string, content []byte) overlay.Change {
+	h := sha256.Sum256(content)
+	return overlay.Change{Path: path, Op: overlay.OpAdd, Type: overlay.TypeFile, Mode: 0o644, Size: int64(len(content)), SHA256: hex.EncodeToString(h[:])}
+}
+
+func changeSet(cs ...overlay.Change) *overlay.ChangeSet {
+	return &overlay.ChangeSet{Version: overlay.ChangeSetVersion, Changes: cs}
+}
+
+// emptyTree is a baseline with nothing in it.
+type emptyTree struct{}
+
+func (emptyTree) Old(string) (overlay.OldEntry, error) { return overlay.OldEntry{}, nil }
+
+// collectPatch runs collect on the fake guest and builds the patch as a
+// session does, into a session folder inside a parent folder it returns.
+func collectPatch(t *testing.T, g guestExec, lim collectLimits) (*overlay.PatchInfo, string, string, error) {
+	t.Helper()
+	parent := t.TempDir()
+	dir := filepath.Join(parent, "session")
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	var info *overlay.PatchInfo
+	var patch bytes.Buffer
+	err := collect(t.Context(), g, lim, func(cs *overlay.ChangeSet, src overlay.Source) error {
+		var err error
+		info, err = overlay.BuildPatch(t.Context(), cs, src, emptyTree{}, &patch, overlay.BuildOptions{ObjectDir: filepath.Join(dir, "objects"), MaxFileSize: lim.MaxFile})
+		return err
+	})
+	return info, patch.String(), parent, err
+}
+
+var testLimits = collectLimits{MaxFile: 1 << 20, MaxTotal: 4 << 20}
+
+func TestCollectStream(t *testing.T) {
+	a, b := []byte("alpha\n"), bytes.Repeat([]byte("b"), 100_000)
+	big := bytes.Repeat([]byte("x"), 2<<20) // over MaxFile: listed, not sent
+	cs := changeSet(fileChange("a.txt", a), fileChange("dir/b.txt", b), fileChange("huge.bin", big),
+		overlay.Change{Path: "dir", Op: overlay.OpAdd, Type: overlay.TypeDir, Mode: 0o755})
+	g := &fakeGuest{stream: newStream().changeSet(cs).file("a.txt", a).file("dir/b.txt", b).end(2).Bytes()}
+	info, patch, _, err := collectPatch(t, g, testLimits)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := proto.CollectCommand + " 1048576"; g.cmd != want {
+		t.Errorf("command %q, want %q", g.cmd, want)
+	}
+	if len(info.Files) != 2 || !strings.Contains(patch, "+alpha\n") {
+		t.Errorf("patch files %+v\n%s", info.Files, patch)
+	}
+	if len(info.NotCarried) != 1 || info.NotCarried[0].Path != "huge.bin" {
+		t.Errorf("not carried: %+v, want huge.bin", info.NotCarried)
+	}
+}
+
+func TestCollectStreamHostile(t *testing.T) {
+	a, b := []byte("alpha\n"), []byte("bravo\n")
+	cs := changeSet(fileChange("a.txt", a), fileChange("b.txt", b))
+	good := func() *stream { return newStream().changeSet(cs) }
+	var wrongSum [32]byte
+	tooLong := strings.Repeat("d/", overlay.MaxPathLen/2) + "x"
+	cases := []struct {
+		name   string
+		stream []byte
+		code   int
+		want   string
+	}{
+		{"empty", nil, 0, "no header"},
+		{"wrong magic", []byte("vibedom-collect/9\n"), 0, "wrong header"},
+		{"truncated header", good().Bytes()[:len(proto.CollectMagic)+5], 0, "unexpected EOF"},
+		{"truncated change set", good().Bytes()[:len(good().Bytes())-40], 0, "unexpected EOF"},
+		{"truncated file body", good().file("a.txt", a).Bytes()[:len(good().Bytes())+14], 0, "unexpected EOF"},
+		{"no end frame", good().file("a.txt", a).file("b.txt", b).Bytes(), 0, "unexpected EOF"},
+		{"missing file", good().file("b.txt", b).end(1).Bytes(), 0, "did not send a.txt"},
+		{"file before the change set", newStream().file("a.txt", a).Bytes(), 0, "first frame is not the change set"},
+		{"second change set", good().changeSet(cs).Bytes(), 0, "among the files"},
+		{"unknown kind", good().frame('Z', "", 1, []byte("z"), nil).Bytes(), 0, "unknown frame kind"},
+		{"oversized change set", newStream().frame(proto.FrameChangeSet, "", maxChangeSet+1, nil, nil).Bytes(), 0, "announces"},
+		{"oversized file", good().frame(proto.FrameFile, "a.txt", 1<<40, nil, nil).Bytes(), 0, "announces"},
+		{"path over the limit", good().frame(proto.FrameFile, tooLong, 1, []byte("x"), nil).Bytes(), 0, "path of"},
+		{"lying size", good().frame(proto.FrameFile, "a.txt", 3, []byte("alp"), nil).Bytes(), 0, "sent as 3 bytes, listed as 6"},
+		{"lying trailer", good().frame(proto.FrameFile, "a.txt", 6, a, wrongSum[:]).Bytes(), 0, "does not match its hash"},
+		{"content differs from the change set", good().file("a.txt", []byte("ALPHA\n")).Bytes(), 0, "does not match the change set"},
+		{"duplicate path", good().file("a.txt", a).file("a.txt", a).Bytes(), 0, "out of order or twice"},
+		{"out of order", good().file("b.txt", b).file("a.txt", a).end(2).Bytes(), 0, "did not send a.txt"},
+		{"path with ..", good().file("../a.txt", a).Bytes(), 0, `".." component`},
+		{"absolute path", good().file("/etc/passwd", a).Bytes(), 0, "absolute"},
+		{"path with NUL", good().file("a.txt\x00x", a).Bytes(), 0, "control character"},
+		{"file not in the change set", good().file("a.tx", a).Bytes(), 0, "not a changed file"},
+		{"end count lies", good().file("a.txt", a).file("b.txt", b).end(3).Bytes(), 0, "counts 3 files, 2 were sent"},
+		{"end frame of the wrong size", good().file("a.txt", a).file("b.txt", b).frame(proto.FrameEnd, "", 9, make([]byte, 9), nil).Bytes(), 0, "announces 9 bytes"},
+		{"data after the end", append(good().file("a.txt", a).file("b.txt", b).end(2).Bytes(), 'x'), 0, "data after the end frame"},
+		{"valid stream, failed command", good().file("a.txt", a).file("b.txt", b).end(2).Bytes(), 1, "could not collect the changes (exit status 1): scan failed"},
+		{"invalid change set", newStream().frame(proto.FrameChangeSet, "", 2, []byte("{}"), nil).Bytes(), 0, "invalid change set"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			g := &fakeGuest{stream: tc.stream, code: tc.code, stderr: "scan failed\x1b[2J"}
+			_, _, parent, err := collectPatch(t, g, testLimits)
+			if err == nil {
+				t.Fatalf("accepted")
+			}
+			if !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("error %q, want it to say %q", err, tc.want)
+			}
+			if strings.Contains(err.Error(), "\x1b") {
+				t.Errorf("the guest's escape sequence reached the error: %q", err)
+			}
+			// Nothing is written beside the session folder.
+			ents, _ := os.ReadDir(parent)
+			if len(ents) != 1 || ents[0].Name() != "session" {
+				t.Errorf("written beside the session folder: %v", ents)
+			}
+		})
+	}
+}
+
+// TestCollectStreamTotal: a change set whose files add up to more than the
+// scratch disk could hold is refused before any content is read.
+func TestCollectStreamTotal(t *testing.T) {
+	var changes []overlay.Change
+	s := newStream()
+	for i := range 5 {
+		body := bytes.Repeat([]byte{'a' + byte(i)}, 1<<20)
+		changes = append(changes, fileChange(string(rune('a'+i))+".bin", body))
+	}
+	s.changeSet(changeSet(changes...))
+	_, _, _, err := collectPatch(t, &fakeGuest{stream: s.Bytes()}, testLimits)
+	if err == nil || !strings.Contains(err.Error(), "more than the 4194304 bytes of the scratch disk") {
+		t.Errorf("error %v, want the scratch disk's bound", err)
+	}
+}
+
+// TestCollectStreamStall: a guest that stops mid-stream is ended by the
+// context; collect returns instead of hanging.
+func TestCollectStreamStall(t *testing.T) {
+	a := []byte("alpha\n")
+	g := stallGuest{prefix: newStream().changeSet(changeSet(fileChange("a.txt", a))).Bytes()}
+	ctx, cancel := context.WithCancel(t.Context())
+	err := collect(ctx, g, testLimits, func(cs *overlay.ChangeSet, src overlay.Source) error {
+		cancel()
+		_, err := src.Open("a.txt")
+		return err
+	})
+	if !errors.Is(err, context.Canceled) && !strings.Contains(err.Error(), "canceled") {
+		t.Errorf("error %v, want the cancellation", err)
+	}
+}
+
+type stallGuest struct{ prefix []byte }
+
+func (g stallGuest) Exec(ctx context.Context, cmd string, o client.ExecOptions) (client.ExitStatus, error) {
+	o.Stdout.Write(g.prefix)
+	<-ctx.Done()
+	return client.ExitStatus{}, ctx.Err()
+}
