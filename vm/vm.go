@@ -221,6 +221,31 @@ type Driver interface {
 	Start(ctx context.Context, cfg Config) (Machine, error)
 }
 
+// CheckStatus grades one Check.
+type CheckStatus string
+
+// Check grades.
+const (
+	CheckOK   CheckStatus = "ok"
+	CheckWarn CheckStatus = "warn" // works, but slower or less safe than it could
+	CheckFail CheckStatus = "fail" // stops a session
+)
+
+// Check is one finding about the host, for `vibedom doctor`.
+type Check struct {
+	Name   string      `json:"name"`
+	Status CheckStatus `json:"status"`
+	Detail string      `json:"detail,omitempty"`
+	// Fix says what to do about a warn or fail.
+	Fix string `json:"fix,omitempty"`
+}
+
+// Doctor is implemented by drivers that can say more about their host than
+// Available: each thing they need, and what to do about what is missing.
+type Doctor interface {
+	Doctor(ctx context.Context, arch Arch) []Check
+}
+
 // Transport is how the control channel reaches the guest agent.
 type Transport string
 

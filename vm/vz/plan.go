@@ -239,9 +239,10 @@ func parseMacOSVersion(s string) (major, minor int, err error) {
 	return major, minor, nil
 }
 
-// minMacOS is the oldest macOS the backend runs on: virtiofs and a forced
-// stop need macOS 12.
-const minMacOS = 12
+// minMacOS is the oldest macOS the backend runs on. Virtiofs and a forced
+// stop need 12; Alpine 3.17+ kernels need 13.3, Linux 6.2+ guests needed the
+// framework's fixes in 13.5, and saving a paused machine to disk needs 14.
+const minMacOS = 14
 
 // checkMacOSVersion turns the product version into ErrUnavailable when it
 // is too old.

@@ -353,8 +353,9 @@ func TestCheckMacOSVersion(t *testing.T) {
 	}{
 		{"15.1", false},
 		{"14.4.1", false},
-		{"12.0", false},
-		{"12", false},
+		{"14", false},
+		{"13.6.9", true},
+		{"12.0", true},
 		{"11.7.10", true},
 		{"10.15.7", true},
 		{"", true},

@@ -2,7 +2,7 @@
 // through github.com/Code-Hex/vz/v3. It is the only package of vibedom that
 // imports vz.
 //
-// The backend works on Apple silicon Macs (darwin/arm64) with macOS 12 or
+// The backend works on Apple silicon Macs (darwin/arm64) with macOS 14 or
 // later, in a binary signed with the com.apple.security.virtualization
 // entitlement. It boots an uncompressed arm64 Linux Image with an initramfs,
 // gives the guest a virtio console (hvc0) written to Config.ConsoleLog, one

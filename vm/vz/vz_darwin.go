@@ -8,7 +8,9 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"os/exec"
 	"runtime"
+	"strings"
 	"sync"
 	"syscall"
 
@@ -21,6 +23,7 @@ var (
 	_ vm.Driver  = (*Driver)(nil)
 	_ vm.Machine = (*machine)(nil)
 	_ vm.Pauser  = (*machine)(nil)
+	_ vm.Doctor  = (*Driver)(nil)
 )
 
 // The states mirrored in state.go must equal vz's: a difference makes an
@@ -44,7 +47,7 @@ var (
 func New(log *slog.Logger) (*Driver, error) { return newDriver(log), nil }
 
 // Available reports whether this Mac can run an arch guest: arm64 only, on
-// macOS 12 or later. A missing entitlement shows up only when Start
+// macOS 14 or later (minMacOS). A missing entitlement shows up only when Start
 // validates a configuration.
 func (d *Driver) Available(ctx context.Context, arch vm.Arch) error {
 	if err := checkArch(arch); err != nil {
@@ -55,6 +58,52 @@ func (d *Driver) Available(ctx context.Context, arch vm.Arch) error {
 		return fmt.Errorf("%w: read the macOS version: %v", vm.ErrUnavailable, err)
 	}
 	return checkMacOSVersion(product)
+}
+
+// Doctor implements vm.Doctor: the macOS version, the architecture, and
+// whether this binary carries the virtualization entitlement.
+func (d *Driver) Doctor(ctx context.Context, arch vm.Arch) []vm.Check {
+	var checks []vm.Check
+	product, err := syscall.Sysctl("kern.osproductversion")
+	switch {
+	case err != nil:
+		checks = append(checks, vm.Check{Name: "macOS version", Status: vm.CheckFail, Detail: err.Error()})
+	case checkMacOSVersion(product) != nil:
+		checks = append(checks, vm.Check{Name: "macOS version", Status: vm.CheckFail, Detail: "macOS " + product,
+			Fix: fmt.Sprintf("update to macOS %d or later", minMacOS)})
+	default:
+		checks = append(checks, vm.Check{Name: "macOS version", Status: vm.CheckOK, Detail: "macOS " + product})
+	}
+	if err := checkArch(arch); err != nil {
+		checks = append(checks, vm.Check{Name: "guest architecture", Status: vm.CheckFail, Detail: err.Error()})
+	} else {
+		checks = append(checks, vm.Check{Name: "guest architecture", Status: vm.CheckOK, Detail: string(arch)})
+	}
+	checks = append(checks, entitlementCheck(ctx))
+	return checks
+}
+
+// entitlementCheck asks codesign whether the running binary carries the
+// virtualization entitlement.
+func entitlementCheck(ctx context.Context) vm.Check {
+	c := vm.Check{Name: "virtualization entitlement"}
+	exe, err := os.Executable()
+	if err != nil {
+		c.Status, c.Detail = vm.CheckWarn, "cannot find this binary: "+err.Error()
+		return c
+	}
+	out, err := exec.CommandContext(ctx, "codesign", "-d", "--entitlements", "-", exe).CombinedOutput()
+	switch {
+	case err != nil && len(out) == 0:
+		c.Status, c.Detail = vm.CheckWarn, "codesign did not run: "+err.Error()
+		c.Fix = "install Xcode's command line tools (xcode-select --install)"
+	case !strings.Contains(string(out), entitlement):
+		c.Status, c.Detail = vm.CheckFail, exe+" is not signed with "+entitlement
+		c.Fix = "build with `make build`, or run: codesign --force --entitlements entitlements.plist -s - " + exe
+	default:
+		c.Status, c.Detail = vm.CheckOK, exe
+	}
+	return c
 }
 
 func hostLimits() limits {
