@@ -38,11 +38,21 @@ type proxyHandler struct {
 	src netip.AddrPort
 }
 
+// decide asks the policy about name:port; an IP literal the dial guard
+// would refuse is refused here already, whatever a rule says, so the guest
+// learns it from the CONNECT's answer (the guard refuses it again at the
+// dial).
 func (h *proxyHandler) decide(name string, port uint16) Decision {
 	if h.e.cfg.Policy == nil {
 		return Decision{Reason: "the explicit proxy has no policy"}
 	}
-	return h.e.cfg.Policy.Decide(name, port)
+	d := h.e.cfg.Policy.Decide(name, port)
+	if ip, ok := ParseAddr(name); ok && d.Allow {
+		if _, err := h.e.guard.check(ip); err != nil {
+			return Decision{Rule: d.Rule, Source: d.Source, Reason: err.Error()}
+		}
+	}
+	return d
 }
 
 func (h *proxyHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
