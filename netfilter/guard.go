@@ -149,6 +149,7 @@ type dialGuard struct {
 	log     *slog.Logger
 	hostFn  func() ([]netip.Addr, error)
 	dialer  net.Dialer
+	slots   *connSlots // nil: unbounded
 
 	mu       sync.Mutex
 	pins     map[string]netip.AddrPort // "name:port" → address (--resolve)
@@ -322,11 +323,29 @@ func (g *dialGuard) DialContext(ctx context.Context, network, addr string) (net.
 	return nil, firstRefusal
 }
 
+// dialIP opens the connection, holding one of the session's upstream
+// connection slots until it is closed.
 func (g *dialGuard) dialIP(ctx context.Context, network string, ap netip.AddrPort) (net.Conn, error) {
-	if g.raw != nil {
-		return g.raw(ctx, network, ap.String())
+	if g.slots != nil {
+		if err := g.slots.acquire(ctx); err != nil {
+			return nil, err
+		}
 	}
-	return g.dialer.DialContext(ctx, network, ap.String())
+	var c net.Conn
+	var err error
+	if g.raw != nil {
+		c, err = g.raw(ctx, network, ap.String())
+	} else {
+		c, err = g.dialer.DialContext(ctx, network, ap.String())
+	}
+	if g.slots == nil {
+		return c, err
+	}
+	if err != nil {
+		g.slots.release()
+		return nil, err
+	}
+	return &slotConn{Conn: c, slots: g.slots}, nil
 }
 
 // refused records a refused address: a deny (an alert) when the guest

@@ -91,6 +91,17 @@ type EngineConfig struct {
 	ServerFirstWait time.Duration
 	// IdleTimeout closes guest HTTP connections idle this long (2m when 0).
 	IdleTimeout time.Duration
+	// MemoryBudget bounds the memory this engine's requests in flight may
+	// hold (DefaultMemoryBudget when 0); a request it cannot cover gets
+	// 503. BodyBufferLimit is the largest body the Filter reads whole
+	// (DefaultBodyBufferLimit when 0); BodyIdleTimeout abandons a request
+	// whose body sends nothing that long (DefaultBodyIdleTimeout when 0).
+	MemoryBudget    int64
+	BodyBufferLimit int64
+	BodyIdleTimeout time.Duration
+	// MaxUpstreamConns bounds the upstream connections open at once
+	// (DefaultMaxUpstreamConns when 0).
+	MaxUpstreamConns int
 }
 
 // GoEngine is the default Engine: it terminates the guest's TLS with leaf
@@ -118,6 +129,8 @@ type GoEngine struct {
 	h2                     *http2.Server
 	dial                   DialFunc
 	guard                  *dialGuard
+	budget                 *budget
+	slots                  *connSlots
 }
 
 var _ Engine = (*GoEngine)(nil)
@@ -167,7 +180,25 @@ func NewGoEngine(cfg EngineConfig) (*GoEngine, error) {
 	for _, c := range cfg.ExtraRoots {
 		roots.AddCert(c)
 	}
+	if e.cfg.MemoryBudget <= 0 {
+		e.cfg.MemoryBudget = DefaultMemoryBudget
+	}
+	if e.cfg.BodyBufferLimit <= 0 {
+		e.cfg.BodyBufferLimit = DefaultBodyBufferLimit
+	}
+	if e.cfg.BodyIdleTimeout <= 0 {
+		e.cfg.BodyIdleTimeout = DefaultBodyIdleTimeout
+	}
+	if e.cfg.MaxUpstreamConns <= 0 {
+		e.cfg.MaxUpstreamConns = DefaultMaxUpstreamConns
+	}
+	e.budget = newBudget(e.cfg.MemoryBudget)
+	e.slots = newConnSlots(e.cfg.MaxUpstreamConns, func() {
+		e.transport1.CloseIdleConnections()
+		e.transport2.CloseIdleConnections()
+	})
 	e.guard = newDialGuard(cfg, e.events, e.log)
+	e.guard.slots = e.slots
 	e.dial = e.guard.DialContext
 	// Upstream speaks the protocol the guest chose: HTTP/1.1 for an HTTP/1.x
 	// guest, HTTP/2 (when the server offers it) for an h2 guest. Keeping the
@@ -182,8 +213,9 @@ func NewGoEngine(cfg EngineConfig) (*GoEngine, error) {
 			Protocols:             &protos,
 			TLSHandshakeTimeout:   15 * time.Second,
 			ExpectContinueTimeout: time.Second,
-			MaxIdleConns:          512,
-			MaxIdleConnsPerHost:   64,
+			MaxIdleConns:          e.cfg.MaxUpstreamConns / 2,
+			MaxIdleConnsPerHost:   maxConnsPerHost,
+			MaxConnsPerHost:       maxConnsPerHost,
 			IdleConnTimeout:       90 * time.Second,
 			DisableCompression:    true, // bodies pass as the server encoded them
 			WriteBufferSize:       32 << 10,
@@ -213,7 +245,7 @@ func NewGoEngine(cfg EngineConfig) (*GoEngine, error) {
 		}
 	}
 	e.rp1, e.rp2 = rp(e.transport1), rp(e.transport2)
-	e.h2 = &http2.Server{IdleTimeout: e.cfg.IdleTimeout, MaxConcurrentStreams: 250}
+	e.h2 = &http2.Server{IdleTimeout: e.cfg.IdleTimeout, MaxConcurrentStreams: maxStreamsPerConn}
 	return e, nil
 }
 

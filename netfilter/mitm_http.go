@@ -177,6 +177,23 @@ func (e *GoEngine) forward(w http.ResponseWriter, r *http.Request, dest fwdTarge
 		Method: r.Method,
 		Rule:   dest.decision.Rule,
 	}
+	release, err := e.budget.take(requestCharge, false)
+	if err != nil {
+		e.overBudget(w, r, dest, err)
+		return
+	}
+	defer release()
+	if n := bodyCharge(out, e.cfg.BodyBufferLimit); n > 0 {
+		releaseBody, err := e.budget.take(n, true)
+		if err != nil {
+			e.overBudget(w, r, dest, err)
+			return
+		}
+		defer releaseBody()
+	}
+	if out.Body != nil && out.Body != http.NoBody {
+		out.Body = &idleBody{ReadCloser: out.Body, rc: http.NewResponseController(w), idle: e.cfg.BodyIdleTimeout}
+	}
 	st.websocket = restrictUpgrade(out)
 	done, err := e.filter.FilterRequest(ctx, Destination{Name: dest.name, Port: dest.port}, out)
 	if err != nil {
@@ -259,6 +276,12 @@ func (e *GoEngine) modifyResponse(resp *http.Response) error {
 		st.guest.setHold(true)
 	}
 	return nil
+}
+
+// overBudget answers 503 to a request the memory budget cannot cover.
+func (e *GoEngine) overBudget(w http.ResponseWriter, r *http.Request, dest fwdTarget, err error) {
+	w.Header().Set("Retry-After", "1")
+	e.refuse(w, r, dest, http.StatusServiceUnavailable, err.Error())
 }
 
 // errUpgradeRefused is an upstream's 101 to anything but a WebSocket.
