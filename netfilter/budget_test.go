@@ -2,6 +2,7 @@ package netfilter
 
 import (
 	"bufio"
+	"context"
 	"crypto/tls"
 	"fmt"
 	"io"
@@ -210,7 +211,16 @@ func TestH2FanOutBounded(t *testing.T) {
 	fdBase := openFDs(t)
 
 	const n = 300
-	client := &http.Client{Transport: v.guestTransport(true)}
+	// Count the guest's own connections: the client may open many at
+	// first, each two open files in this test (both ends).
+	tr := v.guestTransport(true)
+	var guestConns atomic.Int64
+	dial := tr.DialContext
+	tr.DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		guestConns.Add(1)
+		return dial(ctx, network, addr)
+	}
+	client := &http.Client{Transport: tr}
 	var wg sync.WaitGroup
 	var ok atomic.Int64
 	for range n {
@@ -227,8 +237,8 @@ func TestH2FanOutBounded(t *testing.T) {
 		})
 	}
 	waitFor(t, "the upstream to be busy", func() bool { return active.Load() >= maxConnsPerHost })
-	if fds := openFDs(t); fds > fdBase+2*maxConnsPerHost+64 {
-		t.Errorf("%d open files with %d streams waiting, from %d before", fds, n, fdBase)
+	if fds, g := openFDs(t), int(guestConns.Load()); fds > fdBase+2*g+2*maxConnsPerHost+64 {
+		t.Errorf("%d open files with %d streams waiting on %d guest connections, from %d before", fds, n, g, fdBase)
 	}
 	close(release)
 	wg.Wait()
@@ -240,5 +250,64 @@ func TestH2FanOutBounded(t *testing.T) {
 	}
 	if st := v.engine.Stats(); st.UpstreamPeak > maxConnsPerHost {
 		t.Errorf("%d upstream connections open at once, over %d", st.UpstreamPeak, maxConnsPerHost)
+	}
+}
+
+// TestStalledH2StreamsBounded plays a guest that opens hundreds of HTTP/2
+// streams, each declaring a 4 MiB body and stalling after a few bytes
+// (the red team's 4 connections × 100 streams cost 2.4 GB). The session's
+// charges stay within its budget, the rest are refused with 503, and the
+// engine still serves a request without a body.
+func TestStalledH2StreamsBounded(t *testing.T) {
+	const total = 64 << 20
+	de, err := dlp.New(dlp.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := newTestEnv(t, testRules, withConfig(func(c *EngineConfig) {
+		c.MemoryBudget = total
+		c.Filter = &DLPFilter{Engine: de}
+	}))
+	v.upstreamTLS("api.test", 443, v.upCA, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		fmt.Fprint(w, "ok")
+	}))
+	client := &http.Client{Transport: v.guestTransport(true)}
+	const n = 400
+	var refused atomic.Int64
+	for range n {
+		pr, pw := io.Pipe()
+		t.Cleanup(func() { pw.Close() })
+		req, _ := http.NewRequestWithContext(t.Context(), "POST", "https://api.test/up", pr)
+		req.ContentLength = 4 << 20
+		go pw.Write(make([]byte, 1024))
+		go func() {
+			resp, err := client.Do(req)
+			if err != nil {
+				return
+			}
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusServiceUnavailable {
+				refused.Add(1)
+			}
+		}()
+	}
+	// Wait for more streams than one connection carries to have been
+	// refused (how many reach the engine depends on the client's pool).
+	waitFor(t, "streams the budget cannot cover to be refused", func() bool {
+		return v.engine.Stats().BudgetRefusals >= maxStreamsPerConn && refused.Load() > 0
+	})
+	if st := v.engine.Stats(); st.MemoryPeak > total {
+		t.Errorf("budget peak %d MiB, over %d MiB", st.MemoryPeak>>20, total>>20)
+	}
+	// A fresh connection of the same session (the client's own are full
+	// of stalled streams).
+	resp, err := (&http.Client{Transport: v.guestTransport(true)}).Get("https://api.test/still")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Errorf("a request without a body while bodies hold the budget: status %d, want 200", resp.StatusCode)
 	}
 }

@@ -358,5 +358,5 @@ func (g *dialGuard) refused(name string, port uint16, a netip.Addr, class addrCl
 	}
 	g.events.Record(Event{Time: time.Now(), Kind: "connect", Name: name, Port: port,
 		Dst: netip.AddrPortFrom(a, port).String(), Decision: decision, Reason: err.Error()})
-	g.log.Info("refused an upstream address", "name", name, "port", port, "addr", a.String(), "class", class.String())
+	g.log.Debug("refused an upstream address", "name", name, "port", port, "addr", a.String(), "class", class.String())
 }

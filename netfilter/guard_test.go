@@ -370,3 +370,25 @@ func writeFile(t *testing.T, path, data string) {
 		t.Fatal(err)
 	}
 }
+
+// TestDialGuardControl checks the default dialer's last word: the socket's
+// address is judged again, so nothing that reaches the dialer by another
+// path connects to loopback, except the exact address a --resolve pin
+// names.
+func TestDialGuardControl(t *testing.T) {
+	ln := countingListener(t)
+	g := newDialGuard(EngineConfig{HostAddrs: noHostAddrs}, discardEvents{}, discardLog)
+	if _, err := g.dialer.DialContext(t.Context(), "tcp", ln.Addr().String()); !errors.Is(err, ErrUpstreamAddress) {
+		t.Errorf("dial %s: got %v, want ErrUpstreamAddress", ln.Addr(), err)
+	}
+	pinned := netip.MustParseAddrPort(ln.Addr().String())
+	c, err := g.dialer.DialContext(context.WithValue(t.Context(), pinnedKey{}, pinned), "tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatalf("dial the pinned address: %v", err)
+	}
+	c.Close()
+	ln.waitCount(t, 1)
+	if n := ln.count.Load(); n != 1 {
+		t.Errorf("listener got %d connections, want only the pinned one", n)
+	}
+}
