@@ -18,6 +18,9 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/hpack"
+
 	"github.com/vibedom/vibedom/dlp"
 )
 
@@ -253,11 +256,11 @@ func TestH2FanOutBounded(t *testing.T) {
 	}
 }
 
-// TestStalledH2StreamsBounded plays a guest that opens hundreds of HTTP/2
-// streams, each declaring a 4 MiB body and stalling after a few bytes
-// (the red team's 4 connections × 100 streams cost 2.4 GB). The session's
-// charges stay within its budget, the rest are refused with 503, and the
-// engine still serves a request without a body.
+// TestStalledH2StreamsBounded plays the red team's guest: 4 HTTP/2
+// connections × 100 streams, each declaring a 4 MiB body and stalling
+// after a few bytes (2.4 GB before the budget). The session's charges stay
+// within its budget, the streams it cannot cover get 503, and a fresh
+// connection of the same session is still served.
 func TestStalledH2StreamsBounded(t *testing.T) {
 	const total = 64 << 20
 	de, err := dlp.New(dlp.Config{})
@@ -272,36 +275,18 @@ func TestStalledH2StreamsBounded(t *testing.T) {
 		io.Copy(io.Discard, r.Body)
 		fmt.Fprint(w, "ok")
 	}))
-	client := &http.Client{Transport: v.guestTransport(true)}
-	const n = 400
+	const conns, streams = 4, maxStreamsPerConn
 	var refused atomic.Int64
-	for range n {
-		pr, pw := io.Pipe()
-		t.Cleanup(func() { pw.Close() })
-		req, _ := http.NewRequestWithContext(t.Context(), "POST", "https://api.test/up", pr)
-		req.ContentLength = 4 << 20
-		go pw.Write(make([]byte, 1024))
-		go func() {
-			resp, err := client.Do(req)
-			if err != nil {
-				return
-			}
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusServiceUnavailable {
-				refused.Add(1)
-			}
-		}()
+	for range conns {
+		rawH2Streams(t, v, streams, &refused)
 	}
-	// Wait for more streams than one connection carries to have been
-	// refused (how many reach the engine depends on the client's pool).
-	waitFor(t, "streams the budget cannot cover to be refused", func() bool {
-		return v.engine.Stats().BudgetRefusals >= maxStreamsPerConn && refused.Load() > 0
+	maxAdmitted := int64(total/4*3) / (2*(4<<20) + requestCharge)
+	waitFor(t, "the streams the budget cannot cover to be refused", func() bool {
+		return refused.Load() >= conns*streams-maxAdmitted
 	})
 	if st := v.engine.Stats(); st.MemoryPeak > total {
 		t.Errorf("budget peak %d MiB, over %d MiB", st.MemoryPeak>>20, total>>20)
 	}
-	// A fresh connection of the same session (the client's own are full
-	// of stalled streams).
 	resp, err := (&http.Client{Transport: v.guestTransport(true)}).Get("https://api.test/still")
 	if err != nil {
 		t.Fatal(err)
@@ -309,5 +294,69 @@ func TestStalledH2StreamsBounded(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		t.Errorf("a request without a body while bodies hold the budget: status %d, want 200", resp.StatusCode)
+	}
+}
+
+// rawH2Streams opens an HTTP/2 guest connection to api.test and n streams
+// on it, each a POST declaring 4 MiB and sending 512 bytes, never ending;
+// it counts the 503 answers in refused.
+func rawH2Streams(t *testing.T, v *testEnv, n int, refused *atomic.Int64) {
+	t.Helper()
+	tc := tls.Client(v.guestConn("api.test", 443), &tls.Config{ServerName: "api.test", RootCAs: v.ca.Pool(), NextProtos: []string{"h2"}})
+	t.Cleanup(func() { tc.Close() })
+	if err := tc.HandshakeContext(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if tc.ConnectionState().NegotiatedProtocol != "h2" {
+		t.Fatal("no h2")
+	}
+	var mu sync.Mutex // framer writes
+	if _, err := io.WriteString(tc, http2.ClientPreface); err != nil {
+		t.Fatal(err)
+	}
+	fr := http2.NewFramer(tc, tc)
+	fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
+	mu.Lock()
+	fr.WriteSettings()
+	mu.Unlock()
+	go func() {
+		for {
+			f, err := fr.ReadFrame()
+			if err != nil {
+				return
+			}
+			switch f := f.(type) {
+			case *http2.SettingsFrame:
+				if !f.IsAck() {
+					mu.Lock()
+					fr.WriteSettingsAck()
+					mu.Unlock()
+				}
+			case *http2.MetaHeadersFrame:
+				if f.PseudoValue("status") == "503" {
+					refused.Add(1)
+				}
+			}
+		}
+	}()
+	var hb strings.Builder
+	enc := hpack.NewEncoder(&hb)
+	body := make([]byte, 512)
+	for i := range n {
+		hb.Reset()
+		for _, h := range [][2]string{{":method", "POST"}, {":scheme", "https"}, {":authority", "api.test"},
+			{":path", "/up"}, {"content-length", "4194304"}} {
+			enc.WriteField(hpack.HeaderField{Name: h[0], Value: h[1]})
+		}
+		id := uint32(2*i + 1)
+		mu.Lock()
+		err := fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: []byte(hb.String()), EndHeaders: true})
+		if err == nil {
+			err = fr.WriteData(id, false, body)
+		}
+		mu.Unlock()
+		if err != nil {
+			t.Fatalf("stream %d: %v", id, err)
+		}
 	}
 }

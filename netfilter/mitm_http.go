@@ -129,9 +129,15 @@ func stateOf(ctx context.Context) *reqState {
 
 // refuse answers a request the proxy will not forward, and records it.
 func (e *GoEngine) refuse(w http.ResponseWriter, r *http.Request, dest fwdTarget, status int, reason string) {
+	w.Header().Set("Connection", "close")
+	e.refuseKeep(w, r, dest, status, reason)
+}
+
+// refuseKeep is refuse without closing the connection: on HTTP/2 a
+// "Connection: close" ends every other stream of the connection too.
+func (e *GoEngine) refuseKeep(w http.ResponseWriter, r *http.Request, dest fwdTarget, status int, reason string) {
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	w.Header().Set("X-Vibedom", "refused")
-	w.Header().Set("Connection", "close")
 	w.WriteHeader(status)
 	fmt.Fprintf(w, "vibedom: %s\n", reason)
 	e.events.Record(Event{
@@ -281,7 +287,11 @@ func (e *GoEngine) modifyResponse(resp *http.Response) error {
 // overBudget answers 503 to a request the memory budget cannot cover.
 func (e *GoEngine) overBudget(w http.ResponseWriter, r *http.Request, dest fwdTarget, err error) {
 	w.Header().Set("Retry-After", "1")
-	e.refuse(w, r, dest, http.StatusServiceUnavailable, err.Error())
+	if r.ProtoMajor < 2 {
+		// The body is left unread: the HTTP/1 connection cannot go on.
+		w.Header().Set("Connection", "close")
+	}
+	e.refuseKeep(w, r, dest, http.StatusServiceUnavailable, err.Error())
 }
 
 // errUpgradeRefused is an upstream's 101 to anything but a WebSocket.
