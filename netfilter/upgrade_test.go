@@ -11,6 +11,9 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/hpack"
 )
 
 // switchingUpstream is a cooperating upstream: it answers every request
@@ -132,5 +135,60 @@ func TestUnknownUpgradeRefused(t *testing.T) {
 	}
 	if strings.Contains(raw, marker) {
 		t.Errorf("bytes sent after a refused switch reached upstream: %q", raw)
+	}
+}
+
+// TestH2ExtendedConnectRefused checks that an HTTP/2 guest cannot open a
+// tunnel with extended CONNECT (RFC 8441 WebSocket, RFC 9298 connect-udp):
+// the stream is refused and nothing reaches the upstream.
+func TestH2ExtendedConnectRefused(t *testing.T) {
+	v := newTestEnv(t, testRules)
+	up := &switchingUpstream{}
+	v.upstreamTLS("api.test", 443, v.upCA, up)
+	for _, proto := range []string{"websocket", "connect-udp", "foo"} {
+		t.Run(proto, func(t *testing.T) {
+			tc := tls.Client(v.guestConn("api.test", 443), &tls.Config{ServerName: "api.test", RootCAs: v.ca.Pool(), NextProtos: []string{"h2"}})
+			defer tc.Close()
+			if err := tc.HandshakeContext(t.Context()); err != nil {
+				t.Fatal(err)
+			}
+			io.WriteString(tc, http2.ClientPreface)
+			fr := http2.NewFramer(tc, tc)
+			fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
+			fr.WriteSettings()
+			var hb strings.Builder
+			enc := hpack.NewEncoder(&hb)
+			for _, h := range [][2]string{{":method", "CONNECT"}, {":protocol", proto}, {":scheme", "https"},
+				{":authority", "api.test"}, {":path", "/tunnel"}} {
+				enc.WriteField(hpack.HeaderField{Name: h[0], Value: h[1]})
+			}
+			fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: []byte(hb.String()), EndHeaders: true})
+			fr.WriteData(1, false, []byte("TUNNELLED-BYTES-MUST-NOT-PASS"))
+			tc.SetReadDeadline(time.Now().Add(20 * time.Second))
+			for {
+				f, err := fr.ReadFrame()
+				if err != nil {
+					t.Fatalf("no answer to stream 1: %v", err)
+				}
+				if f.Header().StreamID != 1 {
+					if s, ok := f.(*http2.SettingsFrame); ok && !s.IsAck() {
+						fr.WriteSettingsAck()
+					}
+					continue
+				}
+				if h, ok := f.(*http2.MetaHeadersFrame); ok {
+					if st := h.PseudoValue("status"); st == "200" || st == "101" {
+						t.Fatalf("extended CONNECT %s answered %s", proto, st)
+					}
+					return
+				}
+				if _, ok := f.(*http2.RSTStreamFrame); ok {
+					return
+				}
+			}
+		})
+	}
+	if ups, _ := up.seen(t); len(ups) != 0 {
+		t.Errorf("the upstream saw %d requests", len(ups))
 	}
 }
