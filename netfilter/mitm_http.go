@@ -367,7 +367,7 @@ func describeUpstreamError(host string, err error) string {
 	case errors.Is(err, errUpgradeRefused):
 		return err.Error()
 	case errors.Is(err, ErrUpstreamAddress):
-		return fmt.Sprintf("%s resolves to an address vibedom does not connect to for a name (%v); name the IP in a rule if you mean it", host, err)
+		return fmt.Sprintf("%s: %v", host, err)
 	case errors.As(err, &dnsErr):
 		return fmt.Sprintf("could not resolve %s: %v", host, dnsErr.Err)
 	case errors.Is(err, context.DeadlineExceeded):
