@@ -298,7 +298,8 @@ func (g *dialGuard) DialContext(ctx context.Context, network, addr string) (net.
 			return nil, &net.OpError{Op: "dial", Net: network, Err: &net.DNSError{Err: "no addresses", Name: name, IsNotFound: true}}
 		}
 	}
-	var firstRefusal, lastErr error
+	var firstRefusal error
+	var allowed []netip.AddrPort
 	for _, a := range addrs {
 		class, err := g.check(a)
 		if err != nil {
@@ -308,7 +309,87 @@ func (g *dialGuard) DialContext(ctx context.Context, network, addr string) (net.
 			g.refused(name, port, a, class, literal, err)
 			continue
 		}
-		c, err := g.dialIP(ctx, network, netip.AddrPortFrom(a.Unmap(), port))
+		allowed = append(allowed, netip.AddrPortFrom(a.Unmap(), port))
+	}
+	if len(allowed) == 0 {
+		return nil, firstRefusal
+	}
+	return g.dialAddrs(ctx, network, allowed)
+}
+
+// fallbackDelay is how long the first address family is tried alone
+// before the other one joins (RFC 8305, as net.Dialer does).
+const fallbackDelay = 300 * time.Millisecond
+
+// dialAddrs dials the addresses of the first one's family in turn and,
+// after fallbackDelay or its failure, those of the other family beside
+// them; the first connection wins.
+func (g *dialGuard) dialAddrs(ctx context.Context, network string, addrs []netip.AddrPort) (net.Conn, error) {
+	var primary, fallback []netip.AddrPort
+	for _, a := range addrs {
+		if a.Addr().Is4() == addrs[0].Addr().Is4() {
+			primary = append(primary, a)
+		} else {
+			fallback = append(fallback, a)
+		}
+	}
+	if len(fallback) == 0 {
+		return g.dialSerial(ctx, network, primary)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	type result struct {
+		c   net.Conn
+		err error
+	}
+	results := make(chan result, 2)
+	launch := func(list []netip.AddrPort) {
+		go func() {
+			c, err := g.dialSerial(ctx, network, list)
+			results <- result{c, err}
+		}()
+	}
+	launch(primary)
+	pending, fallbackStarted := 1, false
+	timer := time.NewTimer(fallbackDelay)
+	defer timer.Stop()
+	var firstErr error
+	for pending > 0 {
+		select {
+		case <-timer.C:
+			if !fallbackStarted {
+				launch(fallback)
+				pending, fallbackStarted = pending+1, true
+			}
+		case r := <-results:
+			pending--
+			if r.err == nil {
+				go func(n int) { // a late second winner is closed
+					for ; n > 0; n-- {
+						if late := <-results; late.c != nil {
+							late.c.Close()
+						}
+					}
+				}(pending)
+				return r.c, nil
+			}
+			if firstErr == nil {
+				firstErr = r.err
+			}
+			if !fallbackStarted {
+				launch(fallback)
+				pending, fallbackStarted = pending+1, true
+			}
+		}
+	}
+	return nil, firstErr
+}
+
+// dialSerial tries addrs in turn until one connects.
+func (g *dialGuard) dialSerial(ctx context.Context, network string, addrs []netip.AddrPort) (net.Conn, error) {
+	var lastErr error
+	for _, a := range addrs {
+		c, err := g.dialIP(ctx, network, a)
 		if err == nil {
 			return c, nil
 		}
@@ -317,10 +398,7 @@ func (g *dialGuard) DialContext(ctx context.Context, network, addr string) (net.
 			break
 		}
 	}
-	if lastErr != nil {
-		return nil, lastErr
-	}
-	return nil, firstRefusal
+	return nil, lastErr
 }
 
 // dialIP opens the connection, holding one of the session's upstream

@@ -392,3 +392,35 @@ func TestDialGuardControl(t *testing.T) {
 		t.Errorf("listener got %d connections, want only the pinned one", n)
 	}
 }
+
+// TestDialGuardFallsBackAcrossFamilies checks that a name whose first
+// address family does not answer still connects over the other (as
+// net.Dialer's Happy Eyeballs did before the guard resolved names itself),
+// and that the losing dial is abandoned.
+func TestDialGuardFallsBackAcrossFamilies(t *testing.T) {
+	abandoned := make(chan struct{})
+	raw := func(ctx context.Context, _, addr string) (net.Conn, error) {
+		if strings.HasPrefix(addr, "[") { // IPv6: never answers
+			<-ctx.Done()
+			close(abandoned)
+			return nil, ctx.Err()
+		}
+		c, s := net.Pipe()
+		s.Close()
+		return c, nil
+	}
+	lookup := func(context.Context, string) ([]netip.Addr, error) {
+		return []netip.Addr{netip.MustParseAddr("2606:4700::1"), netip.MustParseAddr("93.184.216.34")}, nil
+	}
+	g := newDialGuard(EngineConfig{Dial: raw, LookupIP: lookup, HostAddrs: noHostAddrs}, discardEvents{}, discardLog)
+	c, err := g.DialContext(t.Context(), "tcp", "dual.example.com:443")
+	if err != nil {
+		t.Fatalf("dial: %v", err)
+	}
+	c.Close()
+	select {
+	case <-abandoned:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the IPv6 dial was not abandoned")
+	}
+}
