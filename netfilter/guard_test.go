@@ -199,6 +199,14 @@ func TestDialGuardNeverDialsLocal(t *testing.T) {
 			io.Copy(io.Discard, c) // ends when the engine gives up
 		})
 	}
+	// The explicit proxy says why at CONNECT time already.
+	conn := dialProxy(t, proxy.Host)
+	fmt.Fprintf(conn, "CONNECT 0.0.0.0:%s HTTP/1.1\r\nHost: 0.0.0.0:%[1]s\r\n\r\n", p)
+	if resp, err := http.ReadResponse(bufio.NewReader(conn), nil); err != nil {
+		t.Error(err)
+	} else if body, _ := io.ReadAll(resp.Body); resp.StatusCode != http.StatusForbidden || !strings.Contains(string(body), "never reachable, whatever the rules say") {
+		t.Errorf("CONNECT 0.0.0.0 with a rule allowing it: %d %q, want 403 saying it is never reachable", resp.StatusCode, body)
+	}
 	v.events.wait(t, "guard refusal", func(e Event) bool {
 		return e.Kind == "connect" && strings.Contains(e.Reason, "vibedom never connects to")
 	})
