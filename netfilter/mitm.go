@@ -16,7 +16,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"golang.org/x/net/http2"
@@ -37,12 +36,6 @@ type Decider interface {
 
 var _ Decider = (*Policy)(nil)
 
-// ErrUpstreamAddress is returned by the default upstream dialer when a name
-// resolves to an address vibedom never connects to for a name: loopback,
-// unspecified, link-local (cloud metadata) or multicast. A rule that names
-// such an IP literally still reaches it.
-var ErrUpstreamAddress = errors.New("upstream address refused")
-
 // EngineConfig configures the Go MITM engine.
 type EngineConfig struct {
 	// CA mints the leaf certificates the guest sees. Required.
@@ -59,10 +52,28 @@ type EngineConfig struct {
 	Events EventSink
 	// Logger receives diagnostics (never secret values); nil is silent.
 	Logger *slog.Logger
-	// Dial opens upstream connections; nil uses a net.Dialer that refuses
-	// ErrUpstreamAddress addresses for names. Tests map names to loopback
-	// servers here.
+	// Every upstream connection goes through one dial guard (see
+	// docs/network.md): it resolves names itself (LookupIP), refuses
+	// addresses vibedom never connects to (ErrUpstreamAddress) and only
+	// then calls Dial with "ip:port".
+	//
+	// Dial opens a TCP connection to an address the guard has passed; nil
+	// uses a net.Dialer whose Control function checks the address again.
 	Dial DialFunc
+	// LookupIP resolves upstream names; nil asks the host's resolver.
+	LookupIP LookupFunc
+	// Resolve pins names and ports to addresses (--resolve). A pinned
+	// address is dialled for exactly that name and port even when it is
+	// loopback or private: the user named it on the command line. Nothing
+	// else reaches it.
+	Resolve []Resolve
+	// AllowPrivate lists the private ranges (RFC 1918, ULA, CGNAT) a
+	// user-scope allow-private rule opened; other private addresses are
+	// refused.
+	AllowPrivate []netip.Prefix
+	// HostAddrs lists the host's own addresses, never dialled; nil reads
+	// the host's interfaces.
+	HostAddrs func() ([]netip.Addr, error)
 	// ExtraRoots are trusted for upstream TLS in addition to the system
 	// roots.
 	ExtraRoots []*x509.Certificate
@@ -80,6 +91,17 @@ type EngineConfig struct {
 	ServerFirstWait time.Duration
 	// IdleTimeout closes guest HTTP connections idle this long (2m when 0).
 	IdleTimeout time.Duration
+	// MemoryBudget bounds the memory this engine's requests in flight may
+	// hold (DefaultMemoryBudget when 0); a request it cannot cover gets
+	// 503. BodyBufferLimit is the largest body the Filter reads whole
+	// (DefaultBodyBufferLimit when 0); BodyIdleTimeout abandons a request
+	// whose body sends nothing that long (DefaultBodyIdleTimeout when 0).
+	MemoryBudget    int64
+	BodyBufferLimit int64
+	BodyIdleTimeout time.Duration
+	// MaxUpstreamConns bounds the upstream connections open at once
+	// (DefaultMaxUpstreamConns when 0).
+	MaxUpstreamConns int
 }
 
 // GoEngine is the default Engine: it terminates the guest's TLS with leaf
@@ -106,6 +128,9 @@ type GoEngine struct {
 	rp1, rp2               *httputil.ReverseProxy
 	h2                     *http2.Server
 	dial                   DialFunc
+	guard                  *dialGuard
+	budget                 *budget
+	slots                  *connSlots
 }
 
 var _ Engine = (*GoEngine)(nil)
@@ -155,10 +180,26 @@ func NewGoEngine(cfg EngineConfig) (*GoEngine, error) {
 	for _, c := range cfg.ExtraRoots {
 		roots.AddCert(c)
 	}
-	e.dial = cfg.Dial
-	if e.dial == nil {
-		e.dial = DefaultDial
+	if e.cfg.MemoryBudget <= 0 {
+		e.cfg.MemoryBudget = DefaultMemoryBudget
 	}
+	if e.cfg.BodyBufferLimit <= 0 {
+		e.cfg.BodyBufferLimit = DefaultBodyBufferLimit
+	}
+	if e.cfg.BodyIdleTimeout <= 0 {
+		e.cfg.BodyIdleTimeout = DefaultBodyIdleTimeout
+	}
+	if e.cfg.MaxUpstreamConns <= 0 {
+		e.cfg.MaxUpstreamConns = DefaultMaxUpstreamConns
+	}
+	e.budget = newBudget(e.cfg.MemoryBudget)
+	e.slots = newConnSlots(e.cfg.MaxUpstreamConns, func() {
+		e.transport1.CloseIdleConnections()
+		e.transport2.CloseIdleConnections()
+	})
+	e.guard = newDialGuard(cfg, e.events, e.log)
+	e.guard.slots = e.slots
+	e.dial = e.guard.DialContext
 	// Upstream speaks the protocol the guest chose: HTTP/1.1 for an HTTP/1.x
 	// guest, HTTP/2 (when the server offers it) for an h2 guest. Keeping the
 	// guest's protocol end to end keeps its semantics (Upgrade, framing)
@@ -172,8 +213,9 @@ func NewGoEngine(cfg EngineConfig) (*GoEngine, error) {
 			Protocols:             &protos,
 			TLSHandshakeTimeout:   15 * time.Second,
 			ExpectContinueTimeout: time.Second,
-			MaxIdleConns:          512,
-			MaxIdleConnsPerHost:   64,
+			MaxIdleConns:          e.cfg.MaxUpstreamConns / 2,
+			MaxIdleConnsPerHost:   maxConnsPerHost,
+			MaxConnsPerHost:       maxConnsPerHost,
 			IdleConnTimeout:       90 * time.Second,
 			DisableCompression:    true, // bodies pass as the server encoded them
 			WriteBufferSize:       32 << 10,
@@ -203,7 +245,7 @@ func NewGoEngine(cfg EngineConfig) (*GoEngine, error) {
 		}
 	}
 	e.rp1, e.rp2 = rp(e.transport1), rp(e.transport2)
-	e.h2 = &http2.Server{IdleTimeout: e.cfg.IdleTimeout, MaxConcurrentStreams: 250}
+	e.h2 = &http2.Server{IdleTimeout: e.cfg.IdleTimeout, MaxConcurrentStreams: maxStreamsPerConn}
 	return e, nil
 }
 
@@ -212,45 +254,6 @@ func (e *GoEngine) Close() error {
 	e.transport1.CloseIdleConnections()
 	e.transport2.CloseIdleConnections()
 	return nil
-}
-
-// blockedUpstream reports addresses a name must never lead to.
-func blockedUpstream(a netip.Addr) bool {
-	a = a.Unmap()
-	return a.IsLoopback() || a.IsUnspecified() || a.IsLinkLocalUnicast() || a.IsLinkLocalMulticast() ||
-		a.IsInterfaceLocalMulticast() || a.IsMulticast()
-}
-
-var (
-	guardedDialer = &net.Dialer{
-		Timeout:   15 * time.Second,
-		KeepAlive: 30 * time.Second,
-		ControlContext: func(_ context.Context, _, address string, _ syscall.RawConn) error {
-			ap, err := netip.ParseAddrPort(address)
-			if err != nil {
-				return fmt.Errorf("%w: cannot parse %q", ErrUpstreamAddress, address)
-			}
-			if blockedUpstream(ap.Addr()) {
-				return fmt.Errorf("%w: %s is loopback, link-local, unspecified or multicast", ErrUpstreamAddress, ap.Addr())
-			}
-			return nil
-		},
-	}
-	plainDialer = &net.Dialer{Timeout: 15 * time.Second, KeepAlive: 30 * time.Second}
-)
-
-// DefaultDial is the engine's dialer when none is configured. It connects
-// to IP literals as named (a rule named them) and to names only when they
-// resolve to addresses blockedUpstream allows.
-func DefaultDial(ctx context.Context, network, addr string) (net.Conn, error) {
-	host, _, err := net.SplitHostPort(addr)
-	if err != nil {
-		return nil, err
-	}
-	if _, ok := ParseAddr(host); ok {
-		return plainDialer.DialContext(ctx, network, addr)
-	}
-	return guardedDialer.DialContext(ctx, network, addr)
 }
 
 type bufferPool struct{}

@@ -80,12 +80,9 @@ func newBenchEnv(b *testing.B, h http.Handler) *benchEnv {
 		Events:        lw,
 		ExtraRoots:    []*x509.Certificate{v.upCA.Certificate()},
 		NoSystemRoots: true,
-		Dial: func(ctx context.Context, network, addr string) (net.Conn, error) {
-			if addr != benchName+":443" {
-				return nil, fmt.Errorf("bench: no host %s", addr)
-			}
-			var d net.Dialer
-			return d.DialContext(ctx, network, v.upAddr)
+		Resolve:       []Resolve{{Name: benchName, Port: 443, Addr: netip.MustParseAddrPort(v.upAddr)}},
+		LookupIP: func(_ context.Context, name string) ([]netip.Addr, error) {
+			return nil, fmt.Errorf("bench: no host %s", name)
 		},
 	})
 	if err != nil {

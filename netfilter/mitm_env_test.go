@@ -25,16 +25,17 @@ import (
 // testEnv is a vibedom engine between a test "guest" and loopback upstream
 // servers that present certificates from their own CA.
 type testEnv struct {
-	t       *testing.T
-	ca      *keys.CA // the vibedom CA the guest trusts
-	upCA    *keys.CA // the upstream servers' CA (the engine trusts it as an extra root)
-	policy  *Policy
-	engine  *GoEngine
-	events  *memSink
-	log     *LogWriter
-	logDir  string
-	mu      sync.Mutex
-	servers map[string]string // "name:port" the guest sees → loopback address
+	t      *testing.T
+	ca     *keys.CA // the vibedom CA the guest trusts
+	upCA   *keys.CA // the upstream servers' CA (the engine trusts it as an extra root)
+	policy *Policy
+	engine *GoEngine
+	events *memSink
+	log    *LogWriter
+	logDir string
+	mu     sync.Mutex
+	dns    map[string][]netip.Addr // what the fake resolver answers
+	hosts  []netip.Addr            // the host's own addresses, as the guard sees them
 }
 
 type envOption func(*EngineConfig)
@@ -54,7 +55,7 @@ func newTestEnv(t *testing.T, rules string, opts ...envOption) *testEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
-	v := &testEnv{t: t, ca: ca, upCA: upCA, policy: NewPolicy(rs), events: &memSink{}, logDir: dir, servers: map[string]string{}}
+	v := &testEnv{t: t, ca: ca, upCA: upCA, policy: NewPolicy(rs), events: &memSink{}, logDir: dir, dns: map[string][]netip.Addr{}}
 	v.log, err = NewLogWriter(filepath.Join(dir, NetworkLogFile), filepath.Join(dir, AlertsLogFile))
 	if err != nil {
 		t.Fatal(err)
@@ -65,6 +66,9 @@ func newTestEnv(t *testing.T, rules string, opts ...envOption) *testEnv {
 		Policy:        v.policy,
 		Events:        EventSinkFunc(func(e Event) { v.events.Record(e); v.log.Record(e) }),
 		Dial:          v.dialUpstream,
+		LookupIP:      v.lookup,
+		HostAddrs:     v.hostAddrs,
+		AllowPrivate:  v.policy.PrivateRanges(),
 		ExtraRoots:    []*x509.Certificate{upCA.Certificate()},
 		NoSystemRoots: true,
 	}
@@ -79,17 +83,47 @@ func newTestEnv(t *testing.T, rules string, opts ...envOption) *testEnv {
 	return v
 }
 
-// dialUpstream maps the names tests use to their loopback servers; anything
-// else is refused, so no test can reach outside the machine.
+// dialUpstream is the raw dialer behind the engine's dial guard: it
+// connects only to this machine (loopback, unspecified, the addresses
+// v.hosts names), so no test can reach outside it whatever the guard lets
+// through, and a test sees what the guard wrongly let through.
 func (v *testEnv) dialUpstream(ctx context.Context, network, addr string) (net.Conn, error) {
+	ap, err := netip.ParseAddrPort(addr)
 	v.mu.Lock()
-	real, ok := v.servers[addr]
+	local := err == nil && (ap.Addr().Unmap().IsLoopback() || ap.Addr().IsUnspecified() || ap.Addr().Unmap().IsUnspecified() ||
+		slices.Contains(v.hosts, ap.Addr().Unmap()))
 	v.mu.Unlock()
-	if !ok {
-		return nil, &net.OpError{Op: "dial", Net: network, Err: &net.DNSError{Err: "no such test host", Name: addr, IsNotFound: true}}
+	if !local {
+		return nil, &net.OpError{Op: "dial", Net: network, Err: &net.DNSError{Err: "not a test host", Name: addr, IsNotFound: true}}
 	}
 	var d net.Dialer
-	return d.DialContext(ctx, network, real)
+	return d.DialContext(ctx, network, addr)
+}
+
+// lookup is the fake resolver: names answer what v.dns says, nothing else
+// exists.
+func (v *testEnv) lookup(_ context.Context, name string) ([]netip.Addr, error) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if as, ok := v.dns[name]; ok {
+		return slices.Clone(as), nil
+	}
+	return nil, &net.DNSError{Err: "no such test host", Name: name, IsNotFound: true}
+}
+
+func (v *testEnv) hostAddrs() ([]netip.Addr, error) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return slices.Clone(v.hosts), nil
+}
+
+// answer makes the fake resolver answer name with addrs.
+func (v *testEnv) answer(name string, addrs ...string) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	for _, a := range addrs {
+		v.dns[name] = append(v.dns[name], netip.MustParseAddr(a))
+	}
 }
 
 // upstreamTLS starts a TLS server for name (and whatever SNI it is asked
@@ -121,10 +155,13 @@ func (v *testEnv) upstreamPlain(name string, port uint16, h http.Handler) *httpt
 	return s
 }
 
+// addServer pins name:port to the loopback address addr, as --resolve does.
 func (v *testEnv) addServer(name string, port uint16, addr string) {
-	v.mu.Lock()
-	defer v.mu.Unlock()
-	v.servers[hostPort(name, port)] = addr
+	n := name
+	if ip, ok := ParseAddr(name); ok {
+		n = ip.String()
+	}
+	v.engine.guard.pin(n, port, netip.MustParseAddrPort(addr))
 }
 
 // tcpPair returns the two ends of a loopback TCP connection.

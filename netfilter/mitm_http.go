@@ -110,6 +110,9 @@ type reqState struct {
 	// upgrade makes the writer the guest's bytes go through after a 101
 	// (an UpgradeFilter's), or is nil.
 	upgrade func(io.Writer) io.WriteCloser
+	// websocket is true when the request asked for a WebSocket, the only
+	// protocol switch the proxy relays.
+	websocket bool
 	// guest is the guest's connection when its responses can be batched,
 	// upstream the connection the request went out on when it can flush
 	// them.
@@ -126,9 +129,15 @@ func stateOf(ctx context.Context) *reqState {
 
 // refuse answers a request the proxy will not forward, and records it.
 func (e *GoEngine) refuse(w http.ResponseWriter, r *http.Request, dest fwdTarget, status int, reason string) {
+	w.Header().Set("Connection", "close")
+	e.refuseKeep(w, r, dest, status, reason)
+}
+
+// refuseKeep is refuse without closing the connection: on HTTP/2 a
+// "Connection: close" ends every other stream of the connection too.
+func (e *GoEngine) refuseKeep(w http.ResponseWriter, r *http.Request, dest fwdTarget, status int, reason string) {
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	w.Header().Set("X-Vibedom", "refused")
-	w.Header().Set("Connection", "close")
 	w.WriteHeader(status)
 	fmt.Fprintf(w, "vibedom: %s\n", reason)
 	e.events.Record(Event{
@@ -174,6 +183,24 @@ func (e *GoEngine) forward(w http.ResponseWriter, r *http.Request, dest fwdTarge
 		Method: r.Method,
 		Rule:   dest.decision.Rule,
 	}
+	release, err := e.budget.take(requestCharge, false)
+	if err != nil {
+		e.overBudget(w, r, dest, err)
+		return
+	}
+	defer release()
+	if n := bodyCharge(out, e.cfg.BodyBufferLimit); n > 0 {
+		releaseBody, err := e.budget.take(n, true)
+		if err != nil {
+			e.overBudget(w, r, dest, err)
+			return
+		}
+		defer releaseBody()
+	}
+	if out.Body != nil && out.Body != http.NoBody {
+		out.Body = &idleBody{ReadCloser: out.Body, rc: http.NewResponseController(w), idle: e.cfg.BodyIdleTimeout}
+	}
+	st.websocket = restrictUpgrade(out)
 	done, err := e.filter.FilterRequest(ctx, Destination{Name: dest.name, Port: dest.port}, out)
 	if err != nil {
 		e.refuse(w, r, dest, http.StatusForbidden, "request refused by the content filter: "+err.Error())
@@ -182,7 +209,7 @@ func (e *GoEngine) forward(w http.ResponseWriter, r *http.Request, dest fwdTarge
 	if out.Body != nil && out.Body != http.NoBody {
 		out.Body = &countBody{ReadCloser: out.Body, n: &st.up}
 	}
-	if uf, ok := e.filter.(UpgradeFilter); ok && isWebSocketUpgrade(out) {
+	if uf, ok := e.filter.(UpgradeFilter); ok && st.websocket {
 		st.upgrade = func(w io.Writer) io.WriteCloser { return uf.UpgradeWriter(out, w) }
 	}
 	defer func() {
@@ -230,6 +257,10 @@ func (e *GoEngine) modifyResponse(resp *http.Response) error {
 	}
 	st.status.Store(int64(resp.StatusCode))
 	if resp.StatusCode == http.StatusSwitchingProtocols {
+		if !st.websocket || !strings.EqualFold(resp.Header.Get("Upgrade"), "websocket") {
+			return fmt.Errorf("%w: upstream switched to %q; only a WebSocket upgrade the proxy asked for is relayed",
+				errUpgradeRefused, shorten(resp.Header.Get("Upgrade")))
+		}
 		if rwc, ok := resp.Body.(io.ReadWriteCloser); ok {
 			var up io.ReadWriteCloser = &countRWC{ReadWriteCloser: rwc, up: &st.up, down: &st.down}
 			if st.upgrade != nil {
@@ -251,6 +282,43 @@ func (e *GoEngine) modifyResponse(resp *http.Response) error {
 		st.guest.setHold(true)
 	}
 	return nil
+}
+
+// overBudget answers 503 to a request the memory budget cannot cover.
+func (e *GoEngine) overBudget(w http.ResponseWriter, r *http.Request, dest fwdTarget, err error) {
+	w.Header().Set("Retry-After", "1")
+	if r.ProtoMajor < 2 {
+		// The body is left unread: the HTTP/1 connection cannot go on.
+		w.Header().Set("Connection", "close")
+	}
+	e.refuseKeep(w, r, dest, http.StatusServiceUnavailable, err.Error())
+}
+
+// errUpgradeRefused is an upstream's 101 to anything but a WebSocket.
+var errUpgradeRefused = errors.New("protocol switch refused")
+
+// restrictUpgrade strips every protocol upgrade from r but a WebSocket
+// (h2c, TLS, connect-udp, anything a cooperating upstream could turn into
+// an unscrubbed tunnel) and reports whether r asks for a WebSocket, whose
+// Upgrade header it then leaves as exactly "websocket". Without Upgrade the
+// request goes on as an ordinary one.
+func restrictUpgrade(r *http.Request) bool {
+	ups := r.Header.Values("Upgrade")
+	ws := len(ups) > 0 && isWebSocketUpgrade(r) && r.Method == http.MethodGet
+	for _, v := range ups {
+		for _, tok := range strings.Split(v, ",") {
+			if !strings.EqualFold(strings.TrimSpace(tok), "websocket") {
+				ws = false
+			}
+		}
+	}
+	r.Header.Del("HTTP2-Settings")
+	if ws {
+		r.Header.Set("Upgrade", "websocket")
+		return true
+	}
+	r.Header.Del("Upgrade")
+	return false
 }
 
 // upstreamError answers 502 with a plain-text body that names the reason.
@@ -296,8 +364,10 @@ func describeUpstreamError(host string, err error) string {
 		return fmt.Sprintf("upstream %s did not answer with TLS", host)
 	case errors.As(err, &alertErr):
 		return fmt.Sprintf("upstream %s refused the TLS handshake: %v", host, alertErr)
+	case errors.Is(err, errUpgradeRefused):
+		return err.Error()
 	case errors.Is(err, ErrUpstreamAddress):
-		return fmt.Sprintf("%s resolves to an address vibedom does not connect to for a name (%v); name the IP in a rule if you mean it", host, err)
+		return fmt.Sprintf("%s: %v", host, err)
 	case errors.As(err, &dnsErr):
 		return fmt.Sprintf("could not resolve %s: %v", host, dnsErr.Err)
 	case errors.Is(err, context.DeadlineExceeded):

@@ -10,7 +10,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"net/netip"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -706,30 +705,6 @@ func TestRedactURL(t *testing.T) {
 				t.Errorf("redactURL(%q): got %q, want %q", tt.raw, got, tt.want)
 			}
 		})
-	}
-}
-
-func TestDefaultDialRefusesLocalForNames(t *testing.T) {
-	ln := closingListener(t)
-	_, port, _ := net.SplitHostPort(ln.Addr().String())
-	if _, err := DefaultDial(t.Context(), "tcp", "localhost:"+port); !errors.Is(err, ErrUpstreamAddress) {
-		t.Errorf("dial localhost: got %v, want ErrUpstreamAddress", err)
-	}
-	c, err := DefaultDial(t.Context(), "tcp", "127.0.0.1:"+port)
-	if err != nil {
-		t.Errorf("dial the IP literal a rule names: %v", err)
-	} else {
-		c.Close()
-	}
-	for _, a := range []string{"127.0.0.1", "::1", "169.254.169.254", "0.0.0.0", "::ffff:127.0.0.1", "fe80::1", "224.0.0.1"} {
-		if !blockedUpstream(netip.MustParseAddr(a)) {
-			t.Errorf("blockedUpstream(%s): false, want true", a)
-		}
-	}
-	for _, a := range []string{"10.1.2.3", "192.168.1.1", "93.184.216.34", "2606:4700::1"} {
-		if blockedUpstream(netip.MustParseAddr(a)) {
-			t.Errorf("blockedUpstream(%s): true, want false", a)
-		}
 	}
 }
 

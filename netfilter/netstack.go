@@ -615,8 +615,7 @@ func (s *Stack) decideConn(dst netip.AddrPort) (Target, bool) {
 		return deny(fmt.Sprintf("the gateway serves only DNS (port 53) and the proxy (port %d)", s.cfg.ProxyPort))
 	case s.cfg.Subnet.Contains(a):
 		return deny("the guest network has no other hosts")
-	case a.IsLoopback() || a.IsUnspecified() || a.IsMulticast() || a.IsLinkLocalUnicast() ||
-		a == netip.AddrFrom4([4]byte{255, 255, 255, 255}) || a.As4()[0] == 0:
+	case neverReachable(a):
 		return deny(fmt.Sprintf("%s is never reachable from the guest", a))
 	default:
 		t.Name = a.String()

@@ -57,7 +57,12 @@ type Rule struct {
 	wildcard bool
 	port     uint16 // 0: the default ports (allow: 80 and 443; deny: all)
 	anyPort  bool
+	private  netip.Prefix // an allow-private rule's range; such a rule matches no name
 }
+
+// allowPrivatePrefix starts a rule that lets upstream names and IP rules
+// lead into a private range: "allow-private 10.1.0.0/16".
+const allowPrivatePrefix = "allow-private "
 
 // String is the rule text and its source.
 func (r Rule) String() string { return r.Text + " (" + r.Source + ")" }
@@ -190,6 +195,9 @@ func ParseRule(text, source string) (Rule, error) {
 	if text == "" {
 		return bad("empty rule")
 	}
+	if rest, ok := strings.CutPrefix(text, allowPrivatePrefix); ok {
+		return parseAllowPrivate(r, strings.TrimSpace(rest), bad)
+	}
 	if strings.ContainsFunc(text, func(c rune) bool { return c <= ' ' || c == 0x7f }) {
 		return bad("whitespace or control character inside a rule (one rule a line)")
 	}
@@ -272,6 +280,35 @@ func shorten(s string) string {
 		return s[:max] + "…"
 	}
 	return s
+}
+
+// parseAllowPrivate parses the range of an allow-private rule: a prefix
+// inside the RFC 1918, ULA or CGNAT ranges (a bare address means /32 or
+// /128).
+func parseAllowPrivate(r Rule, s string, bad func(string) (Rule, error)) (Rule, error) {
+	p, err := netip.ParsePrefix(s)
+	if err != nil {
+		a, ok := ParseAddr(s)
+		if !ok {
+			return bad("allow-private wants a range like 10.1.0.0/16 or an address")
+		}
+		p = netip.PrefixFrom(a, a.BitLen())
+	}
+	p = p.Masked()
+	if p.Addr().Is4In6() {
+		return bad("write IPv4 ranges as IPv4 (10.1.0.0/16)")
+	}
+	inside := false
+	for _, pr := range privateRanges {
+		if pr.Bits() <= p.Bits() && pr.Contains(p.Addr()) {
+			inside = true
+		}
+	}
+	if !inside {
+		return bad("allow-private takes a range inside 10/8, 172.16/12, 192.168/16, 100.64/10 or fc00::/7; loopback, link-local and the host's own addresses are never reachable")
+	}
+	r.private = p
+	return r, nil
 }
 
 // ParseRules reads rules one a line from r: blank lines and everything from
@@ -363,6 +400,14 @@ func LoadPolicy(cfg PolicyConfig) (*Policy, error) {
 			errs = append(errs, err)
 			continue
 		}
+		if path == cfg.WorkspaceFile {
+			for _, r := range rs {
+				if r.private.IsValid() {
+					errs = append(errs, &RuleError{Source: r.Source, Text: r.Text,
+						Reason: "allow-private is honoured only in ~/.vibedom/trusted_domains.txt or --allow, never from the workspace: remove the line"})
+				}
+			}
+		}
 		rules = append(rules, rs...)
 	}
 	for _, a := range cfg.Allow {
@@ -435,6 +480,18 @@ func NewPolicy(rules []Rule) *Policy {
 		}
 	}
 	return p
+}
+
+// PrivateRanges are the ranges the policy's allow-private rules open.
+// LoadPolicy accepts such rules only from the user's file and --allow.
+func (p *Policy) PrivateRanges() []netip.Prefix {
+	var out []netip.Prefix
+	for _, r := range p.rules {
+		if r.private.IsValid() {
+			out = append(out, r.private)
+		}
+	}
+	return out
 }
 
 // Rules are the policy's rules, lowest scope first.

@@ -38,11 +38,21 @@ type proxyHandler struct {
 	src netip.AddrPort
 }
 
+// decide asks the policy about name:port; an IP literal the dial guard
+// would refuse is refused here already, whatever a rule says, so the guest
+// learns it from the CONNECT's answer (the guard refuses it again at the
+// dial).
 func (h *proxyHandler) decide(name string, port uint16) Decision {
 	if h.e.cfg.Policy == nil {
 		return Decision{Reason: "the explicit proxy has no policy"}
 	}
-	return h.e.cfg.Policy.Decide(name, port)
+	d := h.e.cfg.Policy.Decide(name, port)
+	if ip, ok := ParseAddr(name); ok && d.Allow {
+		if _, err := h.e.guard.check(ip); err != nil {
+			return Decision{Rule: d.Rule, Source: sourceGuard, Reason: err.Error()}
+		}
+	}
+	return d
 }
 
 func (h *proxyHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -123,8 +133,14 @@ func (h *proxyHandler) connect(w http.ResponseWriter, r *http.Request) {
 	h.e.HandleConn(r.Context(), pc, Target{Name: name, Port: port, Decision: d, Guest: h.src})
 }
 
+// sourceGuard marks a refusal by the dial guard, which no rule overrides.
+const sourceGuard = "the dial guard"
+
 // denialText is the body of a 403 from the explicit proxy.
 func denialText(name string, port uint16, d Decision) string {
+	if d.Source == sourceGuard {
+		return fmt.Sprintf("%s is never reachable, whatever the rules say: %s", hostPort(name, port), d.Reason)
+	}
 	s := fmt.Sprintf("%s is not allowed by the egress policy: %s", hostPort(name, port), d.Reason)
 	if d.Rule != "" {
 		return s + fmt.Sprintf(" (rule %q from %s; a deny rule beats any allow rule)", d.Rule, d.Source)

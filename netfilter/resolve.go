@@ -3,7 +3,6 @@ package netfilter
 import (
 	"context"
 	"fmt"
-	"net"
 	"net/netip"
 	"strconv"
 	"strings"
@@ -13,7 +12,9 @@ import (
 // to instead of the name's DNS answer, like curl's --resolve: the policy,
 // the SNI and the Host header still use the name, and the upstream's
 // certificate must still be valid for it. The user names the address, so
-// it may be loopback or private (a staging server, a test server).
+// it may be loopback or private (a staging server, a test server): the
+// engine's dial guard lets exactly this name and port reach exactly this
+// address (EngineConfig.Resolve), and nothing else reaches it.
 type Resolve struct {
 	Name string // normalised, no trailing dot
 	Port uint16
@@ -54,30 +55,6 @@ func ParseResolve(spec string) (Resolve, error) {
 		return bad("bad upstream port")
 	}
 	return r, nil
-}
-
-// ResolveDial returns a DialFunc that connects to the mapped address for
-// the names and ports in rs and uses next (DefaultDial when nil) for the
-// rest.
-func ResolveDial(rs []Resolve, next DialFunc) DialFunc {
-	if next == nil {
-		next = DefaultDial
-	}
-	m := map[string]string{}
-	for _, r := range rs {
-		m[net.JoinHostPort(r.Name, strconv.Itoa(int(r.Port)))] = r.Addr.String()
-	}
-	return func(ctx context.Context, network, addr string) (net.Conn, error) {
-		host, port, err := net.SplitHostPort(addr)
-		if err == nil {
-			if n, err := NormalizeName(host); err == nil {
-				if to, ok := m[net.JoinHostPort(n, port)]; ok {
-					return plainDialer.DialContext(ctx, network, to)
-				}
-			}
-		}
-		return next(ctx, network, addr)
-	}
 }
 
 // ResolveResolver answers that the names in rs exist and asks next

@@ -2,7 +2,9 @@ package netfilter
 
 import (
 	"context"
+	"errors"
 	"net"
+	"net/netip"
 	"strconv"
 	"strings"
 	"testing"
@@ -41,26 +43,33 @@ func TestParseResolve(t *testing.T) {
 
 func itoa(n int) string { return strconv.Itoa(n) }
 
-// TestResolveDial checks a mapped name and port reach the mapped loopback
-// address, and that everything else still goes through the guarded dialer
-// (which refuses names leading to loopback).
-func TestResolveDial(t *testing.T) {
-	ln := closingListener(t)
+// TestResolvePin checks a pinned name and port reach the pinned loopback
+// address through the engine's dial guard, and that nothing else reaches
+// it: not another port of the name, not a name resolving to it, not the
+// address itself.
+func TestResolvePin(t *testing.T) {
+	ln := countingListener(t)
 	r, err := ParseResolve("svc.example.com:443:" + ln.Addr().String())
 	if err != nil {
 		t.Fatal(err)
 	}
-	dial := ResolveDial([]Resolve{r}, nil)
-	c, err := dial(context.Background(), "tcp", "SVC.example.com:443")
+	lookup := func(context.Context, string) ([]netip.Addr, error) {
+		return []netip.Addr{netip.MustParseAddr("127.0.0.1")}, nil
+	}
+	g := newDialGuard(EngineConfig{Resolve: []Resolve{r}, LookupIP: lookup, HostAddrs: noHostAddrs}, discardEvents{}, discardLog)
+	c, err := g.DialContext(t.Context(), "tcp", "SVC.example.com:443")
 	if err != nil {
-		t.Fatalf("mapped dial: %v", err)
+		t.Fatalf("pinned dial: %v", err)
 	}
 	c.Close()
-	if _, err := dial(context.Background(), "tcp", "svc.example.com:80"); err == nil {
-		t.Errorf("an unmapped port of a mapped name was dialled")
+	ln.waitCount(t, 1)
+	for _, addr := range []string{"svc.example.com:80", "other.example.com:443", ln.Addr().String()} {
+		if _, err := g.DialContext(t.Context(), "tcp", addr); !errors.Is(err, ErrUpstreamAddress) {
+			t.Errorf("dial %s: got %v, want ErrUpstreamAddress", addr, err)
+		}
 	}
-	if _, err := dial(context.Background(), "tcp", "localhost:"+itoa(ln.Addr().(*net.TCPAddr).Port)); err == nil {
-		t.Errorf("an unmapped name leading to loopback was dialled")
+	if n := ln.count.Load(); n != 1 {
+		t.Errorf("the pinned address got %d connections, want only the pinned one", n)
 	}
 	res := ResolveResolver([]Resolve{r}, existsNone{})
 	if ok, _ := res.Exists(context.Background(), "svc.example.com"); !ok {

@@ -30,7 +30,8 @@ type EgressOptions struct {
 	Resolve []netfilter.Resolve
 	CAFiles []string
 	// Dial, ExtraRoots and Resolver replace how the proxy reaches
-	// upstreams (Resolve wraps them).
+	// upstreams; Dial is called only with an address the proxy's dial
+	// guard has passed (netfilter.EngineConfig.Dial).
 	Dial       netfilter.DialFunc
 	ExtraRoots []*x509.Certificate
 	Resolver   netfilter.Resolver
@@ -85,17 +86,20 @@ func (s *sess) setupEgress(ctx context.Context) error {
 		}
 		roots = append(roots, certs...)
 	}
-	dial, resolver := eo.Dial, eo.Resolver
+	resolver := eo.Resolver
 	if len(eo.Resolve) > 0 {
-		dial = netfilter.ResolveDial(eo.Resolve, dial)
 		resolver = netfilter.ResolveResolver(eo.Resolve, resolver)
+		for _, r := range eo.Resolve {
+			s.log.Info("--resolve: the proxy dials this address for this name and port only, even if it is loopback or private",
+				"name", r.Name, "port", r.Port, "addr", r.Addr.String())
+		}
 	}
 	if resolver == nil {
 		resolver = netfilter.SystemResolver{}
 	}
 	e.engine, err = netfilter.NewGoEngine(netfilter.EngineConfig{
 		CA: ca, Policy: policy, Filter: eo.Filter, Events: events, Logger: s.log.With("part", "proxy"),
-		Dial: dial, ExtraRoots: roots,
+		Dial: eo.Dial, Resolve: eo.Resolve, AllowPrivate: policy.PrivateRanges(), ExtraRoots: roots,
 	})
 	if err != nil {
 		return err

@@ -4,6 +4,7 @@ import (
 	"encoding/pem"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -11,6 +12,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"sync/atomic"
 	"testing"
 )
 
@@ -36,6 +38,19 @@ func TestEgressVM(t *testing.T) {
 	caFile := filepath.Join(t.TempDir(), "upstream-ca.pem")
 	os.WriteFile(caFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: tlsSrv.Certificate().Raw}), 0o644)
 
+	// A host service on loopback the guest must never reach, whatever
+	// the rules say (the run allows 0.0.0.0:* and 127.0.0.1:*).
+	var hostHits atomic.Int64
+	hostSvc := httptest.NewUnstartedServer(upstream)
+	hostSvc.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			hostHits.Add(1)
+		}
+	}
+	hostSvc.Start()
+	defer hostSvc.Close()
+	_, hostPort, _ := strings.Cut(strings.TrimPrefix(hostSvc.URL, "http://"), ":")
+
 	buildProbe(t, ws)
 
 	probes := []string{
@@ -56,6 +71,11 @@ func TestEgressVM(t *testing.T) {
 		"icmp:$gw",
 		"sni:example.com:443:denied.example.net",
 		"host:http://example.com/spoof:denied.example.net",
+		"proxy:http://0.0.0.0:" + hostPort + "/",
+		"proxy:https://0.0.0.0:" + hostPort + "/",
+		"proxy:http://127.0.0.1:" + hostPort + "/",
+		"proxy:http://[::ffff:127.0.0.1]:" + hostPort + "/",
+		"tcp:127.0.0.1:" + hostPort,
 	}
 	script := `set -u
 P=/mnt/workspace/probe
@@ -74,6 +94,7 @@ echo "ROUND 2"; all
 	_, plainPort, _ := strings.Cut(strings.TrimPrefix(plainSrv.URL, "http://"), ":")
 	stdout, stderr, code := c.run(t, "", "run", ws, "--preflight=off", "--no-review",
 		"--allow", "example.com",
+		"--allow", "0.0.0.0:*", "--allow", "127.0.0.1:*",
 		"--resolve", "example.com:443:127.0.0.1:"+tlsPort,
 		"--resolve", "example.com:80:127.0.0.1:"+plainPort,
 		"--ca-file", caFile,
@@ -154,8 +175,14 @@ echo "ROUND 2"; all
 		check("host:http://example.com/spoof:denied.example.net", func(got string) bool {
 			return refused(got) || (!strings.Contains(got, "upstream saw") && !strings.HasPrefix(got, "HTTP 2"))
 		}, "the request refused")
+		for _, p := range probes[len(probes)-5:] {
+			check(p, func(got string) bool { return !strings.Contains(got, "upstream saw") }, "the host's loopback never reached")
+		}
 	}
 
+	if n := hostHits.Load(); n != 0 {
+		t.Errorf("the host's loopback service got %d connections from the guest", n)
+	}
 	// Every refusal is an alert the user can read.
 	alerts := readSessionFile(t, c, "alerts.jsonl")
 	for _, want := range []string{`"denied.example.net`, `"93.184.216.34`, `"10.0.0.1`, `"192.168.1.1`, `"1.1.1.1`, `"8.8.8.8`, "spoof"} {

@@ -1,0 +1,241 @@
+package netfilter
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+)
+
+// Limits of one engine (one session). A hostile guest cannot take the host
+// process past them however many connections, streams and stalled bodies
+// it opens; docs/network.md explains what each one bounds.
+const (
+	// DefaultMemoryBudget is the memory one session's requests may hold
+	// at once (EngineConfig.MemoryBudget when 0).
+	DefaultMemoryBudget = 512 << 20
+	// requestCharge is what every request in flight is charged: its
+	// share of connection and copy buffers, headers and state.
+	requestCharge = 128 << 10
+	// bodyShare is the part of the budget bodies may take; the rest stays
+	// for requests without a body, so a guest stalling large bodies still
+	// gets its other requests served.
+	bodyShareNum, bodyShareDen = 3, 4
+	// DefaultBodyBufferLimit is the largest body a RequestFilter reads
+	// whole before sending it (the DLP's; larger ones are streamed).
+	DefaultBodyBufferLimit = 4 << 20
+	// streamedBodyCharge is what a streamed body (unknown or large length)
+	// is charged: the filter's windows and pipe buffers.
+	streamedBodyCharge = 256 << 10
+	// DefaultBodyIdleTimeout is how long a request body may send nothing
+	// before the request is abandoned.
+	DefaultBodyIdleTimeout = 30 * time.Second
+	// maxStreamsPerConn bounds an HTTP/2 guest connection's concurrent
+	// streams.
+	maxStreamsPerConn = 100
+	// DefaultMaxUpstreamConns bounds a session's open upstream connections
+	// (spliced ones included); maxConnsPerHost bounds them per host and
+	// port for each transport.
+	DefaultMaxUpstreamConns = 512
+	maxConnsPerHost         = 32
+	// upstreamSlotWait is how long a dial waits for a free upstream
+	// connection slot before it fails.
+	upstreamSlotWait = 15 * time.Second
+)
+
+// errBudget is returned when a session's memory budget cannot cover a
+// request.
+var errBudget = errors.New("the session's memory budget for requests in flight is used up")
+
+// budget is a semaphore of bytes. Acquisitions never wait: a request that
+// does not fit is refused (503) at once, so a hostile guest can only ever
+// slow its own session.
+type budget struct {
+	total int64
+	mu    sync.Mutex
+	used  int64
+	// counters, for tests and Stats
+	peak    atomic.Int64
+	refused atomic.Int64
+}
+
+func newBudget(total int64) *budget { return &budget{total: total} }
+
+// take charges n bytes if the total stays within limit (total, or the
+// bodies' share of it); it returns a release function.
+func (b *budget) take(n int64, body bool) (func(), error) {
+	limit := b.total
+	if body {
+		limit = b.total / bodyShareDen * bodyShareNum
+	}
+	b.mu.Lock()
+	if b.used+n > limit {
+		b.mu.Unlock()
+		b.refused.Add(1)
+		return nil, fmt.Errorf("%w (%d MiB); retry when other requests have finished", errBudget, b.total>>20)
+	}
+	b.used += n
+	if b.used > b.peak.Load() {
+		b.peak.Store(b.used)
+	}
+	b.mu.Unlock()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			b.mu.Lock()
+			b.used -= n
+			b.mu.Unlock()
+		})
+	}, nil
+}
+
+// inUse is the bytes charged now.
+func (b *budget) inUse() int64 {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.used
+}
+
+// bodyCharge is what a request body is charged: twice its length when the
+// filter may read it whole (the buffer and the scrubbed copy), a streaming
+// window otherwise.
+func bodyCharge(r *http.Request, bufferLimit int64) int64 {
+	if r.Body == nil || r.Body == http.NoBody || r.ContentLength == 0 {
+		return 0
+	}
+	if r.ContentLength > 0 && r.ContentLength <= bufferLimit {
+		return 2 * r.ContentLength
+	}
+	return streamedBodyCharge
+}
+
+// idleBody is a request body whose every read must make progress within
+// idle: it moves the guest connection's read deadline ahead of each read.
+type idleBody struct {
+	io.ReadCloser
+	rc   *http.ResponseController
+	idle time.Duration
+}
+
+func (b *idleBody) Read(p []byte) (int, error) {
+	b.rc.SetReadDeadline(time.Now().Add(b.idle))
+	n, err := b.ReadCloser.Read(p)
+	if err != nil {
+		var ne net.Error
+		if errors.As(err, &ne) && ne.Timeout() {
+			err = fmt.Errorf("the request body sent nothing for %v: %w", b.idle, err)
+		}
+	}
+	return n, err
+}
+
+func (b *idleBody) Close() error {
+	b.rc.SetReadDeadline(time.Time{})
+	return b.ReadCloser.Close()
+}
+
+// connSlots bounds a session's open upstream connections.
+type connSlots struct {
+	sem   chan struct{}
+	open  atomic.Int64
+	peak  atomic.Int64
+	flush func() // closes idle pooled connections to free slots
+}
+
+func newConnSlots(n int, flush func()) *connSlots {
+	return &connSlots{sem: make(chan struct{}, n), flush: flush}
+}
+
+// acquire waits for a slot (closing idle pooled connections first when
+// none is free) until ctx ends or upstreamSlotWait passes.
+func (s *connSlots) acquire(ctx context.Context) error {
+	select {
+	case s.sem <- struct{}{}:
+		s.opened()
+		return nil
+	default:
+	}
+	if s.flush != nil {
+		s.flush()
+	}
+	t := time.NewTimer(upstreamSlotWait)
+	defer t.Stop()
+	select {
+	case s.sem <- struct{}{}:
+		s.opened()
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return fmt.Errorf("too many upstream connections open (%d) in this session; close some and retry", cap(s.sem))
+	}
+}
+
+func (s *connSlots) opened() {
+	n := s.open.Add(1)
+	for {
+		p := s.peak.Load()
+		if n <= p || s.peak.CompareAndSwap(p, n) {
+			return
+		}
+	}
+}
+
+func (s *connSlots) release() {
+	s.open.Add(-1)
+	<-s.sem
+}
+
+// slotConn gives its slot back when closed.
+type slotConn struct {
+	net.Conn
+	once  sync.Once
+	slots *connSlots
+}
+
+func (c *slotConn) Close() error {
+	err := c.Conn.Close()
+	c.once.Do(c.slots.release)
+	return err
+}
+
+// SyscallConn exposes the socket, when there is one, so the upstream
+// reader can still read it directly.
+func (c *slotConn) SyscallConn() (syscall.RawConn, error) {
+	if sc, ok := c.Conn.(syscall.Conn); ok {
+		return sc.SyscallConn()
+	}
+	return nil, errors.New("no socket under this connection")
+}
+
+func (c *slotConn) CloseWrite() error {
+	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return nil
+}
+
+// EngineStats are an engine's resource counters.
+type EngineStats struct {
+	// MemoryInUse and MemoryPeak are the bytes charged to the memory
+	// budget now and at most; BudgetRefusals counts requests refused
+	// with 503 because it was used up.
+	MemoryInUse, MemoryPeak, BudgetRefusals int64
+	// UpstreamConns and UpstreamPeak are the upstream connections open
+	// now and at most.
+	UpstreamConns, UpstreamPeak int64
+}
+
+// Stats returns the engine's resource counters.
+func (e *GoEngine) Stats() EngineStats {
+	return EngineStats{
+		MemoryInUse: e.budget.inUse(), MemoryPeak: e.budget.peak.Load(), BudgetRefusals: e.budget.refused.Load(),
+		UpstreamConns: e.slots.open.Load(), UpstreamPeak: e.slots.peak.Load(),
+	}
+}
