@@ -59,13 +59,17 @@ type egress struct {
 func (s *sess) setupEgress(ctx context.Context) error {
 	o := &s.opts
 	eo := o.Egress
-	policy, err := netfilter.LoadPolicy(netfilter.PolicyConfig{
-		UserFile:      o.Home.TrustedDomains(),
-		WorkspaceFile: netfilter.WorkspacePolicyFile(o.Workspace),
-		Allow:         eo.Allow,
-	})
+	trust, err := LoadWorkspaceTrust(o.Home, o.Workspace)
 	if err != nil {
 		return fmt.Errorf("load the egress policy: %w", err)
+	}
+	policy, notes, err := EgressPolicy(o.Home, trust, eo.Allow)
+	if err != nil {
+		return fmt.Errorf("load the egress policy: %w", err)
+	}
+	for _, n := range notes {
+		s.progress("egress: %s", n)
+		s.log.Warn("egress policy", "note", n)
 	}
 	ca, err := keys.EnsureCA(o.Home.CA())
 	if err != nil {
