@@ -135,6 +135,11 @@ func (s *sess) setupDLP() error {
 		return err
 	}
 	s.cleanup.add("close the DLP audit log", audit.Close)
+	// Every string logged from here on (session.log, network.jsonl,
+	// alerts.jsonl) goes through the same known values first: a refused
+	// request's host name, SNI or path is the guest's to choose.
+	s.redact = netfilter.LogRedactor(e)
+	s.logRed.SetRedactor(s.redact)
 	o.Egress.Filter = &netfilter.DLPFilter{Engine: e, Audit: audit, OnAuditError: func(err error) {
 		s.log.Error("DLP audit log", "err", err)
 	}}

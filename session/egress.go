@@ -79,6 +79,7 @@ func (s *sess) setupEgress(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	events.SetRedactor(s.redact)
 	e := &egress{policy: policy, events: events, caPEM: ca.CertPEM(), mac: guestMAC}
 	s.cleanup.add("close network log", events.Close)
 	roots := append([]*x509.Certificate{}, eo.ExtraRoots...)
