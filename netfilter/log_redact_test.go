@@ -28,7 +28,8 @@ import (
 // alerts.jsonl or the session log may hold it; the redaction marker must.
 func TestRefusedRequestSecretsNotLogged(t *testing.T) {
 	secret := strings.Join([]string{"q7zk4mv9", "xw2pl8rt", "5ny3hc6b"}, "") // a DNS-safe known value, built at run time
-	eng, err := dlp.New(dlp.Config{Secrets: []dlp.Secret{{Value: secret, Source: "test"}}})
+	mixed := strings.Join([]string{"Zk4Mv9Xw", "2pL8rT5n"}, "") // the DNS lower-cases it
+	eng, err := dlp.New(dlp.Config{Secrets: []dlp.Secret{{Value: secret, Source: "test"}, {Value: mixed, Source: "test"}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -53,13 +54,13 @@ func TestRefusedRequestSecretsNotLogged(t *testing.T) {
 	b64 := base64.StdEncoding.EncodeToString([]byte(secret))
 	b64url := base64.RawURLEncoding.EncodeToString([]byte(secret))
 	hx := hex.EncodeToString([]byte(secret))
-	forbidden := []string{secret, b64, strings.TrimRight(b64, "="), b64url, hx, strings.ToUpper(hx), url.QueryEscape(b64)}
+	forbidden := []string{secret, b64, strings.TrimRight(b64, "="), b64url, hx, strings.ToUpper(hx), url.QueryEscape(b64), mixed}
 
 	// DNS: the raw secret and its hex form as labels under a refused name.
 	pool, _ := newSynthPool(netip.MustParsePrefix("198.18.0.0/15"))
 	d := &dnsServer{policy: v.policy, pool: pool, events: newEventLimiter(EventSinkFunc(func(e Event) { v.events.Record(e); v.log.Record(e) })), log: logger.With("part", "dns")}
 	guest := netip.MustParseAddrPort("10.0.2.15:5353")
-	for i, name := range []string{secret + ".evil.test", hx + ".evil.test", "x." + strings.ToUpper(secret) + ".evil.test"} {
+	for i, name := range []string{secret + ".evil.test", hx + ".evil.test", "x." + strings.ToUpper(secret) + ".evil.test", "a." + mixed + ".evil.test"} {
 		if r := d.answer(t.Context(), dnsQueryMsg(t, uint16(i+1), name+".", dnsmessage.TypeA), guest); r == nil {
 			t.Fatalf("no DNS answer for %s", name)
 		}
@@ -106,8 +107,8 @@ func TestRefusedRequestSecretsNotLogged(t *testing.T) {
 	conn.Close()
 
 	// Wait until every refusal was recorded, then flush.
-	// 3 DNS queries, 3 proxy requests, the Host and the SNI refusal.
-	const want = 8
+	// 4 DNS queries, 3 proxy requests, the Host and the SNI refusal.
+	const want = 9
 	deadline := time.Now().Add(time.Minute)
 	for {
 		got := 0

@@ -216,13 +216,17 @@ func policyCheck(_ context.Context, c *cli.Command) error {
 	if err != nil {
 		return err
 	}
+	trust := &session.WorkspaceTrust{}
 	ws, err := session.CheckWorkspace(c.String("workspace"))
-	if err != nil {
+	switch {
+	case err != nil && c.IsSet("workspace"):
 		return err
-	}
-	trust, err := session.LoadWorkspaceTrust(home, ws)
-	if err != nil {
-		return err
+	case err == nil:
+		// Without --workspace, the current folder is the workspace when it
+		// can be one (not "/").
+		if trust, err = session.LoadWorkspaceTrust(home, ws); err != nil {
+			return err
+		}
 	}
 	pol, notes, err := session.EgressPolicy(home, trust, c.StringSlice("allow"))
 	if err != nil {
