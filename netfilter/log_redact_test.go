@@ -28,7 +28,7 @@ import (
 // alerts.jsonl or the session log may hold it; the redaction marker must.
 func TestRefusedRequestSecretsNotLogged(t *testing.T) {
 	secret := strings.Join([]string{"q7zk4mv9", "xw2pl8rt", "5ny3hc6b"}, "") // a DNS-safe known value, built at run time
-	mixed := strings.Join([]string{"Zk4Mv9Xw", "2pL8rT5n"}, "") // the DNS lower-cases it
+	mixed := strings.Join([]string{"Zk4Mv9Xw", "2pL8rT5n"}, "")              // the DNS lower-cases it
 	eng, err := dlp.New(dlp.Config{Secrets: []dlp.Secret{{Value: secret, Source: "test"}, {Value: mixed, Source: "test"}}})
 	if err != nil {
 		t.Fatal(err)
