@@ -390,22 +390,20 @@ func (d *dnsServer) answer(ctx context.Context, msg []byte, src netip.AddrPort) 
 		d.record(ev)
 		return dnsReply(q, rcodeNXDomain, netip.Addr{})
 	}
-	if strings.HasPrefix(dec.Rule, "*.") {
+	if _, limited := d.policy.(*WildcardLimited); !limited && strings.HasPrefix(dec.Rule, "*.") {
 		d.guardOnce.Do(func() {
 			if d.guard == nil {
 				d.guard = newWildcardGuard(nil)
 			}
 		})
-		part := wildcardPart(dec.Rule, q.name)
 		if !d.guard.admit(dec, q.name) {
-			ev.Decision = "deny"
-			ev.Reason = fmt.Sprintf("more than %d new names a burst (%g a second) under wildcard %s: refused, as DNS exfiltration", wildBurst, wildRate, dec.Rule)
+			ev.Decision, ev.Reason = "deny", wildcardRefusal(dec.Rule)
 			d.record(ev)
 			return dnsReply(q, rcodeRefused, netip.Addr{})
 		}
-		if suspiciousLabels(part) {
-			ev.Findings = []Finding{{Category: "dns_label", Prefix: firstN(part, 4), Length: len(part), Where: "dns", Action: "log"}}
-		}
+	}
+	if part := wildcardPart(dec.Rule, q.name); strings.HasPrefix(dec.Rule, "*.") && suspiciousLabels(part) {
+		ev.Findings = []Finding{{Category: "dns_label", Prefix: firstN(part, 4), Length: len(part), Where: "dns", Action: "log"}}
 	}
 	asked := false
 	if d.exist != nil {

@@ -1,6 +1,7 @@
 package netfilter
 
 import (
+	"fmt"
 	"math"
 	"strings"
 	"sync"
@@ -120,4 +121,56 @@ func shannon(s string) float64 {
 		}
 	}
 	return h
+}
+
+// WildcardLimited is a policy whose wildcard rules admit new names only as
+// fast as the wildcard guard's bucket allows, on every path that asks it:
+// the DNS server (DecideName) and the explicit proxy's CONNECT and
+// absolute-URI targets (Decide), which the proxy then resolves through the
+// host's resolver. Names it admitted once stay admitted. A refusal is a
+// deny Decision that names the guard.
+type WildcardLimited struct {
+	p interface {
+		Decide(name string, port uint16) Decision
+		DecideName(name string) Decision
+	}
+	g *wildcardGuard
+}
+
+// LimitWildcards wraps p (usually a *Policy) with one wildcard guard.
+func LimitWildcards(p StackPolicy) *WildcardLimited {
+	return &WildcardLimited{p: p, g: newWildcardGuard(nil)}
+}
+
+var (
+	_ StackPolicy = (*WildcardLimited)(nil)
+	_ Decider     = (*WildcardLimited)(nil)
+)
+
+// Decide implements Decider.
+func (w *WildcardLimited) Decide(name string, port uint16) Decision {
+	return w.limit(name, w.p.Decide(name, port))
+}
+
+// DecideName implements StackPolicy.
+func (w *WildcardLimited) DecideName(name string) Decision {
+	return w.limit(name, w.p.DecideName(name))
+}
+
+func (w *WildcardLimited) limit(name string, d Decision) Decision {
+	if !d.Allow || !strings.HasPrefix(d.Rule, "*.") {
+		return d
+	}
+	n, err := NormalizeName(name)
+	if err != nil {
+		return d
+	}
+	if !w.g.admit(d, n) {
+		return Decision{Rule: d.Rule, Source: d.Source, Reason: wildcardRefusal(d.Rule)}
+	}
+	return d
+}
+
+func wildcardRefusal(rule string) string {
+	return fmt.Sprintf("more than %d new names a burst (%g a second) under wildcard %s: refused, as DNS exfiltration", wildBurst, wildRate, rule)
 }

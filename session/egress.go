@@ -98,15 +98,18 @@ func (s *sess) setupEgress(ctx context.Context) error {
 	if resolver == nil {
 		resolver = netfilter.SystemResolver{}
 	}
+	// One wildcard guard for the DNS server and the explicit proxy: new
+	// names under a wildcard are a channel to the host's resolver.
+	limited := netfilter.LimitWildcards(policy)
 	e.engine, err = netfilter.NewGoEngine(netfilter.EngineConfig{
-		CA: ca, Policy: policy, Filter: eo.Filter, Events: events, Logger: s.log.With("part", "proxy"),
+		CA: ca, Policy: limited, Filter: eo.Filter, Events: events, Logger: s.log.With("part", "proxy"),
 		Dial: dial, ExtraRoots: roots,
 	})
 	if err != nil {
 		return err
 	}
 	mac, _ := net.ParseMAC(guestMAC)
-	e.stack, err = netfilter.NewStack(netfilter.StackConfig{GuestMAC: mac, Resolver: resolver}, e.engine, policy, events, s.log.With("part", "network"))
+	e.stack, err = netfilter.NewStack(netfilter.StackConfig{GuestMAC: mac, Resolver: resolver}, e.engine, limited, events, s.log.With("part", "network"))
 	if err != nil {
 		return err
 	}
