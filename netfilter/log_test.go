@@ -5,6 +5,9 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -330,5 +333,49 @@ func TestLogWriterCap(t *testing.T) {
 			t.Errorf("%s: %d lines + %d counted as dropped (%d start lines), want %d in all",
 				filepath.Base(tt.path), plain, dropped[DropCap], starts, tt.recorded)
 		}
+	}
+}
+
+// TestRequestFloodLogBounded: a guest floods the explicit proxy with refused
+// requests. The log keeps a bounded number of lines and accounts exactly
+// for every request it did not keep.
+func TestRequestFloodLogBounded(t *testing.T) {
+	v := newTestEnv(t, testRules)
+	proxy := v.proxyListener()
+	c := &http.Client{Transport: &http.Transport{Proxy: http.ProxyURL(proxy), MaxIdleConnsPerHost: 1}}
+	defer c.CloseIdleConnections()
+	const flood = 5000
+	for i := range flood {
+		resp, err := c.Get(fmt.Sprintf("http://evil.test/%d", i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusForbidden {
+			t.Fatalf("request %d: status %d, want 403", i, resp.StatusCode)
+		}
+	}
+	// A refusal may be recorded just after its answer: wait until the sink
+	// saw them all, then flush.
+	deadline := time.Now().Add(time.Minute)
+	for len(v.events.all()) < flood {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d refusals recorded", len(v.events.all()), flood)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	v.log.Close()
+	var kept, dropped int64
+	for _, l := range readJSONL(t, filepath.Join(v.logDir, NetworkLogFile)) {
+		switch {
+		case l["kind"] == "dropped" && l["of"] == "request/deny":
+			dropped += int64(l["dropped"].(float64))
+		case l["kind"] == "request" && l["decision"] == "deny":
+			kept++
+		}
+	}
+	if kept+dropped != flood || dropped == 0 {
+		t.Errorf("network.jsonl keeps %d refusals and counts %d as dropped: want %d in all, most of them dropped", kept, dropped, flood)
 	}
 }
