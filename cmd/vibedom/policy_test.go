@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -270,5 +271,42 @@ func copyFile(t *testing.T, from, to string) {
 	}
 	if err := os.WriteFile(to, data, 0o644); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestPolicyApproveOnTerminal: approve shows what each file allows (an
+// allowlist value that would drive the terminal is shown quoted) and asks;
+// "n" changes nothing, "y" approves.
+func TestPolicyApproveOnTerminal(t *testing.T) {
+	home, ws := t.TempDir(), t.TempDir()
+	os.MkdirAll(filepath.Join(ws, ".vibedom"), 0o755)
+	os.WriteFile(filepath.Join(ws, ".vibedom", "trusted_domains.txt"), []byte("exfil.example\n"), 0o644)
+	os.WriteFile(filepath.Join(ws, ".vibedom", "dlp_allowlist.txt"), []byte("Pearl\x1b[2J\u202eSt\n"), 0o644)
+	env := append(os.Environ(), "VIBEDOM_HOME="+home)
+	approve := func(answer string) (int, string) {
+		cmd := exec.Command(vibedomBin(t), "policy", "approve", ws)
+		cmd.Env = env
+		tr := startOnTerminal(t, cmd)
+		tr.expect("allows  exfil.example")
+		tr.expect(`allows  "Pearl\x1b[2J\u202eSt"`)
+		tr.expect("[y/N]")
+		tr.typeText(answer + "\r")
+		return tr.wait(), tr.output()
+	}
+	if code, out := approve("n"); code != 1 || !strings.Contains(out, "not approved") {
+		t.Fatalf("answer n: exit %d\n%s", code, out)
+	}
+	if _, _, code := runStdin(t, home, nil, "policy", "status", ws); code != 1 {
+		t.Fatalf("status after answering n: exit %d, want 1 (unapproved)", code)
+	}
+	code, out := approve("y")
+	if code != 0 || !strings.Contains(out, "approved .vibedom/trusted_domains.txt") || !strings.Contains(out, "approved .vibedom/dlp_allowlist.txt") {
+		t.Fatalf("answer y: exit %d\n%s", code, out)
+	}
+	if strings.ContainsAny(out, "\x1b\u202e") {
+		t.Errorf("approve printed a raw control character: %q", out)
+	}
+	if out, _, code := runStdin(t, home, nil, "policy", "check", "--workspace", ws, "exfil.example"); code != 0 {
+		t.Errorf("check after approval: exit %d\n%s", code, out)
 	}
 }
