@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"time"
 
 	"github.com/vibedom/vibedom/dlp"
@@ -296,5 +297,17 @@ func ignoredNote(t *WorkspaceTrust, rel string, n int, what string) string {
 		state = "changed since approved"
 	}
 	return fmt.Sprintf("ignored %d %s of %s (%s): review and approve them with `vibedom policy approve %s`",
-		n, what, rel, state, shellQuote([]string{t.Workspace}))
+		n, what, rel, state, printableArg(t.Workspace))
+}
+
+// printableArg quotes a path for a shell command line shown to the user;
+// a path with a character that does not print as itself is Go-quoted
+// instead, so it cannot drive the terminal.
+func printableArg(p string) string {
+	for _, r := range p {
+		if !strconv.IsPrint(r) {
+			return strconv.Quote(p)
+		}
+	}
+	return shellQuote([]string{p})
 }
