@@ -356,6 +356,9 @@ type dnsServer struct {
 	pool   *synthPool
 	events *eventLimiter
 	log    *slog.Logger
+
+	guardOnce sync.Once
+	guard     *wildcardGuard // new names under wildcards; made on first use unless set
 }
 
 // answer returns the reply to msg, a query from src, or nil when msg gets
@@ -387,6 +390,21 @@ func (d *dnsServer) answer(ctx context.Context, msg []byte, src netip.AddrPort) 
 		d.record(ev)
 		return dnsReply(q, rcodeNXDomain, netip.Addr{})
 	}
+	if _, limited := d.policy.(*WildcardLimited); !limited && strings.HasPrefix(dec.Rule, "*.") {
+		d.guardOnce.Do(func() {
+			if d.guard == nil {
+				d.guard = newWildcardGuard(nil)
+			}
+		})
+		if !d.guard.admit(dec, q.name) {
+			ev.Decision, ev.Reason = "deny", wildcardRefusal(dec.Rule)
+			d.record(ev)
+			return dnsReply(q, rcodeRefused, netip.Addr{})
+		}
+	}
+	if part := wildcardPart(dec.Rule, q.name); strings.HasPrefix(dec.Rule, "*.") && suspiciousLabels(part) {
+		ev.Findings = []Finding{{Category: "dns_label", Prefix: firstN(part, 4), Length: len(part), Where: "dns", Action: "log"}}
+	}
 	asked := false
 	if d.exist != nil {
 		var exists bool
@@ -405,8 +423,11 @@ func (d *dnsServer) answer(ctx context.Context, msg []byte, src netip.AddrPort) 
 		}
 	}
 	a, fresh := d.pool.addr(q.name)
-	if fresh || asked {
+	if fresh || asked || len(ev.Findings) > 0 {
 		ev.Decision, ev.Dst, ev.Reason = "allow", a.String(), dec.Reason
+		if len(ev.Findings) > 0 {
+			ev.Reason += "; the labels under the wildcard look like encoded data (high entropy or a long label)"
+		}
 		d.record(ev)
 	}
 	if q.qtype != dnsTypeA {
@@ -497,4 +518,12 @@ func (d *dnsServer) serveTCP(ctx context.Context, ln net.Listener, wg *sync.Wait
 			}
 		}()
 	}
+}
+
+// firstN is at most the first n bytes of s.
+func firstN(s string, n int) string {
+	if len(s) > n {
+		return s[:n]
+	}
+	return s
 }

@@ -286,9 +286,8 @@ func (g *dialGuard) DialContext(ctx context.Context, network, addr string) (net.
 		return g.dialIP(context.WithValue(ctx, pinnedKey{}, pinned), network, pinned)
 	}
 	var addrs []netip.Addr
-	literal := false
 	if ip, ok := ParseAddr(name); ok {
-		addrs, literal = []netip.Addr{ip}, true
+		addrs = []netip.Addr{ip}
 	} else {
 		addrs, err = g.lookup(ctx, name)
 		if err != nil {
@@ -306,7 +305,7 @@ func (g *dialGuard) DialContext(ctx context.Context, network, addr string) (net.
 			if firstRefusal == nil {
 				firstRefusal = err
 			}
-			g.refused(name, port, a, class, literal, err)
+			g.refused(name, port, a, class, err)
 			continue
 		}
 		allowed = append(allowed, netip.AddrPortFrom(a.Unmap(), port))
@@ -429,12 +428,12 @@ func (g *dialGuard) dialIP(ctx context.Context, network string, ap netip.AddrPor
 // refused records a refused address: a deny (an alert) when the guest
 // named it or when it is the host's own or a private address, an error
 // when a name merely resolved to loopback or the like.
-func (g *dialGuard) refused(name string, port uint16, a netip.Addr, class addrClass, literal bool, err error) {
-	decision := "deny"
-	if class == addrNever && !literal {
-		decision = "error"
-	}
+func (g *dialGuard) refused(name string, port uint16, a netip.Addr, class addrClass, err error) {
+	// Every refusal is an alert, a name that resolves to loopback or the
+	// metadata address included: that is how a request to the host's own
+	// services looks (red team: such refusals had been logged as errors,
+	// out of the user's sight).
 	g.events.Record(Event{Time: time.Now(), Kind: "connect", Name: name, Port: port,
-		Dst: netip.AddrPortFrom(a, port).String(), Decision: decision, Reason: err.Error()})
+		Dst: netip.AddrPortFrom(a, port).String(), Decision: "deny", Reason: err.Error()})
 	g.log.Debug("refused an upstream address", "name", name, "port", port, "addr", a.String(), "class", class.String())
 }

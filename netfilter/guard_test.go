@@ -235,7 +235,7 @@ func TestDialGuardHostAndPrivate(t *testing.T) {
 	target := countingListenerOn(t, net.JoinHostPort(own.String(), "0"))
 	p := target.port()
 	allowOwn := "allow-private " + own.String()
-	rules := "own.test:*\nlan.test:*\nopen.test:*\nallow-private 10.9.0.0/16\n"
+	rules := "own.test:*\nlan.test:*\nopen.test:*\nloop.test:*\nmeta.test:*\nallow-private 10.9.0.0/16\n"
 	if classifyAddr(own, nil) == addrPrivate {
 		rules += allowOwn + "\n"
 	}
@@ -246,6 +246,8 @@ func TestDialGuardHostAndPrivate(t *testing.T) {
 	v.answer("own.test", own.String())
 	v.answer("lan.test", "192.168.77.1")
 	v.answer("open.test", "10.9.8.7")
+	v.answer("loop.test", "127.0.0.1")
+	v.answer("meta.test", "169.254.169.254")
 
 	proxy := v.proxyListener()
 	get := func(name string) int {
@@ -267,7 +269,14 @@ func TestDialGuardHostAndPrivate(t *testing.T) {
 	if got := get("lan.test"); got != http.StatusBadGateway {
 		t.Errorf("lan.test: status %d, want 502", got)
 	}
-	for _, want := range []string{own.String(), "192.168.77.1"} {
+	// A name that leads to loopback or the metadata address is an alert
+	// too (the red team found these logged as errors, out of sight).
+	for _, n := range []string{"loop.test", "meta.test"} {
+		if got := get(n); got != http.StatusBadGateway {
+			t.Errorf("%s: status %d, want 502", n, got)
+		}
+	}
+	for _, want := range []string{own.String(), "192.168.77.1", "127.0.0.1", "169.254.169.254"} {
 		v.events.wait(t, "alert for "+want, func(e Event) bool {
 			return e.Kind == "connect" && e.Decision == "deny" && strings.HasPrefix(e.Dst, want) ||
 				e.Kind == "connect" && e.Decision == "deny" && strings.HasPrefix(e.Dst, "["+want)
@@ -356,12 +365,15 @@ func TestAllowPrivateRule(t *testing.T) {
 
 func TestAllowPrivateNotFromWorkspace(t *testing.T) {
 	dir := t.TempDir()
-	user, ws := dir+"/user.txt", dir+"/ws.txt"
+	user := dir + "/user.txt"
 	writeFile(t, user, "allow-private 10.1.0.0/16\n")
-	writeFile(t, ws, "allow-private 10.2.0.0/16\n")
-	if _, err := LoadPolicy(PolicyConfig{NoBuiltins: true, UserFile: user, WorkspaceFile: ws}); err == nil ||
-		!strings.Contains(err.Error(), "never from the workspace") {
-		t.Errorf("workspace allow-private: got %v, want a refusal", err)
+	// Even an approved workspace file cannot open a private range.
+	for _, approved := range []bool{false, true} {
+		ws := &WorkspaceScope{Data: []byte("allow-private 10.2.0.0/16\n"), Source: "ws/.vibedom/trusted_domains.txt", AllowApproved: approved}
+		if _, err := LoadPolicy(PolicyConfig{NoBuiltins: true, UserFile: user, Workspace: ws}); err == nil ||
+			!strings.Contains(err.Error(), "never from the workspace") {
+			t.Errorf("workspace allow-private (approved %v): got %v, want a refusal", approved, err)
+		}
 	}
 	p, err := LoadPolicy(PolicyConfig{NoBuiltins: true, UserFile: user, Allow: []string{"allow-private 10.3.0.0/16"}})
 	if err != nil {

@@ -5,6 +5,9 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -231,5 +234,148 @@ func TestLogWriterReportsWriteErrors(t *testing.T) {
 	}
 	if n := strings.Count(err.Error(), "disk full"); n > 2 {
 		t.Errorf("Close error repeats the failure %d times: %v", n, err)
+	}
+}
+
+// floodLines reads a JSON-lines file and sums, per cause, what its
+// "dropped" lines report; plain counts the other lines.
+func floodLines(t *testing.T, path string) (plain int64, dropped map[string]int64, starts int) {
+	t.Helper()
+	dropped = map[string]int64{}
+	for _, l := range readJSONL(t, path) {
+		if l["kind"] != "dropped" {
+			plain++
+			continue
+		}
+		n := int64(l["dropped"].(float64))
+		if n == 0 {
+			starts++
+		}
+		dropped[l["cause"].(string)] += n
+	}
+	return plain, dropped, starts
+}
+
+// TestLogWriterRateLimitFlood: a guest's request flood costs one bucket's
+// worth of lines, a line saying limiting starts, and one exact count when
+// it ends.
+func TestLogWriterRateLimitFlood(t *testing.T) {
+	dir := t.TempDir()
+	np, ap := filepath.Join(dir, NetworkLogFile), filepath.Join(dir, AlertsLogFile)
+	nf, _ := os.Create(np)
+	af, _ := os.Create(ap)
+	var mu sync.Mutex
+	clock := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	now := func() time.Time { mu.Lock(); defer mu.Unlock(); return clock }
+	w := newLogWriterLimits(nf, af, 1024, logLimits{burst: 100, rate: 10}, now)
+	const flood = 50_000
+	for i := range flood {
+		w.Record(Event{Kind: "request", Decision: "deny", Name: "x.example", URL: "https://x.example/" + strings.Repeat("a", i%100)})
+	}
+	w.Record(Event{Kind: "dns", Decision: "allow", Name: "other.example"}) // another kind is not limited
+	mu.Lock()
+	clock = clock.Add(time.Second) // ten tokens back
+	mu.Unlock()
+	w.Record(Event{Kind: "request", Decision: "deny", Name: "after.example"})
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for _, path := range []string{np, ap} {
+		plain, dropped, starts := floodLines(t, path)
+		want := int64(101 + 1)
+		if path == ap {
+			want = 101 // the dns allow is no alert
+		}
+		if plain != want || dropped[DropRate] != flood-100 || starts != 1 || len(dropped) != 1 {
+			t.Errorf("%s: %d lines, dropped %v, %d start lines; want %d lines, exactly %d dropped by the rate limit, 1 start",
+				filepath.Base(path), plain, dropped, starts, want, flood-100)
+		}
+	}
+	if got := w.Dropped(); got != flood-100 {
+		t.Errorf("Dropped: got %d, want %d", got, flood-100)
+	}
+}
+
+// TestLogWriterCap: past its cap a file grows no more, and the count of
+// what it dropped is exact.
+func TestLogWriterCap(t *testing.T) {
+	dir := t.TempDir()
+	np, ap := filepath.Join(dir, NetworkLogFile), filepath.Join(dir, AlertsLogFile)
+	nf, _ := os.Create(np)
+	af, _ := os.Create(ap)
+	const netCap, alertsCap, flood = 256 << 10, 128 << 10, 20_000
+	w := newLogWriterLimits(nf, af, flood+16, logLimits{netCap: netCap, alertsCap: alertsCap}, time.Now)
+	for i := range flood {
+		d := "allow"
+		if i%2 == 0 {
+			d = "deny"
+		}
+		w.Record(Event{Kind: "request", Decision: d, Name: "x.example", URL: "https://x.example/" + strings.Repeat("b", 200)})
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		path      string
+		limit     int64
+		recorded  int64
+		wantStart int
+	}{{np, netCap, flood, 1}, {ap, alertsCap, flood / 2, 1}} {
+		fi, err := os.Stat(tt.path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fi.Size() > tt.limit || fi.Size() < tt.limit-2*logCapReserve {
+			t.Errorf("%s: %d bytes, want at most the cap of %d (and close to it)", filepath.Base(tt.path), fi.Size(), tt.limit)
+		}
+		plain, dropped, starts := floodLines(t, tt.path)
+		if plain+dropped[DropCap] != tt.recorded || starts != tt.wantStart || dropped[DropCap] == 0 {
+			t.Errorf("%s: %d lines + %d counted as dropped (%d start lines), want %d in all",
+				filepath.Base(tt.path), plain, dropped[DropCap], starts, tt.recorded)
+		}
+	}
+}
+
+// TestRequestFloodLogBounded: a guest floods the explicit proxy with refused
+// requests. The log keeps a bounded number of lines and accounts exactly
+// for every request it did not keep.
+func TestRequestFloodLogBounded(t *testing.T) {
+	v := newTestEnv(t, testRules)
+	proxy := v.proxyListener()
+	c := &http.Client{Transport: &http.Transport{Proxy: http.ProxyURL(proxy), MaxIdleConnsPerHost: 1}}
+	defer c.CloseIdleConnections()
+	const flood = 5000
+	for i := range flood {
+		resp, err := c.Get(fmt.Sprintf("http://evil.test/%d", i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusForbidden {
+			t.Fatalf("request %d: status %d, want 403", i, resp.StatusCode)
+		}
+	}
+	// A refusal may be recorded just after its answer: wait until the sink
+	// saw them all, then flush.
+	deadline := time.Now().Add(time.Minute)
+	for len(v.events.all()) < flood {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d refusals recorded", len(v.events.all()), flood)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	v.log.Close()
+	var kept, dropped int64
+	for _, l := range readJSONL(t, filepath.Join(v.logDir, NetworkLogFile)) {
+		switch {
+		case l["kind"] == "dropped" && l["of"] == "request/deny":
+			dropped += int64(l["dropped"].(float64))
+		case l["kind"] == "request" && l["decision"] == "deny":
+			kept++
+		}
+	}
+	if kept+dropped != flood || dropped == 0 {
+		t.Errorf("network.jsonl keeps %d refusals and counts %d as dropped: want %d in all, most of them dropped", kept, dropped, flood)
 	}
 }

@@ -2,6 +2,7 @@ package netfilter
 
 import (
 	"bufio"
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -362,24 +363,36 @@ type PolicyConfig struct {
 	// UserFile is the user's rule file (~/.vibedom/trusted_domains.txt). A
 	// missing file is an empty scope.
 	UserFile string
-	// WorkspaceFile is the workspace's rule file, read from the host copy
-	// (WorkspacePolicyFile). A missing file is an empty scope.
-	WorkspaceFile string
+	// Workspace is the workspace's scope; nil is an empty one.
+	Workspace *WorkspaceScope
 	// Allow holds rules given on the command line (--allow), in order.
 	Allow []string
 }
 
-// WorkspacePolicyFile is the path of a workspace's rule file.
-func WorkspacePolicyFile(workspace string) string {
-	return filepath.Join(workspace, ".vibedom", "trusted_domains.txt")
+// WorkspaceScope is the content of a workspace's rule file. A workspace
+// comes from anywhere (a cloned repository), so its rules may narrow the
+// policy at once, but its allow rules apply only once the user approved
+// this content.
+type WorkspaceScope struct {
+	// Data is the file's content, read by the caller from the host's copy
+	// of the workspace (never through a symlink, size-capped).
+	Data []byte
+	// Source names the file in rule sources and errors.
+	Source string
+	// AllowApproved lets the file's allow rules apply. When false they are
+	// left out of the policy and reported by Policy.Ignored; deny rules
+	// apply either way.
+	AllowApproved bool
 }
 
 // LoadPolicy reads and merges the scopes of cfg: built-in rules < user file <
 // workspace file < --allow rules. Any malformed rule, an unreadable file or a
 // file that is not a regular file fails the whole load: the error lists
-// every problem with its file and line.
+// every problem with its file and line. The workspace's allow rules are
+// left out unless approved (WorkspaceScope.AllowApproved); Policy.Ignored
+// lists them.
 func LoadPolicy(cfg PolicyConfig) (*Policy, error) {
-	var rules []Rule
+	var rules, ignored []Rule
 	var errs []error
 	if !cfg.NoBuiltins {
 		rs, err := ParseRules(strings.NewReader(BuiltinRules), SourceBuiltin)
@@ -391,24 +404,34 @@ func LoadPolicy(cfg PolicyConfig) (*Policy, error) {
 		}
 		rules = append(rules, rs...)
 	}
-	for _, path := range []string{cfg.UserFile, cfg.WorkspaceFile} {
-		if path == "" {
-			continue
-		}
-		rs, err := readRuleFile(path)
+	if cfg.UserFile != "" {
+		rs, err := readRuleFile(cfg.UserFile)
 		if err != nil {
 			errs = append(errs, err)
-			continue
 		}
-		if path == cfg.WorkspaceFile {
+		rules = append(rules, rs...)
+	}
+	if ws := cfg.Workspace; ws != nil {
+		if len(ws.Data) > maxPolicyFile {
+			errs = append(errs, fmt.Errorf("read rules %q: larger than %d bytes", ws.Source, maxPolicyFile))
+		} else if rs, err := ParseRules(bytes.NewReader(ws.Data), displayPath(ws.Source)); err != nil {
+			errs = append(errs, err)
+		} else {
 			for _, r := range rs {
 				if r.private.IsValid() {
+					// Approval does not lift this: a private range is the
+					// user's own to open.
 					errs = append(errs, &RuleError{Source: r.Source, Text: r.Text,
 						Reason: "allow-private is honoured only in ~/.vibedom/trusted_domains.txt or --allow, never from the workspace: remove the line"})
+					continue
+				}
+				if r.Deny || ws.AllowApproved {
+					rules = append(rules, r)
+				} else {
+					ignored = append(ignored, r)
 				}
 			}
 		}
-		rules = append(rules, rs...)
 	}
 	for _, a := range cfg.Allow {
 		r, err := ParseRule(strings.TrimSpace(a), SourceFlag)
@@ -421,7 +444,9 @@ func LoadPolicy(cfg PolicyConfig) (*Policy, error) {
 	if len(errs) > 0 {
 		return nil, fmt.Errorf("load egress policy (fix or remove the rules named, then retry): %w", errors.Join(errs...))
 	}
-	return NewPolicy(rules), nil
+	p := NewPolicy(rules)
+	p.ignored = ignored
+	return p, nil
 }
 
 func readRuleFile(path string) ([]Rule, error) {
@@ -462,9 +487,10 @@ func displayPath(p string) string {
 // when an allow rule covers both and no deny rule does; anything else is
 // denied. A Policy is safe for concurrent use.
 type Policy struct {
-	rules []Rule
-	exact map[string][]int // name or IP → rule indices
-	wild  map[string][]int // wildcard base → rule indices
+	rules   []Rule
+	ignored []Rule           // loaded but not in effect (unapproved workspace allow rules)
+	exact   map[string][]int // name or IP → rule indices
+	wild    map[string][]int // wildcard base → rule indices
 }
 
 // NewPolicy builds a Policy from rules, lowest scope first.
@@ -496,6 +522,10 @@ func (p *Policy) PrivateRanges() []netip.Prefix {
 
 // Rules are the policy's rules, lowest scope first.
 func (p *Policy) Rules() []Rule { return slices.Clone(p.rules) }
+
+// Ignored are the rules LoadPolicy read but left out: the workspace's allow
+// rules while the user has not approved its file.
+func (p *Policy) Ignored() []Rule { return slices.Clone(p.ignored) }
 
 // candidates returns the indices of rules whose name part covers n (a
 // normalised name or IP string), most specific first: exact rules, then

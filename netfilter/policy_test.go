@@ -13,14 +13,12 @@ import (
 func testPolicy(t *testing.T, user, workspace string, allow ...string) *Policy {
 	t.Helper()
 	dir := t.TempDir()
-	cfg := PolicyConfig{UserFile: filepath.Join(dir, "user.txt"), WorkspaceFile: WorkspacePolicyFile(dir), Allow: allow}
+	cfg := PolicyConfig{
+		UserFile:  filepath.Join(dir, "user.txt"),
+		Workspace: &WorkspaceScope{Data: []byte(workspace), Source: filepath.Join(dir, ".vibedom", "trusted_domains.txt"), AllowApproved: true},
+		Allow:     allow,
+	}
 	if err := os.WriteFile(cfg.UserFile, []byte(user), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.MkdirAll(filepath.Dir(cfg.WorkspaceFile), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(cfg.WorkspaceFile, []byte(workspace), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	p, err := LoadPolicy(cfg)
@@ -271,7 +269,7 @@ func TestLoadPolicyFailsClosed(t *testing.T) {
 	}
 
 	t.Run("missing files are empty scopes", func(t *testing.T) {
-		p, err := LoadPolicy(PolicyConfig{UserFile: filepath.Join(dir, "nope"), WorkspaceFile: WorkspacePolicyFile(filepath.Join(dir, "ws"))})
+		p, err := LoadPolicy(PolicyConfig{UserFile: filepath.Join(dir, "nope")})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -288,12 +286,28 @@ func TestLoadPolicyFailsClosed(t *testing.T) {
 			t.Errorf("NoBuiltins still allows the builtin: %+v", d)
 		}
 	})
-	t.Run("symlinked workspace file refused", func(t *testing.T) {
-		ws := filepath.Join(dir, "ws2")
-		os.MkdirAll(filepath.Join(ws, ".vibedom"), 0o755)
-		os.Symlink(user, WorkspacePolicyFile(ws))
-		if _, err := LoadPolicy(PolicyConfig{WorkspaceFile: WorkspacePolicyFile(ws)}); err == nil || !strings.Contains(err.Error(), "not a regular file") {
-			t.Errorf("LoadPolicy through a symlink: got %v, want a not-a-regular-file error", err)
+	t.Run("unapproved workspace allows ignored, denies kept", func(t *testing.T) {
+		ws := &WorkspaceScope{Data: []byte("evil.example\n*.exfil.example:*\n!api.openai.com\n"), Source: "ws/.vibedom/trusted_domains.txt"}
+		p, err := LoadPolicy(PolicyConfig{Workspace: ws})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d := p.Decide("evil.example", 443); d.Allow {
+			t.Errorf("unapproved workspace allow rule applied: %+v", d)
+		}
+		if d := p.Decide("api.openai.com", 443); d.Allow {
+			t.Errorf("workspace deny rule not applied: %+v", d)
+		}
+		if got := len(p.Ignored()); got != 2 {
+			t.Errorf("ignored: got %d rules, want 2", got)
+		}
+		ws.AllowApproved = true
+		p, err = LoadPolicy(PolicyConfig{Workspace: ws})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d := p.Decide("a.exfil.example", 22); !d.Allow || len(p.Ignored()) != 0 {
+			t.Errorf("approved workspace allow rule: %+v, ignored %d", d, len(p.Ignored()))
 		}
 	})
 	t.Run("directory refused", func(t *testing.T) {

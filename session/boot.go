@@ -16,6 +16,7 @@ import (
 	"github.com/vibedom/vibedom/guest/proto"
 	"github.com/vibedom/vibedom/image"
 	"github.com/vibedom/vibedom/keys"
+	"github.com/vibedom/vibedom/netfilter"
 	"github.com/vibedom/vibedom/overlay"
 	"github.com/vibedom/vibedom/preflight"
 	"github.com/vibedom/vibedom/termtext"
@@ -43,6 +44,8 @@ type sess struct {
 	runDir  string // short private folder for sockets
 	state   State
 	log     *slog.Logger
+	logRed  *netfilter.RedactHandler // session.log's choke point; its Redactor is set once the DLP is ready
+	redact  netfilter.Redactor       // nil until setupDLP
 	keys    *keys.Session
 	img     *image.Image
 	machine vm.Machine
@@ -132,7 +135,8 @@ func (s *sess) prepare(ctx context.Context) error {
 	if o.Log != nil {
 		h = teeHandler{h, o.Log.Handler()}
 	}
-	s.log = slog.New(h).With("session", s.name)
+	s.logRed = netfilter.NewRedactHandler(h)
+	s.log = slog.New(s.logRed).With("session", s.name)
 	s.state = State{
 		Name: s.name, Workspace: ws, Created: time.Now().UTC().Truncate(time.Second), Status: StatusStarting,
 		LogDir: s.logDir, PID: os.Getpid(), Driver: o.Driver.Name(), Arch: string(o.Arch),

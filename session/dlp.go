@@ -1,6 +1,7 @@
 package session
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"io/fs"
@@ -53,13 +54,24 @@ func DLPConfig(h Home, workspace string, preflightSecrets []string, o DLPOptions
 	cfg.ClassRules = rules
 	var allow dlp.Allowlist
 	if workspace != "" {
-		wsFile := WorkspaceDLPAllowlist(workspace)
-		allow, err = dlp.LoadAllowlist(wsFile)
+		// The allowlist widens what leaves the VM unscrubbed: like the
+		// workspace's allow rules, it applies only once approved.
+		trust, err := LoadWorkspaceTrust(h, workspace)
 		if err != nil {
-			return cfg, nil, fmt.Errorf("DLP allowlist: %w (fix the file or remove it)", err)
+			return cfg, nil, err
 		}
-		if !allow.Empty() {
-			notes = append(notes, fmt.Sprintf("%s exempts %s from scrubbing", wsFile, allow))
+		f := trust.File(WorkspaceDLPAllowlistRel)
+		wsFile := WorkspaceDLPAllowlist(workspace)
+		switch {
+		case f == nil || !f.Present || len(f.Widening) == 0:
+		case !f.Approved():
+			notes = append(notes, ignoredNote(trust, f.Rel, len(f.Widening), "DLP allowlist entries"))
+		default:
+			allow, err = dlp.ParseAllowlist(bytes.NewReader(f.data), wsFile)
+			if err != nil {
+				return cfg, nil, fmt.Errorf("DLP allowlist: %w (fix the file or remove it)", err)
+			}
+			notes = append(notes, fmt.Sprintf("%s (approved) exempts %s from scrubbing", wsFile, allow))
 		}
 	}
 	for _, p := range o.AllowPatterns {
@@ -124,6 +136,11 @@ func (s *sess) setupDLP() error {
 		return err
 	}
 	s.cleanup.add("close the DLP audit log", audit.Close)
+	// Every string logged from here on (session.log, network.jsonl,
+	// alerts.jsonl) goes through the same known values first: a refused
+	// request's host name, SNI or path is the guest's to choose.
+	s.redact = netfilter.LogRedactor(e)
+	s.logRed.SetRedactor(s.redact)
 	o.Egress.Filter = &netfilter.DLPFilter{Engine: e, Audit: audit, OnAuditError: func(err error) {
 		s.log.Error("DLP audit log", "err", err)
 	}}

@@ -71,13 +71,34 @@ func TestDLPConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The workspace's allowlist widens what leaves unscrubbed: ignored
+	// until approved, with a notice.
+	if len(cfg.Allow.Values) != 0 || len(cfg.Allow.Categories) != 2 {
+		t.Errorf("unapproved allowlist applied: %s", cfg.Allow)
+	}
+	if len(notes) != 1 || !strings.Contains(notes[0], "ignored 2 DLP allowlist entries of .vibedom/dlp_allowlist.txt (not approved)") ||
+		!strings.Contains(notes[0], "vibedom policy approve") {
+		t.Errorf("notes: %q", notes)
+	}
+	trust, err := LoadWorkspaceTrust(home, ws)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ApproveWorkspace(home, trust); err != nil {
+		t.Fatal(err)
+	}
+	cfg, notes, err = DLPConfig(home, ws, []string{j("ghp_", "R8mKq2Lx7Vn4Tp9Wz3Yb6Hc1Jf5Gd0Se8Ua1")},
+		DLPOptions{AllowPatterns: []string{"re:^build-[0-9]+$"}, AllowContexts: []string{"internal_ips,cards"}})
+	if err != nil {
+		t.Fatal(err)
+	}
 	if len(cfg.Secrets) != 2 || len(cfg.ClassRules) != 1 || len(cfg.Allow.Values) != 1 || len(cfg.Allow.Patterns) != 1 {
 		t.Errorf("config: %d secrets, %d rules, allow %s", len(cfg.Secrets), len(cfg.ClassRules), cfg.Allow)
 	}
 	if !slices.Equal(cfg.Allow.Categories, []dlp.Category{dlp.CatEmail, dlp.CatInternalIP, dlp.CatCreditCard}) {
 		t.Errorf("categories: %v", cfg.Allow.Categories)
 	}
-	if len(notes) != 1 || !strings.Contains(notes[0], "dlp_allowlist.txt exempts 1 values, 0 patterns, categories [EMAIL]") {
+	if len(notes) != 1 || !strings.Contains(notes[0], "dlp_allowlist.txt (approved) exempts 1 values, 0 patterns, categories [EMAIL]") {
 		t.Errorf("notes: %q", notes)
 	}
 	// Bad files are errors that name the file and line, never ignored.

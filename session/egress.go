@@ -60,13 +60,17 @@ type egress struct {
 func (s *sess) setupEgress(ctx context.Context) error {
 	o := &s.opts
 	eo := o.Egress
-	policy, err := netfilter.LoadPolicy(netfilter.PolicyConfig{
-		UserFile:      o.Home.TrustedDomains(),
-		WorkspaceFile: netfilter.WorkspacePolicyFile(o.Workspace),
-		Allow:         eo.Allow,
-	})
+	trust, err := LoadWorkspaceTrust(o.Home, o.Workspace)
 	if err != nil {
 		return fmt.Errorf("load the egress policy: %w", err)
+	}
+	policy, notes, err := EgressPolicy(o.Home, trust, eo.Allow)
+	if err != nil {
+		return fmt.Errorf("load the egress policy: %w", err)
+	}
+	for _, n := range notes {
+		s.progress("egress: %s", n)
+		s.log.Warn("egress policy", "note", n)
 	}
 	ca, err := keys.EnsureCA(o.Home.CA())
 	if err != nil {
@@ -76,6 +80,7 @@ func (s *sess) setupEgress(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	events.SetRedactor(s.redact)
 	e := &egress{policy: policy, events: events, caPEM: ca.CertPEM(), mac: guestMAC}
 	s.cleanup.add("close network log", events.Close)
 	roots := append([]*x509.Certificate{}, eo.ExtraRoots...)
@@ -97,15 +102,18 @@ func (s *sess) setupEgress(ctx context.Context) error {
 	if resolver == nil {
 		resolver = netfilter.SystemResolver{}
 	}
+	// One wildcard guard for the DNS server and the explicit proxy: new
+	// names under a wildcard are a channel to the host's resolver.
+	limited := netfilter.LimitWildcards(policy)
 	e.engine, err = netfilter.NewGoEngine(netfilter.EngineConfig{
-		CA: ca, Policy: policy, Filter: eo.Filter, Events: events, Logger: s.log.With("part", "proxy"),
+		CA: ca, Policy: limited, Filter: eo.Filter, Events: events, Logger: s.log.With("part", "proxy"),
 		Dial: eo.Dial, Resolve: eo.Resolve, AllowPrivate: policy.PrivateRanges(), ExtraRoots: roots,
 	})
 	if err != nil {
 		return err
 	}
 	mac, _ := net.ParseMAC(guestMAC)
-	e.stack, err = netfilter.NewStack(netfilter.StackConfig{GuestMAC: mac, Resolver: resolver}, e.engine, policy, events, s.log.With("part", "network"))
+	e.stack, err = netfilter.NewStack(netfilter.StackConfig{GuestMAC: mac, Resolver: resolver}, e.engine, limited, events, s.log.With("part", "network"))
 	if err != nil {
 		return err
 	}

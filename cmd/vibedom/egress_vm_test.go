@@ -52,6 +52,10 @@ func TestEgressVM(t *testing.T) {
 	_, hostPort, _ := strings.Cut(strings.TrimPrefix(hostSvc.URL, "http://"), ":")
 
 	buildProbe(t, ws)
+	// The repository allows the denied name: ignored, with a notice, until
+	// the user approves the file.
+	os.MkdirAll(filepath.Join(ws, ".vibedom"), 0o755)
+	os.WriteFile(filepath.Join(ws, ".vibedom", "trusted_domains.txt"), []byte("denied.example.net:*\n"), 0o644)
 
 	probes := []string{
 		"https:https://example.com/allowed",
@@ -103,6 +107,9 @@ echo "ROUND 2"; all
 		t.Fatalf("run: exit %d\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
 	}
 	t.Logf("guest:\n%s", stdout)
+	if !strings.Contains(stdout+stderr, "ignored 1 allow rules of .vibedom/trusted_domains.txt (not approved)") {
+		t.Errorf("no notice of the workspace's ignored allow rule:\n%s", stderr)
+	}
 
 	_, after, _ := strings.Cut(stdout, "ROUND 1 gw=")
 	gw, _, _ := strings.Cut(after, "\n")

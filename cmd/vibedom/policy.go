@@ -1,19 +1,23 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/url"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 
 	"github.com/urfave/cli/v3"
+	"golang.org/x/term"
 
 	"github.com/vibedom/vibedom/netfilter"
+	"github.com/vibedom/vibedom/session"
 	"github.com/vibedom/vibedom/termtext"
 )
 
@@ -35,8 +39,158 @@ func init() {
 				&cli.StringSliceFlag{Name: "allow", Usage: "an extra `RULE`, as `vibedom run --allow` takes it (repeatable)"},
 			},
 			Action: policyCheck,
+		}, {
+			Name:      "approve",
+			Usage:     "approve what the workspace's .vibedom files allow (egress rules, DLP allowlist)",
+			ArgsUsage: "[WORKSPACE]",
+			Description: "A cloned repository can ship .vibedom/trusted_domains.txt and .vibedom/dlp_allowlist.txt.\n" +
+				"Their deny rules apply at once; what they allow (allow rules, values exempt from scrubbing)\n" +
+				"applies only once you approved the file's exact content here. A changed file is asked about again.\n" +
+				"Prints what would be approved and asks on the terminal; --yes approves without asking.",
+			Flags: []cli.Flag{
+				&cli.BoolFlag{Name: "yes", Aliases: []string{"y"}, Usage: "approve without asking (for scripts)"},
+				&cli.BoolFlag{Name: "json", Usage: "print the files' state as JSON (with --yes: after approving)"},
+			},
+			Action: policyApprove,
+		}, {
+			Name:        "status",
+			Aliases:     []string{"show"},
+			Usage:       "say whether the workspace's .vibedom files are approved, unapproved or changed",
+			ArgsUsage:   "[WORKSPACE]",
+			Description: "Exits 0 when nothing waits for approval, 1 when something does, 2 on error.",
+			Flags: []cli.Flag{
+				&cli.BoolFlag{Name: "json", Usage: "print the state as JSON"},
+			},
+			Action: policyStatus,
 		}},
 	})
+}
+
+// loadTrust reads the trust state of the workspace named by the command's
+// first argument (the current folder when none).
+func loadTrust(c *cli.Command) (session.Home, *session.WorkspaceTrust, error) {
+	if c.Args().Len() > 1 {
+		return "", nil, fmt.Errorf("give at most one WORKSPACE")
+	}
+	arg := c.Args().First()
+	if arg == "" {
+		arg = "."
+	}
+	ws, err := session.CheckWorkspace(arg)
+	if err != nil {
+		return "", nil, err
+	}
+	h, err := session.DefaultHome()
+	if err != nil {
+		return "", nil, err
+	}
+	t, err := session.LoadWorkspaceTrust(h, ws)
+	return h, t, err
+}
+
+func policyStatus(_ context.Context, c *cli.Command) error {
+	_, t, err := loadTrust(c)
+	if err != nil {
+		return err
+	}
+	out := cmdOut(c)
+	if c.Bool("json") {
+		b, _ := json.MarshalIndent(t, "", "  ")
+		fmt.Fprintf(out, "%s\n", b)
+	} else {
+		writeTrust(out, t)
+	}
+	if len(t.NeedsApproval()) > 0 {
+		return exitCode(1)
+	}
+	return nil
+}
+
+func policyApprove(_ context.Context, c *cli.Command) error {
+	h, t, err := loadTrust(c)
+	if err != nil {
+		return err
+	}
+	out := cmdOut(c)
+	pending := t.NeedsApproval()
+	if len(pending) == 0 {
+		if c.Bool("json") {
+			b, _ := json.MarshalIndent(t, "", "  ")
+			fmt.Fprintf(out, "%s\n", b)
+		} else {
+			writeTrust(out, t)
+			fmt.Fprintln(out, "nothing to approve")
+		}
+		return nil
+	}
+	if !c.Bool("yes") {
+		if c.Bool("json") || !term.IsTerminal(int(os.Stdin.Fd())) {
+			return errors.New("approve asks on a terminal and stdin is not one: run it in a terminal, or pass --yes after reading `vibedom policy status`")
+		}
+		writeTrust(out, t)
+		fmt.Fprintf(out, "approve what these files allow for %s? [y/N] ", printable(t.Workspace))
+		line, _ := bufio.NewReader(io.LimitReader(os.Stdin, 256)).ReadString('\n')
+		if a := strings.ToLower(strings.TrimSpace(line)); a != "y" && a != "yes" {
+			fmt.Fprintln(out, "not approved: nothing changed")
+			return exitCode(1)
+		}
+	}
+	if err := session.ApproveWorkspace(h, t); err != nil {
+		return err
+	}
+	if t, err = session.LoadWorkspaceTrust(h, t.Workspace); err != nil {
+		return err
+	}
+	if c.Bool("json") {
+		b, _ := json.MarshalIndent(t, "", "  ")
+		fmt.Fprintf(out, "%s\n", b)
+		return nil
+	}
+	for _, f := range pending {
+		fmt.Fprintf(out, "approved %s (sha256 %s): %d entries\n", f.Rel, f.SHA256, len(f.Widening))
+	}
+	return nil
+}
+
+// writeTrust prints each trust file's state and entries. Entries come from
+// the workspace: they are printed only through printable.
+func writeTrust(w io.Writer, t *session.WorkspaceTrust) {
+	fmt.Fprintf(w, "workspace %s\n", printable(t.Workspace))
+	for _, f := range t.Files {
+		switch {
+		case !f.Present:
+			fmt.Fprintf(w, "  %-30s  absent\n", f.Rel)
+			continue
+		case f.State == session.TrustNone:
+			fmt.Fprintf(w, "  %-30s  nothing to approve (allows nothing)\n", f.Rel)
+		default:
+			fmt.Fprintf(w, "  %-30s  %s\n", f.Rel, f.State)
+		}
+		for _, e := range f.Widening {
+			fmt.Fprintf(w, "      allows  %s\n", printable(e))
+		}
+		for _, e := range f.Narrowing {
+			fmt.Fprintf(w, "      denies  %s\n", printable(e))
+		}
+	}
+}
+
+// printable returns s as it is when every rune prints as itself, else
+// Go-quoted: a workspace value never drives the terminal.
+func printable(s string) string {
+	for _, r := range s {
+		if !strconv.IsPrint(r) {
+			return strconv.Quote(s)
+		}
+	}
+	return s
+}
+
+func cmdOut(c *cli.Command) io.Writer {
+	if w := c.Root().Writer; w != nil {
+		return w
+	}
+	return os.Stdout
 }
 
 // policyCheckResult is the --json output of `vibedom policy check`.
@@ -45,6 +199,9 @@ type policyCheckResult struct {
 	Name  string `json:"name"`
 	Port  uint16 `json:"port"`
 	netfilter.Decision
+	// Ignored counts the workspace's allow rules left out until approved.
+	Ignored int      `json:"ignored_rules,omitempty"`
+	Notes   []string `json:"notes,omitempty"`
 }
 
 func policyCheck(_ context.Context, c *cli.Command) error {
@@ -56,19 +213,23 @@ func policyCheck(_ context.Context, c *cli.Command) error {
 	if err != nil {
 		return err
 	}
-	home, err := vibedomHome()
+	home, err := session.DefaultHome()
 	if err != nil {
 		return err
 	}
-	ws, err := filepath.Abs(c.String("workspace"))
-	if err != nil {
-		return fmt.Errorf("workspace %q: %w", c.String("workspace"), err)
+	trust := &session.WorkspaceTrust{}
+	ws, err := session.CheckWorkspace(c.String("workspace"))
+	switch {
+	case err != nil && c.IsSet("workspace"):
+		return err
+	case err == nil:
+		// Without --workspace, the current folder is the workspace when it
+		// can be one (not "/").
+		if trust, err = session.LoadWorkspaceTrust(home, ws); err != nil {
+			return err
+		}
 	}
-	pol, err := netfilter.LoadPolicy(netfilter.PolicyConfig{
-		UserFile:      filepath.Join(home, "trusted_domains.txt"),
-		WorkspaceFile: netfilter.WorkspacePolicyFile(ws),
-		Allow:         c.StringSlice("allow"),
-	})
+	pol, notes, err := session.EgressPolicy(home, trust, c.StringSlice("allow"))
 	if err != nil {
 		return err
 	}
@@ -78,7 +239,7 @@ func policyCheck(_ context.Context, c *cli.Command) error {
 	} else if n, err := netfilter.NormalizeName(host); err == nil {
 		name = n
 	}
-	res := policyCheckResult{Input: input, Name: name, Port: port, Decision: pol.Decide(host, port)}
+	res := policyCheckResult{Input: input, Name: name, Port: port, Decision: pol.Decide(host, port), Ignored: len(pol.Ignored()), Notes: notes}
 	out := c.Root().Writer
 	if out == nil {
 		out = os.Stdout
@@ -101,6 +262,9 @@ func policyCheck(_ context.Context, c *cli.Command) error {
 			fmt.Fprintf(out, "  rule    %s\n  source  %s\n", termtext.Line(res.Rule), termtext.Line(res.Source))
 		}
 		fmt.Fprintf(out, "  reason  %s\n", termtext.Line(res.Reason))
+		for _, n := range notes {
+			fmt.Fprintf(out, "  note    %s\n", termtext.Inline(n))
+		}
 	}
 	if !res.Allow {
 		return exitCode(1)

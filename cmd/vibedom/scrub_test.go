@@ -51,6 +51,9 @@ func runStdin(t *testing.T, home string, stdin []byte, args ...string) (string, 
 func TestScrubCommand(t *testing.T) {
 	home := t.TempDir()
 	ws := scrubWorkspace(t)
+	if _, errOut, code := runStdin(t, home, nil, "policy", "approve", "--yes", ws); code != 0 {
+		t.Fatalf("approve the workspace's DLP allowlist: exit %d: %s", code, errOut)
+	}
 	body := `{"content":"key ` + scrubSecret + ` b64 ` + base64.StdEncoding.EncodeToString([]byte("x="+scrubSecret)) +
 		` mail bob@corp.io and support@corp.io, ip 10.0.0.7, home /Users/bob/app"}`
 

@@ -1,0 +1,208 @@
+package netfilter
+
+import (
+	"bufio"
+	"context"
+	"crypto/rand"
+	"encoding/base32"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/netip"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"golang.org/x/net/dns/dnsmessage"
+)
+
+// upstreamCounter is a fake upstream resolver: every name exists, and
+// every name it is asked about is recorded.
+type upstreamCounter struct {
+	mu    sync.Mutex
+	asked map[string]int
+}
+
+func (u *upstreamCounter) Exists(_ context.Context, name string) (bool, error) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	u.asked[name]++
+	return true, nil
+}
+
+func (u *upstreamCounter) count() int {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return len(u.asked)
+}
+
+// TestDNSWildcardExfiltrationBounded: a guest floods random labels under an
+// allowed wildcard. Only a bounded number reach the upstream resolver, the
+// rest are refused and alerted, and the names the guest used before keep
+// resolving; with time, new names resolve again.
+func TestDNSWildcardExfiltrationBounded(t *testing.T) {
+	rules, err := ParseRules(strings.NewReader("*.example.test\napi.other.test\n"), "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	up := &upstreamCounter{asked: map[string]int{}}
+	d, rec := newTestDNS(t, NewPolicy(rules), up)
+	var mu sync.Mutex
+	clock := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	d.guard = newWildcardGuard(func() time.Time { mu.Lock(); defer mu.Unlock(); return clock })
+	guest := netip.MustParseAddrPort("10.254.254.2:5353")
+	ask := func(name string) dnsmessage.RCode {
+		t.Helper()
+		var m dnsmessage.Message
+		if err := m.Unpack(d.answer(t.Context(), dnsQueryMsg(t, 7, name+".", dnsmessage.TypeA), guest)); err != nil {
+			t.Fatal(err)
+		}
+		return m.RCode
+	}
+
+	ordinary := []string{"www.example.test", "cdn.example.test", "api.example.test"}
+	for _, n := range ordinary {
+		if rc := ask(n); rc != dnsmessage.RCodeSuccess {
+			t.Fatalf("%s: %v before the flood", n, rc)
+		}
+	}
+	const flood = 2000
+	refused := 0
+	enc := base32.StdEncoding.WithPadding(base32.NoPadding)
+	for range flood {
+		b := make([]byte, 30)
+		rand.Read(b)
+		if ask(strings.ToLower(enc.EncodeToString(b))+".example.test") == dnsmessage.RCodeRefused {
+			refused++
+		}
+	}
+	if got := up.count(); got != wildBurst {
+		t.Errorf("names that reached the upstream resolver: %d, want the burst of %d", got, wildBurst)
+	}
+	if refused != flood-(wildBurst-len(ordinary)) {
+		t.Errorf("refused %d of %d flood names, want %d", refused, flood, flood-(wildBurst-len(ordinary)))
+	}
+	for _, n := range append(ordinary, "api.other.test") {
+		if rc := ask(n); rc != dnsmessage.RCodeSuccess {
+			t.Errorf("%s: %v after the flood, want an answer", n, rc)
+		}
+	}
+	if rc := ask("new.example.test"); rc != dnsmessage.RCodeRefused {
+		t.Errorf("a new name during the flood: %v, want REFUSED", rc)
+	}
+	mu.Lock()
+	clock = clock.Add(time.Second)
+	mu.Unlock()
+	if rc := ask("new.example.test"); rc != dnsmessage.RCodeSuccess {
+		t.Errorf("a new name a second later: %v, want an answer", rc)
+	}
+
+	var denied, flagged int
+	for _, e := range rec.all() {
+		switch {
+		case e.Decision == "deny" && strings.Contains(e.Reason, "DNS exfiltration"):
+			denied++
+		case e.Decision == "allow" && len(e.Findings) > 0 && e.Findings[0].Category == "dns_label":
+			flagged++
+		}
+		if IsAlert(e) && e.Findings == nil && e.Decision != "deny" {
+			t.Errorf("unexpected alert %+v", e)
+		}
+	}
+	if denied == 0 || flagged == 0 {
+		t.Errorf("alerts: %d refusals and %d high-entropy flags, want both", denied, flagged)
+	}
+}
+
+func TestSuspiciousLabels(t *testing.T) {
+	for _, tt := range []struct {
+		part string
+		want bool
+	}{
+		{"www", false},
+		{"api.eu-west-1", false},
+		{"d1a2b3c4e5f6", false},
+		{"mail-server-backup", false},
+		{"mail-server-backup-primary", false},
+		{"staging-eu-west-1.internal-api", false},
+		{"objects.githubusercontent", false},
+		{strings.Repeat("a", 40), true},
+		{"k7q2x9zmv4pl8rt5ny3hc6bw", true},
+		{"aGVsbG8gd29ybGQhIQ.c2VjcmV0", true},
+	} {
+		if got := suspiciousLabels(tt.part); got != tt.want {
+			t.Errorf("suspiciousLabels(%q) = %v, want %v (entropy %.2f)", tt.part, got, tt.want, shannon(strings.ReplaceAll(tt.part, ".", "")))
+		}
+	}
+	if got := wildcardPart("*.example.test:443", "a.b.example.test"); got != "a.b" {
+		t.Errorf("wildcardPart: %q", got)
+	}
+}
+
+// TestProxyWildcardExfiltrationBounded: the explicit proxy resolves a
+// CONNECT target through the host's resolver too, so the same guard bounds
+// new names under a wildcard there.
+func TestProxyWildcardExfiltrationBounded(t *testing.T) {
+	rs, err := ParseRules(strings.NewReader(testRules), "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	limited := LimitWildcards(NewPolicy(rs))
+	clock := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	limited.g.now = func() time.Time { return clock }
+	var mu sync.Mutex
+	dialled := map[string]bool{}
+	v := newTestEnv(t, testRules, func(c *EngineConfig) {
+		c.Policy = limited
+		c.Dial = func(ctx context.Context, network, addr string) (net.Conn, error) {
+			mu.Lock()
+			dialled[addr] = true
+			mu.Unlock()
+			return nil, errors.New("no upstream in this test")
+		}
+	})
+	proxy := v.proxyListener()
+	connect := func(name string) int {
+		t.Helper()
+		conn, err := net.Dial("tcp", proxy.Host)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		fmt.Fprintf(conn, "CONNECT %s:443 HTTP/1.1\r\nHost: %[1]s:443\r\n\r\n", name)
+		resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+		if err != nil {
+			t.Fatalf("CONNECT %s: %v", name, err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	const flood = 200
+	refused := 0
+	for i := range flood {
+		if connect(fmt.Sprintf("x%04d.wild.test", i)) == http.StatusForbidden {
+			refused++
+		}
+	}
+	if refused != flood-wildBurst {
+		t.Errorf("refused %d of %d new names, want %d", refused, flood, flood-wildBurst)
+	}
+	if connect("x0001.wild.test") == http.StatusForbidden {
+		t.Error("a name admitted before the flood was refused after it")
+	}
+	if connect("api.test") == http.StatusForbidden {
+		t.Error("an exact rule was limited")
+	}
+	// Dials happen after the CONNECT's 200, once the guest speaks: none
+	// of the refused names may ever be dialled.
+	mu.Lock()
+	defer mu.Unlock()
+	for addr := range dialled {
+		var n int
+		if _, err := fmt.Sscanf(addr, "x%04d.wild.test:443", &n); err == nil && n >= wildBurst {
+			t.Errorf("refused name dialled: %s", addr)
+		}
+	}
+}
