@@ -14,7 +14,10 @@ type match struct {
 	start, end int32
 	cat        Category
 	form       form
-	secret     int32 // index of the known secret, for CatSecret
+	// cont: the match goes on with a redaction an earlier window began
+	// (the rest of a private key), so it adds no placeholder of its own.
+	cont   bool
+	secret int32 // index of the known secret, for CatSecret
 }
 
 // Byte classes.
@@ -98,6 +101,14 @@ func (s *scanner) add(start, end int, c Category) {
 		return
 	}
 	s.out = append(s.out, match{start: int32(start), end: int32(end), cat: c, secret: -1})
+}
+
+// addCont adds the rest of a private key an earlier window began to
+// redact.
+func (s *scanner) addCont(start, end int) {
+	if end > start {
+		s.out = append(s.out, match{start: int32(start), end: int32(end), cat: CatPrivateKey, secret: -1, cont: true})
+	}
 }
 
 // run scans for the recognizers of the policy's active categories.
@@ -417,18 +428,18 @@ func pemEnd(buf []byte, from, limit int) int {
 // window.
 func (s *scanner) continuePEM() {
 	if end := pemEnd(s.buf, s.from, s.n); end > 0 {
-		s.add(s.from, end, CatPrivateKey)
+		s.addCont(s.from, end)
 		*s.pemOpen = false
 		return
 	}
 	if s.final {
-		s.add(s.from, s.n, CatPrivateKey)
+		s.addCont(s.from, s.n)
 		*s.pemOpen = false
 		return
 	}
 	// Keep the tail back: an end marker may be split across windows.
 	keep := min(80, (s.n-s.from)/2)
-	s.add(s.from, s.n-keep, CatPrivateKey)
+	s.addCont(s.from, s.n-keep)
 	s.hold = min(s.hold, s.n-keep)
 }
 

@@ -209,7 +209,7 @@ func (g *segment) process(final bool) {
 			continue
 		}
 		if a == Log {
-			if !slices.ContainsFunc(logged, func(o match) bool { return o.start == m.start && o.end == m.end }) {
+			if !m.cont && !slices.ContainsFunc(logged, func(o match) bool { return o.start == m.start && o.end == m.end }) {
 				logged = append(logged, m)
 			}
 			continue
@@ -218,6 +218,7 @@ func (g *segment) process(final bool) {
 		if k := len(spans); k > 0 && m.start < spans[k-1].end {
 			last := &spans[k-1]
 			last.end = max(last.end, m.end)
+			last.cont = last.cont || (m.cont && m.start == last.start)
 			if m.cat < last.cat {
 				last.cat, last.secret, last.form = m.cat, m.secret, m.form
 			}
@@ -238,7 +239,7 @@ func (g *segment) process(final bool) {
 		re, _ := g.rawPos(int(s.end), true)
 		g.emitRaw(rp, rs)
 		rp = max(rp, re)
-		cont := int(s.start) == g.redactedTo && rs == 0
+		cont := s.cont && int(s.start) == g.redactedTo && rs == 0
 		g.redactedTo = int(s.end)
 		if cont {
 			continue // the rest of the previous window's redaction
