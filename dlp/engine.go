@@ -222,6 +222,20 @@ func (r *Report) add(f Finding) {
 	r.findings = append(r.findings, f)
 }
 
+// merge adds o's findings and dropped count to r.
+func (r *Report) merge(o *Report) {
+	if r == nil {
+		return
+	}
+	fs, dropped := o.Findings(), o.Dropped()
+	for _, f := range fs {
+		r.add(f)
+	}
+	r.mu.Lock()
+	r.dropped += dropped
+	r.mu.Unlock()
+}
+
 // Findings returns a copy of the findings so far.
 func (r *Report) Findings() []Finding {
 	r.mu.Lock()

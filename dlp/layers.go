@@ -41,6 +41,12 @@ func (b *base) release(segs ...*segment) {
 		putBuf(g.dec)
 		putBuf(g.raw)
 		g.dec, g.raw = nil, nil
+		if g.views != nil {
+			for i := range g.views.vs {
+				putBuf(g.views.vs[i].b)
+			}
+			g.views = nil
+		}
 	}
 	putBuf(b.out)
 	b.out = nil

@@ -76,6 +76,7 @@ type segment struct {
 	redactedTo int
 	ms         []match
 	spans      []match
+	views      *viewSet
 	total      int // decoded bytes fed since reset
 }
 
@@ -176,6 +177,10 @@ func (g *segment) process(final bool) {
 		full: n-g.look >= e.window}
 	if pol.active(CatSecret) {
 		sc.out = e.known.scan(g.dec, g.look, n, sc.out)
+		if g.views == nil {
+			g.views = &viewSet{}
+		}
+		sc.out = e.known.scanViews(g.dec, g.look, n, sc.out, g.views)
 	}
 	sc.run()
 	if final && g.keyed && g.look == 0 && pol.active(CatPassword) && secretValue(g.dec[:n]) {
