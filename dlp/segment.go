@@ -210,7 +210,10 @@ func (g *segment) process(final bool) {
 			break
 		}
 		a := pol.act[m.cat]
-		if a == Pass || e.allowedValue(g.valueOf(m)) {
+		if a == Pass {
+			continue
+		}
+		if v := g.valueOf(m); e.allowedValue(v) || (m.cat != CatSecret && placeholderValue(m.cat, v)) {
 			continue
 		}
 		if a == Log {
