@@ -94,14 +94,54 @@ const glBoundary = " \t\r\n\"'`=:([{,;/.->|*_+@#!?&%$~<\\"
 
 // glKeys returns the 4-byte keys of a keyword, each with its offset in
 // the keyword (-1: the key starts one byte before it), for the keyword in
-// lower case, upper case and title case.
+// lower case, upper case and title case. Keys are taken where the keyword
+// is least like ordinary words (around its punctuation and digits, else
+// its end: "b_pa" of github_pat_, "tful" of contentful), so common words
+// ("content", "path", "pull") seldom hit them.
 func glKeys(kw string) map[string]int {
 	out := map[string]int{}
 	vs := []string{kw, strings.ToUpper(kw), strings.ToUpper(kw[:1]) + kw[1:]}
+	// A domain's ".com" is as common as the word "content".
+	limit := len(kw)
+	for _, tld := range []string{".com", ".org", ".net", ".io"} {
+		if strings.HasSuffix(kw, tld) && len(kw)-len(tld) >= 5 {
+			limit = len(kw) - len(tld)
+		}
+	}
+	rare := func(k string) int {
+		n := 0
+		for _, c := range []byte(k) {
+			switch {
+			case c == '.':
+				n++
+			case c < 'a' || c > 'z':
+				n += 2
+			}
+		}
+		return n
+	}
+	off, best := 0, -1
+	for o := 0; o+5 <= limit; o++ {
+		// Both keys should be rare: the weaker one counts most.
+		a, b := rare(kw[o:o+4]), rare(kw[o+1:o+5])
+		score := 10*min(a, b) + a + b
+		if score >= best {
+			off, best = o, score
+		}
+	}
 	for _, v := range vs {
 		switch {
 		case len(v) >= 5:
-			out[v[0:4]], out[v[1:5]] = 0, 1
+			out[v[off:off+4]], out[v[off+1:off+5]] = off, off+1
+		case len(v) == 4 && (kw[3] < 'a' || kw[3] > 'z'):
+			// Punctuation at the end: the key holds it, then a token
+			// byte.
+			out[v] = 0
+			for c := 0; c < 256; c++ {
+				if class[c]&cB64URL != 0 || c == '.' {
+					out[v[1:]+string(rune(c))] = 1
+				}
+			}
 		case len(v) == 4:
 			out[v] = 0
 			for i := 0; i < len(glBoundary); i++ {

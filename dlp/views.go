@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"math/bits"
 	"sort"
+	"strings"
 	"unicode/utf16"
 	"unicode/utf8"
 )
@@ -99,7 +100,16 @@ type viewSet struct {
 
 // b64Byte reports the bytes of base64 (both alphabets, with padding) and
 // so of hex.
-func b64Byte(c byte) bool { return class[c]&cB64URL != 0 || c == '+' || c == '/' || c == '=' }
+func b64Byte(c byte) bool { return b64Tab[c] }
+
+// b64Tab marks [A-Za-z0-9_+/=-] (not built from class, which init fills
+// after package variables).
+var b64Tab = func() (t [256]bool) {
+	for c := range t {
+		t[c] = c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.IndexByte("_-+/=", byte(c)) >= 0
+	}
+	return t
+}()
 
 // triggers calls at with the position of each place in text that shows
 // the formatting kind undoes (it stops when at returns false).
@@ -148,7 +158,7 @@ func triggers(kind viewKind, text []byte, at func(int) bool) {
 			if k < 0 {
 				return
 			}
-			if wrapBreak(text, i+k) >= 0 && !at(i+k) {
+			if nl := i + k; nl >= 17 && (b64Tab[text[nl-1]] || text[nl-1] == '\r') && wrapBreak(text, nl) >= 0 && !at(nl) {
 				return
 			}
 			i += k + 1
@@ -212,10 +222,10 @@ func wrapBreak(text []byte, nl int) int {
 	if s > 0 && text[s-1] == '\r' {
 		s--
 	}
-	if s < 16 {
+	if s < 16 || !b64Tab[text[s-1]] || !b64Tab[text[s-16]] || !b64Tab[text[s-8]] {
 		return -1
 	}
-	for k := s - 1; k >= s-16; k-- {
+	for k := s - 2; k > s-16; k-- {
 		if !b64Byte(text[k]) {
 			return -1
 		}
