@@ -2,8 +2,6 @@ package dlp
 
 import (
 	"bytes"
-	"encoding/binary"
-	"math/bits"
 	"sort"
 	"strings"
 	"unicode/utf16"
@@ -102,6 +100,16 @@ type viewSet struct {
 // so of hex.
 func b64Byte(c byte) bool { return b64Tab[c] }
 
+// hexTab is 1 for the hex digits.
+var hexTab = func() (t [256]uint8) {
+	for c := range t {
+		if c >= '0' && c <= '9' || c >= 'a' && c <= 'f' || c >= 'A' && c <= 'F' {
+			t[c] = 1
+		}
+	}
+	return t
+}()
+
 // b64Tab marks [A-Za-z0-9_+/=-] (not built from class, which init fills
 // after package variables).
 var b64Tab = func() (t [256]bool) {
@@ -129,26 +137,28 @@ func triggers(kind viewKind, text []byte, at func(int) bool) {
 				}
 			}
 		}
-	case viewPercent, viewQP:
-		c := byte('%')
-		if kind == viewQP {
-			c = '='
-		}
+	case viewPercent:
 		for i := 0; ; {
-			k := bytes.IndexByte(text[i:], c)
+			k := bytes.IndexByte(text[i:], '%')
 			if k < 0 || i+k+2 >= len(text) {
 				return
 			}
 			i += k + 1
-			x, y := text[i], text[i+1]
-			hit := isHex(x) && isHex(y)
-			if kind == viewQP {
-				// Quoted-printable writes upper-case escapes; one of
-				// them a letter (=3D, =C3) or a soft line break.
-				hit = hit && !lowerHexLetter(x) && !lowerHexLetter(y) && (x > '9' || y > '9') ||
-					x == '\n' || x == '\r' && y == '\n'
+			if isHex(text[i]) && isHex(text[i+1]) && !at(i-1) {
+				return
 			}
-			if hit && !at(i-1) {
+		}
+	case viewQP:
+		// What quoted-printable does to a printable value: soft line
+		// breaks, and '=' written =3D.
+		for i := 0; ; {
+			k := bytes.IndexByte(text[i:], '=')
+			if k < 0 || i+k+2 >= len(text) {
+				return
+			}
+			i += k + 1
+			x := text[i]
+			if (x == '\n' || x == '\r' && text[i+1] == '\n' || x == '3' && text[i+1] == 'D') && !at(i-1) {
 				return
 			}
 		}
@@ -164,29 +174,26 @@ func triggers(kind viewKind, text []byte, at func(int) bool) {
 			i += k + 1
 		}
 	case viewHexFold:
-		// Upper-case hex letters found eight bytes at a time; each is
-		// looked at only if its hex run is long enough.
-		i := 0
-		for i < len(text) {
-			if i+8 <= len(text) {
-				if m := upperHexMask(binary.LittleEndian.Uint64(text[i:])); m == 0 {
-					i += 8
-					continue
-				} else {
-					i += bits.TrailingZeros64(m) / 8
-				}
-			} else if !(text[i] >= 'A' && text[i] <= 'F') {
-				i++
+		// A run of 16 or more hex digits holds a whole 8-byte block at a
+		// multiple of 8: look at blocks (last byte first, then the
+		// rest), then at the run around a block that is all hex.
+		for i := 0; i+8 <= len(text); i += 8 {
+			// Branch-free tests: text is random to the predictor.
+			if hexTab[text[i+7]]&hexTab[text[i]] == 0 {
 				continue
 			}
-			s, e := i, i
+			b := text[i : i+8]
+			if hexTab[b[1]]&hexTab[b[2]]&hexTab[b[3]]&hexTab[b[4]]&hexTab[b[5]]&hexTab[b[6]] == 0 {
+				continue
+			}
+			s, e := i, i+8
 			for s > 0 && isHex(text[s-1]) {
 				s--
 			}
 			for e < len(text) && isHex(text[e]) {
 				e++
 			}
-			if e-s >= 16 {
+			if e-s >= 16 && bytes.ContainsAny(text[s:e], "ABCDEF") {
 				// A point every 16 bytes: the regions around them
 				// cover the whole run.
 				for p := s; p < e+16; p += 16 {
@@ -195,20 +202,10 @@ func triggers(kind viewKind, text []byte, at func(int) bool) {
 					}
 				}
 			}
-			i = e + 1
+			i = (e &^ 7) // the next block after the run
 		}
 	}
 }
-
-// upperHexMask has the high bit of each byte of x in 'A'..'F' set (see
-// digitMask).
-func upperHexMask(x uint64) uint64 {
-	const ones, highs = 0x0101010101010101, 0x8080808080808080
-	const m, n = 'A' - 1, 'F' + 1
-	return ((ones*(127+n) - (x & (ones * 127))) &^ x & ((x & (ones * 127)) + ones*(127-m))) & highs
-}
-
-func lowerHexLetter(c byte) bool { return c >= 'a' && c <= 'f' }
 
 // wrapBreak looks at the line break at text[nl] == '\n': when it sits
 // inside a wrapped base64 or hex run it returns the end of the break (the
