@@ -133,3 +133,22 @@ func TestScrubString(t *testing.T) {
 		t.Errorf("changed: %q", got)
 	}
 }
+
+// TestGitleaksKeywordFlood: a body made of a rule's keyword costs a
+// bounded number of rule searches, and a token among the decoys is still
+// found.
+func TestGitleaksKeywordFlood(t *testing.T) {
+	e := mustEngine(t, Config{})
+	tok := truePositives()[0].value // SendGrid
+	flood := strings.Repeat("SG.a ", 40000) + tok + " " + strings.Repeat("SG.b ", 40000)
+	var runs int
+	testGitleaksRun = func() { runs++ }
+	defer func() { testGitleaksRun = nil }()
+	out, rep := scrubText(t, e, ClassPublic, flood)
+	if strings.Contains(out, tok) || len(rep.Findings()) != 1 {
+		t.Errorf("the token among decoys: %d findings", len(rep.Findings()))
+	}
+	if limit := 4 * len(flood) / (glAfter / 2); runs > limit {
+		t.Errorf("%d rule searches for %d bytes, want at most %d", runs, len(flood), limit)
+	}
+}

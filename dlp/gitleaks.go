@@ -167,7 +167,10 @@ const (
 	glAfter  = 1024
 )
 
-// gitleaksAt runs the rules of keyword kw found at as.
+// gitleaksAt runs the rules of keyword kw found at as. The text around
+// a keyword is searched once for all the keyword's occurrences in it: a
+// text made of keywords ("SG.SG.SG.…") costs a search every glAfter/2
+// bytes, not one per occurrence.
 //
 //go:noinline
 func (s *scanner) gitleaksAt(kw string, as int) {
@@ -175,12 +178,25 @@ func (s *scanner) gitleaksAt(kw string, as int) {
 	if g == nil {
 		return
 	}
+	if s.glCover == nil {
+		s.glCover = map[string]int{}
+	}
+	if end, ok := s.glCover[kw]; ok && as < end {
+		return
+	}
 	lo, hi := max(0, as-glBefore), min(s.n, as+len(kw)+glAfter)
+	s.glCover[kw] = max(as+1, hi-glAfter/2)
+	if testGitleaksRun != nil {
+		testGitleaksRun()
+	}
 	region := s.buf[lo:hi]
 	for _, r := range g.byKeyword[kw] {
-		for _, loc := range r.Regex.FindAllSubmatchIndex(region, 4) {
-			if lo+loc[0] > as || lo+loc[1] < as {
-				continue // another occurrence: its own keyword anchors it
+		for _, loc := range r.Regex.FindAllSubmatchIndex(region, -1) {
+			// A match near the region's end may be cut short: it is
+			// searched again from a later occurrence of the keyword,
+			// unless it holds this one.
+			if hi < s.n && lo+loc[1] > hi-64 && !(lo+loc[0] <= as && as < lo+loc[1]) {
+				continue
 			}
 			ss, se := glSecret(r, loc)
 			if ss < 0 {
@@ -198,6 +214,9 @@ func (s *scanner) gitleaksAt(kw string, as int) {
 		}
 	}
 }
+
+// testGitleaksRun counts the searches (tests only).
+var testGitleaksRun func()
 
 // glSecret picks the secret of a match as gitleaks does: the rule's
 // secret group, else the first non-empty group, else the whole match.

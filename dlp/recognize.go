@@ -95,6 +95,8 @@ type scanner struct {
 	// full: the window is full, so something must be emitted.
 	full bool
 	out  []match
+	// glCover: how far each gitleaks keyword's rules have searched.
+	glCover map[string]int
 }
 
 func (s *scanner) add(start, end int, c Category) {
