@@ -7,10 +7,8 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/rs/zerolog"
 	"github.com/spf13/viper"
 	"github.com/zricethezav/gitleaks/v8/config"
-	"github.com/zricethezav/gitleaks/v8/logging"
 )
 
 // Traffic is also scanned with gitleaks' default rules (the ones the
@@ -42,7 +40,8 @@ var glCommonKeywords = []string{"access", "api", "api-", "auth", "key", "credent
 
 // gitleaksRules loads gitleaks' default configuration once.
 var gitleaksRules = sync.OnceValues(func() (*glRules, error) {
-	logging.Logger = logging.Logger.Level(zerolog.Disabled) // its traces carry values
+	// gitleaks' global logger is left alone (the preflight silences it):
+	// loading its default rules logs nothing and handles no value.
 	v := viper.New()
 	v.SetConfigType("toml")
 	if err := v.ReadConfig(strings.NewReader(config.DefaultConfig)); err != nil {
