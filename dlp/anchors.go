@@ -3,6 +3,7 @@ package dlp
 import (
 	"encoding/binary"
 	"fmt"
+	"slices"
 )
 
 // anchorKind says which recognizer an anchor starts.
@@ -28,6 +29,8 @@ const (
 	akHome
 	akWinHome
 	akAssign
+	// akGitleaks: a keyword of gitleaks rules (see gitleaks.go).
+	akGitleaks
 )
 
 // anchorCats is the category each kind reports; a kind is scanned only
@@ -38,7 +41,7 @@ var anchorCats = [...]Category{
 	akAnthropic: CatToken, akOpenAI: CatToken, akOpenAILegacy: CatToken, akNPM: CatToken,
 	akBearer: CatToken, akBasic: CatToken,
 	akJWT: CatJWT, akPEM: CatPrivateKey, akAge: CatPrivateKey,
-	akHome: CatHomePath, akWinHome: CatHomePath, akAssign: CatPassword,
+	akHome: CatHomePath, akWinHome: CatHomePath, akAssign: CatPassword, akGitleaks: CatToken,
 }
 
 // Anchors are found by sampling the text every second byte: each anchor
@@ -112,9 +115,10 @@ type anchorRef struct {
 
 const anchorMul = 0x9E3779B1
 
-// anchorBits sizes the anchor bitmap: 2^18 bits (32 KiB) keep false hits
-// near 0.4 % for the ~1,100 keys.
-const anchorBits = 18
+// anchorBits sizes the anchor bitmap: 2^20 bits (128 KiB) keep false
+// hits near 1 % for the ~1,100 keys of vibedom's anchors and the ~10,000
+// of gitleaks' keywords.
+const anchorBits = 20
 
 func anchorHash(key uint32) uint32 { return (key * anchorMul) >> (32 - anchorBits) }
 
@@ -171,14 +175,33 @@ func newAnchorIndex() *anchorIndex {
 				keys = all
 			}
 			for _, k := range keys {
-				key := binary.LittleEndian.Uint32([]byte(k))
-				h := anchorHash(key)
-				x.bitmap[h>>6] |= 1 << (h & 63)
-				x.byKey[key] = append(x.byKey[key], anchorRef{d, off})
+				x.register(k, anchorRef{d, off})
+			}
+		}
+	}
+	// gitleaks' keywords. Without its rules (they always load: they are
+	// compiled in) vibedom's own recognizers still run.
+	if g, err := gitleaksRules(); err == nil {
+		kws := make([]string, 0, len(g.byKeyword))
+		for kw := range g.byKeyword {
+			kws = append(kws, kw)
+		}
+		slices.Sort(kws)
+		for _, kw := range kws {
+			d := &anchorDef{lit: kw, ci: true, kind: akGitleaks}
+			for k, off := range glKeys(kw) {
+				x.register(k, anchorRef{d, off})
 			}
 		}
 	}
 	return x
+}
+
+func (x *anchorIndex) register(k string, r anchorRef) {
+	key := binary.LittleEndian.Uint32([]byte(k))
+	h := anchorHash(key)
+	x.bitmap[h>>6] |= 1 << (h & 63)
+	x.byKey[key] = append(x.byKey[key], r)
 }
 
 // matchLit reports whether d's literal starts at buf[i].

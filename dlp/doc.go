@@ -11,7 +11,11 @@
 //     inside a larger encoded blob is found too), hex (both cases),
 //     percent-encoding and JSON string escapes. All of them are matched in
 //     one pass over the text, whatever their number (a hashed 8-byte
-//     window, not a loop of regular expressions).
+//     window, not a loop of regular expressions). Where the text shows a
+//     formatting (line-wrapped base64 or hex, mixed-case hex, JSON
+//     escapes, %XX, quoted-printable), the region around it is rendered
+//     with it undone and searched again (views.go). Each secret-like line
+//     of a multi-line value is matched on its own too.
 //   - Recognizers, each redacting the secret value and not the keyword in
 //     front of it: cloud keys (AWS, GCP), service tokens (GitHub, GitLab,
 //     Slack, Stripe, Anthropic, OpenAI, npm, Hugging Face), bearer and
@@ -20,10 +24,14 @@
 //     high-entropy values to secret-sounding names, e-mail addresses (RFC
 //     2606 names exempt), credit-card numbers (Luhn-checked), private IPv4
 //     addresses and, for public destinations, the user name in home
-//     directory paths. The precise rules are in docs/dlp.md.
+//     directory paths, US SSNs, IBANs (mod-97) and phone numbers. The
+//     rules of the gitleaks compiled in run on traffic too, anchored on
+//     their keywords. Placeholders (sk-ant-xxxx…, …EXAMPLE) are left. The
+//     precise rules are in docs/dlp.md.
 //
 // Before scanning it undoes what a sender would use to hide a value: the
-// Content-Encoding (gzip, deflate, br, zstd, stacked in any order), JSON
+// Content-Encoding (gzip, deflate, br, zstd, stacked in any order; gzip,
+// zlib and zstd also when no header declares them), JSON
 // string escapes (it walks the JSON; bytes it does not change are
 // forwarded unchanged and the output stays valid JSON),
 // application/x-www-form-urlencoded and URL query encoding, and the text

@@ -222,6 +222,20 @@ func (r *Report) add(f Finding) {
 	r.findings = append(r.findings, f)
 }
 
+// merge adds o's findings and dropped count to r.
+func (r *Report) merge(o *Report) {
+	if r == nil {
+		return
+	}
+	fs, dropped := o.Findings(), o.Dropped()
+	for _, f := range fs {
+		r.add(f)
+	}
+	r.mu.Lock()
+	r.dropped += dropped
+	r.mu.Unlock()
+}
+
 // Findings returns a copy of the findings so far.
 func (r *Report) Findings() []Finding {
 	r.mu.Lock()
@@ -285,3 +299,20 @@ func (r *Report) Summary() string {
 // ErrEncoding means a body could not be decoded, so it could not be
 // scanned; the request must not be sent.
 var ErrEncoding = errors.New("body cannot be decoded for scanning")
+
+// knownOnlyPolicy redacts known values and nothing else.
+var knownOnlyPolicy = Policy{}.With(CatSecret, Redact)
+
+// ScrubString replaces each known value in s (in every form Scrub finds
+// it in) with [REDACTED:SECRET], and returns s itself when there is none.
+// It acts on known values only, not on recognizers: it is for strings that
+// are logged (a refused request's path, host or DNS name), where a
+// placeholder for every e-mail address would hide what happened.
+func (e *Engine) ScrubString(s string) string {
+	if e == nil || len(e.known.pats) == 0 || len(s) < MinSecretLen {
+		return s
+	}
+	pol := knownOnlyPolicy
+	out := e.ScrubText(&pol, []byte(s), "log", nil)
+	return string(out)
+}

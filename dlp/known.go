@@ -49,9 +49,12 @@ const (
 	formHex
 	formURL
 	formJSON
+	// formLine is one line (or one secret-like token of a line) of a
+	// multi-line value.
+	formLine
 )
 
-var formNames = [...]string{"raw", "base64", "base64url", "hex", "url", "json"}
+var formNames = [...]string{"raw", "base64", "base64url", "hex", "url", "json", "line"}
 
 func (f form) String() string { return formNames[f] }
 
@@ -178,7 +181,16 @@ func newKnownSet(secrets []Secret) *knownSet {
 		seenSecret[v] = idx
 		k.secrets = append(k.secrets, Secret{Value: v, Source: s.Source})
 		k.lower = append(k.lower, strings.ToLower(v))
-		for _, enc := range encodedForms([]byte(v)) {
+		forms := encodedForms([]byte(v))
+		if hexOnly(v) {
+			// Case carries nothing in hex: an upper- or lower-cased
+			// copy is the same value.
+			forms = append(forms, encoded{[]byte(strings.ToLower(v)), formRaw}, encoded{[]byte(strings.ToUpper(v)), formRaw})
+		}
+		for _, part := range secretParts(v) {
+			forms = append(forms, encoded{[]byte(part), formLine})
+		}
+		for _, enc := range forms {
 			if len(enc.b) < MinSecretLen || seenPat[string(enc.b)] {
 				continue
 			}
@@ -319,3 +331,66 @@ const (
 	lowerHex = "0123456789abcdef"
 	upperHex = "0123456789ABCDEF"
 )
+
+// hexOnly reports a value of 16 or more hex digits with a letter among
+// them.
+func hexOnly(v string) bool {
+	letter := false
+	for i := 0; i < len(v); i++ {
+		if !isHex(v[i]) {
+			return false
+		}
+		letter = letter || v[i] > '9'
+	}
+	return len(v) >= 16 && letter
+}
+
+// minPartLen is the shortest line or token of a multi-line value that is
+// matched on its own.
+const minPartLen = 16
+
+// secretParts returns what of a multi-line value is matched on its own,
+// so that a value is found even if only some of its lines leave: each
+// line that looks secret (a base64 or hex run such as a PEM body line, or
+// a high-entropy line without blanks) and, from the other lines, each such
+// token (the value of "key": "…"). Armour lines (-----BEGIN …) and
+// ordinary text are not matched alone.
+func secretParts(v string) []string {
+	if !strings.Contains(v, "\n") {
+		return nil
+	}
+	var out []string
+	for _, line := range strings.Split(v, "\n") {
+		line = strings.TrimSpace(line)
+		if secretLike(line) {
+			out = append(out, line)
+			continue
+		}
+		for _, tok := range strings.FieldsFunc(line, func(r rune) bool { return strings.ContainsRune(" \t\"'`,:;{}[]()<>", r) }) {
+			if secretLike(tok) {
+				out = append(out, tok)
+			}
+		}
+	}
+	return out
+}
+
+// secretLike reports a line or token worth matching alone: 16 or more
+// bytes without blanks, either all base64/hex characters mixing at least
+// two of lower case, upper case and digits, or of high entropy.
+func secretLike(s string) bool {
+	if len(s) < minPartLen || strings.HasPrefix(s, "-----") {
+		return false
+	}
+	b64 := true
+	for i := 0; i < len(s); i++ {
+		if s[i] <= ' ' {
+			return false
+		}
+		b64 = b64 && b64Byte(s[i])
+	}
+	if b64 && classCount([]byte(s)) >= 2 {
+		return true
+	}
+	return entropy([]byte(s)) >= 3.5
+}

@@ -41,6 +41,12 @@ func (b *base) release(segs ...*segment) {
 		putBuf(g.dec)
 		putBuf(g.raw)
 		g.dec, g.raw = nil, nil
+		if g.views != nil {
+			for i := range g.views.vs {
+				putBuf(g.views.vs[i].b)
+			}
+			g.views = nil
+		}
 	}
 	putBuf(b.out)
 	b.out = nil
@@ -111,10 +117,6 @@ type jsonLayer struct {
 	lastOK     bool
 	curKey     []byte
 	afterColon bool
-	// Cached search positions in the current Write's p (see stringEnd).
-	scanOf       *byte
-	scanLen      int
-	nextQ, nextB int
 }
 
 const (
@@ -131,6 +133,10 @@ func newJSONLayer(b base, where string) *jsonLayer {
 }
 
 func (j *jsonLayer) Write(p []byte) (int, error) {
+	// The positions of the next quote and backslash are searched once per
+	// Write: they are valid for this p only (a caller may pass the same
+	// buffer again with other bytes in it).
+	sc := stringScan{nextQ: -1, nextB: -1}
 	i := 0
 	for i < len(p) {
 		switch j.state {
@@ -156,7 +162,7 @@ func (j *jsonLayer) Write(p []byte) (int, error) {
 			j.key, j.keyLong = j.key[:0], false
 			j.state = jsString
 		case jsString:
-			k := j.stringEnd(p, i)
+			k := sc.end(p, i)
 			j.str.write(p[i:k])
 			j.keep(p[i:k])
 			i = k
@@ -179,20 +185,21 @@ func (j *jsonLayer) Write(p []byte) (int, error) {
 	return len(p), j.flush()
 }
 
-// stringEnd returns the index of the next quote or backslash in p at or
-// after i (len(p) if none). The positions found are remembered for the rest
-// of p, so a long string with many escapes is searched once per byte.
-func (j *jsonLayer) stringEnd(p []byte, i int) int {
-	if j.scanOf != &p[0] || j.scanLen != len(p) {
-		j.scanOf, j.scanLen, j.nextQ, j.nextB = &p[0], len(p), -1, -1
+// stringScan remembers, within one Write, where the next quote and
+// backslash are, so a long string with many escapes is searched once per
+// byte.
+type stringScan struct{ nextQ, nextB int }
+
+// end returns the index of the next quote or backslash in p at or after i
+// (len(p) if none). p must be the same slice at every call.
+func (s *stringScan) end(p []byte, i int) int {
+	if s.nextQ < i {
+		s.nextQ = indexFrom(p, i, '"')
 	}
-	if j.nextQ < i {
-		j.nextQ = indexFrom(p, i, '"')
+	if s.nextB < i {
+		s.nextB = indexFrom(p, i, '\\')
 	}
-	if j.nextB < i {
-		j.nextB = indexFrom(p, i, '\\')
-	}
-	return min(j.nextQ, j.nextB)
+	return min(s.nextQ, s.nextB)
 }
 
 func indexFrom(p []byte, i int, c byte) int {

@@ -41,12 +41,19 @@ const (
 	CatInternalIP
 	// CatHomePath is the user name in a home directory path.
 	CatHomePath
+	// CatSSN is a US social security number (AAA-GG-SSSS, valid ranges).
+	CatSSN
+	// CatIBAN is an international bank account number (mod-97 checked).
+	CatIBAN
+	// CatPhone is a phone number: E.164 (+CC …) or NANP next to a word
+	// that says it is one.
+	CatPhone
 	numCategories
 )
 
 var categoryNames = [numCategories]string{
 	"SECRET", "PRIVATE_KEY", "CLOUD_KEY", "TOKEN", "JWT", "CREDENTIALS", "PASSWORD",
-	"CREDIT_CARD", "EMAIL", "INTERNAL_IP", "HOME_PATH",
+	"CREDIT_CARD", "EMAIL", "INTERNAL_IP", "HOME_PATH", "SSN", "IBAN", "PHONE",
 }
 
 // String returns the category's upper-case name, e.g. "CLOUD_KEY".
@@ -79,6 +86,7 @@ var categoryAliases = map[string]Category{
 	"tokens": CatToken, "jwts": CatJWT, "passwords": CatPassword,
 	"private_keys": CatPrivateKey, "cloud_keys": CatCloudKey,
 	"home_paths": CatHomePath, "paths": CatHomePath,
+	"ssns": CatSSN, "ibans": CatIBAN, "phones": CatPhone, "phone_numbers": CatPhone,
 }
 
 // ParseCategory reads a category name, case-insensitively, also accepting
@@ -198,7 +206,8 @@ func (p *Policy) any() bool {
 //	keys, tokens, JWTs,
 //	passwords, cards    redact    pass      redact
 //	EMAIL, INTERNAL_IP  redact    pass      redact
-//	HOME_PATH           pass      pass      redact
+//	HOME_PATH, SSN,
+//	IBAN, PHONE         pass      pass      redact
 func DefaultPolicy(c Class) Policy {
 	p := Policy{Class: c}
 	for i := range p.act {
@@ -212,6 +221,7 @@ func DefaultPolicy(c Class) Policy {
 		p.act[CatSecret] = Log
 	case ClassExternal:
 		p.act[CatHomePath] = Pass
+		p.act[CatSSN], p.act[CatIBAN], p.act[CatPhone] = Pass, Pass, Pass
 	}
 	return p
 }

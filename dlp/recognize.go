@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/base64"
 	"encoding/binary"
+	"math"
 	"math/bits"
 	"slices"
 	"strings"
@@ -14,7 +15,10 @@ type match struct {
 	start, end int32
 	cat        Category
 	form       form
-	secret     int32 // index of the known secret, for CatSecret
+	// cont: the match goes on with a redaction an earlier window began
+	// (the rest of a private key), so it adds no placeholder of its own.
+	cont   bool
+	secret int32 // index of the known secret, for CatSecret
 }
 
 // Byte classes.
@@ -91,6 +95,8 @@ type scanner struct {
 	// full: the window is full, so something must be emitted.
 	full bool
 	out  []match
+	// glCover: how far each gitleaks keyword's rules have searched.
+	glCover map[string]int
 }
 
 func (s *scanner) add(start, end int, c Category) {
@@ -98,6 +104,14 @@ func (s *scanner) add(start, end int, c Category) {
 		return
 	}
 	s.out = append(s.out, match{start: int32(start), end: int32(end), cat: c, secret: -1})
+}
+
+// addCont adds the rest of a private key an earlier window began to
+// redact.
+func (s *scanner) addCont(start, end int) {
+	if end > start {
+		s.out = append(s.out, match{start: int32(start), end: int32(end), cat: CatPrivateKey, secret: -1, cont: true})
+	}
 }
 
 // run scans for the recognizers of the policy's active categories.
@@ -135,7 +149,7 @@ func (s *scanner) run() {
 			i += k + 1
 		}
 	}
-	if s.pol.active(CatCreditCard) || s.pol.active(CatInternalIP) {
+	if s.pol.active(CatCreditCard) || s.pol.active(CatInternalIP) || s.pol.active(CatSSN) || s.pol.active(CatIBAN) || s.pol.active(CatPhone) {
 		i := s.from
 		for i+8 <= len(buf) {
 			m := digitMask(binary.LittleEndian.Uint64(buf[i : i+8]))
@@ -417,18 +431,18 @@ func pemEnd(buf []byte, from, limit int) int {
 // window.
 func (s *scanner) continuePEM() {
 	if end := pemEnd(s.buf, s.from, s.n); end > 0 {
-		s.add(s.from, end, CatPrivateKey)
+		s.addCont(s.from, end)
 		*s.pemOpen = false
 		return
 	}
 	if s.final {
-		s.add(s.from, s.n, CatPrivateKey)
+		s.addCont(s.from, s.n)
 		*s.pemOpen = false
 		return
 	}
 	// Keep the tail back: an end marker may be split across windows.
 	keep := min(80, (s.n-s.from)/2)
-	s.add(s.from, s.n-keep, CatPrivateKey)
+	s.addCont(s.from, s.n-keep)
 	s.hold = min(s.hold, s.n-keep)
 }
 
@@ -471,10 +485,24 @@ func (s *scanner) urlCredentials(at int) {
 		return
 	}
 	pw := buf[j+colon+1 : at]
-	if len(pw) == 0 || placeholder(pw) {
+	if len(pw) == 0 || placeholder(pw) || defaultPassword(buf[j:j+colon], pw) {
 		return
 	}
 	s.add(j+colon+1, at, CatCredentials)
+}
+
+// defaultPassword reports a URL password that is the user name again or
+// a well-known default (postgres:postgres@localhost, root:root,
+// guest:guest): it protects nothing.
+func defaultPassword(user, pw []byte) bool {
+	if bytes.EqualFold(user, pw) {
+		return true
+	}
+	switch strings.ToLower(string(pw)) {
+	case "postgres", "root", "admin", "guest", "mysql", "test", "dev", "user", "default", "pass", "123456", "toor", "minioadmin", "rabbitmq", "sa":
+		return true
+	}
+	return false
 }
 
 // placeholder reports values that stand for a secret rather than being
@@ -502,6 +530,34 @@ func placeholder(v []byte) bool {
 	}
 	return false
 }
+
+// placeholderValue reports a recognizer's match that stands for a secret
+// rather than being one: what gitleaks' allowlists let go (its global
+// list, AKIA…EXAMPLE), and tokens spelled out with placeholder words or
+// runs (sk-ant-xxxx…, <your-token>).
+func placeholderValue(c Category, v string) bool {
+	switch c {
+	case CatCloudKey:
+		if glPlaceholder("aws-access-token", v) || glPlaceholder("gcp-api-key", v) {
+			return true
+		}
+	case CatToken, CatJWT, CatPrivateKey, CatPassword, CatCredentials:
+	default:
+		return false
+	}
+	if glPlaceholder("", v) {
+		return true
+	}
+	l := strings.ToLower(v)
+	for _, w := range tokenPlaceholderWords {
+		if strings.Contains(l, w) {
+			return true
+		}
+	}
+	return false
+}
+
+var tokenPlaceholderWords = []string{"xxxxx", "*****", "example", "placeholder", "your_", "your-", "<your", "redacted", "changeme", "dummy", "0000000000", "1234567890", "abcdefgh"}
 
 var placeholderWords = []string{"${", "{{", "xxxx", "****", "....", "your_", "your-", "<your", "example", "placeholder", "changeme", "change_me", "redacted"}
 
@@ -642,6 +698,21 @@ func (s *scanner) digitRun(i int) int {
 		return j // the rest of a run that began before from
 	}
 	l := j - i
+	if s.pol.active(CatIBAN) && l >= 2 && i >= 2 && class[buf[i-1]]&cUpper != 0 && class[buf[i-2]]&cUpper != 0 {
+		if end := s.iban(i - 2); end > 0 {
+			return end
+		}
+	}
+	if s.pol.active(CatPhone) && (i > 0 && (buf[i-1] == '+' || buf[i-1] == '(') || l == 3 && j < len(buf) && (buf[j] == '-' || buf[j] == '.' || buf[j] == ' ')) {
+		if end := s.phone(i); end > 0 {
+			return end
+		}
+	}
+	if s.pol.active(CatSSN) && l == 3 && j < len(buf) && buf[j] == '-' {
+		if end := s.ssn(i); end > 0 {
+			return end
+		}
+	}
 	if l >= 13 || (j < len(buf) && ((l <= 3 && buf[j] == '.') || (l == 4 && (buf[j] == ' ' || buf[j] == '-')))) {
 		return s.numeric(i)
 	}
@@ -865,6 +936,13 @@ func (s *scanner) assignment(as, ae int) {
 	if !slices.Contains(secretKeySuffixes, strings.ToLower(string(buf[ae:k]))) {
 		return
 	}
+	ns := as
+	for ns > 0 && as-ns < 64 && class[buf[ns-1]]&cIdent != 0 {
+		ns--
+	}
+	if notSecretName(buf[ns:k]) {
+		return
+	}
 	if k < n && (buf[k] == '"' || buf[k] == '\'') {
 		k++
 	}
@@ -950,10 +1028,10 @@ func secretValue(v []byte) bool {
 	if cc < 2 || (letters && len(v) < 20) {
 		return false
 	}
-	want := 3.0
-	if len(v) <= 12 {
-		want = 2.9
-	}
+	// Near the highest entropy its length allows: random values have
+	// few repeated characters; test-token-123 or Password2024 have many.
+	want := 0.85 * math.Log2(float64(min(len(v), 64)))
+	want = min(max(want, 2.9), 4.5)
 	return entropy(v) >= want
 }
 
@@ -975,11 +1053,35 @@ func dottedIdent(v []byte) bool {
 	return true
 }
 
+// notSecretNames end names that hold a token that is no secret: a
+// pagination cursor (pageToken, next_page_token), a continuation or sync
+// marker, a count (max_tokens), a CSRF form token's field name aside.
+var notSecretNames = []string{"pagetoken", "nexttoken", "continuationtoken", "synctoken", "resumetoken", "cursortoken", "prevtoken", "previoustoken", "maxtokens", "tokencount", "tokenlimit", "tokentype", "tokenurl", "tokenendpoint", "secretname", "secretref", "secretkeyref", "secretid"}
+
+// notSecretName reports a secret-sounding name that names no secret.
+func notSecretName(k []byte) bool {
+	l := strings.Map(func(r rune) rune {
+		if r == '_' || r == '-' || r == '.' {
+			return -1
+		}
+		if r >= 'A' && r <= 'Z' {
+			return r + 'a' - 'A'
+		}
+		return r
+	}, string(k))
+	for _, w := range notSecretNames {
+		if strings.HasSuffix(l, w) {
+			return true
+		}
+	}
+	return false
+}
+
 // secretKeyName reports whether a JSON key or form field names a secret:
 // it ends with a secret keyword, optionally followed by one of
 // secretKeySuffixes (db_password, apiKey, client_secret, secret_key).
 func secretKeyName(k []byte) bool {
-	if len(k) == 0 || len(k) > 64 {
+	if len(k) == 0 || len(k) > 64 || notSecretName(k) {
 		return false
 	}
 	l := strings.ToLower(string(k))
@@ -1006,7 +1108,211 @@ func (s *scanner) anchorAt(i int) {
 	for _, r := range s.e.anchors.byKey[binary.LittleEndian.Uint32(buf[i:])] {
 		as := i - r.off
 		if as >= 0 && s.pol.active(anchorCats[r.def.kind]) && matchLit(buf, as, r.def) {
+			if r.def.kind == akGitleaks {
+				s.gitleaksAt(r.def.lit, as)
+				continue
+			}
 			s.recognize(r.def.kind, as, as+len(r.def.lit))
 		}
 	}
+}
+
+// tokenEdge reports whether the bytes around [as, end) end a token there
+// (no letter, digit, or joining punctuation on either side).
+func (s *scanner) tokenEdge(as, end int) bool {
+	if as > 0 {
+		p := s.buf[as-1]
+		if isAlnum(p) || p == '_' || p == '-' || p == '.' || p == '/' || p == '+' {
+			return false
+		}
+	}
+	if end < s.n {
+		c := s.buf[end]
+		if isAlnum(c) || c == '_' || c == '-' || (c == '.' && end+1 < s.n && isDigit(s.buf[end+1])) || c == '/' {
+			return false
+		}
+	}
+	return true
+}
+
+// ssn matches AAA-GG-SSSS at as with the ranges the SSA issues (area not
+// 000, 666 or 9xx; group not 00; serial not 0000), except numbers
+// published as examples (078-05-1120, 123-45-6789).
+func (s *scanner) ssn(as int) int {
+	b := s.buf
+	end := as + 11
+	if end > s.n || b[as+3] != '-' || b[as+6] != '-' {
+		return -1
+	}
+	for _, k := range []int{0, 1, 2, 4, 5, 7, 8, 9, 10} {
+		if !isDigit(b[as+k]) {
+			return -1
+		}
+	}
+	if !s.tokenEdge(as, end) {
+		return -1
+	}
+	v := string(b[as:end])
+	if v[:3] == "000" || v[:3] == "666" || v[0] == '9' || v[4:6] == "00" || v[7:] == "0000" || v == "078-05-1120" || v == "123-45-6789" {
+		return -1
+	}
+	s.add(as, end, CatSSN)
+	return end
+}
+
+// ibanLengths are the IBAN lengths of the countries that use one.
+var ibanLengths = map[string]int{
+	"AD": 24, "AE": 23, "AL": 28, "AT": 20, "AZ": 28, "BA": 20, "BE": 16, "BG": 22, "BH": 22, "BR": 29,
+	"CH": 21, "CR": 22, "CY": 28, "CZ": 24, "DE": 22, "DK": 18, "DO": 28, "EE": 20, "EG": 29, "ES": 24,
+	"FI": 18, "FO": 18, "FR": 27, "GB": 22, "GE": 22, "GI": 23, "GL": 18, "GR": 27, "GT": 28, "HR": 21,
+	"HU": 28, "IE": 22, "IL": 23, "IS": 26, "IT": 27, "JO": 30, "KW": 30, "KZ": 20, "LB": 28, "LI": 21,
+	"LT": 20, "LU": 20, "LV": 21, "MC": 27, "MD": 24, "ME": 22, "MK": 19, "MR": 27, "MT": 31, "MU": 30,
+	"NL": 18, "NO": 15, "PK": 24, "PL": 28, "PS": 29, "PT": 25, "QA": 29, "RO": 24, "RS": 22, "SA": 24,
+	"SE": 24, "SI": 19, "SK": 24, "SM": 27, "TN": 24, "TR": 26, "UA": 29, "VG": 24, "XK": 20,
+}
+
+// iban matches an IBAN at as: a country code, two check digits and the
+// country's number of letters and digits, written together or in groups
+// of four separated by single spaces, whose mod-97 check holds.
+func (s *scanner) iban(as int) int {
+	b := s.buf
+	want, ok := ibanLengths[string(b[as:as+2])]
+	if !ok {
+		return -1
+	}
+	var chars [34]byte
+	n, i := 0, as
+	for i < s.n && n < want {
+		c := b[i]
+		switch {
+		case isDigit(c) || class[c]&cUpper != 0:
+			chars[n] = c
+			n++
+			i++
+		case c == ' ' && n%4 == 0 && n > 0 && i+1 < s.n && isAlnum(b[i+1]):
+			i++
+		default:
+			return -1
+		}
+	}
+	if n != want || !s.tokenEdge(as, i) {
+		return -1
+	}
+	// Move the first four characters to the end; letters count as 10–35.
+	rem := 0
+	for k := 0; k < n; k++ {
+		c := chars[(k+4)%n]
+		if isDigit(c) {
+			rem = (rem*10 + int(c-'0')) % 97
+		} else {
+			rem = (rem*100 + int(c-'A'+10)) % 97
+		}
+	}
+	if rem != 1 {
+		return -1
+	}
+	s.add(as, i, CatIBAN)
+	return i
+}
+
+// phoneWords are the words that, just before a number, say it is a phone
+// number.
+var phoneWords = []string{"phone", "tel", "mobile", "cell", "call", "fax", "whatsapp", "sms", "contact"}
+
+// phone matches a phone number whose first digit is at i: E.164 (+ then
+// 8 to 15 digits, in groups separated by single spaces, dots or dashes,
+// parentheses around one group) anywhere; a NANP number ((AAA) EEE-NNNN,
+// AAA-EEE-NNNN, AAA.EEE.NNNN) only after a word such as "phone" or "tel"
+// within 32 bytes, so dates, versions and ids are not taken for one.
+func (s *scanner) phone(i int) int {
+	b := s.buf
+	as := i
+	plus := i > 0 && b[i-1] == '+'
+	if plus {
+		as = i - 1
+	} else if i > 0 && b[i-1] == '(' {
+		as = i - 1
+		if as > 0 && b[as-1] == '+' {
+			as--
+			plus = true
+		}
+	}
+	digits, groups, j := 0, 0, i
+	var first, starts [3]int
+	for j < s.n && digits < 16 {
+		g := j
+		if groups < 3 {
+			starts[groups] = g
+		}
+		for j < s.n && isDigit(b[j]) {
+			j++
+		}
+		if j == g {
+			break
+		}
+		if groups < 3 {
+			first[groups] = j - g
+		}
+		groups++
+		digits += j - g
+		if j < s.n && b[j] == ')' {
+			j++
+			if j < s.n && b[j] == ' ' {
+				j++
+			}
+			continue
+		}
+		if j+1 < s.n && (b[j] == ' ' || b[j] == '-' || b[j] == '.') && (isDigit(b[j+1]) || b[j+1] == '(') {
+			j++
+			if b[j] == '(' {
+				j++
+			}
+			continue
+		}
+		break
+	}
+	end := j
+	for end > i && !isDigit(b[end-1]) {
+		end--
+	}
+	if !s.tokenEdge(as, end) {
+		return -1
+	}
+	if plus {
+		if digits < 8 || digits > 15 || b[i] == '0' {
+			return -1
+		}
+		s.add(as, end, CatPhone)
+		return end
+	}
+	// NANP: 3-3-4, area and exchange not starting with 0 or 1, and not
+	// the 555-01xx numbers reserved for fiction.
+	if digits != 10 || groups != 3 || first != [3]int{3, 3, 4} || b[i] < '2' || b[starts[1]] < '2' {
+		return -1
+	}
+	if !s.phoneContext(as) {
+		return -1
+	}
+	num := strings.Map(func(r rune) rune {
+		if r >= '0' && r <= '9' {
+			return r
+		}
+		return -1
+	}, string(b[as:end]))
+	if num[3:6] == "555" && num[6:8] == "01" {
+		return -1
+	}
+	s.add(as, end, CatPhone)
+	return end
+}
+
+// phoneContext reports a phone word in the 32 bytes before as.
+func (s *scanner) phoneContext(as int) bool {
+	l := strings.ToLower(string(s.buf[max(0, as-32):as]))
+	for _, w := range phoneWords {
+		if strings.Contains(l, w) {
+			return true
+		}
+	}
+	return false
 }

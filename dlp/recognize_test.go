@@ -20,7 +20,7 @@ var (
 	awsKey      = j("AKIA", "Z7QX3M4P", "2KD9WLNB")
 	gcpKey      = j("AIza", "SyD8x-3kLq0Zp7Vn2Rt5Wm9Yb4Hc6Jf1Eg7")
 	ghToken     = j("ghp_", "R8mKq2Lx7Vn4Tp9Wz3Yb6Hc1Jf5Gd0Se8Ua1")
-	ghPAT       = j("github_pat_", "11ABCDEFG0123456789abcdefghijklmnopqrstuvwxyz")
+	ghPAT       = j("github_pat_", "11AQZX4KY0dH7mP2rL9sT6vW3nB8cF5gJ1eK4oU7iY0a")
 	glToken     = j("glpat-", "x9Kq2Lm7Vn4Tp8Wz3Yb6")
 	slackToken  = j("xoxb-", "2419382731-9481723561-Zx8Qm2Lk7Vn4")
 	stripeKey   = j("sk_", "live_", "51HxQ2mKq8Lx7Vn4Tp9Wz3Yb")

@@ -76,6 +76,7 @@ type segment struct {
 	redactedTo int
 	ms         []match
 	spans      []match
+	views      *viewSet
 	total      int // decoded bytes fed since reset
 }
 
@@ -176,6 +177,10 @@ func (g *segment) process(final bool) {
 		full: n-g.look >= e.window}
 	if pol.active(CatSecret) {
 		sc.out = e.known.scan(g.dec, g.look, n, sc.out)
+		if g.views == nil {
+			g.views = &viewSet{}
+		}
+		sc.out = e.known.scanViews(g.dec, g.look, n, sc.out, g.views)
 	}
 	sc.run()
 	if final && g.keyed && g.look == 0 && pol.active(CatPassword) && secretValue(g.dec[:n]) {
@@ -205,11 +210,14 @@ func (g *segment) process(final bool) {
 			break
 		}
 		a := pol.act[m.cat]
-		if a == Pass || e.allowedValue(g.valueOf(m)) {
+		if a == Pass {
+			continue
+		}
+		if v := g.valueOf(m); e.allowedValue(v) || (m.cat != CatSecret && placeholderValue(m.cat, v)) {
 			continue
 		}
 		if a == Log {
-			if !slices.ContainsFunc(logged, func(o match) bool { return o.start == m.start && o.end == m.end }) {
+			if !m.cont && !slices.ContainsFunc(logged, func(o match) bool { return o.start == m.start && o.end == m.end }) {
 				logged = append(logged, m)
 			}
 			continue
@@ -218,6 +226,7 @@ func (g *segment) process(final bool) {
 		if k := len(spans); k > 0 && m.start < spans[k-1].end {
 			last := &spans[k-1]
 			last.end = max(last.end, m.end)
+			last.cont = last.cont || (m.cont && m.start == last.start)
 			if m.cat < last.cat {
 				last.cat, last.secret, last.form = m.cat, m.secret, m.form
 			}
@@ -238,7 +247,7 @@ func (g *segment) process(final bool) {
 		re, _ := g.rawPos(int(s.end), true)
 		g.emitRaw(rp, rs)
 		rp = max(rp, re)
-		cont := int(s.start) == g.redactedTo && rs == 0
+		cont := s.cont && int(s.start) == g.redactedTo && rs == 0
 		g.redactedTo = int(s.end)
 		if cont {
 			continue // the rest of the previous window's redaction

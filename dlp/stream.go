@@ -62,6 +62,11 @@ func parseEncodings(ce string) ([]string, error) {
 // means w holds an incomplete body that must not be sent; ErrEncoding
 // means the body could not be decoded and so could not be scanned.
 func (e *Engine) Scrub(w io.Writer, r io.Reader, pol *Policy, o StreamOptions, rep *Report) error {
+	return e.scrub(w, r, pol, o, rep, 0)
+}
+
+// scrub is Scrub for a body found compressed inside depth others.
+func (e *Engine) scrub(w io.Writer, r io.Reader, pol *Policy, o StreamOptions, rep *Report, depth int) error {
 	encs, err := parseEncodings(o.ContentEncoding)
 	if err != nil {
 		return err
@@ -95,6 +100,32 @@ func (e *Engine) Scrub(w io.Writer, r io.Reader, pol *Policy, o StreamOptions, r
 		src = d
 	}
 	src = &limitReader{r: src, left: o.MaxDecoded}
+	// A compressed body whose header does not say so: its magic decides.
+	if depth < maxSniffDepth {
+		br := bufio.NewReaderSize(src, 16)
+		if coding := sniffCoding(br); coding != "" {
+			var dst io.Writer = w
+			var encoders []io.WriteCloser
+			for i := len(encs) - 1; i >= 0; i-- {
+				enc, err := newEncoder(encs[i], dst)
+				if err != nil {
+					return err
+				}
+				encoders = append(encoders, enc)
+				dst = enc
+			}
+			if err := e.scrubSniffed(dst, br, coding, pol, o, rep, depth); err != nil {
+				return err
+			}
+			for i := len(encoders) - 1; i >= 0; i-- {
+				if err := encoders[i].Close(); err != nil {
+					return err
+				}
+			}
+			return nil
+		}
+		src = br
+	}
 	// Encoders, innermost coding first.
 	dst := w
 	var encoders []io.WriteCloser

@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -126,6 +127,43 @@ func TestScrubCommand(t *testing.T) {
 		}
 	})
 
+	t.Run("url and headers", func(t *testing.T) {
+		u := "https://registry.example.net:8443/v1/" + scrubSecret + "/x?q=" + url.QueryEscape(url.QueryEscape(scrubSecret)) + "&pageToken=CiAKGjBp&mail=bob%40corp.io"
+		out, errOut, code := runStdin(t, home, nil, "scrub", "--url", u, "--workspace", ws, "--no-preflight", "--json",
+			"--header", "Authorization: Bearer "+scrubSecret, "--header", "X-Note: call +44 20 7946 0958", "--header", "X-"+scrubSecret+": 1")
+		if code != 0 {
+			t.Fatalf("exit %d: %s", code, errOut)
+		}
+		var rep struct {
+			Dest, URL string
+			Headers   []string
+			Redacted  int
+		}
+		if err := json.Unmarshal([]byte(errOut), &rep); err != nil {
+			t.Fatalf("report is not JSON: %v\n%s", err, errOut)
+		}
+		if strings.Contains(errOut, scrubSecret) || strings.Contains(out, scrubSecret) {
+			t.Errorf("the secret is in the output:\n%s", errOut)
+		}
+		want := "https://registry.example.net:8443/v1/%5BREDACTED%3ASECRET%5D/x?q=%5BREDACTED%3ASECRET%5D&pageToken=CiAKGjBp&mail=%5BREDACTED%3AEMAIL%5D"
+		if rep.Dest != "registry.example.net" || rep.URL != want {
+			t.Errorf("url:\ngot  %s\nwant %s", rep.URL, want)
+		}
+		hs := strings.Join(rep.Headers, "\n")
+		for _, w := range []string{"Authorization: Bearer [REDACTED:SECRET]", "X-Note: call [REDACTED:PHONE]", "(dropped: its name holds a value)"} {
+			if !strings.Contains(hs, w) {
+				t.Errorf("headers lack %q:\n%s", w, hs)
+			}
+		}
+		if rep.Redacted != 6 {
+			t.Errorf("redacted %d, want 6: %s", rep.Redacted, errOut)
+		}
+		_, errOut, _ = runStdin(t, home, nil, "scrub", "--url", u, "--workspace", ws, "--no-preflight")
+		if !strings.Contains(errOut, "  url     https://registry.example.net:8443/v1/%5BREDACTED%3ASECRET%5D") {
+			t.Errorf("text report:\n%s", errOut)
+		}
+	})
+
 	t.Run("errors", func(t *testing.T) {
 		for _, args := range [][]string{
 			{"scrub"},
@@ -133,6 +171,8 @@ func TestScrubCommand(t *testing.T) {
 			{"scrub", "--dest", "x.example", "--content-encoding", "gzip"},
 			{"scrub", "--dest", "x.example", "--allow-context", "everything"},
 			{"scrub", "--dest", "x.example", "extra-arg"},
+			{"scrub", "--url", "/relative/only"},
+			{"scrub", "--dest", "x.example", "--header", "no colon"},
 		} {
 			_, errOut, code := runStdin(t, home, []byte("plain "+scrubSecret), args...)
 			if code != 2 || strings.Contains(errOut, scrubSecret) {
