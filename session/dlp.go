@@ -65,7 +65,7 @@ func DLPConfig(h Home, workspace string, preflightSecrets []string, o DLPOptions
 		switch {
 		case f == nil || !f.Present || len(f.Widening) == 0:
 		case !f.Approved():
-			notes = append(notes, ignoredNote(trust, f.Rel, len(f.Widening), "DLP allowlist entries"))
+			notes = append(notes, ignoredNote(trust, f.Rel, len(f.Widening), "DLP allowlist entry", "DLP allowlist entries"))
 		default:
 			allow, err = dlp.ParseAllowlist(bytes.NewReader(f.data), wsFile)
 			if err != nil {

@@ -284,17 +284,21 @@ func EgressPolicy(h Home, t *WorkspaceTrust, allow []string) (*netfilter.Policy,
 	}
 	var notes []string
 	if n := len(pol.Ignored()); n > 0 {
-		notes = append(notes, ignoredNote(t, WorkspacePolicyRel, n, "allow rules"))
+		notes = append(notes, ignoredNote(t, WorkspacePolicyRel, n, "allow rule", "allow rules"))
 	}
 	return pol, notes, nil
 }
 
 // ignoredNote is the one-line notice for a file whose n widening entries
 // were left out.
-func ignoredNote(t *WorkspaceTrust, rel string, n int, what string) string {
+func ignoredNote(t *WorkspaceTrust, rel string, n int, one, many string) string {
+	what := many
 	state := "not approved"
 	if f := t.File(rel); f != nil && f.State == TrustChanged {
 		state = "changed since approved"
+	}
+	if n == 1 {
+		what = one
 	}
 	return fmt.Sprintf("ignored %d %s of %s (%s): review and approve them with `vibedom policy approve %s`",
 		n, what, rel, state, printableArg(t.Workspace))

@@ -147,7 +147,11 @@ func policyApprove(_ context.Context, c *cli.Command) error {
 		return nil
 	}
 	for _, f := range pending {
-		fmt.Fprintf(out, "approved %s (sha256 %s): %d entries\n", f.Rel, f.SHA256, len(f.Widening))
+		entries := "entries"
+		if len(f.Widening) == 1 {
+			entries = "entry"
+		}
+		fmt.Fprintf(out, "approved %s (sha256 %s): %d %s\n", f.Rel, f.SHA256, len(f.Widening), entries)
 	}
 	return nil
 }
