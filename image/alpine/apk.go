@@ -1,0 +1,201 @@
+package alpine
+
+import (
+	"archive/tar"
+	"bufio"
+	"compress/gzip"
+	"crypto/sha1"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"hash"
+	"io"
+)
+
+// An apk v2 file (a package, or APKINDEX.tar.gz) is concatenated gzip
+// members, each a tar stream: a signature member holding one
+// .SIGN.RSA[256].<key> entry, signing the next member's compressed bytes;
+// then the control member (.PKGINFO and scripts) or the index member
+// (APKINDEX, DESCRIPTION); a package then has its data member, whose
+// compressed bytes' SHA-256 is .PKGINFO's datahash.
+
+// Bounds on what an untrusted file may make us hold or decompress.
+const (
+	maxSignature  = 64 << 10  // one RSA signature
+	maxControl    = 8 << 20   // a control member, decompressed
+	maxPKGINFO    = 1 << 20   // .PKGINFO
+	maxIndex      = 256 << 20 // an index member, decompressed
+	maxEntrySize  = 2 << 30   // one file in a package
+	maxDataTotal  = 8 << 30   // a package's data, decompressed
+	maxEntries    = 1 << 20   // entries in one package
+	maxPathLength = 4096
+)
+
+// memberReader reads the compressed stream byte-exactly (it is an
+// io.ByteReader, so neither gzip nor flate reads ahead past a member's
+// end) and feeds what it hands out to the current member's hashes.
+type memberReader struct {
+	br     *bufio.Reader
+	sha1   hash.Hash
+	sha256 hash.Hash
+	n      int64
+}
+
+func newMemberReader(r io.Reader) *memberReader {
+	return &memberReader{br: bufio.NewReaderSize(r, 64<<10)}
+}
+
+// startMember resets the hashes for the member about to be read.
+func (m *memberReader) startMember() {
+	m.sha1, m.sha256 = sha1.New(), sha256.New()
+}
+
+func (m *memberReader) Read(p []byte) (int, error) {
+	n, err := m.br.Read(p)
+	if n > 0 {
+		m.sha1.Write(p[:n])
+		m.sha256.Write(p[:n])
+		m.n += int64(n)
+	}
+	return n, err
+}
+
+func (m *memberReader) ReadByte() (byte, error) {
+	b, err := m.br.ReadByte()
+	if err == nil {
+		m.sha1.Write([]byte{b})
+		m.sha256.Write([]byte{b})
+		m.n++
+	}
+	return b, err
+}
+
+// atEOF reports whether nothing follows the last member.
+func (m *memberReader) atEOF() bool {
+	_, err := m.br.Peek(1)
+	return err == io.EOF
+}
+
+// apkStream walks the members of one apk v2 file.
+type apkStream struct {
+	file string
+	mr   *memberReader
+	zr   *gzip.Reader
+}
+
+func newAPKStream(file string, r io.Reader) *apkStream {
+	return &apkStream{file: file, mr: newMemberReader(r)}
+}
+
+// member opens the next gzip member and returns a tar reader over at most
+// limit decompressed bytes.
+func (s *apkStream) member(what string, limit int64) (*tar.Reader, error) {
+	s.mr.startMember()
+	var err error
+	if s.zr == nil {
+		s.zr, err = gzip.NewReader(s.mr)
+	} else {
+		err = s.zr.Reset(s.mr)
+	}
+	if err != nil {
+		if errors.Is(err, io.EOF) {
+			return nil, fmt.Errorf("%s: %w: %s member missing (file truncated?)", s.file, ErrFormat, what)
+		}
+		return nil, fmt.Errorf("%s: %w: %s member: %v", s.file, ErrFormat, what, err)
+	}
+	s.zr.Multistream(false)
+	return tar.NewReader(&capReader{r: s.zr, left: limit, file: s.file, what: what}), nil
+}
+
+// finish drains the current member to its gzip trailer (which checks its
+// CRC) and returns its SHA-1 and SHA-256.
+func (s *apkStream) finish(what string) (sum1, sum256 []byte, err error) {
+	if _, err := io.Copy(io.Discard, s.zr); err != nil {
+		return nil, nil, fmt.Errorf("%s: %w: %s member: %v (file truncated or corrupted)", s.file, ErrFormat, what, unexpected(err))
+	}
+	return s.mr.sha1.Sum(nil), s.mr.sha256.Sum(nil), nil
+}
+
+func unexpected(err error) error {
+	if err == io.EOF {
+		return io.ErrUnexpectedEOF
+	}
+	return err
+}
+
+// capReader bounds a member's decompressed size.
+type capReader struct {
+	r          io.Reader
+	left       int64
+	file, what string
+}
+
+func (c *capReader) Read(p []byte) (int, error) {
+	if c.left <= 0 {
+		return 0, fmt.Errorf("%s: %w: %s member larger than vibedom accepts", c.file, ErrFormat, c.what)
+	}
+	if int64(len(p)) > c.left {
+		p = p[:c.left]
+	}
+	n, err := c.r.Read(p)
+	c.left -= int64(n)
+	return n, err
+}
+
+// signature reads the signature member: the entry name and the signature.
+func (s *apkStream) signature() (string, []byte, error) {
+	tr, err := s.member("signature", maxSignature+4096)
+	if err != nil {
+		return "", nil, err
+	}
+	h, err := tr.Next()
+	if err != nil {
+		return "", nil, fmt.Errorf("%s: %w: signature member: %v", s.file, ErrSignature, unexpected(err))
+	}
+	if _, _, ok := parseSigName(h.Name); !ok || h.Typeflag != tar.TypeReg {
+		return "", nil, fmt.Errorf("%s: %w: unsigned (first entry %q)", s.file, ErrSignature, h.Name)
+	}
+	sig, err := io.ReadAll(io.LimitReader(tr, maxSignature+1))
+	if err != nil || len(sig) > maxSignature || len(sig) == 0 {
+		return "", nil, fmt.Errorf("%s: %w: signature entry unreadable", s.file, ErrSignature)
+	}
+	// The signature tar has no end-of-archive blocks; the member's end
+	// is the gzip trailer.
+	if _, _, err := s.finish("signature"); err != nil {
+		return "", nil, err
+	}
+	return h.Name, sig, nil
+}
+
+// files reads a member, keeping the named regular files (each at most
+// max bytes), and returns them with the member's digests.
+func (s *apkStream) files(what string, limit, max int64, want ...string) (map[string][]byte, []byte, []byte, error) {
+	tr, err := s.member(what, limit)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	out := map[string][]byte{}
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return nil, nil, nil, fmt.Errorf("%s: %w: %s member: %v", s.file, ErrFormat, what, err)
+		}
+		for _, w := range want {
+			if h.Name == w && h.Typeflag == tar.TypeReg {
+				b, err := io.ReadAll(io.LimitReader(tr, max+1))
+				if err != nil {
+					return nil, nil, nil, fmt.Errorf("%s: %w: %s: %v", s.file, ErrFormat, w, err)
+				}
+				if int64(len(b)) > max {
+					return nil, nil, nil, fmt.Errorf("%s: %w: %s larger than %d bytes", s.file, ErrFormat, w, max)
+				}
+				out[w] = b
+			}
+		}
+	}
+	s1, s256, err := s.finish(what)
+	return out, s1, s256, err
+}
