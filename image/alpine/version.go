@@ -11,6 +11,7 @@ import (
 type version struct {
 	nums     []uint64
 	letter   byte
+	letterN  uint64 // digits after the letter, as in "0.99f7"
 	suffixes []suffix
 	rel      uint64
 }
@@ -42,8 +43,16 @@ func parseVersion(s string) (version, error) {
 	if main == "" {
 		return bad()
 	}
-	if c := main[len(main)-1]; c >= 'a' && c <= 'z' {
-		v.letter, main = c, main[:len(main)-1]
+	if i := strings.LastIndexAny(main, "abcdefghijklmnopqrstuvwxyz"); i >= 0 {
+		tail := main[i+1:]
+		if tail != "" {
+			n, err := strconv.ParseUint(tail, 10, 64)
+			if err != nil {
+				return bad()
+			}
+			v.letterN = n
+		}
+		v.letter, main = main[i], main[:i]
 	}
 	for _, part := range strings.Split(main, ".") {
 		n, err := strconv.ParseUint(part, 10, 64)
@@ -108,6 +117,9 @@ func compareVersions(a, b string) int {
 		}
 	}
 	if c := cmpU(uint64(va.letter), uint64(vb.letter)); c != 0 {
+		return c
+	}
+	if c := cmpU(va.letterN, vb.letterN); c != 0 {
 		return c
 	}
 	for i := 0; i < len(va.suffixes) || i < len(vb.suffixes); i++ {
