@@ -181,7 +181,7 @@ func (s *apkStream) files(what string, limit, max int64, want ...string) (map[st
 			break
 		}
 		if err != nil {
-			return nil, nil, nil, fmt.Errorf("%s: %w: %s member: %v", s.file, ErrFormat, what, err)
+			return nil, nil, nil, fmt.Errorf("%s: %w: %s member: %v (file truncated or corrupted)", s.file, ErrFormat, what, err)
 		}
 		for _, w := range want {
 			if h.Name == w && h.Typeflag == tar.TypeReg {

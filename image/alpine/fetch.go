@@ -193,6 +193,8 @@ func download(ctx context.Context, o FetchOptions, u, part string, p LockedPacka
 			o.Progress.Advance(p.String(), -have)
 		}
 		have = 0
+	case resp.StatusCode == http.StatusRequestedRangeNotSatisfiable:
+		return fmt.Errorf("fetch %s: %w: the server's file is shorter than the index's %d bytes", u, ErrChecksum, p.Size)
 	default:
 		return fmt.Errorf("fetch %s: %s", u, resp.Status)
 	}
@@ -211,7 +213,7 @@ func download(ctx context.Context, o FetchOptions, u, part string, p LockedPacka
 	case have+n > p.Size:
 		return fmt.Errorf("fetch %s: %w: more than the index's %d bytes", u, ErrChecksum, p.Size)
 	case cerr != nil:
-		return fmt.Errorf("fetch %s: %w after %d of %d bytes (run again to resume)", u, cerr, have+n, p.Size)
+		return fmt.Errorf("fetch %s: truncated at %d of %d bytes: %w (run again to resume)", u, have+n, p.Size, cerr)
 	case have+n < p.Size:
 		return fmt.Errorf("fetch %s: truncated at %d of %d bytes (run again to resume)", u, have+n, p.Size)
 	}
