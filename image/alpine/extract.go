@@ -79,6 +79,9 @@ func walkData(name string, tr *tar.Reader, w EntryWriter) error {
 		if n >= maxEntries {
 			return fmt.Errorf("%s: %w: more than %d entries", name, ErrFormat, maxEntries)
 		}
+		if h.Typeflag == tar.TypeDir && path.Clean(h.Name) == "." {
+			continue // the root directory itself
+		}
 		p, err := cleanEntryPath(h.Name)
 		if err != nil {
 			return fmt.Errorf("%s: %w: %q: %v", name, ErrUnsafePath, h.Name, err)
