@@ -115,3 +115,44 @@ func TestProgressRender(t *testing.T) {
 		t.Errorf("plain output %q", s)
 	}
 }
+
+// TestNoarchPackage: a noarch package (.PKGINFO arch = noarch) is listed
+// under the repository's arch in the index and verifies there.
+func TestNoarchPackage(t *testing.T) {
+	b, p := buildAPK(t, apkSpec{name: "docs", version: "1-r0", arch: "x86_64", pkginfoArch: "noarch"})
+	path := filepath.Join(t.TempDir(), p.File())
+	os.WriteFile(path, b, 0o644)
+	lp := LockedPackage{Name: p.Name, Version: p.Version, Arch: "x86_64", Repo: "main", Checksum: p.Checksum, Size: p.Size}
+	if err := VerifyFile(path, "x86_64", lp, testRing(t)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestOptions(t *testing.T) {
+	for _, c := range []struct {
+		o  Options
+		ok bool
+	}{
+		{Options{Arch: "aarch64"}, true},
+		{Options{Arch: "x86_64", Mirror: "http://mirror.example/alpine/"}, true},
+		{Options{Arch: "armv7"}, false},
+		{Options{Arch: "x86_64", Mirror: "file:///etc"}, false},
+		{Options{Arch: "x86_64", Mirror: "mirror.example"}, false},
+	} {
+		n, err := c.o.normalized()
+		if (err == nil) != c.ok {
+			t.Errorf("%+v: %v", c.o, err)
+			continue
+		}
+		if c.ok && (n.Branch != Branch || n.Keys == nil || strings.HasSuffix(n.Mirror, "/")) {
+			t.Errorf("%+v normalized to %+v", c.o, n)
+		}
+	}
+	t.Setenv(MirrorEnv, " https://m.example/alpine ")
+	if MirrorFromEnv() != "https://m.example/alpine" {
+		t.Errorf("MirrorFromEnv %q", MirrorFromEnv())
+	}
+	if a, err := GuestArch("arm64"); a != "aarch64" || err != nil {
+		t.Errorf("GuestArch(arm64) = %q, %v", a, err)
+	}
+}

@@ -31,6 +31,10 @@ type FetchOptions struct {
 	Progress Progress
 }
 
+// CacheDir is the download cache inside vibedom's home directory
+// (~/.vibedom or $VIBEDOM_HOME): <home>/cache/apk.
+func CacheDir(home string) string { return filepath.Join(home, "cache", "apk") }
+
 // partialDir holds downloads that have not been verified yet. Nothing
 // there is ever used; Fetch resumes from it and deletes what fails.
 const partialDir = "partial"

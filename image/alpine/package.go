@@ -97,7 +97,9 @@ func walkPackage(path string, p *Package, keys *Keyring, arch string, data func(
 	if pi.name != p.Name || pi.version != p.Version {
 		return fmt.Errorf("%s: %w: .PKGINFO names %s-%s", name, ErrChecksum, pi.name, pi.version)
 	}
-	if pi.arch != p.Arch || (pi.arch != arch && pi.arch != "noarch") {
+	// A noarch package's index record carries the repository's arch;
+	// its .PKGINFO says noarch.
+	if (pi.arch != arch && pi.arch != "noarch") || (p.Arch != arch && p.Arch != "noarch") {
 		return fmt.Errorf("%s: %w: built for %s, wanted %s", name, ErrChecksum, pi.arch, arch)
 	}
 	wantData, err := hex.DecodeString(pi.datahash)
