@@ -142,29 +142,49 @@ func (c *capReader) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// signature reads the signature member: the entry name and the signature.
-func (s *apkStream) signature() (string, []byte, error) {
-	tr, err := s.member("signature", maxSignature+4096)
+// maxSignatures bounds the signature entries one member may carry.
+const maxSignatures = 8
+
+// sigEntry is one .SIGN.RSA[256].<key> entry.
+type sigEntry struct {
+	name string
+	sig  []byte
+}
+
+// signature reads the signature member: one or more signature entries
+// (apk tries each; Alpine signs with one).
+func (s *apkStream) signature() ([]sigEntry, error) {
+	tr, err := s.member("signature", maxSignatures*(maxSignature+4096))
 	if err != nil {
-		return "", nil, err
+		return nil, err
 	}
-	h, err := tr.Next()
-	if err != nil {
-		return "", nil, fmt.Errorf("%s: %w: signature member: %v", s.file, ErrSignature, unexpected(err))
-	}
-	if _, _, ok := parseSigName(h.Name); !ok || h.Typeflag != tar.TypeReg {
-		return "", nil, fmt.Errorf("%s: %w: unsigned (first entry %q)", s.file, ErrSignature, h.Name)
-	}
-	sig, err := io.ReadAll(io.LimitReader(tr, maxSignature+1))
-	if err != nil || len(sig) > maxSignature || len(sig) == 0 {
-		return "", nil, fmt.Errorf("%s: %w: signature entry unreadable", s.file, ErrSignature)
+	var out []sigEntry
+	for {
+		h, err := tr.Next()
+		if err == io.EOF && len(out) > 0 {
+			break
+		}
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w: signature member: %v", s.file, ErrSignature, unexpected(err))
+		}
+		if _, _, ok := parseSigName(h.Name); !ok || h.Typeflag != tar.TypeReg {
+			return nil, fmt.Errorf("%s: %w: unsigned (entry %q where a signature belongs)", s.file, ErrSignature, h.Name)
+		}
+		if len(out) == maxSignatures {
+			return nil, fmt.Errorf("%s: %w: more than %d signatures", s.file, ErrSignature, maxSignatures)
+		}
+		sig, err := io.ReadAll(io.LimitReader(tr, maxSignature+1))
+		if err != nil || len(sig) > maxSignature || len(sig) == 0 {
+			return nil, fmt.Errorf("%s: %w: signature entry unreadable", s.file, ErrSignature)
+		}
+		out = append(out, sigEntry{h.Name, sig})
 	}
 	// The signature tar has no end-of-archive blocks; the member's end
 	// is the gzip trailer.
 	if _, _, err := s.finish("signature"); err != nil {
-		return "", nil, err
+		return nil, err
 	}
-	return h.Name, sig, nil
+	return out, nil
 }
 
 // files reads a member, keeping the named regular files (each at most

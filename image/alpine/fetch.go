@@ -20,7 +20,8 @@ type FetchOptions struct {
 	// CacheDir holds verified packages (and, under partial/, downloads
 	// being resumed). Typically ~/.vibedom/cache/apk.
 	CacheDir string
-	// Client is the HTTP client; nil means http.DefaultClient.
+	// Client is the HTTP client; nil means one with connect and
+	// response-header timeouts (a body that stalls waits for ctx).
 	Client *http.Client
 	// Parallel bounds concurrent downloads; 0 means 4.
 	Parallel int
@@ -61,12 +62,15 @@ func Fetch(ctx context.Context, o FetchOptions, lock *Lock) ([]string, error) {
 	if opts.Arch != lock.Arch {
 		return nil, fmt.Errorf("fetch: lock is for %s, options for %s", lock.Arch, opts.Arch)
 	}
+	if lock.Branch != opts.Branch {
+		return nil, fmt.Errorf("fetch: the lock is for Alpine %s, vibedom uses %s: run vibedom init --update to resolve again", lock.Branch, opts.Branch)
+	}
 	o.Options = opts
 	if o.CacheDir == "" {
 		return nil, fmt.Errorf("fetch: no cache directory")
 	}
 	if o.Client == nil {
-		o.Client = http.DefaultClient
+		o.Client = defaultClient
 	}
 	if o.Parallel <= 0 {
 		o.Parallel = 4

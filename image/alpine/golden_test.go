@@ -1,11 +1,16 @@
 package alpine
 
 import (
+	"bytes"
+	"crypto"
+	"crypto/rand"
+	"crypto/rsa"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -129,5 +134,39 @@ func TestGoldenPackage(t *testing.T) {
 	os.WriteFile(tampered, b, 0o644)
 	if err := VerifyFile(tampered, "aarch64", p, nil); err == nil {
 		t.Error("a tampered data member verified")
+	}
+}
+
+// TestSeveralSignatures: apk files may carry more than one signature; one
+// by a trusted key for the arch suffices, and none is reported with the
+// reason for each.
+func TestSeveralSignatures(t *testing.T) {
+	k, evil := keys(t)
+	idx := gzTar(t, []tent{{name: "DESCRIPTION", body: "d"}, {name: "APKINDEX", body: ""}}, true)
+	sigOf := func(key *rsa.PrivateKey, name string) tent {
+		d := sha256.Sum256(idx)
+		s, err := rsa.SignPKCS1v15(rand.Reader, key, crypto.SHA256, d[:])
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tent{name: ".SIGN.RSA256." + name, body: string(s)}
+	}
+	for _, c := range []struct {
+		name string
+		sigs []tent
+		ok   bool
+		msg  string
+	}{
+		{"unknown key first, trusted second", []tent{sigOf(evil, "new-key.rsa.pub"), sigOf(k, testKeyName)}, true, ""},
+		{"forged under the trusted name, trusted second", []tent{sigOf(evil, testKeyName), sigOf(k, testKeyName)}, true, ""},
+		{"none trusted", []tent{sigOf(evil, "new-key.rsa.pub"), sigOf(evil, testKeyName)}, false, `does not trust`},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			file := append(gzTar(t, c.sigs, false), idx...)
+			_, err := ReadIndex("APKINDEX.tar.gz", "main", "x86_64", bytes.NewReader(file), testRing(t))
+			if c.ok != (err == nil) || (err != nil && (!errors.Is(err, ErrSignature) || !strings.Contains(err.Error(), c.msg) || !strings.Contains(err.Error(), "does not verify"))) {
+				t.Fatalf("err %v", err)
+			}
+		})
 	}
 }

@@ -7,9 +7,11 @@ import (
 	"encoding/base64"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // IndexFile is an index's file name in a repository directory.
@@ -64,7 +66,7 @@ type Index struct {
 // parses it. Nothing of the index is parsed before its signature holds.
 func ReadIndex(file, repo, arch string, r io.Reader, keys *Keyring) (*Index, error) {
 	s := newAPKStream(file, r)
-	sigName, sig, err := s.signature()
+	sigs, err := s.signature()
 	if err != nil {
 		return nil, err
 	}
@@ -72,7 +74,7 @@ func ReadIndex(file, repo, arch string, r io.Reader, keys *Keyring) (*Index, err
 	if err != nil {
 		return nil, err
 	}
-	if err := keys.verify(file, arch, sigName, sig, sum1, sum256); err != nil {
+	if err := keys.verify(file, arch, sigs, sum1, sum256); err != nil {
 		return nil, err
 	}
 	if !s.mr.atEOF() {
@@ -191,6 +193,17 @@ func validName(n string) bool {
 	return true
 }
 
+// defaultClient bounds connecting and waiting for a response's headers;
+// bodies are bounded by size, and by the caller's context in time.
+var defaultClient = &http.Client{Transport: &http.Transport{
+	Proxy:                 http.ProxyFromEnvironment,
+	DialContext:           (&net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+	TLSHandshakeTimeout:   30 * time.Second,
+	ResponseHeaderTimeout: 60 * time.Second,
+	MaxIdleConnsPerHost:   8,
+	ForceAttemptHTTP2:     true,
+}}
+
 // FetchIndexes downloads and verifies every repository's index for
 // o.Arch. The indexes are not cached: each resolution asks the mirror.
 func FetchIndexes(ctx context.Context, client *http.Client, o Options) ([]*Index, error) {
@@ -199,7 +212,7 @@ func FetchIndexes(ctx context.Context, client *http.Client, o Options) ([]*Index
 		return nil, err
 	}
 	if client == nil {
-		client = http.DefaultClient
+		client = defaultClient
 	}
 	var out []*Index
 	for _, repo := range Repositories {

@@ -3,8 +3,6 @@ package alpine
 import (
 	"crypto"
 	"crypto/rsa"
-	"crypto/sha1"
-	"crypto/sha256"
 	"crypto/x509"
 	"embed"
 	"encoding/pem"
@@ -117,32 +115,40 @@ func parseSigName(name string) (sigAlgo, string, bool) {
 	return 0, "", false
 }
 
-// verify checks sig over a member whose SHA-1 and SHA-256 are given.
-func (k *Keyring) verify(file, arch, sigName string, sig, sum1, sum256 []byte) error {
-	algo, keyName, ok := parseSigName(sigName)
-	if !ok {
-		return fmt.Errorf("%s: %w: first member holds %q, not a .SIGN.RSA entry", file, ErrSignature, sigName)
+// verify accepts a member when one of its signatures is by a trusted key
+// for arch and verifies over the member's SHA-1 / SHA-256. Signatures by
+// keys vibedom does not know are skipped, as apk does; if none is left,
+// the error names them.
+func (k *Keyring) verify(file, arch string, sigs []sigEntry, sum1, sum256 []byte) error {
+	var problems []string
+	for _, se := range sigs {
+		algo, keyName, ok := parseSigName(se.name)
+		if !ok {
+			problems = append(problems, fmt.Sprintf("entry %q is not a signature", se.name))
+			continue
+		}
+		rk, ok := k.keys[keyName]
+		if !ok {
+			problems = append(problems, fmt.Sprintf("signed with key %q, which vibedom does not trust (trusted: %s)", keyName, strings.Join(k.Names(), ", ")))
+			continue
+		}
+		if rk.arch != "" && rk.arch != arch {
+			problems = append(problems, fmt.Sprintf("key %q signs %s, not %s", keyName, rk.arch, arch))
+			continue
+		}
+		var err error
+		if algo == sigSHA256 {
+			err = rsa.VerifyPKCS1v15(rk.pub, crypto.SHA256, sum256, se.sig)
+		} else {
+			err = rsa.VerifyPKCS1v15(rk.pub, crypto.SHA1, sum1, se.sig)
+		}
+		if err == nil {
+			return nil
+		}
+		problems = append(problems, fmt.Sprintf("key %q does not verify it; the file was changed or corrupted in transit", keyName))
 	}
-	rk, ok := k.keys[keyName]
-	if !ok {
-		return fmt.Errorf("%s: %w: signed with key %q, which vibedom does not trust (trusted: %s)", file, ErrSignature, keyName, strings.Join(k.Names(), ", "))
+	if len(problems) == 0 {
+		problems = append(problems, "no signature")
 	}
-	if rk.arch != "" && rk.arch != arch {
-		return fmt.Errorf("%s: %w: key %q signs %s, not %s", file, ErrSignature, keyName, rk.arch, arch)
-	}
-	var err error
-	if algo == sigSHA256 {
-		err = rsa.VerifyPKCS1v15(rk.pub, crypto.SHA256, sum256, sig)
-	} else {
-		err = rsa.VerifyPKCS1v15(rk.pub, crypto.SHA1, sum1, sig)
-	}
-	if err != nil {
-		return fmt.Errorf("%s: %w: key %q does not verify it; the file was changed or corrupted in transit", file, ErrSignature, keyName)
-	}
-	return nil
+	return fmt.Errorf("%s: %w: %s", file, ErrSignature, strings.Join(problems, "; "))
 }
-
-var (
-	_ = sha1.New
-	_ = sha256.New
-)

@@ -295,7 +295,7 @@ func TestTamperMatrix(t *testing.T) {
 // dataMember returns the third gzip member of an apk.
 func dataMember(t *testing.T, apk []byte) []byte {
 	s := newAPKStream("x", bytes.NewReader(apk))
-	if _, _, err := s.signature(); err != nil {
+	if _, err := s.signature(); err != nil {
 		t.Fatal(err)
 	}
 	if _, _, _, err := s.files("control", maxControl, maxPKGINFO); err != nil {
@@ -398,5 +398,15 @@ func TestParallelBounded(t *testing.T) {
 	}
 	if p := peak.Load(); p != parallel {
 		t.Errorf("peak %d downloads in flight, want %d", p, parallel)
+	}
+}
+
+// TestFetchRefusesOtherBranch: a lock made for another release is not
+// fetched from this one's paths.
+func TestFetchRefusesOtherBranch(t *testing.T) {
+	l := &Lock{Branch: "v3.19", Arch: "x86_64"}
+	_, err := Fetch(t.Context(), FetchOptions{Options: Options{Arch: "x86_64", Mirror: "http://127.0.0.1:1"}, CacheDir: t.TempDir()}, l)
+	if err == nil || !strings.Contains(err.Error(), "--update") {
+		t.Fatalf("err %v", err)
 	}
 }

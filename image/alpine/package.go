@@ -72,7 +72,7 @@ func walkPackage(path string, p *Package, keys *Keyring, arch string, data func(
 		return err
 	}
 	s := newAPKStream(name, io.LimitReader(f, p.Size))
-	sigName, sig, err := s.signature()
+	sigs, err := s.signature()
 	if err != nil {
 		return err
 	}
@@ -83,7 +83,7 @@ func walkPackage(path string, p *Package, keys *Keyring, arch string, data func(
 	if subtle.ConstantTimeCompare(sum1, want) != 1 {
 		return fmt.Errorf("%s: %w: control checksum differs from the index's %s", name, ErrChecksum, p.Checksum)
 	}
-	if err := keys.verify(name, arch, sigName, sig, sum1, sum256); err != nil {
+	if err := keys.verify(name, arch, sigs, sum1, sum256); err != nil {
 		return err
 	}
 	raw, ok := got[".PKGINFO"]
