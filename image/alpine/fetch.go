@@ -201,6 +201,9 @@ func download(ctx context.Context, o FetchOptions, u, part string, p LockedPacka
 			o.Progress.Advance(p.String(), -have)
 		}
 		have = 0
+	case resp.StatusCode == http.StatusPartialContent:
+		os.Remove(part) // a range we did not ask for: start over next time
+		return fmt.Errorf("fetch %s: the server answered range %q for bytes=%d-; retrying from the start", u, resp.Header.Get("Content-Range"), have)
 	case resp.StatusCode == http.StatusRequestedRangeNotSatisfiable:
 		return fmt.Errorf("fetch %s: %w: the server's file is shorter than the index's %d bytes", u, ErrChecksum, p.Size)
 	default:

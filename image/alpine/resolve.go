@@ -1,6 +1,7 @@
 package alpine
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"sort"
@@ -24,6 +25,8 @@ import (
 //
 // A dependency nothing provides is ErrMissing, naming the chain that
 // needs it. "!name" conflicts are checked over the final set (ErrConflict).
+// There is no backtracking: a dependency that needs another version than
+// the one already selected under its name is ErrConflict.
 //
 // With prev set and update false, the result must equal prev; when the
 // indexes no longer allow that, Resolve returns the new set and an error
@@ -66,6 +69,9 @@ func Resolve(indexes []*Index, world []string, prev *Lock, update bool) (*Lock, 
 			continue
 		}
 		p, err := r.pick(it.c, selected)
+		if err == errSelected {
+			return nil, fmt.Errorf("resolve: %w: %s needs %s, but %s is already selected; name the version you want in the package list", ErrConflict, strings.Join(it.chain, " -> "), it.c, p)
+		}
 		if err != nil {
 			chain := append(slices.Clone(it.chain), it.c.String())
 			return nil, fmt.Errorf("resolve: %w %q (needed by %s); check the package name, or that it exists in Alpine %s %s for %s", ErrMissing, it.c.String(), strings.Join(chain, " -> "), Branch, strings.Join(Repositories, "+"), arch)
@@ -129,6 +135,10 @@ func Resolve(indexes []*Index, world []string, prev *Lock, update bool) (*Lock, 
 	}
 	return lock, nil
 }
+
+// errSelected: the dependency's name is taken by a selected package of a
+// version that does not satisfy it.
+var errSelected = errors.New("selected version does not fit")
 
 type resolver struct {
 	byName   map[string][]*Package
@@ -210,10 +220,10 @@ func (r *resolver) pick(c constraint, selected map[string]*Package) (*Package, e
 			return p, nil
 		}
 	}
-	// A selected package of the same name that does not fit is a
-	// conflict; report it through the caller by returning it.
+	// A selected package of the same name that does not fit: no
+	// backtracking, the conflict is reported.
 	if q, ok := selected[c.name]; ok {
-		return q, nil
+		return q, errSelected
 	}
 	if r.locked != nil {
 		for _, p := range cands {

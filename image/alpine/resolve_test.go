@@ -50,6 +50,8 @@ func TestResolve(t *testing.T) {
 			"busybox-binsh-1.36-r0 git-2.45.0-r0 libcurl-8.9-r0 musl-1.2.5-r0", nil, ""},
 		{"missing dependency names the chain", base[:1], []string{"git"}, "", ErrMissing, "git -> so:libcurl.so.4"},
 		{"missing world package", base, []string{"nope"}, "", ErrMissing, `"nope"`},
+		{"a selected version that does not fit", append(append([]*Package{}, base...), pk("needs-old", "1-r0", []string{"tool<2.10"}, nil)), []string{"needs-old", "tool"},
+			"", ErrConflict, "needs-old needs tool<2.10, but tool-2.10-r0 is already selected"},
 		{"conflict", append(append([]*Package{}, base...), pk("bad", "1-r0", []string{"!tool"}, nil)), []string{"bad", "tool"},
 			"", ErrConflict, "bad-1-r0 conflicts with tool-2.10-r0"},
 	}
