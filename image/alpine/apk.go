@@ -2,7 +2,6 @@ package alpine
 
 import (
 	"archive/tar"
-	"bufio"
 	"compress/gzip"
 	"crypto/sha1"
 	"crypto/sha256"
@@ -33,47 +32,84 @@ const (
 
 // memberReader reads the compressed stream byte-exactly (it is an
 // io.ByteReader, so neither gzip nor flate reads ahead past a member's
-// end) and feeds what it hands out to the current member's hashes.
+// end) and feeds what it hands out to the current member's hashes. It
+// hashes whole stretches of its buffer, not byte by byte: flate calls
+// ReadByte for every compressed byte.
 type memberReader struct {
-	br     *bufio.Reader
-	sha1   hash.Hash
-	sha256 hash.Hash
-	n      int64
+	r        io.Reader
+	buf      []byte
+	pos, end int
+	hashed   int // buf[hashed:pos] is handed out but not hashed yet
+	err      error
+	sha1     hash.Hash
+	sha256   hash.Hash
+	n        int64
 }
 
 func newMemberReader(r io.Reader) *memberReader {
-	return &memberReader{br: bufio.NewReaderSize(r, 64<<10)}
+	return &memberReader{r: r, buf: make([]byte, 64<<10)}
 }
 
 // startMember resets the hashes for the member about to be read.
 func (m *memberReader) startMember() {
+	m.hashed = m.pos
 	m.sha1, m.sha256 = sha1.New(), sha256.New()
 }
 
-func (m *memberReader) Read(p []byte) (int, error) {
-	n, err := m.br.Read(p)
-	if n > 0 {
-		m.sha1.Write(p[:n])
-		m.sha256.Write(p[:n])
-		m.n += int64(n)
+// flush hashes what was handed out since the last flush.
+func (m *memberReader) flush() {
+	if m.pos > m.hashed {
+		m.sha1.Write(m.buf[m.hashed:m.pos])
+		m.sha256.Write(m.buf[m.hashed:m.pos])
 	}
-	return n, err
+	m.hashed = m.pos
+}
+
+// sums returns the current member's digests so far.
+func (m *memberReader) sums() ([]byte, []byte) {
+	m.flush()
+	return m.sha1.Sum(nil), m.sha256.Sum(nil)
+}
+
+// fill refills an exhausted buffer; false when the stream has ended.
+func (m *memberReader) fill() bool {
+	if m.pos < m.end {
+		return true
+	}
+	if m.err != nil {
+		return false
+	}
+	m.flush()
+	m.pos, m.end, m.hashed = 0, 0, 0
+	for m.end == 0 && m.err == nil {
+		m.end, m.err = m.r.Read(m.buf)
+	}
+	return m.end > 0
+}
+
+func (m *memberReader) Read(p []byte) (int, error) {
+	if !m.fill() {
+		return 0, m.err
+	}
+	k := copy(p, m.buf[m.pos:m.end])
+	m.pos += k
+	m.n += int64(k)
+	return k, nil
 }
 
 func (m *memberReader) ReadByte() (byte, error) {
-	b, err := m.br.ReadByte()
-	if err == nil {
-		m.sha1.Write([]byte{b})
-		m.sha256.Write([]byte{b})
-		m.n++
+	if !m.fill() {
+		return 0, m.err
 	}
-	return b, err
+	b := m.buf[m.pos]
+	m.pos++
+	m.n++
+	return b, nil
 }
 
 // atEOF reports whether nothing follows the last member.
 func (m *memberReader) atEOF() bool {
-	_, err := m.br.Peek(1)
-	return err == io.EOF
+	return !m.fill() && m.err == io.EOF
 }
 
 // apkStream walks the members of one apk v2 file.
@@ -113,7 +149,8 @@ func (s *apkStream) finish(what string) (sum1, sum256 []byte, err error) {
 	if _, err := io.Copy(io.Discard, s.zr); err != nil {
 		return nil, nil, fmt.Errorf("%s: %w: %s member: %v (file truncated or corrupted)", s.file, ErrFormat, what, unexpected(err))
 	}
-	return s.mr.sha1.Sum(nil), s.mr.sha256.Sum(nil), nil
+	s1, s256 := s.mr.sums()
+	return s1, s256, nil
 }
 
 func unexpected(err error) error {
