@@ -62,6 +62,9 @@ func Fetch(ctx context.Context, o FetchOptions, lock *Lock) ([]string, error) {
 	if opts.Arch != lock.Arch {
 		return nil, fmt.Errorf("fetch: lock is for %s, options for %s", lock.Arch, opts.Arch)
 	}
+	if err := lock.validate(); err != nil {
+		return nil, fmt.Errorf("fetch: lock: %w", err)
+	}
 	if lock.Branch != opts.Branch {
 		return nil, fmt.Errorf("fetch: the lock is for Alpine %s, vibedom uses %s: run vibedom init --update to resolve again", lock.Branch, opts.Branch)
 	}

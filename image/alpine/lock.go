@@ -52,30 +52,39 @@ func ParseLock(b []byte) (*Lock, error) {
 	if err := dec.Decode(&l); err != nil {
 		return nil, fmt.Errorf("parse alpine lock: %w (delete it and run vibedom init --update to make a new one)", err)
 	}
+	if err := l.validate(); err != nil {
+		return nil, fmt.Errorf("parse alpine lock: %w", err)
+	}
+	return &l, nil
+}
+
+// validate checks every entry, so names and versions are safe in URLs
+// and cache paths.
+func (l *Lock) validate() error {
 	if !validArch(l.Arch) {
-		return nil, fmt.Errorf("parse alpine lock: arch %q", l.Arch)
+		return fmt.Errorf("arch %q", l.Arch)
 	}
 	seen := map[string]bool{}
 	for _, p := range l.Packages {
 		if !validName(p.Name) || seen[p.Name] || p.Size <= 0 || !validArch(p.Arch) && p.Arch != "noarch" {
-			return nil, fmt.Errorf("parse alpine lock: bad entry %q", p.Name)
+			return fmt.Errorf("bad entry %q", p.Name)
 		}
 		if _, err := parseVersion(p.Version); err != nil {
-			return nil, fmt.Errorf("parse alpine lock: %s: %w", p.Name, err)
+			return fmt.Errorf("%s: %w", p.Name, err)
 		}
 		if _, err := p.pkg().controlSHA1(); err != nil {
-			return nil, fmt.Errorf("parse alpine lock: %w", err)
+			return err
 		}
 		found := false
 		for _, r := range Repositories {
 			found = found || r == p.Repo
 		}
 		if !found {
-			return nil, fmt.Errorf("parse alpine lock: %s: repository %q", p.Name, p.Repo)
+			return fmt.Errorf("%s: repository %q", p.Name, p.Repo)
 		}
 		seen[p.Name] = true
 	}
-	return &l, nil
+	return nil
 }
 
 // ChangeKind says how a package differs between two locks.

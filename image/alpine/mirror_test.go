@@ -402,9 +402,14 @@ func TestParallelBounded(t *testing.T) {
 }
 
 // TestFetchRefusesOtherBranch: a lock made for another release is not
-// fetched from this one's paths.
+// fetched from this one's paths, nor one whose names would leave the cache.
 func TestFetchRefusesOtherBranch(t *testing.T) {
 	l := &Lock{Branch: "v3.19", Arch: "x86_64"}
+	fo := FetchOptions{Options: Options{Arch: "x86_64", Mirror: "http://127.0.0.1:1"}, CacheDir: t.TempDir()}
+	bad := &Lock{Branch: Branch, Arch: "x86_64", Packages: []LockedPackage{{Name: "../../x", Version: "1-r0", Arch: "x86_64", Repo: "main", Checksum: "Q1" + strings.Repeat("A", 27) + "=", Size: 1}}}
+	if _, err := Fetch(t.Context(), fo, bad); err == nil || !strings.Contains(err.Error(), "bad entry") {
+		t.Errorf("a lock naming ../../x: %v", err)
+	}
 	_, err := Fetch(t.Context(), FetchOptions{Options: Options{Arch: "x86_64", Mirror: "http://127.0.0.1:1"}, CacheDir: t.TempDir()}, l)
 	if err == nil || !strings.Contains(err.Error(), "--update") {
 		t.Fatalf("err %v", err)
