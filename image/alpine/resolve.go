@@ -73,8 +73,11 @@ func Resolve(indexes []*Index, world []string, prev *Lock, update bool) (*Lock, 
 			return nil, fmt.Errorf("resolve: %w: %s needs %s, but %s is already selected; name the version you want in the package list", ErrConflict, strings.Join(it.chain, " -> "), it.c, p)
 		}
 		if err != nil {
-			chain := append(slices.Clone(it.chain), it.c.String())
-			return nil, fmt.Errorf("resolve: %w %q (needed by %s); check the package name, or that it exists in Alpine %s %s for %s", ErrMissing, it.c.String(), strings.Join(chain, " -> "), Branch, strings.Join(Repositories, "+"), arch)
+			why := "in the package list"
+			if len(it.chain) > 0 {
+				why = "needed by " + strings.Join(append(slices.Clone(it.chain), it.c.String()), " -> ")
+			}
+			return nil, fmt.Errorf("resolve: %w %q (%s); check the package name, or that it exists in Alpine %s %s for %s", ErrMissing, it.c.String(), why, Branch, strings.Join(Repositories, "+"), arch)
 		}
 		if q, ok := selected[p.Name]; ok {
 			if q != p {
