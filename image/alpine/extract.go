@@ -32,6 +32,9 @@ type Entry struct {
 	// Size is the length of a regular file's content.
 	Size    int64
 	ModTime time.Time
+	// Xattrs are extended attributes the package sets (PAX
+	// SCHILY.xattr.*), e.g. security.capability on ping; nil when none.
+	Xattrs map[string]string
 	// Linkname is a symlink's target as written (it may be absolute: it
 	// is resolved inside the image, never on the host), or a hard link's
 	// clean relative path to an earlier entry of the same package.
@@ -102,6 +105,14 @@ func walkData(name string, tr *tar.Reader, w EntryWriter) error {
 		}
 		if h.Mode&0o1000 != 0 {
 			e.Mode |= fs.ModeSticky
+		}
+		for k, v := range h.PAXRecords {
+			if name, ok := strings.CutPrefix(k, "SCHILY.xattr."); ok && name != "" {
+				if e.Xattrs == nil {
+					e.Xattrs = map[string]string{}
+				}
+				e.Xattrs[name] = v
+			}
 		}
 		var body io.Reader = strings.NewReader("")
 		switch h.Typeflag {

@@ -25,7 +25,7 @@ func writeAPK(t *testing.T, files []tent) (string, LockedPackage) {
 func TestExtractEntries(t *testing.T) {
 	path, lp := writeAPK(t, []tent{
 		{name: "bin/", typ: tar.TypeDir, mode: 0o755},
-		{name: "bin/busybox", mode: 0o4755, body: "elf"},
+		{name: "bin/busybox", mode: 0o4755, body: "elf", pax: map[string]string{"SCHILY.xattr.security.capability": "\x01\x00\x00\x02", "APK-TOOLS.checksum.SHA1": "x"}},
 		{name: "bin/sh", typ: tar.TypeSymlink, link: "/bin/busybox"},
 		{name: "bin/ash", typ: tar.TypeLink, link: "bin/busybox"},
 		{name: "./etc/motd", body: "hi"},
@@ -41,6 +41,9 @@ func TestExtractEntries(t *testing.T) {
 	}
 	if strings.Join(got, " ") != "bin: bin/busybox: bin/sh:/bin/busybox bin/ash:bin/busybox etc/motd:" {
 		t.Errorf("entries %v", got)
+	}
+	if x := m.entries[1].Xattrs; len(x) != 1 || x["security.capability"] != "\x01\x00\x00\x02" {
+		t.Errorf("busybox xattrs %q", x)
 	}
 	if m.entries[1].Mode != 0o755|fs.ModeSetuid || m.content["etc/motd"] != "hi" {
 		t.Errorf("busybox mode %v, motd %q", m.entries[1].Mode, m.content["etc/motd"])

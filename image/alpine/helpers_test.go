@@ -61,6 +61,7 @@ type tent struct {
 	typ        byte
 	mode       int64
 	body       string
+	pax        map[string]string
 }
 
 // gzTar writes entries as one gzip member; end adds tar's end blocks.
@@ -76,7 +77,7 @@ func gzTar(t testing.TB, ents []tent, end bool) []byte {
 		if mode == 0 {
 			mode = 0o644
 		}
-		h := &tar.Header{Name: e.name, Linkname: e.link, Typeflag: typ, Mode: mode, Format: tar.FormatPAX}
+		h := &tar.Header{Name: e.name, Linkname: e.link, Typeflag: typ, Mode: mode, Format: tar.FormatPAX, PAXRecords: e.pax}
 		if typ == tar.TypeReg {
 			h.Size = int64(len(e.body))
 		}
