@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 )
 
 // FetchOptions says where Fetch downloads from and caches to.
@@ -35,6 +36,9 @@ type FetchOptions struct {
 // CacheDir is the download cache inside vibedom's home directory
 // (~/.vibedom or $VIBEDOM_HOME): <home>/cache/apk.
 func CacheDir(home string) string { return filepath.Join(home, "cache", "apk") }
+
+// retryDelay is the wait before a second attempt (doubled for a third).
+const retryDelay = 500 * time.Millisecond
 
 // partialDir holds downloads that have not been verified yet. Nothing
 // there is ever used; Fetch resumes from it and deletes what fails.
@@ -143,8 +147,18 @@ func fetchOne(ctx context.Context, o FetchOptions, p LockedPackage) (string, err
 	os.Remove(final) // absent, or failing verification: never used
 	part := filepath.Join(o.CacheDir, partialDir, filepath.Base(final)+".part")
 	u := o.repoURL(p.Repo) + "/" + p.pkg().File()
+	if st, err := os.Stat(part); err == nil && st.Size() <= p.Size {
+		o.Progress.Advance(p.String(), st.Size()) // from an earlier run
+	}
 	var err error
 	for attempt := 0; attempt < o.Attempts; attempt++ {
+		if attempt > 0 {
+			select {
+			case <-time.After(time.Duration(attempt) * retryDelay):
+			case <-ctx.Done():
+				return "", ctx.Err()
+			}
+		}
 		err = download(ctx, o, u, part, p)
 		if err == nil || errors.Is(err, ErrChecksum) || ctx.Err() != nil {
 			break
