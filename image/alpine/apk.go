@@ -117,6 +117,7 @@ type apkStream struct {
 	file string
 	mr   *memberReader
 	zr   *gzip.Reader
+	cur  *capReader // the current member, decompressed and bounded
 }
 
 func newAPKStream(file string, r io.Reader) *apkStream {
@@ -140,13 +141,16 @@ func (s *apkStream) member(what string, limit int64) (*tar.Reader, error) {
 		return nil, fmt.Errorf("%s: %w: %s member: %v", s.file, ErrFormat, what, err)
 	}
 	s.zr.Multistream(false)
-	return tar.NewReader(&capReader{r: s.zr, left: limit, file: s.file, what: what}), nil
+	s.cur = &capReader{r: s.zr, left: limit, file: s.file, what: what}
+	return tar.NewReader(s.cur), nil
 }
 
 // finish drains the current member to its gzip trailer (which checks its
 // CRC) and returns its SHA-1 and SHA-256.
 func (s *apkStream) finish(what string) (sum1, sum256 []byte, err error) {
-	if _, err := io.Copy(io.Discard, s.zr); err != nil {
+	// Through the cap: what follows the tar stream inside the member
+	// counts toward the member's bound too.
+	if _, err := io.Copy(io.Discard, s.cur); err != nil {
 		return nil, nil, fmt.Errorf("%s: %w: %s member: %v (file truncated or corrupted)", s.file, ErrFormat, what, unexpected(err))
 	}
 	s1, s256 := s.mr.sums()

@@ -3,6 +3,7 @@ package alpine
 import (
 	"archive/tar"
 	"bytes"
+	"compress/gzip"
 	"errors"
 	"io/fs"
 	"os"
@@ -157,5 +158,23 @@ func TestOptions(t *testing.T) {
 	}
 	if a, err := GuestArch("arm64"); a != "aarch64" || err != nil {
 		t.Errorf("GuestArch(arm64) = %q, %v", a, err)
+	}
+}
+
+// TestMemberBoundCoversTrailingData: bytes after a member's tar stream
+// count toward the member's decompressed bound, so a small signature
+// member cannot expand without limit.
+func TestMemberBoundCoversTrailingData(t *testing.T) {
+	var raw bytes.Buffer
+	zw := gzip.NewWriter(&raw)
+	tw := tar.NewWriter(zw)
+	tw.WriteHeader(&tar.Header{Name: ".SIGN.RSA." + testKeyName, Mode: 0o644, Size: 3, Typeflag: tar.TypeReg})
+	tw.Write([]byte("sig"))
+	tw.Close()
+	zw.Write(make([]byte, 2*maxSignatures*(maxSignature+4096))) // zeros after the tar end
+	zw.Close()
+	_, err := ReadIndex("APKINDEX.tar.gz", "main", "x86_64", bytes.NewReader(raw.Bytes()), testRing(t))
+	if err == nil || !strings.Contains(err.Error(), "larger than vibedom accepts") {
+		t.Fatalf("err %v", err)
 	}
 }
