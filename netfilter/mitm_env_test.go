@@ -288,46 +288,28 @@ func (m *memSink) all() []Event {
 // guard time.
 func (m *memSink) wait(t *testing.T, what string, pred func(Event) bool) Event {
 	t.Helper()
-	deadline := time.After(20 * time.Second)
-	for {
-		m.mu.Lock()
-		for _, e := range m.events {
-			if pred(e) {
-				m.mu.Unlock()
-				return e
-			}
-		}
-		if m.cond == nil {
-			m.cond = make(chan struct{})
-		}
-		c := m.cond
-		m.mu.Unlock()
-		select {
-		case <-c:
-		case <-deadline:
-			t.Fatalf("no %s event; have %+v", what, m.all())
-		}
-	}
+	return m.waitCount(t, what, 1, pred)[0]
 }
 
-// waitCount waits until at least n recorded events match pred. Tests that
-// count what reaches alerts.jsonl call it first: an event is recorded when
-// its connection's handler finishes, which can be after the client has seen
-// the refusal, and one recorded after the log is closed is lost.
-func (m *memSink) waitCount(t *testing.T, what string, n int, pred func(Event) bool) {
+// waitCount waits until at least n recorded events match pred and returns
+// them. Tests that count what reaches alerts.jsonl call it first: an event
+// is recorded when its connection's handler finishes, which can be after the
+// client has seen the refusal, and one recorded after the log is closed is
+// lost.
+func (m *memSink) waitCount(t *testing.T, what string, n int, pred func(Event) bool) []Event {
 	t.Helper()
 	deadline := time.After(20 * time.Second)
 	for {
 		m.mu.Lock()
-		got := 0
+		var got []Event
 		for _, e := range m.events {
 			if pred(e) {
-				got++
+				got = append(got, e)
 			}
 		}
-		if got >= n {
+		if len(got) >= n {
 			m.mu.Unlock()
-			return
+			return got
 		}
 		if m.cond == nil {
 			m.cond = make(chan struct{})
@@ -337,7 +319,10 @@ func (m *memSink) waitCount(t *testing.T, what string, n int, pred func(Event) b
 		select {
 		case <-c:
 		case <-deadline:
-			t.Fatalf("%d %s events recorded, want %d; have %+v", got, what, n, m.all())
+			if n == 1 {
+				t.Fatalf("no %s event; have %+v", what, m.all())
+			}
+			t.Fatalf("%d %s events recorded, want %d; have %+v", len(got), what, n, m.all())
 		}
 	}
 }

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 
 	"github.com/urfave/cli/v3"
@@ -30,9 +29,7 @@ warnings (slower than it could be) do not change the exit status.`,
 			}
 			w := c.Root().Writer
 			if c.Bool("json") {
-				enc := json.NewEncoder(w)
-				enc.SetIndent("", "  ")
-				if err := enc.Encode(r); err != nil {
+				if err := writeJSON(w, r); err != nil {
 					return err
 				}
 			} else {
