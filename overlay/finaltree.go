@@ -18,7 +18,20 @@ const (
 	// maxHostWalk is how many host entries are visited looking for the
 	// host's own symlinks (only when the patch changes a symlink).
 	maxHostWalk = 1_000_000
+	// maxResolveSteps bounds the work of one resolution and maxResolveBudget
+	// that of one whole check, counted in bytes of path looked up and
+	// components moved (a real link costs about a thousand; 40 hops of
+	// 2,000-component targets cost tens of millions), so that hostile chains
+	// cost the host a bounded time however many links name them. A link past
+	// either is protected, never applied unjudged.
+	maxResolveSteps  = 1 << 20
+	maxResolveBudget = 256 << 20
+	// maxResolvedLen bounds the length of a path being resolved.
+	maxResolvedLen = 4 * MaxPathLen
 )
+
+// resolveStepHook, when set (tests), is told the work of every resolution.
+var resolveStepHook func(units int)
 
 // finalTree is the workspace as it would be with the whole patch applied:
 // the host's entries overlaid with the patch's (refused ones too, so a
@@ -34,11 +47,15 @@ type finalTree struct {
 	// kids maps a folded directory to the class keys of the names the
 	// patch puts in it.
 	kids map[string]map[string]bool
+	// budget is how many resolution steps are left (maxResolveBudget);
+	// exhausted is set once a resolution ran out of steps.
+	budget    int
+	exhausted bool
 }
 
 func newFinalTree(root *hostRoot, pl *Plan) *finalTree {
 	t := &finalTree{root: root, patch: map[string]*PlannedFile{}, dirs: map[string]bool{},
-		host: map[string]hostEntry{}, names: map[string][]string{}}
+		host: map[string]hostEntry{}, names: map[string][]string{}, budget: maxResolveBudget}
 	t.kids = map[string]map[string]bool{}
 	for _, pf := range pl.Files {
 		t.patch[foldPath(pf.Path)] = pf
@@ -62,7 +79,7 @@ func newFinalTree(root *hostRoot, pl *Plan) *finalTree {
 
 // hostOnly is the same host without the patch (shares the host cache).
 func (t *finalTree) hostOnly() *finalTree {
-	return &finalTree{root: t.root, host: t.host, names: t.names}
+	return &finalTree{root: t.root, host: t.host, names: t.names, budget: maxResolveBudget}
 }
 
 func (t *finalTree) hostEntry(p string) hostEntry {
@@ -108,6 +125,8 @@ type resolution struct {
 	typ     FileType // what is there ("" absent)
 	escapes bool     // climbs above the workspace or is absolute
 	loop    bool     // more than maxLinkHops symlinks
+	// complex: past maxResolveSteps, maxResolvedLen or the tree's budget.
+	complex bool
 	via     []*PlannedFile
 }
 
@@ -118,8 +137,18 @@ func (t *finalTree) resolve(p string) resolution {
 	var r resolution
 	var stack []string
 	rest := strings.Split(p, "/")
-	hops := 0
+	hops, steps, length := 0, 0, 0
+	defer func() {
+		t.budget -= steps
+		if resolveStepHook != nil {
+			resolveStepHook(steps)
+		}
+	}()
 	for len(rest) > 0 {
+		if steps += length + 1; steps > maxResolveSteps || length > maxResolvedLen || t.budget-steps <= 0 {
+			r.complex, t.exhausted = true, true
+			return r
+		}
 		c := rest[0]
 		rest = rest[1:]
 		switch c {
@@ -130,6 +159,7 @@ func (t *finalTree) resolve(p string) resolution {
 				r.escapes = true
 				return r
 			}
+			length -= len(stack[len(stack)-1]) + 1
 			stack = stack[:len(stack)-1]
 			continue
 		}
@@ -147,10 +177,12 @@ func (t *finalTree) resolve(p string) resolution {
 				r.escapes = true
 				return r
 			}
+			steps += len(rest)
 			rest = append(strings.Split(target, "/"), rest...)
 			continue
 		}
 		stack = append(stack, c)
+		length += len(c) + 1
 		if typ != TypeDir && typ != "" && len(rest) > 0 {
 			// Not a directory: the kernel stops here (ENOTDIR).
 			r.path, r.typ = cur, typ
@@ -274,6 +306,9 @@ func (t *finalTree) judgeLink(p string, gitCache map[string]bool) (linkVerdict, 
 	case r.escapes:
 		v.outside, v.why = true, "symlink points outside the workspace"
 		return v, r
+	case r.complex:
+		v.attention, v.why = AttentionProtected, tooComplexWhy
+		return v, r
 	}
 	raise := func(a Attention, why string) {
 		if a > v.attention {
@@ -301,6 +336,8 @@ func (t *finalTree) judgeLink(p string, gitCache map[string]bool) (linkVerdict, 
 	}
 	return v, r
 }
+
+const tooComplexWhy = "symlink too complex to judge (its resolution takes more than the steps vibedom follows)"
 
 func displayDir(d string) string {
 	if d == "" {
@@ -383,6 +420,20 @@ func checkFinalTree(root *hostRoot, pl *Plan, opts ApplyOptions) {
 			apply(pf, v, "")
 		}
 	}
+	defer func() {
+		if !t.exhausted {
+			return
+		}
+		// Some resolution ran out of steps: what it would have shown is
+		// unknown, so no symlink change of the patch is applied unjudged.
+		for _, pf := range pl.Files {
+			if pf.newT == TypeSymlink || pf.oldT == TypeSymlink || pf.curT == TypeSymlink {
+				if pf.Attention < AttentionProtected {
+					protect(pf, tooComplexWhy+": the patch's symlinks could not all be judged")
+				}
+			}
+		}
+	}()
 	if !touchesLinks {
 		return
 	}
