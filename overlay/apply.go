@@ -391,6 +391,10 @@ func planOne(ctx context.Context, root *hostRoot, objs *objectStore, pf *Planned
 		switch {
 		case classKey(filepath.Base(pf.Path)) == "package.json" && pf.newT == TypeFile && packageJSONRisk(pf.oldData, pf.newData) != "":
 			pf.Attention, pf.Why = AttentionFlagged, packageJSONRisk(pf.oldData, pf.newData)
+		case classKey(filepath.Base(pf.Path)) == "package.json" && pf.newT == TypeSymlink:
+			// Judged by content only as a file: as a link, npm reads
+			// whatever it points to.
+			pf.Attention, pf.Why = AttentionFlagged, "package.json becomes a symlink: npm runs the scripts of the file it points to"
 		case pf.newGitMode == ModeExec && pf.oldGitMode != ModeExec:
 			pf.Attention, pf.Why = AttentionFlagged, "becomes executable"
 		}

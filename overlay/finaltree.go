@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"path"
 	"slices"
 	"strings"
 )
@@ -407,6 +408,33 @@ func checkFinalTree(root *hostRoot, pl *Plan, opts ApplyOptions) {
 			protect(pf, fmt.Sprintf("%s would be a git repository (HEAD, objects/, refs/): git run there reads its config and hooks", displayDir(repo)))
 		}
 	}
+	// through classifies a patch file that the symlink at link resolves to
+	// under the link's name too: Makefile -> build/rules.txt makes an edit
+	// of rules.txt an edit of the Makefile.
+	through := func(link string, r resolution) {
+		if r.complex || r.loop || r.escapes || r.typ != TypeFile {
+			return
+		}
+		pf := t.patch[foldPath(r.path)]
+		if pf == nil || !live(pf) || pf.newT != TypeFile {
+			return
+		}
+		a, why := ClassifyPath(link)
+		if a == AttentionNone && classKey(path.Base(link)) == "package.json" {
+			if why = packageJSONRisk(pf.oldData, pf.newData); why != "" {
+				a = AttentionFlagged
+			}
+		}
+		if a == AttentionNone {
+			return
+		}
+		why = fmt.Sprintf("%s points to it: %s", DisplayPath(link), why)
+		if a == AttentionProtected {
+			protect(pf, why)
+		} else if a > pf.Attention {
+			pf.Attention, pf.Why = a, why
+		}
+	}
 	touchesLinks := false
 	for _, pf := range pl.Files {
 		if pf.newT == TypeSymlink || pf.oldT == TypeSymlink || pf.curT == TypeSymlink {
@@ -418,6 +446,7 @@ func checkFinalTree(root *hostRoot, pl *Plan, opts ApplyOptions) {
 				v.why += " (" + DisplayPath(string(pf.newData)) + ")"
 			}
 			apply(pf, v, "")
+			through(pf.Path, r)
 		}
 	}
 	defer func() {
@@ -434,10 +463,8 @@ func checkFinalTree(root *hostRoot, pl *Plan, opts ApplyOptions) {
 			}
 		}
 	}()
-	if !touchesLinks {
-		return
-	}
-	// The host's own symlinks, judged before and after.
+	// The host's own symlinks: what they lead to, and (when the patch
+	// touches a symlink) where they lead before and after.
 	links, _ := root.hostSymlinks(maxHostWalk)
 	before, beforeGit := t.hostOnly(), map[string]bool{}
 	paths := make([]string, 0, len(links))
@@ -458,7 +485,8 @@ func checkFinalTree(root *hostRoot, pl *Plan, opts ApplyOptions) {
 			continue
 		}
 		after, r := t.judgeLink(p, gitCache)
-		if after.severity() == 0 {
+		through(p, r)
+		if !touchesLinks || after.severity() == 0 {
 			continue
 		}
 		if was, _ := before.judgeLink(p, beforeGit); after.severity() <= was.severity() {
