@@ -132,3 +132,58 @@ func TestFileReachedThroughHostLink(t *testing.T) {
 		})
 	}
 }
+
+// TestMoreThatRunsCode: files that tools run or load by themselves — on
+// folder open (editor extensions load ESLint/Prettier configs, CMake
+// configures, rust-analyzer builds build scripts and proc macros), or on
+// the everyday command (bundle, tox, docker compose, pip install) — were
+// applied unflagged. Cargo.toml and pyproject.toml are judged by what
+// changed, as package.json is: a registry dependency or a version bump is
+// not flagged, a build script or an in-tree build backend is.
+func TestMoreThatRunsCode(t *testing.T) {
+	for _, p := range []string{
+		"eslint.config.mjs", "web/.eslintrc.js", "prettier.config.cjs", "web/.prettierrc.mjs",
+		"CMakeLists.txt", "cmake/tools.cmake", "meson.build",
+		"Gemfile", "x.gemspec", "Rakefile", "Vagrantfile",
+		"tox.ini", "noxfile.py", "pytest.ini",
+		"Taskfile.yml", "docker-compose.yml", "compose.yaml",
+		"composer.json", "WORKSPACE", "MODULE.bazel", ".bazelrc",
+	} {
+		if a, _ := ClassifyPath(p); a < AttentionFlagged {
+			t.Errorf("ClassifyPath(%s): %s, want flagged", p, a)
+		}
+	}
+	cargo := "[package]\nname = \"x\"\nversion = \"0.1.0\"\n\n[dependencies]\nserde = \"1\"\n"
+	pyproj := "[project]\nname = \"x\"\nversion = \"0.1\"\ndependencies = [\"requests\"]\n\n[build-system]\nrequires = [\"setuptools\"]\nbuild-backend = \"setuptools.build_meta\"\n"
+	tests := []struct {
+		name, file, old, new string
+		flagged              bool
+	}{
+		{"cargo: registry dependency", "Cargo.toml", cargo, cargo + "rand = \"0.8\"\n", false},
+		{"cargo: version bump", "Cargo.toml", cargo, strings.Replace(cargo, "0.1.0", "0.2.0", 1), false},
+		{"cargo: build script elsewhere", "Cargo.toml", cargo, strings.Replace(cargo, "version = \"0.1.0\"\n", "version = \"0.1.0\"\nbuild = \"src/gen.rs\"\n", 1), true},
+		{"cargo: git dependency", "crates/a/Cargo.toml", cargo, cargo + "evil = { git = \"https://example.com/evil\" }\n", true},
+		{"cargo: proc macro", "Cargo.toml", cargo, cargo + "\n[lib]\nproc-macro = true\n", true},
+		{"pyproject: dependency", "pyproject.toml", pyproj, strings.Replace(pyproj, "\"requests\"", "\"requests\", \"rich\"", 1), false},
+		{"pyproject: in-tree backend", "pyproject.toml", pyproj, strings.Replace(pyproj, "build-backend = \"setuptools.build_meta\"\n", "build-backend = \"evil\"\nbackend-path = [\".\"]\n", 1), true},
+		{"pyproject: pytest plugin", "pyproject.toml", pyproj, pyproj + "\n[tool.pytest.ini_options]\naddopts = \"-p evil\"\n", true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			s := newTestSession(t, tree{tc.file: "file:" + tc.old})
+			ag := s.agentTree(t)
+			writeFile(t, filepath.Join(ag, tc.file), tc.new, 0o644)
+			s.finish(t, ag)
+			pl, err := MakePlan(t.Context(), ApplyOptions{Workspace: s.ws, SessionDir: s.dir})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(pl.Files) != 1 {
+				t.Fatalf("plan: %d files", len(pl.Files))
+			}
+			if got := pl.Files[0].Attention >= AttentionFlagged; got != tc.flagged {
+				t.Errorf("%s: flagged %v (%s), want %v", tc.file, got, pl.Files[0].Why, tc.flagged)
+			}
+		})
+	}
+}

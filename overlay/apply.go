@@ -389,12 +389,12 @@ func planOne(ctx context.Context, root *hostRoot, objs *objectStore, pf *Planned
 	}
 	if pf.Attention == AttentionNone {
 		switch {
-		case classKey(filepath.Base(pf.Path)) == "package.json" && pf.newT == TypeFile && packageJSONRisk(pf.oldData, pf.newData) != "":
-			pf.Attention, pf.Why = AttentionFlagged, packageJSONRisk(pf.oldData, pf.newData)
-		case classKey(filepath.Base(pf.Path)) == "package.json" && pf.newT == TypeSymlink:
-			// Judged by content only as a file: as a link, npm reads
+		case pf.newT == TypeFile && manifestRiskOf(pf) != "":
+			pf.Attention, pf.Why = AttentionFlagged, manifestRiskOf(pf)
+		case pf.newT == TypeSymlink && isManifest(pf.Path):
+			// Judged by content only as a file: as a link, the tool reads
 			// whatever it points to.
-			pf.Attention, pf.Why = AttentionFlagged, "package.json becomes a symlink: npm runs the scripts of the file it points to"
+			pf.Attention, pf.Why = AttentionFlagged, DisplayPath(filepath.Base(pf.Path))+" becomes a symlink: the tool runs what the file it points to says"
 		case pf.newGitMode == ModeExec && pf.oldGitMode != ModeExec:
 			pf.Attention, pf.Why = AttentionFlagged, "becomes executable"
 		}
@@ -682,4 +682,14 @@ func gitHooksDir(ctx context.Context, ws string) string {
 		return ""
 	}
 	return filepath.ToSlash(rel)
+}
+
+func manifestRiskOf(pf *PlannedFile) string {
+	why, _ := manifestRisk(filepath.Base(pf.Path), pf.oldData, pf.newData)
+	return why
+}
+
+func isManifest(p string) bool {
+	_, ok := manifestRisk(filepath.Base(p), nil, nil)
+	return ok
 }

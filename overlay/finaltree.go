@@ -420,9 +420,9 @@ func checkFinalTree(root *hostRoot, pl *Plan, opts ApplyOptions) {
 			return
 		}
 		a, why := ClassifyPath(link)
-		if a == AttentionNone && classKey(path.Base(link)) == "package.json" {
-			if why = packageJSONRisk(pf.oldData, pf.newData); why != "" {
-				a = AttentionFlagged
+		if a == AttentionNone {
+			if w, _ := manifestRisk(path.Base(link), pf.oldData, pf.newData); w != "" {
+				a, why = AttentionFlagged, w
 			}
 		}
 		if a == AttentionNone {
