@@ -138,6 +138,10 @@ type ApplyOptions struct {
 	// Files limits the apply to these paths (exact, or a directory prefix
 	// ending in "/"); empty means all.
 	Files []string
+	// ExactFiles makes Files exact paths only: a selection from the review's
+	// list, where "lib" (a file the agent turned into a directory) must not
+	// bring in everything under lib/.
+	ExactFiles bool
 	// AllowProtected lists protected paths the user allows (exact, "dir/"
 	// prefix or glob).
 	AllowProtected []string
@@ -312,7 +316,7 @@ func planOne(ctx context.Context, root *hostRoot, objs *objectStore, pf *Planned
 	if a, why := classify(pf.Path); a != AttentionNone {
 		pf.Attention, pf.Why = a, why
 	}
-	if !selected(pf.Path, opts.Files) {
+	if opts.ExactFiles && len(opts.Files) > 0 && !slices.Contains(opts.Files, pf.Path) || !selected(pf.Path, opts.Files) {
 		refuse(pf, StatusSkipped, "not selected")
 		return
 	}
