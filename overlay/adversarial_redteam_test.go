@@ -187,3 +187,29 @@ func TestMoreThatRunsCode(t *testing.T) {
 		})
 	}
 }
+
+// TestFoldedShadowHidesHostLink: the final tree matched the patch's paths
+// folded (as on a Mac), so on a case-sensitive host a patch directory "b"
+// hid the host's own symlink "B" (here to a directory outside): the
+// agent's x -> B/authorized_keys was judged as b/authorized_keys, inside
+// the workspace, and applied unflagged though it leads outside. An entry
+// the host has in exactly the spelling looked up is what the lookup sees.
+func TestFoldedShadowHidesHostLink(t *testing.T) {
+	s, outside := adversarialSession(t)
+	if err := os.Symlink(outside, filepath.Join(s.ws, "B")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Lstat(filepath.Join(s.ws, "b")); err == nil {
+		t.Skip("case-insensitive file system: b and B are one name")
+	}
+	p := addEntry("b/keep.txt", "x\n") + symlinkEntry("x", "B/authorized_keys")
+	pl, err := MakePlan(t.Context(), ApplyOptions{Workspace: s.ws, SessionDir: s.dir, Patch: []byte(p)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, pf := range pl.Files {
+		if pf.Path == "x" && pf.Status != StatusRefused {
+			t.Errorf("x -> B/authorized_keys (B -> outside): %s (%s), want refused", pf.Status, pf.Why)
+		}
+	}
+}

@@ -43,8 +43,10 @@ type finalTree struct {
 	root  *hostRoot
 	patch map[string]*PlannedFile // folded path -> entry; nil: the host alone
 	dirs  map[string]bool         // folded paths the patch makes directories
-	host  map[string]hostEntry
-	names map[string][]string // dir -> host names
+	// dirsExact holds the same directories as the patch spells them.
+	dirsExact map[string]bool
+	host      map[string]hostEntry
+	names     map[string][]string // dir -> host names
 	// kids maps a folded directory to the class keys of the names the
 	// patch puts in it.
 	kids map[string]map[string]bool
@@ -55,7 +57,7 @@ type finalTree struct {
 }
 
 func newFinalTree(root *hostRoot, pl *Plan) *finalTree {
-	t := &finalTree{root: root, patch: map[string]*PlannedFile{}, dirs: map[string]bool{},
+	t := &finalTree{root: root, patch: map[string]*PlannedFile{}, dirs: map[string]bool{}, dirsExact: map[string]bool{},
 		host: map[string]hostEntry{}, names: map[string][]string{}, budget: maxResolveBudget}
 	t.kids = map[string]map[string]bool{}
 	for _, pf := range pl.Files {
@@ -68,6 +70,7 @@ func newFinalTree(root *hostRoot, pl *Plan) *finalTree {
 			fd := foldPath(d)
 			if d != "" {
 				t.dirs[fd] = true
+				t.dirsExact[d] = true
 			}
 			if t.kids[fd] == nil {
 				t.kids[fd] = map[string]bool{}
@@ -100,7 +103,17 @@ func (t *finalTree) hostEntry(p string) hostEntry {
 func (t *finalTree) lookup(p string) (FileType, string, *PlannedFile) {
 	if t.patch != nil {
 		k := foldPath(p)
-		if pf, ok := t.patch[k]; ok {
+		pf, ok := t.patch[k]
+		if (ok && pf.Path != p || !ok && t.dirs[k] && !t.dirsExact[p]) && t.hostHasExactly(p) {
+			// The patch has this name in another spelling only, and the
+			// host has it in this one: on a case-sensitive file system
+			// they are two entries, and on an insensitive one the other
+			// spelling is refused as a collision. Either way the host's
+			// entry is what this path is.
+			e := t.hostEntry(p)
+			return e.Type, e.Target, nil
+		}
+		if ok {
 			switch {
 			case pf.newT == TypeSymlink && pf.newData != nil:
 				return TypeSymlink, string(pf.newData), pf
@@ -195,6 +208,18 @@ func (t *finalTree) resolve(p string) resolution {
 		r.typ, _, _ = t.lookup(r.path)
 	}
 	return r
+}
+
+// hostHasExactly reports whether the host's directory holds p's name in
+// exactly that spelling (readdir's, not a case-insensitive lookup's).
+func (t *finalTree) hostHasExactly(p string) bool {
+	d, base := splitParent(p)
+	names, ok := t.names[d]
+	if !ok {
+		names, _ = t.root.readDirNames(d)
+		t.names[d] = names
+	}
+	return slices.Contains(names, base)
 }
 
 // childKeys lists the class keys of the names in directory d of the tree.
