@@ -3,10 +3,12 @@
 package overlay
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestSymlinkResolutionBounded: symlinks whose targets are long chains of
@@ -210,6 +212,59 @@ func TestFoldedShadowHidesHostLink(t *testing.T) {
 	for _, pf := range pl.Files {
 		if pf.Path == "x" && pf.Status != StatusRefused {
 			t.Errorf("x -> B/authorized_keys (B -> outside): %s (%s), want refused", pf.Status, pf.Why)
+		}
+	}
+}
+
+// TestHostileDiffsBounded: every changed text file got up to 5 s of line
+// diff; files whose every line differs take all of it, so a change set of
+// thousands of them held the host for hours before the review showed. All
+// diffs together get a budget, and past it a diff is only less minimal,
+// still correct (the patch applies and gives the agent's content). Checked
+// on the time granted, never on the clock.
+func TestHostileDiffsBounded(t *testing.T) {
+	saved := diffTime.left
+	diffTime.left = 500 * time.Millisecond
+	defer func() { diffTime.left = saved }()
+	granted := time.Duration(0)
+	diffTimeoutHook = func(d time.Duration) { granted += d }
+	defer func() { diffTimeoutHook = nil }()
+
+	const files, lines = 12, 4000
+	base := tree{}
+	for i := range files {
+		var b strings.Builder
+		for j := range lines {
+			fmt.Fprintf(&b, "old %d %d\n", i, j*7919%lines)
+		}
+		base[fmt.Sprintf("f%02d.txt", i)] = "file:" + b.String()
+	}
+	s := newTestSession(t, base)
+	ag := s.agentTree(t)
+	want := map[string]string{}
+	for i := range files {
+		var b strings.Builder
+		for j := range lines {
+			fmt.Fprintf(&b, "new %d %d\n", i, j)
+			if j%2 == 0 {
+				fmt.Fprintf(&b, "old %d %d\n", i, j)
+			}
+		}
+		p := fmt.Sprintf("f%02d.txt", i)
+		want[p] = b.String()
+		writeFile(t, filepath.Join(ag, p), b.String(), 0o644)
+	}
+	s.finish(t, ag)
+	if limit := 500*time.Millisecond + files*minDiffTime + maxFileDiffTime; granted > limit {
+		t.Errorf("the diffs were granted %v in all, want at most %v", granted, limit)
+	}
+	rep, err := Apply(t.Context(), ApplyOptions{Workspace: s.ws, SessionDir: s.dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for p, w := range want {
+		if got := readFile(t, filepath.Join(s.ws, p)); got != w {
+			t.Errorf("%s after apply: differs from the agent's (%s)", p, rep.Results[p])
 		}
 	}
 }
