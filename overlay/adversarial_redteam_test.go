@@ -150,6 +150,7 @@ func TestMoreThatRunsCode(t *testing.T) {
 		"tox.ini", "noxfile.py", "pytest.ini",
 		"Taskfile.yml", "docker-compose.yml", "compose.yaml",
 		"composer.json", "WORKSPACE", "MODULE.bazel", ".bazelrc",
+		".tool-versions", "deploy/.env",
 	} {
 		if a, _ := ClassifyPath(p); a < AttentionFlagged {
 			t.Errorf("ClassifyPath(%s): %s, want flagged", p, a)

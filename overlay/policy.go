@@ -97,6 +97,8 @@ var AttentionRules = []AttentionRule{
 	{"**/mise*.toml", AttentionFlagged, "mise hooks and tasks run commands"},
 	{"**/.mise*/", AttentionFlagged, "mise hooks and tasks run commands"},
 	{"**/.config/mise*/", AttentionFlagged, "mise hooks and tasks run commands"},
+	{"**/.tool-versions", AttentionFlagged, "asdf and mise install and run the tools it names (mise backends: npm:, cargo:, ubi: …)"},
+	{"**/.env", AttentionFlagged, "docker compose (COMPOSE_FILE), direnv's load_dotenv and mise read it: variables change what runs"},
 	{"**/flake.nix", AttentionFlagged, "nix develop (and nix-direnv) runs its shell hook"},
 	{"**/shell.nix", AttentionFlagged, "nix-shell (and nix-direnv) runs its shell hook"},
 	{"**/devenv.nix", AttentionFlagged, "devenv runs its shell hook"},
