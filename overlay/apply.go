@@ -138,6 +138,10 @@ type ApplyOptions struct {
 	// Files limits the apply to these paths (exact, or a directory prefix
 	// ending in "/"); empty means all.
 	Files []string
+	// ExactFiles makes Files exact paths only: a selection from the review's
+	// list, where "lib" (a file the agent turned into a directory) must not
+	// bring in everything under lib/.
+	ExactFiles bool
 	// AllowProtected lists protected paths the user allows (exact, "dir/"
 	// prefix or glob).
 	AllowProtected []string
@@ -312,7 +316,7 @@ func planOne(ctx context.Context, root *hostRoot, objs *objectStore, pf *Planned
 	if a, why := classify(pf.Path); a != AttentionNone {
 		pf.Attention, pf.Why = a, why
 	}
-	if !selected(pf.Path, opts.Files) {
+	if opts.ExactFiles && len(opts.Files) > 0 && !slices.Contains(opts.Files, pf.Path) || !selected(pf.Path, opts.Files) {
 		refuse(pf, StatusSkipped, "not selected")
 		return
 	}
@@ -389,8 +393,12 @@ func planOne(ctx context.Context, root *hostRoot, objs *objectStore, pf *Planned
 	}
 	if pf.Attention == AttentionNone {
 		switch {
-		case classKey(filepath.Base(pf.Path)) == "package.json" && pf.newT == TypeFile && packageJSONRisk(pf.oldData, pf.newData) != "":
-			pf.Attention, pf.Why = AttentionFlagged, packageJSONRisk(pf.oldData, pf.newData)
+		case pf.newT == TypeFile && manifestRiskOf(pf) != "":
+			pf.Attention, pf.Why = AttentionFlagged, manifestRiskOf(pf)
+		case pf.newT == TypeSymlink && isManifest(pf.Path):
+			// Judged by content only as a file: as a link, the tool reads
+			// whatever it points to.
+			pf.Attention, pf.Why = AttentionFlagged, DisplayPath(filepath.Base(pf.Path))+" becomes a symlink: the tool runs what the file it points to says"
 		case pf.newGitMode == ModeExec && pf.oldGitMode != ModeExec:
 			pf.Attention, pf.Why = AttentionFlagged, "becomes executable"
 		}
@@ -678,4 +686,14 @@ func gitHooksDir(ctx context.Context, ws string) string {
 		return ""
 	}
 	return filepath.ToSlash(rel)
+}
+
+func manifestRiskOf(pf *PlannedFile) string {
+	why, _ := manifestRisk(filepath.Base(pf.Path), pf.oldData, pf.newData)
+	return why
+}
+
+func isManifest(p string) bool {
+	_, ok := manifestRisk(filepath.Base(p), nil, nil)
+	return ok
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"path"
 	"slices"
 	"strings"
 )
@@ -18,7 +19,20 @@ const (
 	// maxHostWalk is how many host entries are visited looking for the
 	// host's own symlinks (only when the patch changes a symlink).
 	maxHostWalk = 1_000_000
+	// maxResolveSteps bounds the work of one resolution and maxResolveBudget
+	// that of one whole check, counted in bytes of path looked up and
+	// components moved (a real link costs about a thousand; 40 hops of
+	// 2,000-component targets cost tens of millions), so that hostile chains
+	// cost the host a bounded time however many links name them. A link past
+	// either is protected, never applied unjudged.
+	maxResolveSteps  = 1 << 20
+	maxResolveBudget = 256 << 20
+	// maxResolvedLen bounds the length of a path being resolved.
+	maxResolvedLen = 4 * MaxPathLen
 )
+
+// resolveStepHook, when set (tests), is told the work of every resolution.
+var resolveStepHook func(units int)
 
 // finalTree is the workspace as it would be with the whole patch applied:
 // the host's entries overlaid with the patch's (refused ones too, so a
@@ -29,16 +43,22 @@ type finalTree struct {
 	root  *hostRoot
 	patch map[string]*PlannedFile // folded path -> entry; nil: the host alone
 	dirs  map[string]bool         // folded paths the patch makes directories
-	host  map[string]hostEntry
-	names map[string][]string // dir -> host names
+	// dirsExact holds the same directories as the patch spells them.
+	dirsExact map[string]bool
+	host      map[string]hostEntry
+	names     map[string][]string // dir -> host names
 	// kids maps a folded directory to the class keys of the names the
 	// patch puts in it.
 	kids map[string]map[string]bool
+	// budget is how many resolution steps are left (maxResolveBudget);
+	// exhausted is set once a resolution ran out of steps.
+	budget    int
+	exhausted bool
 }
 
 func newFinalTree(root *hostRoot, pl *Plan) *finalTree {
-	t := &finalTree{root: root, patch: map[string]*PlannedFile{}, dirs: map[string]bool{},
-		host: map[string]hostEntry{}, names: map[string][]string{}}
+	t := &finalTree{root: root, patch: map[string]*PlannedFile{}, dirs: map[string]bool{}, dirsExact: map[string]bool{},
+		host: map[string]hostEntry{}, names: map[string][]string{}, budget: maxResolveBudget}
 	t.kids = map[string]map[string]bool{}
 	for _, pf := range pl.Files {
 		t.patch[foldPath(pf.Path)] = pf
@@ -50,6 +70,7 @@ func newFinalTree(root *hostRoot, pl *Plan) *finalTree {
 			fd := foldPath(d)
 			if d != "" {
 				t.dirs[fd] = true
+				t.dirsExact[d] = true
 			}
 			if t.kids[fd] == nil {
 				t.kids[fd] = map[string]bool{}
@@ -62,7 +83,7 @@ func newFinalTree(root *hostRoot, pl *Plan) *finalTree {
 
 // hostOnly is the same host without the patch (shares the host cache).
 func (t *finalTree) hostOnly() *finalTree {
-	return &finalTree{root: t.root, host: t.host, names: t.names}
+	return &finalTree{root: t.root, host: t.host, names: t.names, budget: maxResolveBudget}
 }
 
 func (t *finalTree) hostEntry(p string) hostEntry {
@@ -82,7 +103,17 @@ func (t *finalTree) hostEntry(p string) hostEntry {
 func (t *finalTree) lookup(p string) (FileType, string, *PlannedFile) {
 	if t.patch != nil {
 		k := foldPath(p)
-		if pf, ok := t.patch[k]; ok {
+		pf, ok := t.patch[k]
+		if (ok && pf.Path != p || !ok && t.dirs[k] && !t.dirsExact[p]) && t.hostHasExactly(p) {
+			// The patch has this name in another spelling only, and the
+			// host has it in this one: on a case-sensitive file system
+			// they are two entries, and on an insensitive one the other
+			// spelling is refused as a collision. Either way the host's
+			// entry is what this path is.
+			e := t.hostEntry(p)
+			return e.Type, e.Target, nil
+		}
+		if ok {
 			switch {
 			case pf.newT == TypeSymlink && pf.newData != nil:
 				return TypeSymlink, string(pf.newData), pf
@@ -108,6 +139,8 @@ type resolution struct {
 	typ     FileType // what is there ("" absent)
 	escapes bool     // climbs above the workspace or is absolute
 	loop    bool     // more than maxLinkHops symlinks
+	// complex: past maxResolveSteps, maxResolvedLen or the tree's budget.
+	complex bool
 	via     []*PlannedFile
 }
 
@@ -118,8 +151,18 @@ func (t *finalTree) resolve(p string) resolution {
 	var r resolution
 	var stack []string
 	rest := strings.Split(p, "/")
-	hops := 0
+	hops, steps, length := 0, 0, 0
+	defer func() {
+		t.budget -= steps
+		if resolveStepHook != nil {
+			resolveStepHook(steps)
+		}
+	}()
 	for len(rest) > 0 {
+		if steps += length + 1; steps > maxResolveSteps || length > maxResolvedLen || t.budget-steps <= 0 {
+			r.complex, t.exhausted = true, true
+			return r
+		}
 		c := rest[0]
 		rest = rest[1:]
 		switch c {
@@ -130,6 +173,7 @@ func (t *finalTree) resolve(p string) resolution {
 				r.escapes = true
 				return r
 			}
+			length -= len(stack[len(stack)-1]) + 1
 			stack = stack[:len(stack)-1]
 			continue
 		}
@@ -147,10 +191,12 @@ func (t *finalTree) resolve(p string) resolution {
 				r.escapes = true
 				return r
 			}
+			steps += len(rest)
 			rest = append(strings.Split(target, "/"), rest...)
 			continue
 		}
 		stack = append(stack, c)
+		length += len(c) + 1
 		if typ != TypeDir && typ != "" && len(rest) > 0 {
 			// Not a directory: the kernel stops here (ENOTDIR).
 			r.path, r.typ = cur, typ
@@ -162,6 +208,18 @@ func (t *finalTree) resolve(p string) resolution {
 		r.typ, _, _ = t.lookup(r.path)
 	}
 	return r
+}
+
+// hostHasExactly reports whether the host's directory holds p's name in
+// exactly that spelling (readdir's, not a case-insensitive lookup's).
+func (t *finalTree) hostHasExactly(p string) bool {
+	d, base := splitParent(p)
+	names, ok := t.names[d]
+	if !ok {
+		names, _ = t.root.readDirNames(d)
+		t.names[d] = names
+	}
+	return slices.Contains(names, base)
 }
 
 // childKeys lists the class keys of the names in directory d of the tree.
@@ -274,6 +332,9 @@ func (t *finalTree) judgeLink(p string, gitCache map[string]bool) (linkVerdict, 
 	case r.escapes:
 		v.outside, v.why = true, "symlink points outside the workspace"
 		return v, r
+	case r.complex:
+		v.attention, v.why = AttentionProtected, tooComplexWhy
+		return v, r
 	}
 	raise := func(a Attention, why string) {
 		if a > v.attention {
@@ -301,6 +362,8 @@ func (t *finalTree) judgeLink(p string, gitCache map[string]bool) (linkVerdict, 
 	}
 	return v, r
 }
+
+const tooComplexWhy = "symlink too complex to judge (its resolution takes more than the steps vibedom follows)"
 
 func displayDir(d string) string {
 	if d == "" {
@@ -370,6 +433,33 @@ func checkFinalTree(root *hostRoot, pl *Plan, opts ApplyOptions) {
 			protect(pf, fmt.Sprintf("%s would be a git repository (HEAD, objects/, refs/): git run there reads its config and hooks", displayDir(repo)))
 		}
 	}
+	// through classifies a patch file that the symlink at link resolves to
+	// under the link's name too: Makefile -> build/rules.txt makes an edit
+	// of rules.txt an edit of the Makefile.
+	through := func(link string, r resolution) {
+		if r.complex || r.loop || r.escapes || r.typ != TypeFile {
+			return
+		}
+		pf := t.patch[foldPath(r.path)]
+		if pf == nil || !live(pf) || pf.newT != TypeFile {
+			return
+		}
+		a, why := ClassifyPath(link)
+		if a == AttentionNone {
+			if w, _ := manifestRisk(path.Base(link), pf.oldData, pf.newData); w != "" {
+				a, why = AttentionFlagged, w
+			}
+		}
+		if a == AttentionNone {
+			return
+		}
+		why = fmt.Sprintf("%s points to it: %s", DisplayPath(link), why)
+		if a == AttentionProtected {
+			protect(pf, why)
+		} else if a > pf.Attention {
+			pf.Attention, pf.Why = a, why
+		}
+	}
 	touchesLinks := false
 	for _, pf := range pl.Files {
 		if pf.newT == TypeSymlink || pf.oldT == TypeSymlink || pf.curT == TypeSymlink {
@@ -381,12 +471,25 @@ func checkFinalTree(root *hostRoot, pl *Plan, opts ApplyOptions) {
 				v.why += " (" + DisplayPath(string(pf.newData)) + ")"
 			}
 			apply(pf, v, "")
+			through(pf.Path, r)
 		}
 	}
-	if !touchesLinks {
-		return
-	}
-	// The host's own symlinks, judged before and after.
+	defer func() {
+		if !t.exhausted {
+			return
+		}
+		// Some resolution ran out of steps: what it would have shown is
+		// unknown, so no symlink change of the patch is applied unjudged.
+		for _, pf := range pl.Files {
+			if pf.newT == TypeSymlink || pf.oldT == TypeSymlink || pf.curT == TypeSymlink {
+				if pf.Attention < AttentionProtected {
+					protect(pf, tooComplexWhy+": the patch's symlinks could not all be judged")
+				}
+			}
+		}
+	}()
+	// The host's own symlinks: what they lead to, and (when the patch
+	// touches a symlink) where they lead before and after.
 	links, _ := root.hostSymlinks(maxHostWalk)
 	before, beforeGit := t.hostOnly(), map[string]bool{}
 	paths := make([]string, 0, len(links))
@@ -407,7 +510,8 @@ func checkFinalTree(root *hostRoot, pl *Plan, opts ApplyOptions) {
 			continue
 		}
 		after, r := t.judgeLink(p, gitCache)
-		if after.severity() == 0 {
+		through(p, r)
+		if !touchesLinks || after.severity() == 0 {
 			continue
 		}
 		if was, _ := before.judgeLink(p, beforeGit); after.severity() <= was.severity() {

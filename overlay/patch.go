@@ -172,17 +172,21 @@ func BuildPatch(ctx context.Context, cs *ChangeSet, src Source, old OldTree, w i
 	}
 
 	type entry struct {
-		path     string
-		oldT     FileType
-		oldMode  uint32
-		oldData  []byte
-		newT     FileType
-		newMode  uint32
-		newData  []byte
+		path    string
+		oldT    FileType
+		oldMode uint32
+		oldData []byte
+		newT    FileType
+		newMode uint32
+		newData []byte
+		// refetch: the new content was dropped to bound memory and is
+		// read again from src (verified again) when its entry is written.
+		refetch  *Change
 		unknown  bool
 		isDelete bool
 	}
 	var dels, rest []entry
+	held := int64(0) // bytes of fetched new content kept for the writing pass
 	hasCarriedBelow := make(map[string]bool)
 	var addedDirs []string
 	for _, p := range order {
@@ -206,6 +210,7 @@ func BuildPatch(ctx context.Context, cs *ChangeSet, src Source, old OldTree, w i
 		var nt FileType
 		var nperm uint32
 		var ndata []byte
+		var fetched *Change
 		if c := st.c; c != nil {
 			nt, nperm = c.Type, c.Mode
 			if why := specialBitsLost(c, oe); why != "" {
@@ -229,6 +234,8 @@ func BuildPatch(ctx context.Context, cs *ChangeSet, src Source, old OldTree, w i
 					ndata = oe.Content
 				} else if ndata, err = fetch(src, c); err != nil {
 					return nil, err
+				} else {
+					fetched = c
 				}
 			}
 		}
@@ -253,7 +260,9 @@ func BuildPatch(ctx context.Context, cs *ChangeSet, src Source, old OldTree, w i
 				}
 				continue
 			}
-			rest = append(rest, entry{path: p, oldT: oldT, oldMode: om, oldData: odata, newT: nt, newMode: nm, newData: ndata, unknown: oe.Unknown})
+			e := entry{path: p, oldT: oldT, oldMode: om, oldData: odata, newT: nt, newMode: nm, newData: ndata, unknown: oe.Unknown}
+			keepBounded(&e.newData, &e.refetch, fetched, &held)
+			rest = append(rest, e)
 			markCarried(hasCarriedBelow, p)
 			continue
 		}
@@ -261,7 +270,9 @@ func BuildPatch(ctx context.Context, cs *ChangeSet, src Source, old OldTree, w i
 			dels = append(dels, entry{path: p, oldT: oldT, oldMode: om, oldData: odata, unknown: oe.Unknown, isDelete: true})
 		}
 		if newDiffable {
-			rest = append(rest, entry{path: p, newT: nt, newMode: nm, newData: ndata, unknown: oe.Unknown && !oldDiffable})
+			e := entry{path: p, newT: nt, newMode: nm, newData: ndata, unknown: oe.Unknown && !oldDiffable}
+			keepBounded(&e.newData, &e.refetch, fetched, &held)
+			rest = append(rest, e)
 			markCarried(hasCarriedBelow, p)
 		}
 	}
@@ -275,6 +286,12 @@ func BuildPatch(ctx context.Context, cs *ChangeSet, src Source, old OldTree, w i
 	var buf bytes.Buffer
 	for _, e := range append(dels, rest...) {
 		buf.Reset()
+		if e.refetch != nil {
+			var err error
+			if e.newData, err = fetch(src, e.refetch); err != nil {
+				return nil, err
+			}
+		}
 		pf := PatchFile{Path: e.path, OldMode: e.oldMode, NewMode: e.newMode, BaseUnknown: e.unknown}
 		switch {
 		case e.isDelete:
@@ -474,4 +491,22 @@ func headerName(prefix, p string) string {
 		return q + "\t"
 	}
 	return q
+}
+
+// maxHeldContent bounds the fetched new content the patch builder keeps
+// between reading the change set and writing the patch: past it, content
+// is dropped and read again (and verified again) when written, so a guest
+// that lists one big file under a thousand names (hard links: little of its
+// disk) costs the host one file's worth at a time, not all of them.
+const maxHeldContent = 128 << 20
+
+func keepBounded(data *[]byte, refetch **Change, fetched *Change, held *int64) {
+	if fetched == nil {
+		return
+	}
+	if *held+int64(len(*data)) <= maxHeldContent {
+		*held += int64(len(*data))
+		return
+	}
+	*data, *refetch = nil, fetched
 }

@@ -97,6 +97,8 @@ var AttentionRules = []AttentionRule{
 	{"**/mise*.toml", AttentionFlagged, "mise hooks and tasks run commands"},
 	{"**/.mise*/", AttentionFlagged, "mise hooks and tasks run commands"},
 	{"**/.config/mise*/", AttentionFlagged, "mise hooks and tasks run commands"},
+	{"**/.tool-versions", AttentionFlagged, "asdf and mise install and run the tools it names (mise backends: npm:, cargo:, ubi: …)"},
+	{"**/.env", AttentionFlagged, "docker compose (COMPOSE_FILE), direnv's load_dotenv and mise read it: variables change what runs"},
 	{"**/flake.nix", AttentionFlagged, "nix develop (and nix-direnv) runs its shell hook"},
 	{"**/shell.nix", AttentionFlagged, "nix-shell (and nix-direnv) runs its shell hook"},
 	{"**/devenv.nix", AttentionFlagged, "devenv runs its shell hook"},
@@ -138,6 +140,37 @@ var AttentionRules = []AttentionRule{
 	{"**/simple-git-hooks*", AttentionFlagged, "installs git hooks"},
 	{"**/.lintstagedrc*", AttentionFlagged, "lint-staged runs its commands on commit"},
 	{"**/lint-staged.config.*", AttentionFlagged, "lint-staged runs its commands on commit"},
+	{"**/eslint.config.*", AttentionFlagged, "ESLint runs its config (editor extensions load it when a file opens)"},
+	{"**/.eslintrc.js", AttentionFlagged, "ESLint runs its config (editor extensions load it when a file opens)"},
+	{"**/.eslintrc.cjs", AttentionFlagged, "ESLint runs its config (editor extensions load it when a file opens)"},
+	{"**/.eslintrc.mjs", AttentionFlagged, "ESLint runs its config (editor extensions load it when a file opens)"},
+	{"**/prettier.config.*", AttentionFlagged, "Prettier runs its config (editor extensions load it on format)"},
+	{"**/.prettierrc.js", AttentionFlagged, "Prettier runs its config (editor extensions load it on format)"},
+	{"**/.prettierrc.cjs", AttentionFlagged, "Prettier runs its config (editor extensions load it on format)"},
+	{"**/.prettierrc.mjs", AttentionFlagged, "Prettier runs its config (editor extensions load it on format)"},
+	{"**/composer.json", AttentionFlagged, "composer runs its scripts on install"},
+	// Other build systems and runners.
+	{"**/cmakelists.txt", AttentionFlagged, "CMake runs it on configure (IDEs configure when the folder opens)"},
+	{"**/*.cmake", AttentionFlagged, "included by CMake on configure"},
+	{"**/cmakepresets.json", AttentionFlagged, "CMake presets name the commands and toolchains configure runs"},
+	{"**/meson.build", AttentionFlagged, "meson runs it on setup"},
+	{"**/workspace", AttentionFlagged, "Bazel repository rules run commands"},
+	{"**/workspace.bazel", AttentionFlagged, "Bazel repository rules run commands"},
+	{"**/module.bazel", AttentionFlagged, "Bazel module extensions run commands"},
+	{"**/.bazelrc", AttentionFlagged, "Bazel options for every build (wrappers, tools)"},
+	{"**/gemfile", AttentionFlagged, "bundler evaluates it as Ruby on every bundle command"},
+	{"**/*.gemspec", AttentionFlagged, "bundler and gem evaluate it as Ruby"},
+	{"**/rakefile", AttentionFlagged, "runs when you type rake"},
+	{"**/vagrantfile", AttentionFlagged, "vagrant evaluates it as Ruby on every command"},
+	{"**/tox.ini", AttentionFlagged, "tox runs the commands it names"},
+	{"**/noxfile.py", AttentionFlagged, "runs when you type nox"},
+	{"**/pytest.ini", AttentionFlagged, "pytest options (plugins to load) for every run"},
+	{"**/taskfile.yml", AttentionFlagged, "runs when you type task"},
+	{"**/taskfile.yaml", AttentionFlagged, "runs when you type task"},
+	{"**/docker-compose*.yml", AttentionFlagged, "docker compose runs it on the host's Docker (host mounts, privileged)"},
+	{"**/docker-compose*.yaml", AttentionFlagged, "docker compose runs it on the host's Docker (host mounts, privileged)"},
+	{"**/compose*.yml", AttentionFlagged, "docker compose runs it on the host's Docker (host mounts, privileged)"},
+	{"**/compose*.yaml", AttentionFlagged, "docker compose runs it on the host's Docker (host mounts, privileged)"},
 	// Git.
 	{"**/.gitattributes", AttentionFlagged, "git attributes select filters and diff drivers"},
 	{"**/.gitmodules", AttentionFlagged, "submodule URLs are fetched by git"},
@@ -454,6 +487,114 @@ func allowedBy(p string, patterns []string) bool {
 			if ok, _ := path.Match(pat, p); ok {
 				return true
 			}
+		}
+	}
+	return false
+}
+
+// manifestRisk judges the manifests that are flagged by what changed in
+// them rather than by name (a dependency or a version bump is everyday
+// work): it returns why the change from old to new runs code, or "" when
+// it does not. ok is false for a name that is not such a manifest.
+func manifestRisk(name string, old, new []byte) (why string, ok bool) {
+	switch classKey(name) {
+	case "package.json":
+		return packageJSONRisk(old, new), true
+	case "cargo.toml":
+		return tomlRisk("Cargo.toml", old, new, func(section, line string) bool {
+			return strings.HasPrefix(section, "patch") || strings.HasPrefix(section, "replace") ||
+				strings.HasPrefix(section, "target") || section == "lib" || strings.HasSuffix(section, "build-dependencies") ||
+				tomlKeyIn(line, "build", "links", "proc-macro", "proc_macro", "git", "path", "registry", "registry-index", "runner", "linker", "rustflags", "workspace", "members", "default-members", "metadata")
+		}), true
+	case "pyproject.toml":
+		return tomlRisk("pyproject.toml", old, new, func(section, line string) bool {
+			return section == "build-system" || strings.HasPrefix(section, "tool.") && section != "tool.black" &&
+				section != "tool.ruff" && !strings.HasPrefix(section, "tool.ruff.") && section != "tool.isort" ||
+				strings.Contains(line, "git+") || strings.Contains(line, "file:") || strings.Contains(line, " @ ")
+		}), true
+	}
+	return "", false
+}
+
+// tomlRisk reports a TOML manifest whose lines changed where risky says so:
+// each line is taken with its section, and a line of new that is not in
+// old (same section, same trimmed text) counts. A multi-line value is
+// seen line by line, which errs toward flagging.
+func tomlRisk(name string, old, new []byte, risky func(section, line string) bool) string {
+	lines := func(b []byte) map[string]bool {
+		out := map[string]bool{}
+		section := ""
+		for l := range strings.SplitSeq(string(b), "\n") {
+			l = strings.TrimSpace(l)
+			if strings.HasPrefix(l, "[") {
+				section = strings.ToLower(strings.Trim(strings.SplitN(l, "#", 2)[0], "[] \t"))
+				section = strings.ReplaceAll(section, "\"", "")
+			}
+			out[section+"\x00"+l] = true
+		}
+		return out
+	}
+	before, after := lines(old), lines(new)
+	var what []string
+	for k := range after {
+		if before[k] || strings.HasSuffix(k, "\x00") {
+			continue
+		}
+		section, line, _ := strings.Cut(k, "\x00")
+		if strings.HasPrefix(line, "#") {
+			continue
+		}
+		if risky(section, line) {
+			what = append(what, line)
+		}
+	}
+	// A removed build-relevant line changes what runs as much as an added one.
+	for k := range before {
+		if after[k] || strings.HasSuffix(k, "\x00") {
+			continue
+		}
+		section, line, _ := strings.Cut(k, "\x00")
+		if !strings.HasPrefix(line, "#") && risky(section, line) {
+			what = append(what, line)
+		}
+	}
+	if len(what) == 0 {
+		return ""
+	}
+	slices.Sort(what)
+	if len(what) > 2 {
+		what = append(what[:2], "…")
+	}
+	return name + " changes how it builds: " + termtextSafeJoin(what)
+}
+
+// termtextSafeJoin joins manifest lines for a reason (escaped when printed).
+func termtextSafeJoin(what []string) string {
+	for i, w := range what {
+		if len(w) > 80 {
+			what[i] = w[:80] + "…"
+		}
+	}
+	return strings.Join(what, "; ")
+}
+
+// tomlKeyIn reports whether a TOML line assigns one of keys (also inside
+// an inline table: evil = { git = "…" }).
+func tomlKeyIn(line string, keys ...string) bool {
+	l := strings.ToLower(line)
+	for _, k := range keys {
+		for i := 0; ; {
+			j := strings.Index(l[i:], k)
+			if j < 0 {
+				break
+			}
+			j += i
+			beforeOK := j == 0 || strings.IndexByte(" \t{,.\"", l[j-1]) >= 0
+			rest := strings.TrimLeft(l[j+len(k):], " \t\"")
+			if beforeOK && (strings.HasPrefix(rest, "=") || strings.HasPrefix(rest, ".")) {
+				return true
+			}
+			i = j + len(k)
 		}
 	}
 	return false

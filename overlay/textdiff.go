@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/sergi/go-diff/diffmatchpatch"
@@ -63,9 +64,15 @@ func splitLines(s string) []string {
 // are diffed, then turned back into lines).
 func lineDiff(a, b string) []diffLine {
 	dmp := diffmatchpatch.New()
-	dmp.DiffTimeout = 5 * time.Second // past it the diff is still correct, only less minimal
+	// Past the timeout the diff is still correct, only less minimal.
+	dmp.DiffTimeout = diffTime.take()
+	if diffTimeoutHook != nil {
+		diffTimeoutHook(dmp.DiffTimeout)
+	}
+	start := time.Now()
 	ca, cb, lines := dmp.DiffLinesToChars(a, b)
 	diffs := dmp.DiffCharsToLines(dmp.DiffMain(ca, cb, false), lines)
+	diffTime.spend(time.Since(start))
 	out := make([]diffLine, 0, len(diffs)*2)
 	for _, d := range diffs {
 		k := lineEqual
@@ -167,4 +174,38 @@ func hunkRange(before, count int) string {
 		return fmt.Sprintf("%d", before+1)
 	}
 	return fmt.Sprintf("%d,%d", before+1, count)
+}
+
+// Line diffs get at most maxFileDiffTime each and maxDiffTime in all (one
+// process: one session's patch, then its applies): hostile files, every
+// line different, would otherwise take the whole per-file time each, hours
+// for a change set of thousands. Past the budget a diff gets
+// minDiffTime: common starts and ends are still trimmed, the middle is
+// one delete and one insert.
+const (
+	maxFileDiffTime = 5 * time.Second
+	maxDiffTime     = 60 * time.Second
+	minDiffTime     = time.Microsecond
+)
+
+type diffBudget struct {
+	mu   sync.Mutex
+	left time.Duration
+}
+
+var diffTime = &diffBudget{left: maxDiffTime}
+
+// diffTimeoutHook, when set (tests), is told the time each diff is granted.
+var diffTimeoutHook func(time.Duration)
+
+func (b *diffBudget) take() time.Duration {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return max(min(maxFileDiffTime, b.left), minDiffTime)
+}
+
+func (b *diffBudget) spend(d time.Duration) {
+	b.mu.Lock()
+	b.left -= d
+	b.mu.Unlock()
 }

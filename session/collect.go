@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"strconv"
 
 	"github.com/vibedom/vibedom/guest/client"
@@ -101,7 +102,16 @@ func readCollection(r io.Reader, lim collectLimits, build func(*overlay.ChangeSe
 	if err != nil {
 		return err
 	}
-	src := &streamSource{cr: cr, want: make(map[string]*overlay.Change)}
+	// The builder may ask for a file again (it drops content past its
+	// memory bound and re-reads it when writing the patch): bodies read once
+	// are kept in an unlinked spool file, at most the scratch disk's size.
+	spool, err := os.CreateTemp("", "vibedom-collect-*")
+	if err != nil {
+		return fmt.Errorf("make the collection spool: %w", err)
+	}
+	os.Remove(spool.Name())
+	defer spool.Close()
+	src := &streamSource{cr: cr, want: make(map[string]*overlay.Change), spool: spool, spooled: map[string][2]int64{}}
 	var total int64
 	for i := range cs.Changes {
 		c := &cs.Changes[i]
@@ -135,6 +145,11 @@ type streamSource struct {
 	files int64        // file frames seen
 	ended bool
 	end   int64 // the end frame's count
+	// spool keeps each body the builder read whole, so it can ask again;
+	// spooled maps a path to its offset and size there.
+	spool     *os.File
+	spoolSize int64
+	spooled   map[string][2]int64
 }
 
 var _ overlay.Source = (*streamSource)(nil)
@@ -188,6 +203,10 @@ func (s *streamSource) Open(path string) (io.ReadCloser, error) {
 	if c == nil {
 		return nil, fmt.Errorf("%s is not a changed file the guest sends", overlay.DisplayPath(path))
 	}
+	if at, ok := s.spooled[path]; ok {
+		// Read again: the builder checks size and hash once more.
+		return io.NopCloser(io.NewSectionReader(s.spool, at[0], at[1])), nil
+	}
 	for {
 		if s.cur == nil {
 			f, err := s.next()
@@ -207,7 +226,7 @@ func (s *streamSource) Open(path string) (io.ReadCloser, error) {
 			return nil, fmt.Errorf("%w: the guest did not send %s", proto.ErrCollectStream, overlay.DisplayPath(path))
 		}
 		s.cur = nil
-		return &fileBody{b: s.cr.Body(), c: c}, nil
+		return &fileBody{b: s.cr.Body(), c: c, s: s, at: s.spoolSize}, nil
 	}
 }
 
@@ -229,15 +248,28 @@ func (s *streamSource) finish() error {
 // fileBody is one file's content; at its end it checks the change set's
 // hash besides the frame's own.
 type fileBody struct {
-	b *proto.FrameBody
-	c *overlay.Change
+	b  *proto.FrameBody
+	c  *overlay.Change
+	s  *streamSource
+	at int64 // where the body starts in the spool
+	n  int64 // bytes spooled so far
 }
 
 func (f *fileBody) Read(p []byte) (int, error) {
 	n, err := f.b.Read(p)
+	if n > 0 {
+		if _, werr := f.s.spool.WriteAt(p[:n], f.at+f.n); werr != nil {
+			return n, fmt.Errorf("spool %s: %w", overlay.DisplayPath(f.c.Path), werr)
+		}
+		f.n += int64(n)
+	}
 	if err == io.EOF {
 		if sum := f.b.Sum(); hex.EncodeToString(sum[:]) != f.c.SHA256 {
 			return n, fmt.Errorf("%w: %s: the content sent does not match the change set's SHA-256", overlay.ErrContentMismatch, overlay.DisplayPath(f.c.Path))
+		}
+		if f.n == f.c.Size {
+			f.s.spooled[f.c.Path] = [2]int64{f.at, f.n}
+			f.s.spoolSize = f.at + f.n
 		}
 	}
 	return n, err

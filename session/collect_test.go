@@ -233,3 +233,36 @@ func (g stallGuest) Exec(ctx context.Context, cmd string, o client.ExecOptions) 
 	<-ctx.Done()
 	return client.ExitStatus{}, ctx.Err()
 }
+
+// TestCollectStreamPastMemoryBound: the patch builder keeps at most 128 MiB
+// of fetched content and reads the rest again when it writes the patch
+// (overlay's bound against a guest listing one big file under many names).
+// The stream is read forward once, so the source serves the second read
+// from its spool, and the patch holds every file whole.
+func TestCollectStreamPastMemoryBound(t *testing.T) {
+	const n, size = 5, 40 << 20 // 200 MiB in all
+	var changes []overlay.Change
+	bodies := map[string][]byte{}
+	for i := range n {
+		b := bytes.Repeat([]byte{'a' + byte(i), 0}, size/2) // binary: written as a git binary patch
+		p := "f" + string(rune('0'+i)) + ".bin"
+		bodies[p] = b
+		changes = append(changes, fileChange(p, b))
+	}
+	st := newStream().changeSet(changeSet(changes...))
+	for i := range n {
+		p := "f" + string(rune('0'+i)) + ".bin"
+		st.file(p, bodies[p])
+	}
+	g := &fakeGuest{stream: st.end(n).Bytes()}
+	info, patch, _, err := collectPatch(t, g, collectLimits{MaxFile: 64 << 20, MaxTotal: 1 << 30})
+	if err != nil {
+		t.Fatalf("collect past the builder's memory bound: %v", err)
+	}
+	if len(info.Files) != n || len(info.NotCarried) != 0 {
+		t.Errorf("files %d, not carried %+v; want %d files", len(info.Files), info.NotCarried, n)
+	}
+	if !strings.Contains(patch, "f4.bin") || !strings.Contains(patch, "GIT binary patch") {
+		t.Errorf("the patch lacks the last files (%d bytes)", len(patch))
+	}
+}
