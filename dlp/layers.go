@@ -282,23 +282,11 @@ func (j *jsonLayer) endString() {
 func (j *jsonLayer) escape() {
 	e := j.esc
 	if len(e) == 2 {
-		var d byte
-		switch e[1] {
-		case '"', '\\', '/':
-			d = e[1]
-		case 'b':
-			d = '\b'
-		case 'f':
-			d = '\f'
-		case 'n':
-			d = '\n'
-		case 'r':
-			d = '\r'
-		case 't':
-			d = '\t'
-		case 'u':
+		if e[1] == 'u' {
 			return // four hex digits follow
-		default:
+		}
+		d, ok := jsonShortEscape(e[1])
+		if !ok {
 			j.bad()
 			return
 		}
@@ -544,4 +532,25 @@ func (f *formLayer) Close() error {
 	err := f.flush()
 	f.release(f.seg)
 	return err
+}
+
+// jsonShortEscape returns the byte a JSON two-character escape \c stands
+// for; ok is false for \u (four hex digits follow) and for anything JSON
+// does not define.
+func jsonShortEscape(c byte) (d byte, ok bool) {
+	switch c {
+	case '"', '\\', '/':
+		return c, true
+	case 'b':
+		return '\b', true
+	case 'f':
+		return '\f', true
+	case 'n':
+		return '\n', true
+	case 'r':
+		return '\r', true
+	case 't':
+		return '\t', true
+	}
+	return 0, false
 }

@@ -314,21 +314,7 @@ func (v *view) buildJSON(text []byte, a, b int) {
 		}
 		s := i + k
 		i = s + 2
-		var d byte
-		switch text[s+1] {
-		case '"', '\\', '/':
-			d = text[s+1]
-		case 'b':
-			d = '\b'
-		case 'f':
-			d = '\f'
-		case 'n':
-			d = '\n'
-		case 'r':
-			d = '\r'
-		case 't':
-			d = '\t'
-		case 'u':
+		if text[s+1] == 'u' {
 			r, l := jsonU(text[s:b])
 			if l == 0 {
 				i = s + 1
@@ -339,7 +325,9 @@ func (v *view) buildJSON(text []byte, a, b int) {
 			v.edit(buf[:utf8.EncodeRune(buf[:], r)], s, l)
 			i, last = s+l, s+l
 			continue
-		default:
+		}
+		d, ok := jsonShortEscape(text[s+1])
+		if !ok {
 			i = s + 1
 			continue
 		}

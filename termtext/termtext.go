@@ -62,11 +62,15 @@ func Safe(r rune) bool {
 }
 
 // IsSafe reports whether s can be printed as it is on one line.
-func IsSafe(s string) bool {
+func IsSafe(s string) bool { return allSafe(s, false) }
+
+// allSafe reports whether every character of s prints as itself; lines
+// allows newlines and tabs (the multi-line form).
+func allSafe(s string, lines bool) bool {
 	for i := 0; i < len(s); {
 		c := s[i]
 		if c < utf8.RuneSelf {
-			if c < 0x20 || c == 0x7f {
+			if (c < 0x20 && !(lines && (c == '\n' || c == '\t'))) || c == 0x7f {
 				return false
 			}
 			i++
@@ -131,24 +135,7 @@ func BlockMarked(b []byte, on, off string) []byte {
 	return appendEscaped(make([]byte, 0, len(b)+16), s, true, on, off, false)
 }
 
-func textSafe(s string) bool {
-	for i := 0; i < len(s); {
-		c := s[i]
-		if c < utf8.RuneSelf {
-			if (c < 0x20 && c != '\n' && c != '\t') || c == 0x7f {
-				return false
-			}
-			i++
-			continue
-		}
-		r, n := utf8.DecodeRuneInString(s[i:])
-		if r == utf8.RuneError && n == 1 || !Safe(r) {
-			return false
-		}
-		i += n
-	}
-	return true
-}
+func textSafe(s string) bool { return allSafe(s, true) }
 
 const hex = "0123456789abcdef"
 
