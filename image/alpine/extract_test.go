@@ -1,4 +1,4 @@
-package alpine
+package alpine_test
 
 import (
 	"archive/tar"
@@ -10,30 +10,32 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
+
+	"github.com/vibedom/vibedom/image/alpine"
+	"github.com/vibedom/vibedom/image/alpine/alpinetest"
 )
 
 // writeAPK builds a package with files and returns its path and lock entry.
-func writeAPK(t *testing.T, files []tent) (string, LockedPackage) {
-	b, p := buildAPK(t, apkSpec{name: "x", version: "1-r0", arch: "x86_64", files: files})
+func writeAPK(t *testing.T, files []alpinetest.File) (string, alpine.LockedPackage) {
+	b, p := buildAPK(t, alpinetest.Spec{Name: "x", Version: "1-r0", Arch: "x86_64", Files: files})
 	path := filepath.Join(t.TempDir(), p.File())
 	if err := os.WriteFile(path, b, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	return path, LockedPackage{Name: p.Name, Version: p.Version, Arch: p.Arch, Repo: "main", Checksum: p.Checksum, Size: p.Size}
+	return path, alpine.LockedPackage{Name: p.Name, Version: p.Version, Arch: p.Arch, Repo: "main", Checksum: p.Checksum, Size: p.Size}
 }
 
 func TestExtractEntries(t *testing.T) {
-	path, lp := writeAPK(t, []tent{
-		{name: "bin/", typ: tar.TypeDir, mode: 0o755},
-		{name: "bin/busybox", mode: 0o4755, body: "elf", pax: map[string]string{"SCHILY.xattr.security.capability": "\x01\x00\x00\x02", "APK-TOOLS.checksum.SHA1": "x"}},
-		{name: "bin/sh", typ: tar.TypeSymlink, link: "/bin/busybox"},
-		{name: "bin/ash", typ: tar.TypeLink, link: "bin/busybox"},
-		{name: "./etc/motd", body: "hi"},
-		{name: ".", typ: tar.TypeDir, mode: 0o755}, // the root itself: skipped
+	path, lp := writeAPK(t, []alpinetest.File{
+		{Name: "bin/", Type: tar.TypeDir, Mode: 0o755},
+		{Name: "bin/busybox", Mode: 0o4755, Body: []byte("elf"), PAX: map[string]string{"SCHILY.xattr.security.capability": "\x01\x00\x00\x02", "APK-TOOLS.checksum.SHA1": "x"}},
+		{Name: "bin/sh", Type: tar.TypeSymlink, Link: "/bin/busybox"},
+		{Name: "bin/ash", Type: tar.TypeLink, Link: "bin/busybox"},
+		{Name: "./etc/motd", Body: []byte("hi")},
+		{Name: ".", Type: tar.TypeDir, Mode: 0o755}, // the root itself: skipped
 	})
 	var m memFS
-	if err := Extract(path, "x86_64", lp, testRing(t), &m); err != nil {
+	if err := alpine.Extract(path, "x86_64", lp, testRing(t), &m); err != nil {
 		t.Fatal(err)
 	}
 	var got []string
@@ -57,24 +59,24 @@ func TestExtractEntries(t *testing.T) {
 func TestExtractRefusesUnsafe(t *testing.T) {
 	cases := []struct {
 		name  string
-		files []tent
+		files []alpinetest.File
 	}{
-		{"dot-dot", []tent{{name: "../etc/passwd", body: "x"}}},
-		{"inner dot-dot", []tent{{name: "usr/../../x", body: "x"}}},
-		{"absolute", []tent{{name: "/etc/passwd", body: "x"}}},
-		{"through a symlink", []tent{{name: "etc", typ: tar.TypeSymlink, link: "/host/etc"}, {name: "etc/passwd", body: "x"}}},
-		{"hard link outside", []tent{{name: "x", typ: tar.TypeLink, link: "../../etc/shadow"}}},
-		{"hard link to nothing", []tent{{name: "x", typ: tar.TypeLink, link: "etc/shadow"}}},
-		{"char device", []tent{{name: "dev/mem", typ: tar.TypeChar}}},
-		{"fifo", []tent{{name: "p", typ: tar.TypeFifo}}},
-		{"root as a file", []tent{{name: ".", body: "x"}}},
+		{"dot-dot", []alpinetest.File{{Name: "../etc/passwd", Body: []byte("x")}}},
+		{"inner dot-dot", []alpinetest.File{{Name: "usr/../../x", Body: []byte("x")}}},
+		{"absolute", []alpinetest.File{{Name: "/etc/passwd", Body: []byte("x")}}},
+		{"through a symlink", []alpinetest.File{{Name: "etc", Type: tar.TypeSymlink, Link: "/host/etc"}, {Name: "etc/passwd", Body: []byte("x")}}},
+		{"hard link outside", []alpinetest.File{{Name: "x", Type: tar.TypeLink, Link: "../../etc/shadow"}}},
+		{"hard link to nothing", []alpinetest.File{{Name: "x", Type: tar.TypeLink, Link: "etc/shadow"}}},
+		{"char device", []alpinetest.File{{Name: "dev/mem", Type: tar.TypeChar}}},
+		{"fifo", []alpinetest.File{{Name: "p", Type: tar.TypeFifo}}},
+		{"root as a file", []alpinetest.File{{Name: ".", Body: []byte("x")}}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			path, lp := writeAPK(t, c.files)
 			var m memFS
-			err := Extract(path, "x86_64", lp, testRing(t), &m)
-			if !errors.Is(err, ErrUnsafePath) || !strings.Contains(err.Error(), "x-1-r0.apk") {
+			err := alpine.Extract(path, "x86_64", lp, testRing(t), &m)
+			if !errors.Is(err, alpine.ErrUnsafePath) || !strings.Contains(err.Error(), "x-1-r0.apk") {
 				t.Fatalf("error %v, want ErrUnsafePath naming the package", err)
 			}
 		})
@@ -84,80 +86,28 @@ func TestExtractRefusesUnsafe(t *testing.T) {
 // TestExtractVerifiesFirst: a package whose data was swapped hands out no
 // entry at all.
 func TestExtractVerifiesFirst(t *testing.T) {
-	path, lp := writeAPK(t, []tent{{name: "a", body: "honest"}})
+	path, lp := writeAPK(t, []alpinetest.File{{Name: "a", Body: []byte("honest")}})
 	b, _ := os.ReadFile(path)
-	other, _ := buildAPK(t, apkSpec{name: "x", version: "1-r0", arch: "x86_64", files: []tent{{name: "a", body: "evil!!"}}})
+	other, _ := buildAPK(t, alpinetest.Spec{Name: "x", Version: "1-r0", Arch: "x86_64", Files: []alpinetest.File{{Name: "a", Body: []byte("evil!!")}}})
 	head := len(b) - len(dataMember(t, b))
 	b = append(b[:head:head], dataMember(t, other)...)
 	os.WriteFile(path, b, 0o644)
 	lp.Size = int64(len(b))
 	var m memFS
-	if err := Extract(path, "x86_64", lp, testRing(t), &m); !errors.Is(err, ErrChecksum) || len(m.entries) != 0 {
+	if err := alpine.Extract(path, "x86_64", lp, testRing(t), &m); !errors.Is(err, alpine.ErrChecksum) || len(m.entries) != 0 {
 		t.Fatalf("error %v, %d entries handed out", err, len(m.entries))
-	}
-}
-
-func TestProgressRender(t *testing.T) {
-	now := time.Unix(1000, 0)
-	var tty bytes.Buffer
-	p := &textProgress{w: &tty, tty: true, now: func() time.Time { return now }}
-	p.Begin(2, 2<<20)
-	now = now.Add(time.Second)
-	p.Advance("a", 1<<20)
-	p.End("a", nil)
-	p.Close()
-	if s := tty.String(); !strings.Contains(s, "\r[===============               ] 1/2  1.0 MiB/2.0 MiB  1.0 MiB/s  ETA 0:01") {
-		t.Errorf("tty output %q", s)
-	}
-	var plain bytes.Buffer
-	q := NewProgress(&plain, false)
-	q.Begin(1, 10)
-	q.Advance("a", 10)
-	q.End("a-1-r0", nil)
-	q.Close()
-	if s := plain.String(); !strings.HasPrefix(s, "[1/1] a-1-r0\n1 packages, 10 B in ") || strings.Contains(s, "\r") {
-		t.Errorf("plain output %q", s)
 	}
 }
 
 // TestNoarchPackage: a noarch package (.PKGINFO arch = noarch) is listed
 // under the repository's arch in the index and verifies there.
 func TestNoarchPackage(t *testing.T) {
-	b, p := buildAPK(t, apkSpec{name: "docs", version: "1-r0", arch: "x86_64", pkginfoArch: "noarch"})
+	b, p := buildAPK(t, alpinetest.Spec{Name: "docs", Version: "1-r0", Arch: "x86_64", PKGINFOArch: "noarch"})
 	path := filepath.Join(t.TempDir(), p.File())
 	os.WriteFile(path, b, 0o644)
-	lp := LockedPackage{Name: p.Name, Version: p.Version, Arch: "x86_64", Repo: "main", Checksum: p.Checksum, Size: p.Size}
-	if err := VerifyFile(path, "x86_64", lp, testRing(t)); err != nil {
+	lp := alpine.LockedPackage{Name: p.Name, Version: p.Version, Arch: "x86_64", Repo: "main", Checksum: p.Checksum, Size: p.Size}
+	if err := alpine.VerifyFile(path, "x86_64", lp, testRing(t)); err != nil {
 		t.Fatal(err)
-	}
-}
-
-func TestOptions(t *testing.T) {
-	for _, c := range []struct {
-		o  Options
-		ok bool
-	}{
-		{Options{Arch: "aarch64"}, true},
-		{Options{Arch: "x86_64", Mirror: "http://mirror.example/alpine/"}, true},
-		{Options{Arch: "armv7"}, false},
-		{Options{Arch: "x86_64", Mirror: "file:///etc"}, false},
-		{Options{Arch: "x86_64", Mirror: "mirror.example"}, false},
-	} {
-		n, err := c.o.normalized()
-		if (err == nil) != c.ok {
-			t.Errorf("%+v: %v", c.o, err)
-			continue
-		}
-		if c.ok && (n.Branch != Branch || n.Keys == nil || strings.HasSuffix(n.Mirror, "/")) {
-			t.Errorf("%+v normalized to %+v", c.o, n)
-		}
-	}
-	t.Setenv(MirrorEnv, " https://m.example/alpine ")
-	if MirrorFromEnv() != "https://m.example/alpine" {
-		t.Errorf("MirrorFromEnv %q", MirrorFromEnv())
-	}
-	if a, err := GuestArch("arm64"); a != "aarch64" || err != nil {
-		t.Errorf("GuestArch(arm64) = %q, %v", a, err)
 	}
 }
 
@@ -171,9 +121,9 @@ func TestMemberBoundCoversTrailingData(t *testing.T) {
 	tw.WriteHeader(&tar.Header{Name: ".SIGN.RSA." + testKeyName, Mode: 0o644, Size: 3, Typeflag: tar.TypeReg})
 	tw.Write([]byte("sig"))
 	tw.Close()
-	zw.Write(make([]byte, 2*maxSignatures*(maxSignature+4096))) // zeros after the tar end
+	zw.Write(make([]byte, 2*alpine.MaxSignatures*(alpine.MaxSignature+4096))) // zeros after the tar end
 	zw.Close()
-	_, err := ReadIndex("APKINDEX.tar.gz", "main", "x86_64", bytes.NewReader(raw.Bytes()), testRing(t))
+	_, err := alpine.ReadIndex("APKINDEX.tar.gz", "main", "x86_64", bytes.NewReader(raw.Bytes()), testRing(t))
 	if err == nil || !strings.Contains(err.Error(), "larger than vibedom accepts") {
 		t.Fatalf("err %v", err)
 	}

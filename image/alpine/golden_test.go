@@ -1,4 +1,4 @@
-package alpine
+package alpine_test
 
 import (
 	"bytes"
@@ -6,39 +6,15 @@ import (
 	"crypto/rand"
 	"crypto/rsa"
 	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
-)
 
-// TestReleaseKeysPinned fails when an embedded key changes, appears or
-// goes: a change of trust must be a deliberate edit of this table.
-func TestReleaseKeysPinned(t *testing.T) {
-	want := map[string]string{
-		"alpine-devel@lists.alpinelinux.org-616ae350.rsa.pub": "d11f6b21c61b4274e182eb888883a8ba8acdbf820dcc7a6d82a7d9fc2fd2836d",
-		"alpine-devel@lists.alpinelinux.org-6165ee59.rsa.pub": "207e4696d3c05f7cb05966aee557307151f1f00217af4143c1bcaf33b8df733f",
-	}
-	ents, err := releaseKeyFiles.ReadDir("keys")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(ents) != len(want) {
-		t.Fatalf("%d embedded keys, want %d", len(ents), len(want))
-	}
-	for _, e := range ents {
-		b, _ := releaseKeyFiles.ReadFile("keys/" + e.Name())
-		s := sha256.Sum256(b)
-		if got := hex.EncodeToString(s[:]); got != want[e.Name()] {
-			t.Errorf("key %s: sha256 %s, want %s", e.Name(), got, want[e.Name()])
-		}
-	}
-	if got := ReleaseKeys().Names(); len(got) != len(want) {
-		t.Errorf("ReleaseKeys has %v", got)
-	}
-}
+	"github.com/vibedom/vibedom/image/alpine"
+	"github.com/vibedom/vibedom/image/alpine/alpinetest"
+)
 
 // TestGoldenIndexes verifies real Alpine indexes (from apko's testdata:
 // v3.16 x86_64 signed by 6165ee59, v3.17 aarch64 signed by 616ae350)
@@ -53,7 +29,7 @@ func TestGoldenIndexes(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.dir, func(t *testing.T) {
-			path := filepath.Join("testdata", c.dir, IndexFile)
+			path := filepath.Join("testdata", c.dir, alpine.IndexFile)
 			open := func() *os.File {
 				f, err := os.Open(path)
 				if err != nil {
@@ -62,7 +38,7 @@ func TestGoldenIndexes(t *testing.T) {
 				t.Cleanup(func() { f.Close() })
 				return f
 			}
-			idx, err := ReadIndex(path, "main", c.arch, open(), ReleaseKeys())
+			idx, err := alpine.ReadIndex(path, "main", c.arch, open(), alpine.ReleaseKeys())
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -82,21 +58,18 @@ func TestGoldenIndexes(t *testing.T) {
 			_, evil := keys(t)
 			_ = evil
 			other := testRing(t)
-			if _, err := ReadIndex(path, "main", c.arch, open(), other); !errors.Is(err, ErrSignature) {
+			if _, err := alpine.ReadIndex(path, "main", c.arch, open(), other); !errors.Is(err, alpine.ErrSignature) {
 				t.Errorf("with a foreign keyring: %v, want ErrSignature", err)
 			}
-			swapped := NewKeyring()
-			for name, k := range ReleaseKeys().keys {
-				swapped.keys[name] = ringKey{pub: &testKey.PublicKey, arch: k.arch}
-			}
-			if _, err := ReadIndex(path, "main", c.arch, open(), swapped); !errors.Is(err, ErrSignature) {
+			swapped := alpine.WithPublicKey(alpine.ReleaseKeys(), &testKey.Private.PublicKey)
+			if _, err := alpine.ReadIndex(path, "main", c.arch, open(), swapped); !errors.Is(err, alpine.ErrSignature) {
 				t.Errorf("with another key under Alpine's name: %v, want ErrSignature", err)
 			}
 			wrong := "aarch64"
 			if c.arch == wrong {
 				wrong = "x86_64"
 			}
-			if _, err := ReadIndex(path, "main", wrong, open(), ReleaseKeys()); !errors.Is(err, ErrSignature) {
+			if _, err := alpine.ReadIndex(path, "main", wrong, open(), alpine.ReleaseKeys()); !errors.Is(err, alpine.ErrSignature) {
 				t.Errorf("as an index for %s: %v, want ErrSignature", wrong, err)
 			}
 		})
@@ -107,13 +80,13 @@ func TestGoldenIndexes(t *testing.T) {
 // 3.2.0-r23, aarch64): signature by 616ae350, control SHA-1, datahash.
 func TestGoldenPackage(t *testing.T) {
 	path := filepath.Join("testdata", "alpine-baselayout-3.2.0-r23.apk")
-	p := LockedPackage{Name: "alpine-baselayout", Version: "3.2.0-r23", Arch: "aarch64", Repo: "main",
+	p := alpine.LockedPackage{Name: "alpine-baselayout", Version: "3.2.0-r23", Arch: "aarch64", Repo: "main",
 		Checksum: "Q1LLq2qDNrS/qRnhxQ3hsY/sHbQnc=", Size: 11012}
-	if err := VerifyFile(path, "aarch64", p, nil); err != nil {
+	if err := alpine.VerifyFile(path, "aarch64", p, nil); err != nil {
 		t.Fatal(err)
 	}
 	var fs memFS
-	if err := Extract(path, "aarch64", p, nil, &fs); err != nil {
+	if err := alpine.Extract(path, "aarch64", p, nil, &fs); err != nil {
 		t.Fatal(err)
 	}
 	if _, ok := fs.content["sbin/mkmntdirs"]; !ok || len(fs.entries) < 20 {
@@ -121,10 +94,10 @@ func TestGoldenPackage(t *testing.T) {
 	}
 	bad := p
 	bad.Checksum = "Q1" + "AAAAAAAAAAAAAAAAAAAAAAAAAAA="
-	if err := VerifyFile(path, "aarch64", bad, nil); !errors.Is(err, ErrChecksum) {
+	if err := alpine.VerifyFile(path, "aarch64", bad, nil); !errors.Is(err, alpine.ErrChecksum) {
 		t.Errorf("wrong index checksum: %v, want ErrChecksum", err)
 	}
-	if err := VerifyFile(path, "x86_64", p, nil); err == nil {
+	if err := alpine.VerifyFile(path, "x86_64", p, nil); err == nil {
 		t.Error("an aarch64 package verified for x86_64")
 	}
 	// One flipped byte in the data member breaks the datahash.
@@ -132,7 +105,7 @@ func TestGoldenPackage(t *testing.T) {
 	b[len(b)-100] ^= 0xff
 	tampered := filepath.Join(t.TempDir(), "x.apk")
 	os.WriteFile(tampered, b, 0o644)
-	if err := VerifyFile(tampered, "aarch64", p, nil); err == nil {
+	if err := alpine.VerifyFile(tampered, "aarch64", p, nil); err == nil {
 		t.Error("a tampered data member verified")
 	}
 }
@@ -142,29 +115,29 @@ func TestGoldenPackage(t *testing.T) {
 // reason for each.
 func TestSeveralSignatures(t *testing.T) {
 	k, evil := keys(t)
-	idx := gzTar(t, []tent{{name: "DESCRIPTION", body: "d"}, {name: "APKINDEX", body: ""}}, true)
-	sigOf := func(key *rsa.PrivateKey, name string) tent {
+	idx := gzTar(t, []alpinetest.File{{Name: "DESCRIPTION", Body: []byte("d")}, {Name: "APKINDEX", Body: []byte("")}}, true)
+	sigOf := func(key *alpinetest.Key, name string) alpinetest.File {
 		d := sha256.Sum256(idx)
-		s, err := rsa.SignPKCS1v15(rand.Reader, key, crypto.SHA256, d[:])
+		s, err := rsa.SignPKCS1v15(rand.Reader, key.Private, crypto.SHA256, d[:])
 		if err != nil {
 			t.Fatal(err)
 		}
-		return tent{name: ".SIGN.RSA256." + name, body: string(s)}
+		return alpinetest.File{Name: ".SIGN.RSA256." + name, Body: s}
 	}
 	for _, c := range []struct {
 		name string
-		sigs []tent
+		sigs []alpinetest.File
 		ok   bool
 		msg  string
 	}{
-		{"unknown key first, trusted second", []tent{sigOf(evil, "new-key.rsa.pub"), sigOf(k, testKeyName)}, true, ""},
-		{"forged under the trusted name, trusted second", []tent{sigOf(evil, testKeyName), sigOf(k, testKeyName)}, true, ""},
-		{"none trusted", []tent{sigOf(evil, "new-key.rsa.pub"), sigOf(evil, testKeyName)}, false, `does not trust`},
+		{"unknown key first, trusted second", []alpinetest.File{sigOf(evil, "new-key.rsa.pub"), sigOf(k, testKeyName)}, true, ""},
+		{"forged under the trusted name, trusted second", []alpinetest.File{sigOf(evil, testKeyName), sigOf(k, testKeyName)}, true, ""},
+		{"none trusted", []alpinetest.File{sigOf(evil, "new-key.rsa.pub"), sigOf(evil, testKeyName)}, false, `does not trust`},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			file := append(gzTar(t, c.sigs, false), idx...)
-			_, err := ReadIndex("APKINDEX.tar.gz", "main", "x86_64", bytes.NewReader(file), testRing(t))
-			if c.ok != (err == nil) || (err != nil && (!errors.Is(err, ErrSignature) || !strings.Contains(err.Error(), c.msg) || !strings.Contains(err.Error(), "does not verify"))) {
+			_, err := alpine.ReadIndex("APKINDEX.tar.gz", "main", "x86_64", bytes.NewReader(file), testRing(t))
+			if c.ok != (err == nil) || (err != nil && (!errors.Is(err, alpine.ErrSignature) || !strings.Contains(err.Error(), c.msg) || !strings.Contains(err.Error(), "does not verify"))) {
 				t.Fatalf("err %v", err)
 			}
 		})

@@ -33,7 +33,9 @@ type Package struct {
 	Origin    string   // o
 	BuildTime int64    // t
 	Priority  int      // k: provider_priority
-	Repo      string   // the repository the record came from
+	// Description is T, shown to people only; nothing trusts it.
+	Description string
+	Repo        string // the repository the record came from
 }
 
 // File is the package's file name in its repository.
@@ -163,6 +165,8 @@ func parseIndex(file string, raw []byte) ([]*Package, error) {
 			cur.BuildTime, err = strconv.ParseInt(v, 10, 64)
 		case 'k':
 			cur.Priority, err = strconv.Atoi(v)
+		case 'T':
+			cur.Description = v
 		}
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w: line %d: %v", file, ErrFormat, line, err)

@@ -1,12 +1,12 @@
-package alpine
+package alpine_test
 
 import (
 	"bytes"
-	"crypto/rsa"
 	"errors"
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"path"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -14,64 +14,74 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/vibedom/vibedom/image/alpine"
+	"github.com/vibedom/vibedom/image/alpine/alpinetest"
 )
 
-// mirror is a local Alpine mirror: files by path, optional per-request
-// behaviour, and a log of the Range headers it saw.
+// mirror is an alpinetest.Mirror on disk, served with optional
+// per-request behaviour and a log of the Range headers it saw.
 type mirror struct {
+	*alpinetest.Mirror
 	t      *testing.T
 	srv    *httptest.Server
 	mu     sync.Mutex
-	files  map[string][]byte
 	ranges []string
 	// serve, when set, handles a request for a package instead.
 	serve func(w http.ResponseWriter, r *http.Request, body []byte) bool
 }
 
 func newMirror(t *testing.T) *mirror {
-	m := &mirror{t: t, files: map[string][]byte{}}
+	am, err := alpinetest.NewMirror(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := &mirror{Mirror: am, t: t}
+	files := am.Handler()
 	m.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		m.mu.Lock()
-		body, ok := m.files[r.URL.Path]
 		serve := m.serve
 		if rg := r.Header.Get("Range"); rg != "" {
 			m.ranges = append(m.ranges, rg)
 		}
 		m.mu.Unlock()
-		if !ok {
-			http.NotFound(w, r)
-			return
+		if serve != nil && strings.HasSuffix(r.URL.Path, ".apk") {
+			body, err := os.ReadFile(filepath.Join(am.Root, filepath.FromSlash(path.Clean("/"+r.URL.Path))))
+			if err != nil {
+				http.NotFound(w, r)
+				return
+			}
+			if serve(w, r, body) {
+				return
+			}
 		}
-		if serve != nil && strings.HasSuffix(r.URL.Path, ".apk") && serve(w, r, body) {
-			return
-		}
-		http.ServeContent(w, r, "", time.Time{}, bytes.NewReader(body))
+		files.ServeHTTP(w, r)
 	}))
 	t.Cleanup(m.srv.Close)
 	return m
 }
 
 func (m *mirror) put(repo, arch, file string, b []byte) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.files["/"+Branch+"/"+repo+"/"+arch+"/"+file] = b
+	if err := m.PutFile(repo, arch, file, b); err != nil {
+		m.t.Fatal(err)
+	}
 }
 
 // repoSet is a small consistent repository: app needs lib (through
 // so:libapp.so.1) and sh (through /bin/sh, provided by two packages).
 type repoSet struct {
 	apks map[string][]byte
-	pkgs []*Package
+	pkgs []*alpine.Package
 }
 
-func makeRepo(t *testing.T, arch string, extra ...apkSpec) *repoSet {
-	specs := append([]apkSpec{
-		{name: "app", version: "1.2.0-r0", arch: arch, depends: []string{"so:libapp.so.1", "/bin/sh", "tool"}},
-		{name: "libapp", version: "1.0-r3", arch: arch, provides: []string{"so:libapp.so.1=1"}},
-		{name: "busybox-binsh", version: "1.36-r0", arch: arch, provides: []string{"/bin/sh", "cmd:sh=1.36-r0"}},
-		{name: "dash-binsh", version: "0.5-r0", arch: arch, provides: []string{"/bin/sh"}},
-		{name: "tool", version: "2.0-r0", arch: arch},
-		{name: "tool", version: "2.1-r0", arch: arch},
+func makeRepo(t *testing.T, arch string, extra ...alpinetest.Spec) *repoSet {
+	specs := append([]alpinetest.Spec{
+		{Name: "app", Version: "1.2.0-r0", Arch: arch, Depends: []string{"so:libapp.so.1", "/bin/sh", "tool"}},
+		{Name: "libapp", Version: "1.0-r3", Arch: arch, Provides: []string{"so:libapp.so.1=1"}},
+		{Name: "busybox-binsh", Version: "1.36-r0", Arch: arch, Provides: []string{"/bin/sh", "cmd:sh=1.36-r0"}},
+		{Name: "dash-binsh", Version: "0.5-r0", Arch: arch, Provides: []string{"/bin/sh"}},
+		{Name: "tool", Version: "2.0-r0", Arch: arch},
+		{Name: "tool", Version: "2.1-r0", Arch: arch},
 	}, extra...)
 	rs := &repoSet{apks: map[string][]byte{}}
 	for _, s := range specs {
@@ -82,16 +92,16 @@ func makeRepo(t *testing.T, arch string, extra ...apkSpec) *repoSet {
 	return rs
 }
 
-func (m *mirror) publish(t *testing.T, arch string, rs *repoSet, key *rsa.PrivateKey, desc string) {
-	m.put("main", arch, IndexFile, buildIndex(t, key, testKeyName, rs.pkgs, desc))
-	m.put("community", arch, IndexFile, buildIndex(t, key, testKeyName, nil, desc))
+func (m *mirror) publish(t *testing.T, arch string, rs *repoSet, key *alpinetest.Key, desc string) {
+	m.put("main", arch, alpine.IndexFile, buildIndex(t, key, rs.pkgs, desc))
+	m.put("community", arch, alpine.IndexFile, buildIndex(t, key, nil, desc))
 	for f, b := range rs.apks {
 		m.put("main", arch, f, b)
 	}
 }
 
-func (m *mirror) opts(t *testing.T, arch string) Options {
-	return Options{Mirror: m.srv.URL, Arch: arch, Keys: testRing(t)}
+func (m *mirror) opts(t *testing.T, arch string) alpine.Options {
+	return alpine.Options{Mirror: m.srv.URL, Arch: arch, Keys: testRing(t)}
 }
 
 // cacheFiles lists every file under dir (the partial/ folder included).
@@ -114,11 +124,11 @@ func TestPipeline(t *testing.T) {
 	rs := makeRepo(t, "aarch64")
 	m.publish(t, "aarch64", rs, k, "v3.24.0-1")
 	o := m.opts(t, "aarch64")
-	idx, err := FetchIndexes(t.Context(), nil, o)
+	idx, err := alpine.FetchIndexes(t.Context(), nil, o)
 	if err != nil {
 		t.Fatal(err)
 	}
-	lock, err := Resolve(idx, []string{"app"}, nil, false)
+	lock, err := alpine.Resolve(idx, []string{"app"}, nil, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -133,8 +143,8 @@ func TestPipeline(t *testing.T) {
 	}
 	cache := t.TempDir()
 	var out bytes.Buffer
-	fo := FetchOptions{Options: o, CacheDir: cache, Progress: NewProgress(&out, false)}
-	paths, err := Fetch(t.Context(), fo, lock)
+	fo := alpine.FetchOptions{Options: o, CacheDir: cache, Progress: alpine.NewProgress(&out, false)}
+	paths, err := alpine.Fetch(t.Context(), fo, lock)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -143,7 +153,7 @@ func TestPipeline(t *testing.T) {
 	}
 	var fs memFS
 	for i, p := range lock.Packages {
-		if err := Extract(paths[i], "aarch64", p, o.Keys, &fs); err != nil {
+		if err := alpine.Extract(paths[i], "aarch64", p, o.Keys, &fs); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -152,7 +162,7 @@ func TestPipeline(t *testing.T) {
 	}
 	// A second build needs no network.
 	m.srv.Close()
-	again, err := Fetch(t.Context(), fo, lock)
+	again, err := alpine.Fetch(t.Context(), fo, lock)
 	if err != nil {
 		t.Fatalf("cached fetch with the mirror down: %v", err)
 	}
@@ -160,7 +170,7 @@ func TestPipeline(t *testing.T) {
 		t.Errorf("paths changed: %v vs %v", again, paths)
 	}
 	// The lock reproduces from its own serialisation.
-	l2, err := ParseLock(lock.Marshal())
+	l2, err := alpine.ParseLock(lock.Marshal())
 	if err != nil || !bytes.Equal(l2.Marshal(), lock.Marshal()) {
 		t.Fatalf("lock round trip: %v", err)
 	}
@@ -171,14 +181,14 @@ func TestPipeline(t *testing.T) {
 func TestTamperMatrix(t *testing.T) {
 	k, evil := keys(t)
 	good := makeRepo(t, "aarch64")
-	lock := func(t *testing.T, m *mirror) *Lock {
+	lock := func(t *testing.T, m *mirror) *alpine.Lock {
 		// Resolve against the honest index, then let the mirror lie about
 		// the package bytes.
-		idx, err := FetchIndexes(t.Context(), nil, m.opts(t, "aarch64"))
+		idx, err := alpine.FetchIndexes(t.Context(), nil, m.opts(t, "aarch64"))
 		if err != nil {
 			t.Fatal(err)
 		}
-		l, err := Resolve(idx, []string{"tool"}, nil, false)
+		l, err := alpine.Resolve(idx, []string{"tool"}, nil, false)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -189,36 +199,36 @@ func TestTamperMatrix(t *testing.T) {
 	}
 	cases := []struct {
 		name  string
-		setup func(t *testing.T, m *mirror) *Lock // nil lock: the index step must fail
+		setup func(t *testing.T, m *mirror) *alpine.Lock // nil lock: the index step must fail
 		want  error
 		msg   string // what the error must say besides the file name
 	}{
-		{"index signed by another key", func(t *testing.T, m *mirror) *Lock {
-			m.put("main", "aarch64", IndexFile, buildIndex(t, evil, testKeyName, good.pkgs, "x"))
+		{"index signed by another key", func(t *testing.T, m *mirror) *alpine.Lock {
+			m.put("main", "aarch64", alpine.IndexFile, buildIndex(t, evil, good.pkgs, "x"))
 			return nil
-		}, ErrSignature, "does not verify"},
-		{"index signed with an unknown key name", func(t *testing.T, m *mirror) *Lock {
-			m.put("main", "aarch64", IndexFile, buildIndex(t, k, "stranger.rsa.pub", good.pkgs, "x"))
+		}, alpine.ErrSignature, "does not verify"},
+		{"index signed with an unknown key name", func(t *testing.T, m *mirror) *alpine.Lock {
+			m.put("main", "aarch64", alpine.IndexFile, buildIndex(t, k.As("stranger.rsa.pub"), good.pkgs, "x"))
 			return nil
-		}, ErrSignature, "does not trust"},
-		{"index truncated", func(t *testing.T, m *mirror) *Lock {
-			b := buildIndex(t, k, testKeyName, good.pkgs, "x")
-			m.put("main", "aarch64", IndexFile, b[:len(b)-20])
+		}, alpine.ErrSignature, "does not trust"},
+		{"index truncated", func(t *testing.T, m *mirror) *alpine.Lock {
+			b := buildIndex(t, k, good.pkgs, "x")
+			m.put("main", "aarch64", alpine.IndexFile, b[:len(b)-20])
 			return nil
-		}, ErrFormat, "truncated"},
-		{"package of another build (checksum)", func(t *testing.T, m *mirror) *Lock {
+		}, alpine.ErrFormat, "truncated"},
+		{"package of another build (checksum)", func(t *testing.T, m *mirror) *alpine.Lock {
 			l := lock(t, m)
-			b, _ := buildAPK(t, apkSpec{name: "tool", version: "2.1-r0", arch: "aarch64", files: []tent{{name: "evil", body: "x"}}})
+			b, _ := buildAPK(t, alpinetest.Spec{Name: "tool", Version: "2.1-r0", Arch: "aarch64", Files: []alpinetest.File{{Name: "evil", Body: []byte("x")}}})
 			swapTool(t, m, b)
 			l.Packages[0].Size = int64(len(b)) // a same-size substitute
 			return l
-		}, ErrChecksum, "control checksum differs"},
-		{"package longer than the index says (size)", func(t *testing.T, m *mirror) *Lock {
+		}, alpine.ErrChecksum, "control checksum differs"},
+		{"package longer than the index says (size)", func(t *testing.T, m *mirror) *alpine.Lock {
 			l := lock(t, m)
 			swapTool(t, m, append(append([]byte{}, good.apks["tool-2.1-r0.apk"]...), 0))
 			return l
-		}, ErrChecksum, "the index says"},
-		{"package truncated on every attempt", func(t *testing.T, m *mirror) *Lock {
+		}, alpine.ErrChecksum, "the index says"},
+		{"package truncated on every attempt", func(t *testing.T, m *mirror) *alpine.Lock {
 			l := lock(t, m)
 			m.serve = func(w http.ResponseWriter, r *http.Request, body []byte) bool {
 				w.Header().Set("Content-Length", strconv.Itoa(len(body)))
@@ -227,31 +237,31 @@ func TestTamperMatrix(t *testing.T) {
 			}
 			return l
 		}, nil, "truncated"},
-		{"package for another arch", func(t *testing.T, m *mirror) *Lock {
-			b, p := buildAPK(t, apkSpec{name: "tool", version: "2.1-r0", arch: "aarch64", pkginfoArch: "x86_64"})
-			pkgs := append([]*Package{p}, good.pkgs[:4]...)
-			m.put("main", "aarch64", IndexFile, buildIndex(t, k, testKeyName, pkgs, "x"))
+		{"package for another arch", func(t *testing.T, m *mirror) *alpine.Lock {
+			b, p := buildAPK(t, alpinetest.Spec{Name: "tool", Version: "2.1-r0", Arch: "aarch64", PKGINFOArch: "x86_64"})
+			pkgs := append([]*alpine.Package{p}, good.pkgs[:4]...)
+			m.put("main", "aarch64", alpine.IndexFile, buildIndex(t, k, pkgs, "x"))
 			swapTool(t, m, b)
 			return lock(t, m)
-		}, ErrChecksum, "built for x86_64"},
-		{"data member replaced (datahash)", func(t *testing.T, m *mirror) *Lock {
+		}, alpine.ErrChecksum, "built for x86_64"},
+		{"data member replaced (datahash)", func(t *testing.T, m *mirror) *alpine.Lock {
 			l := lock(t, m)
 			b := good.apks["tool-2.1-r0.apk"]
-			other, _ := buildAPK(t, apkSpec{name: "tool", version: "2.1-r0", arch: "aarch64", files: []tent{{name: "usr/share/tool", body: "hello from evil"}}})
+			other, _ := buildAPK(t, alpinetest.Spec{Name: "tool", Version: "2.1-r0", Arch: "aarch64", Files: []alpinetest.File{{Name: "usr/share/tool", Body: []byte("hello from evil")}}})
 			// Keep the honest signature and control members, swap the data.
 			head := len(b) - len(dataMember(t, b))
 			swapTool(t, m, append(append([]byte{}, b[:head]...), dataMember(t, other)...))
 			// Same size, so the size check alone cannot catch it.
 			l.Packages[0].Size = int64(head + len(dataMember(t, other)))
 			return l
-		}, ErrChecksum, "datahash"},
-		{"package signed by another key", func(t *testing.T, m *mirror) *Lock {
-			b, p := buildAPK(t, apkSpec{name: "tool", version: "2.1-r0", arch: "aarch64", key: evil})
-			pkgs := append([]*Package{p}, good.pkgs[:4]...)
-			m.put("main", "aarch64", IndexFile, buildIndex(t, k, testKeyName, pkgs, "x"))
+		}, alpine.ErrChecksum, "datahash"},
+		{"package signed by another key", func(t *testing.T, m *mirror) *alpine.Lock {
+			b, p := buildAPK(t, alpinetest.Spec{Name: "tool", Version: "2.1-r0", Arch: "aarch64", Key: evil})
+			pkgs := append([]*alpine.Package{p}, good.pkgs[:4]...)
+			m.put("main", "aarch64", alpine.IndexFile, buildIndex(t, k, pkgs, "x"))
 			swapTool(t, m, b)
 			return lock(t, m)
-		}, ErrSignature, "does not verify"},
+		}, alpine.ErrSignature, "does not verify"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -261,9 +271,9 @@ func TestTamperMatrix(t *testing.T) {
 			cache := t.TempDir()
 			var err error
 			if l == nil {
-				_, err = FetchIndexes(t.Context(), nil, m.opts(t, "aarch64"))
+				_, err = alpine.FetchIndexes(t.Context(), nil, m.opts(t, "aarch64"))
 			} else {
-				_, err = Fetch(t.Context(), FetchOptions{Options: m.opts(t, "aarch64"), CacheDir: cache}, l)
+				_, err = alpine.Fetch(t.Context(), alpine.FetchOptions{Options: m.opts(t, "aarch64"), CacheDir: cache}, l)
 			}
 			if err == nil {
 				t.Fatal("accepted")
@@ -273,35 +283,23 @@ func TestTamperMatrix(t *testing.T) {
 			}
 			file := "tool-2.1-r0.apk"
 			if l == nil {
-				file = IndexFile
+				file = alpine.IndexFile
 			}
 			if !strings.Contains(err.Error(), file) || !strings.Contains(err.Error(), c.msg) {
 				t.Errorf("error %q does not name %s or say %q", err, file, c.msg)
 			}
 			for _, f := range cacheFiles(t, cache) {
-				if !strings.HasPrefix(f, partialDir+"/") || c.name != "package truncated on every attempt" {
+				if !strings.HasPrefix(f, alpine.PartialDir+"/") || c.name != "package truncated on every attempt" {
 					t.Errorf("left in the cache: %s", f)
 				}
 			}
 			if l != nil {
-				if _, err := os.Stat(CachePath(cache, l.Packages[0])); !os.IsNotExist(err) {
+				if _, err := os.Stat(alpine.CachePath(cache, l.Packages[0])); !os.IsNotExist(err) {
 					t.Errorf("cache holds the package after a failure: %v", err)
 				}
 			}
 		})
 	}
-}
-
-// dataMember returns the third gzip member of an apk.
-func dataMember(t *testing.T, apk []byte) []byte {
-	s := newAPKStream("x", bytes.NewReader(apk))
-	if _, err := s.signature(); err != nil {
-		t.Fatal(err)
-	}
-	if _, _, _, err := s.files("control", maxControl, maxPKGINFO); err != nil {
-		t.Fatal(err)
-	}
-	return apk[s.mr.n:]
 }
 
 // TestResumeAfterCut: the first download is cut half way; the next
@@ -321,16 +319,16 @@ func TestResumeAfterCut(t *testing.T) {
 		return false
 	}
 	o := m.opts(t, "x86_64")
-	idx, err := FetchIndexes(t.Context(), nil, o)
+	idx, err := alpine.FetchIndexes(t.Context(), nil, o)
 	if err != nil {
 		t.Fatal(err)
 	}
-	lock, err := Resolve(idx, []string{"tool"}, nil, false)
+	lock, err := alpine.Resolve(idx, []string{"tool"}, nil, false)
 	if err != nil {
 		t.Fatal(err)
 	}
 	half := len(rs.apks["tool-2.1-r0.apk"]) / 2
-	if _, err := Fetch(t.Context(), FetchOptions{Options: o, CacheDir: t.TempDir()}, lock); err != nil {
+	if _, err := alpine.Fetch(t.Context(), alpine.FetchOptions{Options: o, CacheDir: t.TempDir()}, lock); err != nil {
 		t.Fatal(err)
 	}
 	m.mu.Lock()
@@ -346,9 +344,9 @@ func itoa(n int) string { return strconv.Itoa(n) }
 // downloads in flight at once, never more.
 func TestParallelBounded(t *testing.T) {
 	k, _ := keys(t)
-	var extra []apkSpec
+	var extra []alpinetest.Spec
 	for _, n := range []string{"p1", "p2", "p3", "p4", "p5", "p6", "p7"} {
-		extra = append(extra, apkSpec{name: n, version: "1-r0", arch: "x86_64"})
+		extra = append(extra, alpinetest.Spec{Name: n, Version: "1-r0", Arch: "x86_64"})
 	}
 	m := newMirror(t)
 	rs := makeRepo(t, "x86_64", extra...)
@@ -372,17 +370,17 @@ func TestParallelBounded(t *testing.T) {
 		return false
 	}
 	o := m.opts(t, "x86_64")
-	idx, err := FetchIndexes(t.Context(), nil, o)
+	idx, err := alpine.FetchIndexes(t.Context(), nil, o)
 	if err != nil {
 		t.Fatal(err)
 	}
-	lock, err := Resolve(idx, []string{"p1", "p2", "p3", "p4", "p5", "p6", "p7"}, nil, false)
+	lock, err := alpine.Resolve(idx, []string{"p1", "p2", "p3", "p4", "p5", "p6", "p7"}, nil, false)
 	if err != nil {
 		t.Fatal(err)
 	}
 	done := make(chan error, 1)
 	go func() {
-		_, err := Fetch(t.Context(), FetchOptions{Options: o, CacheDir: t.TempDir(), Parallel: parallel}, lock)
+		_, err := alpine.Fetch(t.Context(), alpine.FetchOptions{Options: o, CacheDir: t.TempDir(), Parallel: parallel}, lock)
 		done <- err
 	}()
 	deadline := time.Now().Add(30 * time.Second)
@@ -404,13 +402,13 @@ func TestParallelBounded(t *testing.T) {
 // TestFetchRefusesOtherBranch: a lock made for another release is not
 // fetched from this one's paths, nor one whose names would leave the cache.
 func TestFetchRefusesOtherBranch(t *testing.T) {
-	l := &Lock{Branch: "v3.19", Arch: "x86_64"}
-	fo := FetchOptions{Options: Options{Arch: "x86_64", Mirror: "http://127.0.0.1:1"}, CacheDir: t.TempDir()}
-	bad := &Lock{Branch: Branch, Arch: "x86_64", Packages: []LockedPackage{{Name: "../../x", Version: "1-r0", Arch: "x86_64", Repo: "main", Checksum: "Q1" + strings.Repeat("A", 27) + "=", Size: 1}}}
-	if _, err := Fetch(t.Context(), fo, bad); err == nil || !strings.Contains(err.Error(), "bad entry") {
+	l := &alpine.Lock{Branch: "v3.19", Arch: "x86_64"}
+	fo := alpine.FetchOptions{Options: alpine.Options{Arch: "x86_64", Mirror: "http://127.0.0.1:1"}, CacheDir: t.TempDir()}
+	bad := &alpine.Lock{Branch: alpine.Branch, Arch: "x86_64", Packages: []alpine.LockedPackage{{Name: "../../x", Version: "1-r0", Arch: "x86_64", Repo: "main", Checksum: "Q1" + strings.Repeat("A", 27) + "=", Size: 1}}}
+	if _, err := alpine.Fetch(t.Context(), fo, bad); err == nil || !strings.Contains(err.Error(), "bad entry") {
 		t.Errorf("a lock naming ../../x: %v", err)
 	}
-	_, err := Fetch(t.Context(), FetchOptions{Options: Options{Arch: "x86_64", Mirror: "http://127.0.0.1:1"}, CacheDir: t.TempDir()}, l)
+	_, err := alpine.Fetch(t.Context(), alpine.FetchOptions{Options: alpine.Options{Arch: "x86_64", Mirror: "http://127.0.0.1:1"}, CacheDir: t.TempDir()}, l)
 	if err == nil || !strings.Contains(err.Error(), "--update") {
 		t.Fatalf("err %v", err)
 	}
