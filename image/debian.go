@@ -258,7 +258,7 @@ func (d *DebianTest) Build(ctx context.Context, in *Inputs, dir string) (Outputs
 			return Outputs{}, fmt.Errorf("busybox applet: %w", err)
 		}
 	}
-	if err := d.addBase(&ar, release, mods); err != nil {
+	if err := addBase(&ar, a.Busybox, a.GuestBinary, release, mods); err != nil {
 		return Outputs{}, err
 	}
 	f, err := os.OpenFile(filepath.Join(dir, InitrdFile), os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
@@ -275,9 +275,11 @@ func (d *DebianTest) Build(ctx context.Context, in *Inputs, dir string) (Outputs
 	return Outputs{Kernel: KernelFile, Initrd: InitrdFile}, nil
 }
 
-// addBase adds everything but the busybox applet links.
-func (d *DebianTest) addBase(ar *Archive, release string, mods *Modules) error {
-	a := d.Assets
+// addBase adds everything but the busybox applet links: the directories,
+// busybox, the guest binary as /init, the modules and their load order, and
+// the few /etc files the guest needs. Modules come from mods.Dir when set,
+// else from mods.FS.
+func addBase(ar *Archive, busybox, guestBinary, release string, mods *Modules) error {
 	dirs := []struct {
 		name string
 		perm fs.FileMode
@@ -303,10 +305,10 @@ func (d *DebianTest) addBase(ar *Archive, release string, mods *Modules) error {
 		}
 		return nil
 	}
-	if err := add(Entry{Name: "bin/busybox", Mode: 0o755, Source: a.Busybox}); err != nil {
+	if err := add(Entry{Name: "bin/busybox", Mode: 0o755, Source: busybox}); err != nil {
 		return err
 	}
-	if err := add(Entry{Name: proto.GuestBinaryPath, Mode: 0o755, Source: a.GuestBinary}); err != nil {
+	if err := add(Entry{Name: proto.GuestBinaryPath, Mode: 0o755, Source: guestBinary}); err != nil {
 		return err
 	}
 	if err := ar.Symlink("init", proto.GuestBinaryPath); err != nil {
@@ -314,14 +316,21 @@ func (d *DebianTest) addBase(ar *Archive, release string, mods *Modules) error {
 	}
 	var list bytes.Buffer
 	for _, rel := range mods.Order {
-		src := filepath.Join(mods.Dir, filepath.FromSlash(rel))
-		e := Entry{Name: path.Join("lib/modules", release, PackedName(rel)), Mode: 0o644, Source: src}
-		if PackedName(rel) != rel {
+		e := Entry{Name: path.Join("lib/modules", release, PackedName(rel)), Mode: 0o644}
+		if mods.Dir == "" {
+			data, err := ReadModuleFS(mods.FS, rel)
+			if err != nil {
+				return err
+			}
+			e.Data = data
+		} else if src := filepath.Join(mods.Dir, filepath.FromSlash(rel)); PackedName(rel) == rel {
+			e.Source = src
+		} else {
 			data, err := ReadModule(src)
 			if err != nil {
 				return err
 			}
-			e.Source, e.Data = "", data
+			e.Data = data
 		}
 		if err := add(e); err != nil {
 			return err

@@ -66,9 +66,13 @@ var (
 type Modules struct {
 	// Release is the kernel release ("6.1.0-56-amd64").
 	Release string
-	// Dir is the host directory lib/modules/<Release>.
+	// Dir is the host directory lib/modules/<Release>, or "" when the
+	// modules were read from FS only (a package held in memory).
 	Dir string
-	// Order lists module files relative to Dir, every module after the
+	// FS holds lib/modules/<Release> (os.DirFS(Dir) for a host directory);
+	// Order's paths are relative to it.
+	FS fs.FS
+	// Order lists module files relative to FS, every module after the
 	// modules it depends on: the content of proto.ModuleListPath.
 	Order []string
 	// Builtin lists requested or depended-on names that are built into the
@@ -93,7 +97,14 @@ const maxModuleSize = 64 << 20
 // ReadModule returns the content of the module file at path, unpacking a
 // .ko.gz.
 func ReadModule(path string) ([]byte, error) {
-	f, err := os.Open(path)
+	return readModuleFS(os.DirFS(filepath.Dir(path)), filepath.Base(path))
+}
+
+// ReadModuleFS is ReadModule for the module at rel in fsys.
+func ReadModuleFS(fsys fs.FS, rel string) ([]byte, error) { return readModuleFS(fsys, rel) }
+
+func readModuleFS(fsys fs.FS, path string) ([]byte, error) {
+	f, err := fsys.Open(path)
 	if err != nil {
 		return nil, err
 	}
@@ -141,11 +152,11 @@ type modinfo struct {
 }
 
 // readModinfo reads the .modinfo section of the module file at path.
-func readModinfo(path string) (*modinfo, error) {
+func readModinfo(fsys fs.FS, path string) (*modinfo, error) {
 	if compressed(path) && !strings.HasSuffix(path, ".ko.gz") {
 		return nil, fmt.Errorf("%w: %s: vibedom unpacks .ko.gz modules only; unpack the others first", ErrCompressedModule, path)
 	}
-	raw, err := ReadModule(path)
+	raw, err := readModuleFS(fsys, path)
 	if err != nil {
 		return nil, err
 	}
@@ -218,7 +229,8 @@ var elfMachine = map[vm.Arch]elf.Machine{
 
 // moduleTree indexes the modules of one kernel.
 type moduleTree struct {
-	dir     string
+	fsys    fs.FS
+	dir     string // host directory, "" for an in-memory tree
 	release string
 	arch    vm.Arch
 	files   map[string]string // module name -> path relative to dir
@@ -234,25 +246,35 @@ type moduleTree struct {
 // comes from modules.order (falling back to walking kernel/), built-ins from
 // modules.builtin and modules.builtin.modinfo.
 func openModuleTree(dir, release string, arch vm.Arch) (*moduleTree, error) {
+	t, err := openModuleFS(os.DirFS(dir), release, arch)
+	if err != nil {
+		return nil, err
+	}
+	t.dir = dir
+	return t, nil
+}
+
+// openModuleFS indexes the modules of fsys, which holds lib/modules/<release>.
+func openModuleFS(fsys fs.FS, release string, arch vm.Arch) (*moduleTree, error) {
+	dir := "lib/modules/" + release
 	t := &moduleTree{
-		dir: dir, release: release, arch: arch,
+		fsys: fsys, release: release, arch: arch,
 		files: map[string]string{}, builtin: map[string]bool{}, builtinAlias: map[string]bool{},
 		info: map[string]*modinfo{},
 	}
-	order, err := readLines(filepath.Join(dir, "modules.order"))
+	order, err := readLines(fsys, "modules.order")
 	switch {
 	case err == nil:
 		for _, rel := range order {
 			t.files[moduleName(rel)] = filepath.ToSlash(rel)
 		}
 	case errors.Is(err, fs.ErrNotExist):
-		err := filepath.WalkDir(filepath.Join(dir, "kernel"), func(p string, d fs.DirEntry, err error) error {
+		err := fs.WalkDir(fsys, "kernel", func(p string, d fs.DirEntry, err error) error {
 			if err != nil {
 				return err
 			}
 			if !d.IsDir() && (strings.HasSuffix(p, ".ko") || compressed(p)) {
-				rel, _ := filepath.Rel(dir, p)
-				t.files[moduleName(rel)] = filepath.ToSlash(rel)
+				t.files[moduleName(p)] = p
 			}
 			return nil
 		})
@@ -265,14 +287,14 @@ func openModuleTree(dir, release string, arch vm.Arch) (*moduleTree, error) {
 	if len(t.files) == 0 {
 		return nil, fmt.Errorf("list kernel modules: no modules in %s", dir)
 	}
-	builtin, err := readLines(filepath.Join(dir, "modules.builtin"))
+	builtin, err := readLines(fsys, "modules.builtin")
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return nil, fmt.Errorf("list built-in kernel modules: %w", err)
 	}
 	for _, rel := range builtin {
 		t.builtin[moduleName(rel)] = true
 	}
-	if data, err := os.ReadFile(filepath.Join(dir, "modules.builtin.modinfo")); err == nil {
+	if data, err := fs.ReadFile(fsys, "modules.builtin.modinfo"); err == nil {
 		// Records are "module.key=value", NUL-separated.
 		for _, rec := range bytes.Split(data, []byte{0}) {
 			k, v, ok := strings.Cut(string(rec), "=")
@@ -290,8 +312,8 @@ func openModuleTree(dir, release string, arch vm.Arch) (*moduleTree, error) {
 	return t, nil
 }
 
-func readLines(path string) ([]string, error) {
-	f, err := os.Open(path)
+func readLines(fsys fs.FS, path string) ([]string, error) {
+	f, err := fsys.Open(path)
 	if err != nil {
 		return nil, err
 	}
@@ -315,7 +337,7 @@ func (t *moduleTree) modinfo(name string) (*modinfo, error) {
 		return mi, nil
 	}
 	rel := t.files[name]
-	mi, err := readModinfo(filepath.Join(t.dir, filepath.FromSlash(rel)))
+	mi, err := readModinfo(t.fsys, rel)
 	if err != nil {
 		return nil, err
 	}
@@ -345,7 +367,7 @@ func (t *moduleTree) byAlias(a string) ([]string, error) {
 			if compressed(rel) && !strings.HasSuffix(rel, ".ko.gz") {
 				continue
 			}
-			mi, err := readModinfo(filepath.Join(t.dir, filepath.FromSlash(rel)))
+			mi, err := readModinfo(t.fsys, rel)
 			if err != nil {
 				return nil, err
 			}
@@ -360,7 +382,7 @@ func (t *moduleTree) byAlias(a string) ([]string, error) {
 // resolve orders want and everything it needs, dependencies first.
 // A name in optional that the kernel lacks is listed in Missing.
 func (t *moduleTree) resolve(want, optional []string) (*Modules, error) {
-	m := &Modules{Release: t.release, Dir: t.dir}
+	m := &Modules{Release: t.release, Dir: t.dir, FS: t.fsys}
 	const (
 		visiting = 1
 		done     = 2
@@ -489,6 +511,19 @@ func ResolveModules(dir string, arch vm.Arch, want []string) (*Modules, error) {
 func ResolveModuleList(dir string, arch vm.Arch, l ModuleList) (*Modules, error) {
 	release := filepath.Base(dir)
 	t, err := openModuleTree(dir, release, arch)
+	if err != nil {
+		return nil, err
+	}
+	return t.resolve(l.Required, l.Optional)
+}
+
+// ResolveModuleListFS is ResolveModuleList for modules held in fsys (the
+// content of lib/modules/<release>), such as a kernel package read into
+// memory: on a case-insensitive host file system (macOS) modules whose
+// names differ only in case (xt_DSCP and xt_dscp) cannot be unpacked side
+// by side.
+func ResolveModuleListFS(fsys fs.FS, release string, arch vm.Arch, l ModuleList) (*Modules, error) {
+	t, err := openModuleFS(fsys, release, arch)
 	if err != nil {
 		return nil, err
 	}

@@ -361,7 +361,7 @@ func TestResolveModulesDebian(t *testing.T) {
 			// Every module comes after its hard dependencies, and after its
 			// soft pre-dependencies where those are modules.
 			for _, p := range m.Order {
-				mi, err := readModinfo(filepath.Join(dir, p))
+				mi, err := readModinfo(os.DirFS(filepath.Dir(filepath.Join(dir, p))), filepath.Base(filepath.Join(dir, p)))
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -1,0 +1,243 @@
+package image
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing/fstest"
+
+	"github.com/vibedom/vibedom/image/alpine"
+	"github.com/vibedom/vibedom/vm"
+)
+
+// alpineBootVersion changes whenever AlpineBoot's output changes for the
+// same inputs, so old cache entries are not reused.
+const alpineBootVersion = "alpine-boot/1"
+
+// BootPackage is one verified package of the boot set: its lock entry and
+// its file in the download cache.
+type BootPackage struct {
+	Locked alpine.LockedPackage
+	Path   string
+}
+
+// AlpineBoot is the recipe of the guest's boot files on every host:
+//
+//   - the kernel: boot/vmlinuz-virt of Alpine's linux-virt, unwrapped from
+//     its EFI zboot container on aarch64 (vz's loader takes a raw Image);
+//   - the initramfs, vibedom's own: vibedom-guest as /init, busybox from
+//     busybox-static, and the modules of GuestModules (with their
+//     dependencies) from linux-virt, unpacked from .ko.gz.
+//
+// The userland is not here: it is the root image (package rootfs), which
+// the guest mounts read-only under its root overlay.
+//
+// Packages are read in memory and verified again by alpine.Extract; nothing
+// from them is written to the host but the kernel, and nothing from them
+// runs on the host.
+type AlpineBoot struct {
+	GuestArch   vm.Arch
+	Linux       BootPackage // linux-virt
+	Busybox     BootPackage // busybox-static
+	GuestBinary string
+	// Keys verifies the packages; nil means alpine.ReleaseKeys(). Only
+	// tests set it.
+	Keys *alpine.Keyring
+	// Modules is the module list; zero means GuestModules.
+	Modules ModuleList
+}
+
+// Name is "alpine-boot-<arch>".
+func (a *AlpineBoot) Name() string { return "alpine-boot-" + string(a.GuestArch) }
+
+// Arch is the guest architecture.
+func (a *AlpineBoot) Arch() vm.Arch { return a.GuestArch }
+
+func (a *AlpineBoot) modules() ModuleList {
+	if len(a.Modules.Required)+len(a.Modules.Optional) == 0 {
+		return GuestModules
+	}
+	return a.Modules
+}
+
+// Inputs declares the two packages (by content, and by the lock entries
+// they were verified against), the guest binary and the module list.
+func (a *AlpineBoot) Inputs(ctx context.Context, in *Inputs) error {
+	if _, ok := elfMachine[a.GuestArch]; !ok {
+		return fmt.Errorf("unknown guest architecture %q", a.GuestArch)
+	}
+	if !isFile(a.GuestBinary) {
+		return fmt.Errorf("%w: %q is not a file: run `make guest`", ErrNoGuest, a.GuestBinary)
+	}
+	l := a.modules()
+	in.Param("recipe", alpineBootVersion)
+	in.Param("modules", labelList(l.Required)+";"+labelList(l.Optional))
+	for _, p := range []struct {
+		label string
+		bp    BootPackage
+	}{{"linux-virt", a.Linux}, {"busybox-static", a.Busybox}} {
+		if p.bp.Locked.Name != p.label {
+			return fmt.Errorf("boot image: %s package expected, got %q", p.label, p.bp.Locked.Name)
+		}
+		in.Param(p.label+" lock", p.bp.Locked.String()+" "+p.bp.Locked.Checksum)
+		if _, err := in.File(p.label, p.bp.Path); err != nil {
+			return err
+		}
+	}
+	if a.Keys != nil {
+		in.Param("keys", strings.Join(a.Keys.Names(), ","))
+	}
+	_, err := in.File("guest", a.GuestBinary)
+	return err
+}
+
+// kernelArch is the Alpine arch of a guest arch.
+func alpineArch(a vm.Arch) (string, error) { return alpine.GuestArch(string(a)) }
+
+// bootFiles collects what the boot image needs from linux-virt: the kernel
+// file and the module tree, in memory.
+type bootFiles struct {
+	kernel  []byte
+	modules fstest.MapFS // paths relative to lib/modules/<release>
+	release string
+	size    int64
+}
+
+// maxBootFiles bounds what is kept in memory from linux-virt.
+const maxBootFiles = 1 << 30
+
+func (b *bootFiles) WriteEntry(e alpine.Entry, r io.Reader) error {
+	p := e.Path
+	if strings.HasPrefix(p, "usr/") {
+		p = strings.TrimPrefix(p, "usr/")
+	}
+	switch {
+	case e.Type == alpine.TypeFile && p == "boot/vmlinuz-virt":
+		data, err := io.ReadAll(r)
+		if err != nil {
+			return err
+		}
+		b.kernel = data
+		b.size += int64(len(data))
+	case strings.HasPrefix(p, "lib/modules/") && e.Type == alpine.TypeFile:
+		rest := strings.TrimPrefix(p, "lib/modules/")
+		rel, file, ok := strings.Cut(rest, "/")
+		if !ok {
+			return nil
+		}
+		if b.release == "" {
+			b.release = rel
+		} else if b.release != rel {
+			return fmt.Errorf("linux-virt holds modules of two kernels (%s and %s)", b.release, rel)
+		}
+		b.size += e.Size
+		if b.size > maxBootFiles {
+			return fmt.Errorf("linux-virt is larger than %d MiB", maxBootFiles>>20)
+		}
+		data, err := io.ReadAll(r)
+		if err != nil {
+			return err
+		}
+		b.modules[file] = &fstest.MapFile{Data: data, Mode: 0o644}
+	}
+	return nil
+}
+
+// Build writes the kernel and the initramfs into dir.
+func (a *AlpineBoot) Build(ctx context.Context, in *Inputs, dir string) (Outputs, error) {
+	arch, err := alpineArch(a.GuestArch)
+	if err != nil {
+		return Outputs{}, err
+	}
+	if err := checkELF(a.GuestBinary, a.GuestArch); err != nil {
+		return Outputs{}, fmt.Errorf("guest binary: %w: run `make guest`", err)
+	}
+	bf := &bootFiles{modules: fstest.MapFS{}}
+	if err := alpine.Extract(a.Linux.Path, arch, a.Linux.Locked, a.Keys, bf); err != nil {
+		return Outputs{}, err
+	}
+	if bf.kernel == nil {
+		return Outputs{}, fmt.Errorf("%s has no boot/vmlinuz-virt", a.Linux.Locked)
+	}
+	if bf.release == "" {
+		return Outputs{}, fmt.Errorf("%s has no modules under usr/lib/modules/", a.Linux.Locked)
+	}
+	if err := ctx.Err(); err != nil {
+		return Outputs{}, err
+	}
+	mods, err := ResolveModuleListFS(bf.modules, bf.release, a.GuestArch, a.modules())
+	if err != nil {
+		return Outputs{}, fmt.Errorf("%s: %w", a.Linux.Locked, err)
+	}
+	raw := filepath.Join(dir, "vmlinuz-virt")
+	if err := os.WriteFile(raw, bf.kernel, 0o600); err != nil {
+		return Outputs{}, err
+	}
+	if err := writeKernel(filepath.Join(dir, KernelFile), raw, a.GuestArch); err != nil {
+		return Outputs{}, fmt.Errorf("%s: %w", a.Linux.Locked, err)
+	}
+	if err := os.Remove(raw); err != nil {
+		return Outputs{}, err
+	}
+
+	bb := &oneFile{want: "bin/busybox.static"}
+	if err := alpine.Extract(a.Busybox.Path, arch, a.Busybox.Locked, a.Keys, bb); err != nil {
+		return Outputs{}, err
+	}
+	if bb.data == nil {
+		return Outputs{}, fmt.Errorf("%s has no %s", a.Busybox.Locked, bb.want)
+	}
+	bbPath := filepath.Join(dir, "busybox")
+	if err := os.WriteFile(bbPath, bb.data, 0o600); err != nil {
+		return Outputs{}, err
+	}
+	defer os.Remove(bbPath)
+	if err := checkELF(bbPath, a.GuestArch); err != nil {
+		return Outputs{}, fmt.Errorf("%s: %w", a.Busybox.Locked, err)
+	}
+
+	var ar Archive
+	// The applet links are vibedom's list, not the binary's own: nothing
+	// from a package runs on the host.
+	for _, name := range fallbackApplets {
+		if err := ar.Symlink("bin/"+name, "/bin/busybox"); err != nil {
+			return Outputs{}, fmt.Errorf("busybox applet: %w", err)
+		}
+	}
+	if err := addBase(&ar, bbPath, a.GuestBinary, bf.release, mods); err != nil {
+		return Outputs{}, err
+	}
+	f, err := os.OpenFile(filepath.Join(dir, InitrdFile), os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	if err != nil {
+		return Outputs{}, err
+	}
+	_, err = ar.WriteTo(f)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return Outputs{}, fmt.Errorf("write initramfs: %w", err)
+	}
+	return Outputs{Kernel: KernelFile, Initrd: InitrdFile}, nil
+}
+
+// oneFile keeps the content of one regular file of a package.
+type oneFile struct {
+	want string
+	data []byte
+}
+
+func (o *oneFile) WriteEntry(e alpine.Entry, r io.Reader) error {
+	if e.Type == alpine.TypeFile && e.Path == o.want {
+		var buf bytes.Buffer
+		if _, err := io.Copy(&buf, io.LimitReader(r, 64<<20)); err != nil {
+			return err
+		}
+		o.data = buf.Bytes()
+	}
+	return nil
+}
