@@ -6,6 +6,13 @@
 #                         (boot/vmlinuz-<rel>, lib/modules/<rel>/…)
 #   DEST/<arch>/busybox   the static busybox of Debian's busybox-static
 #   DEST/<arch>/.complete stamp: the package versions that were unpacked
+#   DEST/<arch>/debs/     the Debian packages of scripts/test-userland.txt
+#                         (bash, git and the libraries they need,
+#                         ca-certificates), as .deb files, and
+#                         busybox.paths: `busybox --list-full` of the
+#                         busybox above (the test mirror builds Alpine-shaped
+#                         packages from these; see docs/image.md)
+#   DEST/<arch>/debs/.complete stamp: the list's checksum and the files
 #
 # DEST defaults to .cache/assets in the repository root (ignored by git).
 # Idempotent: an arch whose stamp and files are present is skipped. Quiet
@@ -28,11 +35,22 @@ complete() {
 		compgen -G "$d/kernel/boot/vmlinuz-*" >/dev/null
 }
 
+userland=$root/scripts/test-userland.txt
+[ -f "$userland" ] || die "$userland is missing"
+userland_sum=$(sha256sum "$userland" | cut -d' ' -f1)
+
+debs_complete() {
+	local f=$1/$2/debs/.complete
+	[ -f "$f" ] && [ "$(head -n 1 "$f")" = "list $userland_sum" ] && [ -s "$1/$2/debs/busybox.paths" ]
+}
+
 todo=()
+debs_todo=()
 for arch in "${archs[@]}"; do
 	complete "$dest" "$arch" || todo+=("$arch")
+	debs_complete "$dest" "$arch" || debs_todo+=("$arch")
 done
-((${#todo[@]})) || exit 0
+((${#todo[@]} + ${#debs_todo[@]})) || exit 0
 
 if ! command -v apt-get >/dev/null || ! command -v dpkg-deb >/dev/null; then
 	die "apt-get and dpkg-deb not found: the test kernels come from Debian packages, so run this on a Debian or Ubuntu host (CI, a Linux box, or a Linux VM). On a Mac vibedom boots a different (Alpine) image and does not need these assets."
@@ -111,9 +129,63 @@ for arch in "${todo[@]}"; do
 		echo "busybox $(dpkg-deb -f "$bdeb" Package) $(dpkg-deb -f "$bdeb" Version)"
 	} >"$work/out/.complete.tmp"
 
+	if [ -d "$dest/$arch/debs" ]; then mv "$dest/$arch/debs" "$work/out/debs"; fi
 	rm -rf "$dest/$arch"
 	mv "$work/out" "$dest/$arch"
 	mv "$dest/$arch/.complete.tmp" "$dest/$arch/.complete"
+	rm -rf "$work"
+	work=
+done
+
+# The userland packages, downloaded as .deb files (not unpacked: the test
+# mirror reads them in Go).
+mapfile -t userland_debs < <(awk '!/^#/ && NF { print $1 }' "$userland")
+((${#userland_debs[@]})) || die "$userland lists no packages"
+for arch in "${debs_todo[@]}"; do
+	if [ "$arch" != "$native" ] && ! dpkg --print-foreign-architectures | grep -qx "$arch"; then
+		run "${sudo[@]}" dpkg --add-architecture "$arch"
+		updated=
+	fi
+	wanted=()
+	for p in "${userland_debs[@]}"; do
+		apt-cache show "$p" >/dev/null 2>&1 || apt_update
+		# Architecture: all packages (ca-certificates) have no :<arch> name.
+		if apt-cache show --no-all-versions "$p" 2>>"$log" | grep -x 'Architecture: all' >/dev/null; then
+			wanted+=("$p")
+		else
+			wanted+=("$p:$arch")
+		fi
+	done
+	work=$(mktemp -d "$dest/.tmp-debs-$arch.XXXXXX")
+	chmod 0755 "$work"
+	mkdir "$work/debs"
+	cd "$work/debs"
+	run apt-get download -q "${wanted[@]}"
+	cd "$root"
+	for p in "${userland_debs[@]}"; do
+		compgen -G "$work/debs/${p}_*_*.deb" >/dev/null || die "apt-get download did not produce $p for $arch"
+	done
+
+	# Busybox's applets and where they go, as Alpine's busybox package
+	# lists them in etc/busybox-paths.d/busybox. Asked of the busybox
+	# this host runs: the same Debian build for every arch has the same
+	# applets, which the stamps' versions confirm.
+	bbver() { sed -n 's/^busybox //p' "$dest/$1/.complete"; }
+	runnable=$native
+	[ -x "$dest/$runnable/busybox" ] || die "no busybox for this host's arch ($native) in $dest: cannot list the applets"
+	[ "$(bbver "$arch")" = "$(bbver "$runnable")" ] ||
+		die "busybox for $arch ($(bbver "$arch")) is not the version of $runnable's ($(bbver "$runnable")): rm -rf $dest and run again"
+	"$dest/$runnable/busybox" --list-full | sed 's:^:/:' | sort >"$work/debs/busybox.paths"
+	[ -s "$work/debs/busybox.paths" ] || die "busybox --list-full printed nothing"
+
+	{
+		echo "list $userland_sum"
+		(cd "$work/debs" && ls -- *.deb)
+	} >"$work/debs/.complete.tmp"
+	rm -rf "$dest/$arch/debs"
+	mkdir -p "$dest/$arch"
+	mv "$work/debs" "$dest/$arch/debs"
+	mv "$dest/$arch/debs/.complete.tmp" "$dest/$arch/debs/.complete"
 	rm -rf "$work"
 	work=
 done
