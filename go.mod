@@ -11,6 +11,7 @@ require (
 	github.com/klauspost/compress v1.18.0
 	github.com/pkg/sftp v1.13.12
 	github.com/sergi/go-diff v1.4.0
+	github.com/ulikunitz/xz v0.5.12
 	github.com/urfave/cli/v3 v3.14.0
 	github.com/zricethezav/gitleaks/v8 v8.30.1
 	golang.org/x/crypto v0.58.0
@@ -80,7 +81,6 @@ require (
 	github.com/subosito/gotenv v1.6.0 // indirect
 	github.com/tetratelabs/wazero v1.9.0 // indirect
 	github.com/therootcompany/xz v1.0.1 // indirect
-	github.com/ulikunitz/xz v0.5.12 // indirect
 	github.com/wasilibs/go-re2 v1.9.0 // indirect
 	github.com/wasilibs/wazero-helpers v0.0.0-20240620070341-3dff1577cd52 // indirect
 	go.uber.org/multierr v1.11.0 // indirect

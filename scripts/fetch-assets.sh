@@ -9,6 +9,8 @@
 #   DEST/<arch>/debs/     the Debian packages of scripts/test-userland.txt
 #                         (bash, git and the libraries they need,
 #                         ca-certificates), as .deb files, and
+#                         test-userland.txt (the list, which names the
+#                         package each becomes), and
 #                         busybox.paths: `busybox --list-full` of the
 #                         busybox above (the test mirror builds Alpine-shaped
 #                         packages from these; see docs/image.md)
@@ -41,7 +43,8 @@ userland_sum=$(sha256sum "$userland" | cut -d' ' -f1)
 
 debs_complete() {
 	local f=$1/$2/debs/.complete
-	[ -f "$f" ] && [ "$(head -n 1 "$f")" = "list $userland_sum" ] && [ -s "$1/$2/debs/busybox.paths" ]
+	[ -f "$f" ] && [ "$(head -n 1 "$f")" = "list $userland_sum" ] && [ -s "$1/$2/debs/busybox.paths" ] &&
+		cmp -s "$userland" "$1/$2/debs/test-userland.txt"
 }
 
 todo=()
@@ -178,6 +181,7 @@ for arch in "${debs_todo[@]}"; do
 	"$dest/$runnable/busybox" --list-full | sed 's:^:/:' | sort >"$work/debs/busybox.paths"
 	[ -s "$work/debs/busybox.paths" ] || die "busybox --list-full printed nothing"
 
+	cp "$userland" "$work/debs/test-userland.txt"
 	{
 		echo "list $userland_sum"
 		(cd "$work/debs" && ls -- *.deb)

@@ -248,7 +248,7 @@ func (s *apkStream) files(what string, limit, max int64, want ...string) (map[st
 			if h.Name == w && h.Typeflag == tar.TypeReg {
 				b, err := io.ReadAll(io.LimitReader(tr, max+1))
 				if err != nil {
-					return nil, nil, nil, fmt.Errorf("%s: %w: %s: %v", s.file, ErrFormat, w, err)
+					return nil, nil, nil, fmt.Errorf("%s: %w: %s: %v (file truncated or corrupted)", s.file, ErrFormat, w, err)
 				}
 				if int64(len(b)) > max {
 					return nil, nil, nil, fmt.Errorf("%s: %w: %s larger than %d bytes", s.file, ErrFormat, w, max)

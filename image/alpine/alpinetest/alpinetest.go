@@ -8,7 +8,7 @@ package alpinetest
 import (
 	"archive/tar"
 	"bytes"
-	"compress/gzip"
+	stdgzip "compress/gzip"
 	"crypto"
 	"crypto/rand"
 	"crypto/rsa"
@@ -24,6 +24,8 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/klauspost/compress/gzip"
 
 	"github.com/vibedom/vibedom/image/alpine"
 )
@@ -134,6 +136,9 @@ func GzipTar(files []File, end bool) ([]byte, error) {
 		}
 	}
 	var out bytes.Buffer
+	// klauspost's gzip: the same format, faster; package alpine reads it
+	// with the standard library's, so the two implementations check each
+	// other.
 	zw, _ := gzip.NewWriterLevel(&out, gzip.BestSpeed)
 	if _, err := zw.Write(raw.Bytes()); err != nil {
 		return nil, err
@@ -192,20 +197,57 @@ func BuildAPK(s Spec) ([]byte, *alpine.Package, error) {
 	if s.Key == nil {
 		return nil, nil, errors.New("alpinetest: Spec.Key is required")
 	}
-	if s.Name == "" || s.Version == "" || s.Arch == "" {
-		return nil, nil, errors.New("alpinetest: Spec needs Name, Version and Arch")
+	u, err := buildUnsigned(s, nil)
+	if err != nil {
+		return nil, nil, err
 	}
-	files := s.Files
-	if files == nil {
-		files = []File{{Name: "usr/", Type: tar.TypeDir}, {Name: "usr/share/" + s.Name, Body: []byte("hello from " + s.Name)}}
+	return u.sign(s.Key)
+}
+
+// unsigned is a package without its signature member: what the test
+// mirror caches, since its key is made anew by every run.
+type unsigned struct {
+	Control []byte         `json:"-"`
+	Data    []byte         `json:"-"`
+	Record  alpine.Package // Size is set by sign
+}
+
+// sign prepends a signature member by k.
+func (u *unsigned) sign(k *Key) ([]byte, *alpine.Package, error) {
+	sig, err := k.Sign(u.Control, false)
+	if err != nil {
+		return nil, nil, err
+	}
+	apk := make([]byte, 0, len(sig)+len(u.Control)+len(u.Data))
+	apk = append(append(append(apk, sig...), u.Control...), u.Data...)
+	p := u.Record
+	p.Size = int64(len(apk))
+	p.Depends = append([]string(nil), p.Depends...)
+	p.Provides = append([]string(nil), p.Provides...)
+	return apk, &p, nil
+}
+
+// buildUnsigned makes the control and data members of s; data, when not
+// nil, is a ready data member (installed is then its files' size).
+func buildUnsigned(s Spec, data []byte, installedSize ...int64) (*unsigned, error) {
+	if s.Name == "" || s.Version == "" || s.Arch == "" {
+		return nil, errors.New("alpinetest: Spec needs Name, Version and Arch")
 	}
 	var installed int64
-	for _, f := range files {
-		installed += int64(len(f.Body))
-	}
-	data, err := GzipTar(files, true)
-	if err != nil {
-		return nil, nil, fmt.Errorf("%s: %w", s.Name, err)
+	if data == nil {
+		files := s.Files
+		if files == nil {
+			files = []File{{Name: "usr/", Type: tar.TypeDir}, {Name: "usr/share/" + s.Name, Body: []byte("hello from " + s.Name)}}
+		}
+		for _, f := range files {
+			installed += int64(len(f.Body))
+		}
+		var err error
+		if data, err = GzipTar(files, true); err != nil {
+			return nil, fmt.Errorf("%s: %w", s.Name, err)
+		}
+	} else if len(installedSize) > 0 {
+		installed = installedSize[0]
 	}
 	ds := sha256.Sum256(data)
 	arch := s.Arch
@@ -230,21 +272,15 @@ func BuildAPK(s Spec) ([]byte, *alpine.Package, error) {
 	fmt.Fprintf(&info, "datahash = %s\n", hex.EncodeToString(ds[:]))
 	ctl, err := GzipTar([]File{{Name: ".PKGINFO", Body: []byte(info.String())}}, false)
 	if err != nil {
-		return nil, nil, err
-	}
-	sig, err := s.Key.Sign(ctl, false)
-	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	cs := sha1.Sum(ctl)
-	apk := make([]byte, 0, len(sig)+len(ctl)+len(data))
-	apk = append(append(append(apk, sig...), ctl...), data...)
-	return apk, &alpine.Package{
-		Name: s.Name, Version: s.Version, Arch: s.Arch, Size: int64(len(apk)), Installed: installed,
+	return &unsigned{Control: ctl, Data: data, Record: alpine.Package{
+		Name: s.Name, Version: s.Version, Arch: s.Arch, Installed: installed,
 		Checksum: "Q1" + base64.StdEncoding.EncodeToString(cs[:]),
 		Depends:  s.Depends, Provides: s.Provides, Priority: s.Priority, Origin: s.Name,
 		Description: s.Description,
-	}, nil
+	}}, nil
 }
 
 // IndexText renders records as APKINDEX text, in the order given.
@@ -299,7 +335,7 @@ func Members(file []byte) ([][]byte, error) {
 	r := &countReader{b: file}
 	for r.off < len(file) {
 		start := r.off
-		zr, err := gzip.NewReader(r)
+		zr, err := stdgzip.NewReader(r)
 		if err != nil {
 			return nil, fmt.Errorf("member %d at byte %d: %w", len(out)+1, start, err)
 		}
