@@ -266,7 +266,7 @@ func openModuleFS(fsys fs.FS, release string, arch vm.Arch) (*moduleTree, error)
 	switch {
 	case err == nil:
 		for _, rel := range order {
-			t.files[moduleName(rel)] = filepath.ToSlash(rel)
+			t.files[moduleName(rel)] = installedName(fsys, filepath.ToSlash(rel))
 		}
 	case errors.Is(err, fs.ErrNotExist):
 		err := fs.WalkDir(fsys, "kernel", func(p string, d fs.DirEntry, err error) error {
@@ -310,6 +310,26 @@ func openModuleFS(fsys fs.FS, release string, arch vm.Arch) (*moduleTree, error)
 		return nil, fmt.Errorf("read built-in module info: %w", err)
 	}
 	return t, nil
+}
+
+// installedName is the file of a module modules.order names. kbuild
+// writes the order with .ko names whatever the modules' compression, so
+// a kernel built with CONFIG_MODULE_COMPRESS_GZIP (Alpine's linux-virt)
+// lists kernel/fs/overlayfs/overlay.ko for overlay.ko.gz. The name as
+// written wins when that file exists.
+func installedName(fsys fs.FS, rel string) string {
+	if !strings.HasSuffix(rel, ".ko") {
+		return rel
+	}
+	if _, err := fs.Stat(fsys, rel); err == nil {
+		return rel
+	}
+	for _, ext := range []string{".gz", ".xz", ".zst"} {
+		if _, err := fs.Stat(fsys, rel+ext); err == nil {
+			return rel + ext
+		}
+	}
+	return rel
 }
 
 func readLines(fsys fs.FS, path string) ([]string, error) {

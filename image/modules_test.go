@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"testing/fstest"
 
 	"github.com/vibedom/vibedom/vm"
 )
@@ -446,4 +447,25 @@ func TestResolveModuleListAlpine(t *testing.T) {
 			}
 		}
 	})
+}
+
+// TestModulesOrderNamesUncompressed: kbuild's modules.order names .ko
+// files even when the modules are installed compressed (Alpine's .ko.gz);
+// the order entry finds the compressed file, and a name as written wins.
+func TestModulesOrderNamesUncompressed(t *testing.T) {
+	fsys := fstest.MapFS{
+		"kernel/fs/overlayfs/overlay.ko.gz": {Data: []byte("x")},
+		"kernel/fs/ext4/ext4.ko":            {Data: []byte("x")},
+		"kernel/fs/ext4/ext4.ko.gz":         {Data: []byte("x")},
+	}
+	for rel, want := range map[string]string{
+		"kernel/fs/overlayfs/overlay.ko": "kernel/fs/overlayfs/overlay.ko.gz",
+		"kernel/fs/ext4/ext4.ko":         "kernel/fs/ext4/ext4.ko",
+		"kernel/fs/fuse/fuse.ko":         "kernel/fs/fuse/fuse.ko",
+		"modules.builtin":                "modules.builtin",
+	} {
+		if got := installedName(fsys, rel); got != want {
+			t.Errorf("installedName(%s) = %s, want %s", rel, got, want)
+		}
+	}
 }
