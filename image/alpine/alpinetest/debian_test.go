@@ -6,7 +6,6 @@ import (
 	"debug/elf"
 	"encoding/binary"
 	"io"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -234,5 +233,4 @@ func TestZbootWrap(t *testing.T) {
 	if _, err := ZbootWrap([]byte("not a kernel at all, not even close to one, and long enough: 64 bytes")); err == nil {
 		t.Error("wrapped something that is not an arm64 Image")
 	}
-	_ = filepath.Join
 }
