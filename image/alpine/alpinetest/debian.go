@@ -35,7 +35,7 @@ const StandInDescription = "vibedom test mirror: empty stand-in"
 
 // debianRepoVersion changes whenever BuildDebianRepo's packages change for
 // the same inputs, so old cache entries are not reused.
-const debianRepoVersion = "debian-repo/1"
+const debianRepoVersion = "debian-repo/2"
 
 // DebianOptions says what BuildDebianRepo builds from and where.
 type DebianOptions struct {
@@ -246,7 +246,10 @@ type builtSet struct {
 type builtPackage struct {
 	Repo   string
 	Record alpine.Package
-	u      *unsigned
+	// ControlLen is the length of the control member at the start of
+	// the cached body.
+	ControlLen int
+	u          *unsigned
 }
 
 // inputsKey is the SHA-256 of the builder's version, the arch, the world
@@ -303,11 +306,12 @@ func loadSet(dir string) (*builtSet, error) {
 		if err != nil {
 			return nil, err
 		}
-		ms, err := Members(body)
-		if err != nil || len(ms) != 2 {
-			return nil, fmt.Errorf("cached %s: %d members, %v", p.Record.Name, len(ms), err)
+		if p.ControlLen <= 0 || p.ControlLen >= len(body) {
+			return nil, fmt.Errorf("cached %s: control member length %d", p.Record.Name, p.ControlLen)
 		}
-		p.u = &unsigned{Control: ms[0], Data: ms[1], Record: p.Record}
+		// The body is not verified here: package alpine verifies every
+		// package it is served, against the index this run signs.
+		p.u = &unsigned{Control: body[:p.ControlLen], Data: body[p.ControlLen:], Record: p.Record}
 	}
 	return &s, nil
 }
@@ -326,6 +330,7 @@ func saveSet(cacheDir, arch, key string, s *builtSet) error {
 	defer os.RemoveAll(tmp)
 	for i, p := range s.Packages {
 		p.Record = p.u.Record
+		p.ControlLen = len(p.u.Control)
 		body := append(append([]byte(nil), p.u.Control...), p.u.Data...)
 		if err := os.WriteFile(filepath.Join(tmp, fmt.Sprintf("%03d.body", i)), body, 0o644); err != nil {
 			return err
