@@ -14,6 +14,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"time"
 )
 
@@ -306,4 +307,33 @@ func removeTree(dir string) error {
 		return nil
 	})
 	return os.RemoveAll(dir)
+}
+
+// InstalledNames returns the agents that have some version installed
+// under home for a guest of arch and libc (by their manifests), sorted;
+// an agent whose installed version is no longer the pin's is included.
+func InstalledNames(home, arch, libc string) ([]string, error) {
+	ents, err := os.ReadDir(AgentsDir(home))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, e := range ents {
+		b, err := os.ReadFile(filepath.Join(AgentsDir(home), e.Name(), ManifestFile))
+		if err != nil {
+			continue
+		}
+		var m Manifest
+		if json.Unmarshal(b, &m) != nil || m.Arch != arch || m.Libc != libc || !slices.Contains(Names(), m.Agent) {
+			continue
+		}
+		if !slices.Contains(out, m.Agent) {
+			out = append(out, m.Agent)
+		}
+	}
+	slices.Sort(out)
+	return out, nil
 }
