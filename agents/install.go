@@ -230,16 +230,18 @@ func unpackVerified(tgz, dir string, p Pin, maxUnpacked int64) (*Manifest, error
 	defer root.Close()
 	h := sha512.New()
 	r := io.TeeReader(io.LimitReader(f, p.Size+1), h)
-	u, err := extract(r, root, p, maxUnpacked)
-	if err != nil {
-		return nil, err
-	}
+	u, xerr := extract(r, root, p, maxUnpacked)
 	if _, err := io.Copy(io.Discard, r); err != nil {
 		return nil, err
 	}
+	// A file that is not the pinned one is reported as such, even when
+	// unpacking it failed first.
 	if got := h.Sum(nil); !bytes.Equal(got, want) {
 		os.Remove(tgz)
 		return nil, fmt.Errorf("%w: %s: the cached tarball hashes to %s, vibedom pins %s; nothing installed (run init again)", ErrIntegrity, p, sri(got), p.Integrity)
+	}
+	if xerr != nil {
+		return nil, xerr
 	}
 	return &Manifest{
 		Agent: p.Agent, Arch: p.Arch, Libc: p.Libc, Package: p.Package, Version: p.Version,
