@@ -93,9 +93,9 @@ func (o Options) normalized() (Options, *url.URL, error) {
 		o.Registry = DefaultRegistry
 	}
 	o.Registry = strings.TrimRight(o.Registry, "/")
-	reg, err := url.Parse(o.Registry)
-	if err != nil || (reg.Scheme != "https" && reg.Scheme != "http") || reg.Host == "" || reg.User != nil || reg.RawQuery != "" || reg.Fragment != "" {
-		return o, nil, fmt.Errorf("registry %q: want an http(s) URL such as %s", o.Registry, DefaultRegistry)
+	reg, err := parseRegistry(o.Registry)
+	if err != nil {
+		return o, nil, err
 	}
 	c := http.Client{Transport: defaultTransport}
 	if o.Client != nil {
@@ -121,6 +121,21 @@ func (o Options) normalized() (Options, *url.URL, error) {
 		o.MaxUnpacked = 2 << 30
 	}
 	return o, reg, nil
+}
+
+// CheckRegistry says whether u can be used as Options.Registry: an
+// http(s) URL with a host, no credentials, query or fragment.
+func CheckRegistry(u string) error {
+	_, err := parseRegistry(strings.TrimRight(u, "/"))
+	return err
+}
+
+func parseRegistry(s string) (*url.URL, error) {
+	reg, err := url.Parse(s)
+	if err != nil || (reg.Scheme != "https" && reg.Scheme != "http") || reg.Host == "" || reg.User != nil || reg.RawQuery != "" || reg.Fragment != "" {
+		return nil, fmt.Errorf("registry %q: want an http(s) URL such as %s", s, DefaultRegistry)
+	}
+	return reg, nil
 }
 
 // sameOrigin: u uses the registry's scheme and host (with port).

@@ -127,7 +127,8 @@ type Result struct {
 // directory that is made read-only and renamed into place. A failure
 // leaves no partial agent directory (a download cut short stays in the
 // cache's partial/ to be resumed). Pins are handled in order; the first
-// error stops the run.
+// error stops the run and is not reported to o.Progress, which is then
+// neither ended nor closed (a caller drawing on a terminal ends the line).
 func Install(ctx context.Context, o Options, pins []Pin) ([]Result, error) {
 	o, reg, err := o.normalized()
 	if err != nil {
@@ -138,7 +139,6 @@ func Install(ctx context.Context, o Options, pins []Pin) ([]Result, error) {
 		total += p.Size
 	}
 	o.Progress.Begin(len(pins), total)
-	defer o.Progress.Close()
 	var out []Result
 	for _, p := range pins {
 		if i, err := Find(o.Home, p); err == nil && i.VerifyBinary() == nil {
@@ -148,12 +148,15 @@ func Install(ctx context.Context, o Options, pins []Pin) ([]Result, error) {
 			continue
 		}
 		i, err := installOne(ctx, o, reg, p)
-		o.Progress.End(p.String(), err)
 		if err != nil {
+			// The error is the caller's to print; the progress is left
+			// unfinished rather than saying it twice.
 			return out, err
 		}
+		o.Progress.End(p.String(), nil)
 		out = append(out, Result{Installed: i, Fresh: true})
 	}
+	o.Progress.Close()
 	return out, nil
 }
 

@@ -53,6 +53,9 @@ func init() {
 			if err != nil {
 				return err
 			}
+			if err := agents.CheckRegistry(c.String("registry")); err != nil {
+				return err
+			}
 			libc := c.String("agent-libc")
 			var pins []agents.Pin
 			for _, n := range names {
@@ -93,6 +96,9 @@ func init() {
 					Progress: alpine.NewProgress(ew, tty),
 				}, pins)
 				if err != nil {
+					if tty {
+						fmt.Fprintln(ew) // end the progress bar's line
+					}
 					return err
 				}
 			}
