@@ -17,8 +17,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-
-	"github.com/vibedom/vibedom/image/alpine"
 )
 
 // DefaultRegistry is the npm registry vibedom fetches from unless told
@@ -57,7 +55,7 @@ type Options struct {
 	// the last attempt stopped; 0 means 3.
 	Attempts int
 	// Progress, when set, is told about every byte and package.
-	Progress alpine.Progress
+	Progress Progress
 	// MaxUnpacked bounds the bytes a package unpacks to; 0 means 2 GiB.
 	MaxUnpacked int64
 }
@@ -141,6 +139,21 @@ func parseRegistry(s string) (*url.URL, error) {
 // sameOrigin: u uses the registry's scheme and host (with port).
 func sameOrigin(reg, u *url.URL) bool {
 	return u.Scheme == reg.Scheme && strings.EqualFold(u.Host, reg.Host) && u.User == nil
+}
+
+// Progress is told about an Install run; image/alpine.NewProgress draws
+// one. Calls come from one goroutine.
+type Progress interface {
+	// Begin announces the run: how many packages, how many tarball bytes.
+	Begin(files int, bytes int64)
+	// Advance reports n more bytes of a package's tarball (negative when
+	// a download restarts from zero); a cached or installed package
+	// counts with its full size.
+	Advance(file string, n int64)
+	// End reports a package installed.
+	End(file string, err error)
+	// Close ends a run that succeeded.
+	Close()
 }
 
 type nopProgress struct{}
@@ -425,7 +438,7 @@ func verifyFile(path string, p Pin) error {
 type progressReader struct {
 	r    io.Reader
 	name string
-	pr   alpine.Progress
+	pr   Progress
 }
 
 func (p *progressReader) Read(b []byte) (int, error) {
