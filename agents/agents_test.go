@@ -89,7 +89,9 @@ func assertNothingInstalled(t *testing.T, home string, p Pin, cacheMayHold bool)
 	t.Helper()
 	ents, _ := os.ReadDir(AgentsDir(home))
 	for _, e := range ents {
-		t.Errorf("left in agents/: %s", e.Name())
+		if e.Name() != lockFile {
+			t.Errorf("left in agents/: %s", e.Name())
+		}
 	}
 	if _, err := os.Stat(filepath.Join(CacheDir(home), TarballName(p))); err == nil && !cacheMayHold {
 		t.Errorf("an unverified tarball is in the cache")
@@ -388,5 +390,54 @@ func TestInstalledNames(t *testing.T) {
 	p2.Version = "2.0.0"
 	if _, err := Find(home, p2); !errors.Is(err, ErrNotInstalled) || !strings.Contains(err.Error(), "vibedom init --agents claude") {
 		t.Errorf("Find of a newer pin: %v", err)
+	}
+}
+
+func TestInstallLocked(t *testing.T) {
+	tgz := goodTarball(t)
+	p := pinOf("fake-agent", "1.0.0", tgz, "bin/agent")
+	reg := newRegistry(t)
+	reg.publish(p, tgz, "", "")
+	home := t.TempDir()
+	unlock, err := lockAgents(home)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Install(t.Context(), Options{Home: home, Registry: reg.URL}, []Pin{p}); err == nil || !strings.Contains(err.Error(), "another vibedom init") {
+		t.Errorf("install beside a held lock: %v", err)
+	}
+	if reg.count("") != 0 {
+		t.Errorf("the registry was asked while the lock was held")
+	}
+	unlock()
+	if _, err := Install(t.Context(), Options{Home: home, Registry: reg.URL}, []Pin{p}); err != nil {
+		t.Errorf("install after the lock was released: %v", err)
+	}
+}
+
+func TestPackument(t *testing.T) {
+	tgz := goodTarball(t)
+	p := pinOf("fake-agent", "1.0.0", tgz, "bin/agent")
+	for _, c := range []struct {
+		name, doc, want string
+	}{
+		{"version missing", `{"versions":{"0.9.0":{"dist":{}}}}`, "has no fake-agent@1.0.0"},
+		{"not JSON", `<html>`, "invalid character"},
+		{"tarball not a URL", `{"versions":{"1.0.0":{"dist":{"integrity":"` + p.Integrity + `","tarball":"/x.tgz"}}}}`, "not a URL"},
+		{"over the bound", `{"versions":{},"pad":"` + strings.Repeat("x", 2000) + `"}`, "over"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			old := maxPackument
+			maxPackument = 1000
+			t.Cleanup(func() { maxPackument = old })
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.Write([]byte(c.doc)) }))
+			defer srv.Close()
+			home := t.TempDir()
+			_, err := Install(t.Context(), Options{Home: home, Registry: srv.URL}, []Pin{p})
+			if err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Errorf("error %v, want %q", err, c.want)
+			}
+			assertNothingInstalled(t, home, p, false)
+		})
 	}
 }

@@ -24,7 +24,7 @@ import (
 const DefaultRegistry = "https://registry.npmjs.org"
 
 // maxPackument bounds a packument's size (@openai/codex's is ~0.5 MB).
-const maxPackument = 64 << 20
+var maxPackument = 64 << 20
 
 // Errors a caller may test with errors.Is.
 var (
@@ -216,7 +216,7 @@ func resolve(ctx context.Context, o Options, reg *url.URL, p Pin) (string, error
 	if resp.StatusCode != http.StatusOK {
 		return "", fmt.Errorf("fetch %s's packument from %s: %s", p.Package, u, resp.Status)
 	}
-	body, err := io.ReadAll(io.LimitReader(resp.Body, maxPackument+1))
+	body, err := io.ReadAll(io.LimitReader(resp.Body, int64(maxPackument)+1))
 	if err != nil {
 		return "", fmt.Errorf("fetch %s's packument: %w", p.Package, err)
 	}

@@ -15,6 +15,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"time"
 )
 
@@ -134,6 +135,14 @@ func Install(ctx context.Context, o Options, pins []Pin) ([]Result, error) {
 	if err != nil {
 		return nil, err
 	}
+	if len(pins) == 0 {
+		return nil, nil
+	}
+	unlock, err := lockAgents(o.Home)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
 	var total int64
 	for _, p := range pins {
 		total += p.Size
@@ -327,6 +336,9 @@ func InstalledNames(home, arch, libc string) ([]string, error) {
 	}
 	var out []string
 	for _, e := range ents {
+		if strings.HasPrefix(e.Name(), ".") { // the lock, unfinished installs
+			continue
+		}
 		b, err := os.ReadFile(filepath.Join(AgentsDir(home), e.Name(), ManifestFile))
 		if err != nil {
 			continue
@@ -341,4 +353,24 @@ func InstalledNames(home, arch, libc string) ([]string, error) {
 	}
 	slices.Sort(out)
 	return out, nil
+}
+
+// lockFile excludes two installs under one home at once.
+const lockFile = ".lock"
+
+// lockAgents takes <home>/agents/.lock, or says another install holds it.
+func lockAgents(home string) (func(), error) {
+	dir := AgentsDir(home)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("make %s: %w", dir, err)
+	}
+	f, err := os.OpenFile(filepath.Join(dir, lockFile), os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("lock %s: %w", dir, err)
+	}
+	if err := tryLock(f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("another vibedom init is installing agents in %s: wait for it to finish, then run again", dir)
+	}
+	return func() { f.Close() }, nil
 }
