@@ -29,9 +29,8 @@ func TestPinsTable(t *testing.T) {
 					t.Errorf("%s %s-%s: %v", n, arch, libc, err)
 					continue
 				}
-				d, err := pinnedDigest(p)
-				if err != nil || len(d) != 64 {
-					t.Errorf("%s: integrity %q: %v", p, p.Integrity, err)
+				if err := p.validate(); err != nil {
+					t.Error(err)
 				}
 				if p.Size < 1<<20 || p.Size > 512<<20 {
 					t.Errorf("%s: size %d", p, p.Size)
@@ -439,5 +438,23 @@ func TestPackument(t *testing.T) {
 			}
 			assertNothingInstalled(t, home, p, false)
 		})
+	}
+}
+
+func TestInstallRefusesBadPins(t *testing.T) {
+	good := pinOf("fake-agent", "1.0.0", goodTarball(t), "bin/agent")
+	for name, mod := range map[string]func(*Pin){
+		"version with a slash": func(p *Pin) { p.Version = "1/../../x" },
+		"binary leaves":        func(p *Pin) { p.Binary = "../x" },
+		"binary absolute":      func(p *Pin) { p.Binary = "/bin/sh" },
+		"no size":              func(p *Pin) { p.Size = 0 },
+		"sha1 integrity":       func(p *Pin) { p.Integrity = "sha1-AAAAAAAAAAAAAAAAAAAAAAAAAAA=" },
+	} {
+		p := good
+		mod(&p)
+		home := t.TempDir()
+		if _, err := Install(t.Context(), Options{Home: home, Registry: "http://127.0.0.1:1"}, []Pin{p}); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
 	}
 }

@@ -138,6 +138,11 @@ func Install(ctx context.Context, o Options, pins []Pin) ([]Result, error) {
 	if len(pins) == 0 {
 		return nil, nil
 	}
+	for _, p := range pins {
+		if err := p.validate(); err != nil {
+			return nil, err
+		}
+	}
 	unlock, err := lockAgents(o.Home)
 	if err != nil {
 		return nil, err

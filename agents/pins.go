@@ -3,6 +3,7 @@ package agents
 import (
 	"errors"
 	"fmt"
+	"path"
 	"slices"
 	"strings"
 )
@@ -129,6 +130,23 @@ func GuestArch(goarch string) (string, error) {
 		return ArchAArch64, nil
 	}
 	return "", fmt.Errorf("no guest architecture for %s: vibedom runs on amd64 and arm64 hosts", goarch)
+}
+
+// validate checks what Install relies on: a pin names one directory,
+// a clean relative binary path, a size and a sha512 integrity.
+func (p Pin) validate() error {
+	d := p.Dir()
+	if p.Agent == "" || p.Package == "" || p.Version == "" || strings.ContainsAny(d, "/\\\x00") || strings.HasPrefix(d, ".") {
+		return fmt.Errorf("pin %s %s: not a usable agent, package or version", p.Agent, p)
+	}
+	if p.Binary == "" || path.Clean(p.Binary) != p.Binary || path.IsAbs(p.Binary) || p.Binary == ".." || strings.HasPrefix(p.Binary, "../") {
+		return fmt.Errorf("pin %s: binary %q is not a clean relative path", p, p.Binary)
+	}
+	if p.Size <= 0 {
+		return fmt.Errorf("pin %s: no tarball size", p)
+	}
+	_, err := pinnedDigest(p)
+	return err
 }
 
 // Dir is the name of the directory an installed pin lives in:
