@@ -116,8 +116,11 @@ func TestInitAgentsBadInput(t *testing.T) {
 					t.Errorf("stderr %q does not say %q", stderr, w)
 				}
 			}
-			if ents, _ := os.ReadDir(filepath.Join(c.home, "agents")); len(ents) != 0 {
-				t.Errorf("agents installed: %v", ents)
+			ents, _ := os.ReadDir(filepath.Join(c.home, "agents"))
+			for _, e := range ents {
+				if e.Name() != ".lock" {
+					t.Errorf("left in agents/: %s", e.Name())
+				}
 			}
 			// Input refused before anything was set up.
 			if _, err := os.Stat(filepath.Join(c.home, "keys")); tc.name != "integrity mismatch" && err == nil {
