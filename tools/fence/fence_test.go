@@ -49,6 +49,8 @@ const anything = "*"
 var table = map[string][]string{
 	"cmd/vibedom":       {anything},
 	"cmd/vibedom-guest": {"guest", "guest/proto"},
+	"agents":            {},
+	"agents/agentstest": {"agents"},
 	"session": {
 		"preflight", "image", "keys", "vm", "vm/vz", "vm/qemu", "netfilter", "dlp",
 		"overlay", "guest", "guest/client", "guest/proto", "review", "termtext",
