@@ -119,3 +119,27 @@ func TestMirrorHandlerStaysInRoot(t *testing.T) {
 		t.Errorf("PUT: %d", code)
 	}
 }
+
+// TestBusyboxPathsRefused: an applet list that would place links outside
+// the usual absolute paths is refused, as is one too short to be real.
+func TestBusyboxPathsRefused(t *testing.T) {
+	for name, list := range map[string]string{
+		"dot-dot":  "/bin/../etc/passwd\n" + strings.Repeat("/bin/x\n", 60),
+		"relative": "bin/sh\n" + strings.Repeat("/bin/x\n", 60),
+		"space":    "/bin/s h\n" + strings.Repeat("/bin/x\n", 60),
+		"short":    "/bin/sh\n",
+	} {
+		dir := t.TempDir()
+		os.MkdirAll(filepath.Join(dir, "debs"), 0o755)
+		os.WriteFile(filepath.Join(dir, ".complete"), []byte("busybox busybox-static 1:1.35.0-4\n"), 0o644)
+		os.WriteFile(filepath.Join(dir, "busybox"), []byte("\x7fELF"), 0o755)
+		os.WriteFile(filepath.Join(dir, "debs", "busybox.paths"), []byte(list), 0o644)
+		b := &repoBuilder{arch: "x86_64", debArch: "amd64", assets: dir}
+		if err := b.busybox(); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+	if got := StandInNames([]string{"git>=2.40", "curl", "make<5", "busybox", "curl"}); strings.Join(got, " ") != "curl make" {
+		t.Errorf("StandInNames = %v", got)
+	}
+}
