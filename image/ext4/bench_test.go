@@ -85,4 +85,3 @@ func BenchmarkWriteVsMkfs(b *testing.B) {
 	b.ReportMetric(mb/theirs.Seconds()*float64(b.N), "mkfs-MB/s")
 	b.ReportMetric(theirs.Seconds()/ours.Seconds(), "x-faster-than-mkfs")
 }
-
