@@ -88,9 +88,8 @@ func (a *AlpineBoot) Inputs(ctx context.Context, in *Inputs) error {
 			return err
 		}
 	}
-	if a.Keys != nil {
-		in.Param("keys", strings.Join(a.Keys.Names(), ","))
-	}
+	// Keys only decide whether a build may start; the outputs do not
+	// depend on them, so they are not an input.
 	_, err := in.File("guest", a.GuestBinary)
 	return err
 }

@@ -206,3 +206,7 @@ func dedupe(s []string) []string {
 	}
 	return out
 }
+
+// LocateGuest finds the vibedom-guest binary for arch, as LocateAssets
+// does.
+func LocateGuest(arch vm.Arch) (string, error) { return locateGuest(arch) }

@@ -37,23 +37,25 @@ const (
 
 // sess is one session while its process runs it.
 type sess struct {
-	opts    Options
-	name    string
-	dir     string // session folder
-	logDir  string
-	runDir  string // short private folder for sockets
-	state   State
-	log     *slog.Logger
-	logRed  *netfilter.RedactHandler // session.log's choke point; its Redactor is set once the DLP is ready
-	redact  netfilter.Redactor       // nil until setupDLP
-	keys    *keys.Session
-	img     *image.Image
-	machine vm.Machine
-	client  *client.Client
-	egress  *egress
-	secrets *preflight.Report
-	cleanup cleanups
-	timings Timings
+	opts   Options
+	name   string
+	dir    string // session folder
+	logDir string
+	runDir string // short private folder for sockets
+	state  State
+	log    *slog.Logger
+	logRed *netfilter.RedactHandler // session.log's choke point; its Redactor is set once the DLP is ready
+	redact netfilter.Redactor       // nil until setupDLP
+	keys   *keys.Session
+	img    *image.Image
+	// rootImage is the read-only root image ("" for the Debian test image).
+	rootImage string
+	machine   vm.Machine
+	client    *client.Client
+	egress    *egress
+	secrets   *preflight.Report
+	cleanup   cleanups
+	timings   Timings
 }
 
 func (s *sess) progress(format string, a ...any) {
@@ -87,7 +89,7 @@ func (s *sess) prepare(ctx context.Context) error {
 	if err := o.Driver.Available(ctx, o.Arch); err != nil {
 		return err
 	}
-	assets, err := image.LocateAssets(o.Arch)
+	choice, err := chooseImage(o.Home, o.Arch)
 	if err != nil {
 		return err
 	}
@@ -159,7 +161,7 @@ func (s *sess) prepare(ctx context.Context) error {
 
 	// Image.
 	s.progress("preparing the %s image", o.Arch)
-	s.img, err = image.Ensure(ctx, o.Home.Images(), image.NewDebianTest(assets, nil))
+	s.img, s.rootImage, err = prepareImage(ctx, o.Home, o.Arch, choice)
 	if err != nil {
 		return fmt.Errorf("prepare the VM image: %w", err)
 	}

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 
 	"github.com/vibedom/vibedom/image"
+	"github.com/vibedom/vibedom/image/alpine"
 	"github.com/vibedom/vibedom/keys"
 	"github.com/vibedom/vibedom/netfilter"
 	"github.com/vibedom/vibedom/vm"
@@ -65,11 +66,7 @@ func Doctor(ctx context.Context, h Home) (*DoctorReport, error) {
 			add(vm.Check{Name: "hypervisor", Status: vm.CheckFail, Detail: err.Error()})
 		}
 	}
-	if a, err := image.LocateAssets(r.Arch); err != nil {
-		add(vm.Check{Name: "guest image", Status: vm.CheckFail, Detail: err.Error()})
-	} else {
-		add(vm.Check{Name: "guest image", Status: vm.CheckOK, Detail: "test kernel in " + a.KernelDir + ", guest agent " + a.GuestBinary})
-	}
+	add(guestImageCheck(h, r.Arch))
 	if p, err := exec.LookPath("git"); err != nil {
 		add(vm.Check{Name: "git", Status: vm.CheckWarn,
 			Detail: "git not found: apply cannot merge a file both you and the agent changed, so each such file is a conflict",
@@ -144,5 +141,37 @@ func allowlistCheck(h Home) vm.Check {
 		return c
 	}
 	c.Status, c.Detail = vm.CheckOK, fmt.Sprintf("%s: %d rules", h.TrustedDomains(), len(rules))
+	return c
+}
+
+// guestImageCheck: the guest image `vibedom init` built, its root image
+// hashed in full; else, on Linux, the Debian test image's assets.
+func guestImageCheck(h Home, arch vm.Arch) vm.Check {
+	c := vm.Check{Name: "guest image"}
+	a, err := alpine.GuestArch(string(arch))
+	if err != nil {
+		c.Status, c.Detail = vm.CheckFail, err.Error()
+		return c
+	}
+	m, merr := readGuestManifest(h.GuestManifest(a))
+	if merr == nil {
+		if err := image.VerifyRootImage(h.Images(), m.Root.Path, m.Root.SHA256, true); err != nil {
+			c.Status, c.Detail, c.Fix = vm.CheckFail, err.Error(), "run `vibedom init`"
+			return c
+		}
+		c.Status = vm.CheckOK
+		c.Detail = fmt.Sprintf("Alpine %s %s, %d packages, root image %s verified", m.Lock.Branch, a, len(m.Lock.Packages), m.Root.SHA256[:12])
+		return c
+	}
+	if !errors.Is(merr, ErrNoGuestImage) {
+		c.Status, c.Detail, c.Fix = vm.CheckFail, merr.Error(), "run `vibedom init`"
+		return c
+	}
+	if as, err := image.LocateAssets(arch); err == nil {
+		c.Status = vm.CheckOK
+		c.Detail = "no Alpine image; the Linux test image: kernel in " + as.KernelDir + ", guest agent " + as.GuestBinary
+		return c
+	}
+	c.Status, c.Detail, c.Fix = vm.CheckFail, "no guest image for "+string(arch), "run `vibedom init`"
 	return c
 }

@@ -12,17 +12,32 @@ import (
 
 // InitResult reports what Init found and made.
 type InitResult struct {
-	Home          string   `json:"home"`
-	DeployKey     string   `json:"deploy_key"`      // authorized_keys line
-	DeployKeyPath string   `json:"deploy_key_path"` // private key file
-	DeployKeyNew  bool     `json:"deploy_key_created"`
-	CAFingerprint string   `json:"ca_fingerprint"`
-	CACert        string   `json:"ca_cert_path"`
-	TrustedFile   string   `json:"trusted_domains_path"`
-	AuditKey      string   `json:"audit_key_path"`   // decrypts dlp_audit.jsonl.enc
-	AuditPublic   string   `json:"audit_public_key"` // age1…
-	Driver        string   `json:"driver"`
-	Problems      []string `json:"problems,omitempty"` // what still stops `vibedom run`, with the fix
+	Home          string `json:"home"`
+	DeployKey     string `json:"deploy_key"`      // authorized_keys line
+	DeployKeyPath string `json:"deploy_key_path"` // private key file
+	DeployKeyNew  bool   `json:"deploy_key_created"`
+	CAFingerprint string `json:"ca_fingerprint"`
+	CACert        string `json:"ca_cert_path"`
+	TrustedFile   string `json:"trusted_domains_path"`
+	AuditKey      string `json:"audit_key_path"`   // decrypts dlp_audit.jsonl.enc
+	AuditPublic   string `json:"audit_public_key"` // age1…
+	Driver        string `json:"driver"`
+	// Image is the guest image built or checked (nil when skipped or when
+	// it could not be built: then ImageError says why).
+	Image      *ImageResult `json:"image,omitempty"`
+	ImageError string       `json:"image_error,omitempty"`
+	// Fallback names the image sessions use instead when the guest image
+	// could not be built ("debian-test": the Linux test kernels).
+	Fallback string   `json:"image_fallback,omitempty"`
+	Problems []string `json:"problems,omitempty"` // what still stops `vibedom run`, with the fix
+}
+
+// InitOptions says what Init does beyond keys and folders.
+type InitOptions struct {
+	// NoImage skips the guest image (keys and folders only).
+	NoImage bool
+	// Image says where packages come from; its Arch defaults to the host's.
+	Image ImageOptions
 }
 
 const trustedTemplate = `# vibedom egress allowlist: one rule a line.
@@ -39,7 +54,7 @@ const trustedTemplate = `# vibedom egress allowlist: one rule a line.
 // an allowlist file to edit. It is idempotent and never replaces a key. It
 // also checks the hypervisor and the guest image, reporting what is missing
 // rather than failing.
-func Init(ctx context.Context, h Home) (*InitResult, error) {
+func Init(ctx context.Context, h Home, o InitOptions) (*InitResult, error) {
 	if err := ensureDir(string(h)); err != nil {
 		return nil, err
 	}
@@ -70,17 +85,40 @@ func Init(ctx context.Context, h Home) (*InitResult, error) {
 			return nil, fmt.Errorf("write %s: %w", r.TrustedFile, err)
 		}
 	}
+	if o.Image.Arch == "" {
+		o.Image.Arch = HostArch()
+	}
 	d, err := DefaultDriver(h)
 	if err != nil {
 		r.Problems = append(r.Problems, err.Error())
 		return r, nil
 	}
 	r.Driver = d.Name()
-	if err := d.Available(ctx, HostArch()); err != nil {
+	if err := d.Available(ctx, o.Image.Arch); err != nil {
 		r.Problems = append(r.Problems, err.Error())
 	}
-	if _, err := image.LocateAssets(HostArch()); err != nil {
-		r.Problems = append(r.Problems, err.Error())
+	if o.NoImage {
+		if _, err := LoadGuestImage(ctx, h, o.Image.Arch); err != nil {
+			if _, aerr := image.LocateAssets(o.Image.Arch); aerr != nil {
+				r.Problems = append(r.Problems, err.Error())
+			}
+		}
+		return r, nil
 	}
+	img, err := BuildGuestImage(ctx, h, o.Image)
+	if err == nil {
+		r.Image = img
+		return r, nil
+	}
+	if ctx.Err() != nil {
+		return nil, ctx.Err()
+	}
+	r.ImageError = err.Error()
+	// On Linux the Debian test kernels (make assets) can stand in.
+	if _, aerr := image.LocateAssets(o.Image.Arch); aerr == nil {
+		r.Fallback = "debian-test"
+		return r, nil
+	}
+	r.Problems = append(r.Problems, "the guest image: "+err.Error())
 	return r, nil
 }

@@ -3,9 +3,11 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"runtime"
 	"strings"
+	"time"
 
 	"github.com/urfave/cli/v3"
 	"golang.org/x/term"
@@ -13,6 +15,8 @@ import (
 	"github.com/vibedom/vibedom/agents"
 	"github.com/vibedom/vibedom/image/alpine"
 	"github.com/vibedom/vibedom/session"
+	"github.com/vibedom/vibedom/termtext"
+	"github.com/vibedom/vibedom/vm"
 )
 
 // initJSON is `vibedom init --json`: the home's set-up and the agents.
@@ -31,9 +35,13 @@ type agentJSON struct {
 func init() {
 	commands = append(commands, &cli.Command{
 		Name:  "init",
-		Usage: "set up ~/.vibedom: MITM CA, deploy key, DLP audit key, allowlist, agents; check the hypervisor and image",
+		Usage: "set up ~/.vibedom: MITM CA, deploy key, DLP audit key, allowlist, the guest image, agents; check the hypervisor",
 		Flags: []cli.Flag{
 			&cli.BoolFlag{Name: "json", Usage: "print the result as JSON"},
+			&cli.BoolFlag{Name: "update", Usage: "move the guest image to the newest packages of the pinned Alpine release"},
+			&cli.StringFlag{Name: "mirror", Usage: "Alpine mirror `URL` (default $VIBEDOM_ALPINE_MIRROR, else Alpine's CDN); everything is verified against Alpine's keys either way"},
+			&cli.BoolFlag{Name: "no-image", Usage: "set up keys and folders only; do not build the guest image"},
+			&cli.StringFlag{Name: "arch", Usage: "guest architecture of the image: amd64 or arm64 (default: the host's)"},
 			&cli.StringFlag{Name: "agents", Usage: "fetch and verify these agents (comma-separated: " + strings.Join(agents.Names(), ",") + ")"},
 			&cli.BoolFlag{Name: "update-agents", Usage: "install the agent versions this vibedom pins for every agent already installed"},
 			&cli.StringFlag{Name: "registry", Value: agents.DefaultRegistry, Usage: "npm registry to fetch agents from (tarballs must be on its host)"},
@@ -79,17 +87,30 @@ func init() {
 					}
 				}
 			}
-			r, err := session.Init(ctx, home)
+			ew := c.Root().ErrWriter
+			tty := false
+			if f, ok := ew.(*os.File); ok {
+				tty = term.IsTerminal(int(f.Fd()))
+			}
+			garch := vm.Arch(c.String("arch"))
+			if garch == "" {
+				garch = session.HostArch()
+			}
+			if garch != vm.ArchAMD64 && garch != vm.ArchARM64 {
+				return fmt.Errorf("--arch must be amd64 or arm64, got %q", termtext.Inline(string(garch)))
+			}
+			r, err := session.Init(ctx, home, session.InitOptions{
+				NoImage: c.Bool("no-image"),
+				Image: session.ImageOptions{
+					Arch: garch, Mirror: c.String("mirror"), Update: c.Bool("update"), Keys: session.TestKeyring(),
+					Progress: ew, TTY: tty,
+				},
+			})
 			if err != nil {
 				return err
 			}
 			var installed []agents.Result
 			if len(pins) > 0 {
-				ew := c.Root().ErrWriter
-				tty := false
-				if f, ok := ew.(*os.File); ok {
-					tty = term.IsTerminal(int(f.Fd()))
-				}
 				installed, err = agents.Install(ctx, agents.Options{
 					Home:     string(home),
 					Registry: c.String("registry"),
@@ -122,6 +143,7 @@ func init() {
 				fmt.Fprintf(w, "MITM CA: %s (%s); its key never leaves this machine.\n", r.CACert, r.CAFingerprint)
 				fmt.Fprintf(w, "DLP audit key: %s (decrypts what was scrubbed: vibedom logs --decrypt)\n", r.AuditKey)
 				fmt.Fprintf(w, "Allowed domains: edit %s\n", r.TrustedFile)
+				printImage(w, r)
 				for _, a := range installed {
 					fmt.Fprintf(w, "Agent %s %s (%s-%s): %s, verified\n", a.Agent, a.Version, a.Arch, a.Libc, a.Dir)
 				}
@@ -154,4 +176,46 @@ func containsPin(pins []agents.Pin, p agents.Pin) bool {
 		}
 	}
 	return false
+}
+
+// printImage says which guest image sessions will boot.
+func printImage(w io.Writer, r *session.InitResult) {
+	switch {
+	case r.Image != nil:
+		im := r.Image
+		state := "up to date"
+		if im.Built {
+			state = "built"
+		} else if im.Fresh {
+			state = "resolved again, unchanged"
+		}
+		fmt.Fprintf(w, "Guest image: Alpine %s, %d packages, root image %s (%s), %s in %s\n",
+			im.Arch, im.Packages, short(im.RootSHA), humanSize(im.RootSize), state, im.Took.Round(10*time.Millisecond))
+		for _, c := range im.Changes {
+			fmt.Fprintf(w, "  %s\n", termtext.Inline(c))
+		}
+		if len(im.Extra) > 0 {
+			fmt.Fprintf(w, "  extra packages (packages.txt): %s\n", termtext.Inline(fmt.Sprint(im.Extra)))
+		}
+	case r.Fallback != "":
+		fmt.Fprintf(w, "Guest image: not built (%s)\n  sessions use the Linux test image (%s) instead\n", termtext.Inline(r.ImageError), r.Fallback)
+	}
+}
+
+func short(sha string) string {
+	if len(sha) > 12 {
+		return sha[:12]
+	}
+	return sha
+}
+
+func humanSize(n int64) string {
+	switch {
+	case n >= 1<<30:
+		return fmt.Sprintf("%.1f GiB", float64(n)/(1<<30))
+	case n >= 1<<20:
+		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
+	default:
+		return fmt.Sprintf("%d KiB", n>>10)
+	}
 }

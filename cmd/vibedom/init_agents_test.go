@@ -104,7 +104,7 @@ func TestInitAgentsBadInput(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			c := newCLI(t)
-			_, stderr, code := c.run(t, "", append([]string{"init"}, tc.args...)...)
+			_, stderr, code := c.run(t, "", append([]string{"init", "--no-image"}, tc.args...)...)
 			if code != 2 {
 				t.Errorf("exit %d, want 2", code)
 			}

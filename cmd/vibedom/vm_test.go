@@ -21,31 +21,48 @@ import (
 	"github.com/vibedom/vibedom/vm/vmtest"
 )
 
-var (
-	buildOnce sync.Once
-	builtBin  string
-	buildErr  error
-)
-
 // vibedomBin builds the vibedom command once per test process.
 func vibedomBin(t *testing.T) string {
 	t.Helper()
-	buildOnce.Do(func() {
+	return prodBin.get(t)
+}
+
+// vibedomTestKeysBin is vibedom built with the vibedom_testkeys tag: it
+// trusts the Alpine keys in $VIBEDOM_TEST_ALPINE_KEYS, so the CLI can build
+// a guest image from a test mirror. Every other test uses the real build,
+// which ignores that variable.
+func vibedomTestKeysBin(t *testing.T) string {
+	t.Helper()
+	return testKeysBin.get(t, "-tags", "vibedom_testkeys")
+}
+
+type binBuild struct {
+	once sync.Once
+	path string
+	err  error
+}
+
+var prodBin, testKeysBin binBuild
+
+func (b *binBuild) get(t *testing.T, flags ...string) string {
+	t.Helper()
+	b.once.Do(func() {
 		dir, err := os.MkdirTemp("", "vibedom-bin-")
 		if err != nil {
-			buildErr = err
+			b.err = err
 			return
 		}
-		builtBin = filepath.Join(dir, "vibedom")
-		out, err := exec.Command("go", "build", "-o", builtBin, ".").CombinedOutput()
+		b.path = filepath.Join(dir, "vibedom")
+		args := append(append([]string{"build"}, flags...), "-o", b.path, ".")
+		out, err := exec.Command("go", args...).CombinedOutput()
 		if err != nil {
-			buildErr = errors.New(string(out))
+			b.err = errors.New(string(out))
 		}
 	})
-	if buildErr != nil {
-		t.Fatalf("build vibedom: %v", buildErr)
+	if b.err != nil {
+		t.Fatalf("build vibedom: %v", b.err)
 	}
-	return builtBin
+	return b.path
 }
 
 // cliRun is one run of the vibedom command as a user runs it.
@@ -57,7 +74,10 @@ type cliRun struct {
 func newCLI(t *testing.T) *cliRun {
 	t.Helper()
 	c := &cliRun{home: t.TempDir(), tmp: t.TempDir()}
-	c.env = append(os.Environ(), "VIBEDOM_HOME="+c.home, "TMPDIR="+c.tmp, "NO_COLOR=1")
+	// The Alpine mirror is a closed loopback port: a test that builds a
+	// guest image serves its own mirror, and nothing may reach the internet.
+	c.env = append(os.Environ(), "VIBEDOM_HOME="+c.home, "TMPDIR="+c.tmp, "NO_COLOR=1",
+		"VIBEDOM_ALPINE_MIRROR=http://127.0.0.1:9/alpine")
 	if d := os.Getenv("VIBEDOM_TEST_IMAGE_CACHE"); d == "" {
 		// Share the image cache between the tests' homes.
 		shared := filepath.Join(os.TempDir(), "vibedom-test-home-images")
@@ -70,7 +90,13 @@ func newCLI(t *testing.T) *cliRun {
 
 func (c *cliRun) run(t *testing.T, stdin string, args ...string) (stdout, stderr string, code int) {
 	t.Helper()
-	cmd := exec.Command(vibedomBin(t), args...)
+	return c.runWith(t, vibedomBin(t), stdin, args...)
+}
+
+// runWith is run with another build of vibedom.
+func (c *cliRun) runWith(t *testing.T, bin, stdin string, args ...string) (stdout, stderr string, code int) {
+	t.Helper()
+	cmd := exec.Command(bin, args...)
 	cmd.Env = c.env
 	cmd.Stdin = strings.NewReader(stdin)
 	var o, e bytes.Buffer

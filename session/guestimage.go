@@ -1,0 +1,455 @@
+package session
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"time"
+
+	"github.com/vibedom/vibedom/image"
+	"github.com/vibedom/vibedom/image/alpine"
+	"github.com/vibedom/vibedom/image/rootfs"
+	"github.com/vibedom/vibedom/vm"
+)
+
+// The guest image on disk:
+//
+//	~/.vibedom/packages.txt           extra packages, one a line (the user's)
+//	~/.vibedom/guest/<arch>.json      the guest image manifest: lock, root image, boot packages
+//	~/.vibedom/images/root/<sha>.ext4 root images, named by content, shared by sessions
+//	~/.vibedom/images/alpine-boot-…   kernel and initramfs (image.Ensure's cache)
+//	~/.vibedom/cache/apk/             verified packages (alpine.Fetch's cache)
+//
+// The manifest lives outside images/ on purpose: images/ is a cache that
+// may be shared (tests share it between homes), the manifest says which
+// image this home uses.
+const (
+	packagesFile = "packages.txt"
+	guestDir     = "guest"
+)
+
+// PackagesFile is ~/.vibedom/packages.txt.
+func (h Home) PackagesFile() string { return h.path(packagesFile) }
+
+// GuestManifest is the guest image manifest for an Alpine arch.
+func (h Home) GuestManifest(alpineArch string) string { return h.path(guestDir, alpineArch+".json") }
+
+// ErrNoGuestImage means `vibedom init` has not built a guest image for
+// this arch in this home.
+var ErrNoGuestImage = errors.New("no guest image")
+
+// GuestManifest records what one built guest image is made of.
+type GuestManifest struct {
+	Arch string `json:"arch"` // Alpine arch
+	// Lock is the resolved package set; LockSHA256 its canonical hash.
+	Lock       *alpine.Lock `json:"lock"`
+	LockSHA256 string       `json:"lock_sha256"`
+	Mirror     string       `json:"mirror"`
+	// Root is the root image in the cache.
+	Root struct {
+		Path   string `json:"path"`
+		SHA256 string `json:"sha256"`
+		Size   int64  `json:"size"`
+	} `json:"root"`
+	// Setup lists what was done in place of install scripts.
+	Setup []string  `json:"setup,omitempty"`
+	Built time.Time `json:"built"`
+}
+
+// ImageOptions says how BuildGuestImage gets packages.
+type ImageOptions struct {
+	Arch vm.Arch
+	// Mirror is the Alpine mirror; "" means $VIBEDOM_ALPINE_MIRROR, else
+	// Alpine's CDN.
+	Mirror string
+	// Update moves to the newest packages of the pinned branch.
+	Update bool
+	// Keys verifies indexes and packages; nil means Alpine's release keys.
+	// Only tests set it.
+	Keys   *alpine.Keyring
+	Client *http.Client
+	// Progress receives download progress and steps; TTY draws a bar.
+	Progress io.Writer
+	TTY      bool
+}
+
+// ImageResult reports what BuildGuestImage did.
+type ImageResult struct {
+	Arch     string   `json:"arch"`
+	Manifest string   `json:"manifest"`
+	Root     string   `json:"root_image"`
+	RootSHA  string   `json:"root_sha256"`
+	RootSize int64    `json:"root_size"`
+	Packages int      `json:"packages"`
+	Extra    []string `json:"extra_packages,omitempty"`
+	// Changes lists what moved against the previous lock ("git 2.45.0-r0 -> 2.45.1-r0").
+	Changes []string `json:"changes,omitempty"`
+	// Fresh: the lock was resolved against the mirror now (else reused).
+	Fresh bool `json:"resolved"`
+	// Built: a root image was built now (else the cached one was used).
+	Built  bool          `json:"built"`
+	Kernel string        `json:"kernel"`
+	Initrd string        `json:"initrd"`
+	Took   time.Duration `json:"took_ns"`
+}
+
+func (o *ImageOptions) say(format string, a ...any) {
+	if o.Progress != nil {
+		fmt.Fprintf(o.Progress, "vibedom: "+format+"\n", a...)
+	}
+}
+
+// BuildGuestImage makes sure this home has a guest image for o.Arch: the
+// lock (reused unless the package list changed or Update), the packages
+// (downloaded and verified), the root image and the boot files. When
+// nothing changed it only checks what is there (well under a second).
+func BuildGuestImage(ctx context.Context, h Home, o ImageOptions) (*ImageResult, error) {
+	start := time.Now()
+	arch, err := alpine.GuestArch(string(o.Arch))
+	if err != nil {
+		return nil, err
+	}
+	if o.Mirror == "" {
+		o.Mirror = alpine.MirrorFromEnv()
+	}
+	extra, err := alpine.ReadPackagesFile(h.PackagesFile())
+	if err != nil {
+		return nil, err
+	}
+	world := alpine.World(extra)
+	res := &ImageResult{Arch: arch, Manifest: h.GuestManifest(arch), Extra: extra}
+
+	prev, err := readGuestManifest(h.GuestManifest(arch))
+	if err != nil && !errors.Is(err, ErrNoGuestImage) {
+		return nil, err
+	}
+	var prevLock *alpine.Lock
+	if prev != nil {
+		prevLock = prev.Lock
+	}
+	lock := prevLock
+	if lock == nil || o.Update || !slices.Equal(lock.World, world) || lock.Branch != alpine.Branch {
+		if lock != nil && lock.Branch != alpine.Branch && !o.Update {
+			return nil, fmt.Errorf("the guest image is Alpine %s, this vibedom uses %s: run `vibedom init --update`", lock.Branch, alpine.Branch)
+		}
+		o.say("reading the Alpine %s package index (%s)", alpine.Branch, arch)
+		idx, err := alpine.FetchIndexes(ctx, o.Client, alpine.Options{Mirror: o.Mirror, Arch: arch, Keys: o.Keys})
+		if err != nil {
+			return nil, err
+		}
+		next, err := alpine.Resolve(idx, world, prevLock, o.Update)
+		if errors.Is(err, alpine.ErrLockDrift) && !o.Update && onlyAddedOrRemoved(prevLock, next) {
+			// The package list changed: new packages join, dropped ones
+			// leave, and every package kept stays at its locked version.
+			err = nil
+		}
+		if err != nil {
+			return nil, err
+		}
+		if prevLock != nil {
+			for _, c := range alpine.Diff(prevLock, next) {
+				res.Changes = append(res.Changes, c.String())
+			}
+		}
+		lock, res.Fresh = next, true
+	}
+	lockBytes := lock.Marshal()
+	lockSum := sha256.Sum256(lockBytes)
+	lockSHA := hex.EncodeToString(lockSum[:])
+	res.Packages = len(lock.Packages)
+	cacheDir := alpine.CacheDir(string(h))
+	images := h.Images()
+
+	boot, err := bootPackages(lock, cacheDir)
+	if err != nil {
+		return nil, err
+	}
+	// Warm path: same lock, root image intact, boot packages cached.
+	warm := prev != nil && prev.LockSHA256 == lockSHA && !o.Update &&
+		image.VerifyRootImage(images, prev.Root.Path, prev.Root.SHA256, false) == nil &&
+		fileExists(boot[0].Path) && fileExists(boot[1].Path)
+	var m *GuestManifest
+	if warm {
+		m = prev
+	} else {
+		o.say("fetching %d packages", len(lock.Packages))
+		prog := alpine.NewProgress(io.Discard, false)
+		if o.Progress != nil {
+			prog = alpine.NewProgress(o.Progress, o.TTY)
+		}
+		files, err := alpine.Fetch(ctx, alpine.FetchOptions{
+			Options: alpine.Options{Mirror: o.Mirror, Arch: arch, Keys: o.Keys}, CacheDir: cacheDir,
+			Client: o.Client, Progress: prog,
+		}, lock)
+		prog.Close()
+		if err != nil {
+			return nil, err
+		}
+		m = &GuestManifest{Arch: arch, Lock: lock, LockSHA256: lockSHA, Mirror: o.Mirror, Built: time.Now().UTC().Truncate(time.Second)}
+		if prev != nil && prev.LockSHA256 == lockSHA && image.VerifyRootImage(images, prev.Root.Path, prev.Root.SHA256, false) == nil {
+			m.Root, m.Setup = prev.Root, prev.Setup
+		} else if known, ok := knownRoot(images, lockSHA); ok {
+			// Another home (or an earlier manifest) built this lock's
+			// image: builds are reproducible, so it is this one.
+			m.Root, m.Setup = known.Root, known.Setup
+		} else {
+			o.say("building the root image")
+			if err := os.MkdirAll(filepath.Join(images, image.RootDir), 0o755); err != nil {
+				return nil, err
+			}
+			tmp := filepath.Join(images, image.RootDir, fmt.Sprintf(".build-%d-%s.ext4", os.Getpid(), lockSHA[:12]))
+			r, err := rootfs.Build(ctx, rootfs.Options{
+				Arch: arch, Lock: lock, Files: files, Keys: o.Keys, Exclude: alpine.BootWorld, Out: tmp,
+			})
+			if err != nil {
+				os.Remove(tmp)
+				return nil, fmt.Errorf("build the root image: %w", err)
+			}
+			p, err := image.InstallRootImage(images, tmp, r.SHA256)
+			if err != nil {
+				os.Remove(tmp)
+				return nil, err
+			}
+			m.Root.Path, m.Root.SHA256, m.Root.Size, m.Setup = p, r.SHA256, r.Size, r.Setup
+			res.Built = true
+			rememberRoot(images, lockSHA, m)
+		}
+	}
+	img, err := ensureAlpineBoot(ctx, h, o.Arch, m, o.Keys)
+	if err != nil {
+		return nil, err
+	}
+	if !warm {
+		if err := writeGuestManifest(h.GuestManifest(arch), m); err != nil {
+			return nil, err
+		}
+	}
+	res.Root, res.RootSHA, res.RootSize = m.Root.Path, m.Root.SHA256, m.Root.Size
+	res.Kernel, res.Initrd = img.Kernel, img.Initrd
+	res.Took = time.Since(start)
+	return res, nil
+}
+
+// onlyAddedOrRemoved reports whether next differs from prev only by
+// packages added or removed (no package changed version or checksum).
+func onlyAddedOrRemoved(prev, next *alpine.Lock) bool {
+	if prev == nil || next == nil {
+		return false
+	}
+	for _, c := range alpine.Diff(prev, next) {
+		if c.Kind == alpine.Changed {
+			return false
+		}
+	}
+	return true
+}
+
+// bootPackages finds linux-virt and busybox-static in lock.
+func bootPackages(lock *alpine.Lock, cacheDir string) ([]image.BootPackage, error) {
+	var out []image.BootPackage
+	for _, name := range alpine.BootWorld {
+		i := slices.IndexFunc(lock.Packages, func(p alpine.LockedPackage) bool { return p.Name == name })
+		if i < 0 {
+			return nil, fmt.Errorf("the package lock has no %s: run `vibedom init --update`", name)
+		}
+		out = append(out, image.BootPackage{Locked: lock.Packages[i], Path: alpine.CachePath(cacheDir, lock.Packages[i])})
+	}
+	return out, nil
+}
+
+func ensureAlpineBoot(ctx context.Context, h Home, arch vm.Arch, m *GuestManifest, keys *alpine.Keyring) (*image.Image, error) {
+	boot, err := bootPackages(m.Lock, alpine.CacheDir(string(h)))
+	if err != nil {
+		return nil, err
+	}
+	guest, err := image.LocateGuest(arch)
+	if err != nil {
+		return nil, err
+	}
+	img, err := image.Ensure(ctx, h.Images(), &image.AlpineBoot{
+		GuestArch: arch, Linux: boot[0], Busybox: boot[1], GuestBinary: guest, Keys: keys,
+	})
+	if err != nil {
+		if !fileExists(boot[0].Path) || !fileExists(boot[1].Path) {
+			return nil, fmt.Errorf("%w (the package cache lost the kernel packages: run `vibedom init`)", err)
+		}
+		return nil, err
+	}
+	return img, nil
+}
+
+// GuestBoot is what a session boots: the boot files and the root image.
+type GuestBoot struct {
+	Image     *image.Image
+	RootImage string
+	Manifest  *GuestManifest
+}
+
+// LoadGuestImage returns this home's guest image for arch, verified
+// (cheaply: see image.VerifyRootImage), or an error wrapping
+// ErrNoGuestImage when `vibedom init` has not built one.
+func LoadGuestImage(ctx context.Context, h Home, arch vm.Arch) (*GuestBoot, error) {
+	a, err := alpine.GuestArch(string(arch))
+	if err != nil {
+		return nil, err
+	}
+	m, err := readGuestManifest(h.GuestManifest(a))
+	if err != nil {
+		return nil, err
+	}
+	if err := image.VerifyRootImage(h.Images(), m.Root.Path, m.Root.SHA256, false); err != nil {
+		return nil, err
+	}
+	img, err := ensureAlpineBoot(ctx, h, arch, m, testKeyring())
+	if err != nil {
+		return nil, err
+	}
+	return &GuestBoot{Image: img, RootImage: m.Root.Path, Manifest: m}, nil
+}
+
+// maxManifest bounds the guest manifest.
+const maxManifest = 16 << 20
+
+func readGuestManifest(p string) (*GuestManifest, error) {
+	b, err := readFileLimit(p, maxManifest)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("%w for this architecture: run `vibedom init`", ErrNoGuestImage)
+	}
+	if err != nil {
+		return nil, err
+	}
+	var m GuestManifest
+	if err := json.Unmarshal(b, &m); err != nil || m.Lock == nil {
+		return nil, fmt.Errorf("%s is damaged (%v): run `vibedom init` to rebuild it", p, err)
+	}
+	sum := sha256.Sum256(m.Lock.Marshal())
+	if hex.EncodeToString(sum[:]) != m.LockSHA256 {
+		return nil, fmt.Errorf("%s: the lock does not match its checksum: run `vibedom init --update`", p)
+	}
+	if _, err := alpine.ParseLock(m.Lock.Marshal()); err != nil {
+		return nil, fmt.Errorf("%s: %w: run `vibedom init --update`", p, err)
+	}
+	return &m, nil
+}
+
+func writeGuestManifest(p string, m *GuestManifest) error {
+	b, err := json.MarshalIndent(m, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
+		return err
+	}
+	return writeFileAtomic(p, append(b, '\n'), 0o600)
+}
+
+func fileExists(p string) bool {
+	fi, err := os.Stat(p)
+	return err == nil && fi.Mode().IsRegular()
+}
+
+// readFileLimit reads a file of at most max bytes.
+func readFileLimit(p string, max int64) ([]byte, error) {
+	f, err := os.Open(p)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, max+1))
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(b)) > max {
+		return nil, fmt.Errorf("%s: larger than %d MiB", p, max>>20)
+	}
+	return b, nil
+}
+
+// imageChoice is what a session boots.
+type imageChoice struct {
+	alpine bool
+	assets image.Assets // the Debian test image's, when !alpine
+}
+
+// chooseImage decides, cheaply and before anything is made, what a session
+// boots: this home's guest image when `vibedom init` built one, else the
+// Debian test image from the Linux test assets (`make assets`).
+func chooseImage(h Home, arch vm.Arch) (imageChoice, error) {
+	a, err := alpine.GuestArch(string(arch))
+	if err != nil {
+		return imageChoice{}, err
+	}
+	if _, err := os.Stat(h.GuestManifest(a)); err == nil {
+		return imageChoice{alpine: true}, nil
+	}
+	assets, aerr := image.LocateAssets(arch)
+	if aerr != nil {
+		return imageChoice{}, fmt.Errorf("%w for %s: run `vibedom init` (on Linux, `make assets` also gives the test image: %v)", ErrNoGuestImage, arch, aerr)
+	}
+	return imageChoice{assets: assets}, nil
+}
+
+// prepareImage makes the chosen image ready: the boot files, and the root
+// image path ("" for the Debian test image, which has no root image).
+func prepareImage(ctx context.Context, h Home, arch vm.Arch, c imageChoice) (*image.Image, string, error) {
+	if !c.alpine {
+		img, err := image.Ensure(ctx, h.Images(), image.NewDebianTest(c.assets, nil))
+		return img, "", err
+	}
+	gb, err := LoadGuestImage(ctx, h, arch)
+	if err != nil {
+		return nil, "", err
+	}
+	return gb.Image, gb.RootImage, nil
+}
+
+// rootIndex is what images/root/lock-<lock sha256>.json records: which
+// root image a lock built.
+type rootIndex struct {
+	Root struct {
+		Path   string `json:"path"`
+		SHA256 string `json:"sha256"`
+		Size   int64  `json:"size"`
+	} `json:"root"`
+	Setup []string `json:"setup,omitempty"`
+}
+
+func rootIndexPath(images, lockSHA string) string {
+	return filepath.Join(images, image.RootDir, "lock-"+lockSHA+".json")
+}
+
+// knownRoot finds an intact root image built from lockSHA.
+func knownRoot(images, lockSHA string) (*rootIndex, bool) {
+	b, err := readFileLimit(rootIndexPath(images, lockSHA), 1<<20)
+	if err != nil {
+		return nil, false
+	}
+	var x rootIndex
+	if json.Unmarshal(b, &x) != nil {
+		return nil, false
+	}
+	// The path is rebuilt from the content name: the index cannot point
+	// anywhere else.
+	x.Root.Path = image.RootImagePath(images, x.Root.SHA256)
+	if image.VerifyRootImage(images, x.Root.Path, x.Root.SHA256, false) != nil {
+		return nil, false
+	}
+	return &x, true
+}
+
+func rememberRoot(images, lockSHA string, m *GuestManifest) {
+	var x rootIndex
+	x.Root, x.Setup = m.Root, m.Setup
+	if b, err := json.Marshal(&x); err == nil {
+		_ = writeFileAtomic(rootIndexPath(images, lockSHA), b, 0o644)
+	}
+}

@@ -1,0 +1,229 @@
+package session
+
+import (
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/vibedom/vibedom/image"
+	"github.com/vibedom/vibedom/image/alpine"
+	"github.com/vibedom/vibedom/image/alpine/alpinetest"
+	"github.com/vibedom/vibedom/vm"
+)
+
+// testMirror serves the Debian-sourced test repository for the host's
+// guest arch, signed by a key made now.
+func testMirror(t *testing.T) (url string, key *alpinetest.Key, repo *alpinetest.DebianRepo) {
+	t.Helper()
+	arch, err := alpine.GuestArch(runtime.GOARCH)
+	if err != nil {
+		t.Skip(err)
+	}
+	assets, err := alpinetest.FindAssets(arch)
+	if err != nil {
+		t.Skipf("no Debian userland for %s (scripts/fetch-assets.sh): %v", arch, err)
+	}
+	if _, err := image.LocateGuest(vm.Arch(runtime.GOARCH)); err != nil {
+		t.Skipf("no guest binary: %v", err)
+	}
+	key, err = alpinetest.NewKey("session-test@vibedom-1.rsa.pub")
+	if err != nil {
+		t.Fatal(err)
+	}
+	repo, err = alpinetest.BuildDebianRepo(alpinetest.DebianOptions{Arch: arch, Assets: assets, Root: t.TempDir(), Key: key,
+		CacheDir: alpinetest.CacheDirFor(assets)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := repo.Serve()
+	t.Cleanup(srv.Close)
+	return srv.URL, key, repo
+}
+
+func e2fsck(t *testing.T, img string) {
+	t.Helper()
+	bin, err := exec.LookPath("e2fsck")
+	if err != nil {
+		if bin, err = exec.LookPath("/usr/sbin/e2fsck"); err != nil {
+			t.Logf("e2fsck not installed: the image's consistency is not checked")
+			return
+		}
+	}
+	out, err := exec.Command(bin, "-fn", img).CombinedOutput()
+	if err != nil {
+		t.Errorf("e2fsck -fn %s: %v\n%s", img, err, out)
+	}
+}
+
+func TestBuildGuestImage(t *testing.T) {
+	url, key, _ := testMirror(t)
+	h := Home(t.TempDir())
+	o := ImageOptions{Arch: vm.Arch(runtime.GOARCH), Mirror: url, Keys: key.Ring}
+
+	r, err := BuildGuestImage(t.Context(), h, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !r.Built || !r.Fresh || r.Packages < 10 {
+		t.Errorf("first build: %+v", r)
+	}
+	fi, err := os.Stat(r.Root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi.Mode().Perm() != 0o444 || filepath.Base(r.Root) != r.RootSHA+".ext4" || fi.Size() != r.RootSize {
+		t.Errorf("root image %s: mode %v size %d, result %+v", r.Root, fi.Mode(), fi.Size(), r)
+	}
+	e2fsck(t, r.Root)
+	m, err := readGuestManifest(h.GuestManifest(r.Arch))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, b := range alpine.BootWorld {
+		if !slices.ContainsFunc(m.Lock.Packages, func(p alpine.LockedPackage) bool { return p.Name == b }) {
+			t.Errorf("lock has no %s", b)
+		}
+	}
+	t.Logf("cold build: %d packages, root image %d MiB, %s", r.Packages, r.RootSize>>20, r.Took)
+
+	// Warm: nothing changed, nothing fetched (the mirror is gone).
+	o2 := o
+	o2.Mirror = "http://127.0.0.1:9/alpine"
+	r2, err := BuildGuestImage(t.Context(), h, o2)
+	if err != nil {
+		t.Fatalf("warm init needed the mirror: %v", err)
+	}
+	if r2.Built || r2.Fresh || r2.RootSHA != r.RootSHA {
+		t.Errorf("warm: %+v", r2)
+	}
+	t.Logf("warm init: %s", r2.Took)
+
+	// A session finds it.
+	gb, err := LoadGuestImage(t.Context(), h, vm.Arch(runtime.GOARCH))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if gb.RootImage != r.Root || gb.Image.Kernel == "" {
+		t.Errorf("load: %+v", gb)
+	}
+
+	// A second home with the same lock shares the root image file: the
+	// images cache is content-addressed.
+	h2 := Home(t.TempDir())
+	os.Symlink(h.Images(), h2.Images())
+	os.MkdirAll(filepath.Join(string(h2), "cache"), 0o700)
+	os.Symlink(alpine.CacheDir(string(h)), alpine.CacheDir(string(h2)))
+	r3, err := BuildGuestImage(t.Context(), h2, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi1, fi3 := statOrNil(r.Root), statOrNil(r3.Root); r3.Built || fi1 == nil || fi3 == nil || !os.SameFile(fi1, fi3) {
+		t.Errorf("same lock, second home: built=%v root %s, want the shared %s", r3.Built, r3.Root, r.Root)
+	}
+
+	// A damaged root image is noticed (its identity changed, so it is
+	// hashed again) and refused.
+	os.Chmod(r.Root, 0o644)
+	f, err := os.OpenFile(r.Root, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.WriteAt([]byte("x"), 4096*3+17)
+	f.Close()
+	if _, err := LoadGuestImage(t.Context(), h, vm.Arch(runtime.GOARCH)); !errors.Is(err, image.ErrRootImage) {
+		t.Errorf("damaged root image: %v, want ErrRootImage", err)
+	}
+	// init rebuilds it (from the cache, without the mirror).
+	r4, err := BuildGuestImage(t.Context(), h, o2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !r4.Built || r4.RootSHA != r.RootSHA {
+		t.Errorf("rebuild after damage: built=%v sha %s, want %s (the build is reproducible)", r4.Built, r4.RootSHA, r.RootSHA)
+	}
+	if err := image.VerifyRootImage(h.Images(), r4.Root, r4.RootSHA, true); err != nil {
+		t.Error(err)
+	}
+}
+
+func TestGuestImagePackageList(t *testing.T) {
+	url, key, repo := testMirror(t)
+	h := Home(t.TempDir())
+	o := ImageOptions{Arch: vm.Arch(runtime.GOARCH), Mirror: url, Keys: key.Ring}
+	if _, err := BuildGuestImage(t.Context(), h, o); err != nil {
+		t.Fatal(err)
+	}
+	// A name no repository has: an error naming it; the image stays.
+	os.WriteFile(h.PackagesFile(), []byte("# mine\nno-such-tool\n"), 0o600)
+	_, err := BuildGuestImage(t.Context(), h, o)
+	if !errors.Is(err, alpine.ErrMissing) || !strings.Contains(err.Error(), "no-such-tool") {
+		t.Errorf("unknown package: %v", err)
+	}
+	if _, err := LoadGuestImage(t.Context(), h, vm.Arch(runtime.GOARCH)); err != nil {
+		t.Errorf("the previous image must stay usable: %v", err)
+	}
+	// Not a package name: the line is named.
+	os.WriteFile(h.PackagesFile(), []byte("git\nrm -rf /\n"), 0o600)
+	if _, err := BuildGuestImage(t.Context(), h, o); err == nil || !strings.Contains(err.Error(), "packages.txt:2") {
+		t.Errorf("bad line: %v", err)
+	}
+	// A package the mirror has but the default list does not: it joins,
+	// everything else keeps its locked version.
+	var extra string
+	for _, p := range repo.Packages {
+		if !slices.Contains(alpine.World(nil), p.Name) && !slices.Contains(repo.StandIns, p.Name) {
+			extra = p.Name
+			break
+		}
+	}
+	if extra == "" {
+		t.Skip("the test repository has no package outside the default list")
+	}
+	os.WriteFile(h.PackagesFile(), []byte(extra+"\n"), 0o600)
+	r, err := BuildGuestImage(t.Context(), h, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(r.Extra, extra) {
+		t.Errorf("extra packages: %v", r.Extra)
+	}
+	for _, c := range r.Changes {
+		if !strings.HasPrefix(c, "added ") && !strings.HasPrefix(c, "removed ") {
+			t.Errorf("a changed list moved a locked package: %s", c)
+		}
+	}
+}
+
+func TestGuestImageRefusesForeignKeys(t *testing.T) {
+	url, _, _ := testMirror(t)
+	h := Home(t.TempDir())
+	// No keyring: Alpine's release keys, which did not sign the test mirror.
+	_, err := BuildGuestImage(t.Context(), h, ImageOptions{Arch: vm.Arch(runtime.GOARCH), Mirror: url})
+	if !errors.Is(err, alpine.ErrSignature) {
+		t.Fatalf("test mirror under the release keys: %v, want ErrSignature", err)
+	}
+	if _, err := os.Stat(h.GuestManifest(mustAlpineArch(t))); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("a manifest was written after a refused index")
+	}
+}
+
+func mustAlpineArch(t *testing.T) string {
+	a, err := alpine.GuestArch(runtime.GOARCH)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a
+}
+
+func statOrNil(p string) os.FileInfo {
+	fi, err := os.Stat(p)
+	if err != nil {
+		return nil
+	}
+	return fi
+}
