@@ -62,7 +62,16 @@ func Agent() error {
 	if _, err := recordBases(log, proto.WorkDir, proto.UpperDir, basesFile); err != nil {
 		log.Warn("copy-up bases are not recorded: files both you and the agent change will be conflicts", "err", err)
 	}
+	var img *ImageRoot
+	if bc.Root != nil {
+		agent, err := lookupUser(proto.RootDir, proto.RootAgentUser)
+		if err != nil {
+			log.Warn("commands cannot run as the agent user", "err", err)
+		}
+		img = &ImageRoot{Dir: proto.RootDir, Agent: agent}
+	}
 	srv, err := NewServer(ServerConfig{
+		Image:          img,
 		HostKey:        hostKey,
 		AuthorizedKeys: authorized,
 		Shell:          "/bin/sh",

@@ -213,6 +213,12 @@ func Shutdown(log *slog.Logger) {
 		}
 	}
 	unix.Sync()
+	// The root overlay and what is mounted inside it go first (detached:
+	// they hold /work and the scratch disk).
+	if _, err := os.Stat(proto.RootDir); err == nil {
+		_ = unix.Unmount(proto.RootDir, unix.MNT_DETACH)
+		_ = unix.Unmount(proto.RootLower, unix.MNT_DETACH)
+	}
 	for _, m := range []string{proto.WorkDir, proto.ScratchMount, proto.WorkspaceMount} {
 		if err := unix.Unmount(m, 0); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
 			log.Warn("unmount failed; detaching it", "path", m, "err", err)

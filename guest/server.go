@@ -55,9 +55,35 @@ type ServerConfig struct {
 	// Poweroff is called once, in its own goroutine, after a poweroff
 	// request was acknowledged. nil refuses poweroff requests.
 	Poweroff func()
+	// Image, when set, is the root image user commands run in (see
+	// proto.RunAsVar); nil runs every command as the server's own user.
+	Image *ImageRoot
 	// Log receives diagnostics (never command lines or environment
 	// values); nil is silent.
 	Log *slog.Logger
+}
+
+// ImageRoot is where and as whom user commands run inside the root image.
+type ImageRoot struct {
+	// Dir is the merged root (proto.RootDir) commands are chrooted into.
+	Dir string
+	// Agent is the unprivileged user (proto.RunAsAgent).
+	Agent *ImageUser
+}
+
+// ImageUser is who a command runs as inside the root image.
+type ImageUser struct {
+	Name     string
+	UID, GID uint32
+	Groups   []uint32
+	Home     string
+	Shell    string
+}
+
+// runAs is how one command runs.
+type runAs struct {
+	chroot string
+	user   *ImageUser // nil: root
 }
 
 // Server serves SSH connections from the host: session channels with exec,
@@ -342,6 +368,35 @@ func validTerm(t string) bool {
 	return true
 }
 
+// runAs takes proto.RunAsVar out of the client's variables and says where
+// the command runs. Without a root image the variable is ignored (the
+// Debian test image runs everything as root in the initramfs).
+func (s *Server) runAs(clientEnv []string) (runAs, []string, error) {
+	var want string
+	out := clientEnv[:0:0]
+	for _, kv := range clientEnv {
+		if k, v, _ := strings.Cut(kv, "="); k == proto.RunAsVar {
+			want = v
+			continue
+		}
+		out = append(out, kv)
+	}
+	img := s.cfg.Image
+	if img == nil || want == "" {
+		return runAs{}, out, nil
+	}
+	switch want {
+	case proto.RunAsRoot:
+		return runAs{chroot: img.Dir}, out, nil
+	case proto.RunAsAgent:
+		if img.Agent == nil {
+			return runAs{}, nil, errors.New("the root image has no agent user")
+		}
+		return runAs{chroot: img.Dir, user: img.Agent}, out, nil
+	}
+	return runAs{}, nil, fmt.Errorf("%s=%q: want %q or %q", proto.RunAsVar, want, proto.RunAsAgent, proto.RunAsRoot)
+}
+
 func (s *Server) workDir() string {
 	if fi, err := os.Stat(s.cfg.WorkDir); err == nil && fi.IsDir() {
 		return s.cfg.WorkDir
@@ -361,6 +416,8 @@ type process struct {
 
 	mu     sync.Mutex
 	exited bool
+
+	as runAs
 }
 
 // start starts a login shell (shell) or command through the shell, on a
@@ -379,13 +436,34 @@ func (s *Server) start(shell bool, command string, st *sessionState, ch ssh.Chan
 	if st.pty != nil && st.pty.Term != "" {
 		env = append(env, "TERM="+st.pty.Term)
 	}
-	cmd.Env = append(env, st.env...) // later entries win
-	p := &process{cmd: cmd, log: s.log, done: make(chan struct{}), drain: s.outputDrain, grace: s.hangupGrace}
+	as, clientEnv, err := s.runAs(st.env)
+	if err != nil {
+		return nil, err
+	}
+	cmd.SysProcAttr = &syscall.SysProcAttr{}
+	if as.chroot != "" {
+		cmd.SysProcAttr.Chroot = as.chroot
+		if as.user != nil {
+			u := as.user
+			cmd.SysProcAttr.Credential = &syscall.Credential{Uid: u.UID, Gid: u.GID, Groups: u.Groups}
+			// The workspace's files belong to the host user (root in CI,
+			// 501 on a Mac): file-access capabilities let the agent edit
+			// them without being root. The VM, not this uid, is the
+			// boundary; see docs/image.md.
+			agentCaps(cmd.SysProcAttr)
+			env = append(env, "HOME="+u.Home, "USER="+u.Name, "LOGNAME="+u.Name, "SHELL="+u.Shell)
+			if shell {
+				cmd.Path, cmd.Args = u.Shell, []string{"-" + baseName(u.Shell)}
+			}
+		}
+	}
+	cmd.Env = append(env, clientEnv...) // later entries win
+	p := &process{cmd: cmd, log: s.log, done: make(chan struct{}), drain: s.outputDrain, grace: s.hangupGrace, as: as}
 	if st.pty != nil {
 		return p, p.startPTY(st.pty, ch)
 	}
 	// Its own process group, so a signal reaches the whole pipeline.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.SysProcAttr.Setpgid = true
 	cmd.Stdout = ch
 	cmd.Stderr = ch.Stderr()
 	// A background job that keeps stdout open must not hold the session
@@ -422,9 +500,19 @@ func (p *process) startPTY(pr *ptyRequest, ch ssh.Channel) error {
 		return fmt.Errorf("size the pty: %w", err)
 	}
 	p.cmd.Stdin, p.cmd.Stdout, p.cmd.Stderr = tty, tty, tty
+	if u := p.as.user; u != nil {
+		// The terminal belongs to the user the command runs as.
+		if err := os.Chown(tty.Name(), int(u.UID), int(u.GID)); err != nil {
+			ptmx.Close()
+			return fmt.Errorf("give the pty to %s: %w", u.Name, err)
+		}
+	}
 	// A session leader with the pty as its controlling terminal (fd 0 in
 	// the child), like a login.
-	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0}
+	if p.cmd.SysProcAttr == nil {
+		p.cmd.SysProcAttr = &syscall.SysProcAttr{}
+	}
+	p.cmd.SysProcAttr.Setsid, p.cmd.SysProcAttr.Setctty, p.cmd.SysProcAttr.Ctty = true, true, 0
 	if err := p.cmd.Start(); err != nil {
 		ptmx.Close()
 		return fmt.Errorf("start %s on a pty: %w", p.cmd.Path, err)

@@ -68,6 +68,14 @@ func setup(log *slog.Logger) (*proto.BootConfig, error) {
 	if err := writeProfile("/", SessionEnv(bc, caBundle(bc))); err != nil {
 		return nil, fmt.Errorf("write the shell profile: %w", err)
 	}
+	if bc.Root != nil {
+		if err := step("root image mounted", func() error { return mountRoot(log, bc.Root) }); err != nil {
+			return nil, err
+		}
+		if err := writeProfile(proto.RootDir, SessionEnv(bc, caBundle(bc))); err != nil {
+			return nil, fmt.Errorf("write the shell profile in the root: %w", err)
+		}
+	}
 	return bc, nil
 }
 

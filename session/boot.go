@@ -2,6 +2,7 @@ package session
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"io"
@@ -15,6 +16,8 @@ import (
 	"github.com/vibedom/vibedom/guest/client"
 	"github.com/vibedom/vibedom/guest/proto"
 	"github.com/vibedom/vibedom/image"
+	"github.com/vibedom/vibedom/image/ext4"
+	"github.com/vibedom/vibedom/image/rootfs"
 	"github.com/vibedom/vibedom/keys"
 	"github.com/vibedom/vibedom/netfilter"
 	"github.com/vibedom/vibedom/overlay"
@@ -194,7 +197,7 @@ func (s *sess) prepare(ctx context.Context) error {
 
 	// Scratch disk: sparse, holds the overlay's upper layer.
 	scratch := filepath.Join(s.dir, scratchFile)
-	if err := makeSparse(scratch, o.ScratchSize); err != nil {
+	if err := makeScratch(scratch, o.ScratchSize); err != nil {
 		return err
 	}
 	s.cleanup.add("remove scratch disk", func() error { return removeIfExists(scratch) })
@@ -216,6 +219,7 @@ func (s *sess) prepare(ctx context.Context) error {
 		Control:        controlFor(o.Driver),
 		Workspace:      proto.Workspace{Tag: workspaceTag, FSType: shareFSFor(o.Driver)},
 		Scratch:        proto.Scratch{Device: "/dev/vda"},
+		Root:           s.rootConfig(),
 		AuthorizedKeys: []string{s.keys.AuthorizedKey()},
 		Env:            map[string]string{"VIBEDOM_SESSION": s.name},
 	}
@@ -248,7 +252,7 @@ func (s *sess) boot(ctx context.Context) error {
 		Initrd:     filepath.Join(s.dir, initrdFile),
 		Cmdline:    "quiet",
 		Shares:     []vm.Share{{Tag: workspaceTag, HostPath: o.Workspace, ReadOnly: true}},
-		Disks:      []vm.Disk{{Path: filepath.Join(s.dir, scratchFile)}},
+		Disks:      s.disks(),
 		ConsoleLog: filepath.Join(s.logDir, consoleFile),
 		StateDir:   s.runDir,
 	}
@@ -371,16 +375,52 @@ func (s *sess) stopMachine() error {
 	return nil
 }
 
-func makeSparse(path string, size int64) error {
+// disks are the VM's block devices: the scratch disk first (/dev/vda), then
+// the shared root image, read-only (found in the guest by its label).
+func (s *sess) rootConfig() *proto.Root {
+	if s.rootImage == "" {
+		return nil
+	}
+	return &proto.Root{Label: rootfs.DefaultLabel}
+}
+
+func (s *sess) disks() []vm.Disk {
+	d := []vm.Disk{{Path: filepath.Join(s.dir, scratchFile)}}
+	if s.rootImage != "" {
+		d = append(d, vm.Disk{Path: s.rootImage, ReadOnly: true})
+	}
+	return d
+}
+
+// makeScratch makes the sparse scratch disk with an empty ext4 file system
+// on it, written here rather than by the guest: the guest's busybox may
+// have no mke2fs (Alpine's has none), and the host can give it one inode
+// per 16 KiB (large npm installs need many) at no cost, since the inode
+// tables are zeros and stay holes in the file.
+func makeScratch(path string, size int64) error {
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
 		return fmt.Errorf("create scratch disk: %w", err)
 	}
-	if err := f.Truncate(size); err != nil {
+	var uuid [16]byte
+	if _, err := rand.Read(uuid[:]); err != nil {
 		f.Close()
-		return fmt.Errorf("size scratch disk: %w", err)
+		return err
 	}
-	return f.Close()
+	uuid[6], uuid[8] = uuid[6]&0x0f|0x40, uuid[8]&0x3f|0x80
+	blocks := uint64(size) / 4096
+	_, err = ext4.Write(f, &ext4.Node{Type: ext4.TypeDir, Meta: ext4.Meta{Mode: 0o755}}, ext4.Options{
+		Label: "vibedom-scratch", UUID: uuid, Time: time.Now(),
+		// Write adds its own metadata on top: ask for a little less.
+		FreeBlocks: blocks - blocks/64, FreeInodes: uint64(size) / (16 << 10),
+	})
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("format scratch disk: %w", err)
+	}
+	return nil
 }
 
 func removeIfExists(path string) error {

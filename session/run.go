@@ -43,6 +43,10 @@ type Options struct {
 	// Command runs without a TTY when non-empty; otherwise an interactive
 	// shell is attached to Terminal.
 	Command []string
+	// AsRoot runs the command or shell as root inside the root image
+	// (default: its unprivileged agent user). The Debian test image runs
+	// everything as root.
+	AsRoot bool
 	// Stdin, Stdout and Stderr are the user's streams.
 	Stdin          io.Reader
 	Stdout, Stderr io.Writer

@@ -124,7 +124,7 @@ func (s *sess) runAgent(ctx context.Context) (int, error) {
 		s.log.Info("exec", "argv", o.Command)
 		in, stop := newInput(o.Stdin)
 		st, err = s.client.Exec(ctx, "exec "+shellQuote(o.Command), client.ExecOptions{
-			Stdin: in, Stdout: o.Stdout, Stderr: o.Stderr,
+			Stdin: in, Stdout: o.Stdout, Stderr: o.Stderr, Env: s.userEnv(),
 		})
 		stop()
 	} else {
@@ -141,6 +141,19 @@ func (s *sess) runAgent(ctx context.Context) (int, error) {
 	}
 	s.log.Info("agent exited", "code", st.Code, "signal", st.Signal)
 	return st.ShellCode(), nil
+}
+
+// userEnv says where the user's command runs: inside the root image, as
+// its agent user or (AsRoot) as root. Nil for the Debian test image.
+func (s *sess) userEnv() map[string]string {
+	if s.rootImage == "" {
+		return nil
+	}
+	as := proto.RunAsAgent
+	if s.opts.AsRoot {
+		as = proto.RunAsRoot
+	}
+	return map[string]string{proto.RunAsVar: as}
 }
 
 // shell attaches the user's terminal to a PTY shell in the guest.
@@ -169,7 +182,7 @@ func (s *sess) shell(ctx context.Context) (client.ExitStatus, error) {
 	defer stop()
 	return s.client.Shell(ctx, client.ShellOptions{
 		Term: TermName(), Cols: size.Cols, Rows: size.Rows, Resize: resizes,
-		Stdin: in, Stdout: t.Out,
+		Stdin: in, Stdout: t.Out, Env: s.userEnv(),
 	})
 }
 

@@ -38,6 +38,7 @@ what to apply (without a terminal nothing is applied unless --apply).`,
 			&cli.StringSliceFlag{Name: "allow-pattern", Usage: "never redact this value in what the agent sends (repeatable; re:REGEXP for a pattern), e.g. --allow-pattern 'Pearl St'"},
 			&cli.StringSliceFlag{Name: "allow-context", Usage: "let this category through to every destination (repeatable), e.g. --allow-context internal_ips (categories: vibedom scrub --help)"},
 			&cli.BoolFlag{Name: "apply", Usage: "apply every change at the end without asking"},
+			&cli.BoolFlag{Name: "root", Usage: "run the command or shell as root in the guest (default: the unprivileged agent user)"},
 			&cli.BoolFlag{Name: "no-review", Usage: "do not collect the agent's changes at the end"},
 			&cli.StringFlag{Name: "arch", Usage: "guest architecture: amd64 or arm64 (default: the host's)"},
 			&cli.StringFlag{Name: "preflight", Usage: "secrets scan before boot: prompt (ask on a terminal), warn (report and go on), strict (refuse on unapproved HIGH), off", Value: "prompt"},
@@ -104,6 +105,7 @@ func runAction(ctx context.Context, c *cli.Command) error {
 		Preflight: session.PreflightOptions{Mode: mode},
 		DLP:       session.DLPOptions{AllowPatterns: c.StringSlice("allow-pattern"), AllowContexts: c.StringSlice("allow-context")},
 		Review:    session.ReviewOptions{ApplyAll: c.Bool("apply"), Skip: c.Bool("no-review")},
+		AsRoot:    c.Bool("root"),
 	}
 	if o.Arch != "" && o.Arch != vm.ArchAMD64 && o.Arch != vm.ArchARM64 {
 		return fmt.Errorf("--arch must be amd64 or arm64, got %q", o.Arch)

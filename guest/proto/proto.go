@@ -37,6 +37,15 @@ const (
 	WorkDir        = "/work"          // OverlayFS the agent works in
 	UpperDir       = ScratchMount + "/upper"
 	OverlayWorkDir = ScratchMount + "/overlay-work"
+
+	// The root image's overlay: the image read-only below, its upper layer
+	// on the scratch disk, the merged root where user commands run.
+	RootLower     = "/run/vibedom/lower"
+	RootDir       = "/run/vibedom/root"
+	RootUpperDir  = ScratchMount + "/root/upper"
+	RootWorkDir   = ScratchMount + "/root/work"
+	RootLabel     = "vibedom-root"
+	RootAgentUser = "agent"
 )
 
 // Version is the boot data format version. The guest refuses other versions.
@@ -74,9 +83,31 @@ type BootConfig struct {
 	// Network configures the guest's NIC; nil means the guest has none.
 	Network *Network `json:"network,omitempty"`
 
+	// Root, when set, says a read-only root image is attached: user
+	// commands run inside it (RunAsVar). nil: they run in the initramfs,
+	// as root (the Debian test image).
+	Root *Root `json:"root,omitempty"`
+
 	// Debug makes the guest log more to the console.
 	Debug bool `json:"debug,omitempty"`
 }
+
+// Root describes the root image: the guest finds the block device whose
+// ext4 volume label is Label.
+type Root struct {
+	Label string `json:"label"`
+}
+
+// RunAsVar, sent by the host as a command's environment variable (and
+// removed before the command starts), says where a command runs:
+// RunAsAgent (the image's unprivileged user) or RunAsRoot (root) inside the
+// root image. Absent, or without a root image, the command runs as root in
+// the initramfs: the control plane (collect, changes) runs there.
+const (
+	RunAsVar   = "VIBEDOM_RUN_AS"
+	RunAsAgent = "agent"
+	RunAsRoot  = "root"
+)
 
 // Control says where the guest's SSH server listens.
 type Control struct {

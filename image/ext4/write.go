@@ -96,8 +96,9 @@ type writer struct {
 	ipg     uint32 // inodes per group
 	itb     uint64 // inode table blocks per group
 	gdtBlk  uint64
-	meta    uint64 // first block after group 0's bitmaps and tables
-	used    []bool // block -> allocated (metadata and data)
+	bb, ib  []uint64 // each group's block and inode bitmap
+	it      []uint64 // each group's inode table (w.itb blocks)
+	used    []bool   // block -> allocated (metadata and data)
 	next    uint64 // allocation cursor
 	hasXatt bool
 	large   bool
@@ -433,15 +434,26 @@ func (w *writer) layout() error {
 			}
 		}
 	}
+	// Bitmaps and inode tables (flex_bg: anywhere), from the start, each
+	// table contiguous, around the backup superblocks.
 	w.next = 1 + w.gdtBlk
-	w.meta = w.next + w.groups*(2+w.itb)
-	for b := w.next; b < w.meta; b++ {
-		if w.used[b] {
-			return fmt.Errorf("%w: metadata overlaps a backup superblock (too many inodes for this layout)", ErrTree)
+	w.bb, w.ib, w.it = make([]uint64, w.groups), make([]uint64, w.groups), make([]uint64, w.groups)
+	var err error
+	for g := range w.bb {
+		if w.bb[g], err = w.allocContig(1); err != nil {
+			return err
 		}
-		w.used[b] = true
 	}
-	w.next = w.meta
+	for g := range w.ib {
+		if w.ib[g], err = w.allocContig(1); err != nil {
+			return err
+		}
+	}
+	for g := range w.it {
+		if w.it[g], err = w.allocContig(w.itb); err != nil {
+			return err
+		}
+	}
 	// Data, in inode order.
 	for _, in := range w.inodes {
 		if in == nil || in.nblk == 0 {
@@ -471,6 +483,31 @@ func (w *writer) layout() error {
 		}
 	}
 	return nil
+}
+
+// allocContig takes exactly n contiguous free blocks from the cursor on.
+func (w *writer) allocContig(n uint64) (uint64, error) {
+	for {
+		for w.next < w.total && w.used[w.next] {
+			w.next++
+		}
+		start := w.next
+		end := start
+		for end < w.total && end-start < n && !w.used[end] {
+			end++
+		}
+		if end-start == n {
+			for b := start; b < end; b++ {
+				w.used[b] = true
+			}
+			w.next = end
+			return start, nil
+		}
+		if end >= w.total {
+			return 0, errors.New("ext4: no room for the metadata (layout bug)")
+		}
+		w.next = end
+	}
 }
 
 // alloc takes up to n contiguous free blocks from the cursor.
@@ -603,9 +640,6 @@ func putExtent(b []byte, e extent) {
 // writeMeta writes the inode tables, bitmaps, descriptors and superblocks.
 func (w *writer) writeMeta(f *os.File) error {
 	groups := w.groups
-	bbStart := 1 + w.gdtBlk
-	ibStart := bbStart + groups
-	itStart := ibStart + groups
 	freeBlocks := make([]uint64, groups)
 	freeInodes := make([]uint32, groups)
 	usedDirs := make([]uint32, groups)
@@ -621,7 +655,7 @@ func (w *writer) writeMeta(f *os.File) error {
 			}
 			freeBlocks[g]++
 		}
-		if _, err := f.WriteAt(bm, int64((bbStart+g)*blockSize)); err != nil {
+		if _, err := f.WriteAt(bm, int64(w.bb[g]*blockSize)); err != nil {
 			return err
 		}
 	}
@@ -652,11 +686,11 @@ func (w *writer) writeMeta(f *os.File) error {
 		for i := w.ipg; i < blockSize*8; i++ {
 			bm[i/8] |= 1 << (i % 8)
 		}
-		if _, err := f.WriteAt(bm, int64((ibStart+g)*blockSize)); err != nil {
+		if _, err := f.WriteAt(bm, int64(w.ib[g]*blockSize)); err != nil {
 			return err
 		}
 		if !allZero(table) {
-			if _, err := f.WriteAt(table, int64((itStart+g*w.itb)*blockSize)); err != nil {
+			if _, err := f.WriteAt(table, int64(w.it[g]*blockSize)); err != nil {
 				return err
 			}
 		}
@@ -667,9 +701,9 @@ func (w *writer) writeMeta(f *os.File) error {
 	var totalFreeInodes uint64
 	for g := uint64(0); g < groups; g++ {
 		d := gdt[g*descSize:]
-		binary.LittleEndian.PutUint32(d[0:], uint32(bbStart+g))
-		binary.LittleEndian.PutUint32(d[4:], uint32(ibStart+g))
-		binary.LittleEndian.PutUint32(d[8:], uint32(itStart+g*w.itb))
+		binary.LittleEndian.PutUint32(d[0:], uint32(w.bb[g]))
+		binary.LittleEndian.PutUint32(d[4:], uint32(w.ib[g]))
+		binary.LittleEndian.PutUint32(d[8:], uint32(w.it[g]))
 		binary.LittleEndian.PutUint16(d[12:], uint16(freeBlocks[g]))
 		binary.LittleEndian.PutUint16(d[14:], uint16(freeInodes[g]))
 		binary.LittleEndian.PutUint16(d[16:], uint16(usedDirs[g]))

@@ -294,3 +294,15 @@ func TestWriteEmptyWritable(t *testing.T) {
 	}
 	fsck(t, img)
 }
+
+// TestWriteScratchSized: an 8 GiB empty file system with an inode per
+// 16 KiB: the inode tables outgrow group 0 and must go around the backup
+// superblocks.
+func TestWriteScratchSized(t *testing.T) {
+	blocks := uint64(8<<30) / 4096
+	img, st := writeImage(t, dir(), Options{Label: "scratch", FreeBlocks: blocks - blocks/64, FreeInodes: (8 << 30) / (16 << 10)})
+	fsck(t, img)
+	if st.Inodes < 500000 {
+		t.Errorf("stats %+v", st)
+	}
+}

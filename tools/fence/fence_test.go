@@ -54,7 +54,7 @@ var table = map[string][]string{
 	"session": {
 		"preflight", "image", "keys", "vm", "vm/vz", "vm/qemu", "netfilter", "dlp",
 		"overlay", "guest", "guest/client", "guest/proto", "review", "termtext",
-		"image/alpine", "image/rootfs", "agents",
+		"image/alpine", "image/rootfs", "image/ext4", "agents",
 	},
 	"vm":                      {},
 	"vm/vz":                   {"vm", "guest/proto"},
