@@ -95,12 +95,23 @@ func guestImageE2E(t *testing.T, goarch string) {
 	}
 	e2fsckImage(t, r.Image.Root)
 
-	// A session on it: commands run as the agent user, inside the root
-	// image, with the workspace at /work.
+	// Two sessions at once on the one image file: one as the agent user
+	// (the default), one with --root.
 	ws := sampleWorkspace(t)
+	ws2 := sampleWorkspace(t)
 	script := `id -u; id -un; echo "home=$HOME"; git --version; bash -c 'echo bash-ok'
 cd /work && echo "made by the agent" > made.txt && rm obsolete.txt && echo appended >> notes.txt
 cat /proc/self/status | grep ^CapEff`
+	type out struct {
+		stdout, stderr string
+		code           int
+	}
+	rootDone := make(chan out, 1)
+	go func() {
+		o, e, code := c.runWith(t, bin, "", "run", ws2, "--arch", goarch, "--memory", "512M", "--no-network", "--no-review", "--root",
+			"--", "sh", "-c", "id -u; echo x > /etc/written-by-root && cat /etc/written-by-root")
+		rootDone <- out{o, e, code}
+	}()
 	stdout, stderr, code = c.runWith(t, bin, "", "run", ws, "--arch", goarch, "--memory", "512M", "--no-network", "--apply", "--", "sh", "-c", script)
 	if code != 0 {
 		t.Fatalf("run: exit %d\n%s\n%s", code, stdout, stderr)
@@ -117,12 +128,10 @@ cat /proc/self/status | grep ^CapEff`
 	if _, err := os.Stat(filepath.Join(ws, "obsolete.txt")); !os.IsNotExist(err) {
 		t.Errorf("obsolete.txt survived the apply: %v", err)
 	}
-
 	// --root runs as root; writes to / land in the session's upper layer.
-	stdout, stderr, code = c.runWith(t, bin, "", "run", ws, "--arch", goarch, "--memory", "512M", "--no-network", "--no-review", "--root",
-		"--", "sh", "-c", "id -u; echo x > /etc/written-by-root && cat /etc/written-by-root")
-	if code != 0 || !strings.Contains(stdout, "0\nx\n") {
-		t.Errorf("run --root: exit %d\n%s\n%s", code, stdout, stderr)
+	r2 := <-rootDone
+	if r2.code != 0 || !strings.Contains(r2.stdout, "0\nx\n") {
+		t.Errorf("run --root: exit %d\n%s\n%s", r2.code, r2.stdout, r2.stderr)
 	}
 	// Nothing a session did changed the shared image.
 	if err := image.VerifyRootImage(filepath.Join(c.home, "images"), r.Image.Root, r.Image.RootSHA, true); err != nil {
