@@ -116,12 +116,34 @@ func mountRoot(log *slog.Logger, r *proto.Root) error {
 			log.Debug("not copied into the root", "file", f, "err", err)
 		}
 	}
+	// The workspace belongs to the host user, not the agent: git's
+	// ownership check would refuse every repository under /work. The VM
+	// has one user, whom the check would protect from itself.
+	if err := appendFile(in("/etc/gitconfig"), "[safe]\n\tdirectory = *\n"); err != nil {
+		return fmt.Errorf("configure git in the root: %w", err)
+	}
 	// The session's CA joins the image's bundle (in the upper layer: the
 	// image itself never holds it).
 	if err := installCA(proto.CACertPath, in(CAPath)); err != nil {
 		return fmt.Errorf("add the session CA to the root's bundle: %w", err)
 	}
 	return nil
+}
+
+// appendFile appends text to the file at p (made if missing).
+func appendFile(p, text string) error {
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		return err
+	}
+	f, err := os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
+	_, err = f.WriteString(text)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
 }
 
 // copyInto copies a small file from the initramfs into the root, replacing

@@ -2,12 +2,17 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"runtime"
+	"sort"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/vibedom/vibedom/image"
 	"github.com/vibedom/vibedom/image/alpine"
@@ -101,7 +106,7 @@ func guestImageE2E(t *testing.T, goarch string) {
 	ws2 := sampleWorkspace(t)
 	script := `id -u; id -un; echo "home=$HOME"; git --version; bash -c 'echo bash-ok'
 cd /work && echo "made by the agent" > made.txt && rm obsolete.txt && echo appended >> notes.txt
-cat /proc/self/status | grep ^CapEff`
+cat /proc/self/status | grep ^CapEff; git -C /work status --short | wc -l`
 	type out struct {
 		stdout, stderr string
 		code           int
@@ -153,4 +158,115 @@ func e2fsckImage(t *testing.T, img string) {
 	if out, err := exec.Command(bin, "-fn", img).CombinedOutput(); err != nil {
 		t.Errorf("e2fsck -fn %s: %v\n%s", img, err, out)
 	}
+}
+
+// BenchmarkSessionReadyRootImage compares session ready time (VM start to
+// the SSH handshake, from the session log) with the root image against the
+// Debian test image in the same run, and times `git status` over a
+// 5,000-file workspace inside the root image as the agent user.
+func BenchmarkSessionReadyRootImage(b *testing.B) {
+	goarch := runtime.GOARCH
+	arch, _ := alpine.GuestArch(goarch)
+	assets, err := alpinetest.FindAssets(arch)
+	if err != nil {
+		b.Skipf("no Debian userland: %v", err)
+	}
+	key, _ := alpinetest.NewKey("bench@vibedom-1.rsa.pub")
+	repo, err := alpinetest.BuildDebianRepo(alpinetest.DebianOptions{Arch: arch, Assets: assets, Root: b.TempDir(), Key: key,
+		CacheDir: alpinetest.CacheDirFor(assets)})
+	if err != nil {
+		b.Fatal(err)
+	}
+	srv := repo.Serve()
+	defer srv.Close()
+	keys := b.TempDir()
+	os.MkdirAll(filepath.Join(keys, arch), 0o755)
+	os.WriteFile(filepath.Join(keys, arch, key.Name), key.PublicPEM, 0o644)
+	bin := testKeysBinB(b)
+	env := func(home string) []string {
+		return append(os.Environ(), "VIBEDOM_HOME="+home, "NO_COLOR=1", "VIBEDOM_TEST_ALPINE_KEYS="+keys, "VIBEDOM_ALPINE_MIRROR=http://127.0.0.1:9/alpine")
+	}
+	run := func(home string, args ...string) string {
+		cmd := exec.Command(bin, args...)
+		cmd.Env = env(home)
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			b.Fatalf("%v: %v\n%s", args, err, out)
+		}
+		return string(out)
+	}
+	debian, alp := b.TempDir(), b.TempDir()
+	run(debian, "init", "--no-image")
+	start := time.Now()
+	run(alp, "init", "--mirror", srv.URL)
+	b.Logf("cold init from the local mirror: %s", time.Since(start).Round(time.Millisecond))
+	start = time.Now()
+	run(alp, "init")
+	b.Logf("warm init: %s", time.Since(start).Round(time.Millisecond))
+	ws := b.TempDir()
+	for i := 0; i < 5000; i++ {
+		d := filepath.Join(ws, fmt.Sprintf("d%02d", i/250))
+		os.MkdirAll(d, 0o755)
+		os.WriteFile(filepath.Join(d, fmt.Sprintf("f%04d.txt", i)), []byte("x\n"), 0o644)
+	}
+	g := exec.Command("sh", "-c", "git init -q && git add -A && git -c user.name=b -c user.email=b@example.invalid commit -qm init")
+	g.Dir = ws
+	if out, err := g.CombinedOutput(); err != nil {
+		b.Fatalf("git: %v %s", err, out)
+	}
+	ready := func(home string) time.Duration {
+		logs, _ := filepath.Glob(filepath.Join(home, "logs", "*", "session.log"))
+		sort.Strings(logs)
+		data, _ := os.ReadFile(logs[len(logs)-1])
+		m := regexp.MustCompile(`guest ready.* ready=([0-9.]+m?s)`).FindSubmatch(data)
+		if m == nil {
+			b.Fatalf("no ready line in %s", logs[len(logs)-1])
+		}
+		d, _ := time.ParseDuration(string(m[1]))
+		return d
+	}
+	var rd, ra time.Duration
+	for i := 0; i < b.N; i++ {
+		run(debian, "run", ws, "--no-network", "--preflight=off", "--no-review", "--", "true")
+		rd += ready(debian)
+		out := run(alp, "run", ws, "--no-network", "--preflight=off", "--no-review", "--", "bash", "-c",
+			`cd /work && s=$EPOCHREALTIME && n=$(git status --short | wc -l) && e=$EPOCHREALTIME && echo "git-status $n $s $e"`)
+		ra += ready(alp)
+		var n int
+		var s0, e0 float64
+		if i := strings.LastIndex(out, "git-status "); i < 0 {
+			b.Fatalf("no timing in:\n%s", out)
+		} else if _, err := fmt.Sscanf(out[i:], "git-status %d %f %f", &n, &s0, &e0); err != nil || n != 0 {
+			b.Fatalf("git status: %d changes, %v:\n%s", n, err, out)
+		}
+		b.Logf("git status over 5,000 files in the root image as the agent user: %.2f s", e0-s0)
+	}
+	b.ReportMetric(rd.Seconds()/float64(b.N), "s-ready-debian")
+	b.ReportMetric(ra.Seconds()/float64(b.N), "s-ready-rootimage")
+	b.ReportMetric(ra.Seconds()/rd.Seconds(), "ratio")
+}
+
+var testKeysBinOnce struct {
+	sync.Once
+	path string
+	err  error
+}
+
+func testKeysBinB(b *testing.B) string {
+	testKeysBinOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "vibedom-bin-")
+		if err != nil {
+			testKeysBinOnce.err = err
+			return
+		}
+		testKeysBinOnce.path = filepath.Join(dir, "vibedom")
+		out, err := exec.Command("go", "build", "-tags", "vibedom_testkeys", "-o", testKeysBinOnce.path, ".").CombinedOutput()
+		if err != nil {
+			testKeysBinOnce.err = fmt.Errorf("%v: %s", err, out)
+		}
+	})
+	if testKeysBinOnce.err != nil {
+		b.Fatal(testKeysBinOnce.err)
+	}
+	return testKeysBinOnce.path
 }
