@@ -99,7 +99,7 @@ type writer struct {
 	bb, ib  []uint64 // each group's block and inode bitmap
 	it      []uint64 // each group's inode table (w.itb blocks)
 	used    []bool   // block -> allocated (metadata and data)
-	next    uint64 // allocation cursor
+	next    uint64   // allocation cursor
 	hasXatt bool
 	large   bool
 }

@@ -225,4 +225,3 @@ func must(t *testing.T, err error) {
 		t.Fatal(err)
 	}
 }
-
