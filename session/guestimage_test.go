@@ -227,3 +227,75 @@ func statOrNil(p string) os.FileInfo {
 	}
 	return fi
 }
+
+// TestGuestImageUpdate: a newer package on the mirror changes nothing
+// until --update, which moves to it, says so, and builds a new root image;
+// a mirror replaying an older index is refused.
+func TestGuestImageUpdate(t *testing.T) {
+	url, key, repo := testMirror(t)
+	h := Home(t.TempDir())
+	o := ImageOptions{Arch: vm.Arch(runtime.GOARCH), Mirror: url, Keys: key.Ring}
+	r1, err := BuildGuestImage(t.Context(), h, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	arch := mustAlpineArch(t)
+	var old string
+	for _, p := range repo.Packages {
+		if p.Name == "less" {
+			old = p.Version
+		}
+	}
+	if _, err := repo.Build("main", alpinetest.Spec{Name: "less", Version: "9999-r0", Arch: arch, Key: key,
+		Files: []alpinetest.File{{Name: "usr/", Type: '5'}, {Name: "usr/bin/", Type: '5'}, {Name: "usr/bin/less-new", Body: []byte("new")}}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := repo.WriteIndexes(arch, key, "updated"); err != nil {
+		t.Fatal(err)
+	}
+	r2, err := BuildGuestImage(t.Context(), h, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r2.Fresh || r2.Built || r2.RootSHA != r1.RootSHA {
+		t.Errorf("without --update the lock moved: %+v", r2)
+	}
+	o.Update = true
+	r3, err := BuildGuestImage(t.Context(), h, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "less " + old + " -> 9999-r0"
+	if !r3.Built || r3.RootSHA == r1.RootSHA || !slices.ContainsFunc(r3.Changes, func(c string) bool { return strings.Contains(c, want) }) {
+		t.Errorf("--update: built=%v changes %v (want %q)", r3.Built, r3.Changes, want)
+	}
+	// A mirror serving the old index again (still validly signed) cannot
+	// move the lock back.
+	h2 := Home(t.TempDir())
+	os.MkdirAll(filepath.Dir(h2.GuestManifest(arch)), 0o700)
+	b, _ := os.ReadFile(h.GuestManifest(arch))
+	os.WriteFile(h2.GuestManifest(arch), b, 0o600)
+	oldMirror, _, _ := testMirrorWithKey(t, key)
+	_, err = BuildGuestImage(t.Context(), h2, ImageOptions{Arch: vm.Arch(runtime.GOARCH), Mirror: oldMirror, Keys: key.Ring, Update: true})
+	if !errors.Is(err, alpine.ErrLockDrift) || !strings.Contains(err.Error(), "older") {
+		t.Errorf("replayed older index: %v", err)
+	}
+}
+
+// testMirrorWithKey serves a fresh test repository signed by key.
+func testMirrorWithKey(t *testing.T, key *alpinetest.Key) (string, *alpinetest.Key, *alpinetest.DebianRepo) {
+	t.Helper()
+	arch := mustAlpineArch(t)
+	assets, err := alpinetest.FindAssets(arch)
+	if err != nil {
+		t.Skip(err)
+	}
+	repo, err := alpinetest.BuildDebianRepo(alpinetest.DebianOptions{Arch: arch, Assets: assets, Root: t.TempDir(), Key: key,
+		CacheDir: alpinetest.CacheDirFor(assets)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := repo.Serve()
+	t.Cleanup(srv.Close)
+	return srv.URL, key, repo
+}
