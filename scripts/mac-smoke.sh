@@ -8,7 +8,8 @@
 #   scripts/mac-smoke.sh                 # everything it can do on this Mac
 #   VIBEDOM_ASSETS=DIR scripts/mac-smoke.sh
 #
-# The guest image: until `vibedom init` builds the Alpine image on a Mac,
+# The guest image: `vibedom init` builds the Alpine image (it needs Alpine's
+# mirror: dl-cdn.alpinelinux.org, or VIBEDOM_ALPINE_MIRROR). Without network,
 # copy the arm64 test assets from a Linux machine (`make assets` there, then
 # .cache/assets/arm64) and point VIBEDOM_ASSETS at the folder holding arm64/.
 # The script never touches ~/.vibedom: it uses a throwaway home.
@@ -68,11 +69,15 @@ step "build and sign" make build
 step "entitlement present" sh -c "codesign -d --entitlements - bin/vibedom 2>&1 | grep -q com.apple.security.virtualization"
 step "vz unit tests" go test -count=1 -exec "$repo/scripts/codesign-exec.sh" ./vm/vz/...
 step "darwin type-check" go run ./tools/check-darwin ./...
-step "vibedom init" bin/vibedom init
-step "vibedom init again" bin/vibedom init
+step "vibedom init (builds the Alpine image)" bin/vibedom init
+step "vibedom init again (nothing to do)" bin/vibedom init
+step "vibedom doctor (hashes the root image)" bin/vibedom doctor
 
 assets_ok=1
-if [ -z "${VIBEDOM_ASSETS:-}" ] && [ ! -d "$VIBEDOM_HOME/assets/arm64" ] && [ ! -d "$repo/.cache/assets/arm64" ]; then
+alpine=0
+if [ -f "$VIBEDOM_HOME/guest/aarch64.json" ]; then
+	alpine=1
+elif [ -z "${VIBEDOM_ASSETS:-}" ] && [ ! -d "$VIBEDOM_HOME/assets/arm64" ] && [ ! -d "$repo/.cache/assets/arm64" ]; then
 	assets_ok=0
 fi
 
@@ -88,6 +93,15 @@ if [ "$assets_ok" = 1 ]; then
 	mount -o remount,rw /mnt/workspace 2>/dev/null; if echo x > /mnt/workspace/escape 2>/dev/null; then echo "workspace writable after remount!"; exit 9; fi'
 	step "session: boot, run, collect" bin/vibedom run "$app" --no-network --preflight=off --apply -- sh -c "$agent"
 	step "changes applied" sh -c "test -x '$app/smoke.sh' && grep -q 'edited by the smoke test' '$app/README.md' && test ! -e '$app/escape'"
+	if [ "$alpine" = 1 ]; then
+		step "Alpine userland as the agent user" bin/vibedom run "$app" --no-network --preflight=off --no-review -- sh -c \
+			'set -e; test "$(id -un)" = agent; git --version; node --version; python3 --version; rg --version | head -1'
+		root='set -e; test "$(id -u)" = 0; mkdir -p /mnt/ws; mount -t virtiofs workspace /mnt/ws
+		if echo x > /mnt/ws/escape 2>/dev/null; then echo "workspace is writable!"; exit 9; fi
+		mount -o remount,rw /mnt/ws 2>/dev/null; if echo x > /mnt/ws/escape 2>/dev/null; then echo "workspace writable after remount!"; exit 9; fi
+		echo root ok'
+		step "--root cannot write the workspace" bin/vibedom run "$app" --no-network --preflight=off --no-review --root -- sh -c "$root"
+	fi
 	step "session timings" sh -c "bin/vibedom logs --path >/dev/null && grep -h -E 'ready|took|boot' \"\$(bin/vibedom logs --path)\"/session.log | tail -n 20"
 	cat "$tmp"/session_timings.log 2>/dev/null | sed 's/^/  timing: /' >>"$report"
 	step "undo" bin/vibedom undo
