@@ -70,7 +70,7 @@ func extLabel(dev string) (string, bool) {
 
 // mountRoot assembles the root image's overlay and what user commands need
 // inside it.
-func mountRoot(log *slog.Logger, r *proto.Root) error {
+func mountRoot(log *slog.Logger, r *proto.Root, layers []proto.Layer) error {
 	dev, err := findRootDevice(r.Label, 5*time.Second)
 	if err != nil {
 		return err
@@ -110,6 +110,11 @@ func mountRoot(log *slog.Logger, r *proto.Root) error {
 			return fmt.Errorf("mount %s in the root: %w", t.dst, err)
 		}
 	}
+	for _, l := range layers {
+		if err := mountLayer(l); err != nil {
+			return err
+		}
+	}
 	// Name resolution and the host name, as the initramfs has them.
 	for _, f := range []string{"/etc/resolv.conf", "/etc/hosts", "/etc/hostname"} {
 		if err := copyInto(f, in(f)); err != nil {
@@ -126,6 +131,26 @@ func mountRoot(log *slog.Logger, r *proto.Root) error {
 	// image itself never holds it).
 	if err := installCA(proto.CACertPath, in(CAPath)); err != nil {
 		return fmt.Errorf("add the session CA to the root's bundle: %w", err)
+	}
+	return nil
+}
+
+// mountLayer mounts a read-only layer image inside the root.
+func mountLayer(l proto.Layer) error {
+	clean := filepath.Clean(l.Mount)
+	if !filepath.IsAbs(clean) || clean == "/" || clean != l.Mount {
+		return fmt.Errorf("layer %q: mount point %q must be a clean absolute path", l.Label, l.Mount)
+	}
+	dev, err := findRootDevice(l.Label, 5*time.Second)
+	if err != nil {
+		return err
+	}
+	dst := filepath.Join(proto.RootDir, clean)
+	if err := os.MkdirAll(dst, 0o755); err != nil {
+		return err
+	}
+	if err := unix.Mount(dev, dst, "ext4", unix.MS_RDONLY|unix.MS_NOATIME|unix.MS_NODEV|unix.MS_NOSUID, ""); err != nil {
+		return fmt.Errorf("mount layer %s at %s: %w", l.Label, l.Mount, err)
 	}
 	return nil
 }

@@ -69,7 +69,7 @@ func setup(log *slog.Logger) (*proto.BootConfig, error) {
 		return nil, fmt.Errorf("write the shell profile: %w", err)
 	}
 	if bc.Root != nil {
-		if err := step("root image mounted", func() error { return mountRoot(log, bc.Root) }); err != nil {
+		if err := step("root image mounted", func() error { return mountRoot(log, bc.Root, bc.Layers) }); err != nil {
 			return nil, err
 		}
 		if err := writeProfile(proto.RootDir, SessionEnv(bc, caBundle(bc))); err != nil {

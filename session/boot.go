@@ -53,6 +53,9 @@ type sess struct {
 	img    *image.Image
 	// rootImage is the read-only root image ("" for the Debian test image).
 	rootImage string
+	guestLibc string      // the root image's C library
+	layers    []layerDisk // read-only layers (an agent's binaries)
+	agentTTY  bool        // the agent runs on the user's terminal
 	machine   vm.Machine
 	client    *client.Client
 	egress    *egress
@@ -164,9 +167,12 @@ func (s *sess) prepare(ctx context.Context) error {
 
 	// Image.
 	s.progress("preparing the %s image", o.Arch)
-	s.img, s.rootImage, err = prepareImage(ctx, o.Home, o.Arch, choice)
+	s.img, s.rootImage, s.guestLibc, err = prepareImage(ctx, o.Home, o.Arch, choice)
 	if err != nil {
 		return fmt.Errorf("prepare the VM image: %w", err)
+	}
+	if err := s.prepareAgent(); err != nil {
+		return err
 	}
 
 	// Keys.
@@ -220,6 +226,7 @@ func (s *sess) prepare(ctx context.Context) error {
 		Workspace:      proto.Workspace{Tag: workspaceTag, FSType: shareFSFor(o.Driver)},
 		Scratch:        proto.Scratch{Device: "/dev/vda"},
 		Root:           s.rootConfig(),
+		Layers:         s.layerConfig(),
 		AuthorizedKeys: []string{s.keys.AuthorizedKey()},
 		Env:            map[string]string{"VIBEDOM_SESSION": s.name},
 	}
@@ -384,10 +391,21 @@ func (s *sess) rootConfig() *proto.Root {
 	return &proto.Root{Label: rootfs.DefaultLabel}
 }
 
+func (s *sess) layerConfig() []proto.Layer {
+	var out []proto.Layer
+	for _, l := range s.layers {
+		out = append(out, proto.Layer{Label: l.label, Mount: l.mount})
+	}
+	return out
+}
+
 func (s *sess) disks() []vm.Disk {
 	d := []vm.Disk{{Path: filepath.Join(s.dir, scratchFile)}}
 	if s.rootImage != "" {
 		d = append(d, vm.Disk{Path: s.rootImage, ReadOnly: true})
+	}
+	for _, l := range s.layers {
+		d = append(d, vm.Disk{Path: l.path, ReadOnly: true})
 	}
 	return d
 }

@@ -61,7 +61,10 @@ type GuestManifest struct {
 		Size   int64  `json:"size"`
 	} `json:"root"`
 	// Setup lists what was done in place of install scripts.
-	Setup []string  `json:"setup,omitempty"`
+	Setup []string `json:"setup,omitempty"`
+	// Libc is the root image's C library ("musl", or "glibc" for the
+	// Debian-sourced test userland): agents are fetched for it.
+	Libc  string    `json:"libc,omitempty"`
 	Built time.Time `json:"built"`
 }
 
@@ -97,6 +100,7 @@ type ImageResult struct {
 	Fresh bool `json:"resolved"`
 	// Built: a root image was built now (else the cached one was used).
 	Built  bool          `json:"built"`
+	Libc   string        `json:"libc"`
 	Kernel string        `json:"kernel"`
 	Initrd string        `json:"initrd"`
 	Took   time.Duration `json:"took_ns"`
@@ -196,11 +200,11 @@ func BuildGuestImage(ctx context.Context, h Home, o ImageOptions) (*ImageResult,
 		}
 		m = &GuestManifest{Arch: arch, Lock: lock, LockSHA256: lockSHA, Mirror: o.Mirror, Built: time.Now().UTC().Truncate(time.Second)}
 		if prev != nil && prev.LockSHA256 == lockSHA && image.VerifyRootImage(images, prev.Root.Path, prev.Root.SHA256, false) == nil {
-			m.Root, m.Setup = prev.Root, prev.Setup
+			m.Root, m.Setup, m.Libc = prev.Root, prev.Setup, prev.Libc
 		} else if known, ok := knownRoot(images, lockSHA); ok {
 			// Another home (or an earlier manifest) built this lock's
 			// image: builds are reproducible, so it is this one.
-			m.Root, m.Setup = known.Root, known.Setup
+			m.Root, m.Setup, m.Libc = known.Root, known.Setup, known.Libc
 		} else {
 			o.say("building the root image")
 			if err := os.MkdirAll(filepath.Join(images, image.RootDir), 0o755); err != nil {
@@ -219,7 +223,7 @@ func BuildGuestImage(ctx context.Context, h Home, o ImageOptions) (*ImageResult,
 				os.Remove(tmp)
 				return nil, err
 			}
-			m.Root.Path, m.Root.SHA256, m.Root.Size, m.Setup = p, r.SHA256, r.Size, r.Setup
+			m.Root.Path, m.Root.SHA256, m.Root.Size, m.Setup, m.Libc = p, r.SHA256, r.Size, r.Setup, r.Libc
 			res.Built = true
 			rememberRoot(images, lockSHA, m)
 		}
@@ -233,7 +237,7 @@ func BuildGuestImage(ctx context.Context, h Home, o ImageOptions) (*ImageResult,
 			return nil, err
 		}
 	}
-	res.Root, res.RootSHA, res.RootSize = m.Root.Path, m.Root.SHA256, m.Root.Size
+	res.Root, res.RootSHA, res.RootSize, res.Libc = m.Root.Path, m.Root.SHA256, m.Root.Size, m.Libc
 	res.Kernel, res.Initrd = img.Kernel, img.Initrd
 	res.Took = time.Since(start)
 	return res, nil
@@ -400,16 +404,16 @@ func chooseImage(h Home, arch vm.Arch) (imageChoice, error) {
 
 // prepareImage makes the chosen image ready: the boot files, and the root
 // image path ("" for the Debian test image, which has no root image).
-func prepareImage(ctx context.Context, h Home, arch vm.Arch, c imageChoice) (*image.Image, string, error) {
+func prepareImage(ctx context.Context, h Home, arch vm.Arch, c imageChoice) (img *image.Image, root, libc string, err error) {
 	if !c.alpine {
 		img, err := image.Ensure(ctx, h.Images(), image.NewDebianTest(c.assets, nil))
-		return img, "", err
+		return img, "", "", err
 	}
 	gb, err := LoadGuestImage(ctx, h, arch)
 	if err != nil {
-		return nil, "", err
+		return nil, "", "", err
 	}
-	return gb.Image, gb.RootImage, nil
+	return gb.Image, gb.RootImage, gb.Manifest.Libc, nil
 }
 
 // rootIndex is what images/root/lock-<lock sha256>.json records: which
@@ -421,6 +425,7 @@ type rootIndex struct {
 		Size   int64  `json:"size"`
 	} `json:"root"`
 	Setup []string `json:"setup,omitempty"`
+	Libc  string   `json:"libc,omitempty"`
 }
 
 func rootIndexPath(images, lockSHA string) string {
@@ -448,8 +453,25 @@ func knownRoot(images, lockSHA string) (*rootIndex, bool) {
 
 func rememberRoot(images, lockSHA string, m *GuestManifest) {
 	var x rootIndex
-	x.Root, x.Setup = m.Root, m.Setup
+	x.Root, x.Setup, x.Libc = m.Root, m.Setup, m.Libc
 	if b, err := json.Marshal(&x); err == nil {
 		_ = writeFileAtomic(rootIndexPath(images, lockSHA), b, 0o644)
 	}
+}
+
+// GuestLibc is the C library of this home's guest image for arch ("" when
+// there is none): agents are fetched for it.
+func GuestLibc(h Home, arch vm.Arch) string {
+	a, err := alpine.GuestArch(string(arch))
+	if err != nil {
+		return ""
+	}
+	m, err := readGuestManifest(h.GuestManifest(a))
+	if err != nil {
+		return ""
+	}
+	if m.Libc == "" {
+		return "musl"
+	}
+	return m.Libc
 }

@@ -43,6 +43,9 @@ type Options struct {
 	// Command runs without a TTY when non-empty; otherwise an interactive
 	// shell is attached to Terminal.
 	Command []string
+	// Agent, when set, starts a coding agent (its binary from `vibedom init
+	// --agents`) instead of Command or the shell.
+	Agent *AgentOptions
 	// AsRoot runs the command or shell as root inside the root image
 	// (default: its unprivileged agent user). The Debian test image runs
 	// everything as root.

@@ -37,7 +37,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	if err := o.setDefaults(); err != nil {
 		return nil, err
 	}
-	if len(o.Command) == 0 && o.Terminal == nil {
+	if len(o.Command) == 0 && o.Terminal == nil && (o.Agent == nil || (o.Agent.Name == AgentShell && len(o.Agent.Args) == 0)) {
 		return nil, errors.New("no command given and this is not a terminal: pass the command after --, e.g. vibedom run PATH -- make test")
 	}
 	s := &sess{opts: o}
@@ -120,7 +120,10 @@ func (s *sess) runAgent(ctx context.Context) (int, error) {
 	o := &s.opts
 	var st client.ExitStatus
 	var err error
-	if len(o.Command) > 0 {
+	if err := s.copyAgentSettings(ctx); err != nil {
+		return 0, err
+	}
+	if len(o.Command) > 0 && !(s.agentTTY && o.Terminal != nil) {
 		s.log.Info("exec", "argv", o.Command)
 		in, stop := newInput(o.Stdin)
 		st, err = s.client.Exec(ctx, "exec "+shellQuote(o.Command), client.ExecOptions{
@@ -153,7 +156,13 @@ func (s *sess) userEnv() map[string]string {
 	if s.opts.AsRoot {
 		as = proto.RunAsRoot
 	}
-	return map[string]string{proto.RunAsVar: as}
+	env := map[string]string{proto.RunAsVar: as}
+	if a := s.opts.Agent; a != nil {
+		for k, v := range agentEnvFor(a.Name) {
+			env[k] = v
+		}
+	}
+	return env
 }
 
 // shell attaches the user's terminal to a PTY shell in the guest.
@@ -180,9 +189,13 @@ func (s *sess) shell(ctx context.Context) (client.ExitStatus, error) {
 	}()
 	in, stop := newInput(t.In)
 	defer stop()
+	var command string
+	if len(s.opts.Command) > 0 {
+		command = "exec " + shellQuote(s.opts.Command)
+	}
 	return s.client.Shell(ctx, client.ShellOptions{
 		Term: TermName(), Cols: size.Cols, Rows: size.Rows, Resize: resizes,
-		Stdin: in, Stdout: t.Out, Env: s.userEnv(),
+		Stdin: in, Stdout: t.Out, Env: s.userEnv(), Command: command,
 	})
 }
 

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"runtime"
 	"strings"
 	"time"
 
@@ -57,7 +56,14 @@ func init() {
 			if err != nil {
 				return err
 			}
-			arch, err := agents.GuestArch(runtime.GOARCH)
+			garch := vm.Arch(c.String("arch"))
+			if garch == "" {
+				garch = session.HostArch()
+			}
+			if garch != vm.ArchAMD64 && garch != vm.ArchARM64 {
+				return fmt.Errorf("--arch must be amd64 or arm64, got %q", termtext.Inline(string(garch)))
+			}
+			arch, err := agents.GuestArch(string(garch))
 			if err != nil {
 				return err
 			}
@@ -92,13 +98,6 @@ func init() {
 			if f, ok := ew.(*os.File); ok {
 				tty = term.IsTerminal(int(f.Fd()))
 			}
-			garch := vm.Arch(c.String("arch"))
-			if garch == "" {
-				garch = session.HostArch()
-			}
-			if garch != vm.ArchAMD64 && garch != vm.ArchARM64 {
-				return fmt.Errorf("--arch must be amd64 or arm64, got %q", termtext.Inline(string(garch)))
-			}
 			r, err := session.Init(ctx, home, session.InitOptions{
 				NoImage: c.Bool("no-image"),
 				Image: session.ImageOptions{
@@ -108,6 +107,16 @@ func init() {
 			})
 			if err != nil {
 				return err
+			}
+			// Agents are fetched for the guest image's C library unless
+			// --agent-libc says otherwise.
+			if l := session.GuestLibc(home, garch); l != "" && l != libc && !c.IsSet("agent-libc") {
+				libc = l
+				for i, p := range pins {
+					if pins[i], err = agents.Lookup(p.Agent, arch, libc); err != nil {
+						return err
+					}
+				}
 			}
 			var installed []agents.Result
 			if len(pins) > 0 {

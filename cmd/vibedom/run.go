@@ -10,6 +10,7 @@ import (
 
 	"github.com/urfave/cli/v3"
 
+	"github.com/vibedom/vibedom/agents"
 	"github.com/vibedom/vibedom/netfilter"
 	"github.com/vibedom/vibedom/preflight"
 	"github.com/vibedom/vibedom/session"
@@ -38,6 +39,7 @@ what to apply (without a terminal nothing is applied unless --apply).`,
 			&cli.StringSliceFlag{Name: "allow-pattern", Usage: "never redact this value in what the agent sends (repeatable; re:REGEXP for a pattern), e.g. --allow-pattern 'Pearl St'"},
 			&cli.StringSliceFlag{Name: "allow-context", Usage: "let this category through to every destination (repeatable), e.g. --allow-context internal_ips (categories: vibedom scrub --help)"},
 			&cli.BoolFlag{Name: "apply", Usage: "apply every change at the end without asking"},
+			&cli.StringFlag{Name: "agent", Usage: "start a coding agent: claude, codex, opencode or shell (default: agent = … in ~/.vibedom/config, else a shell); words after -- go to the agent"},
 			&cli.BoolFlag{Name: "root", Usage: "run the command or shell as root in the guest (default: the unprivileged agent user)"},
 			&cli.BoolFlag{Name: "no-review", Usage: "do not collect the agent's changes at the end"},
 			&cli.StringFlag{Name: "arch", Usage: "guest architecture: amd64 or arm64 (default: the host's)"},
@@ -88,6 +90,10 @@ func runAction(ctx context.Context, c *cli.Command) error {
 	if err != nil {
 		return err
 	}
+	agent, err := chooseAgent(c.String("agent"), home)
+	if err != nil {
+		return err
+	}
 	o := session.Options{
 		Home:      home,
 		Workspace: ws,
@@ -106,6 +112,17 @@ func runAction(ctx context.Context, c *cli.Command) error {
 		DLP:       session.DLPOptions{AllowPatterns: c.StringSlice("allow-pattern"), AllowContexts: c.StringSlice("allow-context")},
 		Review:    session.ReviewOptions{ApplyAll: c.Bool("apply"), Skip: c.Bool("no-review")},
 		AsRoot:    c.Bool("root"),
+	}
+	if agent != "" && !(c.String("agent") == "" && len(command) > 0) {
+		// An agent from the flag, or the configured default when no
+		// command was given: the words after -- are its arguments.
+		o.Agent = &session.AgentOptions{Name: agent, Args: command}
+		o.Command = nil
+		if agent != session.AgentShell {
+			if err := checkAgentInstalled(agent, home, o.Arch); err != nil {
+				return err
+			}
+		}
 	}
 	if o.Arch != "" && o.Arch != vm.ArchAMD64 && o.Arch != vm.ArchARM64 {
 		return fmt.Errorf("--arch must be amd64 or arm64, got %q", o.Arch)
@@ -150,4 +167,44 @@ func parseSize(s string) (int64, error) {
 		return 0, fmt.Errorf("%q is too small: the VM needs at least 128M", s)
 	}
 	return v, nil
+}
+
+// chooseAgent is --agent, else the config's default agent, else "".
+func chooseAgent(flag string, home session.Home) (string, error) {
+	name := flag
+	if name == "" {
+		cfg, err := session.ReadConfig(home)
+		if err != nil {
+			return "", err
+		}
+		name = cfg.Agent
+	}
+	if name == "" {
+		return "", nil
+	}
+	if name == session.AgentShell {
+		return name, nil
+	}
+	if _, err := agents.ParseList(name); err != nil {
+		return "", fmt.Errorf("--agent: %w (or shell)", err)
+	}
+	return name, nil
+}
+
+// checkAgentInstalled refuses, before anything starts, an agent that
+// `vibedom init --agents` has not fetched for this guest.
+func checkAgentInstalled(name string, home session.Home, arch vm.Arch) error {
+	if arch == "" {
+		arch = session.HostArch()
+	}
+	a, err := agents.GuestArch(string(arch))
+	if err != nil {
+		return err
+	}
+	libc := session.GuestLibc(home, arch)
+	if libc == "" {
+		return fmt.Errorf("--agent %s needs the guest image: run `vibedom init --agents %s`", name, name)
+	}
+	_, err = agents.FindAgent(string(home), name, a, libc)
+	return err
 }

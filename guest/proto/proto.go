@@ -88,6 +88,10 @@ type BootConfig struct {
 	// as root (the Debian test image).
 	Root *Root `json:"root,omitempty"`
 
+	// Layers are further read-only images mounted inside the root (an
+	// agent's binaries), each found by its ext4 label. They need Root.
+	Layers []Layer `json:"layers,omitempty"`
+
 	// Debug makes the guest log more to the console.
 	Debug bool `json:"debug,omitempty"`
 }
@@ -97,6 +101,15 @@ type BootConfig struct {
 type Root struct {
 	Label string `json:"label"`
 }
+
+// Layer is a read-only ext4 image mounted at Mount inside the root.
+type Layer struct {
+	Label string `json:"label"`
+	Mount string `json:"mount"` // absolute, e.g. AgentMount
+}
+
+// AgentMount is where an agent's layer is mounted in the root.
+const AgentMount = "/opt/vibedom/agent"
 
 // RunAsVar, sent by the host as a command's environment variable (and
 // removed before the command starts), says where a command runs:

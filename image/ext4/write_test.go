@@ -306,3 +306,25 @@ func TestWriteScratchSized(t *testing.T) {
 		t.Errorf("stats %+v", st)
 	}
 }
+
+func TestTreeFromDir(t *testing.T) {
+	src := t.TempDir()
+	os.MkdirAll(filepath.Join(src, "package/bin"), 0o755)
+	os.WriteFile(filepath.Join(src, "package/bin/tool"), []byte("#!/bin/sh\necho tool\n"), 0o755)
+	os.Symlink("bin/tool", filepath.Join(src, "package/tool"))
+	root, err := TreeFromDir(src, testTime)
+	if err != nil {
+		t.Fatal(err)
+	}
+	img, _ := writeImage(t, root, Options{Label: "vibedom-agent"})
+	fsck(t, img)
+	if got := debugfs(t, img, "cat /package/bin/tool"); !strings.Contains(got, "echo tool") {
+		t.Errorf("content: %q", got)
+	}
+	if st := debugfs(t, img, "stat /package/bin/tool"); !strings.Contains(st, "Mode:  0755") {
+		t.Errorf("mode:\n%s", st)
+	}
+	if st := debugfs(t, img, "stat /package/tool"); !strings.Contains(st, "Fast link dest: \"bin/tool\"") {
+		t.Errorf("link:\n%s", st)
+	}
+}

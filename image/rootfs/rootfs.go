@@ -63,6 +63,10 @@ type Result struct {
 	Stats  ext4.Stats
 	// Setup lists what was done in place of install scripts.
 	Setup []string
+	// Libc is the image's C library: "musl" (Alpine) or "glibc" (the
+	// Debian-sourced test userland), from its dynamic loader; agents are
+	// fetched for it.
+	Libc string
 }
 
 // ErrConflict means two packages disagree about a path.
@@ -153,7 +157,26 @@ func Build(ctx context.Context, o Options) (*Result, error) {
 		return nil, fmt.Errorf("rootfs: %w", err)
 	}
 	ok = true
-	return &Result{SHA256: hex.EncodeToString(h.Sum(nil)), Size: st.Size, Stats: st, Setup: t.done}, nil
+	return &Result{SHA256: hex.EncodeToString(h.Sum(nil)), Size: st.Size, Stats: st, Setup: t.done, Libc: t.libc()}, nil
+}
+
+// libc names the C library whose dynamic loader the image holds.
+func (t *tree) libc() string {
+	for _, dir := range []string{"lib", "lib64", "usr/lib", "usr/lib64", "lib/x86_64-linux-gnu", "lib/aarch64-linux-gnu"} {
+		d, err := t.resolveDir(dir, false, ext4.Meta{})
+		if err != nil {
+			continue
+		}
+		for _, e := range d.Entries {
+			switch {
+			case strings.HasPrefix(e.Name, "ld-musl-"):
+				return "musl"
+			case strings.HasPrefix(e.Name, "ld-linux"):
+				return "glibc"
+			}
+		}
+	}
+	return ""
 }
 
 // packageOrder is the extraction order: the base layout first (it makes

@@ -1,0 +1,55 @@
+package session
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"io/fs"
+	"strings"
+)
+
+// configFile is ~/.vibedom/config: "key = value" lines, '#' comments.
+const configFile = "config"
+
+// Config is the user's defaults.
+type Config struct {
+	// Agent is the agent `vibedom run` starts when neither --agent nor a
+	// command is given.
+	Agent string
+}
+
+// Config is ~/.vibedom/config.
+func (h Home) Config() string { return h.path(configFile) }
+
+// ReadConfig reads ~/.vibedom/config; a missing file is the zero Config.
+// Unknown keys and malformed lines are errors naming the line.
+func ReadConfig(h Home) (*Config, error) {
+	b, err := readFileLimit(h.Config(), 64<<10)
+	if errors.Is(err, fs.ErrNotExist) {
+		return &Config{}, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", h.Config(), err)
+	}
+	c := &Config{}
+	sc := bufio.NewScanner(bytes.NewReader(b))
+	for n := 1; sc.Scan(); n++ {
+		line := strings.TrimSpace(sc.Text())
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		k, v, ok := strings.Cut(line, "=")
+		k, v = strings.TrimSpace(k), strings.Trim(strings.TrimSpace(v), `"`)
+		if !ok {
+			return nil, fmt.Errorf("%s:%d: want key = value", h.Config(), n)
+		}
+		switch k {
+		case "agent":
+			c.Agent = v
+		default:
+			return nil, fmt.Errorf("%s:%d: unknown setting %q (known: agent)", h.Config(), n, k)
+		}
+	}
+	return c, nil
+}
