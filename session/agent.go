@@ -35,8 +35,11 @@ type AgentOptions struct {
 // agentFlags turn each agent's permission prompts off: the VM is the
 // sandbox, and nothing leaves it but through the proxy and the review.
 var agentFlags = map[string][]string{
-	"claude":   {"--dangerously-skip-permissions"},
-	"codex":    {"--dangerously-bypass-approvals-and-sandbox"},
+	"claude": {"--dangerously-skip-permissions"},
+	// --no-daemon: codex otherwise starts a shared background app server,
+	// which a one-session VM has no use for (and whose start-up check fails
+	// in the guest: "failed to read start time for pid-managed app server").
+	"codex":    {"--dangerously-bypass-approvals-and-sandbox", "--no-daemon"},
 	"opencode": nil, // permissions come from its config: see agentEnv
 }
 

@@ -1,11 +1,18 @@
 package main
 
 import (
+	"bytes"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"strings"
+	"sync"
 	"testing"
+	"time"
+
+	"github.com/creack/pty"
 
 	"github.com/vibedom/vibedom/agents"
 	"github.com/vibedom/vibedom/agents/agentstest"
@@ -87,6 +94,77 @@ func TestAgentCodexVM(t *testing.T) {
 	_, stderr, code = c.runWith(t, bin, "", "run", ws, "--agent", "gpt", "--no-network", "--", "--version")
 	if code == 0 || !strings.Contains(stderr, `unknown agent "gpt"`) {
 		t.Errorf("unknown agent: exit %d %q", code, stderr)
+	}
+	c.assertNothingLeft(t)
+}
+
+// TestAgentTerminalVM: `vibedom run --agent codex` on a real
+// pseudo-terminal starts codex's full-screen UI in the VM (offline and
+// without a key it opens on its sign-in screen), Ctrl-C reaches it, and the
+// session ends in the review.
+func TestAgentTerminalVM(t *testing.T) {
+	arch, _ := agents.GuestArch(runtime.GOARCH)
+	p, err := agents.Lookup("codex", arch, agents.LibcGlibc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := agentstest.Serve(t, map[agents.Pin]string{p: agentstest.Tarball(t, p)})
+	c, bin := guestImageHome(t, "--agents", "codex", "--registry", reg.URL)
+	ws := sampleWorkspace(t)
+	cmd := exec.Command(bin, "run", ws, "--agent", "codex", "--no-network")
+	cmd.Env = c.env
+	ptmx, err := pty.StartWithSize(cmd, &pty.Winsize{Rows: 40, Cols: 120})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ptmx.Close()
+	var mu sync.Mutex
+	var out bytes.Buffer
+	go func() {
+		buf := make([]byte, 4096)
+		for {
+			n, err := ptmx.Read(buf)
+			mu.Lock()
+			out.Write(buf[:n])
+			mu.Unlock()
+			if err != nil {
+				return
+			}
+		}
+	}()
+	seen := func(re *regexp.Regexp, d time.Duration) bool {
+		for end := time.Now().Add(d); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
+			mu.Lock()
+			ok := re.Match(out.Bytes())
+			mu.Unlock()
+			if ok {
+				return true
+			}
+		}
+		return false
+	}
+	dump := func() string { mu.Lock(); defer mu.Unlock(); return out.String() }
+	// codex's UI: its sign-in or welcome screen draws its name.
+	if !seen(regexp.MustCompile(`(?i)codex|sign in|openai`), 3*time.Minute) {
+		t.Fatalf("codex's UI never appeared:\n%s", dump())
+	}
+	// Ctrl-C until codex leaves; then the review.
+	for end := time.Now().Add(60 * time.Second); ; {
+		ptmx.Write([]byte{3})
+		if seen(regexp.MustCompile(`changed nothing|Apply|apply`), 3*time.Second) {
+			break
+		}
+		if time.Now().After(end) {
+			t.Fatalf("no review after Ctrl-C:\n%s", dump())
+		}
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case <-done:
+	case <-time.After(2 * time.Minute):
+		cmd.Process.Kill()
+		t.Fatalf("vibedom did not exit:\n%s", dump())
 	}
 	c.assertNothingLeft(t)
 }
