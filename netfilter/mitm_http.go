@@ -272,6 +272,9 @@ func (e *GoEngine) modifyResponse(resp *http.Response) error {
 		}
 		return nil
 	}
+	if rf, ok := e.filter.(ResponseFilter); ok {
+		rf.FilterResponse(resp)
+	}
 	if resp.Body != nil {
 		resp.Body = &countBody{ReadCloser: resp.Body, n: &st.down}
 	}

@@ -102,6 +102,13 @@ type UpgradeFilter interface {
 	UpgradeWriter(r *http.Request, upstream io.Writer) io.WriteCloser
 }
 
+// ResponseFilter is an optional capability of a RequestFilter: rewriting
+// what upstream answers before the guest reads it (headers, and the body
+// as it streams). WebSocket upgrades do not pass through it.
+type ResponseFilter interface {
+	FilterResponse(resp *http.Response)
+}
+
 // IdentityFilter is the RequestFilter that changes nothing.
 type IdentityFilter struct{}
 

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/vibedom/vibedom/credentials"
 	"github.com/vibedom/vibedom/guest/client"
 	"github.com/vibedom/vibedom/guest/proto"
 	"github.com/vibedom/vibedom/image"
@@ -56,6 +57,7 @@ type sess struct {
 	guestLibc string      // the root image's C library
 	layers    []layerDisk // read-only layers (an agent's binaries)
 	agentTTY  bool        // the agent runs on the user's terminal
+	creds     *credentials.Session
 	machine   vm.Machine
 	client    *client.Client
 	egress    *egress
@@ -229,6 +231,11 @@ func (s *sess) prepare(ctx context.Context) error {
 		Layers:         s.layerConfig(),
 		AuthorizedKeys: []string{s.keys.AuthorizedKey()},
 		Env:            map[string]string{"VIBEDOM_SESSION": s.name},
+	}
+	if s.creds != nil {
+		for k, v := range s.creds.GuestEnv() {
+			bc.Env[k] = v
+		}
 	}
 	var caPEM []byte
 	if s.egress != nil {

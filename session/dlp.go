@@ -5,9 +5,11 @@ import (
 	"context"
 	"fmt"
 	"io/fs"
+	"os"
 	"path/filepath"
 	"strings"
 
+	"github.com/vibedom/vibedom/credentials"
 	"github.com/vibedom/vibedom/dlp"
 	"github.com/vibedom/vibedom/keys"
 	"github.com/vibedom/vibedom/netfilter"
@@ -118,6 +120,12 @@ func (s *sess) setupDLP() error {
 	if err != nil {
 		return err
 	}
+	if err := s.setupCredentials(); err != nil {
+		return err
+	}
+	if s.creds != nil {
+		cfg.Secrets = append(cfg.Secrets, s.creds.KnownValues()...)
+	}
 	e, err := dlp.New(cfg)
 	if err != nil {
 		return err
@@ -144,6 +152,9 @@ func (s *sess) setupDLP() error {
 	o.Egress.Filter = &netfilter.DLPFilter{Engine: e, Audit: audit, OnAuditError: func(err error) {
 		s.log.Error("DLP audit log", "err", err)
 	}}
+	if s.creds != nil {
+		o.Egress.Filter = s.creds.Filter(o.Egress.Filter)
+	}
 	s.log.Info("dlp ready", "known_values", e.KnownValues(), "patterns", e.Patterns(), "allowlist", cfg.Allow.String())
 	return nil
 }
@@ -225,4 +236,26 @@ func workspaceEnvSecrets(workspace string) ([]dlp.Secret, []string, error) {
 		return nil
 	})
 	return secrets, warnings, err
+}
+
+// setupCredentials loads the host's API keys (the environment, then
+// ~/.vibedom/credentials) and makes this session's placeholders.
+func (s *sess) setupCredentials() error {
+	ks, err := credentials.Load(string(s.opts.Home), os.Getenv)
+	if err != nil {
+		return err
+	}
+	if len(ks) == 0 {
+		return nil
+	}
+	cs, err := credentials.NewSession(ks)
+	if err != nil {
+		return err
+	}
+	s.creds = cs
+	for _, k := range ks {
+		s.log.Info("api key held on the host; the guest gets a placeholder", "key", k.String(), "fingerprint", k.Fingerprint())
+	}
+	s.progress("API keys stay on the host (%s): the guest gets placeholders", strings.Join(cs.Providers(), ", "))
+	return nil
 }

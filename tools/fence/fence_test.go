@@ -54,7 +54,7 @@ var table = map[string][]string{
 	"session": {
 		"preflight", "image", "keys", "vm", "vm/vz", "vm/qemu", "netfilter", "dlp",
 		"overlay", "guest", "guest/client", "guest/proto", "review", "termtext",
-		"image/alpine", "image/rootfs", "image/ext4", "agents",
+		"image/alpine", "image/rootfs", "image/ext4", "agents", "credentials",
 	},
 	"vm":                      {},
 	"vm/vz":                   {"vm", "guest/proto"},
@@ -68,6 +68,7 @@ var table = map[string][]string{
 	"image/alpine/alpinetest": {"image/alpine"},
 	"image/ext4":              {},
 	"image/rootfs":            {"image/alpine", "image/ext4"},
+	"credentials":             {"dlp", "netfilter"},
 	"keys":                    {},
 	"netfilter":               {"dlp", "keys"},
 	"dlp":                     {},

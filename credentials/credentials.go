@@ -1,0 +1,228 @@
+// Package credentials keeps the agents' API keys on the host. The guest
+// gets, per session, a placeholder of the same shape; the host's proxy puts
+// the real key in place of the placeholder only in the provider's own auth
+// header on requests to the provider's API host, and refuses any request
+// that carries a placeholder anywhere else.
+package credentials
+
+import (
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io/fs"
+	"math/big"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+)
+
+// Provider is a model API whose key vibedom holds.
+type Provider struct {
+	Name string
+	// Env is the variable the key comes from on the host and the one the
+	// guest's placeholder is put in.
+	Env string
+	// Host is the API host; the swap happens only on requests to it,
+	// port 443.
+	Host string
+	// Header is the auth header the key goes in: "x-api-key" takes the
+	// key as is, "authorization" as "Bearer <key>".
+	Header string
+}
+
+// Providers are the known providers, by name.
+var Providers = []Provider{
+	{Name: "anthropic", Env: "ANTHROPIC_API_KEY", Host: "api.anthropic.com", Header: "x-api-key"},
+	{Name: "openai", Env: "OPENAI_API_KEY", Host: "api.openai.com", Header: "authorization"},
+}
+
+// Names lists the providers' names.
+func Names() []string {
+	var n []string
+	for _, p := range Providers {
+		n = append(n, p.Name)
+	}
+	return n
+}
+
+// Lookup finds a provider by name.
+func Lookup(name string) (Provider, error) {
+	for _, p := range Providers {
+		if p.Name == name {
+			return p, nil
+		}
+	}
+	return Provider{}, fmt.Errorf("unknown provider %q: use one of %s", name, strings.Join(Names(), ", "))
+}
+
+// Dir is where `vibedom auth set` keeps keys: <home>/credentials.
+func Dir(home string) string { return filepath.Join(home, "credentials") }
+
+// maxKey bounds a key.
+const maxKey = 4096
+
+// CheckKey refuses what cannot be an API key.
+func CheckKey(k string) error {
+	switch {
+	case k == "":
+		return errors.New("the key is empty")
+	case len(k) > maxKey:
+		return fmt.Errorf("the key is longer than %d bytes", maxKey)
+	case len(k) < 16:
+		return errors.New("the key is shorter than 16 characters: that is no API key")
+	}
+	for _, c := range k {
+		if c <= ' ' || c > '~' {
+			return errors.New("the key holds spaces or characters outside printable ASCII")
+		}
+	}
+	return nil
+}
+
+// Store writes provider's key to <home>/credentials/<provider> (0600, the
+// folder 0700), replacing what was there.
+func Store(home string, p Provider, key string) error {
+	key = strings.TrimSpace(key)
+	if err := CheckKey(key); err != nil {
+		return err
+	}
+	dir := Dir(home)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	if err := os.Chmod(dir, 0o700); err != nil {
+		return err
+	}
+	tmp, err := os.CreateTemp(dir, ".key-*")
+	if err != nil {
+		return err
+	}
+	_, werr := tmp.WriteString(key + "\n")
+	serr := tmp.Sync()
+	cerr := tmp.Close()
+	if err := errors.Join(werr, serr, cerr); err != nil {
+		os.Remove(tmp.Name())
+		return err
+	}
+	if err := os.Rename(tmp.Name(), filepath.Join(dir, p.Name)); err != nil {
+		os.Remove(tmp.Name())
+		return err
+	}
+	return nil
+}
+
+// Remove deletes provider's stored key; a missing one is not an error.
+func Remove(home string, p Provider) error {
+	err := os.Remove(filepath.Join(Dir(home), p.Name))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	return err
+}
+
+// Key is a provider's real key and where it came from.
+type Key struct {
+	Provider Provider
+	value    string
+	Source   string // "$ANTHROPIC_API_KEY" or the file
+}
+
+// String never shows the key.
+func (k Key) String() string { return k.Provider.Name + " key from " + k.Source }
+
+// Fingerprint is a short, non-reversible name for the key.
+func (k Key) Fingerprint() string {
+	s := sha256.Sum256([]byte(k.value))
+	return "sha256:" + hex.EncodeToString(s[:6])
+}
+
+// Load returns the keys the host has: the environment first (it wins),
+// then <home>/credentials. getenv is os.Getenv in production.
+func Load(home string, getenv func(string) string) ([]Key, error) {
+	var out []Key
+	for _, p := range Providers {
+		if v := strings.TrimSpace(getenv(p.Env)); v != "" {
+			if err := CheckKey(v); err != nil {
+				return nil, fmt.Errorf("$%s: %w", p.Env, err)
+			}
+			out = append(out, Key{Provider: p, value: v, Source: "$" + p.Env})
+			continue
+		}
+		f := filepath.Join(Dir(home), p.Name)
+		fi, err := os.Lstat(f)
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		if !fi.Mode().IsRegular() || fi.Mode().Perm()&0o077 != 0 {
+			return nil, fmt.Errorf("%s: must be a regular file only you can read (chmod 600 %s)", f, f)
+		}
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return nil, err
+		}
+		v := strings.TrimSpace(string(b))
+		if err := CheckKey(v); err != nil {
+			return nil, fmt.Errorf("%s: %w (vibedom auth set %s)", f, err, p.Name)
+		}
+		out = append(out, Key{Provider: p, value: v, Source: f})
+	}
+	return out, nil
+}
+
+// Placeholder makes a value of the key's shape: the same prefix up to and
+// including its last '-' or '_' within the first 16 characters (sk-ant-api03-,
+// sk-proj-), then random characters of the alphabet the rest uses, to the
+// same length. It never equals the key.
+func Placeholder(key string) (string, error) {
+	cut := 0
+	for i := 0; i < len(key) && i < 16; i++ {
+		if key[i] == '-' || key[i] == '_' {
+			cut = i + 1
+		}
+	}
+	prefix, rest := key[:cut], key[cut:]
+	alphabet := alphabetOf(rest)
+	for {
+		b := make([]byte, len(rest))
+		for i := range b {
+			n, err := rand.Int(rand.Reader, big.NewInt(int64(len(alphabet))))
+			if err != nil {
+				return "", err
+			}
+			b[i] = alphabet[n.Int64()]
+		}
+		if p := prefix + string(b); p != key {
+			return p, nil
+		}
+	}
+}
+
+// alphabetOf is the smallest usual alphabet holding every character of s.
+func alphabetOf(s string) string {
+	const (
+		lower = "abcdefghijklmnopqrstuvwxyz"
+		upper = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+		digit = "0123456789"
+	)
+	set := map[byte]bool{}
+	for i := 0; i < len(s); i++ {
+		set[s[i]] = true
+	}
+	a := lower + upper + digit
+	var extra []string
+	for c := range set {
+		if !strings.ContainsRune(a, rune(c)) {
+			extra = append(extra, string(c))
+		}
+	}
+	sort.Strings(extra)
+	// Keep the extra characters (- and _ in Anthropic's keys) but not as
+	// often as letters, so the shape stays plausible.
+	return a + strings.Join(extra, "")
+}

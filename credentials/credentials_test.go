@@ -1,0 +1,104 @@
+package credentials
+
+import (
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+)
+
+func TestPlaceholderShape(t *testing.T) {
+	for _, key := range []string{
+		"sk-ant-api03-" + strings.Repeat("aB3_-x", 15) + "AA", // gitleaks:allow
+		"sk-proj-" + strings.Repeat("Zz9", 40),                 // gitleaks:allow
+		strings.Repeat("q", 40),
+	} {
+		seen := map[string]bool{}
+		for i := 0; i < 20; i++ {
+			p, err := Placeholder(key)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if p == key || len(p) != len(key) || seen[p] {
+				t.Fatalf("placeholder %q for %q", p, key)
+			}
+			seen[p] = true
+			cut := strings.LastIndexAny(key[:16], "-_") + 1
+			if p[:cut] != key[:cut] {
+				t.Errorf("prefix of %q: %q", key, p[:cut])
+			}
+			if !regexp.MustCompile(`^[A-Za-z0-9_-]+$`).MatchString(p) {
+				t.Errorf("alphabet: %q", p)
+			}
+		}
+	}
+}
+
+func TestLoadAndStore(t *testing.T) {
+	home := t.TempDir()
+	env := map[string]string{}
+	getenv := func(k string) string { return env[k] }
+	if ks, err := Load(home, getenv); err != nil || len(ks) != 0 {
+		t.Fatalf("no keys: %v %v", ks, err)
+	}
+	a, _ := Lookup("anthropic")
+	key := "sk-ant-api03-" + strings.Repeat("k", 40) // gitleaks:allow
+	if err := Store(home, a, "  "+key+"\n"); err != nil {
+		t.Fatal(err)
+	}
+	fi, _ := os.Stat(filepath.Join(Dir(home), "anthropic"))
+	di, _ := os.Stat(Dir(home))
+	if fi.Mode().Perm() != 0o600 || di.Mode().Perm() != 0o700 {
+		t.Errorf("modes %v %v", fi.Mode(), di.Mode())
+	}
+	ks, err := Load(home, getenv)
+	if err != nil || len(ks) != 1 || ks[0].value != key || !strings.Contains(ks[0].Source, "credentials") {
+		t.Fatalf("stored key: %v %v", ks, err)
+	}
+	if strings.Contains(ks[0].String(), key) || strings.Contains(ks[0].Fingerprint(), key[:12]) {
+		t.Error("the key shows in its description")
+	}
+	// The environment wins.
+	env["ANTHROPIC_API_KEY"] = "sk-ant-api03-" + strings.Repeat("e", 40) // gitleaks:allow
+	ks, _ = Load(home, getenv)
+	if ks[0].Source != "$ANTHROPIC_API_KEY" {
+		t.Errorf("source %q", ks[0].Source)
+	}
+	// A key file others can read is refused.
+	delete(env, "ANTHROPIC_API_KEY")
+	os.Chmod(filepath.Join(Dir(home), "anthropic"), 0o644)
+	if _, err := Load(home, getenv); err == nil || !strings.Contains(err.Error(), "chmod 600") {
+		t.Errorf("world-readable key file: %v", err)
+	}
+	for _, bad := range []string{"", "short", "has space inside the key value", strings.Repeat("x", 5000)} {
+		if err := Store(home, a, bad); err == nil {
+			t.Errorf("stored %q", bad)
+		}
+	}
+	if _, err := Lookup("gemini"); err == nil || !strings.Contains(err.Error(), "anthropic, openai") {
+		t.Errorf("unknown provider: %v", err)
+	}
+	if err := Remove(home, a); err != nil {
+		t.Fatal(err)
+	}
+	if ks, _ := Load(home, getenv); len(ks) != 0 {
+		t.Errorf("after remove: %v", ks)
+	}
+}
+
+func TestSessionEnvAndKnownValues(t *testing.T) {
+	k := Key{Provider: Providers[1], value: "sk-proj-" + strings.Repeat("v", 40), Source: "$OPENAI_API_KEY"} // gitleaks:allow
+	s, err := NewSession([]Key{k})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ph := s.GuestEnv()["OPENAI_API_KEY"]
+	if ph == "" || ph == k.value {
+		t.Fatalf("guest env: %v", s.GuestEnv())
+	}
+	kv := s.KnownValues()
+	if len(kv) != 2 || kv[0].Value != k.value || kv[1].Value != ph {
+		t.Errorf("known values: %v", kv)
+	}
+}

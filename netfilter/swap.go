@@ -1,0 +1,190 @@
+package netfilter
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+)
+
+// Swap says where one secret the guest only has a placeholder for is put
+// in: on requests to Host, port 443, a Header whose whole value is
+// Placeholder becomes Value.
+type Swap struct {
+	Name        string // for messages ("anthropic")
+	Host        string
+	Header      string
+	Placeholder string // the header value as the guest sends it
+	Value       string // the header value upstream gets
+	// Token is the placeholder itself: seen anywhere else, the request is
+	// refused.
+	Token string
+}
+
+// ErrPlaceholder means a request carried a credential placeholder where it
+// is not swapped.
+var ErrPlaceholder = errors.New("a credential placeholder where vibedom does not put the key")
+
+// NewSwapFilter wraps inner (the DLP) with credential swaps. A swap happens
+// only when a request to the swap's host on port 443 has the swap's header,
+// once, with exactly the placeholder value: that header is kept out of
+// inner's sight and set to the real value after inner ran, so the DLP,
+// which knows the real value, never scrubs it there. A placeholder in any
+// other header (of any request) or in the URL refuses the request; in a
+// body the DLP finds it (give it the placeholders as known values).
+func NewSwapFilter(inner RequestFilter, swaps []Swap) RequestFilter {
+	if inner == nil {
+		inner = IdentityFilter{}
+	}
+	return &swapFilter{inner: inner, swaps: swaps}
+}
+
+type swapFilter struct {
+	inner RequestFilter
+	swaps []Swap
+}
+
+func (f *swapFilter) FilterRequest(ctx context.Context, dest Destination, r *http.Request) (func() []Finding, error) {
+	var do *Swap
+	for name, vals := range r.Header {
+		for _, v := range vals {
+			for i := range f.swaps {
+				s := &f.swaps[i]
+				if !strings.Contains(v, s.Token) {
+					continue
+				}
+				if do == nil && dest.Port == 443 && strings.EqualFold(dest.Name, s.Host) && strings.EqualFold(name, s.Header) &&
+					len(vals) == 1 && v == s.Placeholder {
+					do = s
+					continue
+				}
+				return nil, fmt.Errorf("%w (%s's, in header %s, to %s:%d)", ErrPlaceholder, s.Name, strings.ToLower(name), dest.Name, dest.Port)
+			}
+		}
+	}
+	for _, u := range []string{r.URL.String(), r.URL.RawQuery, r.URL.Path, r.Host} {
+		dec, _ := url.QueryUnescape(u)
+		for _, s := range f.swaps {
+			if strings.Contains(u, s.Token) || strings.Contains(dec, s.Token) {
+				return nil, fmt.Errorf("%w (%s's, in the URL, to %s:%d)", ErrPlaceholder, s.Name, dest.Name, dest.Port)
+			}
+		}
+	}
+	if do != nil {
+		r.Header.Del(do.Header)
+	}
+	done, err := f.inner.FilterRequest(ctx, dest, r)
+	if err != nil {
+		return nil, err
+	}
+	if do != nil {
+		r.Header.Set(do.Header, do.Value)
+	}
+	return done, nil
+}
+
+// UpgradeWriter passes the inner filter's WebSocket scrubbing through.
+func (f *swapFilter) UpgradeWriter(r *http.Request, upstream io.Writer) io.WriteCloser {
+	if uf, ok := f.inner.(UpgradeFilter); ok {
+		return uf.UpgradeWriter(r, upstream)
+	}
+	return nil
+}
+
+// FilterResponse scrubs the real values from every response (a provider
+// echoing a key back, or anything else): headers, and the body as it
+// streams. A compressed body is not looked into: the real value only ever
+// goes to its provider's host, which does not send it back.
+func (f *swapFilter) FilterResponse(resp *http.Response) {
+	if rf, ok := f.inner.(ResponseFilter); ok {
+		rf.FilterResponse(resp)
+	}
+	var vals [][]byte
+	for _, s := range f.swaps {
+		key := s.Value
+		if i := strings.LastIndexByte(key, ' '); i >= 0 {
+			key = key[i+1:] // "Bearer <key>": the key
+		}
+		if len(key) >= 8 {
+			vals = append(vals, []byte(key))
+		}
+	}
+	if len(vals) == 0 {
+		return
+	}
+	for name, vs := range resp.Header {
+		for i, v := range vs {
+			for _, k := range vals {
+				v = strings.ReplaceAll(v, string(k), RedactedSecret)
+			}
+			resp.Header[name][i] = v
+		}
+	}
+	if resp.Body != nil && resp.Body != http.NoBody {
+		resp.Body = &replaceBody{src: resp.Body, vals: vals}
+		resp.ContentLength = -1
+		resp.Header.Del("Content-Length")
+	}
+}
+
+// RedactedSecret replaces a real credential in a response.
+const RedactedSecret = "[REDACTED:vibedom credential]"
+
+// replaceBody replaces vals in a stream, holding back len(longest)-1 bytes
+// so a value split across reads is still found.
+type replaceBody struct {
+	src  io.ReadCloser
+	vals [][]byte
+	buf  []byte // read, not yet emitted
+	out  []byte // ready to emit
+	eof  bool
+}
+
+func (r *replaceBody) Read(p []byte) (int, error) {
+	hold := 0
+	for _, v := range r.vals {
+		if len(v)-1 > hold {
+			hold = len(v) - 1
+		}
+	}
+	for len(r.out) == 0 {
+		if r.eof {
+			if len(r.buf) == 0 {
+				return 0, io.EOF
+			}
+			r.out, r.buf = r.replace(r.buf), nil
+			break
+		}
+		chunk := make([]byte, 32<<10)
+		n, err := r.src.Read(chunk)
+		r.buf = append(r.buf, chunk[:n]...)
+		if err == io.EOF {
+			r.eof = true
+		} else if err != nil {
+			return 0, err
+		}
+		r.buf = r.replace(r.buf)
+		if len(r.buf) > hold {
+			cut := len(r.buf) - hold
+			// Never cut inside a replacement just made.
+			r.out = append(r.out, r.buf[:cut]...)
+			r.buf = append([]byte(nil), r.buf[cut:]...)
+		}
+	}
+	n := copy(p, r.out)
+	r.out = r.out[n:]
+	return n, nil
+}
+
+func (r *replaceBody) replace(b []byte) []byte {
+	for _, v := range r.vals {
+		b = bytes.ReplaceAll(b, v, []byte(RedactedSecret))
+	}
+	return b
+}
+
+func (r *replaceBody) Close() error { return r.src.Close() }
