@@ -11,7 +11,7 @@ import (
 func TestPlaceholderShape(t *testing.T) {
 	for _, key := range []string{
 		"sk-ant-api03-" + strings.Repeat("aB3_-x", 15) + "AA", // gitleaks:allow
-		"sk-proj-" + strings.Repeat("Zz9", 40),                 // gitleaks:allow
+		"sk-proj-" + strings.Repeat("Zz9", 40),                // gitleaks:allow
 		strings.Repeat("q", 40),
 	} {
 		seen := map[string]bool{}
