@@ -1,0 +1,155 @@
+# vibedom's mitmproxy addon, shipped inside the vibedom binary and written to
+# the session's private runtime folder. It is a thin client: every decision
+# (SNI and Host against the admitted name, request scrubbing by the DLP,
+# WebSocket messages, logging) is asked of vibedom over a private unix
+# socket. Whatever goes wrong here -- vibedom unreachable, an answer that
+# cannot be read, an exception -- the request is refused (fail closed).
+import asyncio
+import base64
+import json
+import os
+
+from mitmproxy import ctx, http
+
+SOCK = os.environ.get("VIBEDOM_CTL", "")
+
+
+class _Pool:
+    def __init__(self, path):
+        self.path = path
+        self.idle = []
+
+    async def call(self, msg, reply=True):
+        if self.idle:
+            r, w = self.idle.pop()
+        else:
+            r, w = await asyncio.open_unix_connection(self.path, limit=1 << 30)
+        try:
+            w.write(json.dumps(msg, separators=(",", ":")).encode() + b"\n")
+            await w.drain()
+            if not reply:
+                self.idle.append((r, w))
+                return None
+            line = await r.readline()
+            if not line.endswith(b"\n"):
+                raise ConnectionError("vibedom closed the control socket")
+            ans = json.loads(line)
+        except BaseException:
+            w.close()
+            raise
+        self.idle.append((r, w))
+        return ans
+
+
+_pool = _Pool(SOCK)
+
+
+def _peer(conn):
+    p = conn.peername
+    return "%s:%d" % (p[0], p[1]) if p else ""
+
+
+def _refuse(flow, status, reason):
+    flow.response = http.Response.make(
+        status,
+        ("vibedom: %s\n" % reason).encode(),
+        {"Content-Type": "text/plain; charset=utf-8", "X-Vibedom": "refused", "Connection": "close"},
+    )
+
+
+def _fields(headers):
+    return [[k.decode("latin-1"), v.decode("latin-1")] for k, v in headers.fields]
+
+
+class Vibedom:
+    async def running(self):
+        try:
+            await _pool.call({"op": "hello", "pid": os.getpid()})
+        except Exception as e:
+            ctx.log.error("vibedom: control socket unreachable: %s" % e)
+            ctx.master.shutdown()
+
+    async def tls_clienthello(self, data):
+        try:
+            ans = await _pool.call({"op": "sni", "peer": _peer(data.context.client), "sni": data.client_hello.sni or ""})
+            ok = ans.get("action") == "allow"
+        except Exception:
+            ok = False
+        if not ok:
+            # vibedom has already closed the guest's side, and refuses every
+            # request of a TLS connection whose SNI it did not approve.
+            ctx.log.info("vibedom refused a TLS handshake")
+
+    def requestheaders(self, flow):
+        # The DLP reads the request whole: never stream it past the check.
+        flow.request.stream = False
+
+    async def request(self, flow):
+        req = flow.request
+        try:
+            ans = await _pool.call({
+                "op": "request",
+                "peer": _peer(flow.client_conn),
+                "id": flow.id,
+                "scheme": req.scheme,
+                "method": req.method,
+                "host": req.host_header or "",
+                "path": req.path,
+                "proto": req.http_version,
+                "headers": _fields(req.headers),
+                "body": base64.b64encode(req.raw_content or b"").decode(),
+            })
+        except Exception as e:
+            _refuse(flow, 502, "the content filter is unavailable (%s); nothing was sent" % type(e).__name__)
+            return
+        if ans.get("action") != "allow":
+            _refuse(flow, int(ans.get("status") or 403), ans.get("reason") or "refused")
+            return
+        req.method = ans["method"]
+        req.path = ans["path"]
+        req.headers = http.Headers([(k.encode("latin-1"), v.encode("latin-1")) for k, v in ans["headers"]])
+        req.raw_content = base64.b64decode(ans["body"])
+
+    def responseheaders(self, flow):
+        # Responses are not scrubbed: stream them.
+        flow.response.stream = True
+
+    async def response(self, flow):
+        if flow.response.status_code == 101 or flow.response.headers.get("X-Vibedom") == "refused":
+            return
+        await self._done(flow, "")
+
+    async def error(self, flow):
+        await self._done(flow, str(flow.error) if flow.error else "error")
+
+    async def websocket_message(self, flow):
+        msg = flow.websocket.messages[-1]
+        if not msg.from_client:
+            return
+        try:
+            ans = await _pool.call({"op": "ws", "id": flow.id, "text": msg.is_text,
+                                    "body": base64.b64encode(msg.content).decode()})
+            ok = ans.get("action") == "allow"
+        except Exception:
+            ok = False
+        if not ok:
+            msg.drop()
+            flow.kill()
+            return
+        msg.content = base64.b64decode(ans["body"])
+
+    async def websocket_end(self, flow):
+        await self._done(flow, "")
+
+    async def _done(self, flow, err):
+        try:
+            resp = flow.response
+            await _pool.call({
+                "op": "done", "id": flow.id, "status": resp.status_code if resp else 0,
+                "down": len(resp.raw_content or b"") if resp and not resp.stream else 0, "error": err,
+            }, reply=False)
+        except Exception:
+            pass
+
+
+addons = [Vibedom()]
