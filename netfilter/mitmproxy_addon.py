@@ -111,8 +111,15 @@ class Vibedom:
         req.raw_content = base64.b64decode(ans["body"])
 
     def responseheaders(self, flow):
-        # Responses are not scrubbed: stream them.
-        flow.response.stream = True
+        # Responses are not scrubbed: stream them, counting the bytes.
+        n = [0]
+
+        def count(chunk):
+            n[0] += len(chunk)
+            return chunk
+
+        flow.response.stream = count
+        flow.metadata["vibedom_down"] = n
 
     async def response(self, flow):
         if flow.response.status_code == 101 or flow.response.headers.get("X-Vibedom") == "refused":
@@ -146,7 +153,7 @@ class Vibedom:
             resp = flow.response
             await _pool.call({
                 "op": "done", "id": flow.id, "status": resp.status_code if resp else 0,
-                "down": len(resp.raw_content or b"") if resp and not resp.stream else 0, "error": err,
+                "down": flow.metadata.get("vibedom_down", [0])[0], "error": err,
             }, reply=False)
         except Exception:
             pass
