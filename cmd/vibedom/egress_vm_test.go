@@ -120,6 +120,9 @@ echo "ROUND 2"; all
 		t.Fatalf("run: exit %d\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
 	}
 	t.Logf("guest:\n%s", stdout)
+	if strings.Contains(strings.Join(extra, " "), "mitmproxy") && !strings.Contains(stderr, "starting mitmdump") {
+		t.Errorf("the run did not use the mitmproxy engine:\n%s", stderr)
+	}
 	if !strings.Contains(stdout+stderr, "ignored 1 allow rule of .vibedom/trusted_domains.txt (not approved)") {
 		t.Errorf("no notice of the workspace's ignored allow rule:\n%s", stderr)
 	}
