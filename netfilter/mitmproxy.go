@@ -65,7 +65,8 @@ type MitmproxyConfig struct {
 	// Port is the loopback port mitmdump listens on; 0 picks a free one.
 	Port int
 	// BodyLimit is the largest request body passed (DefaultMitmBodyLimit
-	// when 0); a larger one gets 413.
+	// when 0): a larger declared Content-Length has the flow killed, a
+	// larger chunked body is refused once read (mitmdump buffers it).
 	BodyLimit int64
 	// StartTimeout bounds how long mitmdump may take to come up (60s when
 	// 0).
@@ -274,7 +275,6 @@ func NewMitmproxyEngine(ctx context.Context, cfg MitmproxyConfig) (_ *MitmproxyE
 		"websocket":           true,
 		"rawtcp":              true,
 		"scripts":             []string{addon},
-		"body_size_limit":     strconv.FormatInt(cfg.BodyLimit, 10),
 		"termlog_verbosity":   "info",
 		"flow_detail":         0,
 	}
@@ -296,7 +296,8 @@ func NewMitmproxyEngine(ctx context.Context, cfg MitmproxyConfig) (_ *MitmproxyE
 	e.cmd = exec.Command(program, "--set", "confdir="+conf)
 	e.cmd.Dir = e.dir
 	e.cmd.Env = []string{"VIBEDOM_CTL=" + sock, "HOME=" + e.dir, "PATH=" + os.Getenv("PATH"), "LANG=C.UTF-8",
-		"PYTHONDONTWRITEBYTECODE=1", "PYTHONUNBUFFERED=1"}
+		"PYTHONDONTWRITEBYTECODE=1", "PYTHONUNBUFFERED=1",
+		"VIBEDOM_BODY_LIMIT=" + strconv.FormatInt(cfg.BodyLimit, 10)}
 	setMitmProcAttr(e.cmd)
 	pr, pw, err := os.Pipe()
 	if err != nil {

@@ -12,6 +12,7 @@ import os
 from mitmproxy import ctx, http
 
 SOCK = os.environ.get("VIBEDOM_CTL", "")
+BODY_LIMIT = int(os.environ.get("VIBEDOM_BODY_LIMIT", "67108864"))
 
 
 class _Pool:
@@ -83,32 +84,42 @@ class Vibedom:
     def requestheaders(self, flow):
         # The DLP reads the request whole: never stream it past the check.
         flow.request.stream = False
+        try:
+            too_big = int(flow.request.headers.get("content-length", "0")) > BODY_LIMIT
+        except ValueError:
+            too_big = True
+        if too_big:
+            flow.kill()
 
     async def request(self, flow):
-        req = flow.request
+        # Any failure, here or in applying the answer, refuses the request:
+        # mitmproxy would otherwise send it on as it stands.
         try:
-            ans = await _pool.call({
-                "op": "request",
-                "peer": _peer(flow.client_conn),
-                "id": flow.id,
-                "scheme": req.scheme,
-                "method": req.method,
-                "host": req.host_header or "",
-                "path": req.path,
-                "proto": req.http_version,
-                "headers": _fields(req.headers),
-                "body": base64.b64encode(req.raw_content or b"").decode(),
-            })
+            await self._request(flow)
         except Exception as e:
-            _refuse(flow, 502, "the content filter is unavailable (%s); nothing was sent" % type(e).__name__)
-            return
+            _refuse(flow, 502, "the content filter failed (%s); nothing was sent" % type(e).__name__)
+
+    async def _request(self, flow):
+        req = flow.request
+        ans = await _pool.call({
+            "op": "request",
+            "peer": _peer(flow.client_conn),
+            "id": flow.id,
+            "scheme": req.scheme,
+            "method": req.method,
+            "host": req.host_header or "",
+            "path": req.path,
+            "proto": req.http_version,
+            "headers": _fields(req.headers),
+            "body": base64.b64encode(req.raw_content or b"").decode(),
+        })
         if ans.get("action") != "allow":
             _refuse(flow, int(ans.get("status") or 403), ans.get("reason") or "refused")
             return
-        req.method = ans["method"]
-        req.path = ans["path"]
-        req.headers = http.Headers([(k.encode("latin-1"), v.encode("latin-1")) for k, v in ans["headers"]])
-        req.raw_content = base64.b64decode(ans["body"])
+        method, path = ans["method"], ans["path"]
+        headers = http.Headers([(k.encode("latin-1"), v.encode("latin-1")) for k, v in ans.get("headers") or []])
+        body = base64.b64decode(ans.get("body") or "")
+        req.method, req.path, req.headers, req.raw_content = method, path, headers, body
 
     def responseheaders(self, flow):
         # Responses are not scrubbed: stream them, counting the bytes.
@@ -143,7 +154,11 @@ class Vibedom:
             msg.drop()
             flow.kill()
             return
-        msg.content = base64.b64decode(ans["body"])
+        try:
+            msg.content = base64.b64decode(ans.get("body") or "")
+        except Exception:
+            msg.drop()
+            flow.kill()
 
     async def websocket_end(self, flow):
         await self._done(flow, "")
