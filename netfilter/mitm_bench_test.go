@@ -420,4 +420,3 @@ func BenchmarkDownload100MB(b *testing.B) {
 	}
 	b.ReportMetric(0, "ns/op")
 }
-

@@ -376,5 +376,3 @@ func wsPayloads(b []byte) ([]byte, error) {
 	}
 	return out, nil
 }
-
-

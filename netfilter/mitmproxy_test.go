@@ -2,6 +2,7 @@ package netfilter
 
 import (
 	"bufio"
+	"context"
 	"crypto/x509"
 	"errors"
 	"fmt"
@@ -190,5 +191,30 @@ func TestMitmdumpCrash(t *testing.T) {
 	}
 	if !found {
 		t.Error("no alert in alerts.jsonl for mitmdump's exit")
+	}
+}
+
+// headerFilter sets a header the way a filter could, with a value that is
+// not Latin-1 (the addon cannot put it on the wire).
+type headerFilter struct{ value string }
+
+func (f headerFilter) FilterRequest(_ context.Context, _ Destination, r *http.Request) (func() []Finding, error) {
+	r.Header.Set("X-Filtered", f.value)
+	return func() []Finding { return nil }, nil
+}
+
+// TestMitmproxyAddonFailsClosed: when the addon cannot apply vibedom's
+// answer, the request is refused, never sent on as the guest wrote it.
+func TestMitmproxyAddonFailsClosed(t *testing.T) {
+	v := newEngineEnv(t, "mitmproxy", testRules, func(c *EngineConfig) { c.Filter = headerFilter{"snow \u2603"} })
+	var hits atomic.Int64
+	v.upstreamTLS("api.test", 443, v.upCA, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { hits.Add(1) }))
+	c := &http.Client{Transport: v.guestTransport(false)}
+	resp, body := getBody(t, c, "https://api.test/x")
+	if resp.StatusCode != http.StatusBadGateway || !strings.Contains(body, "nothing was sent") {
+		t.Errorf("got %d %q, want 502 from the addon", resp.StatusCode, body)
+	}
+	if hits.Load() != 0 {
+		t.Error("the request reached the upstream")
 	}
 }

@@ -50,8 +50,8 @@ var ProxyEngines = []string{"go", "mitmproxy"}
 const guestMAC = "02:76:64:00:00:02"
 
 type egress struct {
-	policy   *netfilter.Policy
-	engine   interface {
+	policy *netfilter.Policy
+	engine interface {
 		netfilter.Engine
 		Close() error
 	}
