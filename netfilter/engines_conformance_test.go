@@ -132,14 +132,38 @@ func TestConformanceHostMismatch(t *testing.T) {
 				}
 			})
 		}
+		// An absolute-form request line naming another (allowed) host, on
+		// a connection admitted for plain.test, and a kept-alive second
+		// request with another Host.
+		for _, raw := range []string{
+			"GET http://x.wild.test/ HTTP/1.1\r\nHost: plain.test\r\n\r\n",
+			"GET /one HTTP/1.1\r\nHost: plain.test\r\n\r\nGET /two HTTP/1.1\r\nHost: x.wild.test\r\n\r\n",
+		} {
+			conn := v.guestConn("plain.test", 80)
+			io.WriteString(conn, raw)
+			br := bufio.NewReader(conn)
+			var last int
+			for range strings.Count(raw, "GET ") {
+				resp, err := http.ReadResponse(br, nil)
+				if err != nil {
+					t.Fatalf("%q: %v", raw, err)
+				}
+				io.Copy(io.Discard, resp.Body)
+				last = resp.StatusCode
+			}
+			conn.Close()
+			if last != http.StatusMisdirectedRequest {
+				t.Errorf("%q: last status %d, want 421", raw, last)
+			}
+		}
 		c := &http.Client{Transport: v.guestTransport(false)}
 		if resp, body := getBody(t, c, "http://plain.test/ok"); resp.StatusCode != 200 || body != "hello from plain.test /ok" {
 			t.Errorf("plain http: %d %q", resp.StatusCode, body)
 		}
-		if hits.Load() != 1 {
-			t.Errorf("upstream hits %d, want 1", hits.Load())
+		if hits.Load() != 2 {
+			t.Errorf("upstream hits %d, want 2 (/one and /ok)", hits.Load())
 		}
-		v.events.waitCount(t, "421", 5, func(e Event) bool { return e.Kind == "request" && e.Decision == "deny" && e.Status == 421 })
+		v.events.waitCount(t, "421", 7, func(e Event) bool { return e.Kind == "request" && e.Decision == "deny" && e.Status == 421 })
 	})
 }
 

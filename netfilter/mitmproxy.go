@@ -131,6 +131,8 @@ type mitmFlow struct {
 	ev   Event
 	done func() []Finding
 	req  *http.Request
+	// status is set when the response headers came (a WebSocket's 101).
+	status int
 }
 
 var versionRE = regexp.MustCompile(`(?m)^Mitmproxy:\s*(\d+)\.(\d+)(\.\d+)?`)
@@ -550,6 +552,10 @@ func (e *MitmproxyEngine) forget(key string, c *mitmConn) {
 	}
 	e.mu.Unlock()
 	for _, f := range left {
+		if f.status == http.StatusSwitchingProtocols {
+			e.finish(f, f.status, 0, "") // a WebSocket ends with its connection
+			continue
+		}
 		e.finish(f, 0, 0, "the connection ended before the response")
 	}
 }

@@ -108,6 +108,9 @@ class Vibedom:
             "scheme": req.scheme,
             "method": req.method,
             "host": req.host_header or "",
+            "authority": req.authority if req.http_version.startswith("HTTP/1") else "",
+            "dhost": req.host,
+            "dport": req.port,
             "path": req.path,
             "proto": req.http_version,
             "headers": _fields(req.headers),
@@ -133,7 +136,13 @@ class Vibedom:
         flow.metadata["vibedom_down"] = n
 
     async def response(self, flow):
-        if flow.response.status_code == 101 or flow.response.headers.get("X-Vibedom") == "refused":
+        if flow.response.status_code == 101:
+            try:
+                await _pool.call({"op": "status", "id": flow.id, "status": 101}, reply=False)
+            except Exception:
+                pass
+            return
+        if flow.response.headers.get("X-Vibedom") == "refused":
             return
         await self._done(flow, "")
 

@@ -20,21 +20,24 @@ import (
 
 // ctlMsg is one question from the addon (one JSON line).
 type ctlMsg struct {
-	Op      string      `json:"op"`
-	Peer    string      `json:"peer"`
-	ID      string      `json:"id"`
-	SNI     string      `json:"sni"`
-	Scheme  string      `json:"scheme"`
-	Method  string      `json:"method"`
-	Host    string      `json:"host"`
-	Path    string      `json:"path"`
-	Proto   string      `json:"proto"`
-	Headers [][2]string `json:"headers"`
-	Body    []byte      `json:"body"` // base64 in JSON
-	Text    bool        `json:"text"`
-	Status  int         `json:"status"`
-	Down    int64       `json:"down"`
-	Error   string      `json:"error"`
+	Op        string      `json:"op"`
+	Peer      string      `json:"peer"`
+	ID        string      `json:"id"`
+	SNI       string      `json:"sni"`
+	Scheme    string      `json:"scheme"`
+	Method    string      `json:"method"`
+	Host      string      `json:"host"`
+	Authority string      `json:"authority"` // an HTTP/1 absolute-form request line's
+	DHost     string      `json:"dhost"`     // where mitmdump would send the request
+	DPort     int         `json:"dport"`
+	Path      string      `json:"path"`
+	Proto     string      `json:"proto"`
+	Headers   [][2]string `json:"headers"`
+	Body      []byte      `json:"body"` // base64 in JSON
+	Text      bool        `json:"text"`
+	Status    int         `json:"status"`
+	Down      int64       `json:"down"`
+	Error     string      `json:"error"`
 }
 
 // ctlReply is the engine's answer.
@@ -120,6 +123,13 @@ func (e *MitmproxyEngine) answer(m *ctlMsg) *ctlReply {
 		return e.request(m)
 	case "ws":
 		return e.wsMessage(m)
+	case "status":
+		e.mu.Lock()
+		if f := e.flows[m.ID]; f != nil {
+			f.status = m.Status
+		}
+		e.mu.Unlock()
+		return nil
 	case "done":
 		e.mu.Lock()
 		f := e.flows[m.ID]
@@ -172,11 +182,20 @@ func (e *MitmproxyEngine) request(m *ctlMsg) *ctlReply {
 		}
 		r.Header.Add(k, kv[1])
 	}
+	if m.Authority != "" {
+		r.URL.Host = m.Authority // checked against Host below, as the Go engine does
+	}
 	if m.Method == http.MethodConnect {
 		return e.refuseReq(m, dest, r, http.StatusMethodNotAllowed, "CONNECT is served only by the explicit proxy, not on an intercepted connection")
 	}
 	if reason := authorityMismatch(r, t.Name, t.Port, scheme); reason != "" {
 		return e.refuseReq(m, dest, r, http.StatusMisdirectedRequest, reason)
+	}
+	// An absolute-form request line names its own destination, which
+	// mitmdump would follow: it must be the admitted one too.
+	if name, ok := normalTarget(m.DHost); !ok || name != t.Name || m.DPort != int(t.Port) {
+		return e.refuseReq(m, dest, r, http.StatusMisdirectedRequest,
+			fmt.Sprintf("request target %q does not match the admitted destination %s", shorten(hostPort(m.DHost, uint16(m.DPort))), hostPort(t.Name, t.Port)))
 	}
 	ws := restrictUpgrade(r)
 	r.ContentLength = int64(len(m.Body))
@@ -375,4 +394,13 @@ func wsPayloads(b []byte) ([]byte, error) {
 		b = b[n+int(l):]
 	}
 	return out, nil
+}
+
+// normalTarget normalises a host name or IP literal as admission does.
+func normalTarget(h string) (string, bool) {
+	if ip, ok := ParseAddr(strings.Trim(h, "[]")); ok {
+		return ip.String(), true
+	}
+	n, err := NormalizeName(h)
+	return n, err == nil
 }
