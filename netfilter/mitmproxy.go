@@ -279,6 +279,10 @@ func NewMitmproxyEngine(ctx context.Context, cfg MitmproxyConfig) (_ *MitmproxyE
 		"scripts":             []string{addon},
 		"termlog_verbosity":   "info",
 		"flow_detail":         0,
+		// h2's own check refuses values with surrounding whitespace, which
+		// the Go engine passes; vibedom checks every header itself
+		// (no control characters, valid names) before anything is sent.
+		"validate_inbound_headers": false,
 	}
 	if roots, rerr := e.writeRoots(conf); rerr != nil {
 		return nil, rerr

@@ -16,6 +16,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"golang.org/x/net/http/httpguts"
 )
 
 // ctlMsg is one question from the addon (one JSON line).
@@ -175,6 +177,9 @@ func (e *MitmproxyEngine) request(m *ctlMsg) *ctlReply {
 	}
 	hadHost := false
 	for _, kv := range m.Headers {
+		if !httpguts.ValidHeaderFieldName(kv[0]) || !httpguts.ValidHeaderFieldValue(kv[1]) {
+			return e.refuseReq(m, dest, nil, http.StatusBadRequest, fmt.Sprintf("malformed header %q", shorten(kv[0])))
+		}
 		k := http.CanonicalHeaderKey(kv[0])
 		if k == "Host" {
 			hadHost = true
