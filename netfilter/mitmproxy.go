@@ -322,13 +322,14 @@ func NewMitmproxyEngine(ctx context.Context, cfg MitmproxyConfig) (_ *MitmproxyE
 	go e.watch()
 	timer := time.NewTimer(cfg.StartTimeout)
 	defer timer.Stop()
+	hello := e.hello
 	for got := 0; got < 2; {
 		select {
 		case <-listening:
 			listening = nil
 			got++
-		case <-e.hello:
-			e.hello = nil
+		case <-hello:
+			hello = nil
 			got++
 		case line := <-portTaken:
 			return nil, fmt.Errorf("%w cannot listen on 127.0.0.1:%d (%s): the port is taken; free it or let vibedom pick one",
@@ -411,8 +412,11 @@ func (e *MitmproxyEngine) readOutput(r io.ReadCloser, listening chan struct{}, p
 			default:
 			}
 		}
-		// mitmdump's own lines carry no flow contents (flow_detail 0).
-		e.log.Debug("mitmdump", "line", shorten(line))
+		// mitmdump's own lines carry no flow contents (flow_detail 0), but
+		// for WebSocket control frames, whose payload it prints: never kept.
+		if !strings.Contains(line, "WebSocket") {
+			e.log.Debug("mitmdump", "line", shorten(line))
+		}
 	}
 }
 
