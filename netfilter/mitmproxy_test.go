@@ -218,3 +218,36 @@ func TestMitmproxyAddonFailsClosed(t *testing.T) {
 		t.Error("the request reached the upstream")
 	}
 }
+
+// TestMitmproxyControlSocketGone: when the addon cannot reach vibedom any
+// more, every request is refused and nothing reaches the upstream.
+func TestMitmproxyControlSocketGone(t *testing.T) {
+	v := newEngineEnv(t, "mitmproxy", testRules)
+	m := v.eng.(*MitmproxyEngine)
+	var hits atomic.Int64
+	v.upstreamTLS("api.test", 443, v.upCA, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { hits.Add(1) }))
+	c := &http.Client{Transport: v.guestTransport(false)}
+	if resp, _ := getBody(t, c, "https://api.test/before"); resp.StatusCode != 200 {
+		t.Fatalf("before: %d", resp.StatusCode)
+	}
+	m.ctlLn.Close()
+	m.mu.Lock()
+	for cc := range m.ctls {
+		cc.Close()
+	}
+	m.mu.Unlock()
+	for _, h2 := range []bool{false, true} {
+		c := &http.Client{Transport: v.guestTransport(h2)}
+		req, _ := http.NewRequestWithContext(t.Context(), "GET", "https://api.test/after", nil)
+		resp, err := c.Do(req)
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				t.Errorf("h2=%v: a request passed without vibedom's answer", h2)
+			}
+		}
+	}
+	if hits.Load() != 1 {
+		t.Errorf("upstream hits %d, want 1 (before only)", hits.Load())
+	}
+}
