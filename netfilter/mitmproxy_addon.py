@@ -15,12 +15,26 @@ SOCK = os.environ.get("VIBEDOM_CTL", "")
 BODY_LIMIT = int(os.environ.get("VIBEDOM_BODY_LIMIT", "67108864"))
 
 
+_live = set()
+
+
 class _Pool:
     def __init__(self, path):
         self.path = path
         self.idle = []
 
     async def call(self, msg, reply=True):
+        # mitmdump 8.1 keeps no strong reference to the task running a
+        # hook: hold it while it waits for vibedom, or the garbage collector
+        # may destroy it mid-wait (and the flow stalls).
+        task = asyncio.current_task()
+        _live.add(task)
+        try:
+            return await self._call(msg, reply)
+        finally:
+            _live.discard(task)
+
+    async def _call(self, msg, reply):
         if self.idle:
             r, w = self.idle.pop()
         else:
@@ -65,10 +79,27 @@ def _fields(headers):
 class Vibedom:
     async def running(self):
         try:
-            await _pool.call({"op": "hello", "pid": os.getpid()})
+            r, w = await asyncio.open_unix_connection(SOCK)
+            w.write(json.dumps({"op": "hello", "pid": os.getpid()}).encode() + b"\n")
+            await w.drain()
+            if not (await r.readline()).endswith(b"\n"):
+                raise ConnectionError("no answer")
         except Exception as e:
             ctx.log.error("vibedom: control socket unreachable: %s" % e)
             ctx.master.shutdown()
+            return
+        # This connection stays open for the session: when vibedom goes
+        # away (even killed), it ends, and so does mitmdump.
+        self._watch = asyncio.ensure_future(self._watchdog(r, w))
+
+    async def _watchdog(self, r, w):
+        try:
+            while await r.read(4096):
+                pass
+        except Exception:
+            pass
+        ctx.log.error("vibedom: the session is gone; stopping")
+        ctx.master.shutdown()
 
     async def tls_clienthello(self, data):
         try:
@@ -101,6 +132,9 @@ class Vibedom:
 
     async def _request(self, flow):
         req = flow.request
+        if len(req.raw_content or b"") > BODY_LIMIT:
+            _refuse(flow, 413, "the request body is over the mitmproxy engine's limit of %d bytes" % BODY_LIMIT)
+            return
         ans = await _pool.call({
             "op": "request",
             "peer": _peer(flow.client_conn),

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/vibedom/vibedom/keys"
 )
@@ -249,5 +250,23 @@ func TestMitmproxyControlSocketGone(t *testing.T) {
 	}
 	if hits.Load() != 1 {
 		t.Errorf("upstream hits %d, want 1 (before only)", hits.Load())
+	}
+}
+
+// TestMitmdumpEndsWithVibedom: when vibedom's end of the control socket
+// goes away (as when vibedom is killed), mitmdump stops by itself.
+func TestMitmdumpEndsWithVibedom(t *testing.T) {
+	v := newEngineEnv(t, "mitmproxy", testRules)
+	m := v.eng.(*MitmproxyEngine)
+	m.ctlLn.Close()
+	m.mu.Lock()
+	for cc := range m.ctls {
+		cc.Close()
+	}
+	m.mu.Unlock()
+	select {
+	case <-m.exited:
+	case <-time.After(60 * time.Second):
+		t.Fatal("mitmdump kept running 60s without vibedom")
 	}
 }
