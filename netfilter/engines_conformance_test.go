@@ -37,6 +37,12 @@ func TestConformanceNames(t *testing.T) {
 		if resp, body := getBody(t, c, "https://api.test/via-proxy"); resp.StatusCode != 200 || body != "hello from api.test /via-proxy" {
 			t.Fatalf("allowed through the explicit proxy: %d %q", resp.StatusCode, body)
 		}
+		// Plain http:// through the explicit proxy (absolute-URI requests;
+		// served by the Go forwarder in both engines, docs/network.md).
+		v.upstreamPlain("plain.test", 80, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { hits.Add(1); echoInfo(w, r) }))
+		if resp, body := getBody(t, c, "http://plain.test/abs"); resp.StatusCode != 200 || body != "hello from plain.test /abs" {
+			t.Fatalf("absolute URI through the explicit proxy: %d %q", resp.StatusCode, body)
+		}
 		req, _ := http.NewRequestWithContext(t.Context(), "GET", "https://evil.test/", nil)
 		if _, err := c.Do(req); err == nil || !strings.Contains(err.Error(), "Forbidden") {
 			t.Errorf("denied CONNECT: %v, want 403", err)
@@ -53,8 +59,8 @@ func TestConformanceNames(t *testing.T) {
 		v.events.wait(t, "denied CONNECT", func(e Event) bool { return e.Kind == "proxy" && e.Name == "evil.test" && e.Decision == "deny" })
 		c.CloseIdleConnections()
 		v.events.wait(t, "allowed connection", func(e Event) bool { return e.Kind == "connect" && e.Name == "api.test" && e.Decision == "allow" })
-		if hits.Load() != 1 {
-			t.Errorf("upstream hits %d, want 1 (the allowed request only)", hits.Load())
+		if hits.Load() != 2 {
+			t.Errorf("upstream hits %d, want 2 (the allowed requests only)", hits.Load())
 		}
 	})
 }
