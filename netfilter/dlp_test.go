@@ -72,6 +72,13 @@ type dlpEnv struct {
 }
 
 func newDLPEnv(t *testing.T, limit int64) *dlpEnv {
+	return newDLPEnvEngine(t, "go", limit)
+}
+
+func newDLPEnvEngine(t *testing.T, kind string, limit int64) *dlpEnv {
+	if kind == "mitmproxy" {
+		skipWithoutMitmdump(t)
+	}
 	id, err := age.GenerateX25519Identity()
 	if err != nil {
 		t.Fatal(err)
@@ -87,7 +94,7 @@ func newDLPEnv(t *testing.T, limit int64) *dlpEnv {
 		t.Fatal(err)
 	}
 	f := &DLPFilter{Engine: e, Audit: audit, BufferLimit: limit}
-	v := &dlpEnv{testEnv: newTestEnv(t, dlpRules, func(c *EngineConfig) { c.Filter = f }), up: map[string]*seen{}, id: id, audit: auditPath}
+	v := &dlpEnv{testEnv: newEngineEnv(t, kind, dlpRules, func(c *EngineConfig) { c.Filter = f }), up: map[string]*seen{}, id: id, audit: auditPath}
 	for _, name := range []string{"api.anthropic.com", "registry.example.net", "git.corp.internal"} {
 		v.up[name] = &seen{}
 		v.upstreamTLS(name, 443, v.upCA, v.up[name].handler())

@@ -131,6 +131,9 @@ type GoEngine struct {
 	guard                  *dialGuard
 	budget                 *budget
 	slots                  *connSlots
+	// tunnel, when set, serves the explicit proxy's CONNECT tunnels instead
+	// of HandleConn (the mitmproxy engine hands them to mitmdump).
+	tunnel func(ctx context.Context, conn net.Conn, t Target)
 }
 
 var _ Engine = (*GoEngine)(nil)

@@ -37,6 +37,24 @@ type benchEnv struct {
 	engine   *GoEngine
 	transp   string // listener whose conns go to HandleConn(bench.test:443)
 	proxy    string // listener whose conns go to HandleProxyConn
+	mitmCfg  MitmproxyConfig
+	mitmTr   string // listener whose conns go to the mitmproxy engine's HandleConn
+}
+
+// startMitmEngine starts vibedom's mitmproxy engine on the same upstream,
+// or returns a reason to skip.
+func (v *benchEnv) startMitmEngine() string {
+	if _, err := MitmdumpVersion(context.Background(), ""); err != nil {
+		return err.Error()
+	}
+	m, err := NewMitmproxyEngine(context.Background(), v.mitmCfg)
+	if err != nil {
+		v.b.Fatal(err)
+	}
+	v.b.Cleanup(func() { m.Close() })
+	t := Target{Name: benchName, Port: 443, Decision: v.mitmCfg.Policy.Decide(benchName, 443)}
+	v.mitmTr = v.serve(func(ctx context.Context, c net.Conn) { m.HandleConn(ctx, c, t) })
+	return ""
 }
 
 const benchName = "bench.test"
@@ -74,7 +92,7 @@ func newBenchEnv(b *testing.B, h http.Handler) *benchEnv {
 	b.Cleanup(func() { lw.Close() })
 	rules, _ := ParseRules(strings.NewReader(benchName+"\n"), "bench")
 	pol := NewPolicy(rules)
-	v.engine, err = NewGoEngine(EngineConfig{
+	ecfg := EngineConfig{
 		CA:            v.ca,
 		Policy:        pol,
 		Events:        lw,
@@ -84,7 +102,9 @@ func newBenchEnv(b *testing.B, h http.Handler) *benchEnv {
 		LookupIP: func(_ context.Context, name string) ([]netip.Addr, error) {
 			return nil, fmt.Errorf("bench: no host %s", name)
 		},
-	})
+	}
+	v.mitmCfg = MitmproxyConfig{EngineConfig: ecfg, CAKeyFile: filepath.Join(dir, "ca", keys.CAKeyFile), RuntimeDir: dir}
+	v.engine, err = NewGoEngine(ecfg)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -134,6 +154,9 @@ func (v *benchEnv) client(path string, mitm *mitmdump) (*http.Client, string) {
 	case "vibedom":
 		tr.TLSClientConfig = &tls.Config{RootCAs: v.ca.Pool()}
 		tr.DialContext = func(ctx context.Context, n, _ string) (net.Conn, error) { return d.DialContext(ctx, n, v.transp) }
+	case "vibedom-mitmproxy":
+		tr.TLSClientConfig = &tls.Config{RootCAs: v.ca.Pool()}
+		tr.DialContext = func(ctx context.Context, n, _ string) (net.Conn, error) { return d.DialContext(ctx, n, v.mitmTr) }
 	case "vibedom-proxy":
 		tr.TLSClientConfig = &tls.Config{RootCAs: v.ca.Pool()}
 		tr.Proxy = http.ProxyURL(&url.URL{Scheme: "http", Host: v.proxy})
@@ -273,11 +296,18 @@ func BenchmarkKeepAliveSmallHTTPS(b *testing.B) {
 		total, cpu time.Duration
 	}
 	paths := []*path{{name: "direct", n: batch}, {name: "vibedom", n: batch}, {name: "vibedom-proxy", n: batch},
-		{name: "mitmdump", n: mitmBatch, mitm: []string{}}, {name: "mitmdump-stream", n: mitmBatch, mitm: []string{"--set", "stream_large_bodies=1m"}}}
+		{name: "mitmdump", n: mitmBatch, mitm: []string{}}, {name: "mitmdump-stream", n: mitmBatch, mitm: []string{"--set", "stream_large_bodies=1m"}},
+		{name: "vibedom-mitmproxy", n: mitmBatch}}
 	clients := map[string]*http.Client{}
 	bases := map[string]string{}
 	skipMitm := ""
 	for _, p := range paths {
+		if p.name == "vibedom-mitmproxy" {
+			if why := v.startMitmEngine(); why != "" {
+				b.Logf("vibedom-mitmproxy part skipped: %s", why)
+				continue
+			}
+		}
 		var m *mitmdump
 		kind := p.name
 		if p.mitm != nil {
@@ -309,7 +339,7 @@ func BenchmarkKeepAliveSmallHTTPS(b *testing.B) {
 		if p.total > 0 {
 			rate[p.name] = float64(p.n*b.N) / p.total.Seconds()
 			b.ReportMetric(rate[p.name], p.name+"_req/s")
-			if p.mitm == nil {
+			if p.mitm == nil && p.name != "vibedom-mitmproxy" {
 				b.ReportMetric(float64(p.cpu.Microseconds())/float64(p.n*b.N), p.name+"_cpu-us/req")
 			}
 		}
@@ -322,6 +352,11 @@ func BenchmarkKeepAliveSmallHTTPS(b *testing.B) {
 	if r := rate["mitmdump-stream"]; r > 0 {
 		b.ReportMetric(rate["vibedom"]/r, "vibedom/mitmdump-stream")
 	}
+	if r := rate["mitmdump"]; r > 0 && rate["vibedom-mitmproxy"] > 0 {
+		// The target: vibedom's mitmproxy engine within 2x of plain mitmdump.
+		b.ReportMetric(r/rate["vibedom-mitmproxy"], "mitmdump/vibedom-mitmproxy")
+		b.ReportMetric(rate["vibedom"]/rate["vibedom-mitmproxy"], "go/mitmproxy-engine")
+	}
 	b.ReportMetric(0, "ns/op")
 }
 
@@ -332,11 +367,16 @@ func BenchmarkKeepAliveSmallHTTPS(b *testing.B) {
 func BenchmarkDownload100MB(b *testing.B) {
 	const size = 100 << 20
 	v := newBenchEnv(b, benchHandler(size))
-	names := []string{"direct", "vibedom", "mitmdump-stream"}
+	names := []string{"direct", "vibedom", "mitmdump-stream", "vibedom-mitmproxy"}
 	clients := map[string]*http.Client{}
 	bases := map[string]string{}
 	for _, n := range names[:2] {
 		clients[n], bases[n] = v.client(n, nil)
+	}
+	if why := v.startMitmEngine(); why == "" {
+		clients[names[3]], bases[names[3]] = v.client(names[3], nil)
+	} else {
+		b.Logf("vibedom-mitmproxy part skipped: %s", why)
 	}
 	if m, why := startMitmdump(b, v.upCAPath, "--set", "stream_large_bodies=1m"); m != nil {
 		clients[names[2]], bases[names[2]] = v.client("mitmdump", m)
@@ -369,10 +409,14 @@ func BenchmarkDownload100MB(b *testing.B) {
 	for n, d := range total {
 		mbps[n] = float64(size) * float64(b.N) / d.Seconds() / 1e6
 		b.ReportMetric(mbps[n], n+"_MB/s")
-		if !strings.HasPrefix(n, "mitmdump") {
+		if !strings.Contains(n, "mitm") {
 			b.ReportMetric(cpu[n].Seconds()*1e3/(float64(size)*float64(b.N)/1e6), n+"_cpu-ms/MB")
 		}
 	}
 	b.ReportMetric(mbps["vibedom"]/mbps["direct"], "vibedom/direct")
+	if r := mbps["vibedom-mitmproxy"]; r > 0 && mbps["mitmdump-stream"] > 0 {
+		b.ReportMetric(mbps["mitmdump-stream"]/r, "mitmdump/vibedom-mitmproxy")
+		b.ReportMetric(mbps["vibedom"]/r, "go/mitmproxy-engine")
+	}
 	b.ReportMetric(0, "ns/op")
 }

@@ -29,7 +29,9 @@ type testEnv struct {
 	ca     *keys.CA // the vibedom CA the guest trusts
 	upCA   *keys.CA // the upstream servers' CA (the engine trusts it as an extra root)
 	policy *Policy
-	engine *GoEngine
+	engine *GoEngine // the Go engine (also the mitmproxy engine's front end)
+	eng    Engine    // the engine under test: engine, or a *MitmproxyEngine
+	guard  *dialGuard
 	events *memSink
 	log    *LogWriter
 	logDir string
@@ -42,6 +44,16 @@ type envOption func(*EngineConfig)
 
 func newTestEnv(t *testing.T, rules string, opts ...envOption) *testEnv {
 	t.Helper()
+	return newEngineEnv(t, "go", rules, opts...)
+}
+
+// newEngineEnv is newTestEnv with the engine named: "go" or "mitmproxy"
+// (skipped, with the reason, when mitmdump is missing).
+func newEngineEnv(t *testing.T, kind, rules string, opts ...envOption) *testEnv {
+	t.Helper()
+	if kind == "mitmproxy" {
+		skipWithoutMitmdump(t)
+	}
 	dir := t.TempDir()
 	ca, err := keys.EnsureCA(filepath.Join(dir, "ca"))
 	if err != nil {
@@ -75,11 +87,22 @@ func newTestEnv(t *testing.T, rules string, opts ...envOption) *testEnv {
 	for _, o := range opts {
 		o(&cfg)
 	}
+	if kind == "mitmproxy" {
+		m, err := NewMitmproxyEngine(t.Context(), MitmproxyConfig{EngineConfig: cfg,
+			CAKeyFile: filepath.Join(dir, "ca", keys.CAKeyFile), RuntimeDir: dir})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { m.Close() })
+		v.engine, v.eng, v.guard = m.front, m, m.guard
+		return v
+	}
 	v.engine, err = NewGoEngine(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { v.engine.Close() })
+	v.eng, v.guard = v.engine, v.engine.guard
 	return v
 }
 
@@ -161,7 +184,7 @@ func (v *testEnv) addServer(name string, port uint16, addr string) {
 	if ip, ok := ParseAddr(name); ok {
 		n = ip.String()
 	}
-	v.engine.guard.pin(n, port, netip.MustParseAddrPort(addr))
+	v.guard.pin(n, port, netip.MustParseAddrPort(addr))
 }
 
 // tcpPair returns the two ends of a loopback TCP connection.
@@ -203,7 +226,7 @@ func (v *testEnv) guestConn(name string, port uint16) net.Conn {
 		t.Name = ip.String()
 	}
 	ctx := v.t.Context()
-	go v.engine.HandleConn(ctx, s, t)
+	go v.eng.HandleConn(ctx, s, t)
 	return c
 }
 
@@ -246,7 +269,7 @@ func (v *testEnv) proxyListener() *url.URL {
 				return
 			}
 			src := netip.MustParseAddrPort(c.RemoteAddr().String())
-			go v.engine.HandleProxyConn(ctx, c, src)
+			go v.eng.HandleProxyConn(ctx, c, src)
 		}
 	}()
 	return &url.URL{Scheme: "http", Host: ln.Addr().String()}

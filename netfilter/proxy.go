@@ -130,7 +130,12 @@ func (h *proxyHandler) connect(w http.ResponseWriter, r *http.Request) {
 	c.SetDeadline(time.Time{})
 	// The request's context lives until this handler returns, which is
 	// when the tunnel ends.
-	h.e.HandleConn(r.Context(), pc, Target{Name: name, Port: port, Decision: d, Guest: h.src})
+	t := Target{Name: name, Port: port, Decision: d, Guest: h.src}
+	if h.e.tunnel != nil {
+		h.e.tunnel(r.Context(), pc, t)
+		return
+	}
+	h.e.HandleConn(r.Context(), pc, t)
 }
 
 // sourceGuard marks a refusal by the dial guard, which no rule overrides.

@@ -35,14 +35,26 @@ type EgressOptions struct {
 	Dial       netfilter.DialFunc
 	ExtraRoots []*x509.Certificate
 	Resolver   netfilter.Resolver
+	// ProxyEngine is "go" (the default when empty) or "mitmproxy": admitted
+	// connections are then handed to a mitmdump the session starts and
+	// owns (docs/network.md, "Proxy engines"). Mitmdump names the program
+	// ("" finds mitmdump on PATH).
+	ProxyEngine string
+	Mitmdump    string
 }
+
+// ProxyEngines are the values of EgressOptions.ProxyEngine.
+var ProxyEngines = []string{"go", "mitmproxy"}
 
 // guestMAC is the guest NIC's address (locally administered).
 const guestMAC = "02:76:64:00:00:02"
 
 type egress struct {
-	policy   *netfilter.Policy
-	engine   *netfilter.GoEngine
+	policy *netfilter.Policy
+	engine interface {
+		netfilter.Engine
+		Close() error
+	}
 	stack    *netfilter.Stack
 	events   *netfilter.LogWriter
 	hostEnd  net.Conn
@@ -105,22 +117,39 @@ func (s *sess) setupEgress(ctx context.Context) error {
 	// One wildcard guard for the DNS server and the explicit proxy: new
 	// names under a wildcard are a channel to the host's resolver.
 	limited := netfilter.LimitWildcards(policy)
-	e.engine, err = netfilter.NewGoEngine(netfilter.EngineConfig{
+	ecfg := netfilter.EngineConfig{
 		CA: ca, Policy: limited, Filter: eo.Filter, Events: events, Logger: s.log.With("part", "proxy"),
 		Dial: eo.Dial, Resolve: eo.Resolve, AllowPrivate: policy.PrivateRanges(), ExtraRoots: roots,
-	})
+	}
+	switch eo.ProxyEngine {
+	case "", "go":
+		e.engine, err = netfilter.NewGoEngine(ecfg)
+	case "mitmproxy":
+		s.progress("egress: starting mitmdump (--proxy-engine mitmproxy)")
+		var m *netfilter.MitmproxyEngine
+		m, err = netfilter.NewMitmproxyEngine(ctx, netfilter.MitmproxyConfig{EngineConfig: ecfg,
+			CAKeyFile: filepath.Join(o.Home.CA(), keys.CAKeyFile), Mitmdump: eo.Mitmdump})
+		if err == nil {
+			e.engine = m
+			s.log.Info("proxy engine: mitmproxy", "version", m.Version())
+		}
+	default:
+		err = fmt.Errorf("unknown proxy engine %q: use go or mitmproxy", eo.ProxyEngine)
+	}
 	if err != nil {
 		return err
 	}
 	mac, _ := net.ParseMAC(guestMAC)
 	e.stack, err = netfilter.NewStack(netfilter.StackConfig{GuestMAC: mac, Resolver: resolver}, e.engine, limited, events, s.log.With("part", "network"))
 	if err != nil {
+		e.engine.Close()
 		return err
 	}
 	e.proxyURL = e.stack.ProxyURL()
 	e.hostEnd, e.vmEnd, err = netfilter.SocketPair()
 	if err != nil {
 		e.stack.Close()
+		e.engine.Close()
 		return fmt.Errorf("make the guest's network link: %w", err)
 	}
 	sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/vibedom/vibedom/keys"
+	"github.com/vibedom/vibedom/netfilter"
 )
 
 // TestDLPVM plays a prompt-injected agent: as root in the guest it reads
@@ -25,7 +26,17 @@ import (
 // requests with the secrets redacted, the alerts must say so without the
 // values, and `vibedom logs --decrypt` must show the user what was
 // scrubbed.
-func TestDLPVM(t *testing.T) {
+func TestDLPVM(t *testing.T) { testDLPVM(t) }
+
+// TestDLPVMMitmproxy is TestDLPVM with --proxy-engine mitmproxy.
+func TestDLPVMMitmproxy(t *testing.T) {
+	if _, err := netfilter.MitmdumpVersion(t.Context(), ""); err != nil {
+		t.Skipf("mitmproxy engine not tested: %v", err)
+	}
+	testDLPVM(t, "--proxy-engine", "mitmproxy")
+}
+
+func testDLPVM(t *testing.T, extra ...string) {
 	requireVM(t)
 	c := newCLI(t)
 	ws := sampleWorkspace(t)
@@ -79,13 +90,17 @@ func TestDLPVM(t *testing.T) {
 		args = append(args, "post:"+m+":/mnt/workspace/.env:https://api.anthropic.com/v1/messages")
 	}
 	_, port, _ := strings.Cut(strings.TrimPrefix(upstream.URL, "https://"), ":")
-	stdout, stderr, code := c.run(t, "", "run", ws, "--preflight=warn", "--no-review",
+	runArgs := append([]string{"run", ws, "--preflight=warn", "--no-review"}, extra...)
+	stdout, stderr, code := c.run(t, "", append(runArgs,
 		"--resolve", "api.anthropic.com:443:127.0.0.1:"+port, "--ca-file", caFile,
-		"--", "sh", "-c", "/mnt/workspace/probe "+strings.Join(args, " "))
+		"--", "sh", "-c", "/mnt/workspace/probe "+strings.Join(args, " "))...)
 	if code != 0 {
 		t.Fatalf("run: exit %d\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
 	}
 	t.Logf("guest:\n%s", stdout)
+	if len(extra) > 0 && !strings.Contains(stderr, "starting mitmdump") {
+		t.Errorf("the run did not use the mitmproxy engine:\n%s", stderr)
+	}
 	for _, a := range args {
 		if !strings.Contains(stdout, a+" HTTP 200") {
 			t.Errorf("%s did not get through (the DLP scrubs, it does not block)", a)

@@ -14,6 +14,8 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+
+	"github.com/vibedom/vibedom/netfilter"
 )
 
 // TestEgressVM drives the egress boundary the way an agent running as root
@@ -21,7 +23,17 @@ import (
 // way, then flushes what it can of the guest's network set-up (routes,
 // resolv.conf, iptables where it exists) and tries again. The host's
 // allowlist must hold both times, and each refusal must be in alerts.jsonl.
-func TestEgressVM(t *testing.T) {
+func TestEgressVM(t *testing.T) { testEgressVM(t) }
+
+// TestEgressVMMitmproxy is TestEgressVM with --proxy-engine mitmproxy.
+func TestEgressVMMitmproxy(t *testing.T) {
+	if _, err := netfilter.MitmdumpVersion(t.Context(), ""); err != nil {
+		t.Skipf("mitmproxy engine not tested: %v", err)
+	}
+	testEgressVM(t, "--proxy-engine", "mitmproxy")
+}
+
+func testEgressVM(t *testing.T, extra ...string) {
 	requireVM(t)
 	c := newCLI(t)
 	ws := sampleWorkspace(t)
@@ -96,17 +108,21 @@ echo "ROUND 2"; all
 `
 	_, tlsPort, _ := strings.Cut(strings.TrimPrefix(tlsSrv.URL, "https://"), ":")
 	_, plainPort, _ := strings.Cut(strings.TrimPrefix(plainSrv.URL, "http://"), ":")
-	stdout, stderr, code := c.run(t, "", "run", ws, "--preflight=off", "--no-review",
+	args := append([]string{"run", ws, "--preflight=off", "--no-review"}, extra...)
+	stdout, stderr, code := c.run(t, "", append(args,
 		"--allow", "example.com",
 		"--allow", "0.0.0.0:*", "--allow", "127.0.0.1:*",
 		"--resolve", "example.com:443:127.0.0.1:"+tlsPort,
 		"--resolve", "example.com:80:127.0.0.1:"+plainPort,
 		"--ca-file", caFile,
-		"--", "sh", "-c", script)
+		"--", "sh", "-c", script)...)
 	if code != 0 {
 		t.Fatalf("run: exit %d\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
 	}
 	t.Logf("guest:\n%s", stdout)
+	if strings.Contains(strings.Join(extra, " "), "mitmproxy") && !strings.Contains(stderr, "starting mitmdump") {
+		t.Errorf("the run did not use the mitmproxy engine:\n%s", stderr)
+	}
 	if !strings.Contains(stdout+stderr, "ignored 1 allow rule of .vibedom/trusted_domains.txt (not approved)") {
 		t.Errorf("no notice of the workspace's ignored allow rule:\n%s", stderr)
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -35,6 +36,7 @@ what to apply (without a terminal nothing is applied unless --apply).`,
 			&cli.StringSliceFlag{Name: "allow", Usage: "also allow this egress rule for this session (repeatable), e.g. --allow registry.npmjs.org"},
 			&cli.BoolFlag{Name: "no-network", Usage: "give the VM no network interface at all"},
 			&cli.StringSliceFlag{Name: "resolve", Usage: "connect to this address for an allowed name, like curl's --resolve (repeatable): NAME:PORT:ADDRESS[:PORT]"},
+			&cli.StringFlag{Name: "proxy-engine", Usage: "the proxy that inspects the guest's traffic: go (built in) or mitmproxy (a mitmdump ≥ 8.1 on PATH that vibedom starts for the session)", Value: "go"},
 			&cli.StringSliceFlag{Name: "ca-file", Usage: "also trust the CA certificates in this PEM file for upstream TLS (repeatable)"},
 			&cli.StringSliceFlag{Name: "allow-pattern", Usage: "never redact this value in what the agent sends (repeatable; re:REGEXP for a pattern), e.g. --allow-pattern 'Pearl St'"},
 			&cli.StringSliceFlag{Name: "allow-context", Usage: "let this category through to every destination (repeatable), e.g. --allow-context internal_ips (categories: vibedom scrub --help)"},
@@ -82,6 +84,16 @@ func runAction(ctx context.Context, c *cli.Command) error {
 			return fmt.Errorf("--ca-file: %w", err)
 		}
 	}
+	engine := c.String("proxy-engine")
+	if !slices.Contains(session.ProxyEngines, engine) {
+		return fmt.Errorf("--proxy-engine must be go or mitmproxy, got %q", engine)
+	}
+	if engine == "mitmproxy" && !c.Bool("no-network") {
+		// Fail before anything boots, with the version found and needed.
+		if _, err := netfilter.MitmdumpVersion(ctx, ""); err != nil {
+			return err
+		}
+	}
 	mode, err := preflight.ParseMode(c.String("preflight"))
 	if err != nil {
 		return fmt.Errorf("--preflight: %w", err)
@@ -107,7 +119,7 @@ func runAction(ctx context.Context, c *cli.Command) error {
 		Stderr:    os.Stderr,
 		Progress:  os.Stderr,
 		Egress: session.EgressOptions{Disabled: c.Bool("no-network"), Allow: c.StringSlice("allow"),
-			Resolve: resolves, CAFiles: c.StringSlice("ca-file")},
+			Resolve: resolves, CAFiles: c.StringSlice("ca-file"), ProxyEngine: engine},
 		Preflight: session.PreflightOptions{Mode: mode},
 		DLP:       session.DLPOptions{AllowPatterns: c.StringSlice("allow-pattern"), AllowContexts: c.StringSlice("allow-context")},
 		Review:    session.ReviewOptions{ApplyAll: c.Bool("apply"), Skip: c.Bool("no-review")},

@@ -174,6 +174,8 @@ func TestRunBadInput(t *testing.T) {
 	file := filepath.Join(dir, "file.txt")
 	os.WriteFile(file, []byte("x"), 0o644)
 	empty := t.TempDir()
+	oldMitm := t.TempDir()
+	os.WriteFile(filepath.Join(oldMitm, "mitmdump"), []byte("#!/bin/sh\necho 'Mitmproxy: 7.0.4'\n"), 0o755)
 	tests := []struct {
 		name string
 		env  []string
@@ -195,6 +197,9 @@ func TestRunBadInput(t *testing.T) {
 		{"bad resolve address", nil, []string{"run", dir, "--resolve", "example.com:443:nowhere", "--", "true"}, "bad address"},
 		{"missing ca file", nil, []string{"run", dir, "--ca-file", filepath.Join(dir, "nope.pem"), "--", "true"}, "--ca-file"},
 		{"bad preflight", nil, []string{"run", dir, "--preflight", "sometimes", "--", "true"}, "--preflight"},
+		{"bad proxy engine", nil, []string{"run", dir, "--proxy-engine", "squid", "--", "true"}, "--proxy-engine must be go or mitmproxy"},
+		{"no mitmdump", []string{"PATH=" + empty}, []string{"run", dir, "--proxy-engine", "mitmproxy", "--", "true"}, "mitmdump not found"},
+		{"old mitmdump", []string{"PATH=" + oldMitm}, []string{"run", dir, "--proxy-engine", "mitmproxy", "--", "true"}, "is version 7.0.4; vibedom needs 8.1 or later"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -1,0 +1,646 @@
+package netfilter
+
+import (
+	"bufio"
+	"context"
+	"crypto/rand"
+	_ "embed"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// mitmproxyAddon is the addon mitmdump runs: a thin client that asks the
+// engine for every decision over the control socket.
+//
+//go:embed mitmproxy_addon.py
+var mitmproxyAddon []byte
+
+// The oldest mitmdump the engine supports (its addon hooks and options).
+const (
+	MinMitmdumpMajor = 8
+	MinMitmdumpMinor = 1
+)
+
+// DefaultMitmBodyLimit is the largest request body the mitmproxy engine
+// passes: mitmdump buffers each request whole so the DLP can read it.
+const DefaultMitmBodyLimit = 64 << 20
+
+// ErrMitmdump marks every failure to find, start or keep mitmdump running.
+var ErrMitmdump = errors.New("mitmdump")
+
+// MitmproxyConfig configures the mitmproxy engine. The embedded
+// EngineConfig means what it means for the Go engine: Policy, Filter,
+// Events, the dial guard's fields and the upstream roots all apply.
+type MitmproxyConfig struct {
+	EngineConfig
+	// CAKeyFile is the vibedom CA's key file (keys.CAKeyFile: the key and
+	// the certificate, PEM); it is copied, 0600, into mitmdump's private
+	// confdir. Required.
+	CAKeyFile string
+	// Mitmdump is the mitmdump program (a path, or a name looked up on
+	// PATH); "" means "mitmdump".
+	Mitmdump string
+	// RuntimeDir is where the session's private runtime folder (0700) is
+	// made; "" means os.TempDir().
+	RuntimeDir string
+	// Port is the loopback port mitmdump listens on; 0 picks a free one.
+	Port int
+	// BodyLimit is the largest request body passed (DefaultMitmBodyLimit
+	// when 0): a larger declared Content-Length has the flow killed, a
+	// larger chunked body is refused once read (mitmdump buffers it).
+	BodyLimit int64
+	// StartTimeout bounds how long mitmdump may take to come up (60s when
+	// 0).
+	StartTimeout time.Duration
+}
+
+// MitmproxyEngine is the Engine that hands every admitted connection to a
+// mitmdump it starts and owns (see docs/network.md, "Proxy engines"). The
+// network stack admits connections exactly as for the Go engine; this
+// engine opens an authenticated CONNECT to mitmdump for the admitted name
+// and port and splices the guest's bytes into it. mitmdump terminates TLS
+// with the vibedom CA and runs vibedom's addon, which asks this engine
+// about every TLS handshake (SNI), request (Host, the DLP) and WebSocket
+// message, and reports each request's outcome for the logs. mitmdump's
+// upstream connections go through this engine's dial guard (mitmdump runs
+// in upstream-proxy mode against a loopback listener of this engine).
+//
+// If mitmdump exits while the session runs, every connection is refused
+// from then on and an alert is recorded: nothing flows unfiltered.
+type MitmproxyEngine struct {
+	cfg     MitmproxyConfig
+	events  EventSink
+	log     *slog.Logger
+	filter  RequestFilter
+	front   *GoEngine // the explicit proxy's front end and the dial guard
+	guard   *dialGuard
+	dir     string
+	port    int
+	auth    string // Proxy-Authorization vibedom sends to mitmdump
+	upAuth  string // Proxy-Authorization mitmdump sends to vibedom
+	version string
+
+	ctlLn, upLn net.Listener
+	upSrv       *http.Server
+	cmd         *exec.Cmd
+	exited      chan struct{}
+	exitErr     error
+	dead        atomic.Bool
+	closing     atomic.Bool
+	helloOnce   sync.Once
+	hello       chan struct{}
+
+	mu    sync.Mutex
+	conns map[string]*mitmConn // by vibedom's local address on its connection to mitmdump
+	flows map[string]*mitmFlow // by mitmproxy flow id
+	ctls  map[net.Conn]struct{}
+	wg    sync.WaitGroup
+}
+
+var _ Engine = (*MitmproxyEngine)(nil)
+
+type mitmConn struct {
+	t         Target
+	guest, mc net.Conn
+	sniOK     atomic.Bool
+	refused   atomic.Pointer[string]
+	flows     map[string]struct{} // guarded by MitmproxyEngine.mu
+}
+
+type mitmFlow struct {
+	peer string
+	ev   Event
+	done func() []Finding
+	req  *http.Request
+	// status is set when the response headers came (a WebSocket's 101).
+	status int
+}
+
+var versionRE = regexp.MustCompile(`(?m)^Mitmproxy:\s*(\d+)\.(\d+)(\.\d+)?`)
+
+// MitmdumpVersion runs `mitmdump --version` and checks the version is
+// supported. It returns the version found; the error says what to do.
+func MitmdumpVersion(ctx context.Context, program string) (string, error) {
+	if program == "" {
+		program = "mitmdump"
+	}
+	path, err := exec.LookPath(program)
+	if err != nil {
+		return "", fmt.Errorf("%w not found (%s): install mitmproxy %d.%d or later (Debian: apt-get install mitmproxy) or use --proxy-engine go",
+			ErrMitmdump, program, MinMitmdumpMajor, MinMitmdumpMinor)
+	}
+	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, path, "--version").CombinedOutput()
+	if err != nil {
+		return "", fmt.Errorf("%w at %s: `mitmdump --version` failed (%v): reinstall mitmproxy %d.%d or later or use --proxy-engine go",
+			ErrMitmdump, path, err, MinMitmdumpMajor, MinMitmdumpMinor)
+	}
+	m := versionRE.FindSubmatch(out)
+	if m == nil {
+		return "", fmt.Errorf("%w at %s: `mitmdump --version` printed no version: install mitmproxy %d.%d or later or use --proxy-engine go",
+			ErrMitmdump, path, MinMitmdumpMajor, MinMitmdumpMinor)
+	}
+	major, _ := strconv.Atoi(string(m[1]))
+	minor, _ := strconv.Atoi(string(m[2]))
+	v := string(m[1]) + "." + string(m[2]) + string(m[3])
+	if major < MinMitmdumpMajor || (major == MinMitmdumpMajor && minor < MinMitmdumpMinor) {
+		return v, fmt.Errorf("%w at %s is version %s; vibedom needs %d.%d or later: upgrade mitmproxy or use --proxy-engine go",
+			ErrMitmdump, path, v, MinMitmdumpMajor, MinMitmdumpMinor)
+	}
+	return v, nil
+}
+
+func randomSecret() string {
+	var b [24]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		panic(err)
+	}
+	return hex.EncodeToString(b[:])
+}
+
+func basicAuth(user, pass string) string {
+	return "Basic " + base64.StdEncoding.EncodeToString([]byte(user+":"+pass))
+}
+
+// NewMitmproxyEngine starts mitmdump for a session and returns once it
+// listens and its addon has reached the engine. Close stops it and removes
+// the runtime folder.
+func NewMitmproxyEngine(ctx context.Context, cfg MitmproxyConfig) (_ *MitmproxyEngine, err error) {
+	if cfg.CA == nil || cfg.CAKeyFile == "" {
+		return nil, errors.New("netfilter: MitmproxyConfig needs the CA and its key file (run `vibedom init` to create the CA)")
+	}
+	version, err := MitmdumpVersion(ctx, cfg.Mitmdump)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.BodyLimit <= 0 {
+		cfg.BodyLimit = DefaultMitmBodyLimit
+	}
+	if cfg.StartTimeout <= 0 {
+		cfg.StartTimeout = 60 * time.Second
+	}
+	front, err := NewGoEngine(cfg.EngineConfig)
+	if err != nil {
+		return nil, err
+	}
+	e := &MitmproxyEngine{
+		cfg: cfg, events: front.events, log: front.log, filter: front.filter, front: front, guard: front.guard,
+		version: version, exited: make(chan struct{}), hello: make(chan struct{}),
+		conns: map[string]*mitmConn{}, flows: map[string]*mitmFlow{}, ctls: map[net.Conn]struct{}{},
+	}
+	front.tunnel = e.HandleConn
+	defer func() {
+		if err != nil {
+			e.Close()
+		}
+	}()
+	parent := cfg.RuntimeDir
+	if parent == "" {
+		parent = os.TempDir()
+	}
+	if e.dir, err = os.MkdirTemp(parent, "vibedom-mitm-"); err != nil {
+		return nil, fmt.Errorf("make mitmdump's runtime folder: %w", err)
+	}
+	if err = os.Chmod(e.dir, 0o700); err != nil {
+		return nil, err
+	}
+	conf := filepath.Join(e.dir, "conf")
+	if err = os.Mkdir(conf, 0o700); err != nil {
+		return nil, err
+	}
+	if err = e.writeConfdir(conf); err != nil {
+		return nil, err
+	}
+	addon := filepath.Join(e.dir, "vibedom_addon.py")
+	if err = os.WriteFile(addon, mitmproxyAddon, 0o600); err != nil {
+		return nil, err
+	}
+	sock := filepath.Join(e.dir, "ctl.sock")
+	if e.ctlLn, err = net.Listen("unix", sock); err != nil {
+		return nil, fmt.Errorf("listen on the mitmdump control socket: %w", err)
+	}
+	if err = os.Chmod(sock, 0o600); err != nil {
+		return nil, err
+	}
+	e.wg.Add(1)
+	go e.serveCtl()
+	if e.upLn, err = net.Listen("tcp", "127.0.0.1:0"); err != nil {
+		return nil, fmt.Errorf("listen for mitmdump's upstream connections: %w", err)
+	}
+	upSecret := randomSecret()
+	e.upAuth = basicAuth("vibedom", upSecret)
+	e.upSrv = &http.Server{Handler: http.HandlerFunc(e.serveUpstream), ReadHeaderTimeout: 30 * time.Second, ErrorLog: front.stdlog}
+	e.wg.Add(1)
+	go func() { defer e.wg.Done(); e.upSrv.Serve(e.upLn) }()
+
+	e.port = cfg.Port
+	if e.port == 0 {
+		ln, lerr := net.Listen("tcp", "127.0.0.1:0")
+		if lerr != nil {
+			return nil, fmt.Errorf("find a loopback port for mitmdump: %w", lerr)
+		}
+		e.port = ln.Addr().(*net.TCPAddr).Port
+		ln.Close()
+	}
+	secret := randomSecret()
+	e.auth = basicAuth("vibedom", secret)
+	opts := map[string]any{
+		"listen_host":         "127.0.0.1",
+		"listen_port":         e.port,
+		"mode":                "upstream:http://" + e.upLn.Addr().String(),
+		"upstream_auth":       "vibedom:" + upSecret,
+		"proxyauth":           "vibedom:" + secret,
+		"connection_strategy": "lazy",
+		"upstream_cert":       false,
+		"ssl_insecure":        false,
+		"http2":               true,
+		"websocket":           true,
+		"rawtcp":              true,
+		"scripts":             []string{addon},
+		"termlog_verbosity":   "info",
+		"flow_detail":         0,
+		// h2's own check refuses values with surrounding whitespace, which
+		// the Go engine passes; vibedom checks every header itself
+		// (no control characters, valid names) before anything is sent.
+		"validate_inbound_headers": false,
+	}
+	if roots, rerr := e.writeRoots(conf); rerr != nil {
+		return nil, rerr
+	} else if roots != "" {
+		opts["ssl_verify_upstream_trusted_ca"] = roots
+	}
+	// The secrets go in a 0600 file, never on the command line (which
+	// every local user can read).
+	yml, _ := json.MarshalIndent(opts, "", "  ")
+	if err = os.WriteFile(filepath.Join(conf, "config.yaml"), yml, 0o600); err != nil {
+		return nil, err
+	}
+	program := cfg.Mitmdump
+	if program == "" {
+		program = "mitmdump"
+	}
+	e.cmd = exec.Command(program, "--set", "confdir="+conf)
+	e.cmd.Dir = e.dir
+	e.cmd.Env = []string{"VIBEDOM_CTL=" + sock, "HOME=" + e.dir, "PATH=" + os.Getenv("PATH"), "LANG=C.UTF-8",
+		"PYTHONDONTWRITEBYTECODE=1", "PYTHONUNBUFFERED=1",
+		"VIBEDOM_BODY_LIMIT=" + strconv.FormatInt(cfg.BodyLimit, 10)}
+	setMitmProcAttr(e.cmd)
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	e.cmd.Stdout, e.cmd.Stderr = pw, pw
+	if err = e.cmd.Start(); err != nil {
+		pr.Close()
+		pw.Close()
+		return nil, fmt.Errorf("%w: start %s: %v", ErrMitmdump, program, err)
+	}
+	pw.Close()
+	listening := make(chan struct{})
+	portTaken := make(chan string, 1)
+	go e.readOutput(pr, listening, portTaken)
+	go e.watch()
+	timer := time.NewTimer(cfg.StartTimeout)
+	defer timer.Stop()
+	hello := e.hello
+	for got := 0; got < 2; {
+		select {
+		case <-listening:
+			listening = nil
+			got++
+		case <-hello:
+			hello = nil
+			got++
+		case line := <-portTaken:
+			return nil, fmt.Errorf("%w cannot listen on 127.0.0.1:%d (%s): the port is taken; free it or let vibedom pick one",
+				ErrMitmdump, e.port, line)
+		case <-e.exited:
+			return nil, fmt.Errorf("%w %s exited while starting (%v); run `mitmdump --version` to check it works, or use --proxy-engine go",
+				ErrMitmdump, version, e.exitErr)
+		case <-timer.C:
+			return nil, fmt.Errorf("%w did not come up within %v; use --proxy-engine go", ErrMitmdump, cfg.StartTimeout)
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	e.log.Info("mitmdump is up", "version", version, "port", e.port, "pid", e.cmd.Process.Pid)
+	return e, nil
+}
+
+// Version is the mitmdump version in use; Port its loopback port.
+func (e *MitmproxyEngine) Version() string { return e.version }
+func (e *MitmproxyEngine) Port() int       { return e.port }
+
+// writeConfdir puts the vibedom CA where mitmdump looks for its own
+// ("mitmproxy-ca.pem": the key and the certificate, 0600).
+func (e *MitmproxyEngine) writeConfdir(conf string) error {
+	data, err := os.ReadFile(e.cfg.CAKeyFile)
+	if err != nil {
+		return fmt.Errorf("read the CA key for mitmdump: %w", err)
+	}
+	if err := os.WriteFile(filepath.Join(conf, "mitmproxy-ca.pem"), data, 0o600); err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(conf, "mitmproxy-ca-cert.pem"), e.cfg.CA.CertPEM(), 0o600)
+}
+
+// systemRootFiles are where hosts keep their CA bundle.
+var systemRootFiles = []string{"/etc/ssl/certs/ca-certificates.crt", "/etc/pki/tls/certs/ca-bundle.crt", "/etc/ssl/cert.pem"}
+
+// writeRoots writes the upstream roots mitmdump trusts when they differ
+// from its default (certifi): the extra roots, plus the system bundle
+// unless NoSystemRoots. "" means the default.
+func (e *MitmproxyEngine) writeRoots(conf string) (string, error) {
+	if len(e.cfg.ExtraRoots) == 0 && !e.cfg.NoSystemRoots {
+		return "", nil
+	}
+	var buf []byte
+	if !e.cfg.NoSystemRoots {
+		for _, f := range systemRootFiles {
+			if b, err := os.ReadFile(f); err == nil {
+				buf = append(buf, b...)
+				buf = append(buf, '\n')
+				break
+			}
+		}
+	}
+	for _, c := range e.cfg.ExtraRoots {
+		buf = append(buf, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: c.Raw})...)
+	}
+	if len(buf) == 0 {
+		// An empty bundle would make mitmdump fall back to its default.
+		return "", errors.New("netfilter: no upstream root certificates to trust")
+	}
+	p := filepath.Join(conf, "upstream-roots.pem")
+	return p, os.WriteFile(p, buf, 0o600)
+}
+
+func (e *MitmproxyEngine) readOutput(r io.ReadCloser, listening chan struct{}, portTaken chan string) {
+	defer r.Close()
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	said := false
+	for sc.Scan() {
+		line := sc.Text()
+		switch {
+		case !said && strings.Contains(line, "listening at"):
+			said = true
+			close(listening)
+		case strings.Contains(line, "address already in use") || strings.Contains(line, "while attempting to bind"):
+			select {
+			case portTaken <- strings.TrimSpace(line):
+			default:
+			}
+		}
+		// mitmdump's own lines carry no flow contents (flow_detail 0), but
+		// for WebSocket control frames, whose payload it prints: never kept.
+		if !strings.Contains(line, "WebSocket") {
+			e.log.Debug("mitmdump", "line", shorten(line))
+		}
+	}
+}
+
+// watch waits for mitmdump to exit; an exit the engine did not ask for
+// fails every connection closed and is an alert.
+func (e *MitmproxyEngine) watch() {
+	err := e.cmd.Wait()
+	e.exitErr = err
+	if err == nil {
+		e.exitErr = errors.New("exit status 0")
+	}
+	e.dead.Store(true)
+	close(e.exited)
+	if e.closing.Load() {
+		return
+	}
+	reason := fmt.Sprintf("mitmdump exited unexpectedly (%v): every guest connection is refused from now on; end the session and start a new one", e.exitErr)
+	e.log.Error("mitmdump exited", "err", e.exitErr)
+	e.events.Record(Event{Time: time.Now(), Kind: "proxy", Decision: "deny", Reason: reason})
+	e.mu.Lock()
+	for _, c := range e.conns {
+		c.guest.Close()
+		c.mc.Close()
+	}
+	e.mu.Unlock()
+}
+
+// Close stops mitmdump, the listeners and removes the runtime folder.
+func (e *MitmproxyEngine) Close() error {
+	e.closing.Store(true)
+	if e.cmd != nil && e.cmd.Process != nil {
+		e.cmd.Process.Signal(os.Interrupt)
+		select {
+		case <-e.exited:
+		case <-time.After(5 * time.Second):
+			e.cmd.Process.Kill()
+			<-e.exited
+		}
+	}
+	if e.upSrv != nil {
+		e.upSrv.Close()
+	}
+	if e.ctlLn != nil {
+		e.ctlLn.Close()
+	}
+	e.mu.Lock()
+	for c := range e.ctls {
+		c.Close()
+	}
+	e.mu.Unlock()
+	e.wg.Wait()
+	e.front.Close()
+	if e.dir != "" {
+		return os.RemoveAll(e.dir)
+	}
+	return nil
+}
+
+// HandleConn implements Engine: the connection, admitted for t, is handed
+// to mitmdump through an authenticated CONNECT to t.
+func (e *MitmproxyEngine) HandleConn(ctx context.Context, conn net.Conn, t Target) {
+	cc := &countConn{Conn: conn}
+	start := time.Now()
+	decision, reason := e.handleConn(ctx, cc, t)
+	cc.Close()
+	ev := Event{Time: start, Kind: "connect", Name: t.Name, Port: t.Port, Decision: decision, Rule: t.Decision.Rule,
+		Reason: reason, BytesUp: cc.up.Load(), BytesDn: cc.down.Load(), Src: addrString(t.Guest)}
+	if t.Dialled.IsValid() {
+		ev.Dst = t.Dialled.String()
+	}
+	e.events.Record(ev)
+}
+
+func (e *MitmproxyEngine) handleConn(ctx context.Context, cc *countConn, t Target) (string, string) {
+	if t.Name == "" || t.Port == 0 || !t.Decision.Allow {
+		return "deny", "connection was not admitted by the policy"
+	}
+	if e.dead.Load() {
+		return "deny", "mitmdump is not running (it exited during the session): nothing is let through unfiltered"
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var d net.Dialer
+	mc, err := d.DialContext(ctx, "tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(e.port)))
+	if err != nil {
+		return "deny", "cannot reach mitmdump: " + err.Error()
+	}
+	defer mc.Close()
+	stop := context.AfterFunc(ctx, func() { cc.Close(); mc.Close() })
+	defer stop()
+	c := &mitmConn{t: t, guest: cc, mc: mc, flows: map[string]struct{}{}}
+	key := mc.LocalAddr().String()
+	e.mu.Lock()
+	e.conns[key] = c
+	e.mu.Unlock()
+	defer e.forget(key, c)
+	mc.SetDeadline(time.Now().Add(30 * time.Second))
+	fmt.Fprintf(mc, "CONNECT %s HTTP/1.1\r\nHost: %s\r\nProxy-Authorization: %s\r\n\r\n", hostPort(t.Name, t.Port), hostPort(t.Name, t.Port), e.auth)
+	br := bufio.NewReader(mc)
+	resp, err := http.ReadResponse(br, &http.Request{Method: http.MethodConnect})
+	if err != nil {
+		return "deny", "mitmdump did not answer the CONNECT: " + err.Error()
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return "deny", "mitmdump refused the CONNECT: " + resp.Status
+	}
+	mc.SetDeadline(time.Time{})
+	up := &peekConn{Conn: mc}
+	if n := br.Buffered(); n > 0 {
+		b, _ := br.Peek(n)
+		up.buf = append([]byte(nil), b...)
+	}
+	errc := make(chan error, 2)
+	go func() { errc <- copyHalf(mc, cc) }()
+	go func() { errc <- copyHalf(cc, up) }()
+	if err := <-errc; err != nil {
+		cc.Close()
+		mc.Close()
+	}
+	<-errc
+	if r := c.refused.Load(); r != nil {
+		return "deny", *r
+	}
+	if e.dead.Load() {
+		return "deny", "mitmdump exited during the connection"
+	}
+	return "allow", "mitmproxy"
+}
+
+// forget drops a connection and records what its unfinished requests did.
+func (e *MitmproxyEngine) forget(key string, c *mitmConn) {
+	e.mu.Lock()
+	delete(e.conns, key)
+	var left []*mitmFlow
+	for id := range c.flows {
+		if f, ok := e.flows[id]; ok {
+			left = append(left, f)
+			delete(e.flows, id)
+		}
+	}
+	e.mu.Unlock()
+	for _, f := range left {
+		if f.status == http.StatusSwitchingProtocols {
+			e.finish(f, f.status, 0, "") // a WebSocket ends with its connection
+			continue
+		}
+		e.finish(f, 0, 0, "the connection ended before the response")
+	}
+}
+
+// HandleProxyConn implements Engine: the explicit proxy's front end is the
+// Go engine's (the same CONNECT decisions and answers); each CONNECT tunnel
+// is then handed to mitmdump like a transparent connection. Absolute-URI
+// requests (plain http:// through HTTP_PROXY) are served by the Go engine's
+// forwarder, with the same policy, DLP and dial guard.
+func (e *MitmproxyEngine) HandleProxyConn(ctx context.Context, conn net.Conn, src netip.AddrPort) {
+	e.front.HandleProxyConn(ctx, conn, src)
+}
+
+// serveUpstream is where mitmdump's upstream connections go (it runs in
+// upstream-proxy mode): each is authenticated, decided by the policy once
+// more and dialled through the dial guard.
+func (e *MitmproxyEngine) serveUpstream(w http.ResponseWriter, r *http.Request) {
+	if r.Header.Get("Proxy-Authorization") != e.upAuth {
+		w.Header().Set("Proxy-Authenticate", `Basic realm="vibedom"`)
+		http.Error(w, "vibedom: not mitmdump", http.StatusProxyAuthRequired)
+		return
+	}
+	var hp string
+	if r.Method == http.MethodConnect {
+		hp = r.Host
+	} else if r.URL.IsAbs() && r.URL.Scheme == "http" {
+		hp = r.URL.Host
+	} else {
+		http.Error(w, "vibedom: CONNECT or absolute http:// URI only", http.StatusBadRequest)
+		return
+	}
+	name, port, ok := splitAuthority(hp, 80)
+	if !ok || e.cfg.Policy == nil || !e.cfg.Policy.Decide(name, port).Allow {
+		http.Error(w, "vibedom: not an allowed destination", http.StatusForbidden)
+		return
+	}
+	if r.Method != http.MethodConnect {
+		rp := &httputil.ReverseProxy{
+			Rewrite: func(pr *httputil.ProxyRequest) {
+				pr.Out.Header.Del("Proxy-Authorization")
+				pr.Out.Host = hp
+			},
+			Transport: e.front.transport1,
+			ErrorLog:  e.front.stdlog,
+			ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+				http.Error(w, "vibedom: "+describeUpstreamError(hp, err), http.StatusBadGateway)
+			},
+		}
+		rp.ServeHTTP(w, r)
+		return
+	}
+	up, err := e.guard.DialContext(r.Context(), "tcp", hostPort(name, port))
+	if err != nil {
+		http.Error(w, "vibedom: "+describeUpstreamError(hp, err), http.StatusBadGateway)
+		return
+	}
+	defer up.Close()
+	c, brw, err := http.NewResponseController(w).Hijack()
+	if err != nil {
+		return
+	}
+	defer c.Close()
+	c.SetDeadline(time.Time{})
+	if _, err := c.Write([]byte("HTTP/1.1 200 Connection established\r\n\r\n")); err != nil {
+		return
+	}
+	pc := &peekConn{Conn: c}
+	if n := brw.Reader.Buffered(); n > 0 {
+		b, _ := brw.Reader.Peek(n)
+		pc.buf = append([]byte(nil), b...)
+	}
+	errc := make(chan error, 2)
+	go func() { errc <- copyHalf(up, pc) }()
+	go func() { errc <- copyHalf(pc, up) }()
+	if err := <-errc; err != nil {
+		c.Close()
+		up.Close()
+	}
+	<-errc
+}

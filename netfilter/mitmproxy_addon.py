@@ -1,0 +1,220 @@
+# vibedom's mitmproxy addon, shipped inside the vibedom binary and written to
+# the session's private runtime folder. It is a thin client: every decision
+# (SNI and Host against the admitted name, request scrubbing by the DLP,
+# WebSocket messages, logging) is asked of vibedom over a private unix
+# socket. Whatever goes wrong here -- vibedom unreachable, an answer that
+# cannot be read, an exception -- the request is refused (fail closed).
+import asyncio
+import base64
+import json
+import os
+
+from mitmproxy import ctx, http
+
+SOCK = os.environ.get("VIBEDOM_CTL", "")
+BODY_LIMIT = int(os.environ.get("VIBEDOM_BODY_LIMIT", "67108864"))
+
+
+_live = set()
+
+
+class _Pool:
+    def __init__(self, path):
+        self.path = path
+        self.idle = []
+
+    async def call(self, msg, reply=True):
+        # mitmdump 8.1 keeps no strong reference to the task running a
+        # hook: hold it while it waits for vibedom, or the garbage collector
+        # may destroy it mid-wait (and the flow stalls).
+        task = asyncio.current_task()
+        _live.add(task)
+        try:
+            return await self._call(msg, reply)
+        finally:
+            _live.discard(task)
+
+    async def _call(self, msg, reply):
+        if self.idle:
+            r, w = self.idle.pop()
+        else:
+            r, w = await asyncio.open_unix_connection(self.path, limit=1 << 30)
+        try:
+            w.write(json.dumps(msg, separators=(",", ":")).encode() + b"\n")
+            await w.drain()
+            if not reply:
+                self.idle.append((r, w))
+                return None
+            line = await r.readline()
+            if not line.endswith(b"\n"):
+                raise ConnectionError("vibedom closed the control socket")
+            ans = json.loads(line)
+        except BaseException:
+            w.close()
+            raise
+        self.idle.append((r, w))
+        return ans
+
+
+_pool = _Pool(SOCK)
+
+
+def _peer(conn):
+    p = conn.peername
+    return "%s:%d" % (p[0], p[1]) if p else ""
+
+
+def _refuse(flow, status, reason):
+    flow.response = http.Response.make(
+        status,
+        ("vibedom: %s\n" % reason).encode(),
+        {"Content-Type": "text/plain; charset=utf-8", "X-Vibedom": "refused", "Connection": "close"},
+    )
+
+
+def _fields(headers):
+    return [[k.decode("latin-1"), v.decode("latin-1")] for k, v in headers.fields]
+
+
+class Vibedom:
+    async def running(self):
+        try:
+            r, w = await asyncio.open_unix_connection(SOCK)
+            w.write(json.dumps({"op": "hello", "pid": os.getpid()}).encode() + b"\n")
+            await w.drain()
+            if not (await r.readline()).endswith(b"\n"):
+                raise ConnectionError("no answer")
+        except Exception as e:
+            ctx.log.error("vibedom: control socket unreachable: %s" % e)
+            ctx.master.shutdown()
+            return
+        # This connection stays open for the session: when vibedom goes
+        # away (even killed), it ends, and so does mitmdump.
+        self._watch = asyncio.ensure_future(self._watchdog(r, w))
+
+    async def _watchdog(self, r, w):
+        try:
+            while await r.read(4096):
+                pass
+        except Exception:
+            pass
+        ctx.log.error("vibedom: the session is gone; stopping")
+        ctx.master.shutdown()
+
+    async def tls_clienthello(self, data):
+        try:
+            ans = await _pool.call({"op": "sni", "peer": _peer(data.context.client), "sni": data.client_hello.sni or ""})
+            ok = ans.get("action") == "allow"
+        except Exception:
+            ok = False
+        if not ok:
+            # vibedom has already closed the guest's side, and refuses every
+            # request of a TLS connection whose SNI it did not approve.
+            ctx.log.info("vibedom refused a TLS handshake")
+
+    def requestheaders(self, flow):
+        # The DLP reads the request whole: never stream it past the check.
+        flow.request.stream = False
+        try:
+            too_big = int(flow.request.headers.get("content-length", "0")) > BODY_LIMIT
+        except ValueError:
+            too_big = True
+        if too_big:
+            flow.kill()
+
+    async def request(self, flow):
+        # Any failure, here or in applying the answer, refuses the request:
+        # mitmproxy would otherwise send it on as it stands.
+        try:
+            await self._request(flow)
+        except Exception as e:
+            _refuse(flow, 502, "the content filter failed (%s); nothing was sent" % type(e).__name__)
+
+    async def _request(self, flow):
+        req = flow.request
+        if len(req.raw_content or b"") > BODY_LIMIT:
+            _refuse(flow, 413, "the request body is over the mitmproxy engine's limit of %d bytes" % BODY_LIMIT)
+            return
+        ans = await _pool.call({
+            "op": "request",
+            "peer": _peer(flow.client_conn),
+            "id": flow.id,
+            "scheme": req.scheme,
+            "method": req.method,
+            "host": req.host_header or "",
+            "authority": req.authority if req.http_version.startswith("HTTP/1") else "",
+            "dhost": req.host,
+            "dport": req.port,
+            "path": req.path,
+            "proto": req.http_version,
+            "headers": _fields(req.headers),
+            "body": base64.b64encode(req.raw_content or b"").decode(),
+        })
+        if ans.get("action") != "allow":
+            _refuse(flow, int(ans.get("status") or 403), ans.get("reason") or "refused")
+            return
+        method, path = ans["method"], ans["path"]
+        headers = http.Headers([(k.encode("latin-1"), v.encode("latin-1")) for k, v in ans.get("headers") or []])
+        body = base64.b64decode(ans.get("body") or "")
+        req.method, req.path, req.headers, req.raw_content = method, path, headers, body
+
+    def responseheaders(self, flow):
+        # Responses are not scrubbed: stream them, counting the bytes.
+        n = [0]
+
+        def count(chunk):
+            n[0] += len(chunk)
+            return chunk
+
+        flow.response.stream = count
+        flow.metadata["vibedom_down"] = n
+
+    async def response(self, flow):
+        if flow.response.status_code == 101:
+            try:
+                await _pool.call({"op": "status", "id": flow.id, "status": 101}, reply=False)
+            except Exception:
+                pass
+            return
+        if flow.response.headers.get("X-Vibedom") == "refused":
+            return
+        await self._done(flow, "")
+
+    async def error(self, flow):
+        await self._done(flow, str(flow.error) if flow.error else "error")
+
+    async def websocket_message(self, flow):
+        msg = flow.websocket.messages[-1]
+        if not msg.from_client:
+            return
+        try:
+            ans = await _pool.call({"op": "ws", "id": flow.id, "text": msg.is_text,
+                                    "body": base64.b64encode(msg.content).decode()})
+            ok = ans.get("action") == "allow"
+        except Exception:
+            ok = False
+        if not ok:
+            msg.drop()
+            flow.kill()
+            return
+        try:
+            msg.content = base64.b64decode(ans.get("body") or "")
+        except Exception:
+            msg.drop()
+            flow.kill()
+
+    async def websocket_end(self, flow):
+        await self._done(flow, "")
+
+    async def _done(self, flow, err):
+        try:
+            resp = flow.response
+            await _pool.call({
+                "op": "done", "id": flow.id, "status": resp.status_code if resp else 0,
+                "down": flow.metadata.get("vibedom_down", [0])[0], "error": err,
+            }, reply=False)
+        except Exception:
+            pass
+
+
+addons = [Vibedom()]

@@ -1,0 +1,411 @@
+package netfilter
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+
+	"net/http"
+	"net/url"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"golang.org/x/net/http/httpguts"
+)
+
+// ctlMsg is one question from the addon (one JSON line).
+type ctlMsg struct {
+	Op        string      `json:"op"`
+	Peer      string      `json:"peer"`
+	ID        string      `json:"id"`
+	SNI       string      `json:"sni"`
+	Scheme    string      `json:"scheme"`
+	Method    string      `json:"method"`
+	Host      string      `json:"host"`
+	Authority string      `json:"authority"` // an HTTP/1 absolute-form request line's
+	DHost     string      `json:"dhost"`     // where mitmdump would send the request
+	DPort     int         `json:"dport"`
+	Path      string      `json:"path"`
+	Proto     string      `json:"proto"`
+	Headers   [][2]string `json:"headers"`
+	Body      []byte      `json:"body"` // base64 in JSON
+	Text      bool        `json:"text"`
+	Status    int         `json:"status"`
+	Down      int64       `json:"down"`
+	Error     string      `json:"error"`
+}
+
+// ctlReply is the engine's answer.
+type ctlReply struct {
+	Action  string      `json:"action"` // "allow" or "deny"
+	Status  int         `json:"status,omitempty"`
+	Reason  string      `json:"reason,omitempty"`
+	Method  string      `json:"method,omitempty"`
+	Path    string      `json:"path,omitempty"`
+	Headers [][2]string `json:"headers,omitempty"`
+	Body    []byte      `json:"body,omitempty"`
+}
+
+func (e *MitmproxyEngine) serveCtl() {
+	defer e.wg.Done()
+	for {
+		c, err := e.ctlLn.Accept()
+		if err != nil {
+			return
+		}
+		e.mu.Lock()
+		e.ctls[c] = struct{}{}
+		e.mu.Unlock()
+		e.wg.Add(1)
+		go func() {
+			defer e.wg.Done()
+			defer func() {
+				e.mu.Lock()
+				delete(e.ctls, c)
+				e.mu.Unlock()
+				c.Close()
+			}()
+			dec := json.NewDecoder(bufio.NewReaderSize(c, 64<<10))
+			bw := bufio.NewWriterSize(c, 64<<10)
+			enc := json.NewEncoder(bw)
+			for {
+				var m ctlMsg
+				if err := dec.Decode(&m); err != nil {
+					return
+				}
+				rep := e.answer(&m)
+				if rep == nil {
+					continue
+				}
+				if enc.Encode(rep) != nil || bw.Flush() != nil {
+					return
+				}
+			}
+		}()
+	}
+}
+
+func deny(status int, reason string) *ctlReply {
+	return &ctlReply{Action: "deny", Status: status, Reason: reason}
+}
+
+func (e *MitmproxyEngine) conn(peer string) *mitmConn {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.conns[peer]
+}
+
+// answer decides one question; nil means no answer is sent.
+func (e *MitmproxyEngine) answer(m *ctlMsg) *ctlReply {
+	switch m.Op {
+	case "hello":
+		e.helloOnce.Do(func() { close(e.hello) })
+		return &ctlReply{Action: "allow"}
+	case "sni":
+		c := e.conn(m.Peer)
+		if c == nil {
+			return deny(403, "not a connection vibedom handed over")
+		}
+		if reason := sniMismatch(m.SNI, m.SNI != "", c.t.Name); reason != "" {
+			c.refused.Store(&reason)
+			c.guest.Close()
+			c.mc.Close()
+			return deny(403, reason)
+		}
+		c.sniOK.Store(true)
+		return &ctlReply{Action: "allow"}
+	case "request":
+		return e.request(m)
+	case "ws":
+		return e.wsMessage(m)
+	case "status":
+		e.mu.Lock()
+		if f := e.flows[m.ID]; f != nil {
+			f.status = m.Status
+		}
+		e.mu.Unlock()
+		return nil
+	case "done":
+		e.mu.Lock()
+		f := e.flows[m.ID]
+		delete(e.flows, m.ID)
+		if f != nil {
+			if c := e.conns[f.peer]; c != nil {
+				delete(c.flows, m.ID)
+			}
+		}
+		e.mu.Unlock()
+		if f != nil {
+			e.finish(f, m.Status, m.Down, m.Error)
+		}
+		return nil
+	}
+	return deny(400, "unknown question")
+}
+
+// request checks a request's Host against the admitted name, runs it
+// through the filter (the DLP) and returns the request to send.
+func (e *MitmproxyEngine) request(m *ctlMsg) *ctlReply {
+	c := e.conn(m.Peer)
+	if c == nil {
+		return deny(403, "not a connection vibedom handed over")
+	}
+	t := c.t
+	scheme := "http"
+	if m.Scheme == "https" {
+		scheme = "https"
+		if !c.sniOK.Load() {
+			return deny(403, "the TLS handshake was not checked")
+		}
+	}
+	dest := fwdTarget{name: t.Name, port: t.Port, scheme: scheme, decision: t.Decision, src: t.Guest}
+	u, err := url.ParseRequestURI(m.Path)
+	if err != nil || m.Method == "" {
+		return e.refuseReq(m, dest, nil, http.StatusBadRequest, "malformed request")
+	}
+	r := &http.Request{Method: m.Method, URL: u, Host: m.Host, Header: http.Header{}, RequestURI: m.Path,
+		Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1}
+	if strings.HasPrefix(m.Proto, "HTTP/2") {
+		r.Proto, r.ProtoMajor, r.ProtoMinor = "HTTP/2.0", 2, 0
+	}
+	hadHost := false
+	for _, kv := range m.Headers {
+		if !httpguts.ValidHeaderFieldName(kv[0]) || !httpguts.ValidHeaderFieldValue(kv[1]) {
+			return e.refuseReq(m, dest, nil, http.StatusBadRequest, fmt.Sprintf("malformed header %q", shorten(kv[0])))
+		}
+		k := http.CanonicalHeaderKey(kv[0])
+		if k == "Host" {
+			hadHost = true
+			continue
+		}
+		r.Header.Add(k, kv[1])
+	}
+	if m.Authority != "" {
+		r.URL.Host = m.Authority // checked against Host below, as the Go engine does
+	}
+	if m.Method == http.MethodConnect {
+		return e.refuseReq(m, dest, r, http.StatusMethodNotAllowed, "CONNECT is served only by the explicit proxy, not on an intercepted connection")
+	}
+	if reason := authorityMismatch(r, t.Name, t.Port, scheme); reason != "" {
+		return e.refuseReq(m, dest, r, http.StatusMisdirectedRequest, reason)
+	}
+	// An absolute-form request line names its own destination, which
+	// mitmdump would follow: it must be the admitted one too.
+	if name, ok := normalTarget(m.DHost); !ok || name != t.Name || m.DPort != int(t.Port) {
+		return e.refuseReq(m, dest, r, http.StatusMisdirectedRequest,
+			fmt.Sprintf("request target %q does not match the admitted destination %s", shorten(hostPort(m.DHost, uint16(m.DPort))), hostPort(t.Name, t.Port)))
+	}
+	ws := restrictUpgrade(r)
+	r.ContentLength = int64(len(m.Body))
+	r.Body = io.NopCloser(bytes.NewReader(m.Body))
+	if len(m.Body) == 0 {
+		r.Body = http.NoBody
+	}
+	ctx := context.Background()
+	r = r.WithContext(ctx)
+	ev := Event{Time: time.Now(), Kind: "request", Name: t.Name, Port: t.Port, Src: addrString(t.Guest), Method: m.Method, Rule: t.Decision.Rule}
+	done, err := e.filter.FilterRequest(ctx, Destination{Name: t.Name, Port: t.Port}, r)
+	if err != nil {
+		return e.refuseReq(m, dest, r, http.StatusForbidden, "request refused by the content filter: "+err.Error())
+	}
+	var body []byte
+	if r.Body != nil {
+		body, err = io.ReadAll(io.LimitReader(r.Body, e.cfg.BodyLimit+1))
+		r.Body.Close()
+		if err == nil && int64(len(body)) > e.cfg.BodyLimit {
+			err = errors.New("the scrubbed body is over the limit")
+		}
+		if err != nil {
+			if done != nil {
+				done()
+			}
+			return e.refuseReq(m, dest, r, http.StatusForbidden, "request refused by the content filter: "+err.Error())
+		}
+	}
+	out := &ctlReply{Action: "allow", Method: r.Method, Path: r.URL.RequestURI(), Body: body}
+	if r.ProtoMajor < 2 && hadHost {
+		out.Headers = append(out.Headers, [2]string{"Host", r.Host})
+	}
+	keys := make([]string, 0, len(r.Header))
+	for k := range r.Header {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		if k == "Content-Length" || k == "Transfer-Encoding" {
+			continue
+		}
+		for _, v := range r.Header[k] {
+			out.Headers = append(out.Headers, [2]string{k, v})
+		}
+	}
+	if len(body) > 0 || r.Header.Get("Content-Length") != "" || r.Header.Get("Transfer-Encoding") != "" {
+		out.Headers = append(out.Headers, [2]string{"Content-Length", strconv.Itoa(len(body))})
+	}
+	ev.URL = redactURL(scheme, r.Host, r.URL)
+	f := &mitmFlow{peer: m.Peer, ev: ev, done: done}
+	if ws {
+		f.req = r
+	}
+	e.mu.Lock()
+	if cur := e.conns[m.Peer]; cur == c {
+		e.flows[m.ID] = f
+		c.flows[m.ID] = struct{}{}
+		f = nil
+	}
+	e.mu.Unlock()
+	if f != nil { // the connection is gone
+		e.finish(f, 0, 0, "the connection ended")
+		return deny(502, "the connection ended")
+	}
+	f2 := int64(len(body))
+	e.mu.Lock()
+	if fl := e.flows[m.ID]; fl != nil {
+		fl.ev.BytesUp = f2
+	}
+	e.mu.Unlock()
+	return out
+}
+
+// refuseReq records a refused request and tells the addon to answer it.
+func (e *MitmproxyEngine) refuseReq(m *ctlMsg, dest fwdTarget, r *http.Request, status int, reason string) *ctlReply {
+	ev := Event{Time: time.Now(), Kind: "request", Name: dest.name, Port: dest.port, Src: addrString(dest.src),
+		Method: m.Method, Decision: "deny", Rule: dest.decision.Rule, Reason: reason, Status: status}
+	if r != nil {
+		ev.URL = redactURL(dest.scheme, m.Host, r.URL)
+	}
+	e.events.Record(ev)
+	return deny(status, reason)
+}
+
+// finish records a request's event, as the Go engine does.
+func (e *MitmproxyEngine) finish(f *mitmFlow, status int, down int64, errText string) {
+	var findings []Finding
+	if f.done != nil {
+		findings = f.done()
+	}
+	ev := f.ev
+	ev.Status, ev.BytesDn, ev.Findings = status, down, findings
+	switch {
+	case errText != "":
+		ev.Decision, ev.Reason = "error", errText
+	case scrubDescription(findings) != "":
+		ev.Decision, ev.Reason = "scrub", "redacted: "+scrubDescription(findings)
+	case len(findings) > 0:
+		ev.Decision, ev.Reason = "allow", fmt.Sprintf("%d finding(s) logged, not redacted", len(findings))
+	default:
+		ev.Decision = "allow"
+	}
+	e.events.Record(ev)
+}
+
+// wsMessage scrubs one WebSocket message the guest sends, with the
+// filter's UpgradeWriter (the same scrubber the Go engine runs on frames).
+func (e *MitmproxyEngine) wsMessage(m *ctlMsg) *ctlReply {
+	e.mu.Lock()
+	f := e.flows[m.ID]
+	e.mu.Unlock()
+	if f == nil || f.req == nil {
+		return deny(403, "not a WebSocket vibedom let through")
+	}
+	uf, ok := e.filter.(UpgradeFilter)
+	if !ok {
+		return &ctlReply{Action: "allow", Body: m.Body}
+	}
+	var out bytes.Buffer
+	w := uf.UpgradeWriter(f.req, &out)
+	if w == nil {
+		return &ctlReply{Action: "allow", Body: m.Body}
+	}
+	op := byte(0x2)
+	if m.Text {
+		op = 0x1
+	}
+	if _, err := w.Write(wsOneFrame(op, m.Body)); err != nil {
+		return deny(403, "message refused by the content filter: "+err.Error())
+	}
+	if err := w.Close(); err != nil {
+		return deny(403, "message refused by the content filter: "+err.Error())
+	}
+	payload, err := wsPayloads(out.Bytes())
+	if err != nil {
+		return deny(403, err.Error())
+	}
+	return &ctlReply{Action: "allow", Body: payload}
+}
+
+// wsOneFrame is one final, unmasked frame.
+func wsOneFrame(op byte, p []byte) []byte {
+	b := []byte{0x80 | op}
+	switch l := len(p); {
+	case l <= 125:
+		b = append(b, byte(l))
+	case l <= 0xffff:
+		b = append(b, 126, byte(l>>8), byte(l))
+	default:
+		b = append(b, 127)
+		b = binary.BigEndian.AppendUint64(b, uint64(l))
+	}
+	return append(b, p...)
+}
+
+// wsPayloads joins the (masked) data frames' payloads of one message.
+func wsPayloads(b []byte) ([]byte, error) {
+	var out []byte
+	for len(b) > 0 {
+		if len(b) < 2 {
+			return nil, errors.New("truncated frame from the scrubber")
+		}
+		op, n := b[0]&0x0f, 2
+		l := uint64(b[1] & 0x7f)
+		switch l {
+		case 126:
+			if len(b) < 4 {
+				return nil, errors.New("truncated frame from the scrubber")
+			}
+			l, n = uint64(binary.BigEndian.Uint16(b[2:4])), 4
+		case 127:
+			if len(b) < 10 {
+				return nil, errors.New("truncated frame from the scrubber")
+			}
+			l, n = binary.BigEndian.Uint64(b[2:10]), 10
+		}
+		var key []byte
+		if b[1]&0x80 != 0 {
+			if len(b) < n+4 {
+				return nil, errors.New("truncated frame from the scrubber")
+			}
+			key, n = b[n:n+4], n+4
+		}
+		if uint64(len(b)-n) < l {
+			return nil, errors.New("truncated frame from the scrubber")
+		}
+		p := b[n : n+int(l)]
+		if op < 0x8 {
+			for i, c := range p {
+				if key != nil {
+					c ^= key[i&3]
+				}
+				out = append(out, c)
+			}
+		}
+		b = b[n+int(l):]
+	}
+	return out, nil
+}
+
+// normalTarget normalises a host name or IP literal as admission does.
+func normalTarget(h string) (string, bool) {
+	if ip, ok := ParseAddr(strings.Trim(h, "[]")); ok {
+		return ip.String(), true
+	}
+	n, err := NormalizeName(h)
+	return n, err == nil
+}

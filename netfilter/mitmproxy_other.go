@@ -1,0 +1,9 @@
+//go:build !unix
+
+package netfilter
+
+import "os/exec"
+
+// setMitmProcAttr: without Pdeathsig, Close (and the session's cleanup)
+// stops mitmdump.
+func setMitmProcAttr(*exec.Cmd) {}
