@@ -17,6 +17,8 @@ type Config struct {
 	// Agent is the agent `vibedom run` starts when neither --agent nor a
 	// command is given.
 	Agent string
+	// ProxyEngine is the default of `vibedom run --proxy-engine`.
+	ProxyEngine string
 }
 
 // Config is ~/.vibedom/config.
@@ -47,8 +49,10 @@ func ReadConfig(h Home) (*Config, error) {
 		switch k {
 		case "agent":
 			c.Agent = v
+		case "proxy-engine":
+			c.ProxyEngine = v
 		default:
-			return nil, fmt.Errorf("%s:%d: unknown setting %q (known: agent)", h.Config(), n, k)
+			return nil, fmt.Errorf("%s:%d: unknown setting %q (known: agent, proxy-engine)", h.Config(), n, k)
 		}
 	}
 	return c, nil

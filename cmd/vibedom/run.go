@@ -36,7 +36,7 @@ what to apply (without a terminal nothing is applied unless --apply).`,
 			&cli.StringSliceFlag{Name: "allow", Usage: "also allow this egress rule for this session (repeatable), e.g. --allow registry.npmjs.org"},
 			&cli.BoolFlag{Name: "no-network", Usage: "give the VM no network interface at all"},
 			&cli.StringSliceFlag{Name: "resolve", Usage: "connect to this address for an allowed name, like curl's --resolve (repeatable): NAME:PORT:ADDRESS[:PORT]"},
-			&cli.StringFlag{Name: "proxy-engine", Usage: "the proxy that inspects the guest's traffic: go (built in) or mitmproxy (a mitmdump ≥ 8.1 on PATH that vibedom starts for the session)", Value: "go"},
+			&cli.StringFlag{Name: "proxy-engine", Usage: "the proxy that inspects the guest's traffic: go (built in) or mitmproxy (a mitmdump ≥ 8.1 on PATH that vibedom starts for the session); default: proxy-engine = … in ~/.vibedom/config, else go"},
 			&cli.StringSliceFlag{Name: "ca-file", Usage: "also trust the CA certificates in this PEM file for upstream TLS (repeatable)"},
 			&cli.StringSliceFlag{Name: "allow-pattern", Usage: "never redact this value in what the agent sends (repeatable; re:REGEXP for a pattern), e.g. --allow-pattern 'Pearl St'"},
 			&cli.StringSliceFlag{Name: "allow-context", Usage: "let this category through to every destination (repeatable), e.g. --allow-context internal_ips (categories: vibedom scrub --help)"},
@@ -85,6 +85,18 @@ func runAction(ctx context.Context, c *cli.Command) error {
 		}
 	}
 	engine := c.String("proxy-engine")
+	if engine == "" {
+		engine = "go"
+		if h, err := session.DefaultHome(); err == nil {
+			cfg, err := session.ReadConfig(h)
+			if err != nil {
+				return err
+			}
+			if cfg.ProxyEngine != "" {
+				engine = cfg.ProxyEngine
+			}
+		}
+	}
 	if !slices.Contains(session.ProxyEngines, engine) {
 		return fmt.Errorf("--proxy-engine must be go or mitmproxy, got %q", engine)
 	}
