@@ -11,6 +11,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"github.com/vibedom/vibedom/atomicfile"
 	"io/fs"
 	"math/big"
 	"os"
@@ -96,22 +97,7 @@ func Store(home string, p Provider, key string) error {
 	if err := os.Chmod(dir, 0o700); err != nil {
 		return err
 	}
-	tmp, err := os.CreateTemp(dir, ".key-*")
-	if err != nil {
-		return err
-	}
-	_, werr := tmp.WriteString(key + "\n")
-	serr := tmp.Sync()
-	cerr := tmp.Close()
-	if err := errors.Join(werr, serr, cerr); err != nil {
-		os.Remove(tmp.Name())
-		return err
-	}
-	if err := os.Rename(tmp.Name(), filepath.Join(dir, p.Name)); err != nil {
-		os.Remove(tmp.Name())
-		return err
-	}
-	return nil
+	return atomicfile.WriteFile(filepath.Join(dir, p.Name), []byte(key+"\n"), 0o600)
 }
 
 // Remove deletes provider's stored key; a missing one is not an error.

@@ -13,6 +13,7 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"github.com/vibedom/vibedom/atomicfile"
 	"io/fs"
 	"log/slog"
 	"math/big"
@@ -240,20 +241,7 @@ func (ca *CA) writeCertFile(path string) error {
 	if cur, err := os.ReadFile(path); err == nil && bytes.Equal(cur, ca.certPEM) {
 		return nil
 	}
-	tmp, err := os.CreateTemp(filepath.Dir(path), ".ca-cert-*.tmp")
-	if err != nil {
-		return fmt.Errorf("write CA certificate %q: %w", path, err)
-	}
-	defer os.Remove(tmp.Name())
-	_, werr := tmp.Write(ca.certPEM)
-	cerr := tmp.Chmod(0o644)
-	if err := errors.Join(werr, cerr, tmp.Close()); err != nil {
-		return fmt.Errorf("write CA certificate %q: %w", path, err)
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
-		return fmt.Errorf("install CA certificate %q: %w", path, err)
-	}
-	return nil
+	return atomicfile.WriteFile(path, ca.certPEM, 0o644)
 }
 
 func randomSerial() (*big.Int, error) {

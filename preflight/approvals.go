@@ -8,6 +8,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"github.com/vibedom/vibedom/atomicfile"
 	"io"
 	"io/fs"
 	"log/slog"
@@ -371,26 +372,7 @@ func writeWorkspaceFile(workspace, rel string, data []byte) error {
 	if fi, err := os.Lstat(dst); err == nil && !fi.Mode().IsRegular() {
 		return fmt.Errorf("%s is not a regular file; remove it to keep approvals", dst)
 	}
-	tmp, err := os.CreateTemp(filepath.Dir(dst), ".approved-*.tmp")
-	if err != nil {
-		return fmt.Errorf("write %s: %w", dst, err)
-	}
-	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(data); err != nil {
-		tmp.Close()
-		return fmt.Errorf("write %s: %w", dst, err)
-	}
-	if err := tmp.Chmod(0o644); err != nil {
-		tmp.Close()
-		return fmt.Errorf("write %s: %w", dst, err)
-	}
-	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("write %s: %w", dst, err)
-	}
-	if err := os.Rename(tmp.Name(), dst); err != nil {
-		return fmt.Errorf("write %s: %w", dst, err)
-	}
-	return nil
+	return atomicfile.WriteFile(dst, data, 0o644)
 }
 
 // readNoFollow reads a regular file of at most limit bytes, refusing a

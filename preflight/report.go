@@ -4,10 +4,9 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"github.com/vibedom/vibedom/atomicfile"
 	"io"
 	"log/slog"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"time"
@@ -294,22 +293,7 @@ func (r *Report) WriteJSON(path string) error {
 		return fmt.Errorf("encode preflight report: %w", err)
 	}
 	b = append(b, '\n')
-	tmp, err := os.CreateTemp(filepath.Dir(path), ".report-*.tmp")
-	if err != nil {
-		return fmt.Errorf("write preflight report %s: %w", path, err)
-	}
-	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(b); err != nil {
-		tmp.Close()
-		return fmt.Errorf("write preflight report %s: %w", path, err)
-	}
-	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("write preflight report %s: %w", path, err)
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
-		return fmt.Errorf("write preflight report %s: %w", path, err)
-	}
-	return nil
+	return atomicfile.WriteFile(path, b, 0o600)
 }
 
 // WriteText prints the findings that need review, grouped by risk (HIGH

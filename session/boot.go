@@ -149,7 +149,7 @@ func (s *sess) prepare(ctx context.Context) error {
 	s.log = slog.New(s.logRed).With("session", s.name)
 	s.state = State{
 		Name: s.name, Workspace: ws, Created: time.Now().UTC().Truncate(time.Second), Status: StatusStarting,
-		LogDir: s.logDir, PID: os.Getpid(), Driver: o.Driver.Name(), Arch: string(o.Arch),
+		LogDir: s.logDir, PID: os.Getpid(), PIDStart: procStart(os.Getpid()), Driver: o.Driver.Name(), Arch: string(o.Arch),
 		CPUs: o.CPUs, MemoryMiB: o.MemoryMiB, Command: o.Command,
 	}
 	s.saveState()

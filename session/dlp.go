@@ -169,12 +169,7 @@ func WorkspaceDLPConfig(ctx context.Context, h Home, workspace string, noScan bo
 	}
 	var found []string
 	if !noScan {
-		rep, err := preflight.Scan(ctx, preflight.Options{
-			Workspace:       ws,
-			UserConfig:      h.GitleaksConfig(),
-			CacheDir:        filepath.Join(h.Cache(), "preflight"),
-			ApprovalKeyPath: filepath.Join(h.Keys(), "preflight_approvals.key"),
-		})
+		rep, err := preflight.Scan(ctx, h.PreflightOptions(ws))
 		if err != nil {
 			return dlp.Config{}, nil, fmt.Errorf("secrets preflight: %w", err)
 		}

@@ -2,6 +2,8 @@ package session
 
 import (
 	"fmt"
+	"github.com/vibedom/vibedom/keys"
+	"github.com/vibedom/vibedom/preflight"
 	"os"
 	"path/filepath"
 )
@@ -74,4 +76,24 @@ func ensureDir(dir string) error {
 		return fmt.Errorf("%s is writable by other users (mode %v): run chmod go-w %s", dir, fi.Mode().Perm(), dir)
 	}
 	return nil
+}
+
+// File and folder names under the home that are not spelled above.
+const (
+	preflightCacheDir    = "preflight"               // under cache/
+	preflightApprovalKey = "preflight_approvals.key" // under keys/
+)
+
+// AuditKey is the DLP audit key file.
+func (h Home) AuditKey() string { return h.path("keys", keys.AuditKeyName) }
+
+// PreflightOptions are the secrets scan's options for workspace, with
+// this home's gitleaks config, cache and approval key.
+func (h Home) PreflightOptions(workspace string) preflight.Options {
+	return preflight.Options{
+		Workspace:       workspace,
+		UserConfig:      h.GitleaksConfig(),
+		CacheDir:        filepath.Join(h.Cache(), preflightCacheDir),
+		ApprovalKeyPath: filepath.Join(h.Keys(), preflightApprovalKey),
+	}
 }

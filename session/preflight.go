@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"path/filepath"
 
 	"github.com/vibedom/vibedom/preflight"
 	"github.com/vibedom/vibedom/termtext"
@@ -33,12 +32,7 @@ func (s *sess) runPreflight(ctx context.Context) (*preflight.Report, error) {
 		return nil, err
 	}
 	s.progress("scanning %s for secrets (gitleaks)", termtext.Line(o.Workspace))
-	rep, err := preflight.Scan(ctx, preflight.Options{
-		Workspace:       o.Workspace,
-		UserConfig:      o.Home.GitleaksConfig(),
-		CacheDir:        filepath.Join(o.Home.Cache(), "preflight"),
-		ApprovalKeyPath: filepath.Join(o.Home.Keys(), "preflight_approvals.key"),
-	})
+	rep, err := preflight.Scan(ctx, o.Home.PreflightOptions(o.Workspace))
 	if err != nil {
 		return nil, fmt.Errorf("secrets preflight: %w", err)
 	}

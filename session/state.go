@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/vibedom/vibedom/atomicfile"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -35,6 +36,9 @@ type State struct {
 	Status    Status    `json:"status"`
 	LogDir    string    `json:"log_dir"`
 	PID       int       `json:"pid,omitempty"`
+	// PIDStart is PID's start time, so a recycled PID is not taken for a
+	// live session.
+	PIDStart  string    `json:"pid_start,omitempty"`
 	Driver    string    `json:"driver,omitempty"`
 	Arch      string    `json:"arch,omitempty"`
 	CPUs      int       `json:"cpus,omitempty"`
@@ -54,51 +58,11 @@ func writeState(dir string, st *State) error {
 	if err != nil {
 		return fmt.Errorf("encode session state: %w", err)
 	}
-	return writeFileAtomic(filepath.Join(dir, "state.json"), append(data, '\n'), 0o600)
-}
-
-// ReadState reads the state.json of the session folder dir.
-func ReadState(dir string) (*State, error) {
-	data, err := os.ReadFile(filepath.Join(dir, "state.json"))
-	if err != nil {
-		if errors.Is(err, os.ErrNotExist) {
-			return nil, fmt.Errorf("%w: %s has no state.json", ErrNoSession, dir)
-		}
-		return nil, fmt.Errorf("read session state: %w", err)
-	}
-	var st State
-	if err := json.Unmarshal(data, &st); err != nil {
-		return nil, fmt.Errorf("parse %s: %w", filepath.Join(dir, "state.json"), err)
-	}
-	return &st, nil
+	return writeFileAtomic(filepath.Join(dir, stateFile), append(data, '\n'), 0o600)
 }
 
 func writeFileAtomic(path string, data []byte, mode os.FileMode) error {
-	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")
-	if err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	tmp := f.Name()
-	defer os.Remove(tmp) // no-op after a successful rename
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if err := f.Chmod(mode); err != nil {
-		f.Close()
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if err := f.Close(); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	return nil
+	return atomicfile.WriteFile(path, data, mode)
 }
 
 var unsafeName = regexp.MustCompile(`[^a-z0-9._-]+`)

@@ -3,17 +3,13 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
-	"syscall"
 	"text/tabwriter"
 	"time"
 
 	"github.com/urfave/cli/v3"
 
-	"github.com/vibedom/vibedom/review"
+	"github.com/vibedom/vibedom/session"
 	"github.com/vibedom/vibedom/termtext"
 )
 
@@ -26,11 +22,11 @@ func init() {
 patch it wrote).`,
 		Flags: []cli.Flag{&cli.BoolFlag{Name: "json", Usage: "print a JSON array"}},
 		Action: func(ctx context.Context, c *cli.Command) error {
-			home, err := vibedomHome()
+			home, err := session.DefaultHome()
 			if err != nil {
 				return err
 			}
-			all, err := review.ListSessions(home)
+			all, err := home.ListSessions()
 			if err != nil {
 				return err
 			}
@@ -41,11 +37,12 @@ patch it wrote).`,
 				Created   time.Time `json:"created"`
 				Patch     bool      `json:"patch_pending"`
 				LogDir    string    `json:"log_dir"`
+				Problem   string    `json:"problem,omitempty"`
 			}
 			rows := []row{}
 			for _, s := range all {
-				rows = append(rows, row{Name: s.Name, Status: liveStatus(s), Workspace: s.Workspace, Created: s.Created,
-					Patch: fileExists(filepath.Join(s.Dir, "changes.patch")), LogDir: s.LogDir})
+				rows = append(rows, row{Name: s.Name, Status: string(s.Live), Workspace: s.Workspace, Created: s.Created,
+					Patch: s.PatchPending(), LogDir: s.LogDir, Problem: s.Problem})
 			}
 			w := c.Root().Writer
 			if c.Bool("json") {
@@ -73,27 +70,4 @@ patch it wrote).`,
 			return tw.Flush()
 		},
 	})
-}
-
-// liveStatus is the recorded status, or "crashed" when it says the session
-// runs but its process is gone.
-func liveStatus(s *review.SessionInfo) string {
-	switch s.Status {
-	case "starting", "running", "stopping":
-		if s.PID > 0 && !processAlive(s.PID) {
-			return "crashed"
-		}
-	}
-	return s.Status
-}
-
-func fileExists(p string) bool {
-	_, err := os.Stat(p)
-	return err == nil
-}
-
-// processAlive reports whether a process with this PID exists.
-func processAlive(pid int) bool {
-	err := syscall.Kill(pid, 0)
-	return err == nil || errors.Is(err, syscall.EPERM)
 }

@@ -16,7 +16,7 @@ import (
 	"github.com/vibedom/vibedom/dlp"
 	"github.com/vibedom/vibedom/keys"
 	"github.com/vibedom/vibedom/netfilter"
-	"github.com/vibedom/vibedom/review"
+	"github.com/vibedom/vibedom/session"
 	"github.com/vibedom/vibedom/termtext"
 )
 
@@ -62,7 +62,7 @@ func logsAction(ctx context.Context, c *cli.Command) error {
 	if c.Args().Len() > 1 {
 		return fmt.Errorf("one SESSION at most (got %d arguments)", c.Args().Len())
 	}
-	home, err := vibedomHome()
+	home, err := session.DefaultHome()
 	if err != nil {
 		return err
 	}
@@ -109,7 +109,7 @@ func logsAction(ctx context.Context, c *cli.Command) error {
 
 // logDir finds the log folder of a session name, a log folder path, or the
 // latest session.
-func logDir(home, arg string) (string, error) {
+func logDir(home session.Home, arg string) (string, error) {
 	if arg != "" && (strings.ContainsAny(arg, `/\`) || arg == ".") {
 		fi, err := os.Stat(arg)
 		if err != nil || !fi.IsDir() {
@@ -117,7 +117,7 @@ func logDir(home, arg string) (string, error) {
 		}
 		return filepath.Abs(arg)
 	}
-	si, err := review.FindSession(home, arg)
+	si, err := home.FindSession(arg)
 	if err != nil {
 		return "", err
 	}
@@ -188,8 +188,8 @@ func formatEvent(ev netfilter.Event) string {
 }
 
 // printAudit decrypts the DLP audit log with the home's audit key.
-func printAudit(w, errw io.Writer, home, path string, raw bool) error {
-	key, err := keys.LoadAuditKey(filepath.Join(home, "keys", keys.AuditKeyName))
+func printAudit(w, errw io.Writer, home session.Home, path string, raw bool) error {
+	key, err := keys.LoadAuditKey(home.AuditKey())
 	if err != nil {
 		return fmt.Errorf("the DLP audit key: %w", err)
 	}

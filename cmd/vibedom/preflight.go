@@ -6,12 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 
 	"github.com/urfave/cli/v3"
 	"golang.org/x/term"
 
 	"github.com/vibedom/vibedom/preflight"
+	"github.com/vibedom/vibedom/session"
 	"github.com/vibedom/vibedom/termtext"
 )
 
@@ -45,16 +45,11 @@ func preflightAction(ctx context.Context, c *cli.Command) error {
 	if c.Bool("json") && c.Bool("review") {
 		return errors.New("--json and --review exclude each other: drop one")
 	}
-	home, err := vibedomHome()
+	home, err := session.DefaultHome()
 	if err != nil {
 		return err
 	}
-	rep, err := preflight.Scan(ctx, preflight.Options{
-		Workspace:       c.Args().First(),
-		UserConfig:      filepath.Join(home, "gitleaks.toml"),
-		CacheDir:        filepath.Join(home, "cache", "preflight"),
-		ApprovalKeyPath: filepath.Join(home, "keys", "preflight_approvals.key"),
-	})
+	rep, err := preflight.Scan(ctx, home.PreflightOptions(c.Args().First()))
 	if err != nil {
 		return err
 	}

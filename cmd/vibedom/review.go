@@ -10,6 +10,7 @@ import (
 
 	"github.com/vibedom/vibedom/overlay"
 	"github.com/vibedom/vibedom/review"
+	"github.com/vibedom/vibedom/session"
 )
 
 func init() {
@@ -60,14 +61,18 @@ func applySafetyFlags() []cli.Flag {
 // changesSession finds the session named by the first argument (latest when
 // none).
 func changesSession(c *cli.Command) (*review.SessionInfo, error) {
-	home, err := vibedomHome()
+	home, err := session.DefaultHome()
 	if err != nil {
 		return nil, err
 	}
 	if c.Args().Len() > 1 {
 		return nil, fmt.Errorf("one SESSION at most (got %d arguments)", c.Args().Len())
 	}
-	return review.FindSession(home, c.Args().First())
+	i, err := home.FindSession(c.Args().First())
+	if err != nil {
+		return nil, err
+	}
+	return i.Review(), nil
 }
 
 func changesApplyOptions(c *cli.Command, si *review.SessionInfo) overlay.ApplyOptions {

@@ -1,0 +1,25 @@
+//go:build unix
+
+package session
+
+import (
+	"errors"
+	"syscall"
+)
+
+// processIs reports whether process pid exists and, when start is known,
+// is the one that started at start (not a later process given the same
+// PID).
+func processIs(pid int, start string) bool {
+	if pid <= 0 {
+		return false
+	}
+	if err := syscall.Kill(pid, 0); err != nil && !errors.Is(err, syscall.EPERM) {
+		return false
+	}
+	if start == "" {
+		return true
+	}
+	got := procStart(pid)
+	return got == "" || got == start
+}
