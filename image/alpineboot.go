@@ -207,21 +207,7 @@ func (a *AlpineBoot) Build(ctx context.Context, in *Inputs, dir string) (Outputs
 			return Outputs{}, fmt.Errorf("busybox applet: %w", err)
 		}
 	}
-	if err := addBase(&ar, bbPath, a.GuestBinary, bf.release, mods); err != nil {
-		return Outputs{}, err
-	}
-	f, err := os.OpenFile(filepath.Join(dir, InitrdFile), os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
-	if err != nil {
-		return Outputs{}, err
-	}
-	_, err = ar.WriteTo(f)
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return Outputs{}, fmt.Errorf("write initramfs: %w", err)
-	}
-	return Outputs{Kernel: KernelFile, Initrd: InitrdFile}, nil
+	return writeInitramfs(&ar, dir, bbPath, a.GuestBinary, bf.release, mods)
 }
 
 // oneFile keeps the content of one regular file of a package.

@@ -258,7 +258,13 @@ func (d *DebianTest) Build(ctx context.Context, in *Inputs, dir string) (Outputs
 			return Outputs{}, fmt.Errorf("busybox applet: %w", err)
 		}
 	}
-	if err := addBase(&ar, a.Busybox, a.GuestBinary, release, mods); err != nil {
+	return writeInitramfs(&ar, dir, a.Busybox, a.GuestBinary, release, mods)
+}
+
+// writeInitramfs adds the base (addBase) to ar, whose applet links are in,
+// and writes it as dir/InitrdFile.
+func writeInitramfs(ar *Archive, dir, busybox, guestBinary, release string, mods *Modules) (Outputs, error) {
+	if err := addBase(ar, busybox, guestBinary, release, mods); err != nil {
 		return Outputs{}, err
 	}
 	f, err := os.OpenFile(filepath.Join(dir, InitrdFile), os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)

@@ -55,17 +55,20 @@ type GuestManifest struct {
 	LockSHA256 string       `json:"lock_sha256"`
 	Mirror     string       `json:"mirror"`
 	// Root is the root image in the cache.
-	Root struct {
-		Path   string `json:"path"`
-		SHA256 string `json:"sha256"`
-		Size   int64  `json:"size"`
-	} `json:"root"`
+	Root RootFile `json:"root"`
 	// Setup lists what was done in place of install scripts.
 	Setup []string `json:"setup,omitempty"`
 	// Libc is the root image's C library ("musl", or "glibc" for the
 	// Debian-sourced test userland): agents are fetched for it.
 	Libc  string    `json:"libc,omitempty"`
 	Built time.Time `json:"built"`
+}
+
+// RootFile is a root image in the cache.
+type RootFile struct {
+	Path   string `json:"path"`
+	SHA256 string `json:"sha256"`
+	Size   int64  `json:"size"`
 }
 
 // ImageOptions says how BuildGuestImage gets packages.
@@ -419,11 +422,7 @@ func prepareImage(ctx context.Context, h Home, arch vm.Arch, c imageChoice) (img
 // rootIndex is what images/root/lock-<lock sha256>.json records: which
 // root image a lock built.
 type rootIndex struct {
-	Root struct {
-		Path   string `json:"path"`
-		SHA256 string `json:"sha256"`
-		Size   int64  `json:"size"`
-	} `json:"root"`
+	Root  RootFile `json:"root"`
 	Setup []string `json:"setup,omitempty"`
 	Libc  string   `json:"libc,omitempty"`
 }

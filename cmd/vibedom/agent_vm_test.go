@@ -1,18 +1,15 @@
 package main
 
 import (
-	"bytes"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"runtime"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/creack/pty"
 
 	"github.com/vibedom/vibedom/agents"
 	"github.com/vibedom/vibedom/agents/agentstest"
@@ -25,34 +22,23 @@ import (
 func guestImageHome(t *testing.T, extraInit ...string) (*cliRun, string) {
 	t.Helper()
 	requireVM(t)
-	arch, err := alpine.GuestArch(runtime.GOARCH)
-	if err != nil {
-		t.Skip(err)
-	}
-	assets, err := alpinetest.FindAssets(arch)
-	if err != nil {
-		t.Skipf("no Debian userland for %s (scripts/fetch-assets.sh): %v", arch, err)
-	}
-	key, err := alpinetest.NewKey("agent-e2e@vibedom-1.rsa.pub")
-	if err != nil {
-		t.Fatal(err)
-	}
-	repo, err := alpinetest.BuildDebianRepo(alpinetest.DebianOptions{Arch: arch, Assets: assets, Root: t.TempDir(), Key: key,
-		CacheDir: alpinetest.CacheDirFor(assets)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := repo.Serve()
-	t.Cleanup(srv.Close)
-	keys := t.TempDir()
-	os.MkdirAll(filepath.Join(keys, arch), 0o755)
-	os.WriteFile(filepath.Join(keys, arch, key.Name), key.PublicPEM, 0o644)
-	c := newCLI(t)
+	return guestImageHomeTB(t, vibedomTestKeysBin(t), newCLI(t), extraInit...)
+}
+
+func guestImageHomeB(b *testing.B, extraInit ...string) (*cliRun, string) {
+	c := &cliRun{home: b.TempDir(), tmp: b.TempDir()}
+	c.env = append(os.Environ(), "VIBEDOM_HOME="+c.home, "TMPDIR="+c.tmp, "NO_COLOR=1", "VIBEDOM_ALPINE_MIRROR=http://127.0.0.1:9/alpine")
+	return guestImageHomeTB(b, testKeysBinB(b), c, extraInit...)
+}
+
+func guestImageHomeTB(t testing.TB, bin string, c *cliRun, extraInit ...string) (*cliRun, string) {
+	t.Helper()
+	url, keys := serveTestMirror(t, runtime.GOARCH)
 	c.env = append(c.env, "VIBEDOM_TEST_ALPINE_KEYS="+keys)
-	bin := vibedomTestKeysBin(t)
-	stdout, stderr, code := c.runWith(t, bin, "", append([]string{"init", "--mirror", srv.URL}, extraInit...)...)
-	if code != 0 {
-		t.Fatalf("init: exit %d\n%s\n%s", code, stdout, stderr)
+	cmd := exec.Command(bin, append([]string{"init", "--mirror", url}, extraInit...)...)
+	cmd.Env = c.env
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("init: %v\n%s", err, out)
 	}
 	return c, bin
 }
@@ -113,44 +99,15 @@ func TestAgentTerminalVM(t *testing.T) {
 	ws := sampleWorkspace(t)
 	cmd := exec.Command(bin, "run", ws, "--agent", "codex", "--no-network")
 	cmd.Env = c.env
-	ptmx, err := pty.StartWithSize(cmd, &pty.Winsize{Rows: 40, Cols: 120})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ptmx.Close()
-	var mu sync.Mutex
-	var out bytes.Buffer
-	go func() {
-		buf := make([]byte, 4096)
-		for {
-			n, err := ptmx.Read(buf)
-			mu.Lock()
-			out.Write(buf[:n])
-			mu.Unlock()
-			if err != nil {
-				return
-			}
-		}
-	}()
-	seen := func(re *regexp.Regexp, d time.Duration) bool {
-		for end := time.Now().Add(d); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
-			mu.Lock()
-			ok := re.Match(out.Bytes())
-			mu.Unlock()
-			if ok {
-				return true
-			}
-		}
-		return false
-	}
-	dump := func() string { mu.Lock(); defer mu.Unlock(); return out.String() }
+	term := startOnPTY(t, cmd, 40, 120)
+	seen, dump := term.seen, term.text
 	// codex's UI: its sign-in or welcome screen draws its name.
 	if !seen(regexp.MustCompile(`(?i)codex|sign in|openai`), 3*time.Minute) {
 		t.Fatalf("codex's UI never appeared:\n%s", dump())
 	}
 	// Ctrl-C until codex leaves; then the review.
 	for end := time.Now().Add(60 * time.Second); ; {
-		ptmx.Write([]byte{3})
+		term.ptmx.Write([]byte{3})
 		if seen(regexp.MustCompile(`changed nothing|Apply|apply`), 3*time.Second) {
 			break
 		}
@@ -167,4 +124,71 @@ func TestAgentTerminalVM(t *testing.T) {
 		t.Fatalf("vibedom did not exit:\n%s", dump())
 	}
 	c.assertNothingLeft(t)
+}
+
+// BenchmarkAgentStartup compares, in one run, a session that starts the
+// real codex (a 290 MB binary read from its layer image) with a plain-shell
+// session doing nothing: the difference is the agent's start-up in the VM.
+func BenchmarkAgentStartup(b *testing.B) {
+	arch, _ := agents.GuestArch(runtime.GOARCH)
+	p, err := agents.Lookup("codex", arch, agents.LibcGlibc)
+	if err != nil {
+		b.Fatal(err)
+	}
+	tgz := filepath.Join(agentstest.PackDir(), agents.TarballName(p))
+	if _, err := os.Stat(tgz); err != nil {
+		b.Skipf("no codex tarball in .cache/npm (go test ./cmd/vibedom -run TestAgentCodexVM fetches it): %v", err)
+	}
+	reg := agentstest.Serve(b, map[agents.Pin]string{p: tgz})
+	c, bin := guestImageHomeB(b, "--agents", "codex", "--registry", reg.URL)
+	ws := b.TempDir()
+	os.WriteFile(filepath.Join(ws, "README"), []byte("x\n"), 0o644)
+	timeRun := func(args ...string) time.Duration {
+		start := time.Now()
+		cmd := exec.Command(bin, append([]string{"run", ws, "--no-network", "--preflight=off", "--no-review"}, args...)...)
+		cmd.Env = c.env
+		if out, err := cmd.CombinedOutput(); err != nil {
+			b.Fatalf("%v: %v\n%s", args, err, out)
+		}
+		return time.Since(start)
+	}
+	var shell, agent time.Duration
+	for i := 0; i < b.N; i++ {
+		shell += timeRun("--agent", "shell", "--", "true")
+		agent += timeRun("--agent", "codex", "--", "--version")
+	}
+	n := float64(b.N)
+	b.ReportMetric(shell.Seconds()/n, "s-session-shell")
+	b.ReportMetric(agent.Seconds()/n, "s-session-codex")
+	b.ReportMetric((agent-shell).Seconds()/n, "s-codex-startup")
+}
+
+// serveTestMirror serves the Debian-sourced test repository for goarch,
+// signed by a key made now, and returns its URL and a folder of the key for
+// $VIBEDOM_TEST_ALPINE_KEYS. It skips when the userland was not fetched.
+func serveTestMirror(t testing.TB, goarch string) (url, keys string) {
+	t.Helper()
+	arch, err := alpine.GuestArch(goarch)
+	if err != nil {
+		t.Skip(err)
+	}
+	assets, err := alpinetest.FindAssets(arch)
+	if err != nil {
+		t.Skipf("no Debian userland for %s (scripts/fetch-assets.sh): %v", arch, err)
+	}
+	key, err := alpinetest.NewKey("e2e@vibedom-1.rsa.pub")
+	if err != nil {
+		t.Fatal(err)
+	}
+	repo, err := alpinetest.BuildDebianRepo(alpinetest.DebianOptions{Arch: arch, Assets: assets, Root: t.TempDir(), Key: key,
+		CacheDir: alpinetest.CacheDirFor(assets)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := repo.Serve()
+	t.Cleanup(srv.Close)
+	keys = t.TempDir()
+	os.MkdirAll(filepath.Join(keys, arch), 0o755)
+	os.WriteFile(filepath.Join(keys, arch, key.Name), key.PublicPEM, 0o644)
+	return srv.URL, keys
 }

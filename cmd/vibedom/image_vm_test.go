@@ -15,8 +15,6 @@ import (
 	"time"
 
 	"github.com/vibedom/vibedom/image"
-	"github.com/vibedom/vibedom/image/alpine"
-	"github.com/vibedom/vibedom/image/alpine/alpinetest"
 )
 
 // TestGuestImageVM drives the whole guest image pipeline as a user does,
@@ -40,34 +38,12 @@ func guestImageE2E(t *testing.T, goarch string) {
 	if _, err := exec.LookPath(qemu); err != nil {
 		t.Skipf("%s not installed (make setup)", qemu)
 	}
-	arch, err := alpine.GuestArch(goarch)
-	if err != nil {
-		t.Fatal(err)
-	}
-	assets, err := alpinetest.FindAssets(arch)
-	if err != nil {
-		t.Skipf("no Debian userland for %s (scripts/fetch-assets.sh): %v", arch, err)
-	}
-	key, err := alpinetest.NewKey("e2e@vibedom-1.rsa.pub")
-	if err != nil {
-		t.Fatal(err)
-	}
-	repo, err := alpinetest.BuildDebianRepo(alpinetest.DebianOptions{Arch: arch, Assets: assets, Root: t.TempDir(), Key: key,
-		CacheDir: alpinetest.CacheDirFor(assets)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := repo.Serve()
-	defer srv.Close()
-	keys := t.TempDir()
-	os.MkdirAll(filepath.Join(keys, arch), 0o755)
-	os.WriteFile(filepath.Join(keys, arch, key.Name), key.PublicPEM, 0o644)
-
+	mirror, keys := serveTestMirror(t, goarch)
 	c := newCLI(t)
 	c.env = append(c.env, "VIBEDOM_TEST_ALPINE_KEYS="+keys)
 
 	// The real binary trusts only Alpine's keys, whatever the environment says.
-	stdout, stderr, _ := c.runWith(t, vibedomBin(t), "", "init", "--arch", goarch, "--mirror", srv.URL, "--json")
+	stdout, stderr, _ := c.runWith(t, vibedomBin(t), "", "init", "--arch", goarch, "--mirror", mirror, "--json")
 	var refused struct {
 		ImageError string `json:"image_error"`
 		Image      any    `json:"image"`
@@ -80,7 +56,7 @@ func guestImageE2E(t *testing.T, goarch string) {
 	}
 
 	bin := vibedomTestKeysBin(t)
-	stdout, stderr, code := c.runWith(t, bin, "", "init", "--arch", goarch, "--mirror", srv.URL, "--json")
+	stdout, stderr, code := c.runWith(t, bin, "", "init", "--arch", goarch, "--mirror", mirror, "--json")
 	if code != 0 {
 		t.Fatalf("init: exit %d\n%s\n%s", code, stdout, stderr)
 	}
@@ -165,23 +141,7 @@ func e2fsckImage(t *testing.T, img string) {
 // Debian test image in the same run, and times `git status` over a
 // 5,000-file workspace inside the root image as the agent user.
 func BenchmarkSessionReadyRootImage(b *testing.B) {
-	goarch := runtime.GOARCH
-	arch, _ := alpine.GuestArch(goarch)
-	assets, err := alpinetest.FindAssets(arch)
-	if err != nil {
-		b.Skipf("no Debian userland: %v", err)
-	}
-	key, _ := alpinetest.NewKey("bench@vibedom-1.rsa.pub")
-	repo, err := alpinetest.BuildDebianRepo(alpinetest.DebianOptions{Arch: arch, Assets: assets, Root: b.TempDir(), Key: key,
-		CacheDir: alpinetest.CacheDirFor(assets)})
-	if err != nil {
-		b.Fatal(err)
-	}
-	srv := repo.Serve()
-	defer srv.Close()
-	keys := b.TempDir()
-	os.MkdirAll(filepath.Join(keys, arch), 0o755)
-	os.WriteFile(filepath.Join(keys, arch, key.Name), key.PublicPEM, 0o644)
+	mirror, keys := serveTestMirror(b, runtime.GOARCH)
 	bin := testKeysBinB(b)
 	env := func(home string) []string {
 		return append(os.Environ(), "VIBEDOM_HOME="+home, "NO_COLOR=1", "VIBEDOM_TEST_ALPINE_KEYS="+keys, "VIBEDOM_ALPINE_MIRROR=http://127.0.0.1:9/alpine")
@@ -198,7 +158,7 @@ func BenchmarkSessionReadyRootImage(b *testing.B) {
 	debian, alp := b.TempDir(), b.TempDir()
 	run(debian, "init", "--no-image")
 	start := time.Now()
-	run(alp, "init", "--mirror", srv.URL)
+	run(alp, "init", "--mirror", mirror)
 	b.Logf("cold init from the local mirror: %s", time.Since(start).Round(time.Millisecond))
 	start = time.Now()
 	run(alp, "init")

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"strings"
 	"sync"
@@ -339,25 +340,8 @@ func TestShellVM(t *testing.T) {
 	ws := sampleWorkspace(t)
 	cmd := exec.Command(vibedomBin(t), "run", ws, "--memory", "512M", "--no-network")
 	cmd.Env = c.env
-	ptmx, err := pty.StartWithSize(cmd, &pty.Winsize{Rows: 30, Cols: 100})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ptmx.Close()
-	var mu sync.Mutex
-	var out bytes.Buffer
-	go func() {
-		buf := make([]byte, 4096)
-		for {
-			n, err := ptmx.Read(buf)
-			mu.Lock()
-			out.Write(buf[:n])
-			mu.Unlock()
-			if err != nil {
-				return
-			}
-		}
-	}()
+	term := startOnPTY(t, cmd, 30, 100)
+	ptmx, mu, out := term.ptmx, &term.mu, &term.out
 	wait := func(s string, d time.Duration) {
 		t.Helper()
 		deadline := time.Now().Add(d)
@@ -546,4 +530,56 @@ echo DONE`
 		}
 	}
 	c.assertNothingLeft(t)
+}
+
+// ptyRun is a command on a real pseudo-terminal with its output recorded.
+type ptyRun struct {
+	ptmx *os.File
+	mu   sync.Mutex
+	out  bytes.Buffer
+}
+
+// startOnPTY starts cmd on a new pseudo-terminal of the given size and
+// records everything it writes; the terminal is closed when the test ends.
+func startOnPTY(t *testing.T, cmd *exec.Cmd, rows, cols uint16) *ptyRun {
+	t.Helper()
+	ptmx, err := pty.StartWithSize(cmd, &pty.Winsize{Rows: rows, Cols: cols})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ptmx.Close() })
+	r := &ptyRun{ptmx: ptmx}
+	go func() {
+		buf := make([]byte, 4096)
+		for {
+			n, err := ptmx.Read(buf)
+			r.mu.Lock()
+			r.out.Write(buf[:n])
+			r.mu.Unlock()
+			if err != nil {
+				return
+			}
+		}
+	}()
+	return r
+}
+
+// seen waits up to d for the output to match re.
+func (r *ptyRun) seen(re *regexp.Regexp, d time.Duration) bool {
+	for end := time.Now().Add(d); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
+		r.mu.Lock()
+		ok := re.Match(r.out.Bytes())
+		r.mu.Unlock()
+		if ok {
+			return true
+		}
+	}
+	return false
+}
+
+// text is the output so far.
+func (r *ptyRun) text() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.out.String()
 }
