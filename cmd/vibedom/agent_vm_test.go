@@ -84,44 +84,59 @@ func TestAgentCodexVM(t *testing.T) {
 	c.assertNothingLeft(t)
 }
 
-// TestAgentTerminalVM: `vibedom run --agent codex` on a real
-// pseudo-terminal starts codex's full-screen UI in the VM (offline and
-// without a key it opens on its sign-in screen), Ctrl-C reaches it, and the
+// TestAgentTerminalVM: `vibedom run --agent codex|claude` on a real
+// pseudo-terminal starts the agent's full-screen UI in the VM (offline and
+// without a key each opens on its first screen), Ctrl-C reaches it, and the
 // session ends in the review.
 func TestAgentTerminalVM(t *testing.T) {
 	arch, _ := agents.GuestArch(runtime.GOARCH)
-	p, err := agents.Lookup("codex", arch, agents.LibcGlibc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	reg := agentstest.Serve(t, map[agents.Pin]string{p: agentstest.Tarball(t, p)})
-	c, bin := guestImageHome(t, "--agents", "codex", "--registry", reg.URL)
-	ws := sampleWorkspace(t)
-	cmd := exec.Command(bin, "run", ws, "--agent", "codex", "--no-network")
-	cmd.Env = c.env
-	term := startOnPTY(t, cmd, 40, 120)
-	seen, dump := term.seen, term.text
-	// codex's UI: its sign-in or welcome screen draws its name.
-	if !seen(regexp.MustCompile(`(?i)codex|sign in|openai`), 3*time.Minute) {
-		t.Fatalf("codex's UI never appeared:\n%s", dump())
-	}
-	// Ctrl-C until codex leaves; then the review.
-	for end := time.Now().Add(60 * time.Second); ; {
-		term.ptmx.Write([]byte{3})
-		if seen(regexp.MustCompile(`changed nothing|Apply|apply`), 3*time.Second) {
-			break
+	files := map[agents.Pin]string{}
+	for _, name := range []string{"codex", "claude"} {
+		p, err := agents.Lookup(name, arch, agents.LibcGlibc)
+		if err != nil {
+			t.Fatal(err)
 		}
-		if time.Now().After(end) {
-			t.Fatalf("no review after Ctrl-C:\n%s", dump())
-		}
+		files[p] = agentstest.Tarball(t, p)
 	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	select {
-	case <-done:
-	case <-time.After(2 * time.Minute):
-		cmd.Process.Kill()
-		t.Fatalf("vibedom did not exit:\n%s", dump())
+	reg := agentstest.Serve(t, files)
+	c, bin := guestImageHome(t, "--agents", "codex,claude", "--registry", reg.URL)
+	for _, tc := range []struct {
+		agent string
+		ui    *regexp.Regexp // what its first screen draws
+	}{
+		// After the session's "ready" line (the workspace path, which
+		// holds the test's name, comes before it).
+		{"codex", regexp.MustCompile(`(?s)ready in .*(?i:codex|sign in|openai)`)},
+		{"claude", regexp.MustCompile(`(?s)ready in .*(?i:claude|welcome|theme|log ?in)`)},
+	} {
+		t.Run(tc.agent, func(t *testing.T) {
+			ws := sampleWorkspace(t)
+			cmd := exec.Command(bin, "run", ws, "--agent", tc.agent, "--no-network")
+			cmd.Env = c.env
+			term := startOnPTY(t, cmd, 40, 120)
+			seen, dump := term.seen, term.text
+			if !seen(tc.ui, 3*time.Minute) {
+				t.Fatalf("%s's UI never appeared:\n%s", tc.agent, dump())
+			}
+			// Ctrl-C until the agent leaves; then the review.
+			for end := time.Now().Add(60 * time.Second); ; {
+				term.ptmx.Write([]byte{3})
+				if seen(regexp.MustCompile(`changed nothing|Apply|apply`), 3*time.Second) {
+					break
+				}
+				if time.Now().After(end) {
+					t.Fatalf("no review after Ctrl-C:\n%s", dump())
+				}
+			}
+			done := make(chan error, 1)
+			go func() { done <- cmd.Wait() }()
+			select {
+			case <-done:
+			case <-time.After(2 * time.Minute):
+				cmd.Process.Kill()
+				t.Fatalf("vibedom did not exit:\n%s", dump())
+			}
+		})
 	}
 	c.assertNothingLeft(t)
 }
