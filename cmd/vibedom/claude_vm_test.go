@@ -56,6 +56,7 @@ func fakeTLS(t *testing.T, names ...string) (*tls.Config, []byte) {
 // ends the turn. Everything else gets a short text.
 type fakeAnthropic struct {
 	mu       sync.Mutex
+	first    time.Time // the first request
 	keys     []string // x-api-key of every request
 	auths    []string
 	paths    []string
@@ -66,6 +67,9 @@ type fakeAnthropic struct {
 func (f *fakeAnthropic) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	body, _ := io.ReadAll(r.Body)
 	f.mu.Lock()
+	if f.first.IsZero() {
+		f.first = time.Now()
+	}
 	f.keys = append(f.keys, r.Header.Get("X-Api-Key"))
 	f.auths = append(f.auths, r.Header.Get("Authorization"))
 	f.paths = append(f.paths, r.Method+" "+r.URL.Path)
@@ -159,6 +163,7 @@ func TestClaudeToolCallVM(t *testing.T) {
 	realKey := "sk-ant-api03-" + strings.Repeat("RealKey0", 11) + "-AAAA" // gitleaks:allow
 	c.env = append(c.env, "ANTHROPIC_API_KEY="+realKey)
 	ws := sampleWorkspace(t)
+	start := time.Now()
 	stdout, stderr, code := c.runWith(t, bin, "", "run", ws, "--agent", "claude", "--preflight=off", "--apply",
 		"--allow", "127.0.0.1:*", "--resolve", "api.anthropic.com:443:127.0.0.1:"+port, "--ca-file", caFile,
 		"--", "-p", "MAKE-THE-FILE in /work, then say done")
@@ -170,12 +175,8 @@ func TestClaudeToolCallVM(t *testing.T) {
 	}
 	t.Logf("claude said: %s\nrequests: %v", strings.TrimSpace(stdout), paths)
 	fake.mu.Lock()
-	for i, b := range fake.bodies {
-		if len(b) > 600 {
-			b = b[:300] + " … " + b[len(b)-300:]
-		}
-		t.Logf("body %d: %s", i, b)
-	}
+	t.Logf("from `vibedom run` to Claude's first API request: %s (the session was ready %s)",
+		fake.first.Sub(start).Round(10*time.Millisecond), readyLine(stderr))
 	fake.mu.Unlock()
 	if len(keys) == 0 {
 		t.Fatalf("the fake API got no request")
@@ -223,4 +224,16 @@ func TestClaudeToolCallVM(t *testing.T) {
 	if !strings.Contains(stdout, "ANTHROPIC_API_KEY=sk-ant-api03-") {
 		t.Errorf("the guest has no placeholder:\n%s", stdout)
 	}
+}
+
+// readyLine is the session's "ready in …" figure from its progress output.
+func readyLine(stderr string) string {
+	if i := strings.Index(stderr, "ready in "); i >= 0 {
+		rest := stderr[i+len("ready in "):]
+		if j := strings.IndexByte(rest, '\n'); j >= 0 {
+			rest = rest[:j]
+		}
+		return "in " + rest
+	}
+	return "(no ready line)"
 }
