@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-
 	"github.com/vibedom/vibedom/agents"
 	"github.com/vibedom/vibedom/agents/agentstest"
 	"github.com/vibedom/vibedom/image/alpine"
@@ -80,6 +79,13 @@ func TestAgentCodexVM(t *testing.T) {
 	_, stderr, code = c.runWith(t, bin, "", "run", ws, "--agent", "gpt", "--no-network", "--", "--version")
 	if code == 0 || !strings.Contains(stderr, `unknown agent "gpt"`) {
 		t.Errorf("unknown agent: exit %d %q", code, stderr)
+	}
+	// With network and no key on the host: one line, nothing started.
+	cc := *c
+	cc.env = append(append([]string(nil), c.env...), "OPENAI_API_KEY=")
+	_, stderr, code = cc.runWith(t, bin, "", "run", ws, "--agent", "codex", "--", "--version")
+	if code == 0 || !strings.Contains(stderr, "vibedom auth set openai") || strings.Count(strings.TrimSpace(stderr), "\n") != 0 {
+		t.Errorf("no key: exit %d %q", code, stderr)
 	}
 	c.assertNothingLeft(t)
 }

@@ -57,7 +57,7 @@ func fakeTLS(t *testing.T, names ...string) (*tls.Config, []byte) {
 type fakeAnthropic struct {
 	mu       sync.Mutex
 	first    time.Time // the first request
-	keys     []string // x-api-key of every request
+	keys     []string  // x-api-key of every request
 	auths    []string
 	paths    []string
 	bodies   []string
@@ -84,8 +84,8 @@ func (f *fakeAnthropic) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var req struct {
-		Stream   bool              `json:"stream"`
-		Model    string            `json:"model"`
+		Stream bool   `json:"stream"`
+		Model  string `json:"model"`
 	}
 	json.Unmarshal(body, &req)
 	last := string(body) // the conversation so far (prompt, tool results)

@@ -12,6 +12,7 @@ import (
 	"github.com/urfave/cli/v3"
 
 	"github.com/vibedom/vibedom/agents"
+	"github.com/vibedom/vibedom/credentials"
 	"github.com/vibedom/vibedom/netfilter"
 	"github.com/vibedom/vibedom/preflight"
 	"github.com/vibedom/vibedom/session"
@@ -146,6 +147,11 @@ func runAction(ctx context.Context, c *cli.Command) error {
 			if err := checkAgentInstalled(agent, home, o.Arch); err != nil {
 				return err
 			}
+			if !c.Bool("no-network") {
+				if err := checkAgentKey(agent, home); err != nil {
+					return err
+				}
+			}
 		}
 	}
 	if o.Arch != "" && o.Arch != vm.ArchAMD64 && o.Arch != vm.ArchARM64 {
@@ -231,4 +237,28 @@ func checkAgentInstalled(name string, home session.Home, arch vm.Arch) error {
 	}
 	_, err = agents.FindAgent(string(home), name, a, libc)
 	return err
+}
+
+// agentProviders are the providers whose key each agent can use.
+var agentProviders = map[string][]string{"claude": {"anthropic"}, "codex": {"openai"}, "opencode": {"anthropic", "openai"}}
+
+// checkAgentKey refuses, before anything starts, an agent with network and
+// no API key for it on the host (the guest never gets one of its own).
+func checkAgentKey(agent string, home session.Home) error {
+	ks, err := credentials.Load(string(home), os.Getenv)
+	if err != nil {
+		return err
+	}
+	want := agentProviders[agent]
+	for _, k := range ks {
+		if slices.Contains(want, k.Provider.Name) {
+			return nil
+		}
+	}
+	var how []string
+	for _, name := range want {
+		p, _ := credentials.Lookup(name)
+		how = append(how, "$"+p.Env+" or `vibedom auth set "+name+"`")
+	}
+	return fmt.Errorf("--agent %s needs an API key on the host (%s); the VM only ever gets a placeholder, and subscription logins are not carried into it", agent, strings.Join(how, ", or "))
 }
