@@ -97,6 +97,9 @@ type Server struct {
 	log     *slog.Logger
 	powered sync.Once
 
+	keptMu sync.Mutex
+	kept   map[string]*keptTerm
+
 	// Bounds, shortened by tests.
 	outputDrain time.Duration
 	hangupGrace time.Duration
@@ -206,6 +209,8 @@ func (s *Server) globalRequests(reqs <-chan *ssh.Request) {
 			s.powered.Do(func() { go s.cfg.Poweroff() })
 		case proto.RequestKeepalive:
 			reply(r, true)
+		case proto.RequestSetTime:
+			reply(r, s.setTime(r.Payload))
 		default: // tcpip-forward and the like
 			reply(r, false)
 		}
@@ -219,6 +224,7 @@ type sessionState struct {
 	pty      *ptyRequest
 	started  bool
 	proc     *process
+	kept     *keptAttach
 	sftpDone chan struct{}
 }
 
@@ -235,6 +241,9 @@ func (s *Server) session(ch ssh.Channel, reqs <-chan *ssh.Request) {
 	if st.proc != nil {
 		st.proc.hangup()
 		<-st.proc.done
+	}
+	if st.kept != nil {
+		st.kept.detach() // the command keeps running
 	}
 	if st.sftpDone != nil {
 		<-st.sftpDone
@@ -271,17 +280,24 @@ func (s *Server) request(ch ssh.Channel, st *sessionState, r *ssh.Request) bool 
 		if st.proc != nil {
 			st.proc.resize(cols, rows)
 		}
+		if st.kept != nil {
+			st.kept.term.proc.resize(cols, rows)
+		}
 		return true
 	case "signal":
 		var sg struct{ Signal string }
-		if ssh.Unmarshal(r.Payload, &sg) != nil || st.proc == nil {
+		if ssh.Unmarshal(r.Payload, &sg) != nil || (st.proc == nil && st.kept == nil) {
 			return false
 		}
 		sig, ok := signalByName[sg.Signal]
 		if !ok {
 			return false
 		}
-		st.proc.signal(sig)
+		if st.kept != nil {
+			st.kept.term.proc.signal(sig)
+		} else {
+			st.proc.signal(sig)
+		}
 		return true
 	case "shell", "exec":
 		if st.started {
@@ -290,6 +306,16 @@ func (s *Server) request(ch ssh.Channel, st *sessionState, r *ssh.Request) bool 
 		var e struct{ Command string }
 		if r.Type == "exec" && (ssh.Unmarshal(r.Payload, &e) != nil || strings.IndexByte(e.Command, 0) >= 0) {
 			return false
+		}
+		if name, env, ok := keepName(st.env); ok {
+			st.env = env
+			a, err := s.attachKept(name, r.Type == "shell", e.Command, st, ch)
+			if err != nil {
+				s.log.Warn("kept terminal", "name", name, "err", err)
+				return false
+			}
+			st.started, st.kept = true, a
+			return true
 		}
 		p, err := s.start(r.Type == "shell", e.Command, st, ch)
 		if err != nil {
@@ -423,6 +449,41 @@ type process struct {
 // start starts a login shell (shell) or command through the shell, on a
 // PTY when the session asked for one.
 func (s *Server) start(shell bool, command string, st *sessionState, ch ssh.Channel) (*process, error) {
+	p, err := s.newProcess(shell, command, st)
+	if err != nil {
+		return nil, err
+	}
+	if st.pty != nil {
+		return p, p.startPTY(st.pty, ch)
+	}
+	cmd := p.cmd
+	// Its own process group, so a signal reaches the whole pipeline.
+	cmd.SysProcAttr.Setpgid = true
+	cmd.Stdout = ch
+	cmd.Stderr = ch.Stderr()
+	// A background job that keeps stdout open must not hold the session
+	// open forever.
+	cmd.WaitDelay = s.outputDrain
+	// Not cmd.Stdin = ch: Wait would then wait for the client to close its
+	// stdin. A pipe is closed when the client's stdin ends (EOF for the
+	// command) or when the channel goes.
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start %s: %w", s.cfg.Shell, err)
+	}
+	go func() {
+		_, _ = io.Copy(stdin, ch)
+		stdin.Close()
+	}()
+	return p, nil
+}
+
+// newProcess prepares (does not start) a login shell (shell) or command
+// through the shell: where and as whom it runs, and its environment.
+func (s *Server) newProcess(shell bool, command string, st *sessionState) (*process, error) {
 	var cmd *exec.Cmd
 	if shell {
 		// argv[0] starting with '-' makes sh a login shell that reads
@@ -458,35 +519,25 @@ func (s *Server) start(shell bool, command string, st *sessionState, ch ssh.Chan
 		}
 	}
 	cmd.Env = append(env, clientEnv...) // later entries win
-	p := &process{cmd: cmd, log: s.log, done: make(chan struct{}), drain: s.outputDrain, grace: s.hangupGrace, as: as}
-	if st.pty != nil {
-		return p, p.startPTY(st.pty, ch)
-	}
-	// Its own process group, so a signal reaches the whole pipeline.
-	cmd.SysProcAttr.Setpgid = true
-	cmd.Stdout = ch
-	cmd.Stderr = ch.Stderr()
-	// A background job that keeps stdout open must not hold the session
-	// open forever.
-	cmd.WaitDelay = s.outputDrain
-	// Not cmd.Stdin = ch: Wait would then wait for the client to close its
-	// stdin. A pipe is closed when the client's stdin ends (EOF for the
-	// command) or when the channel goes.
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		return nil, err
-	}
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("start %s: %w", s.cfg.Shell, err)
-	}
-	go func() {
-		_, _ = io.Copy(stdin, ch)
-		stdin.Close()
-	}()
-	return p, nil
+	return &process{cmd: cmd, log: s.log, done: make(chan struct{}), drain: s.outputDrain, grace: s.hangupGrace, as: as}, nil
 }
 
 func (p *process) startPTY(pr *ptyRequest, ch ssh.Channel) error {
+	if err := p.startOnPTY(pr); err != nil {
+		return err
+	}
+	p.copying.Add(1)
+	go func() {
+		defer p.copying.Done()
+		_, _ = io.Copy(ch, p.ptmx) // ends with EIO once every holder closed the tty
+	}()
+	go func() { _, _ = io.Copy(p.ptmx, ch) }()
+	return nil
+}
+
+// startOnPTY starts the command on a new pseudo-terminal and sets p.ptmx;
+// the caller copies its input and output.
+func (p *process) startOnPTY(pr *ptyRequest) error {
 	ptmx, tty, err := openPTY()
 	if err != nil {
 		return err
@@ -518,12 +569,6 @@ func (p *process) startPTY(pr *ptyRequest, ch ssh.Channel) error {
 		return fmt.Errorf("start %s on a pty: %w", p.cmd.Path, err)
 	}
 	p.ptmx = ptmx
-	p.copying.Add(1)
-	go func() {
-		defer p.copying.Done()
-		_, _ = io.Copy(ch, ptmx) // ends with EIO once every holder closed the tty
-	}()
-	go func() { _, _ = io.Copy(ptmx, ch) }()
 	return nil
 }
 
@@ -539,6 +584,12 @@ func baseName(p string) string {
 // closes the channel.
 func (p *process) wait(ch ssh.Channel) {
 	defer close(p.done)
+	p.waitExit().send(ch)
+}
+
+// waitExit waits for the command and for its output to be read (bounded),
+// and says how it ended.
+func (p *process) waitExit() exitReport {
 	err := p.cmd.Wait()
 	p.mu.Lock()
 	p.exited = true
@@ -558,6 +609,24 @@ func (p *process) wait(ch ssh.Channel) {
 		p.ptmx.Close()
 		<-drained
 	}
+	return p.status(err)
+}
+
+// exitReport is the request that tells a client how its command ended.
+type exitReport struct {
+	kind    string // "exit-status" or "exit-signal"
+	payload []byte
+}
+
+// send reports the status, sends EOF and closes ch.
+func (r exitReport) send(ch ssh.Channel) {
+	_, _ = ch.SendRequest(r.kind, false, r.payload)
+	_ = ch.CloseWrite()
+	ch.Close()
+}
+
+// status describes how the waited-for command ended (err is Wait's).
+func (p *process) status(err error) exitReport {
 	st := p.cmd.ProcessState
 	var ws syscall.WaitStatus
 	if st != nil {
@@ -569,19 +638,17 @@ func (p *process) wait(ch ssh.Channel) {
 		if ws.CoreDump() {
 			msg = "core dumped"
 		}
-		_, _ = ch.SendRequest("exit-signal", false, ssh.Marshal(exitSignal{
-			Signal: signalName(ws.Signal()), CoreDumped: ws.CoreDump(), Msg: msg,
-		}))
 		p.log.Debug("command killed", "signal", signalName(ws.Signal()))
+		return exitReport{"exit-signal", ssh.Marshal(exitSignal{
+			Signal: signalName(ws.Signal()), CoreDumped: ws.CoreDump(), Msg: msg,
+		})}
 	case st != nil:
-		_, _ = ch.SendRequest("exit-status", false, ssh.Marshal(struct{ Status uint32 }{uint32(st.ExitCode())}))
 		p.log.Debug("command exited", "status", st.ExitCode())
+		return exitReport{"exit-status", ssh.Marshal(struct{ Status uint32 }{uint32(st.ExitCode())})}
 	default:
 		p.log.Warn("command ended without a status", "err", err)
-		_, _ = ch.SendRequest("exit-status", false, ssh.Marshal(struct{ Status uint32 }{255}))
+		return exitReport{"exit-status", ssh.Marshal(struct{ Status uint32 }{255})}
 	}
-	_ = ch.CloseWrite()
-	ch.Close()
 }
 
 // exitSignal is the payload of an exit-signal request (RFC 4254 6.10).

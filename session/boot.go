@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/vibedom/vibedom/credentials"
@@ -41,17 +42,20 @@ const (
 
 // sess is one session while its process runs it.
 type sess struct {
-	opts   Options
-	name   string
-	dir    string // session folder
-	logDir string
-	runDir string // short private folder for sockets
-	state  State
-	log    *slog.Logger
-	logRed *netfilter.RedactHandler // session.log's choke point; its Redactor is set once the DLP is ready
-	redact netfilter.Redactor       // nil until setupDLP
-	keys   *keys.Session
-	img    *image.Image
+	opts    Options
+	name    string
+	dir     string // session folder
+	logDir  string
+	runDir  string // short private folder for sockets
+	state   State
+	stateMu sync.Mutex // state, once the control socket serves
+	ctl     *hostCtl
+	ctlUID  int // the only uid the control socket serves
+	log     *slog.Logger
+	logRed  *netfilter.RedactHandler // session.log's choke point; its Redactor is set once the DLP is ready
+	redact  netfilter.Redactor       // nil until setupDLP
+	keys    *keys.Session
+	img     *image.Image
 	// rootImage is the read-only root image ("" for the Debian test image).
 	rootImage string
 	guestLibc string      // the root image's C library
@@ -71,9 +75,29 @@ func (s *sess) progress(format string, a ...any) {
 }
 
 func (s *sess) saveState() {
+	s.stateMu.Lock()
+	defer s.stateMu.Unlock()
 	if err := writeState(s.dir, &s.state); err != nil {
 		s.log.Warn("write session state", "err", err)
 	}
+}
+
+// updateState changes the state and writes it, safely against the control
+// socket's handlers.
+func (s *sess) updateState(f func(*State)) {
+	s.stateMu.Lock()
+	defer s.stateMu.Unlock()
+	f(&s.state)
+	if err := writeState(s.dir, &s.state); err != nil {
+		s.log.Warn("write session state", "err", err)
+	}
+}
+
+// snapshotState is a copy of the state.
+func (s *sess) snapshotState() State {
+	s.stateMu.Lock()
+	defer s.stateMu.Unlock()
+	return s.state
 }
 
 // prepare does everything before the VM starts.
@@ -150,7 +174,7 @@ func (s *sess) prepare(ctx context.Context) error {
 	s.state = State{
 		Name: s.name, Workspace: ws, Created: time.Now().UTC().Truncate(time.Second), Status: StatusStarting,
 		LogDir: s.logDir, PID: os.Getpid(), PIDStart: procStart(os.Getpid()), Driver: o.Driver.Name(), Arch: string(o.Arch),
-		CPUs: o.CPUs, MemoryMiB: o.MemoryMiB, Command: o.Command,
+		CPUs: o.CPUs, MemoryMiB: o.MemoryMiB, Command: o.Command, Detached: o.Detached,
 	}
 	s.saveState()
 	if rep != nil {
@@ -173,6 +197,7 @@ func (s *sess) prepare(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("prepare the VM image: %w", err)
 	}
+	s.updateState(func(st *State) { st.RootImage, st.GuestLibc = s.rootImage, s.guestLibc })
 	if err := s.prepareAgent(); err != nil {
 		return err
 	}
@@ -282,8 +307,7 @@ func (s *sess) boot(ctx context.Context) error {
 	s.machine = m
 	s.timings.VMStart = time.Since(t0)
 	s.cleanup.add("stop the VM", func() error { return s.stopMachine() })
-	s.state.Status = StatusRunning
-	s.saveState()
+	s.updateState(func(st *State) { st.Status = StatusRunning })
 
 	// Wait for the guest agent, but give up at once if the VM dies.
 	t1 := time.Now()

@@ -4,6 +4,7 @@ package session
 
 import (
 	"errors"
+	"io/fs"
 	"syscall"
 )
 
@@ -22,4 +23,13 @@ func processIs(pid int, start string) bool {
 	}
 	got := procStart(pid)
 	return got == "" || got == start
+}
+
+// fileUID is the owner of fi's file.
+func fileUID(fi fs.FileInfo) (int, bool) {
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok {
+		return 0, false
+	}
+	return int(st.Uid), true
 }

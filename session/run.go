@@ -70,6 +70,17 @@ type Options struct {
 	DLP DLPOptions
 	// Review decides what happens to the agent's changes at the end.
 	Review ReviewOptions
+	// Detached runs the session without a terminal (the host of `vibedom
+	// run --detach`): the agent, shell or command runs on a kept terminal
+	// that `vibedom attach` joins, and at the end the changes wait for
+	// `vibedom review` instead of a prompt.
+	Detached bool
+	// Stop, when it closes, asks the session to stop as `vibedom stop`
+	// does: the agent is ended and its changes collected.
+	Stop <-chan struct{}
+	// Ready, when set, is called once the guest is up, the agent started
+	// and the control socket serves.
+	Ready func(name string)
 	// Log receives the session's own debug log besides session.log; nil
 	// writes only session.log.
 	Log *slog.Logger

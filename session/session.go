@@ -5,7 +5,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"time"
+
+	"golang.org/x/crypto/ssh"
 
 	"github.com/vibedom/vibedom/guest/client"
 	"github.com/vibedom/vibedom/guest/proto"
@@ -37,10 +40,21 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	if err := o.setDefaults(); err != nil {
 		return nil, err
 	}
-	if len(o.Command) == 0 && o.Terminal == nil && (o.Agent == nil || (o.Agent.Name == AgentShell && len(o.Agent.Args) == 0)) {
+	if !o.Detached && len(o.Command) == 0 && o.Terminal == nil && (o.Agent == nil || (o.Agent.Name == AgentShell && len(o.Agent.Args) == 0)) {
 		return nil, errors.New("no command given and this is not a terminal: pass the command after --, e.g. vibedom run PATH -- make test")
 	}
-	s := &sess{opts: o}
+	s := &sess{opts: o, ctl: newHostCtl(), ctlUID: os.Getuid()}
+	if o.Stop != nil {
+		done := make(chan struct{})
+		defer close(done)
+		go func() {
+			select {
+			case <-o.Stop:
+				s.ctl.requestStop()
+			case <-done:
+			}
+		}()
+	}
 	start := time.Now()
 	res, err := s.run(ctx, start)
 	if cerr := s.cleanup.run(); cerr != nil {
@@ -50,14 +64,16 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		err = errors.Join(err, cerr)
 	}
 	if s.dir != "" {
-		s.state.Ended = time.Now().UTC().Truncate(time.Second)
-		if err != nil {
-			s.state.Status = StatusFailed
-			s.state.Error = err.Error()
-		} else {
-			s.state.Status = StatusStopped
-		}
-		s.saveState()
+		s.updateState(func(st *State) {
+			st.Ended = time.Now().UTC().Truncate(time.Second)
+			st.Control, st.PausedAt = "", time.Time{}
+			if err != nil {
+				st.Status = StatusFailed
+				st.Error = err.Error()
+			} else {
+				st.Status = StatusStopped
+			}
+		})
 	}
 	return res, err
 }
@@ -72,19 +88,36 @@ func (s *sess) run(ctx context.Context, start time.Time) (*Result, error) {
 		return s.result(), err
 	}
 	s.timings.Total = time.Since(start)
-	if len(o.Command) == 0 {
+	if err := s.startControl(); err != nil {
+		return s.result(), err
+	}
+	switch {
+	case o.Detached:
+		s.progress("ready in %.1fs", s.timings.Total.Seconds())
+	case len(o.Command) == 0:
 		s.progress("ready in %.1fs; attaching a shell in %s (exit it to end the session)", s.timings.Total.Seconds(), proto.WorkDir)
-	} else {
+	default:
 		s.progress("ready in %.1fs", s.timings.Total.Seconds())
 	}
 
+	if o.Ready != nil {
+		o.Ready(s.name)
+	}
 	code, err := s.runAgent(ctx)
 	res := s.result()
 	res.ExitCode = code
-	s.state.ExitCode = &code
+	s.updateState(func(st *State) { st.ExitCode = &code })
 	if err != nil {
 		return res, err
 	}
+	// A paused VM cannot hand its changes over: thaw it first.
+	s.ctl.mu.Lock()
+	if s.ctl.paused {
+		if _, err := s.resumeLocked(context.WithoutCancel(ctx)); err != nil {
+			s.log.Warn("resume before collecting", "err", err)
+		}
+	}
+	s.ctl.mu.Unlock()
 
 	// The rest must happen even when the user interrupted the command.
 	ectx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Minute)
@@ -97,12 +130,13 @@ func (s *sess) run(ctx context.Context, start time.Time) (*Result, error) {
 			return res, fmt.Errorf("collect the agent's changes (the VM's scratch disk is kept in %s): %w", s.dir, err)
 		}
 	}
-	s.state.Status = StatusStopping
-	s.saveState()
+	s.updateState(func(st *State) { st.Status = StatusStopping })
 	if err := s.stopMachine(); err != nil {
 		s.log.Warn("stop the VM", "err", err)
 	}
-	if info != nil {
+	if info != nil && o.Detached {
+		s.log.Info("changes wait for review", "files", len(info.Files))
+	} else if info != nil {
 		if err := s.review(ectx); err != nil {
 			return res, err
 		}
@@ -123,22 +157,63 @@ func (s *sess) runAgent(ctx context.Context) (int, error) {
 	if err := s.copyAgentSettings(ctx); err != nil {
 		return 0, err
 	}
-	if len(o.Command) > 0 && !(s.agentTTY && o.Terminal != nil) {
+	// A stop request from the control socket ends the agent: a hang-up on
+	// its terminal (or SIGTERM for a command without one), then, if it
+	// still runs 10 seconds later, the session goes on without it (the
+	// poweroff ends it).
+	actx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	sigs := make(chan ssh.Signal, 1)
+	go func() {
+		select {
+		case <-s.ctl.stopReq:
+		case <-actx.Done():
+			return
+		}
+		s.log.Info("stop requested: ending the agent")
+		sig := stopSignal
+		if !s.keptMode() {
+			sig = ssh.SIGTERM
+		}
+		select {
+		case sigs <- sig:
+		default:
+		}
+		t := time.NewTimer(10 * time.Second)
+		defer t.Stop()
+		select {
+		case <-t.C:
+			cancel()
+		case <-actx.Done():
+		}
+	}()
+	switch {
+	case s.keptMode():
+		s.updateState(func(st *State) { st.Agent = s.agentLabel() })
+		ko := s.keptOptions()
+		ko.Signals = sigs
+		if o.Detached {
+			st, err = s.client.Shell(actx, ko)
+		} else {
+			st, err = s.shell(actx, ko)
+		}
+	case len(o.Command) > 0:
 		s.log.Info("exec", "argv", o.Command)
 		in, stop := newInput(o.Stdin)
-		st, err = s.client.Exec(ctx, "exec "+shellQuote(o.Command), client.ExecOptions{
-			Stdin: in, Stdout: o.Stdout, Stderr: o.Stderr, Env: s.userEnv(),
+		st, err = s.client.Exec(actx, "exec "+shellQuote(o.Command), client.ExecOptions{
+			Stdin: in, Stdout: o.Stdout, Stderr: o.Stderr, Env: s.userEnv(), Signals: sigs,
 		})
 		stop()
-	} else {
-		if o.Terminal == nil {
-			return 0, errors.New("no command given and this is not a terminal: pass the command after --, e.g. vibedom run PATH -- make test")
-		}
-		st, err = s.shell(ctx)
+	default:
+		return 0, errors.New("no command given and this is not a terminal: pass the command after --, e.g. vibedom run PATH -- make test")
 	}
 	if err != nil {
 		if ctx.Err() != nil {
 			return 130, fmt.Errorf("interrupted: %w", ctx.Err())
+		}
+		if s.ctl.stopRequested() {
+			s.log.Info("the agent did not end when asked; stopping without it")
+			return 143, nil
 		}
 		return 0, fmt.Errorf("run in the guest: %w", err)
 	}
@@ -165,8 +240,28 @@ func (s *sess) userEnv() map[string]string {
 	return env
 }
 
-// shell attaches the user's terminal to a PTY shell in the guest.
-func (s *sess) shell(ctx context.Context) (client.ExitStatus, error) {
+// keptMode reports whether the agent runs on a kept terminal (a detached
+// session, or a shell or agent on the user's terminal), which `vibedom
+// attach` can join.
+func (s *sess) keptMode() bool {
+	o := &s.opts
+	return o.Detached || (o.Terminal != nil && (len(o.Command) == 0 || s.agentTTY))
+}
+
+// agentLabel says what runs on the kept terminal, for status and list.
+func (s *sess) agentLabel() string {
+	switch {
+	case s.opts.Agent != nil:
+		return s.opts.Agent.Name
+	case len(s.opts.Command) > 0:
+		return "command"
+	}
+	return AgentShell
+}
+
+// shell attaches the user's terminal to the agent's kept terminal in the
+// guest.
+func (s *sess) shell(ctx context.Context, ko client.ShellOptions) (client.ExitStatus, error) {
 	t := s.opts.Terminal
 	size := t.Size()
 	restore, err := t.MakeRaw()
@@ -189,14 +284,8 @@ func (s *sess) shell(ctx context.Context) (client.ExitStatus, error) {
 	}()
 	in, stop := newInput(t.In)
 	defer stop()
-	var command string
-	if len(s.opts.Command) > 0 {
-		command = "exec " + shellQuote(s.opts.Command)
-	}
-	return s.client.Shell(ctx, client.ShellOptions{
-		Term: TermName(), Cols: size.Cols, Rows: size.Rows, Resize: resizes,
-		Stdin: in, Stdout: t.Out, Env: s.userEnv(), Command: command,
-	})
+	ko.Cols, ko.Rows, ko.Resize, ko.Stdin, ko.Stdout = size.Cols, size.Rows, resizes, in, t.Out
+	return s.client.Shell(ctx, ko)
 }
 
 // collectChanges streams the overlay's change set and the changed files'

@@ -38,12 +38,25 @@ type State struct {
 	PID       int       `json:"pid,omitempty"`
 	// PIDStart is PID's start time, so a recycled PID is not taken for a
 	// live session.
-	PIDStart  string    `json:"pid_start,omitempty"`
-	Driver    string    `json:"driver,omitempty"`
-	Arch      string    `json:"arch,omitempty"`
-	CPUs      int       `json:"cpus,omitempty"`
-	MemoryMiB int       `json:"memory_mib,omitempty"`
-	Command   []string  `json:"command,omitempty"`
+	PIDStart  string   `json:"pid_start,omitempty"`
+	Driver    string   `json:"driver,omitempty"`
+	Arch      string   `json:"arch,omitempty"`
+	CPUs      int      `json:"cpus,omitempty"`
+	MemoryMiB int      `json:"memory_mib,omitempty"`
+	Command   []string `json:"command,omitempty"`
+	// Control is the session host's control socket (see control.go).
+	Control string `json:"control,omitempty"`
+	// Detached: the session host runs in the background (run --detach).
+	Detached bool `json:"detached,omitempty"`
+	// PausedAt is when the VM was paused (Status paused).
+	PausedAt time.Time `json:"paused_at,omitzero"`
+	// Agent is what runs on the kept terminal: an agent's name, "shell",
+	// or "command".
+	Agent string `json:"agent,omitempty"`
+	// RootImage and GuestLibc say which root image the session booted
+	// ("" for the Debian test image), for a rescue boot after a crash.
+	RootImage string    `json:"root_image,omitempty"`
+	GuestLibc string    `json:"guest_libc,omitempty"`
 	Ended     time.Time `json:"ended,omitzero"`
 	ExitCode  *int      `json:"exit_code,omitempty"`
 	Error     string    `json:"error,omitempty"`
@@ -66,6 +79,9 @@ func writeFileAtomic(path string, data []byte, mode os.FileMode) error {
 }
 
 var unsafeName = regexp.MustCompile(`[^a-z0-9._-]+`)
+
+// NewName is a fresh session name for workspace (see newName).
+func NewName(workspace string) string { return newName(workspace) }
 
 // newName derives a session name from the workspace folder's name plus a short
 // random suffix, e.g. "my-app-3f9c". Names are safe as file names and as

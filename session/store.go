@@ -135,3 +135,10 @@ func (h Home) FindSession(name string) (*Info, error) {
 	}
 	return i, nil
 }
+
+// Recoverable reports whether the session's scratch disk, which holds the
+// agent's work until it is collected, is still there.
+func (i *Info) Recoverable() bool {
+	fi, err := os.Stat(filepath.Join(i.Dir, scratchFile))
+	return err == nil && fi.Mode().IsRegular()
+}

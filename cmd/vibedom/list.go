@@ -41,7 +41,7 @@ patch it wrote).`,
 			}
 			rows := []row{}
 			for _, s := range all {
-				rows = append(rows, row{Name: s.Name, Status: string(s.Live), Workspace: s.Workspace, Created: s.Created,
+				rows = append(rows, row{Name: s.Name, Status: statusLabel(s), Workspace: s.Workspace, Created: s.Created,
 					Patch: s.PatchPending(), LogDir: s.LogDir, Problem: s.Problem})
 			}
 			w := c.Root().Writer

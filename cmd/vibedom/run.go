@@ -48,6 +48,8 @@ what to apply (without a terminal nothing is applied unless --apply).`,
 			&cli.StringFlag{Name: "arch", Usage: "guest architecture: amd64 or arm64 (default: the host's)"},
 			&cli.StringFlag{Name: "preflight", Usage: "secrets scan before boot: prompt (ask on a terminal), warn (report and go on), strict (refuse on unapproved HIGH), off", Value: "prompt"},
 			&cli.BoolFlag{Name: "quiet", Aliases: []string{"q"}, Usage: "print no progress lines"},
+			&cli.BoolFlag{Name: "detach", Aliases: []string{"d"}, Usage: "start the session in the background, print its name and return (vibedom attach NAME joins it)"},
+			&cli.BoolFlag{Name: "json", Usage: "with --detach: print the session's name, host pid and log as JSON"},
 		},
 		Action: runAction,
 	})
@@ -159,6 +161,15 @@ func runAction(ctx context.Context, c *cli.Command) error {
 	}
 	if c.Bool("quiet") {
 		o.Progress = nil
+	}
+	if os.Getenv(envHost) == "1" {
+		return runHost(o)
+	}
+	if c.Bool("detach") {
+		return detachRun(ctx, c, o)
+	}
+	if c.Bool("json") {
+		return errors.New("--json goes with --detach (a foreground session's output is its agent's)")
 	}
 	// On a terminal the review prompt asks at the end even when a command
 	// ran (without a TTY of its own); the terminal hosts the shell only

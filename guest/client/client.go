@@ -11,6 +11,7 @@ package client
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -18,6 +19,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -33,6 +35,7 @@ type Client struct {
 	conn     *ssh.Client
 	stop     chan struct{}
 	stopOnce sync.Once
+	held     atomic.Bool // keepalives held while the VM is paused
 }
 
 // keepaliveEvery is the keepalive period. See keepalive.
@@ -54,6 +57,9 @@ func (c *Client) keepalive(period time.Duration) {
 		case <-c.stop:
 			return
 		case <-t.C:
+		}
+		if c.held.Load() {
+			continue
 		}
 		select {
 		case waiting <- struct{}{}:
@@ -370,6 +376,11 @@ type ShellOptions struct {
 	// Signals delivers signals to send to the command's process group
 	// while it runs.
 	Signals <-chan ssh.Signal
+	// Keep, when set, names a kept terminal (proto.KeepVar): the first
+	// Shell with a name starts the command on a terminal the guest keeps;
+	// later ones attach to it and first get its recent output. Ending ctx
+	// then detaches instead of signalling the command.
+	Keep string
 }
 
 // Shell runs a login shell (or o.Command) on a pseudo-terminal in the guest
@@ -384,6 +395,11 @@ func (c *Client) Shell(ctx context.Context, o ShellOptions) (ExitStatus, error) 
 	sess, err := c.open(ctx, func(sess *ssh.Session) error {
 		if err := setEnv(sess, o.Env); err != nil {
 			return err
+		}
+		if o.Keep != "" {
+			if err := sess.Setenv(proto.KeepVar, o.Keep); err != nil {
+				return fmt.Errorf("ask the guest for a kept terminal: %w", err)
+			}
 		}
 		modes := ssh.TerminalModes{ssh.ECHO: 1, ssh.TTY_OP_ISPEED: 38400, ssh.TTY_OP_OSPEED: 38400}
 		if err := sess.RequestPty(o.Term, o.Rows, o.Cols, modes); err != nil {
@@ -428,7 +444,36 @@ func (c *Client) Shell(ctx context.Context, o ShellOptions) (ExitStatus, error) 
 			}
 		}()
 	}
+	if o.Keep != "" {
+		return waitDetach(ctx, sess, o.Signals)
+	}
 	return wait(ctx, sess, o.Signals)
+}
+
+// ErrDetached is returned by a kept-terminal Shell whose ctx ended: the
+// channel was closed and the command keeps running in the guest.
+var ErrDetached = errors.New("detached")
+
+// waitDetach waits for a kept terminal's channel: its command's status, or
+// ctx's end, which detaches (closes the channel) and returns ErrDetached.
+func waitDetach(ctx context.Context, sess *ssh.Session, signals <-chan ssh.Signal) (ExitStatus, error) {
+	done := make(chan error, 1)
+	go func() { done <- sess.Wait() }()
+	for {
+		select {
+		case err := <-done:
+			return exitStatus(err)
+		case sig, ok := <-signals:
+			if !ok {
+				signals = nil
+			} else {
+				_ = sess.Signal(sig)
+			}
+		case <-ctx.Done():
+			sess.Close()
+			return ExitStatus{}, ErrDetached
+		}
+	}
 }
 
 // feedStdin copies r (nil: nothing) to the command's stdin and closes it at
@@ -554,6 +599,32 @@ func (c *Client) SFTP() (*sftp.Client, error) {
 	}
 	return sc, nil
 }
+
+// SetTime sets the guest's wall clock to t (after a resume: the clock of
+// a paused VM stands still).
+func (c *Client) SetTime(ctx context.Context, t time.Time) error {
+	var b [8]byte
+	binary.BigEndian.PutUint64(b[:], uint64(t.UnixNano()))
+	res := make(chan error, 1)
+	go func() {
+		ok, _, err := c.conn.SendRequest(proto.RequestSetTime, true, b[:])
+		if err == nil && !ok {
+			err = errors.New("the guest refused to set its clock")
+		}
+		res <- err
+	}()
+	select {
+	case err := <-res:
+		return err
+	case <-ctx.Done():
+		return fmt.Errorf("set the guest's clock: %w", ctx.Err())
+	}
+}
+
+// Hold stops (true) or restarts (false) the keepalives: a paused VM
+// answers nothing, and requests queued meanwhile would only fill the
+// control channel's buffers.
+func (c *Client) Hold(hold bool) { c.held.Store(hold) }
 
 // Poweroff asks the guest to end every process, unmount its filesystems and
 // power off. It returns once the guest has accepted; the caller then waits

@@ -213,6 +213,11 @@ const (
 	// RequestPoweroff is a global request: the guest replies, ends every
 	// session, syncs, unmounts /work and the scratch disk, and powers off.
 	RequestPoweroff = "poweroff@vibedom"
+	// RequestSetTime is a global request whose payload is the host's wall
+	// clock (an SSH uint64 of Unix nanoseconds): the guest sets its clock
+	// to it. The host sends it after resuming a paused VM, whose clock
+	// stood still while it was paused.
+	RequestSetTime = "settime@vibedom"
 	// RequestKeepalive is a global request the guest answers with success
 	// (OpenSSH's name, so other SSH servers answer it too).
 	RequestKeepalive = "keepalive@openssh.com"
@@ -230,3 +235,26 @@ const (
 	// only).
 	CollectCommand = GuestBinaryPath + " collect"
 )
+
+// KeepVar, sent by the host as a shell or exec request's environment
+// variable (with a pseudo-terminal, and removed before the command starts),
+// names a kept terminal: the command runs on a terminal the guest agent
+// owns, not the channel. The first request with a name starts the command;
+// later ones attach to it (the command in them is ignored) and are first
+// sent the terminal's recent output. Closing a channel detaches it and the
+// command keeps running; when the command ends, every attached channel gets
+// its exit status. Names are 1 to 32 of [a-z0-9-].
+const KeepVar = "VIBEDOM_KEEP"
+
+// ValidKeepName reports whether name can name a kept terminal.
+func ValidKeepName(name string) bool {
+	if name == "" || len(name) > 32 {
+		return false
+	}
+	for _, r := range name {
+		if !(r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '-') {
+			return false
+		}
+	}
+	return true
+}
