@@ -26,3 +26,19 @@ func procStart(pid int) string {
 	}
 	return f[19]
 }
+
+// procZombie reports whether pid has exited and waits to be reaped: a dead
+// session host whose parent has not collected it yet.
+func procZombie(pid int) bool {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return false
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return false
+	}
+	f := strings.Fields(s[i+1:])
+	return len(f) > 0 && (f[0] == "Z" || f[0] == "X")
+}

@@ -18,6 +18,9 @@ func processIs(pid int, start string) bool {
 	if err := syscall.Kill(pid, 0); err != nil && !errors.Is(err, syscall.EPERM) {
 		return false
 	}
+	if procZombie(pid) {
+		return false
+	}
 	if start == "" {
 		return true
 	}

@@ -365,3 +365,36 @@ func indexByte(p []byte, b byte) int {
 	}
 	return -1
 }
+
+func init() {
+	commands = append(commands, &cli.Command{
+		Name:      "recover",
+		Usage:     "bring a crashed session's work to review: boot a rescue VM on its scratch disk and collect the changes",
+		ArgsUsage: "NAME",
+		Description: `When a session's host process died (killed, a reboot, power loss), the agent's
+work is still on the session's scratch disk: vibedom list shows the session as
+"crashed, recoverable". recover boots a rescue VM on that disk with no network
+and the project read-only, collects the change set and shows the review prompt
+(without a terminal the patch waits for vibedom review NAME). Writes the agent
+made in its last seconds before the crash may be missing: the guest's file
+system commits every few seconds.`,
+		Flags: []cli.Flag{
+			&cli.BoolFlag{Name: "apply", Usage: "apply every change at the end without asking"},
+			&cli.BoolFlag{Name: "quiet", Aliases: []string{"q"}, Usage: "print no progress lines"},
+		},
+		Action: func(ctx context.Context, c *cli.Command) error {
+			home, i, err := findSession(c, false)
+			if err != nil {
+				return err
+			}
+			ro := session.RecoverOptions{Home: home, Name: i.Name, Progress: os.Stderr,
+				Terminal: session.NewTerminal(os.Stdin, os.Stdout), Review: session.ReviewOptions{ApplyAll: c.Bool("apply")}}
+			if c.Bool("quiet") {
+				ro.Progress = nil
+			}
+			ro.Review.Color = ro.Terminal != nil && os.Getenv("NO_COLOR") == ""
+			_, err = session.Recover(ctx, ro)
+			return err
+		},
+	})
+}

@@ -1,0 +1,206 @@
+package session
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/vibedom/vibedom/guest/proto"
+	"github.com/vibedom/vibedom/image"
+	"github.com/vibedom/vibedom/keys"
+	"github.com/vibedom/vibedom/netfilter"
+	"github.com/vibedom/vibedom/vm"
+)
+
+// Crash recovery: when a session's host dies (kill -9, a host reboot, power
+// loss) the agent's work is still on the session's scratch disk. Recover
+// boots a rescue VM on it — no network, the workspace read-only, nothing of
+// the agent's started — collects the change set as a session end does, and
+// brings it to the review prompt.
+
+// RecoverOptions configure a recovery.
+type RecoverOptions struct {
+	Home Home
+	// Name is the crashed session.
+	Name string
+	// Driver runs the rescue VM; nil picks the platform's default.
+	Driver vm.Driver
+	// Terminal, when set, hosts the review prompt; otherwise the patch
+	// waits for `vibedom review NAME`.
+	Terminal *Terminal
+	// Progress receives one human line per step; nil is quiet.
+	Progress io.Writer
+	// Review decides what happens to the changes.
+	Review ReviewOptions
+	// MemoryMiB sizes the rescue VM; zero means 512.
+	MemoryMiB int
+}
+
+// ErrNotRecoverable means the session has nothing to recover or is not in
+// a state to be recovered.
+var ErrNotRecoverable = errors.New("cannot recover")
+
+// Recover collects a crashed session's changes from its scratch disk.
+func Recover(ctx context.Context, ro RecoverOptions) (*Result, error) {
+	if ro.Home == "" {
+		h, err := DefaultHome()
+		if err != nil {
+			return nil, err
+		}
+		ro.Home = h
+	}
+	info, err := ro.Home.FindSession(ro.Name)
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case info.Live == StatusCrashed:
+	case info.Live.live():
+		return nil, fmt.Errorf("%w: session %s is %s: `vibedom stop %s` ends it and collects its changes", ErrNotRecoverable, info.Name, info.Live, info.Name)
+	case info.Live != StatusFailed:
+		return nil, fmt.Errorf("%w: session %s is %s, not crashed (`vibedom review %s` shows what it left)", ErrNotRecoverable, info.Name, info.Live, info.Name)
+	}
+	if !info.Recoverable() {
+		return nil, fmt.Errorf("%w: session %s has no scratch disk left (%s): its work is gone", ErrNotRecoverable, info.Name, filepath.Join(info.Dir, scratchFile))
+	}
+	if info.PatchPending() {
+		return nil, fmt.Errorf("%w: session %s already has a patch waiting: `vibedom review %s` (remove %s to collect again)", ErrNotRecoverable, info.Name, info.Name, filepath.Join(info.Dir, "changes.patch"))
+	}
+	o := Options{
+		Home: ro.Home, Workspace: info.Workspace, Name: info.Name, Driver: ro.Driver, Arch: vm.Arch(info.Arch),
+		CPUs: 1, MemoryMiB: ro.MemoryMiB, Terminal: ro.Terminal, Progress: ro.Progress, Review: ro.Review,
+	}
+	if o.MemoryMiB == 0 {
+		o.MemoryMiB = 512
+	}
+	if err := o.setDefaults(); err != nil {
+		return nil, err
+	}
+	s := &sess{opts: o, ctl: newHostCtl(), ctlUID: os.Getuid(), name: info.Name, dir: info.Dir, state: info.State}
+	res, err := s.recover(ctx, info)
+	if cerr := s.cleanup.run(); cerr != nil {
+		err = errors.Join(err, cerr)
+	}
+	s.updateState(func(st *State) {
+		st.Ended = time.Now().UTC().Truncate(time.Second)
+		st.Control, st.PausedAt, st.PID, st.PIDStart = "", time.Time{}, 0, ""
+		if err != nil {
+			st.Status, st.Error = StatusFailed, "recovery: "+err.Error()
+		} else {
+			st.Status, st.Error = StatusStopped, ""
+		}
+	})
+	return res, err
+}
+
+func (s *sess) recover(ctx context.Context, info *Info) (*Result, error) {
+	o := &s.opts
+	ws, err := CheckWorkspace(info.Workspace)
+	if err != nil {
+		return nil, fmt.Errorf("%w (the session's workspace): the patch needs it", err)
+	}
+	o.Workspace = ws
+	// The dead host's runtime folder (sockets) is of no use now.
+	if info.Control != "" && strings.HasPrefix(filepath.Base(filepath.Dir(info.Control)), "vibedom-") {
+		_ = os.RemoveAll(filepath.Dir(info.Control))
+	}
+	if o.Driver == nil {
+		d, err := DefaultDriver(o.Home)
+		if err != nil {
+			return nil, err
+		}
+		o.Driver = d
+	}
+	if err := o.Driver.Available(ctx, o.Arch); err != nil {
+		return nil, err
+	}
+	s.logDir = info.LogDir
+	if s.logDir == "" || !filepath.IsAbs(s.logDir) {
+		return nil, fmt.Errorf("%w: session %s records no log folder", ErrNotRecoverable, info.Name)
+	}
+	if err := ensureDir(s.logDir); err != nil {
+		return nil, err
+	}
+	logf, err := os.OpenFile(filepath.Join(s.logDir, sessionLog), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("open session log: %w", err)
+	}
+	s.cleanup.add("close session log", logf.Close)
+	s.logRed = netfilter.NewRedactHandler(slog.NewTextHandler(logf, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	s.log = slog.New(s.logRed).With("session", s.name)
+	s.log.Info("recovery: rescue VM on the crashed session's scratch disk", "host_pid", info.PID)
+	s.updateState(func(st *State) {
+		st.Status, st.PID, st.PIDStart, st.Control = StatusStopping, os.Getpid(), procStart(os.Getpid()), ""
+	})
+
+	s.runDir, err = os.MkdirTemp("", "vibedom-")
+	if err != nil {
+		return nil, fmt.Errorf("create runtime folder: %w", err)
+	}
+	s.cleanup.add("remove runtime folder", func() error { return os.RemoveAll(s.runDir) })
+
+	// Any image boots the rescue: it runs only the guest agent's own
+	// collection, in the initramfs, so the root image is not attached.
+	choice, err := chooseImage(o.Home, o.Arch)
+	if err != nil {
+		return nil, err
+	}
+	s.progress("preparing the rescue VM for %s", s.name)
+	if s.img, _, _, err = prepareImage(ctx, o.Home, o.Arch, choice); err != nil {
+		return nil, fmt.Errorf("prepare the VM image: %w", err)
+	}
+	if s.keys, err = keys.NewSession(); err != nil {
+		return nil, err
+	}
+	hostPEM, err := s.keys.HostKeyPEM()
+	if err != nil {
+		return nil, err
+	}
+	bc := &proto.BootConfig{
+		Version: proto.Version, SessionID: s.name, Hostname: "vibedom-rescue",
+		Control:        controlFor(o.Driver),
+		Workspace:      proto.Workspace{Tag: workspaceTag, FSType: shareFSFor(o.Driver)},
+		Scratch:        proto.Scratch{Device: "/dev/vda"},
+		AuthorizedKeys: []string{s.keys.AuthorizedKey()},
+	}
+	files, err := image.SessionFiles(bc, hostPEM, nil)
+	if err != nil {
+		return nil, fmt.Errorf("session boot data: %w", err)
+	}
+	initrd := filepath.Join(s.dir, initrdFile)
+	if err := image.WriteSessionInitrd(initrd, s.img, files); err != nil {
+		return nil, fmt.Errorf("session initrd: %w", err)
+	}
+	s.cleanup.add("remove session initrd", func() error { return removeIfExists(initrd) })
+	if err := s.boot(ctx); err != nil {
+		return s.result(), err
+	}
+	s.progress("collecting the crashed session's changes")
+	ectx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Minute)
+	defer cancel()
+	pinfo, err := s.collectChanges(ectx)
+	if err != nil {
+		return s.result(), fmt.Errorf("collect the changes (the scratch disk is kept): %w", err)
+	}
+	if err := s.stopMachine(); err != nil {
+		s.log.Warn("stop the rescue VM", "err", err)
+	}
+	// Collected: the scratch disk has done its job.
+	if err := removeIfExists(filepath.Join(s.dir, scratchFile)); err != nil {
+		s.log.Warn("remove the scratch disk", "err", err)
+	}
+	if o.Terminal != nil && pinfo != nil {
+		if err := s.review(ectx); err != nil {
+			return s.result(), err
+		}
+	} else {
+		s.progress("the changes wait for review: vibedom review %s", s.name)
+	}
+	return s.result(), nil
+}
