@@ -75,6 +75,7 @@ func Recover(ctx context.Context, ro RecoverOptions) (*Result, error) {
 	o := Options{
 		Home: ro.Home, Workspace: info.Workspace, Name: info.Name, Driver: ro.Driver, Arch: vm.Arch(info.Arch),
 		CPUs: 1, MemoryMiB: ro.MemoryMiB, Terminal: ro.Terminal, Progress: ro.Progress, Review: ro.Review,
+		Stderr: ro.Progress,
 	}
 	if o.MemoryMiB == 0 {
 		o.MemoryMiB = 512
@@ -195,7 +196,7 @@ func (s *sess) recover(ctx context.Context, info *Info) (*Result, error) {
 	if err := removeIfExists(filepath.Join(s.dir, scratchFile)); err != nil {
 		s.log.Warn("remove the scratch disk", "err", err)
 	}
-	if o.Terminal != nil && pinfo != nil {
+	if pinfo != nil && (o.Terminal != nil || o.Review.ApplyAll) {
 		if err := s.review(ectx); err != nil {
 			return s.result(), err
 		}
