@@ -17,6 +17,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/vibedom/vibedom/atomicfile"
 )
 
 // DefaultRegistry is the npm registry vibedom fetches from unless told
@@ -296,7 +298,7 @@ func fetchTarball(ctx context.Context, o Options, reg *url.URL, p Pin) (string, 
 	if err != nil {
 		return "", err
 	}
-	if err := os.Rename(part, final); err != nil {
+	if err := atomicfile.Move(part, final); err != nil {
 		os.Remove(part)
 		return "", fmt.Errorf("cache %s: %w", p, err)
 	}

@@ -17,6 +17,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/vibedom/vibedom/atomicfile"
 )
 
 // ManifestFile is the name of the manifest in an installed agent's
@@ -223,6 +225,7 @@ func installOne(ctx context.Context, o Options, reg *url.URL, p Pin) (*Installed
 	if err := os.Rename(tmp, final); err != nil {
 		return nil, fmt.Errorf("install %s: %w", p, err)
 	}
+	atomicfile.SyncDir(parent)
 	done = true
 	return Find(o.Home, p)
 }

@@ -1,7 +1,13 @@
-// Package atomicfile replaces small files whole: a reader sees the old
-// content or the new, never a mix or a truncated file, and after a crash
-// the file holds one of them. It is a leaf: it imports nothing of the
-// project.
+// Package atomicfile replaces files whole: a reader sees the old content
+// or the new, never a mix or a truncated file, and after a crash the file
+// holds one of them. Content is written to a temporary file in the same
+// folder, synced, and renamed over the final path; then the folder is
+// synced so the rename itself survives a crash.
+//
+// It does not lock: two writers of one path both succeed and the last
+// rename wins. It does not remove temporary files left by a process that
+// crashed before committing (they are named "."+base+".tmp-*", never the
+// final name). It is a leaf: it imports nothing of the project.
 package atomicfile
 
 import (
@@ -12,50 +18,121 @@ import (
 	"path/filepath"
 )
 
-// WriteFile replaces path with data, mode perm: a temporary file in the
-// same folder is written, synced, given its mode and renamed over path;
-// then the folder is synced so the rename itself survives a crash. On
-// any error path is untouched and the temporary file is gone.
-func WriteFile(path string, data []byte, perm fs.FileMode) (err error) {
-	dir := filepath.Dir(path)
-	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
+// WriteFile replaces path with data, mode perm. On any error path is
+// untouched and the temporary file is gone.
+func WriteFile(path string, data []byte, perm fs.FileMode) error {
+	f, err := New(path, perm)
 	if err != nil {
+		return err
+	}
+	if _, err := f.Write(data); err != nil {
+		f.Abort()
 		return fmt.Errorf("write %s: %w", path, err)
 	}
-	defer func() {
-		if err != nil {
-			tmp.Close()
-			os.Remove(tmp.Name())
-		}
-	}()
-	if _, err = tmp.Write(data); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
+	return f.Commit()
+}
+
+// File is the pending new content of a path: an open temporary file in
+// the path's folder. Write (or WriteAt, Seek, Read …) through the embedded
+// *os.File, then Commit to put it in place or Abort to drop it. Do not
+// Close, rename or remove the embedded file yourself; its Name is the
+// temporary name, not the final one.
+type File struct {
+	*os.File
+	path string
+	perm fs.FileMode
+	done bool
+}
+
+// New starts replacing path with content of mode perm. Until Commit, path
+// is untouched (absent if it was absent). A process that dies before
+// Commit leaves at most a temporary file beside path.
+func New(path string, perm fs.FileMode) (*File, error) {
+	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")
+	if err != nil {
+		return nil, fmt.Errorf("write %s: %w", path, err)
 	}
-	if err = tmp.Chmod(perm); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
+	return &File{File: tmp, path: path, perm: perm}, nil
+}
+
+// Path is the final path the file replaces.
+func (f *File) Path() string { return f.path }
+
+// Commit gives the content its mode, syncs it, closes it and renames it
+// over the final path, then syncs the folder. On error the final path is
+// untouched and the temporary file is gone. A second Commit, or one
+// after Abort, returns ErrDone and changes nothing.
+func (f *File) Commit() error {
+	if f.done {
+		return fmt.Errorf("write %s: %w", f.path, ErrDone)
 	}
-	if err = tmp.Sync(); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
+	f.done = true
+	err := f.Chmod(f.perm)
+	if err == nil {
+		err = f.Sync()
 	}
-	if err = tmp.Close(); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
+	if cerr := f.Close(); err == nil {
+		err = cerr
 	}
-	if err = os.Rename(tmp.Name(), path); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
+	if err == nil {
+		err = os.Rename(f.Name(), f.path)
 	}
-	syncDir(dir)
+	if err != nil {
+		os.Remove(f.Name())
+		return fmt.Errorf("write %s: %w", f.path, err)
+	}
+	SyncDir(filepath.Dir(f.path))
 	return nil
 }
 
-// syncDir flushes a folder's entries; some file systems refuse to sync a
-// folder, which is not an error for the caller.
-func syncDir(dir string) {
+// ErrDone is returned by Commit on a File already committed or aborted.
+var ErrDone = errors.New("already committed or aborted")
+
+// Abort drops the pending content: the temporary file is closed and
+// removed, the final path untouched. After Commit it does nothing, so
+// `defer f.Abort()` is safe.
+func (f *File) Abort() {
+	if f.done {
+		return
+	}
+	f.done = true
+	f.Close()
+	os.Remove(f.Name())
+}
+
+// Move renames the complete file from over to, for content that had to
+// be built at a name of its own (a resumable download, a clone): from is
+// synced first and to's folder after, so after a crash to is absent, old
+// or complete. from and to must be on one file system. On error to is
+// untouched and from is left for the caller.
+func Move(from, to string) error {
+	f, err := os.Open(from)
+	if err != nil {
+		return err
+	}
+	err = f.Sync()
+	f.Close()
+	if err != nil {
+		return err
+	}
+	if err := os.Rename(from, to); err != nil {
+		return err
+	}
+	SyncDir(filepath.Dir(to))
+	if filepath.Dir(from) != filepath.Dir(to) {
+		SyncDir(filepath.Dir(from))
+	}
+	return nil
+}
+
+// SyncDir flushes a folder's entries, making renames into it and files
+// created in it durable. It is best effort: some file systems refuse to
+// sync a folder, and the caller could do nothing else anyway.
+func SyncDir(dir string) {
 	d, err := os.Open(dir)
 	if err != nil {
 		return
 	}
-	if err := d.Sync(); err != nil && !errors.Is(err, errors.ErrUnsupported) {
-		_ = err
-	}
+	d.Sync()
 	d.Close()
 }

@@ -18,6 +18,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/vibedom/vibedom/atomicfile"
 	"github.com/vibedom/vibedom/vm"
 )
 
@@ -281,14 +282,7 @@ func (m *memo) save() {
 	if err != nil {
 		return
 	}
-	tmp, err := os.CreateTemp(filepath.Dir(m.path), ".memo-*")
-	if err != nil {
-		return
-	}
-	_, werr := tmp.Write(data)
-	cerr := tmp.Close()
-	if werr != nil || cerr != nil || os.Rename(tmp.Name(), m.path) != nil {
-		os.Remove(tmp.Name())
+	if atomicfile.WriteFile(m.path, data, 0o600) != nil {
 		return
 	}
 	m.dirty = false

@@ -6,6 +6,8 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+
+	"github.com/vibedom/vibedom/atomicfile"
 )
 
 // RootDir is the folder of the cache that holds root images, each named
@@ -75,14 +77,8 @@ func InstallRootImage(cacheRoot, built, sha string) (string, error) {
 	if err := os.Chmod(built, 0o444); err != nil {
 		return "", err
 	}
-	if err := syncFile(built); err != nil {
-		return "", err
-	}
-	if err := os.Rename(built, dst); err != nil {
+	if err := atomicfile.Move(built, dst); err != nil {
 		return "", fmt.Errorf("install the root image: %w", err)
-	}
-	if err := syncFile(filepath.Dir(dst)); err != nil {
-		return "", err
 	}
 	// The builder hashed what it wrote; remember it under the installed
 	// file's identity so the next check is cheap.

@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/vibedom/vibedom/atomicfile"
 )
 
 // Report is what Apply did.
@@ -541,11 +543,7 @@ func newJournal(sessionDir, workspace, kind, of string) (*journal, error) {
 
 func (j *journal) writeMeta() error {
 	data, _ := json.MarshalIndent(j.meta, "", "  ")
-	tmp := filepath.Join(j.dir, ".meta.json.tmp")
-	if err := os.WriteFile(tmp, append(data, '\n'), 0o600); err != nil {
-		return fmt.Errorf("write backup meta: %w", err)
-	}
-	if err := os.Rename(tmp, filepath.Join(j.dir, "meta.json")); err != nil {
+	if err := atomicfile.WriteFile(filepath.Join(j.dir, "meta.json"), append(data, '\n'), 0o600); err != nil {
 		return fmt.Errorf("write backup meta: %w", err)
 	}
 	return nil

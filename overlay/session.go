@@ -7,13 +7,13 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
 	"path/filepath"
 	"sync"
+
+	"github.com/vibedom/vibedom/atomicfile"
 )
 
 // WriteSessionPatch is the end of a session on the host: it builds the patch
@@ -32,25 +32,24 @@ func WriteSessionPatch(ctx context.Context, sessionDir string, cs *ChangeSet, sr
 }
 
 func writeSessionPatch(ctx context.Context, sessionDir string, cs *ChangeSet, src Source, old OldTree, log *slog.Logger) (*PatchInfo, error) {
-	f, err := os.CreateTemp(sessionDir, "."+PatchFileName+".tmp-*")
+	f, err := atomicfile.New(filepath.Join(sessionDir, PatchFileName), 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("build patch: %w", err)
 	}
-	defer os.Remove(f.Name())
+	defer f.Abort()
 	w := bufio.NewWriterSize(f, 1<<20)
 	info, err := BuildPatch(ctx, cs, src, old, w, BuildOptions{ObjectDir: filepath.Join(sessionDir, ObjectsDir), Logger: log})
 	if err != nil {
-		f.Close()
 		return nil, err
 	}
-	if err := errors.Join(w.Flush(), f.Sync(), f.Close()); err != nil {
+	if err := w.Flush(); err != nil {
 		return nil, fmt.Errorf("write patch: %w", err)
 	}
 	data, _ := json.MarshalIndent(info, "", "  ")
-	if err := os.WriteFile(filepath.Join(sessionDir, InfoFileName), append(data, '\n'), 0o600); err != nil {
+	if err := atomicfile.WriteFile(filepath.Join(sessionDir, InfoFileName), append(data, '\n'), 0o600); err != nil {
 		return nil, fmt.Errorf("write %s: %w", InfoFileName, err)
 	}
-	if err := os.Rename(f.Name(), filepath.Join(sessionDir, PatchFileName)); err != nil {
+	if err := f.Commit(); err != nil {
 		return nil, fmt.Errorf("write patch: %w", err)
 	}
 	return info, nil

@@ -13,6 +13,8 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+
+	"github.com/vibedom/vibedom/atomicfile"
 )
 
 // ErrNothingToUndo means a session has no apply left to undo.
@@ -113,11 +115,7 @@ func readBackupMeta(dir string) (backupMeta, error) {
 
 func writeBackupMeta(dir string, m backupMeta) error {
 	out, _ := json.MarshalIndent(m, "", "  ")
-	tmp := filepath.Join(dir, ".meta.json.tmp")
-	if err := os.WriteFile(tmp, append(out, '\n'), 0o600); err != nil {
-		return fmt.Errorf("write backup meta: %w", err)
-	}
-	if err := os.Rename(tmp, filepath.Join(dir, "meta.json")); err != nil {
+	if err := atomicfile.WriteFile(filepath.Join(dir, "meta.json"), append(out, '\n'), 0o600); err != nil {
 		return fmt.Errorf("write backup meta: %w", err)
 	}
 	return nil

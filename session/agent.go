@@ -14,6 +14,7 @@ import (
 	"strings"
 
 	"github.com/vibedom/vibedom/agents"
+	"github.com/vibedom/vibedom/atomicfile"
 	"github.com/vibedom/vibedom/guest/proto"
 	"github.com/vibedom/vibedom/image/ext4"
 )
@@ -122,28 +123,21 @@ func agentLayer(h Home, inst *agents.Installed) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	tmp := img + ".tmp"
-	os.Remove(tmp)
-	f, err := os.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o644)
+	os.Remove(img + ".tmp") // left by a version that built under this name
+	f, err := atomicfile.New(img, 0o444)
 	if err != nil {
 		return "", err
 	}
+	defer f.Abort()
 	sum := sha256.Sum256([]byte(inst.Integrity))
 	var uuid [16]byte
 	copy(uuid[:], sum[:])
 	uuid[6], uuid[8] = uuid[6]&0x0f|0x40, uuid[8]&0x3f|0x80
-	_, err = ext4.Write(f, tree, ext4.Options{Label: agentLayerLabel, UUID: uuid, Time: inst.Installed})
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
+	_, err = ext4.Write(f.File, tree, ext4.Options{Label: agentLayerLabel, UUID: uuid, Time: inst.Installed})
 	if err == nil {
-		err = os.Chmod(tmp, 0o444)
-	}
-	if err == nil {
-		err = os.Rename(tmp, img)
+		err = f.Commit()
 	}
 	if err != nil {
-		os.Remove(tmp)
 		return "", fmt.Errorf("build the %s layer: %w", inst.Agent, err)
 	}
 	return img, nil

@@ -10,11 +10,11 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/vibedom/vibedom/credentials"
+	"github.com/vibedom/vibedom/guest/boot"
 	"github.com/vibedom/vibedom/guest/client"
 	"github.com/vibedom/vibedom/guest/proto"
 	"github.com/vibedom/vibedom/image"
@@ -299,66 +299,34 @@ func (s *sess) boot(ctx context.Context) error {
 		cfg.Network = &vm.Network{Conn: s.egress.vmEnd, MAC: s.egress.mac}
 	}
 	s.progress("booting the VM (%s, %d CPUs, %d MiB)", o.Driver.Name(), o.CPUs, o.MemoryMiB)
-	t0 := time.Now()
-	m, err := o.Driver.Start(ctx, cfg)
-	if err != nil {
-		return fmt.Errorf("start the VM: %w", err)
+	started := func(m vm.Machine) {
+		s.machine = m
+		s.cleanup.add("stop the VM", func() error { return s.stopMachine() })
+		s.updateState(func(st *State) { st.Status = StatusRunning })
 	}
-	s.machine = m
-	s.timings.VMStart = time.Since(t0)
-	s.cleanup.add("stop the VM", func() error { return s.stopMachine() })
-	s.updateState(func(st *State) { st.Status = StatusRunning })
-
-	// Wait for the guest agent, but give up at once if the VM dies.
-	t1 := time.Now()
-	bctx, cancel := context.WithTimeout(ctx, o.BootTimeout)
-	defer cancel()
-	died := make(chan error, 1)
-	go func() { died <- m.Wait(bctx) }()
-	type dialed struct {
-		c         *client.Client
-		handshake time.Duration
-		err       error
+	_, c, t, err := boot.Start(ctx, o.Driver, cfg, boot.Options{Client: s.keys.ClientConfig(), Timeout: o.BootTimeout, Started: started})
+	s.timings.VMStart, s.timings.Ready, s.timings.Handshake = t.VMStart, t.Ready, t.Handshake
+	var be *boot.Error
+	switch {
+	case errors.As(err, &be):
+		return s.bootError(be)
+	case err != nil:
+		return err
 	}
-	ready := make(chan dialed, 1)
-	go func() {
-		th := time.Now()
-		c, err := client.Connect(bctx, m.DialControl, s.keys.ClientConfig(), 30*time.Second)
-		ready <- dialed{c: c, handshake: time.Since(th), err: err}
-	}()
-	select {
-	case d := <-ready:
-		if d.err != nil {
-			return s.bootError(d.err)
-		}
-		s.client = d.c
-		s.timings.Handshake = d.handshake
-		s.cleanup.add("close control connection", func() error { return closeQuiet(s.client) })
-	case err := <-died:
-		if bctx.Err() != nil && ctx.Err() == nil {
-			return s.bootError(fmt.Errorf("no answer from the guest agent within %v", o.BootTimeout))
-		}
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		if err == nil {
-			err = errors.New("the guest powered off")
-		}
-		return s.bootError(err)
-	}
-	s.timings.Ready = time.Since(t1)
+	s.client = c
+	s.cleanup.add("close control connection", func() error { return closeQuiet(s.client) })
 	s.log.Info("guest ready", "vm_start", s.timings.VMStart, "ready", s.timings.Ready, "handshake", s.timings.Handshake)
 	return nil
 }
 
-// bootError explains a failed boot with the end of the console log.
+// bootError explains a failed boot with the end of the console log (a
+// *boot.Error has it already).
 func (s *sess) bootError(err error) error {
-	tail := consoleTail(filepath.Join(s.logDir, consoleFile), 15)
-	msg := fmt.Sprintf("%v: %v", ErrBootFailed, err)
-	if tail != "" {
-		msg += "\nlast lines of the VM console (" + filepath.Join(s.logDir, consoleFile) + "):\n" + tail
+	var be *boot.Error
+	if !errors.As(err, &be) {
+		be = boot.NewError(err, filepath.Join(s.logDir, consoleFile))
 	}
-	return &bootError{msg: msg, err: err}
+	return &bootError{msg: fmt.Sprintf("%v: %v", ErrBootFailed, be), err: be.Err}
 }
 
 type bootError struct {
@@ -504,30 +472,6 @@ func makeLogDir(root string, t time.Time) (string, error) {
 		}
 	}
 	return "", fmt.Errorf("create log folder: too many sessions started at %s", t.Format(time.TimeOnly))
-}
-
-// consoleTail returns the last n non-empty lines of the console log.
-func consoleTail(path string, n int) string {
-	f, err := os.Open(path)
-	if err != nil {
-		return ""
-	}
-	defer f.Close()
-	const max = 64 << 10
-	if fi, err := f.Stat(); err == nil && fi.Size() > max {
-		_, _ = f.Seek(fi.Size()-max, io.SeekStart)
-	}
-	data, _ := io.ReadAll(io.LimitReader(f, max))
-	var lines []string
-	for _, l := range strings.Split(strings.ReplaceAll(string(data), "\r", ""), "\n") {
-		if strings.TrimSpace(l) != "" {
-			lines = append(lines, "  "+sanitizeLine(l))
-		}
-	}
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
 }
 
 // sanitizeLine shows the control and invisible characters of guest output

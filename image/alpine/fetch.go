@@ -13,6 +13,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/vibedom/vibedom/atomicfile"
 )
 
 // FetchOptions says where Fetch downloads from and caches to.
@@ -174,7 +176,7 @@ func fetchOne(ctx context.Context, o FetchOptions, p LockedPackage) (string, err
 		os.Remove(part)
 		return "", fmt.Errorf("fetch %s: %w", u, err)
 	}
-	if err := os.Rename(part, final); err != nil {
+	if err := atomicfile.Move(part, final); err != nil {
 		os.Remove(part)
 		return "", fmt.Errorf("fetch %s: %w", u, err)
 	}

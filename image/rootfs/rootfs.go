@@ -26,6 +26,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/vibedom/vibedom/atomicfile"
 	"github.com/vibedom/vibedom/image/alpine"
 	"github.com/vibedom/vibedom/image/ext4"
 )
@@ -121,19 +122,12 @@ func Build(ctx context.Context, o Options) (*Result, error) {
 	uuid[6] = uuid[6]&0x0f | 0x40 // a well-formed (version 4) UUID
 	uuid[8] = uuid[8]&0x3f | 0x80
 
-	tmp, err := os.CreateTemp(dir, ".rootfs-*.ext4")
+	tmp, err := atomicfile.New(o.Out, 0o444)
 	if err != nil {
 		return nil, fmt.Errorf("rootfs: %w", err)
 	}
-	tmpName := tmp.Name()
-	ok := false
-	defer func() {
-		if !ok {
-			tmp.Close()
-			os.Remove(tmpName)
-		}
-	}()
-	st, err := ext4.Write(tmp, t.root, ext4.Options{Label: o.Label, UUID: uuid, Time: t.newest})
+	defer tmp.Abort()
+	st, err := ext4.Write(tmp.File, t.root, ext4.Options{Label: o.Label, UUID: uuid, Time: t.newest})
 	if err != nil {
 		return nil, fmt.Errorf("rootfs: %w", err)
 	}
@@ -144,19 +138,9 @@ func Build(ctx context.Context, o Options) (*Result, error) {
 	if _, err := io.Copy(h, tmp); err != nil {
 		return nil, fmt.Errorf("rootfs: hash the image: %w", err)
 	}
-	if err := tmp.Sync(); err != nil {
-		return nil, err
-	}
-	if err := tmp.Close(); err != nil {
-		return nil, err
-	}
-	if err := os.Chmod(tmpName, 0o444); err != nil {
-		return nil, err
-	}
-	if err := os.Rename(tmpName, o.Out); err != nil {
+	if err := tmp.Commit(); err != nil {
 		return nil, fmt.Errorf("rootfs: %w", err)
 	}
-	ok = true
 	return &Result{SHA256: hex.EncodeToString(h.Sum(nil)), Size: st.Size, Stats: st, Setup: t.done, Libc: t.libc()}, nil
 }
 

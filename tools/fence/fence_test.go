@@ -36,9 +36,11 @@ const anything = "*"
 // package under tools/) and the project packages it may import directly.
 // guest/proto, the pure host–guest contract, may be imported by every
 // package except those whose list is closed: the four that import nothing
-// of ours (vm, keys, dlp, termtext), preflight and overlay (termtext only)
-// and netfilter (dlp and keys only). termtext, the one sanitizer of text
-// printed on a terminal, may be imported by any package that prints.
+// of ours (vm, dlp, termtext, atomicfile), keys (atomicfile only),
+// preflight and overlay (termtext and atomicfile only) and netfilter (dlp
+// and keys only). termtext, the one sanitizer of text printed on a
+// terminal, may be imported by any package that prints; atomicfile, the
+// one writer of whole files, by any package that replaces files.
 //
 // Global rules hold on top of the table, for every package (tools too):
 //   - only vm/vz imports github.com/Code-Hex/vz/v3;
@@ -49,32 +51,33 @@ const anything = "*"
 var table = map[string][]string{
 	"cmd/vibedom":       {anything},
 	"cmd/vibedom-guest": {"guest", "guest/proto"},
-	"agents":            {},
+	"agents":            {"atomicfile"},
 	"agents/agentstest": {"agents"},
 	"session": {
 		"preflight", "image", "keys", "vm", "vm/vz", "vm/qemu", "netfilter", "dlp",
-		"overlay", "guest", "guest/client", "guest/proto", "review", "termtext",
+		"overlay", "guest", "guest/boot", "guest/client", "guest/proto", "review", "termtext",
 		"image/alpine", "image/rootfs", "image/ext4", "agents", "credentials", "atomicfile",
 	},
 	"vm":                      {},
 	"vm/vz":                   {"vm", "guest/proto"},
 	"vm/qemu":                 {"vm", "guest/proto"},
-	"vm/vmtest":               {"vm", "image", "keys", "guest/client", "guest/proto"},
+	"vm/vmtest":               {"vm", "image", "keys", "guest/boot", "guest/client", "guest/proto"},
 	"guest":                   {"overlay", "guest/proto"},
 	"guest/proto":             {},
 	"guest/client":            {"keys", "guest/proto"},
-	"image":                   {"vm", "guest/proto", "image/alpine"},
-	"image/alpine":            {},
+	"guest/boot":              {"vm", "guest/client", "termtext"},
+	"image":                   {"vm", "guest/proto", "image/alpine", "atomicfile"},
+	"image/alpine":            {"atomicfile"},
 	"image/alpine/alpinetest": {"image/alpine"},
 	"image/ext4":              {},
-	"image/rootfs":            {"image/alpine", "image/ext4"},
+	"image/rootfs":            {"image/alpine", "image/ext4", "atomicfile"},
 	"credentials":             {"dlp", "netfilter", "atomicfile"},
 	"atomicfile":              {},
 	"keys":                    {"atomicfile"},
 	"netfilter":               {"dlp", "keys"},
 	"dlp":                     {},
 	"preflight":               {"termtext", "atomicfile"},
-	"overlay":                 {"termtext"},
+	"overlay":                 {"termtext", "atomicfile"},
 	"review":                  {"overlay", "guest/proto", "termtext"},
 	"termtext":                {},
 	"tools/...":               {anything},

@@ -22,6 +22,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vibedom/vibedom/guest/boot"
 	"github.com/vibedom/vibedom/guest/client"
 	"github.com/vibedom/vibedom/guest/proto"
 	"github.com/vibedom/vibedom/image"
@@ -132,24 +133,21 @@ func Boot(t testing.TB, h Harness, files map[string]string) *Guest {
 	}
 	t.Cleanup(func() { os.RemoveAll(stateDir) })
 	g := &Guest{Workspace: ws, Console: filepath.Join(dir, "console.log"), StateDir: stateDir}
-	m, err := h.Driver.Start(ctx, vm.Config{
+	m, c, _, err := boot.Start(ctx, h.Driver, vm.Config{
 		Name: "vmtest", Arch: h.Arch, CPUs: h.CPUs, MemoryMiB: h.MemoryMiB,
 		Kernel: img.Kernel, Initrd: initrd, Cmdline: "quiet",
 		Shares:     []vm.Share{{Tag: "workspace", HostPath: ws, ReadOnly: true}},
 		Disks:      []vm.Disk{{Path: scratch}},
 		ConsoleLog: g.Console, StateDir: stateDir,
-	})
-	if err != nil {
-		t.Fatalf("start the VM: %v", err)
+	}, boot.Options{Client: k.ClientConfig(), Timeout: h.BootTimeout})
+	if m != nil {
+		g.Machine = m
+		t.Cleanup(func() { _ = m.Kill() })
 	}
-	g.Machine = m
-	t.Cleanup(func() { _ = m.Kill() })
-	bctx, cancel := context.WithTimeout(ctx, h.BootTimeout)
-	defer cancel()
-	g.Client, err = client.Connect(bctx, m.DialControl, k.ClientConfig(), 30*time.Second)
 	if err != nil {
-		t.Fatalf("connect to the guest agent: %v%s", err, tail(g.Console))
+		t.Fatalf("boot the guest: %v", err)
 	}
+	g.Client = c
 	t.Cleanup(func() { g.Client.Close() })
 	return g
 }

@@ -1,4 +1,4 @@
-package session
+package boot
 
 import (
 	"os"
@@ -15,10 +15,10 @@ func TestConsoleTailEscapes(t *testing.T) {
 	if err := os.WriteFile(p, []byte("ok line\nevil\x1b[2J\x1b]0;title\x07\u009b31m\x9b\u202e\u2028\U000e0041 end\r\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	got := consoleTail(p, 5)
+	got := ConsoleTail(p, 5)
 	want := "  ok line\n  evil\\x1b[2J\\x1b]0;title\\x07\\u009b31m\\x9b\\u202e\\u2028\\U000e0041 end"
 	if got != want {
-		t.Errorf("consoleTail:\n got %q\nwant %q", got, want)
+		t.Errorf("ConsoleTail:\n got %q\nwant %q", got, want)
 	}
 	if strings.ContainsAny(got, "\x1b\x07\u009b\u202e\u2028") {
 		t.Errorf("raw control characters: %q", got)
