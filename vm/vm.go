@@ -6,6 +6,12 @@
 // tests, vm/vz for Apple's Virtualization.framework) and turn a Config into a
 // running Machine. The conformance suite in vm/vmtest is the one body of tests
 // every backend must pass.
+//
+// For pausing to disk it also owns the record written next to a saved
+// machine's state file (SavedState, with the Config's Fingerprint), the
+// check that refuses restoring into a different machine (CheckRestore) and
+// the host-wide lock backends take around saving and restoring
+// (AcquireSaveLock).
 package vm
 
 import (
