@@ -105,6 +105,43 @@ if [ "$assets_ok" = 1 ]; then
 	step "session timings" sh -c "bin/vibedom logs --path >/dev/null && grep -h -E 'ready|took|boot' \"\$(bin/vibedom logs --path)\"/session.log | tail -n 20"
 	cat "$tmp"/session_timings.log 2>/dev/null | sed 's/^/  timing: /' >>"$report"
 	step "undo" bin/vibedom undo
+
+	# Pause to disk (issue 12): a detached session whose agent appends the
+	# guest's boot id and a counter to /work/ticks every second is saved to
+	# disk, stopped, restored and resumed. One boot id in the end means the
+	# VM came back rather than rebooted; the counter going on means the agent
+	# process survived.
+	macos_major="$(sw_vers -productVersion 2>/dev/null | cut -d. -f1)"
+	if ! bin/vibedom pause --help >/dev/null 2>&1; then
+		skip "pause to disk" "this build has no \`vibedom pause\` yet"
+	elif [ "${macos_major:-0}" -lt 14 ]; then
+		skip "pause to disk" "needs macOS 14 or later (this is $(sw_vers -productVersion))"
+	else
+		name="smoke-pause-$$"
+		ticker='b=$(cat /proc/sys/kernel/random/boot_id); n=0; while :; do n=$((n+1)); echo "$b $n" >> /work/ticks; sleep 1; done'
+		# ticks_check: one boot id, and ticks from after the resume (about 6
+		# before the pause and 8 after it; a VM that did not run on after the
+		# resume stops near 6).
+		ticks_check() {
+			bin/vibedom diff "$name" >"$tmp/pause.diff" || return 1
+			grep -E '^\+[0-9a-f-]{36} [0-9]+$' "$tmp/pause.diff" | cut -c2- >"$tmp/pause.ticks"
+			local boots last
+			boots=$(cut -d' ' -f1 "$tmp/pause.ticks" | sort -u | wc -l | tr -d ' ')
+			last=$(tail -n 1 "$tmp/pause.ticks" | cut -d' ' -f2)
+			echo "boot ids: $boots, ticks: ${last:-0}" | tee "$tmp/pause.summary"
+			[ "$boots" = 1 ] && [ "${last:-0}" -ge 10 ]
+		}
+		step "pause: start a detached session" bin/vibedom run "$app" --detach --name "$name" --no-network --preflight=off -- sh -c "$ticker"
+		sleep 6
+		step "pause --to-disk" bin/vibedom pause "$name" --to-disk
+		printf '  pause: session folder while paused to disk: %s\n' "$(du -sh "$VIBEDOM_HOME/sessions/$name" 2>/dev/null | cut -f1)" >>"$report"
+		sleep 3
+		step "resume from disk" bin/vibedom resume "$name"
+		sleep 8
+		step "pause: stop the session" bin/vibedom stop "$name"
+		step "pause: VM resumed, not rebooted" ticks_check
+		sed 's/^/  pause: /' "$tmp/pause.summary" >>"$report" 2>/dev/null
+	fi
 else
 	skip "session" "no arm64 guest image (set VIBEDOM_ASSETS; see docs/mac.md)"
 fi

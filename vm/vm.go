@@ -6,6 +6,12 @@
 // tests, vm/vz for Apple's Virtualization.framework) and turn a Config into a
 // running Machine. The conformance suite in vm/vmtest is the one body of tests
 // every backend must pass.
+//
+// For pausing to disk it also owns the record written next to a saved
+// machine's state file (SavedState, with the Config's Fingerprint), the
+// check that refuses restoring into a different machine (CheckRestore) and
+// the host-wide lock backends take around saving and restoring
+// (AcquireSaveLock).
 package vm
 
 import (
@@ -112,6 +118,14 @@ type Config struct {
 	// ControlPort is the vsock port the guest agent listens on, for backends
 	// whose control channel is vsock. Zero means DefaultControlPort.
 	ControlPort uint32
+	// MachineID is the machine's hardware identity as the backend spells it
+	// (opaque bytes; vz's GenericMachineIdentifier data representation).
+	// Empty lets the backend make a new one, which a machine implementing
+	// Identified reports. A machine restored from saved state needs the
+	// identity it was saved with, so a caller that may save a machine keeps
+	// what MachineID reported and passes it back here. Two machines running
+	// at once must not share one.
+	MachineID []byte
 }
 
 // DefaultControlPort is the vsock port of the guest agent's SSH server.
@@ -310,8 +324,57 @@ type Pauser interface {
 
 // StateSaver is implemented by machines that can write their whole state to
 // a file and be restored from it later by the same driver.
+//
+// SaveState pauses the machine if it runs, writes its state to path, which
+// must not exist yet, and stops it; Wait then returns nil. If it fails, the
+// machine is left running (or paused) as it was and path does not exist.
+// SaveToDisk wraps it with the record Restore checks against.
 type StateSaver interface {
 	SaveState(ctx context.Context, path string) error
+}
+
+// Identified is implemented by machines that have a hardware identity the
+// backend chose or was given (Config.MachineID). MachineID returns a copy of
+// it; it never changes for the machine's life.
+type Identified interface {
+	MachineID() []byte
+}
+
+// SaveStateChecker is implemented by machines whose StateSaver support
+// depends on the host or the configuration (an OS version, a device the
+// hypervisor cannot save). CanSaveState returns nil when SaveState can be
+// attempted, else an error wrapping ErrNotSupported that says why.
+type SaveStateChecker interface {
+	CanSaveState() error
+}
+
+// Restorer is implemented by drivers whose machines can be restored from a
+// file written by StateSaver.SaveState. Restore builds a machine from cfg,
+// which must describe the saved machine exactly (CheckRestore decides; a
+// backend may refuse more), loads statePath into it and returns it paused:
+// call Resume to run it. Connections into the old machine (the control
+// channel, the network socket) do not survive: dial again. If ctx is
+// cancelled during Restore, the machine is torn down.
+type Restorer interface {
+	Restore(ctx context.Context, cfg Config, statePath string) (Machine, error)
+}
+
+// ErrSaveUnsupported is what SaveStateSupported returns for a machine that
+// cannot save its state at all. It wraps ErrNotSupported.
+var ErrSaveUnsupported = fmt.Errorf("%w: pausing to disk needs the vz backend on macOS 14+; on QEMU, `vibedom pause` keeps the VM paused in memory", ErrNotSupported)
+
+// SaveStateSupported reports whether m can save its state to disk now: nil,
+// or an error wrapping ErrNotSupported whose message says what to do
+// instead.
+func SaveStateSupported(m Machine) error {
+	s, ok := m.(StateSaver)
+	if !ok {
+		return ErrSaveUnsupported
+	}
+	if c, ok := s.(SaveStateChecker); ok {
+		return c.CanSaveState()
+	}
+	return nil
 }
 
 // Pause pauses m if it supports pausing, else returns ErrNotSupported.

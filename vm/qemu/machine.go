@@ -42,6 +42,14 @@ type machine struct {
 	dialling sync.Mutex
 }
 
+// A QEMU machine does not implement vm.StateSaver, on purpose: QEMU 7.2
+// (Debian bookworm) refuses to migrate, and so to save, a machine with a
+// vhost-user-fs device ("State blocked by non-migratable device
+// '…/vhost-user-fs'", from the moment it exists; its virtiofsd has no
+// migration option) or with a 9p export the guest has mounted, and every
+// vibedom session shares its workspace one of these two ways.
+// vm.SaveStateSupported answers with vm.ErrSaveUnsupported; docs/vm.md has
+// the details.
 var (
 	_ vm.Machine = (*machine)(nil)
 	_ vm.Pauser  = (*machine)(nil)

@@ -36,6 +36,7 @@ type plan struct {
 	network     *vm.Network
 	mac         net.HardwareAddr // nil: a random locally administered address
 	controlPort uint32
+	machineID   []byte // empty: the framework makes a new identity
 }
 
 // maxCmdline is the arm64 kernel's COMMAND_LINE_SIZE less its final NUL.
@@ -90,6 +91,10 @@ func newPlan(cfg vm.Config, lim limits) (plan, error) {
 		consoleLog:  cfg.ConsoleLog,
 		network:     cfg.Network,
 		controlPort: cfg.ControlPort,
+		machineID:   bytes.Clone(cfg.MachineID),
+	}
+	if err := checkMachineIDSize(p.machineID); err != nil {
+		return plan{}, err
 	}
 	if p.controlPort == 0 {
 		p.controlPort = vm.DefaultControlPort

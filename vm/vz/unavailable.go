@@ -11,7 +11,10 @@ import (
 	"github.com/vibedom/vibedom/vm"
 )
 
-var _ vm.Driver = (*Driver)(nil)
+var (
+	_ vm.Driver   = (*Driver)(nil)
+	_ vm.Restorer = (*Driver)(nil)
+)
 
 // errUnavailable says why vz cannot run here and what to use instead.
 var errUnavailable = fmt.Errorf("%w: the vz backend needs an Apple silicon Mac (darwin/arm64), this is %s/%s: use the QEMU backend",
@@ -26,5 +29,10 @@ func (d *Driver) Available(ctx context.Context, arch vm.Arch) error { return err
 
 // Start always fails here; see New.
 func (d *Driver) Start(ctx context.Context, cfg vm.Config) (vm.Machine, error) {
+	return nil, errUnavailable
+}
+
+// Restore always fails here; see New.
+func (d *Driver) Restore(ctx context.Context, cfg vm.Config, statePath string) (vm.Machine, error) {
 	return nil, errUnavailable
 }

@@ -10,7 +10,11 @@
 // one virtio-blk device per Disk, an entropy device, a vsock device for the
 // control channel and, when Config.Network is set, one virtio-net NIC whose
 // frames go through the caller's datagram socket. Machines can pause and
-// resume (vm.Pauser); saving state to disk is not supported.
+// resume (vm.Pauser) and, on macOS 14 or later, be saved to disk and
+// restored (vm.StateSaver, vm.Restorer). Each machine has a generic
+// platform with a machine identity, made anew or taken from
+// Config.MachineID, and reports it (vm.Identified): a restore needs the
+// identity the machine was saved with.
 //
 // On every other platform the package still builds: New returns an error
 // wrapping vm.ErrUnavailable, so callers may import it unconditionally.
@@ -39,6 +43,9 @@ var ErrKernelFormat = errors.New("kernel is not an uncompressed arm64 Linux Imag
 // Driver starts machines on Virtualization.framework. Make one with New.
 type Driver struct {
 	log *slog.Logger
+	// lockPath is the host's save/restore lock file
+	// (vm.DefaultSaveLockPath).
+	lockPath string
 }
 
 // Name returns "vz".
@@ -53,5 +60,5 @@ func newDriver(log *slog.Logger) *Driver {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Driver{log: log}
+	return &Driver{log: log, lockPath: vm.DefaultSaveLockPath()}
 }

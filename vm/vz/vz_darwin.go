@@ -3,7 +3,9 @@
 package vz
 
 import (
+	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -13,6 +15,7 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+	"time"
 
 	vz "github.com/Code-Hex/vz/v3"
 
@@ -20,10 +23,14 @@ import (
 )
 
 var (
-	_ vm.Driver  = (*Driver)(nil)
-	_ vm.Machine = (*machine)(nil)
-	_ vm.Pauser  = (*machine)(nil)
-	_ vm.Doctor  = (*Driver)(nil)
+	_ vm.Driver           = (*Driver)(nil)
+	_ vm.Machine          = (*machine)(nil)
+	_ vm.Pauser           = (*machine)(nil)
+	_ vm.Doctor           = (*Driver)(nil)
+	_ vm.Restorer         = (*Driver)(nil)
+	_ vm.StateSaver       = (*machine)(nil)
+	_ vm.SaveStateChecker = (*machine)(nil)
+	_ vm.Identified       = (*machine)(nil)
 )
 
 // The states mirrored in state.go must equal vz's: a difference makes an
@@ -126,41 +133,11 @@ func (d *Driver) Start(ctx context.Context, cfg vm.Config) (vm.Machine, error) {
 	if err != nil {
 		return nil, err
 	}
-	var keep []*os.File
-	if p.network != nil {
-		if err := TuneDatagramSocket(p.network.Conn); err != nil {
-			return nil, fmt.Errorf("%w: network: %v", vm.ErrInvalidConfig, err)
-		}
-		keep = append(keep, p.network.Conn)
-	}
-	conf, err := buildConfig(p)
+	m, err := d.create(p)
 	if err != nil {
 		return nil, err
 	}
-	if ok, err := conf.Validate(); err != nil {
-		return nil, classifyValidateError(err)
-	} else if !ok {
-		return nil, invalid("Virtualization.framework refused the configuration without saying why")
-	}
-	hv, err := vz.NewVirtualMachine(conf)
-	if err != nil {
-		return nil, fmt.Errorf("create machine %q: %w", p.name, err)
-	}
-	socks := hv.SocketDevices()
-	if len(socks) == 0 {
-		return nil, fmt.Errorf("create machine %q: the framework made no vsock device", p.name)
-	}
-	m := &machine{
-		name: p.name,
-		log:  d.log.With("vm", p.name, "driver", Name),
-		hv:   hv,
-		sock: socks[0],
-		port: p.controlPort,
-		feed: newStateFeed(vm.StateStarting),
-		keep: keep,
-	}
-	go m.watch(hv.StateChangedNotify())
-
+	hv := m.hv
 	m.log.Info("starting machine", "cpus", p.cpus, "memory_mib", p.memBytes>>20, "shares", len(p.shares), "disks", len(p.disks), "network", p.network != nil)
 	started := make(chan error, 1)
 	go func() { started <- hv.Start() }()
@@ -185,8 +162,144 @@ func (d *Driver) Start(ctx context.Context, cfg vm.Config) (vm.Machine, error) {
 	return m, nil
 }
 
-// buildConfig turns a plan into a Virtualization.framework configuration.
-func buildConfig(p plan) (*vz.VirtualMachineConfiguration, error) {
+// Restore implements vm.Restorer: it builds the machine cfg describes, which
+// must carry the saved machine's identity (Config.MachineID) and a fixed
+// network MAC, and loads statePath into it under the host's save/restore
+// lock. The machine comes back paused.
+func (d *Driver) Restore(ctx context.Context, cfg vm.Config, statePath string) (vm.Machine, error) {
+	if err := d.Available(ctx, cfg.Arch); err != nil {
+		return nil, err
+	}
+	if err := saveRestoreOS(); err != nil {
+		return nil, err
+	}
+	p, err := newPlan(cfg, hostLimits())
+	if err != nil {
+		return nil, err
+	}
+	if err := p.restoreProblem(); err != nil {
+		return nil, err
+	}
+	if err := checkRestorePath(statePath); err != nil {
+		return nil, err
+	}
+	m, err := d.create(p)
+	if err != nil {
+		return nil, err
+	}
+	if err := m.validateSaveRestore(); err != nil {
+		m.feed.set(vm.StateStopped, err)
+		return nil, err
+	}
+	m.log.Info("restoring machine", "state", statePath)
+	took, err := restoreState(ctx, statePath, hostLock(d.lockPath), m.hv.RestoreMachineStateFromURL)
+	if err != nil {
+		if s := m.hv.State(); s == vz.VirtualMachineStatePaused || s == vz.VirtualMachineStateRunning {
+			m.forceStop(err)
+		} else {
+			m.feed.set(vm.StateStopped, err)
+		}
+		return nil, fmt.Errorf("restore machine %q: %w", p.name, err)
+	}
+	m.feed.set(vm.StatePaused, nil)
+	m.log.Info("machine restored, paused", "took", took)
+	return m, nil
+}
+
+// create builds and validates the configuration of p and the machine that
+// runs it, not yet started.
+func (d *Driver) create(p plan) (*machine, error) {
+	var keep []*os.File
+	if p.network != nil {
+		if err := TuneDatagramSocket(p.network.Conn); err != nil {
+			return nil, fmt.Errorf("%w: network: %v", vm.ErrInvalidConfig, err)
+		}
+		keep = append(keep, p.network.Conn)
+	}
+	conf, id, err := buildConfig(p)
+	if err != nil {
+		return nil, err
+	}
+	if ok, err := conf.Validate(); err != nil {
+		return nil, classifyValidateError(err)
+	} else if !ok {
+		return nil, invalid("Virtualization.framework refused the configuration without saying why")
+	}
+	hv, err := vz.NewVirtualMachine(conf)
+	if err != nil {
+		return nil, fmt.Errorf("create machine %q: %w", p.name, err)
+	}
+	socks := hv.SocketDevices()
+	if len(socks) == 0 {
+		return nil, fmt.Errorf("create machine %q: the framework made no vsock device", p.name)
+	}
+	m := &machine{
+		name:     p.name,
+		log:      d.log.With("vm", p.name, "driver", Name),
+		hv:       hv,
+		conf:     conf,
+		plan:     p,
+		id:       id,
+		lockPath: d.lockPath,
+		sock:     socks[0],
+		port:     p.controlPort,
+		feed:     newStateFeed(vm.StateStarting),
+		keep:     keep,
+	}
+	go m.watch(hv.StateChangedNotify())
+	return m, nil
+}
+
+// saveRestoreOS reports whether this macOS can save and restore machines.
+func saveRestoreOS() error {
+	product, err := syscall.Sysctl("kern.osproductversion")
+	if err != nil {
+		return fmt.Errorf("%w: pausing to disk: read the macOS version: %v", vm.ErrNotSupported, err)
+	}
+	return checkSaveRestoreOS(product)
+}
+
+// platformConfig gives the machine its identity: p's, or a new one. It
+// returns the identity's bytes as the framework holds them.
+func platformConfig(p plan) (*vz.GenericPlatformConfiguration, []byte, error) {
+	var mid *vz.GenericMachineIdentifier
+	var err error
+	if len(p.machineID) == 0 {
+		mid, err = vz.NewGenericMachineIdentifier()
+	} else {
+		mid, err = vz.NewGenericMachineIdentifierWithData(p.machineID)
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("machine identity: %w", err)
+	}
+	id, err := acceptedMachineID(p.machineID, mid.DataRepresentation())
+	if err != nil {
+		return nil, nil, err
+	}
+	platform, err := vz.NewGenericPlatformConfiguration(vz.WithGenericMachineIdentifier(mid))
+	if err != nil {
+		return nil, nil, fmt.Errorf("configure platform: %w", err)
+	}
+	return platform, id, nil
+}
+
+// buildConfig turns a plan into a Virtualization.framework configuration
+// and reports the machine identity it carries.
+func buildConfig(p plan) (*vz.VirtualMachineConfiguration, []byte, error) {
+	conf, err := buildDevices(p)
+	if err != nil {
+		return nil, nil, err
+	}
+	platform, id, err := platformConfig(p)
+	if err != nil {
+		return nil, nil, err
+	}
+	conf.SetPlatformVirtualMachineConfiguration(platform)
+	return conf, id, nil
+}
+
+// buildDevices makes the configuration of p's boot loader and devices.
+func buildDevices(p plan) (*vz.VirtualMachineConfiguration, error) {
 	boot, err := vz.NewLinuxBootLoader(p.kernel, vz.WithCommandLine(p.cmdline), vz.WithInitrd(p.initrd))
 	if err != nil {
 		return nil, fmt.Errorf("%w: boot loader: %v", vm.ErrInvalidConfig, err)
@@ -291,9 +404,14 @@ type machine struct {
 	name string
 	log  *slog.Logger
 	hv   *vz.VirtualMachine
-	sock *vz.VirtioSocketDevice
-	port uint32
-	feed *stateFeed
+	conf *vz.VirtualMachineConfiguration
+	plan plan
+	id   []byte // the machine identity, as the framework holds it
+	// lockPath is the host's save/restore lock file.
+	lockPath string
+	sock     *vz.VirtioSocketDevice
+	port     uint32
+	feed     *stateFeed
 	// keep holds every *os.File whose descriptor the framework uses: were it
 	// collected, its finalizer would close the descriptor under the VM.
 	keep []*os.File
@@ -452,5 +570,94 @@ func (m *machine) Resume(ctx context.Context) error {
 		return fmt.Errorf("resume machine %q: %w", m.name, err)
 	}
 	m.feed.set(vm.StateRunning, nil)
+	return nil
+}
+
+// MachineID implements vm.Identified.
+func (m *machine) MachineID() []byte { return bytes.Clone(m.id) }
+
+// CanSaveState implements vm.SaveStateChecker: macOS 14 or later, a fixed
+// network MAC, and a configuration the framework says it can save.
+func (m *machine) CanSaveState() error {
+	if err := saveRestoreOS(); err != nil {
+		return err
+	}
+	if err := m.plan.saveProblem(); err != nil {
+		return err
+	}
+	return m.validateSaveRestore()
+}
+
+// validateSaveRestore asks the framework whether it can save and restore
+// this configuration.
+func (m *machine) validateSaveRestore() error {
+	ok, err := m.conf.ValidateSaveRestoreSupport()
+	switch {
+	case err != nil:
+		return fmt.Errorf("%w: Virtualization.framework cannot save or restore machine %q: %v", vm.ErrNotSupported, m.name, err)
+	case !ok:
+		return fmt.Errorf("%w: Virtualization.framework cannot save or restore machine %q", vm.ErrNotSupported, m.name)
+	}
+	return nil
+}
+
+// SaveState implements vm.StateSaver: under the host's save/restore lock it
+// pauses the machine, saves it to path and stops it. On failure the
+// machine is left as it was.
+func (m *machine) SaveState(ctx context.Context, path string) error {
+	if m.hasEnded() {
+		return fmt.Errorf("save machine %q: %w", m.name, vm.ErrNotRunning)
+	}
+	if err := m.CanSaveState(); err != nil {
+		return fmt.Errorf("save machine %q: %w", m.name, err)
+	}
+	t0 := time.Now()
+	if err := saveState(ctx, vzSaveOps{m}, path, hostLock(m.lockPath)); err != nil {
+		return fmt.Errorf("save machine %q: %w", m.name, err)
+	}
+	m.log.Info("machine saved and stopped", "state", path, "took", time.Since(t0))
+	return nil
+}
+
+// vzSaveOps carries out saveState's steps on the framework.
+type vzSaveOps struct{ m *machine }
+
+func (o vzSaveOps) state() hvState { return hvState(o.m.hv.State()) }
+
+func (o vzSaveOps) pause() error {
+	if err := o.m.hv.Pause(); err != nil {
+		return err
+	}
+	o.m.feed.set(vm.StatePaused, nil)
+	return nil
+}
+
+func (o vzSaveOps) resume() error {
+	if err := o.m.hv.Resume(); err != nil {
+		return err
+	}
+	o.m.feed.set(vm.StateRunning, nil)
+	return nil
+}
+
+func (o vzSaveOps) save(path string) error {
+	err := o.m.hv.SaveMachineStateToPath(path)
+	if errors.Is(err, vz.ErrUnsupportedOSVersion) || errors.Is(err, vz.ErrBuildTargetOSVersion) {
+		return fmt.Errorf("%w: %v", vm.ErrNotSupported, err)
+	}
+	return err
+}
+
+// stop ends a machine whose state is saved: a clean end, so Wait returns
+// nil.
+func (o vzSaveOps) stop() error {
+	if !o.m.hv.CanStop() {
+		return fmt.Errorf("the framework cannot stop the machine in state %s", hvStateName(hvState(o.m.hv.State())))
+	}
+	o.m.feed.set(vm.StateStopping, nil)
+	if err := o.m.hv.Stop(); err != nil {
+		return err
+	}
+	o.m.feed.set(vm.StateStopped, nil)
 	return nil
 }
