@@ -215,10 +215,14 @@ func (s *sess) pause(ctx context.Context, toDisk bool) (time.Duration, error) {
 		return 0, fmt.Errorf("session %s is already paused: `vibedom resume %s` resumes it", s.name, s.name)
 	}
 	if toDisk {
-		if _, ok := s.machine.(vm.StateSaver); !ok {
-			return 0, fmt.Errorf("pausing to disk needs the vz backend on macOS 14 or later; this session runs on %s: `vibedom pause %s` keeps it paused in memory", s.opts.Driver.Name(), s.name)
+		if err := vm.SaveStateSupported(s.machine); err != nil {
+			return 0, fmt.Errorf("session %s runs on %s: %w", s.name, s.opts.Driver.Name(), err)
 		}
-		return 0, fmt.Errorf("pausing to disk is not wired to sessions yet: `vibedom pause %s` keeps it paused in memory", s.name)
+		// The VM-level save and restore exist (vm.SaveToDisk,
+		// vm.RestoreFromDisk); re-attaching the network, the control
+		// connection and the agent's terminal after a restore waits for a
+		// Mac to test it on (docs/vm.md).
+		return 0, fmt.Errorf("pausing to disk is not available for sessions yet: `vibedom pause %s` keeps it paused in memory", s.name)
 	}
 	t0 := time.Now()
 	s.client.Hold(true)
