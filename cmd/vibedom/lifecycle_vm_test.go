@@ -21,7 +21,7 @@ import (
 )
 
 // startDetached runs `vibedom run --detach --json` and returns the name.
-func (c *cliRun) startDetached(t *testing.T, ws string, args ...string) string {
+func (c *cliRun) startDetached(t testing.TB, ws string, args ...string) string {
 	t.Helper()
 	all := append([]string{"run", ws, "--memory", "512M", "--no-network", "--preflight=off", "--detach", "--json"}, args...)
 	out, stderr, code := c.run(t, "", all...)
@@ -451,4 +451,73 @@ func slicesMax(ds []time.Duration) time.Duration {
 		m = max(m, d)
 	}
 	return m
+}
+
+// BenchmarkSessionLifecycle measures, on one detached session, what the
+// user waits for: `vibedom pause` and `vibedom resume` (the whole command,
+// and the hypervisor's part the host reports), and `vibedom attach` until
+// the first byte of the agent's terminal. The baseline is `vibedom status`,
+// the cheapest command that reaches the session host; the target for pause
+// and resume is one second.
+func BenchmarkSessionLifecycle(b *testing.B) {
+	requireVM(b)
+	c := newCLI(b)
+	ws := sampleWorkspace(b)
+	name := c.startDetached(b, ws)
+	timeCmd := func(args ...string) (time.Duration, string) {
+		t0 := time.Now()
+		cmd := exec.Command(vibedomBin(b), args...)
+		cmd.Env = c.env
+		out, err := cmd.Output()
+		if err != nil {
+			b.Fatalf("%v: %v", args, err)
+		}
+		return time.Since(t0), string(out)
+	}
+	const n = 10
+	var status, pause, resume, pauseHost, resumeHost, attach time.Duration
+	for i := 0; i < n; i++ {
+		d, _ := timeCmd("status", name, "--json")
+		status += d
+		for _, op := range []string{"pause", "resume"} {
+			d, out := timeCmd(op, name, "--json")
+			var r struct {
+				TookMS int64 `json:"took_ms"`
+			}
+			json.Unmarshal([]byte(out), &r)
+			if op == "pause" {
+				pause, pauseHost = pause+d, pauseHost+time.Duration(r.TookMS)*time.Millisecond
+			} else {
+				resume, resumeHost = resume+d, resumeHost+time.Duration(r.TookMS)*time.Millisecond
+			}
+		}
+		// attach: until the first byte of the terminal's replay.
+		cmd := exec.Command(vibedomBin(b), "attach", name)
+		cmd.Env = c.env
+		in, _ := cmd.StdinPipe()
+		out, _ := cmd.StdoutPipe()
+		t0 := time.Now()
+		if err := cmd.Start(); err != nil {
+			b.Fatal(err)
+		}
+		one := make([]byte, 1)
+		if _, err := io.ReadFull(out, one); err != nil {
+			b.Fatal(err)
+		}
+		attach += time.Since(t0)
+		in.Write([]byte{0x1d})
+		go io.Copy(io.Discard, out)
+		cmd.Wait()
+	}
+	avg := func(d time.Duration) float64 { return float64(d.Milliseconds()) / n }
+	b.ReportMetric(avg(status), "status-ms")
+	b.ReportMetric(avg(pause), "pause-ms")
+	b.ReportMetric(avg(pauseHost), "pause-vm-ms")
+	b.ReportMetric(avg(resume), "resume-ms")
+	b.ReportMetric(avg(resumeHost), "resume-vm-ms")
+	b.ReportMetric(avg(attach), "attach-first-byte-ms")
+	fmt.Printf("lifecycle: status %.0f ms (baseline); pause %.0f ms (VM %.0f ms) = %.2fx status, %.2fx the 1 s target; resume %.0f ms (VM %.0f ms, clock set) = %.2fx status, %.2fx the target; attach to first byte %.0f ms = %.2fx status\n",
+		avg(status), avg(pause), avg(pauseHost), avg(pause)/avg(status), avg(pause)/1000,
+		avg(resume), avg(resumeHost), avg(resume)/avg(status), avg(resume)/1000, avg(attach), avg(attach)/avg(status))
+	timeCmd("stop", name)
 }

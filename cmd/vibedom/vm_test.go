@@ -23,7 +23,7 @@ import (
 )
 
 // vibedomBin builds the vibedom command once per test process.
-func vibedomBin(t *testing.T) string {
+func vibedomBin(t testing.TB) string {
 	t.Helper()
 	return prodBin.get(t)
 }
@@ -45,7 +45,7 @@ type binBuild struct {
 
 var prodBin, testKeysBin binBuild
 
-func (b *binBuild) get(t *testing.T, flags ...string) string {
+func (b *binBuild) get(t testing.TB, flags ...string) string {
 	t.Helper()
 	b.once.Do(func() {
 		dir, err := os.MkdirTemp("", "vibedom-bin-")
@@ -72,7 +72,7 @@ type cliRun struct {
 	env       []string
 }
 
-func newCLI(t *testing.T) *cliRun {
+func newCLI(t testing.TB) *cliRun {
 	t.Helper()
 	c := &cliRun{home: t.TempDir(), tmp: t.TempDir()}
 	// The Alpine mirror is a closed loopback port: a test that builds a
@@ -89,13 +89,13 @@ func newCLI(t *testing.T) *cliRun {
 	return c
 }
 
-func (c *cliRun) run(t *testing.T, stdin string, args ...string) (stdout, stderr string, code int) {
+func (c *cliRun) run(t testing.TB, stdin string, args ...string) (stdout, stderr string, code int) {
 	t.Helper()
 	return c.runWith(t, vibedomBin(t), stdin, args...)
 }
 
 // runWith is run with another build of vibedom.
-func (c *cliRun) runWith(t *testing.T, bin, stdin string, args ...string) (stdout, stderr string, code int) {
+func (c *cliRun) runWith(t testing.TB, bin, stdin string, args ...string) (stdout, stderr string, code int) {
 	t.Helper()
 	cmd := exec.Command(bin, args...)
 	cmd.Env = c.env
@@ -114,7 +114,7 @@ func (c *cliRun) runWith(t *testing.T, bin, stdin string, args ...string) (stdou
 }
 
 // requireVM skips when no QEMU or guest image assets are here.
-func requireVM(t *testing.T) {
+func requireVM(t testing.TB) {
 	t.Helper()
 	bin := map[string]string{"amd64": "qemu-system-x86_64", "arm64": "qemu-system-aarch64"}[runtime.GOARCH]
 	if _, err := exec.LookPath(bin); err != nil {
@@ -148,7 +148,7 @@ func (c *cliRun) assertNothingLeft(t *testing.T) {
 	}
 }
 
-func sampleWorkspace(t *testing.T) string {
+func sampleWorkspace(t testing.TB) string {
 	t.Helper()
 	ws := filepath.Join(t.TempDir(), "app")
 	files := map[string]string{
