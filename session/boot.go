@@ -28,6 +28,9 @@ import (
 	"github.com/vibedom/vibedom/vm"
 )
 
+// SessionLogFile is the session's own log in its log folder.
+const SessionLogFile = "session.log"
+
 // files of a session folder.
 const (
 	stateFile    = "state.json"
@@ -36,7 +39,7 @@ const (
 	clientKey    = "client_key"
 	hostKey      = "host_key"
 	consoleFile  = "console.log"
-	sessionLog   = "session.log"
+	sessionLog   = SessionLogFile
 	workspaceTag = "workspace"
 )
 

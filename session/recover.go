@@ -15,6 +15,7 @@ import (
 	"github.com/vibedom/vibedom/image"
 	"github.com/vibedom/vibedom/keys"
 	"github.com/vibedom/vibedom/netfilter"
+	"github.com/vibedom/vibedom/overlay"
 	"github.com/vibedom/vibedom/vm"
 )
 
@@ -70,7 +71,7 @@ func Recover(ctx context.Context, ro RecoverOptions) (*Result, error) {
 		return nil, fmt.Errorf("%w: session %s has no scratch disk left (%s): its work is gone", ErrNotRecoverable, info.Name, filepath.Join(info.Dir, scratchFile))
 	}
 	if info.PatchPending() {
-		return nil, fmt.Errorf("%w: session %s already has a patch waiting: `vibedom review %s` (remove %s to collect again)", ErrNotRecoverable, info.Name, info.Name, filepath.Join(info.Dir, "changes.patch"))
+		return nil, fmt.Errorf("%w: session %s already has a patch waiting: `vibedom review %s` (remove %s to collect again)", ErrNotRecoverable, info.Name, info.Name, filepath.Join(info.Dir, overlay.PatchFileName))
 	}
 	o := Options{
 		Home: ro.Home, Workspace: info.Workspace, Name: info.Name, Driver: ro.Driver, Arch: vm.Arch(info.Arch),

@@ -82,7 +82,7 @@ func logsAction(ctx context.Context, c *cli.Command) error {
 	case c.Bool("decrypt"):
 		return printAudit(w, c.Root().ErrWriter, home, filepath.Join(dir, dlp.AuditFile), c.Bool("json"))
 	}
-	f, err := os.Open(filepath.Join(dir, "session.log"))
+	f, err := os.Open(filepath.Join(dir, session.SessionLogFile))
 	if err != nil {
 		return fmt.Errorf("session log: %w", err)
 	}
