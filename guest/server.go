@@ -89,8 +89,10 @@ type runAs struct {
 // Server serves SSH connections from the host: session channels with exec,
 // shell (with or without a pseudo-terminal), the SFTP subsystem, signals
 // and window changes, and the poweroff global request. Commands run as the
-// server's own user (root in the guest). Nothing else is served: no port
-// forwarding, no other channel types.
+// server's own user (root in the guest). A session may ask for SSH agent
+// forwarding: its command then reaches the host's agent through a socket
+// in SSH_AUTH_SOCK (agentfwd_linux.go). Nothing else is served: no port
+// forwarding, no other channel types from the client.
 type Server struct {
 	cfg     ServerConfig
 	ssh     *ssh.ServerConfig
@@ -188,7 +190,7 @@ func (s *Server) ServeConn(ctx context.Context, conn net.Conn) error {
 		go func() {
 			defer wg.Done()
 			defer func() { <-slots }()
-			s.session(ch, creqs)
+			s.session(sc, ch, creqs)
 		}()
 	}
 	cancel()
@@ -226,13 +228,15 @@ type sessionState struct {
 	proc     *process
 	kept     *keptAttach
 	sftpDone chan struct{}
+	conn     ssh.Conn      // the connection, for channels back to the host
+	agent    *agentForward // nil unless agent forwarding was asked for
 }
 
 // session serves one session channel: env and pty-req requests, then one of
 // shell, exec or subsystem, then signals and window changes. It returns
 // when the channel's requests end, after what it started has ended.
-func (s *Server) session(ch ssh.Channel, reqs <-chan *ssh.Request) {
-	var st sessionState
+func (s *Server) session(conn ssh.Conn, ch ssh.Channel, reqs <-chan *ssh.Request) {
+	st := sessionState{conn: conn}
 	for r := range reqs {
 		reply(r, s.request(ch, &st, r))
 	}
@@ -248,6 +252,7 @@ func (s *Server) session(ch ssh.Channel, reqs <-chan *ssh.Request) {
 	if st.sftpDone != nil {
 		<-st.sftpDone
 	}
+	st.agent.close()
 }
 
 // request handles one channel request and reports whether it succeeded.
@@ -335,6 +340,8 @@ func (s *Server) request(ch ssh.Channel, st *sessionState, r *ssh.Request) bool 
 		st.sftpDone = make(chan struct{})
 		go s.serveSFTP(ch, st.sftpDone)
 		return true
+	case requestAgentForwarding:
+		return s.agentRequest(st)
 	}
 	return false
 }
@@ -500,6 +507,13 @@ func (s *Server) newProcess(shell bool, command string, st *sessionState) (*proc
 	as, clientEnv, err := s.runAs(st.env)
 	if err != nil {
 		return nil, err
+	}
+	if st.agent != nil {
+		sock, err := st.agent.listen(as)
+		if err != nil {
+			return nil, err
+		}
+		env = append(env, sock)
 	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{}
 	if as.chroot != "" {

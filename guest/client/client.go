@@ -36,6 +36,7 @@ type Client struct {
 	stop     chan struct{}
 	stopOnce sync.Once
 	held     atomic.Bool // keepalives held while the VM is paused
+	agent    agentState
 }
 
 // keepaliveEvery is the keepalive period. See keepalive.
@@ -242,6 +243,9 @@ type ExecOptions struct {
 	// Signals delivers signals to send to the command's process group
 	// (ssh.SIGINT, ssh.SIGTERM …) while it runs.
 	Signals <-chan ssh.Signal
+	// ForwardAgent gives the command SSH_AUTH_SOCK, a socket to the agent
+	// given to ServeAgent (ErrNoAgent without one).
+	ForwardAgent bool
 }
 
 // Exec runs cmd through /bin/sh -c in the guest (working directory /work)
@@ -253,6 +257,11 @@ func (c *Client) Exec(ctx context.Context, cmd string, o ExecOptions) (ExitStatu
 	sess, err := c.open(ctx, func(sess *ssh.Session) error {
 		if err := setEnv(sess, o.Env); err != nil {
 			return err
+		}
+		if o.ForwardAgent {
+			if err := c.requestAgent(sess); err != nil {
+				return err
+			}
 		}
 		if err := feedStdin(sess, o.Stdin); err != nil {
 			return err
@@ -381,6 +390,9 @@ type ShellOptions struct {
 	// later ones attach to it and first get its recent output. Ending ctx
 	// then detaches instead of signalling the command.
 	Keep string
+	// ForwardAgent gives the command SSH_AUTH_SOCK, a socket to the agent
+	// given to ServeAgent (ErrNoAgent without one).
+	ForwardAgent bool
 }
 
 // Shell runs a login shell (or o.Command) on a pseudo-terminal in the guest
@@ -399,6 +411,11 @@ func (c *Client) Shell(ctx context.Context, o ShellOptions) (ExitStatus, error) 
 		if o.Keep != "" {
 			if err := sess.Setenv(proto.KeepVar, o.Keep); err != nil {
 				return fmt.Errorf("ask the guest for a kept terminal: %w", err)
+			}
+		}
+		if o.ForwardAgent {
+			if err := c.requestAgent(sess); err != nil {
+				return err
 			}
 		}
 		modes := ssh.TerminalModes{ssh.ECHO: 1, ssh.TTY_OP_ISPEED: 38400, ssh.TTY_OP_OSPEED: 38400}
