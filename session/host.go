@@ -313,6 +313,7 @@ func (s *sess) stream(c net.Conn, r *bufio.Reader, req *ControlRequest) {
 		s.log.Info("exec from the control socket", "argv", req.Argv)
 		st, err = s.client.Exec(ctx, "exec "+shellQuote(req.Argv), client.ExecOptions{
 			Stdin: inR, Stdout: streamWriter{fw, frameData}, Stderr: streamWriter{fw, frameStderr}, Env: env,
+			ForwardAgent: s.opts.SSHAgent.Enabled,
 		})
 	} else {
 		s.ctl.mu.Lock()
@@ -369,7 +370,7 @@ func (s *sess) rootEnv() map[string]string {
 // keptOptions describe the agent's kept terminal. The first Shell with
 // them starts the agent; later ones (attach) join it.
 func (s *sess) keptOptions() client.ShellOptions {
-	o := client.ShellOptions{Keep: keptAgent, Env: s.userEnv(), Term: TermName()}
+	o := client.ShellOptions{Keep: keptAgent, Env: s.userEnv(), Term: TermName(), ForwardAgent: s.opts.SSHAgent.Enabled}
 	if len(s.opts.Command) > 0 {
 		o.Command = "exec " + shellQuote(s.opts.Command)
 	}

@@ -81,6 +81,8 @@ type Options struct {
 	// Ready, when set, is called once the guest is up, the agent started
 	// and the control socket serves.
 	Ready func(name string)
+	// SSHAgent forwards the deploy key's SSH agent to the guest.
+	SSHAgent SSHAgentOptions
 	// Log receives the session's own debug log besides session.log; nil
 	// writes only session.log.
 	Log *slog.Logger

@@ -157,6 +157,9 @@ func (s *sess) runAgent(ctx context.Context) (int, error) {
 	if err := s.copyAgentSettings(ctx); err != nil {
 		return 0, err
 	}
+	if err := s.startSSHAgent(); err != nil {
+		return 0, err
+	}
 	// A stop request from the control socket ends the agent: a hang-up on
 	// its terminal (or SIGTERM for a command without one), then, if it
 	// still runs 10 seconds later, the session goes on without it (the
@@ -202,6 +205,7 @@ func (s *sess) runAgent(ctx context.Context) (int, error) {
 		in, stop := newInput(o.Stdin)
 		st, err = s.client.Exec(actx, "exec "+shellQuote(o.Command), client.ExecOptions{
 			Stdin: in, Stdout: o.Stdout, Stderr: o.Stderr, Env: s.userEnv(), Signals: sigs,
+			ForwardAgent: o.SSHAgent.Enabled,
 		})
 		stop()
 	default:

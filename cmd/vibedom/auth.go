@@ -83,6 +83,30 @@ func init() {
 				},
 			},
 			{
+				Name:  "ssh-key",
+				Usage: "print the deploy key's public half, to add as a deploy key on your git host (made on first use; used in the VM only through run --ssh-agent)",
+				Flags: []cli.Flag{&cli.BoolFlag{Name: "json", Usage: "print the result as JSON"}},
+				Action: func(ctx context.Context, c *cli.Command) error {
+					home, err := session.DefaultHome()
+					if err != nil {
+						return err
+					}
+					k, err := session.DeployKey(home)
+					if err != nil {
+						return err
+					}
+					w := c.Root().Writer
+					if c.Bool("json") {
+						return writeJSON(w, k)
+					}
+					if k.Created {
+						fmt.Fprintf(c.Root().ErrWriter, "Made a deploy key in %s.\n", k.Path)
+					}
+					fmt.Fprintln(w, k.PublicKey)
+					return nil
+				},
+			},
+			{
 				Name:      "rm",
 				Usage:     "delete a stored key",
 				ArgsUsage: "PROVIDER",

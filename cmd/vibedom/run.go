@@ -45,6 +45,7 @@ what to apply (without a terminal nothing is applied unless --apply).`,
 			&cli.StringFlag{Name: "agent", Usage: "start a coding agent: claude, codex, opencode or shell (default: agent = … in ~/.vibedom/config, else a shell); words after -- go to the agent"},
 			&cli.BoolFlag{Name: "root", Usage: "run the command or shell as root in the guest (default: the unprivileged agent user)"},
 			&cli.BoolFlag{Name: "no-review", Usage: "do not collect the agent's changes at the end"},
+			&cli.BoolFlag{Name: "ssh-agent", Usage: "forward an SSH agent holding only the deploy key (vibedom auth ssh-key), so git can push over SSH; the key never enters the VM, every signature is logged"},
 			&cli.StringFlag{Name: "arch", Usage: "guest architecture: amd64 or arm64 (default: the host's)"},
 			&cli.StringFlag{Name: "preflight", Usage: "secrets scan before boot: prompt (ask on a terminal), warn (report and go on), strict (refuse on unapproved HIGH), off", Value: "prompt"},
 			&cli.BoolFlag{Name: "quiet", Aliases: []string{"q"}, Usage: "print no progress lines"},
@@ -139,6 +140,7 @@ func runAction(ctx context.Context, c *cli.Command) error {
 		DLP:       session.DLPOptions{AllowPatterns: c.StringSlice("allow-pattern"), AllowContexts: c.StringSlice("allow-context")},
 		Review:    session.ReviewOptions{ApplyAll: c.Bool("apply"), Skip: c.Bool("no-review")},
 		AsRoot:    c.Bool("root"),
+		SSHAgent:  session.SSHAgentOptions{Enabled: c.Bool("ssh-agent")},
 	}
 	if agent != "" && !(c.String("agent") == "" && len(command) > 0) {
 		// An agent from the flag, or the configured default when no

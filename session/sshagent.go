@@ -1,0 +1,80 @@
+package session
+
+import (
+	"fmt"
+	"path/filepath"
+
+	"github.com/vibedom/vibedom/keys"
+	"github.com/vibedom/vibedom/sshagent"
+)
+
+// SSHAgentOptions configures SSH agent forwarding to the guest.
+type SSHAgentOptions struct {
+	// Enabled serves the deploy key's agent (sshagent) to the guest: the
+	// command or shell gets SSH_AUTH_SOCK, so git can push over SSH where
+	// the policy allows host:22. The key never enters the VM; every
+	// signature is logged to the session's sshagent.LogFile. Off by default.
+	Enabled bool
+}
+
+// startSSHAgent serves the deploy key's agent to the guest when the
+// session asked for it. The deploy key is made now if `vibedom init` has
+// not made it.
+func (s *sess) startSSHAgent() error {
+	if !s.opts.SSHAgent.Enabled {
+		return nil
+	}
+	dk, created, err := keys.EnsureDeployKey(s.opts.Home.Keys())
+	if err != nil {
+		return fmt.Errorf("SSH agent: %w", err)
+	}
+	if created {
+		s.progress("made a deploy key: add it to your git host (vibedom auth ssh-key prints it): %s", dk.AuthorizedKey())
+	}
+	l, err := sshagent.OpenLog(s.logDir)
+	if err != nil {
+		return err
+	}
+	s.cleanup.add("close the SSH agent log", l.Close)
+	if err := s.client.ServeAgent(sshagent.New(dk.Signer(), redactedRecorder{s, l})); err != nil {
+		return fmt.Errorf("SSH agent: %w", err)
+	}
+	s.log.Info("SSH agent forwarded to the guest", "key", dk.Fingerprint())
+	s.progress("SSH agent: the deploy key %s signs SSH logins from the guest (each one logged in %s)", dk.Fingerprint(), filepath.Join(s.logDir, sshagent.LogFile))
+	return nil
+}
+
+// redactedRecorder passes the guest-chosen strings of agent events through
+// the session's log redactor (a known secret put in an SSH user name must
+// not reach the log in clear).
+type redactedRecorder struct {
+	s    *sess
+	next sshagent.Recorder
+}
+
+func (r redactedRecorder) Record(e sshagent.Event) {
+	if red := r.s.redact; red != nil {
+		e.User, e.Service, e.Algorithm, e.Reason = red(e.User), red(e.Service), red(e.Algorithm), red(e.Reason)
+	}
+	r.next.Record(e)
+}
+
+// DeployKeyInfo is the public side of the deploy key.
+type DeployKeyInfo struct {
+	// PublicKey is the authorized_keys line to register with a git host.
+	PublicKey   string `json:"public_key"`
+	Fingerprint string `json:"fingerprint"`
+	// Path is the private key file (0600, never enters a VM).
+	Path string `json:"path"`
+	// Created reports that the key was made by this call.
+	Created bool `json:"created"`
+}
+
+// DeployKey returns the deploy key of h, making it on first use.
+func DeployKey(h Home) (*DeployKeyInfo, error) {
+	dk, created, err := keys.EnsureDeployKey(h.Keys())
+	if err != nil {
+		return nil, fmt.Errorf("deploy key: %w", err)
+	}
+	return &DeployKeyInfo{PublicKey: dk.AuthorizedKey(), Fingerprint: dk.Fingerprint(), Path: dk.Path(), Created: created}, nil
+}
