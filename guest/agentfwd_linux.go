@@ -197,3 +197,26 @@ func (f *agentForward) close() {
 		os.RemoveAll(dir)
 	}
 }
+
+// keepAgent hands the agent socket of the session that just started the
+// kept terminal a to that terminal: the socket then lives as long as the
+// command, not the channel that started it (a detached session's agent
+// keeps its SSH_AUTH_SOCK when the host detaches). A channel that attaches
+// to a running terminal has no socket of its own to hand over.
+func keepAgent(st *sessionState, a *keptAttach) {
+	f := st.agent
+	if f == nil || a == nil {
+		return
+	}
+	f.mu.Lock()
+	listening := f.ln != nil
+	f.mu.Unlock()
+	if !listening {
+		return
+	}
+	st.agent = nil
+	go func() {
+		<-a.term.proc.done
+		f.close()
+	}()
+}

@@ -2,6 +2,7 @@ package guest
 
 import (
 	"bytes"
+	"context"
 	"crypto/ed25519"
 	"crypto/rand"
 	"errors"
@@ -242,4 +243,34 @@ func between(s, a, b string) string {
 	_, after, _ := strings.Cut(s, a)
 	v, _, _ := strings.Cut(after, b)
 	return v
+}
+
+// TestAgentForwardingKept: a kept terminal started with ForwardAgent keeps
+// its agent socket after the channel that started it detaches.
+func TestAgentForwardingKept(t *testing.T) {
+	if _, err := exec.LookPath("ssh-add"); err != nil {
+		t.Skip("ssh-add not installed")
+	}
+	g := startGuest(t)
+	c := g.dial(t)
+	kr, _ := newKeyring(t)
+	if err := c.ServeAgent(kr); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() {
+		_, err := c.Shell(ctx, client.ShellOptions{Keep: "k", ForwardAgent: true,
+			Command: "sleep 1; ssh-add -l > " + g.path("out") + " 2>&1"})
+		done <- err
+	}()
+	time.Sleep(300 * time.Millisecond)
+	cancel() // detach
+	<-done
+	waitUntil(t, "the kept command lists the key after the detach", func() bool {
+		b, _ := os.ReadFile(g.path("out"))
+		return strings.Contains(string(b), "ED25519")
+	})
+	b, _ := os.ReadFile(g.path("out"))
+	t.Logf("kept command: %s", b)
 }

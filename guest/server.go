@@ -320,6 +320,7 @@ func (s *Server) request(ch ssh.Channel, st *sessionState, r *ssh.Request) bool 
 				return false
 			}
 			st.started, st.kept = true, a
+			keepAgent(st, a)
 			return true
 		}
 		p, err := s.start(r.Type == "shell", e.Command, st, ch)
