@@ -185,6 +185,53 @@ echo TAR-BEGIN; tar cf - /tmp /run /home 2>/dev/null || true; echo; echo TAR-END
 	c.assertNothingLeft(t)
 }
 
+// TestGitPushSSHAgentDetachedVM: with `run --detach --ssh-agent` the
+// agent's command (on the guest's kept terminal) and a `vibedom exec` from
+// the control socket each get a forwarded agent and push over SSH.
+func TestGitPushSSHAgentDetachedVM(t *testing.T) {
+	c, bin := guestImageHome(t)
+	deploy := readDeployKey(t, c.home)
+	bare := filepath.Join(t.TempDir(), "repo.git")
+	gitCmd(t, "", "init", "-q", "--bare", bare)
+	srv := newGitServer(t, deploy.pub, bare)
+	ws := sampleWorkspace(t)
+	gitCmd(t, ws, "init", "-q")
+	gitCmd(t, ws, "add", "-A")
+	gitCmd(t, ws, "-c", "user.name=t", "-c", "user.email=t@example.invalid", "commit", "-qm", "from the host")
+	head := strings.TrimSpace(gitCmd(t, ws, "rev-parse", "HEAD"))
+	build := exec.Command("go", "build", "-o", filepath.Join(ws, ".gitssh"), "./testdata/gitssh")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH="+runtime.GOARCH)
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build gitssh: %v\n%s", err, out)
+	}
+	push := `cd /work && GIT_SSH=/work/.gitssh GIT_SSH_VARIANT=simple GITSSH_HOSTKEY='` + srv.hostKey + `' git push ssh://git@gitserver.test/repo.git HEAD:`
+	// The agent's command waits for the exec's push, then pushes too.
+	kept := `while [ ! -e /tmp/exec-pushed ]; do sleep 0.2; done; ` + push + `kept > /tmp/kept.log 2>&1; echo $? > /tmp/kept.status; sleep 600`
+	stdout, stderr, code := c.runWith(t, bin, "", "run", ws, "--detach", "--name", "pushy", "--ssh-agent", "--no-review", "--preflight=off", "--memory", "512M",
+		"--allow", "gitserver.test:22", "--resolve", "gitserver.test:22:127.0.0.1:"+srv.port, "--", "sh", "-c", kept)
+	if code != 0 {
+		t.Fatalf("run --detach: exit %d\n%s\n%s", code, stdout, stderr)
+	}
+	defer c.runWith(t, bin, "", "stop", "pushy")
+	stdout, stderr, code = c.runWith(t, bin, "", "exec", "pushy", "--", "sh", "-c",
+		`echo "sock=$SSH_AUTH_SOCK"; `+push+`main 2>&1 && touch /tmp/exec-pushed && for i in $(seq 150); do [ -e /tmp/kept.status ] && break; sleep 0.2; done; cat /tmp/kept.log; echo "kept status $(cat /tmp/kept.status)"`)
+	if code != 0 || !strings.Contains(stdout, "sock=/run/vibedom-agent-") || !strings.Contains(stdout, "kept status 0") {
+		t.Errorf("exec: exit %d\n%s\n%s", code, stdout, stderr)
+	}
+	if _, stderr, code := c.runWith(t, bin, "", "stop", "pushy"); code != 0 {
+		t.Errorf("stop: exit %d %s", code, stderr)
+	}
+	for _, ref := range []string{"main", "kept"} {
+		if got := strings.TrimSpace(gitCmd(t, "", "--git-dir", bare, "rev-parse", ref)); got != head {
+			t.Errorf("bare repository's %s: %s, want %s", ref, got, head)
+		}
+	}
+	if n := strings.Count(readSessionFile(t, c, "ssh_agent.jsonl"), `"op":"sign","decision":"allow"`); n != 2 {
+		t.Errorf("%d signatures logged, want 2", n)
+	}
+	c.assertNothingLeft(t)
+}
+
 type deployKey struct {
 	pub         ssh.PublicKey
 	fingerprint string
