@@ -1,8 +1,10 @@
 package client
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"sync"
 
 	"golang.org/x/crypto/ssh"
@@ -17,6 +19,11 @@ const channelAgent = "auth-agent@openssh.com"
 // opens them, and the guest is not trusted to open few. Further ones are
 // refused.
 const maxAgentChannels = 16
+
+// maxAgentMessage bounds one agent request from the guest. An SSH login's
+// sign request is well under 1 KiB; x/crypto's ServeAgent would otherwise
+// allocate whatever length (up to 16 MiB) the guest announces, per channel.
+const maxAgentMessage = 64 << 10
 
 // ErrNoAgent is returned by Exec and Shell when ForwardAgent is set but
 // ServeAgent was never called.
@@ -61,7 +68,10 @@ func (c *Client) ServeAgent(a agent.Agent) error {
 			go func() {
 				defer func() { <-slots }()
 				defer ch.Close()
-				_ = agent.ServeAgent(a, ch)
+				_ = agent.ServeAgent(a, struct {
+					io.Reader
+					io.Writer
+				}{&boundedFrames{r: ch, max: maxAgentMessage}, ch})
 			}()
 		}
 	}()
@@ -80,4 +90,39 @@ func (c *Client) requestAgent(sess *ssh.Session) error {
 		return fmt.Errorf("ask the guest to forward the SSH agent: %w", err)
 	}
 	return nil
+}
+
+// boundedFrames passes an agent protocol stream (4-byte big-endian length,
+// then the message) through, failing at the header of a message longer than
+// max, before anything allocates room for it.
+type boundedFrames struct {
+	r    io.Reader
+	max  uint32
+	hdr  [4]byte
+	nhdr int    // header bytes read of the next message
+	left uint32 // body bytes of the current message still to come
+}
+
+var errAgentMessageTooLong = errors.New("agent message too long")
+
+func (b *boundedFrames) Read(p []byte) (int, error) {
+	if len(p) == 0 {
+		return 0, nil
+	}
+	if b.left == 0 {
+		n, err := b.r.Read(p[:min(len(p), 4-b.nhdr)])
+		copy(b.hdr[b.nhdr:], p[:n])
+		b.nhdr += n
+		if b.nhdr == 4 {
+			b.nhdr = 0
+			b.left = binary.BigEndian.Uint32(b.hdr[:])
+			if b.left > b.max {
+				return n, errAgentMessageTooLong
+			}
+		}
+		return n, err
+	}
+	n, err := b.r.Read(p[:min(uint32(len(p)), b.left)])
+	b.left -= uint32(n)
+	return n, err
 }
