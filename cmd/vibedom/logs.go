@@ -17,6 +17,7 @@ import (
 	"github.com/vibedom/vibedom/keys"
 	"github.com/vibedom/vibedom/netfilter"
 	"github.com/vibedom/vibedom/session"
+	"github.com/vibedom/vibedom/sshagent"
 	"github.com/vibedom/vibedom/termtext"
 )
 
@@ -32,9 +33,10 @@ latest session; a path to a log folder (~/.vibedom/logs/session-…) works too.
   --alerts    what was refused or scrubbed (alerts.jsonl)
   --decrypt   the original values the DLP scrubbed (dlp_audit.jsonl.enc,
               decrypted with ~/.vibedom/keys/dlp_audit.key): handle with care
+  --ssh-agent what the deploy key signed for the guest (ssh_agent.jsonl, run --ssh-agent)
   --path      the log folder's path
 
-With --json, --network, --alerts and --decrypt print one JSON object a line
+With --json, --network, --alerts, --decrypt and --ssh-agent print one JSON object a line
 (the schemas are in docs/logs.md). Whatever came from the guest (host names,
 URLs, reasons) is printed with control and invisible characters escaped:
 \x1b, \u202e … in text, \u001b, \u202e … in JSON.`,
@@ -42,6 +44,7 @@ URLs, reasons) is printed with control and invisible characters escaped:
 			&cli.BoolFlag{Name: "network", Usage: "print network.jsonl"},
 			&cli.BoolFlag{Name: "alerts", Usage: "print alerts.jsonl"},
 			&cli.BoolFlag{Name: "decrypt", Usage: "decrypt and print the DLP audit log (original values)"},
+			&cli.BoolFlag{Name: "ssh-agent", Usage: "print ssh_agent.jsonl: every signature the deploy key made for the guest"},
 			&cli.BoolFlag{Name: "path", Usage: "print the log folder"},
 			&cli.BoolFlag{Name: "json", Usage: "print JSON lines"},
 		},
@@ -51,13 +54,13 @@ URLs, reasons) is printed with control and invisible characters escaped:
 
 func logsAction(ctx context.Context, c *cli.Command) error {
 	n := 0
-	for _, f := range []string{"network", "alerts", "decrypt", "path"} {
+	for _, f := range []string{"network", "alerts", "decrypt", "ssh-agent", "path"} {
 		if c.Bool(f) {
 			n++
 		}
 	}
 	if n > 1 {
-		return errors.New("--network, --alerts, --decrypt and --path exclude each other: pick one")
+		return errors.New("--network, --alerts, --decrypt, --ssh-agent and --path exclude each other: pick one")
 	}
 	if c.Args().Len() > 1 {
 		return fmt.Errorf("one SESSION at most (got %d arguments)", c.Args().Len())
@@ -79,6 +82,8 @@ func logsAction(ctx context.Context, c *cli.Command) error {
 		return printEvents(w, filepath.Join(dir, netfilter.NetworkLogFile), c.Bool("json"))
 	case c.Bool("alerts"):
 		return printEvents(w, filepath.Join(dir, netfilter.AlertsLogFile), c.Bool("json"))
+	case c.Bool("ssh-agent"):
+		return printAgentLog(w, filepath.Join(dir, sshagent.LogFile), c.Bool("json"))
 	case c.Bool("decrypt"):
 		return printAudit(w, c.Root().ErrWriter, home, filepath.Join(dir, dlp.AuditFile), c.Bool("json"))
 	}
