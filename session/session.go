@@ -88,6 +88,10 @@ func (s *sess) run(ctx context.Context, start time.Time) (*Result, error) {
 		return s.result(), err
 	}
 	s.timings.Total = time.Since(start)
+	// Before the control socket serves: a vibedom exec may ask for the agent.
+	if err := s.startSSHAgent(); err != nil {
+		return s.result(), err
+	}
 	if err := s.startControl(); err != nil {
 		return s.result(), err
 	}
@@ -155,9 +159,6 @@ func (s *sess) runAgent(ctx context.Context) (int, error) {
 	var st client.ExitStatus
 	var err error
 	if err := s.copyAgentSettings(ctx); err != nil {
-		return 0, err
-	}
-	if err := s.startSSHAgent(); err != nil {
 		return 0, err
 	}
 	// A stop request from the control socket ends the agent: a hang-up on

@@ -62,6 +62,9 @@ type Event struct {
 	// SessionID is the SSH session identifier (exchange hash) the
 	// signature is bound to, in hex: it names one SSH connection.
 	SessionID string `json:"session_id,omitempty"`
+	// ServerHostKey is the SHA256 fingerprint of the server's host key when
+	// the client bound the login to it (OpenSSH's hostbound method).
+	ServerHostKey string `json:"server_host_key,omitempty"`
 	// Reason says why a request was refused.
 	Reason string `json:"reason,omitempty"`
 }
@@ -126,6 +129,15 @@ func (a *Agent) SignWithFlags(key ssh.PublicKey, data []byte, _ agent.SignatureF
 		return nil, fmt.Errorf("%w: %v", ErrRefused, err)
 	}
 	e := Event{Op: "sign", Key: a.fp, User: req.User, Service: req.Service, Algorithm: req.Algorithm, SessionID: hex.EncodeToString(req.SessionID)}
+	if req.HostKey != nil {
+		if hk, err := ssh.ParsePublicKey(req.HostKey); err == nil {
+			e.ServerHostKey = ssh.FingerprintSHA256(hk)
+		} else {
+			e.Decision, e.Reason = "deny", "malformed server host key in the request"
+			a.record(e)
+			return nil, fmt.Errorf("%w: %s", ErrRefused, e.Reason)
+		}
+	}
 	if !bytes.Equal(req.PubKey, a.pub) {
 		e.Decision, e.Reason = "deny", "the request names another key"
 		a.record(e)
@@ -170,21 +182,37 @@ func (a *Agent) Signers() ([]ssh.Signer, error) {
 }
 
 // Extension answers no extension (session-bind@openssh.com included, which
-// OpenSSH clients send and do without).
+// OpenSSH clients send and do without); each request but session-bind is
+// logged as refused.
 func (a *Agent) Extension(typ string, _ []byte) ([]byte, error) {
-	a.record(Event{Op: "extension", Decision: "deny", Reason: "unsupported extension " + clip(typ)})
+	if typ != extSessionBind { // asked on every OpenSSH connection: not news
+		a.record(Event{Op: "extension", Decision: "deny", Reason: "unsupported extension " + clip(typ)})
+	}
 	return nil, agent.ErrExtensionUnsupported
 }
 
+// extSessionBind is the extension OpenSSH's ssh sends before it signs,
+// binding the agent connection to the server's host key. The agent does not
+// keep such bindings; it is refused without a log line.
+const extSessionBind = "session-bind@openssh.com"
+
 // userAuth is the signed part of a publickey user-authentication request
-// (RFC 4252 §7).
+// (RFC 4252 §7, or OpenSSH's publickey-hostbound-v00@openssh.com, which
+// appends the server's host key).
 type userAuth struct {
 	SessionID []byte
 	User      string
 	Service   string
 	Algorithm string
 	PubKey    []byte
+	HostKey   []byte // hostbound requests only
 }
+
+// Methods whose signed requests the agent accepts.
+const (
+	methodPublicKey = "publickey"
+	methodHostbound = "publickey-hostbound-v00@openssh.com"
+)
 
 // parseUserAuth parses data as the blob an SSH client signs to
 // authenticate with a public key, and nothing else.
@@ -198,14 +226,31 @@ func parseUserAuth(data []byte) (*userAuth, error) {
 		HasSig    bool
 		Algorithm string
 		PubKey    []byte
+		Rest      []byte `ssh:"rest"`
 	}
-	if err := ssh.Unmarshal(data, &m); err != nil || m.Type != msgUserAuthRequest || m.Method != "publickey" || !m.HasSig {
-		return nil, errors.New("not an SSH user-authentication request (the agent signs only SSH logins)")
+	notLogin := errors.New("not an SSH user-authentication request (the agent signs only SSH logins)")
+	if err := ssh.Unmarshal(data, &m); err != nil || m.Type != msgUserAuthRequest || !m.HasSig {
+		return nil, notLogin
+	}
+	var hostKey []byte
+	switch m.Method {
+	case methodPublicKey:
+		if len(m.Rest) != 0 {
+			return nil, notLogin
+		}
+	case methodHostbound:
+		var h struct{ HostKey []byte }
+		if ssh.Unmarshal(m.Rest, &h) != nil {
+			return nil, notLogin
+		}
+		hostKey = h.HostKey
+	default:
+		return nil, notLogin
 	}
 	if len(m.SessionID) == 0 || len(m.SessionID) > 64 {
 		return nil, errors.New("malformed SSH session identifier")
 	}
-	return &userAuth{SessionID: m.SessionID, User: clip(m.User), Service: clip(m.Service), Algorithm: clip(m.Algorithm), PubKey: m.PubKey}, nil
+	return &userAuth{SessionID: m.SessionID, User: clip(m.User), Service: clip(m.Service), Algorithm: clip(m.Algorithm), PubKey: m.PubKey, HostKey: hostKey}, nil
 }
 
 // clip bounds a guest-chosen string for a log line and keeps it valid UTF-8.

@@ -94,6 +94,42 @@ func TestAgentSignsLogins(t *testing.T) {
 	}
 }
 
+// TestAgentSignsHostboundLogins: OpenSSH ≥ 8.9 signs logins to servers that
+// offer it with publickey-hostbound-v00@openssh.com and the server's host
+// key appended; the agent signs those and logs the host key.
+func TestAgentSignsHostboundLogins(t *testing.T) {
+	signer, host := newSigner(t), newSigner(t)
+	sid := []byte("0123456789abcdef")
+	base := ssh.Marshal(struct {
+		SessionID []byte
+		Type      byte
+		User      string
+		Service   string
+		Method    string
+		HasSig    bool
+		Algorithm string
+		PubKey    []byte
+	}{sid, msgUserAuthRequest, "git", "ssh-connection", methodHostbound, true, ssh.KeyAlgoED25519, signer.PublicKey().Marshal()})
+	rec := &events{}
+	c := served(t, New(signer, rec))
+	data := append(append([]byte(nil), base...), ssh.Marshal(struct{ K []byte }{host.PublicKey().Marshal()})...)
+	sig, err := c.Sign(signer.PublicKey(), data)
+	if err != nil || signer.PublicKey().Verify(data, sig) != nil {
+		t.Fatalf("Sign: %v", err)
+	}
+	if _, err := c.Sign(signer.PublicKey(), base); err == nil {
+		t.Error("a hostbound request without the host key was signed")
+	}
+	if _, err := c.Sign(signer.PublicKey(), append(append([]byte(nil), base...), ssh.Marshal(struct{ K []byte }{[]byte("junk")})...)); err == nil {
+		t.Error("a hostbound request with a malformed host key was signed")
+	}
+	ev := rec.all()
+	if len(ev) != 3 || ev[0].Decision != "allow" || ev[0].ServerHostKey != ssh.FingerprintSHA256(host.PublicKey()) ||
+		ev[1].Decision != "deny" || ev[2].Decision != "deny" {
+		t.Errorf("events: %+v", ev)
+	}
+}
+
 func TestAgentRefuses(t *testing.T) {
 	signer := newSigner(t)
 	other := newSigner(t)
@@ -113,7 +149,7 @@ func TestAgentRefuses(t *testing.T) {
 		{"lock", "lock", func(c agent.ExtendedAgent) error { return c.Lock([]byte("pw")) }, "locking"},
 		{"unlock", "unlock", func(c agent.ExtendedAgent) error { return c.Unlock([]byte("pw")) }, "unlocking"},
 		{"extension", "extension", func(c agent.ExtendedAgent) error {
-			_, err := c.Extension("session-bind@openssh.com", nil)
+			_, err := c.Extension("query", nil)
 			return err
 		}, "unsupported extension"},
 		{"another key", "sign", func(c agent.ExtendedAgent) error {
@@ -161,6 +197,16 @@ func TestAgentRefuses(t *testing.T) {
 			t.Errorf("Signers: %v %v", s, err)
 		}
 		if ev := rec.all(); len(ev) != 1 || ev[0].Op != "signers" {
+			t.Errorf("events: %+v", ev)
+		}
+	})
+	t.Run("session-bind: refused, not logged", func(t *testing.T) {
+		rec := &events{}
+		c := served(t, New(signer, rec))
+		if _, err := c.Extension("session-bind@openssh.com", nil); err == nil {
+			t.Error("session-bind answered")
+		}
+		if ev := rec.all(); len(ev) != 0 {
 			t.Errorf("events: %+v", ev)
 		}
 	})
