@@ -174,7 +174,12 @@ echo TAR-BEGIN; tar cf - /tmp /run /home 2>/dev/null || true; echo; echo TAR-END
 			return nil
 		})
 	}
-	t.Logf("searched for the private key: scratch disk data %d bytes, guest dump %d bytes, %d host files", len(scratch), len(out), len(places)-3)
+	_, tarOut, _ := strings.Cut(out, "TAR-BEGIN\n")
+	tarOut, _, _ = strings.Cut(tarOut, "TAR-END")
+	if len(tarOut) < 1024 {
+		t.Errorf("the guest's tar of /tmp /run /home is %d bytes: no archive", len(tarOut))
+	}
+	t.Logf("searched for the private key: scratch disk data %d bytes, guest dump %d bytes (tar %d), %d host files", len(scratch), len(out), len(tarOut), len(places)-3)
 	for where, b := range places {
 		for _, n := range deploy.needles {
 			if bytes.Contains(b, n.value) {
