@@ -100,7 +100,8 @@ func (s *Server) attachKept(name string, shell bool, command string, st *session
 }
 
 // attach adds ch: it is sent the recent output, then what follows, and the
-// exit status when the command ends (at once if it has).
+// exit status when the command ends (at once if it has), by a.write, which
+// the caller starts.
 func (t *keptTerm) attach(ch ssh.Channel) (*keptAttach, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -111,7 +112,7 @@ func (t *keptTerm) attach(ch ssh.Channel) (*keptAttach, error) {
 	if len(t.ring) > 0 {
 		a.out <- append([]byte(nil), t.ring...)
 	}
-	go a.write()
+	// The caller starts a.write once the request has its reply.
 	if t.exit != nil {
 		a.report = t.exit
 		a.closed = true

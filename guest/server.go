@@ -228,6 +228,7 @@ type sessionState struct {
 	proc     *process
 	kept     *keptAttach
 	sftpDone chan struct{}
+	after    func() // run after the current request's reply
 	conn     ssh.Conn      // the connection, for channels back to the host
 	agent    *agentForward // nil unless agent forwarding was asked for
 }
@@ -239,6 +240,13 @@ func (s *Server) session(conn ssh.Conn, ch ssh.Channel, reqs <-chan *ssh.Request
 	st := sessionState{conn: conn}
 	for r := range reqs {
 		reply(r, s.request(ch, &st, r))
+		// What may end the channel starts only once the request that
+		// began it has its reply: a command that ends at once must not
+		// close the channel before the client heard it started.
+		if st.after != nil {
+			st.after()
+			st.after = nil
+		}
 	}
 	// The channel is gone (or the whole connection): end what runs in it.
 	ch.Close()
@@ -321,6 +329,7 @@ func (s *Server) request(ch ssh.Channel, st *sessionState, r *ssh.Request) bool 
 			}
 			st.started, st.kept = true, a
 			keepAgent(st, a)
+			st.after = func() { go a.write() }
 			return true
 		}
 		p, err := s.start(r.Type == "shell", e.Command, st, ch)
@@ -330,7 +339,7 @@ func (s *Server) request(ch ssh.Channel, st *sessionState, r *ssh.Request) bool 
 		}
 		st.started, st.proc = true, p
 		s.log.Debug("command started", "kind", r.Type, "pty", st.pty != nil, "pid", p.cmd.Process.Pid)
-		go p.wait(ch)
+		st.after = func() { go p.wait(ch) }
 		return true
 	case "subsystem":
 		var sub struct{ Name string }
