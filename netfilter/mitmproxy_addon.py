@@ -9,10 +9,21 @@ import base64
 import json
 import os
 
-from mitmproxy import ctx, http
+from mitmproxy import ctx, exceptions, http
 
 SOCK = os.environ.get("VIBEDOM_CTL", "")
 BODY_LIMIT = int(os.environ.get("VIBEDOM_BODY_LIMIT", "67108864"))
+# Set when vibedom runs mitmweb for `vibedom run --inspect`: the web UI is a
+# read-only view of what was sent upstream.
+LIVE_VIEW = os.environ.get("VIBEDOM_LIVE_VIEW") == "1"
+# Only vibedom's own tests set this (vibedom builds mitmweb's environment
+# from scratch): it leaves the web UI's write endpoints open so the tests
+# can check the guards behind them.
+_TEST_OPEN_UI = os.environ.get("VIBEDOM_TEST_OPEN_UI") == "1"
+# The mark the addon puts on a request once vibedom has approved and
+# scrubbed it; the live view shows only marked flows.
+SENT_MARK = ":outbox_tray:"
+_SECRET_OPTIONS = ("proxyauth", "upstream_auth", "web_password")
 
 
 _live = set()
@@ -72,12 +83,72 @@ def _refuse(flow, status, reason):
     )
 
 
+def _guard_web_ui():
+    """Makes mitmweb's web UI read-only: every request other than GET or
+    HEAD is refused (replay, duplicate, edit, resume, kill, clear, upload,
+    options, commands), the options it shows hide the session's secrets,
+    and the intercept addon never holds a flow (an edited flow would go
+    upstream unchecked)."""
+    import tornado.web
+    from mitmproxy import optmanager
+    from mitmproxy.tools.web import app
+
+    def prepare(self):
+        if self.request.method not in ("GET", "HEAD"):
+            raise tornado.web.HTTPError(403, reason="vibedom: the live view is read-only")
+
+    def options_get(self):
+        d = optmanager.dump_dicts(self.master.options)
+        for k in _SECRET_OPTIONS:
+            if k in d:
+                d[k]["value"] = "(hidden by vibedom)"
+        self.write(d)
+
+    if not _TEST_OPEN_UI:
+        app.RequestHandler.prepare = prepare
+    app.Options.get = options_get
+
+
+def _no_intercept():
+    icpt = ctx.master.addons.get("intercept")
+    if icpt is not None:
+        icpt.process_flow = lambda f: None
+
+
 def _fields(headers):
     return [[k.decode("latin-1"), v.decode("latin-1")] for k, v in headers.fields]
 
 
 class Vibedom:
+    def __init__(self):
+        self._started = False
+
+    def load(self, loader):
+        if LIVE_VIEW:
+            try:
+                _guard_web_ui()
+                _no_intercept()
+            except Exception as e:
+                # A UI vibedom cannot make read-only does not run.
+                ctx.log.error("vibedom: cannot make the web UI read-only: %s" % e)
+                ctx.master.shutdown()
+
+    def configure(self, updated):
+        # The options are vibedom's, fixed for the session: a change from
+        # the web UI (intercept, scripts, modes, ...) is rolled back.
+        if self._started and updated:
+            raise exceptions.OptionsError("vibedom: the options are fixed for the session")
+
+    def done(self):
+        # Unloaded (the scripts option changed) or stopping: either way no
+        # flow may pass without this addon.
+        try:
+            ctx.master.shutdown()
+        except Exception:
+            pass
+
     async def running(self):
+        self._started = True
         try:
             r, w = await asyncio.open_unix_connection(SOCK)
             w.write(json.dumps({"op": "hello", "pid": os.getpid()}).encode() + b"\n")
@@ -113,6 +184,10 @@ class Vibedom:
             ctx.log.info("vibedom refused a TLS handshake")
 
     def requestheaders(self, flow):
+        # A replay (or a replayed duplicate) from the web UI never goes out.
+        if flow.is_replay:
+            flow.kill()
+            return
         # The DLP reads the request whole: never stream it past the check.
         flow.request.stream = False
         try:
@@ -132,6 +207,9 @@ class Vibedom:
 
     async def _request(self, flow):
         req = flow.request
+        if flow.is_replay:
+            flow.kill()
+            return
         if len(req.raw_content or b"") > BODY_LIMIT:
             _refuse(flow, 413, "the request body is over the mitmproxy engine's limit of %d bytes" % BODY_LIMIT)
             return
@@ -149,6 +227,7 @@ class Vibedom:
             "proto": req.http_version,
             "headers": _fields(req.headers),
             "body": base64.b64encode(req.raw_content or b"").decode(),
+            "replay": bool(flow.is_replay),
         })
         if ans.get("action") != "allow":
             _refuse(flow, int(ans.get("status") or 403), ans.get("reason") or "refused")
@@ -157,6 +236,7 @@ class Vibedom:
         headers = http.Headers([(k.encode("latin-1"), v.encode("latin-1")) for k, v in ans.get("headers") or []])
         body = base64.b64decode(ans.get("body") or "")
         req.method, req.path, req.headers, req.raw_content = method, path, headers, body
+        flow.marked = SENT_MARK
 
     def responseheaders(self, flow):
         # Responses are not scrubbed: stream them, counting the bytes.
@@ -185,6 +265,11 @@ class Vibedom:
 
     async def websocket_message(self, flow):
         msg = flow.websocket.messages[-1]
+        if msg.injected:
+            # Sent from the web UI, not by the guest: never relayed.
+            msg.content = b""
+            msg.drop()
+            return
         if not msg.from_client:
             return
         try:
@@ -194,6 +279,7 @@ class Vibedom:
         except Exception:
             ok = False
         if not ok:
+            msg.content = b""  # the live view never shows what was refused
             msg.drop()
             flow.kill()
             return
