@@ -30,6 +30,12 @@ const MitmproxyRelease = "12.2.1"
 // <mirror>/<version>/mitmproxy-<version>-<platform>.tar.gz.
 const DefaultMitmproxyMirror = "https://downloads.mitmproxy.org"
 
+// MitmproxyMirrorEnv names the environment variable that replaces
+// DefaultMitmproxyMirror when no mirror is given (`vibedom init
+// --mitmproxy-mirror`). The tarball is checked against the pinned SHA-256
+// whichever mirror serves it.
+const MitmproxyMirrorEnv = "VIBEDOM_MITMPROXY_MIRROR"
+
 // MitmproxyDirName is the folder of the vibedom home the releases are
 // installed in, one subfolder per version.
 const MitmproxyDirName = "mitmproxy"
@@ -71,8 +77,9 @@ const (
 type MitmproxyInstall struct {
 	// Root is the folder releases go in (<vibedom home>/MitmproxyDirName).
 	Root string
-	// Mirror replaces DefaultMitmproxyMirror ("" keeps it). Whatever it
-	// serves is checked against the pinned SHA-256.
+	// Mirror replaces DefaultMitmproxyMirror ("" means $VIBEDOM_MITMPROXY_MIRROR,
+	// else the default). Whatever it serves is checked against the pinned
+	// SHA-256.
 	Mirror string
 	// Client fetches the tarball; nil means a client with a 10 minute
 	// timeout.
@@ -91,11 +98,21 @@ type InstalledMitmproxy struct {
 	Version  string `json:"version"`
 	Platform string `json:"platform"`
 	SHA256   string `json:"sha256"`
-	Dir      string `json:"-"`
-	Mitmdump string `json:"mitmdump"` // absolute paths
+	Dir      string `json:"dir"`
+	Mitmdump string `json:"mitmdump"`
 	Mitmweb  string `json:"mitmweb"`
 	// Fresh is true when this call downloaded it.
-	Fresh bool `json:"-"`
+	Fresh bool `json:"fresh"`
+}
+
+// installedMeta is installedFile's content (paths relative to the
+// install, slash-separated).
+type installedMeta struct {
+	Version  string `json:"version"`
+	Platform string `json:"platform"`
+	SHA256   string `json:"sha256"`
+	Mitmdump string `json:"mitmdump"`
+	Mitmweb  string `json:"mitmweb"`
 }
 
 // ErrMitmproxyInstall marks every refused or failed install.
@@ -137,13 +154,13 @@ func LookupMitmproxy(root string) (InstalledMitmproxy, bool) {
 	if err != nil {
 		return InstalledMitmproxy{}, false
 	}
-	var in InstalledMitmproxy
-	if json.Unmarshal(b, &in) != nil || in.Version != MitmproxyRelease {
+	var m installedMeta
+	if json.Unmarshal(b, &m) != nil || m.Version != MitmproxyRelease ||
+		!filepath.IsLocal(filepath.FromSlash(m.Mitmdump)) || !filepath.IsLocal(filepath.FromSlash(m.Mitmweb)) {
 		return InstalledMitmproxy{}, false
 	}
-	in.Dir = dir
-	in.Mitmdump = filepath.Join(dir, filepath.FromSlash(in.Mitmdump))
-	in.Mitmweb = filepath.Join(dir, filepath.FromSlash(in.Mitmweb))
+	in := InstalledMitmproxy{Version: m.Version, Platform: m.Platform, SHA256: m.SHA256, Dir: dir,
+		Mitmdump: filepath.Join(dir, filepath.FromSlash(m.Mitmdump)), Mitmweb: filepath.Join(dir, filepath.FromSlash(m.Mitmweb))}
 	for _, p := range []string{in.Mitmdump, in.Mitmweb} {
 		if fi, err := os.Lstat(p); err != nil || !fi.Mode().IsRegular() {
 			return InstalledMitmproxy{}, false
@@ -177,6 +194,9 @@ func InstallMitmproxy(ctx context.Context, o MitmproxyInstall) (InstalledMitmpro
 		return in, nil
 	}
 	mirror := o.Mirror
+	if mirror == "" {
+		mirror = os.Getenv(MitmproxyMirrorEnv)
+	}
 	if mirror == "" {
 		mirror = DefaultMitmproxyMirror
 	}
@@ -213,7 +233,7 @@ func InstallMitmproxy(ctx context.Context, o MitmproxyInstall) (InstalledMitmpro
 	if err := untar(tmp, staging, maxTree); err != nil {
 		return InstalledMitmproxy{}, fmt.Errorf("%w: %s: %v; nothing was installed", ErrMitmproxyInstall, name, err)
 	}
-	in := InstalledMitmproxy{Version: MitmproxyRelease, Platform: b.platform, SHA256: sum,
+	in := installedMeta{Version: MitmproxyRelease, Platform: b.platform, SHA256: sum,
 		Mitmdump: path.Join(b.bin, "mitmdump"), Mitmweb: path.Join(b.bin, "mitmweb")}
 	for _, p := range []string{in.Mitmdump, in.Mitmweb} {
 		fi, err := os.Lstat(filepath.Join(staging, filepath.FromSlash(p)))
