@@ -124,7 +124,8 @@ class Vibedom:
         self._started = False
 
     def load(self, loader):
-        if LIVE_VIEW:
+        # Any web UI is read-only, whether or not vibedom said it runs one.
+        if LIVE_VIEW or hasattr(ctx.master, "app"):
             try:
                 _guard_web_ui()
                 _no_intercept()
