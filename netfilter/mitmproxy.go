@@ -83,6 +83,9 @@ type MitmproxyConfig struct {
 	Mitmweb string
 	// WebPort is the loopback port of the web UI; 0 picks a free one.
 	WebPort int
+	// ViewLimit is how many finished requests the live view keeps (the
+	// oldest are dropped; mitmweb holds each in memory); 0 means 1000.
+	ViewLimit int
 
 	// testOpenUI leaves the web UI's write endpoints open (the addon's
 	// and the engine's guards behind them stay): for this package's tests.
@@ -351,13 +354,17 @@ func NewMitmproxyEngine(ctx context.Context, cfg MitmproxyConfig) (_ *MitmproxyE
 		// (no control characters, valid names) before anything is sent.
 		"validate_inbound_headers": false,
 	}
-	liveEnv := "VIBEDOM_LIVE_VIEW=0"
+	liveEnv := []string{"VIBEDOM_LIVE_VIEW=0"}
 	if cfg.LiveView {
-		liveEnv = "VIBEDOM_LIVE_VIEW=1"
+		liveEnv = []string{"VIBEDOM_LIVE_VIEW=1"}
 		webPort, perr := freePort(cfg.WebPort)
 		if perr != nil {
 			return nil, fmt.Errorf("find a loopback port for mitmweb: %w", perr)
 		}
+		if cfg.ViewLimit <= 0 {
+			cfg.ViewLimit = 1000
+		}
+		liveEnv = append(liveEnv, "VIBEDOM_VIEW_MAX="+strconv.Itoa(cfg.ViewLimit))
 		opts["web_host"] = "127.0.0.1"
 		opts["web_port"] = webPort
 		opts["web_open_browser"] = false
@@ -390,7 +397,8 @@ func NewMitmproxyEngine(ctx context.Context, cfg MitmproxyConfig) (_ *MitmproxyE
 	e.cmd.Dir = e.dir
 	e.cmd.Env = []string{"VIBEDOM_CTL=" + sock, "HOME=" + e.dir, "PATH=" + os.Getenv("PATH"), "LANG=C.UTF-8",
 		"PYTHONDONTWRITEBYTECODE=1", "PYTHONUNBUFFERED=1",
-		"VIBEDOM_BODY_LIMIT=" + strconv.FormatInt(cfg.BodyLimit, 10), liveEnv}
+		"VIBEDOM_BODY_LIMIT=" + strconv.FormatInt(cfg.BodyLimit, 10)}
+	e.cmd.Env = append(e.cmd.Env, liveEnv...)
 	if cfg.testOpenUI {
 		e.cmd.Env = append(e.cmd.Env, "VIBEDOM_TEST_OPEN_UI=1")
 	}

@@ -24,6 +24,19 @@ _TEST_OPEN_UI = os.environ.get("VIBEDOM_TEST_OPEN_UI") == "1"
 # scrubbed it; the live view shows only marked flows.
 SENT_MARK = ":outbox_tray:"
 _SECRET_OPTIONS = ("proxyauth", "upstream_auth", "web_password")
+# The live view keeps at most this many finished flows (mitmweb keeps each
+# whole in memory): the oldest go first.
+VIEW_MAX = int(os.environ.get("VIBEDOM_VIEW_MAX", "1000"))
+
+
+def _trim_view():
+    view = getattr(ctx.master, "view", None)
+    store = getattr(view, "_store", None)
+    if store is None or len(store) <= VIEW_MAX:
+        return
+    old = [f for f in list(store.values())[: len(store) - VIEW_MAX] if not f.live]
+    for f in old:
+        view.remove([f])
 
 
 _live = set()
@@ -294,6 +307,11 @@ class Vibedom:
         await self._done(flow, "")
 
     async def _done(self, flow, err):
+        if LIVE_VIEW:
+            try:
+                _trim_view()
+            except Exception as e:
+                ctx.log.warn("vibedom: cannot trim the live view: %s" % e)
         try:
             resp = flow.response
             await _pool.call({

@@ -53,11 +53,14 @@ type liveView struct {
 	xsrf string
 }
 
-func newLiveView(t *testing.T, openUI bool) *liveView {
+func newLiveView(t *testing.T, openUI bool, mopts ...func(*MitmproxyConfig)) *liveView {
 	skipWithoutMitmweb(t)
 	lv := &liveView{}
 	lv.v = newMitmEnv(t, "mitmproxy", testRules, func(c *MitmproxyConfig) {
 		c.LiveView, c.testOpenUI = true, openUI
+		for _, o := range mopts {
+			o(c)
+		}
 	}, func(c *EngineConfig) {
 		c.Filter = secretScrubber{}
 		if os.Getenv("DBG") != "" {
@@ -300,6 +303,29 @@ func TestInspectGuardsBehindUI(t *testing.T) {
 	}
 	if n := lv.hits.Load(); n != 2 {
 		t.Errorf("the upstream got %d requests, want 2", n)
+	}
+}
+
+// TestInspectViewLimit: the live view keeps the newest ViewLimit finished
+// requests, so mitmweb's memory stays bounded in a long session.
+func TestInspectViewLimit(t *testing.T) {
+	lv := newLiveView(t, false, func(c *MitmproxyConfig) { c.ViewLimit = 2 })
+	for i := range 5 {
+		lv.guestGet(t, fmt.Sprintf("/r%d", i))
+	}
+	lv.waitFlow(t, "/r4")
+	var paths []string
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		paths = paths[:0]
+		for _, f := range lv.flows(t) {
+			paths = append(paths, f.Request.Path)
+		}
+		if len(paths) <= 2 {
+			break
+		}
+	}
+	if len(paths) != 2 || paths[0] != "/r3" || paths[1] != "/r4" {
+		t.Errorf("the live view lists %v, want [/r3 /r4]", paths)
 	}
 }
 
