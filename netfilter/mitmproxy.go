@@ -129,6 +129,9 @@ type MitmproxyEngine struct {
 	helloOnce   sync.Once
 	hello       chan struct{}
 
+	// lastRefused is the flow id of the last request refused (for tests).
+	lastRefused atomic.Pointer[string]
+
 	mu    sync.Mutex
 	conns map[string]*mitmConn // by vibedom's local address on its connection to mitmdump
 	flows map[string]*mitmFlow // by mitmproxy flow id

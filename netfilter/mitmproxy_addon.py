@@ -94,6 +94,17 @@ def _refuse(flow, status, reason):
         ("vibedom: %s\n" % reason).encode(),
         {"Content-Type": "text/plain; charset=utf-8", "X-Vibedom": "refused", "Connection": "close"},
     )
+    _forget_request(flow)
+
+
+def _forget_request(flow):
+    # A refused request was never sent: the live view keeps none of it
+    # (its path, headers or body), even out of the list.
+    if LIVE_VIEW:
+        flow.request.path = "/"
+        flow.request.headers = http.Headers()
+        if flow.request.raw_content is not None:
+            flow.request.raw_content = b""
 
 
 def _guard_web_ui():
@@ -209,6 +220,7 @@ class Vibedom:
         except ValueError:
             too_big = True
         if too_big:
+            _forget_request(flow)
             flow.kill()
 
     async def request(self, flow):

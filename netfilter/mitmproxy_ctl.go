@@ -290,6 +290,8 @@ func (e *MitmproxyEngine) request(m *ctlMsg) *ctlReply {
 
 // refuseReq records a refused request and tells the addon to answer it.
 func (e *MitmproxyEngine) refuseReq(m *ctlMsg, dest fwdTarget, r *http.Request, status int, reason string) *ctlReply {
+	id := m.ID
+	e.lastRefused.Store(&id)
 	ev := Event{Time: time.Now(), Kind: "request", Name: dest.name, Port: dest.port, Src: addrString(dest.src),
 		Method: m.Method, Decision: "deny", Rule: dest.decision.Rule, Reason: reason, Status: status}
 	if r != nil {

@@ -186,6 +186,38 @@ func TestInspectLiveView(t *testing.T) {
 			t.Errorf("the live view shows X-Secret %q, not what was sent upstream", h[1])
 		}
 	}
+	// A refused request (Host differs from the admitted name) is not
+	// listed, and even by its id (a UUID the UI never shows) the UI has
+	// nothing of what the guest wrote.
+	c := &http.Client{Transport: lv.v.guestTransport(false)}
+	req, _ := http.NewRequestWithContext(t.Context(), "POST", "https://api.test/refused?token=hunter2", strings.NewReader("pw=hunter2"))
+	req.Host = "other.test"
+	req.Header.Set("X-Secret", "hunter2")
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusMisdirectedRequest {
+		t.Fatalf("Host mismatch: %d, want 421", resp.StatusCode)
+	}
+	refused := lv.m.lastRefused.Load()
+	if refused == nil {
+		t.Fatal("the engine refused nothing")
+	}
+	for _, f := range lv.flows(t) {
+		if f.ID == *refused {
+			t.Error("the live view lists a refused request")
+		}
+	}
+	code, body := lv.api(t, "GET", "/flows/"+*refused+"/request/content.data", "")
+	if strings.Contains(body, "hunter2") {
+		t.Errorf("the refused request's body is in the live view: %d %s", code, shorten(body))
+	}
+	code, body = lv.api(t, "GET", "/flows/dump", "")
+	if code != 200 || strings.Contains(body, "hunter2") || strings.Contains(body, "/refused") {
+		t.Errorf("GET /flows/dump: %d, or it holds the refused request", code)
+	}
 	id := f.ID
 	for _, w := range []struct{ method, path, body string }{
 		{"POST", "/flows/" + id + "/replay", ""},
@@ -210,7 +242,7 @@ func TestInspectLiveView(t *testing.T) {
 			t.Errorf("%s %s: %s, want 403 read-only", w.method, w.path, shorten(body))
 		}
 	}
-	code, body := lv.api(t, "GET", "/options", "")
+	code, body = lv.api(t, "GET", "/options", "")
 	if code != 200 || strings.Contains(body, "vibedom:") || !strings.Contains(body, "(hidden by vibedom)") {
 		t.Errorf("GET /options shows the session's secrets: %s", shorten(body))
 	}
