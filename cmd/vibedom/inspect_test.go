@@ -149,8 +149,8 @@ func TestInitWithMitmproxy(t *testing.T) {
 	}
 }
 
-// TestRunInspectFlags: --inspect is refused with --no-network or another
-// engine, and without mitmweb it is a one-line error saying what to do,
+// TestRunInspectFlags: --inspect is refused with --no-network, another
+// engine or --quiet (which would hide the URL), and without mitmweb it is a one-line error saying what to do,
 // all before anything boots.
 func TestRunInspectFlags(t *testing.T) {
 	bin := t.TempDir()
@@ -165,6 +165,7 @@ func TestRunInspectFlags(t *testing.T) {
 	}{
 		{"no network", []string{"--inspect", "--no-network"}, "--no-network gives it none"},
 		{"go engine", []string{"--inspect", "--proxy-engine", "go"}, "drop --proxy-engine go"},
+		{"quiet", []string{"--inspect", "--quiet"}, "drop --quiet"},
 		{"no mitmweb", []string{"--inspect"}, "mitmweb not found"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {

@@ -94,6 +94,8 @@ func runAction(ctx context.Context, c *cli.Command) error {
 			return errors.New("--inspect shows the guest's network traffic, and --no-network gives it none: drop one")
 		case engine != "" && engine != "mitmproxy":
 			return fmt.Errorf("--inspect runs the mitmproxy engine; drop --proxy-engine %s", engine)
+		case c.Bool("quiet"):
+			return errors.New("--quiet would hide the live view's address, which --inspect prints as a progress line: drop --quiet")
 		}
 		engine = "mitmproxy"
 	}
