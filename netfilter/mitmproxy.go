@@ -194,8 +194,9 @@ func MitmdumpVersion(ctx context.Context, program string) (string, error) {
 	return v, nil
 }
 
-// MitmwebProgram is the mitmweb a live view runs for cfg (see
-// MitmproxyConfig.Mitmweb).
+// MitmwebProgram is the mitmweb a live view runs given
+// MitmproxyConfig.Mitmdump and .Mitmweb: mitmweb when set, else the one
+// beside mitmdump when that is a path, else "mitmweb" (on PATH).
 func MitmwebProgram(mitmdump, mitmweb string) string {
 	switch {
 	case mitmweb != "":
@@ -543,6 +544,10 @@ func (e *MitmproxyEngine) readOutput(r io.ReadCloser, listening, webUp chan stru
 		}
 		// mitmdump's own lines carry no flow contents (flow_detail 0), but
 		// for WebSocket control frames, whose payload it prints: never kept.
+		// mitmweb 11.1 and later print their password in the UI's URL.
+		if i := strings.Index(line, "token="); i >= 0 {
+			line = line[:i] + "token=(hidden)"
+		}
 		if !strings.Contains(line, "WebSocket") {
 			e.log.Debug("mitmdump", "line", shorten(line))
 		}
