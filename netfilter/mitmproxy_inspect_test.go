@@ -425,8 +425,8 @@ func TestInspectBrowser(t *testing.T) {
 	lv.waitFlow(t, path)
 	home := t.TempDir()
 	var dom string
-	for try := 0; try < 3; try++ {
-		ctx, cancel := context.WithTimeout(t.Context(), 40*time.Second)
+	for try := 0; try < 2; try++ {
+		ctx, cancel := context.WithTimeout(t.Context(), 25*time.Second)
 		cmd := exec.CommandContext(ctx, browser, "--headless=new", "--no-sandbox", "--disable-gpu",
 			"--disable-dev-shm-usage", "--no-first-run", "--user-data-dir="+home+"/profile",
 			"--virtual-time-budget=5000", "--dump-dom", lv.m.WebURL())
