@@ -51,6 +51,13 @@ func newTestEnv(t *testing.T, rules string, opts ...envOption) *testEnv {
 // (skipped, with the reason, when mitmdump is missing).
 func newEngineEnv(t *testing.T, kind, rules string, opts ...envOption) *testEnv {
 	t.Helper()
+	return newMitmEnv(t, kind, rules, nil, opts...)
+}
+
+// newMitmEnv is newEngineEnv with mopt, when not nil, changing the
+// mitmproxy engine's own configuration.
+func newMitmEnv(t *testing.T, kind, rules string, mopt func(*MitmproxyConfig), opts ...envOption) *testEnv {
+	t.Helper()
 	if kind == "mitmproxy" {
 		skipWithoutMitmdump(t)
 	}
@@ -88,8 +95,11 @@ func newEngineEnv(t *testing.T, kind, rules string, opts ...envOption) *testEnv 
 		o(&cfg)
 	}
 	if kind == "mitmproxy" {
-		m, err := NewMitmproxyEngine(t.Context(), MitmproxyConfig{EngineConfig: cfg,
-			CAKeyFile: filepath.Join(dir, "ca", keys.CAKeyFile), RuntimeDir: dir})
+		mcfg := MitmproxyConfig{EngineConfig: cfg, CAKeyFile: filepath.Join(dir, "ca", keys.CAKeyFile), RuntimeDir: dir}
+		if mopt != nil {
+			mopt(&mcfg)
+		}
+		m, err := NewMitmproxyEngine(t.Context(), mcfg)
 		if err != nil {
 			t.Fatal(err)
 		}

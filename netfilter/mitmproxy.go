@@ -71,6 +71,25 @@ type MitmproxyConfig struct {
 	// StartTimeout bounds how long mitmdump may take to come up (60s when
 	// 0).
 	StartTimeout time.Duration
+	// LiveView runs mitmweb instead of mitmdump, with the same addon and
+	// options, so the user can watch the requests as sent upstream (after
+	// the DLP) in a browser (`vibedom run --inspect`). The web UI listens
+	// on 127.0.0.1 (WebURL) and is read-only: nothing replayed, edited,
+	// duplicated, resumed or injected from it reaches an upstream.
+	LiveView bool
+	// Mitmweb is the mitmweb program for LiveView (a path, or a name looked
+	// up on PATH); "" means the mitmweb beside Mitmdump when that is a
+	// path, else "mitmweb".
+	Mitmweb string
+	// WebPort is the loopback port of the web UI; 0 picks a free one.
+	WebPort int
+	// ViewLimit is how many finished requests the live view keeps (the
+	// oldest are dropped; mitmweb holds each in memory); 0 means 1000.
+	ViewLimit int
+
+	// testOpenUI leaves the web UI's write endpoints open (the addon's
+	// and the engine's guards behind them stay): for this package's tests.
+	testOpenUI bool
 }
 
 // MitmproxyEngine is the Engine that hands every admitted connection to a
@@ -98,6 +117,7 @@ type MitmproxyEngine struct {
 	auth    string // Proxy-Authorization vibedom sends to mitmdump
 	upAuth  string // Proxy-Authorization mitmdump sends to vibedom
 	version string
+	webURL  string
 
 	ctlLn, upLn net.Listener
 	upSrv       *http.Server
@@ -108,6 +128,9 @@ type MitmproxyEngine struct {
 	closing     atomic.Bool
 	helloOnce   sync.Once
 	hello       chan struct{}
+
+	// lastRefused is the flow id of the last request refused (for tests).
+	lastRefused atomic.Pointer[string]
 
 	mu    sync.Mutex
 	conns map[string]*mitmConn // by vibedom's local address on its connection to mitmdump
@@ -124,6 +147,7 @@ type mitmConn struct {
 	sniOK     atomic.Bool
 	refused   atomic.Pointer[string]
 	flows     map[string]struct{} // guarded by MitmproxyEngine.mu
+	seen      map[string]struct{} // flow ids asked about; guarded by MitmproxyEngine.mu
 }
 
 type mitmFlow struct {
@@ -145,7 +169,7 @@ func MitmdumpVersion(ctx context.Context, program string) (string, error) {
 	}
 	path, err := exec.LookPath(program)
 	if err != nil {
-		return "", fmt.Errorf("%w not found (%s): install mitmproxy %d.%d or later (Debian: apt-get install mitmproxy) or use --proxy-engine go",
+		return "", fmt.Errorf("%w not found (%s): install mitmproxy %d.%d or later (`vibedom init --with-mitmproxy`, or Debian: apt-get install mitmproxy) or use --proxy-engine go",
 			ErrMitmdump, program, MinMitmdumpMajor, MinMitmdumpMinor)
 	}
 	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
@@ -170,6 +194,48 @@ func MitmdumpVersion(ctx context.Context, program string) (string, error) {
 	return v, nil
 }
 
+// MitmwebProgram is the mitmweb a live view runs given
+// MitmproxyConfig.Mitmdump and .Mitmweb: mitmweb when set, else the one
+// beside mitmdump when that is a path, else "mitmweb" (on PATH).
+func MitmwebProgram(mitmdump, mitmweb string) string {
+	switch {
+	case mitmweb != "":
+		return mitmweb
+	case strings.ContainsRune(mitmdump, filepath.Separator):
+		return filepath.Join(filepath.Dir(mitmdump), "mitmweb")
+	}
+	return "mitmweb"
+}
+
+// MitmwebVersion is MitmdumpVersion for mitmweb (`vibedom run --inspect`):
+// a missing mitmweb is a one-line error saying what to do.
+func MitmwebVersion(ctx context.Context, program string) (string, error) {
+	if program == "" {
+		program = "mitmweb"
+	}
+	if _, err := exec.LookPath(program); err != nil {
+		return "", fmt.Errorf("%w: mitmweb not found (%s), which --inspect runs: install mitmproxy %d.%d or later (`vibedom init --with-mitmproxy`, or Debian: apt-get install mitmproxy) or drop --inspect",
+			ErrMitmdump, program, MinMitmdumpMajor, MinMitmdumpMinor)
+	}
+	v, err := MitmdumpVersion(ctx, program)
+	if err != nil {
+		return v, fmt.Errorf("mitmweb for --inspect: %w", err)
+	}
+	return v, nil
+}
+
+// versionAtLeast says whether a version MitmdumpVersion returned is at
+// least major.minor.
+func versionAtLeast(v string, major, minor int) bool {
+	parts := strings.SplitN(v, ".", 3)
+	if len(parts) < 2 {
+		return false
+	}
+	ma, _ := strconv.Atoi(parts[0])
+	mi, _ := strconv.Atoi(parts[1])
+	return ma > major || (ma == major && mi >= minor)
+}
+
 func randomSecret() string {
 	var b [24]byte
 	if _, err := rand.Read(b[:]); err != nil {
@@ -189,9 +255,19 @@ func NewMitmproxyEngine(ctx context.Context, cfg MitmproxyConfig) (_ *MitmproxyE
 	if cfg.CA == nil || cfg.CAKeyFile == "" {
 		return nil, errors.New("netfilter: MitmproxyConfig needs the CA and its key file (run `vibedom init` to create the CA)")
 	}
+	program := cfg.Mitmdump
+	if program == "" {
+		program = "mitmdump"
+	}
 	version, err := MitmdumpVersion(ctx, cfg.Mitmdump)
 	if err != nil {
 		return nil, err
+	}
+	if cfg.LiveView {
+		program = MitmwebProgram(cfg.Mitmdump, cfg.Mitmweb)
+		if version, err = MitmwebVersion(ctx, program); err != nil {
+			return nil, err
+		}
 	}
 	if cfg.BodyLimit <= 0 {
 		cfg.BodyLimit = DefaultMitmBodyLimit
@@ -253,21 +329,19 @@ func NewMitmproxyEngine(ctx context.Context, cfg MitmproxyConfig) (_ *MitmproxyE
 	e.wg.Add(1)
 	go func() { defer e.wg.Done(); e.upSrv.Serve(e.upLn) }()
 
-	e.port = cfg.Port
-	if e.port == 0 {
-		ln, lerr := net.Listen("tcp", "127.0.0.1:0")
-		if lerr != nil {
-			return nil, fmt.Errorf("find a loopback port for mitmdump: %w", lerr)
-		}
-		e.port = ln.Addr().(*net.TCPAddr).Port
-		ln.Close()
+	if e.port, err = freePort(cfg.Port); err != nil {
+		return nil, fmt.Errorf("find a loopback port for mitmdump: %w", err)
 	}
 	secret := randomSecret()
 	e.auth = basicAuth("vibedom", secret)
+	var mode any = "upstream:http://" + e.upLn.Addr().String()
+	if versionAtLeast(version, 9, 0) { // a list since 9.0
+		mode = []any{mode}
+	}
 	opts := map[string]any{
 		"listen_host":         "127.0.0.1",
 		"listen_port":         e.port,
-		"mode":                "upstream:http://" + e.upLn.Addr().String(),
+		"mode":                mode,
 		"upstream_auth":       "vibedom:" + upSecret,
 		"proxyauth":           "vibedom:" + secret,
 		"connection_strategy": "lazy",
@@ -284,6 +358,34 @@ func NewMitmproxyEngine(ctx context.Context, cfg MitmproxyConfig) (_ *MitmproxyE
 		// (no control characters, valid names) before anything is sent.
 		"validate_inbound_headers": false,
 	}
+	liveEnv := []string{"VIBEDOM_LIVE_VIEW=0"}
+	if cfg.LiveView {
+		liveEnv = []string{"VIBEDOM_LIVE_VIEW=1"}
+		webPort, perr := freePort(cfg.WebPort)
+		if perr != nil {
+			return nil, fmt.Errorf("find a loopback port for mitmweb: %w", perr)
+		}
+		if cfg.ViewLimit <= 0 {
+			cfg.ViewLimit = 1000
+		}
+		liveEnv = append(liveEnv, "VIBEDOM_VIEW_MAX="+strconv.Itoa(cfg.ViewLimit))
+		opts["web_host"] = "127.0.0.1"
+		opts["web_port"] = webPort
+		opts["web_open_browser"] = false
+		opts["web_debug"] = false
+		// Only what vibedom approved and scrubbed (the addon marks it):
+		// never a refused request as the guest wrote it.
+		opts["view_filter"] = "~marked"
+		opts["intercept"] = nil
+		opts["intercept_active"] = false
+		e.webURL = fmt.Sprintf("http://127.0.0.1:%d/", webPort)
+		if versionAtLeast(version, 11, 1) {
+			// mitmweb 11.1 and later take a password; 8.1 has none.
+			token := randomSecret()
+			opts["web_password"] = token
+			e.webURL += "?token=" + token
+		}
+	}
 	if roots, rerr := e.writeRoots(conf); rerr != nil {
 		return nil, rerr
 	} else if roots != "" {
@@ -295,15 +397,15 @@ func NewMitmproxyEngine(ctx context.Context, cfg MitmproxyConfig) (_ *MitmproxyE
 	if err = os.WriteFile(filepath.Join(conf, "config.yaml"), yml, 0o600); err != nil {
 		return nil, err
 	}
-	program := cfg.Mitmdump
-	if program == "" {
-		program = "mitmdump"
-	}
 	e.cmd = exec.Command(program, "--set", "confdir="+conf)
 	e.cmd.Dir = e.dir
 	e.cmd.Env = []string{"VIBEDOM_CTL=" + sock, "HOME=" + e.dir, "PATH=" + os.Getenv("PATH"), "LANG=C.UTF-8",
 		"PYTHONDONTWRITEBYTECODE=1", "PYTHONUNBUFFERED=1",
 		"VIBEDOM_BODY_LIMIT=" + strconv.FormatInt(cfg.BodyLimit, 10)}
+	e.cmd.Env = append(e.cmd.Env, liveEnv...)
+	if cfg.testOpenUI {
+		e.cmd.Env = append(e.cmd.Env, "VIBEDOM_TEST_OPEN_UI=1")
+	}
 	setMitmProcAttr(e.cmd)
 	pr, pw, err := os.Pipe()
 	if err != nil {
@@ -317,23 +419,31 @@ func NewMitmproxyEngine(ctx context.Context, cfg MitmproxyConfig) (_ *MitmproxyE
 	}
 	pw.Close()
 	listening := make(chan struct{})
+	webUp := make(chan struct{})
 	portTaken := make(chan string, 1)
-	go e.readOutput(pr, listening, portTaken)
+	go e.readOutput(pr, listening, webUp, portTaken)
+	want := 2
+	if cfg.LiveView {
+		want = 3
+	}
 	go e.watch()
 	timer := time.NewTimer(cfg.StartTimeout)
 	defer timer.Stop()
 	hello := e.hello
-	for got := 0; got < 2; {
+	for got := 0; got < want; {
 		select {
 		case <-listening:
 			listening = nil
+			got++
+		case <-webUp:
+			webUp = nil
 			got++
 		case <-hello:
 			hello = nil
 			got++
 		case line := <-portTaken:
-			return nil, fmt.Errorf("%w cannot listen on 127.0.0.1:%d (%s): the port is taken; free it or let vibedom pick one",
-				ErrMitmdump, e.port, line)
+			return nil, fmt.Errorf("%w cannot listen on 127.0.0.1 (%s): the port is taken; free it or let vibedom pick one",
+				ErrMitmdump, line)
 		case <-e.exited:
 			return nil, fmt.Errorf("%w %s exited while starting (%v); run `mitmdump --version` to check it works, or use --proxy-engine go",
 				ErrMitmdump, version, e.exitErr)
@@ -346,6 +456,23 @@ func NewMitmproxyEngine(ctx context.Context, cfg MitmproxyConfig) (_ *MitmproxyE
 	e.log.Info("mitmdump is up", "version", version, "port", e.port, "pid", e.cmd.Process.Pid)
 	return e, nil
 }
+
+// freePort is port, or when 0 a loopback port free now.
+func freePort(port int) (int, error) {
+	if port != 0 {
+		return port, nil
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port, nil
+}
+
+// WebURL is the live view's address (LiveView), "" without one. With
+// mitmweb 11.1 or later it carries the session's token.
+func (e *MitmproxyEngine) WebURL() string { return e.webURL }
 
 // Version is the mitmdump version in use; Port its loopback port.
 func (e *MitmproxyEngine) Version() string { return e.version }
@@ -395,14 +522,17 @@ func (e *MitmproxyEngine) writeRoots(conf string) (string, error) {
 	return p, os.WriteFile(p, buf, 0o600)
 }
 
-func (e *MitmproxyEngine) readOutput(r io.ReadCloser, listening chan struct{}, portTaken chan string) {
+func (e *MitmproxyEngine) readOutput(r io.ReadCloser, listening, webUp chan struct{}, portTaken chan string) {
 	defer r.Close()
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	said := false
+	said, webSaid := false, false
 	for sc.Scan() {
 		line := sc.Text()
 		switch {
+		case !webSaid && strings.Contains(line, "Web server listening at"):
+			webSaid = true
+			close(webUp)
 		case !said && strings.Contains(line, "listening at"):
 			said = true
 			close(listening)
@@ -414,6 +544,10 @@ func (e *MitmproxyEngine) readOutput(r io.ReadCloser, listening chan struct{}, p
 		}
 		// mitmdump's own lines carry no flow contents (flow_detail 0), but
 		// for WebSocket control frames, whose payload it prints: never kept.
+		// mitmweb 11.1 and later print their password in the UI's URL.
+		if i := strings.Index(line, "token="); i >= 0 {
+			line = line[:i] + "token=(hidden)"
+		}
 		if !strings.Contains(line, "WebSocket") {
 			e.log.Debug("mitmdump", "line", shorten(line))
 		}
@@ -507,7 +641,7 @@ func (e *MitmproxyEngine) handleConn(ctx context.Context, cc *countConn, t Targe
 	defer mc.Close()
 	stop := context.AfterFunc(ctx, func() { cc.Close(); mc.Close() })
 	defer stop()
-	c := &mitmConn{t: t, guest: cc, mc: mc, flows: map[string]struct{}{}}
+	c := &mitmConn{t: t, guest: cc, mc: mc, flows: map[string]struct{}{}, seen: map[string]struct{}{}}
 	key := mc.LocalAddr().String()
 	e.mu.Lock()
 	e.conns[key] = c

@@ -9,10 +9,34 @@ import base64
 import json
 import os
 
-from mitmproxy import ctx, http
+from mitmproxy import ctx, exceptions, http
 
 SOCK = os.environ.get("VIBEDOM_CTL", "")
 BODY_LIMIT = int(os.environ.get("VIBEDOM_BODY_LIMIT", "67108864"))
+# Set when vibedom runs mitmweb for `vibedom run --inspect`: the web UI is a
+# read-only view of what was sent upstream.
+LIVE_VIEW = os.environ.get("VIBEDOM_LIVE_VIEW") == "1"
+# Only vibedom's own tests set this (vibedom builds mitmweb's environment
+# from scratch): it leaves the web UI's write endpoints open so the tests
+# can check the guards behind them.
+_TEST_OPEN_UI = os.environ.get("VIBEDOM_TEST_OPEN_UI") == "1"
+# The mark the addon puts on a request once vibedom has approved and
+# scrubbed it; the live view shows only marked flows.
+SENT_MARK = ":outbox_tray:"
+_SECRET_OPTIONS = ("proxyauth", "upstream_auth", "web_password")
+# The live view keeps at most this many finished flows (mitmweb keeps each
+# whole in memory): the oldest go first.
+VIEW_MAX = int(os.environ.get("VIBEDOM_VIEW_MAX", "1000"))
+
+
+def _trim_view():
+    view = getattr(ctx.master, "view", None)
+    store = getattr(view, "_store", None)
+    if store is None or len(store) <= VIEW_MAX:
+        return
+    old = [f for f in list(store.values())[: len(store) - VIEW_MAX] if not f.live]
+    for f in old:
+        view.remove([f])
 
 
 _live = set()
@@ -70,6 +94,49 @@ def _refuse(flow, status, reason):
         ("vibedom: %s\n" % reason).encode(),
         {"Content-Type": "text/plain; charset=utf-8", "X-Vibedom": "refused", "Connection": "close"},
     )
+    _forget_request(flow)
+
+
+def _forget_request(flow):
+    # A refused request was never sent: the live view keeps none of it
+    # (its path, headers or body), even out of the list.
+    if LIVE_VIEW:
+        flow.request.path = "/"
+        flow.request.headers = http.Headers()
+        if flow.request.raw_content is not None:
+            flow.request.raw_content = b""
+
+
+def _guard_web_ui():
+    """Makes mitmweb's web UI read-only: every request other than GET or
+    HEAD is refused (replay, duplicate, edit, resume, kill, clear, upload,
+    options, commands), the options it shows hide the session's secrets,
+    and the intercept addon never holds a flow (an edited flow would go
+    upstream unchecked)."""
+    import tornado.web
+    from mitmproxy import optmanager
+    from mitmproxy.tools.web import app
+
+    def prepare(self):
+        if self.request.method not in ("GET", "HEAD"):
+            raise tornado.web.HTTPError(403, reason="vibedom: the live view is read-only")
+
+    def options_get(self):
+        d = optmanager.dump_dicts(self.master.options)
+        for k in _SECRET_OPTIONS:
+            if k in d:
+                d[k]["value"] = "(hidden by vibedom)"
+        self.write(d)
+
+    if not _TEST_OPEN_UI:
+        app.RequestHandler.prepare = prepare
+    app.Options.get = options_get
+
+
+def _no_intercept():
+    icpt = ctx.master.addons.get("intercept")
+    if icpt is not None:
+        icpt.process_flow = lambda f: None
 
 
 def _fields(headers):
@@ -77,7 +144,36 @@ def _fields(headers):
 
 
 class Vibedom:
+    def __init__(self):
+        self._started = False
+
+    def load(self, loader):
+        # Any web UI is read-only, whether or not vibedom said it runs one.
+        if LIVE_VIEW or hasattr(ctx.master, "app"):
+            try:
+                _guard_web_ui()
+                _no_intercept()
+            except Exception as e:
+                # A UI vibedom cannot make read-only does not run.
+                ctx.log.error("vibedom: cannot make the web UI read-only: %s" % e)
+                ctx.master.shutdown()
+
+    def configure(self, updated):
+        # The options are vibedom's, fixed for the session: a change from
+        # the web UI (intercept, scripts, modes, ...) is rolled back.
+        if self._started and updated:
+            raise exceptions.OptionsError("vibedom: the options are fixed for the session")
+
+    def done(self):
+        # Unloaded (the scripts option changed) or stopping: either way no
+        # flow may pass without this addon.
+        try:
+            ctx.master.shutdown()
+        except Exception:
+            pass
+
     async def running(self):
+        self._started = True
         try:
             r, w = await asyncio.open_unix_connection(SOCK)
             w.write(json.dumps({"op": "hello", "pid": os.getpid()}).encode() + b"\n")
@@ -113,6 +209,10 @@ class Vibedom:
             ctx.log.info("vibedom refused a TLS handshake")
 
     def requestheaders(self, flow):
+        # A replay (or a replayed duplicate) from the web UI never goes out.
+        if flow.is_replay:
+            flow.kill()
+            return
         # The DLP reads the request whole: never stream it past the check.
         flow.request.stream = False
         try:
@@ -120,6 +220,7 @@ class Vibedom:
         except ValueError:
             too_big = True
         if too_big:
+            _forget_request(flow)
             flow.kill()
 
     async def request(self, flow):
@@ -132,6 +233,9 @@ class Vibedom:
 
     async def _request(self, flow):
         req = flow.request
+        if flow.is_replay:
+            flow.kill()
+            return
         if len(req.raw_content or b"") > BODY_LIMIT:
             _refuse(flow, 413, "the request body is over the mitmproxy engine's limit of %d bytes" % BODY_LIMIT)
             return
@@ -149,6 +253,7 @@ class Vibedom:
             "proto": req.http_version,
             "headers": _fields(req.headers),
             "body": base64.b64encode(req.raw_content or b"").decode(),
+            "replay": bool(flow.is_replay),
         })
         if ans.get("action") != "allow":
             _refuse(flow, int(ans.get("status") or 403), ans.get("reason") or "refused")
@@ -157,6 +262,7 @@ class Vibedom:
         headers = http.Headers([(k.encode("latin-1"), v.encode("latin-1")) for k, v in ans.get("headers") or []])
         body = base64.b64decode(ans.get("body") or "")
         req.method, req.path, req.headers, req.raw_content = method, path, headers, body
+        flow.marked = SENT_MARK
 
     def responseheaders(self, flow):
         # Responses are not scrubbed: stream them, counting the bytes.
@@ -185,6 +291,11 @@ class Vibedom:
 
     async def websocket_message(self, flow):
         msg = flow.websocket.messages[-1]
+        if msg.injected:
+            # Sent from the web UI, not by the guest: never relayed.
+            msg.content = b""
+            msg.drop()
+            return
         if not msg.from_client:
             return
         try:
@@ -194,6 +305,7 @@ class Vibedom:
         except Exception:
             ok = False
         if not ok:
+            msg.content = b""  # the live view never shows what was refused
             msg.drop()
             flow.kill()
             return
@@ -207,6 +319,11 @@ class Vibedom:
         await self._done(flow, "")
 
     async def _done(self, flow, err):
+        if LIVE_VIEW:
+            try:
+                _trim_view()
+            except Exception as e:
+                ctx.log.warn("vibedom: cannot trim the live view: %s" % e)
         try:
             resp = flow.response
             await _pool.call({

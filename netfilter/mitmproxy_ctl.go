@@ -40,6 +40,7 @@ type ctlMsg struct {
 	Status    int         `json:"status"`
 	Down      int64       `json:"down"`
 	Error     string      `json:"error"`
+	Replay    bool        `json:"replay"` // a replay from mitmweb's UI
 }
 
 // ctlReply is the engine's answer.
@@ -158,6 +159,19 @@ func (e *MitmproxyEngine) request(m *ctlMsg) *ctlReply {
 		return deny(403, "not a connection vibedom handed over")
 	}
 	t := c.t
+	// Only what the guest sent, each request once: a replay (of the same
+	// flow, or of a duplicate) from the live view's UI is refused here
+	// too, whatever the addon did about it.
+	e.mu.Lock()
+	_, again := c.seen[m.ID]
+	if !again && m.ID != "" {
+		c.seen[m.ID] = struct{}{}
+	}
+	e.mu.Unlock()
+	if m.Replay || again || m.ID == "" {
+		return e.refuseReq(m, fwdTarget{name: t.Name, port: t.Port, decision: t.Decision, src: t.Guest}, nil,
+			http.StatusForbidden, "a replayed request: vibedom passes only what the guest sends, once")
+	}
 	scheme := "http"
 	if m.Scheme == "https" {
 		scheme = "https"
@@ -276,6 +290,8 @@ func (e *MitmproxyEngine) request(m *ctlMsg) *ctlReply {
 
 // refuseReq records a refused request and tells the addon to answer it.
 func (e *MitmproxyEngine) refuseReq(m *ctlMsg, dest fwdTarget, r *http.Request, status int, reason string) *ctlReply {
+	id := m.ID
+	e.lastRefused.Store(&id)
 	ev := Event{Time: time.Now(), Kind: "request", Name: dest.name, Port: dest.port, Src: addrString(dest.src),
 		Method: m.Method, Decision: "deny", Rule: dest.decision.Rule, Reason: reason, Status: status}
 	if r != nil {

@@ -5,7 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-pkgs=(qemu-system-x86 qemu-system-arm busybox-static cpio git patch make mitmproxy)
+pkgs=(qemu-system-x86 qemu-system-arm busybox-static cpio git patch make mitmproxy chromium)
 missing=()
 for p in "${pkgs[@]}"; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -38,9 +38,12 @@ type EgressOptions struct {
 	// ProxyEngine is "go" (the default when empty) or "mitmproxy": admitted
 	// connections are then handed to a mitmdump the session starts and
 	// owns (docs/network.md, "Proxy engines"). Mitmdump names the program
-	// ("" finds mitmdump on PATH).
+	// ("" means the release `vibedom init --with-mitmproxy` installed, else
+	// mitmdump on PATH). Inspect runs mitmweb instead, a read-only live
+	// view of the requests sent upstream (mitmproxy engine only).
 	ProxyEngine string
 	Mitmdump    string
+	Inspect     bool
 }
 
 // ProxyEngines are the values of EgressOptions.ProxyEngine.
@@ -125,16 +128,31 @@ func (s *sess) setupEgress(ctx context.Context) error {
 	case "", "go":
 		e.engine, err = netfilter.NewGoEngine(ecfg)
 	case "mitmproxy":
-		s.progress("egress: starting mitmdump (--proxy-engine mitmproxy)")
+		mitmdump := eo.Mitmdump
+		if mitmdump == "" {
+			mitmdump = netfilter.PreferredMitmdump(filepath.Join(string(o.Home), netfilter.MitmproxyDirName))
+		}
+		if eo.Inspect {
+			s.progress("egress: starting mitmweb (--proxy-engine mitmproxy --inspect)")
+		} else {
+			s.progress("egress: starting mitmdump (--proxy-engine mitmproxy)")
+		}
 		var m *netfilter.MitmproxyEngine
 		m, err = netfilter.NewMitmproxyEngine(ctx, netfilter.MitmproxyConfig{EngineConfig: ecfg,
-			CAKeyFile: filepath.Join(o.Home.CA(), keys.CAKeyFile), Mitmdump: eo.Mitmdump})
+			CAKeyFile: filepath.Join(o.Home.CA(), keys.CAKeyFile), Mitmdump: mitmdump, LiveView: eo.Inspect})
 		if err == nil {
 			e.engine = m
-			s.log.Info("proxy engine: mitmproxy", "version", m.Version())
+			s.log.Info("proxy engine: mitmproxy", "version", m.Version(), "live_view", eo.Inspect)
+			if u := m.WebURL(); u != "" {
+				s.progress("egress: live view (read-only) of the requests as sent upstream: %s", u)
+			}
 		}
 	default:
 		err = fmt.Errorf("unknown proxy engine %q: use go or mitmproxy", eo.ProxyEngine)
+	}
+	if err == nil && eo.Inspect && eo.ProxyEngine != "mitmproxy" {
+		e.engine.Close()
+		err = errors.New("--inspect needs --proxy-engine mitmproxy")
 	}
 	if err != nil {
 		return err

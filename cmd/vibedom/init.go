@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -13,6 +14,7 @@ import (
 
 	"github.com/vibedom/vibedom/agents"
 	"github.com/vibedom/vibedom/image/alpine"
+	"github.com/vibedom/vibedom/netfilter"
 	"github.com/vibedom/vibedom/session"
 	"github.com/vibedom/vibedom/termtext"
 	"github.com/vibedom/vibedom/vm"
@@ -21,7 +23,8 @@ import (
 // initJSON is `vibedom init --json`: the home's set-up and the agents.
 type initJSON struct {
 	*session.InitResult
-	Agents []agentJSON `json:"agents,omitempty"`
+	Agents    []agentJSON                   `json:"agents,omitempty"`
+	Mitmproxy *netfilter.InstalledMitmproxy `json:"mitmproxy,omitempty"`
 }
 
 type agentJSON struct {
@@ -45,6 +48,8 @@ func init() {
 			&cli.BoolFlag{Name: "update-agents", Usage: "install the agent versions this vibedom pins for every agent already installed"},
 			&cli.StringFlag{Name: "registry", Value: agents.DefaultRegistry, Usage: "npm registry to fetch agents from (tarballs must be on its host)"},
 			&cli.StringFlag{Name: "agent-libc", Value: agents.LibcMusl, Usage: "guest C library the agents are built for: musl (the Alpine guest) or glibc"},
+			&cli.BoolFlag{Name: "with-mitmproxy", Usage: "also fetch mitmproxy " + netfilter.MitmproxyRelease + " (standalone, checked against its pinned SHA-256) into ~/.vibedom/mitmproxy for --proxy-engine mitmproxy; preferred over mitmdump on PATH"},
+			&cli.StringFlag{Name: "mitmproxy-mirror", Usage: "where --with-mitmproxy fetches from: `URL` (default $" + netfilter.MitmproxyMirrorEnv + ", else " + netfilter.DefaultMitmproxyMirror + "); checked against the pinned SHA-256 either way"},
 		},
 		Action: func(ctx context.Context, c *cli.Command) error {
 			home, err := session.DefaultHome()
@@ -132,9 +137,19 @@ func init() {
 					return err
 				}
 			}
+			var mitm *netfilter.InstalledMitmproxy
+			if c.Bool("with-mitmproxy") {
+				fmt.Fprintf(ew, "Fetching mitmproxy %s…\n", netfilter.MitmproxyRelease)
+				in, err := netfilter.InstallMitmproxy(ctx, netfilter.MitmproxyInstall{
+					Root: filepath.Join(string(home), netfilter.MitmproxyDirName), Mirror: c.String("mitmproxy-mirror")})
+				if err != nil {
+					return err
+				}
+				mitm = &in
+			}
 			w := c.Root().Writer
 			if c.Bool("json") {
-				out := initJSON{InitResult: r}
+				out := initJSON{InitResult: r, Mitmproxy: mitm}
 				for _, a := range installed {
 					out.Agents = append(out.Agents, agentJSON{Manifest: a.Manifest, Dir: a.Dir, BinaryPath: a.BinaryPath(), Fresh: a.Fresh})
 				}
@@ -155,6 +170,9 @@ func init() {
 				printImage(w, r)
 				for _, a := range installed {
 					fmt.Fprintf(w, "Agent %s %s (%s-%s): %s, verified\n", a.Agent, a.Version, a.Arch, a.Libc, a.Dir)
+				}
+				if mitm != nil {
+					fmt.Fprintf(w, "mitmproxy %s (%s): %s, SHA-256 verified; --proxy-engine mitmproxy runs it\n", mitm.Version, mitm.Platform, mitm.Dir)
 				}
 				for _, p := range r.Problems {
 					fmt.Fprintf(w, "\nBefore `vibedom run` works: %s\n", p)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -37,7 +38,8 @@ what to apply (without a terminal nothing is applied unless --apply).`,
 			&cli.StringSliceFlag{Name: "allow", Usage: "also allow this egress rule for this session (repeatable), e.g. --allow registry.npmjs.org"},
 			&cli.BoolFlag{Name: "no-network", Usage: "give the VM no network interface at all"},
 			&cli.StringSliceFlag{Name: "resolve", Usage: "connect to this address for an allowed name, like curl's --resolve (repeatable): NAME:PORT:ADDRESS[:PORT]"},
-			&cli.StringFlag{Name: "proxy-engine", Usage: "the proxy that inspects the guest's traffic: go (built in) or mitmproxy (a mitmdump ≥ 8.1 on PATH that vibedom starts for the session); default: proxy-engine = … in ~/.vibedom/config, else go"},
+			&cli.StringFlag{Name: "proxy-engine", Usage: "the proxy that inspects the guest's traffic: go (built in) or mitmproxy (the mitmdump that vibedom init --with-mitmproxy installed, else a mitmdump ≥ 8.1 on PATH, that vibedom starts for the session); default: proxy-engine = … in ~/.vibedom/config, else go"},
+			&cli.BoolFlag{Name: "inspect", Usage: "watch the requests as sent upstream (after the DLP) in mitmweb's web UI, read-only, on 127.0.0.1 (its URL is printed); implies --proxy-engine mitmproxy"},
 			&cli.StringSliceFlag{Name: "ca-file", Usage: "also trust the CA certificates in this PEM file for upstream TLS (repeatable)"},
 			&cli.StringSliceFlag{Name: "allow-pattern", Usage: "never redact this value in what the agent sends (repeatable; re:REGEXP for a pattern), e.g. --allow-pattern 'Pearl St'"},
 			&cli.StringSliceFlag{Name: "allow-context", Usage: "let this category through to every destination (repeatable), e.g. --allow-context internal_ips (categories: vibedom scrub --help)"},
@@ -89,6 +91,17 @@ func runAction(ctx context.Context, c *cli.Command) error {
 		}
 	}
 	engine := c.String("proxy-engine")
+	if c.Bool("inspect") {
+		switch {
+		case c.Bool("no-network"):
+			return errors.New("--inspect shows the guest's network traffic, and --no-network gives it none: drop one")
+		case engine != "" && engine != "mitmproxy":
+			return fmt.Errorf("--inspect runs the mitmproxy engine; drop --proxy-engine %s", engine)
+		case c.Bool("quiet"):
+			return errors.New("--quiet would hide the live view's address, which --inspect prints as a progress line: drop --quiet")
+		}
+		engine = "mitmproxy"
+	}
 	if engine == "" {
 		engine = "go"
 		if h, err := session.DefaultHome(); err == nil {
@@ -105,9 +118,19 @@ func runAction(ctx context.Context, c *cli.Command) error {
 		return fmt.Errorf("--proxy-engine must be go or mitmproxy, got %q", engine)
 	}
 	if engine == "mitmproxy" && !c.Bool("no-network") {
-		// Fail before anything boots, with the version found and needed.
-		if _, err := netfilter.MitmdumpVersion(ctx, ""); err != nil {
+		// Fail before anything boots, with the version found and needed:
+		// the release `vibedom init --with-mitmproxy` installed, else PATH's.
+		mitmdump := ""
+		if h, err := session.DefaultHome(); err == nil {
+			mitmdump = netfilter.PreferredMitmdump(filepath.Join(string(h), netfilter.MitmproxyDirName))
+		}
+		if _, err := netfilter.MitmdumpVersion(ctx, mitmdump); err != nil {
 			return err
+		}
+		if c.Bool("inspect") {
+			if _, err := netfilter.MitmwebVersion(ctx, netfilter.MitmwebProgram(mitmdump, "")); err != nil {
+				return err
+			}
 		}
 	}
 	mode, err := preflight.ParseMode(c.String("preflight"))
@@ -135,7 +158,7 @@ func runAction(ctx context.Context, c *cli.Command) error {
 		Stderr:    os.Stderr,
 		Progress:  os.Stderr,
 		Egress: session.EgressOptions{Disabled: c.Bool("no-network"), Allow: c.StringSlice("allow"),
-			Resolve: resolves, CAFiles: c.StringSlice("ca-file"), ProxyEngine: engine},
+			Resolve: resolves, CAFiles: c.StringSlice("ca-file"), ProxyEngine: engine, Inspect: c.Bool("inspect")},
 		Preflight: session.PreflightOptions{Mode: mode},
 		DLP:       session.DLPOptions{AllowPatterns: c.StringSlice("allow-pattern"), AllowContexts: c.StringSlice("allow-context")},
 		Review:    session.ReviewOptions{ApplyAll: c.Bool("apply"), Skip: c.Bool("no-review")},
