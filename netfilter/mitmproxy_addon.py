@@ -82,6 +82,34 @@ class _Pool:
 
 _pool = _Pool(SOCK)
 
+# flow id -> (values, replacement) from vibedom's answer to the request,
+# taken by the response's headers.
+_scrubs = {}
+
+
+def _replacer(vals, with_):
+    """A stream function replacing vals by with_, holding back the last
+    len(longest)-1 bytes of each chunk so a value split across chunks is
+    still found; the end of the body (b"") releases the rest."""
+    hold = max(len(v) for v in vals) - 1
+    tail = [b""]
+
+    def f(chunk):
+        data = tail[0] + chunk
+        for v in vals:
+            data = data.replace(v, with_)
+        if chunk == b"":
+            tail[0] = b""
+            return [data] if data else []
+        if len(data) <= hold:
+            tail[0] = data
+            return []
+        cut = len(data) - hold
+        tail[0] = data[cut:]
+        return [data[:cut]]
+
+    return f
+
 
 def _peer(conn):
     p = conn.peername
@@ -263,14 +291,38 @@ class Vibedom:
         body = base64.b64decode(ans.get("body") or "")
         req.method, req.path, req.headers, req.raw_content = method, path, headers, body
         flow.marked = SENT_MARK
+        scrub = [base64.b64decode(v) for v in ans.get("scrub") or []]
+        if scrub:
+            # Kept here, not on the flow: the live view shows a flow's
+            # metadata.
+            _scrubs[flow.id] = (scrub, base64.b64decode(ans.get("scrub_with") or ""))
 
     def responseheaders(self, flow):
-        # Responses are not scrubbed: stream them, counting the bytes.
+        # Stream the response, counting the bytes; when vibedom named
+        # values to scrub (real credentials a provider might echo back),
+        # replace them in the headers and, as it streams, in the body.
         n = [0]
+        scrub = _scrubs.pop(flow.id, None)
+        repl = _replacer(*scrub) if scrub else None
+        if scrub:
+            vals, with_ = scrub
+            fields = []
+            for k, v in flow.response.headers.fields:
+                for x in vals:
+                    v = v.replace(x, with_)
+                fields.append((k, v))
+            flow.response.headers = http.Headers(fields)
+            if flow.request.method.upper() != "HEAD" and "content-length" in flow.response.headers:
+                # The length changes with a replacement.
+                del flow.response.headers["content-length"]
+                if flow.request.http_version.startswith("HTTP/1"):
+                    flow.response.headers["transfer-encoding"] = "chunked"
 
         def count(chunk):
             n[0] += len(chunk)
-            return chunk
+            if repl is None:
+                return chunk
+            return repl(chunk)
 
         flow.response.stream = count
         flow.metadata["vibedom_down"] = n
@@ -319,6 +371,7 @@ class Vibedom:
         await self._done(flow, "")
 
     async def _done(self, flow, err):
+        _scrubs.pop(flow.id, None)
         if LIVE_VIEW:
             try:
                 _trim_view()

@@ -52,6 +52,10 @@ type ctlReply struct {
 	Path    string      `json:"path,omitempty"`
 	Headers [][2]string `json:"headers,omitempty"`
 	Body    []byte      `json:"body,omitempty"`
+	// Scrub lists the values the addon replaces with ScrubWith in the
+	// response's headers and body (see ResponseSecrets).
+	Scrub     [][]byte `json:"scrub,omitempty"`
+	ScrubWith []byte   `json:"scrub_with,omitempty"`
 }
 
 func (e *MitmproxyEngine) serveCtl() {
@@ -244,6 +248,9 @@ func (e *MitmproxyEngine) request(m *ctlMsg) *ctlReply {
 		}
 	}
 	out := &ctlReply{Action: "allow", Method: r.Method, Path: r.URL.RequestURI(), Body: body}
+	if rs, ok := e.filter.(ResponseSecrets); ok {
+		out.Scrub, out.ScrubWith = rs.ResponseSecrets()
+	}
 	if r.ProtoMajor < 2 && hadHost {
 		out.Headers = append(out.Headers, [2]string{"Host", r.Host})
 	}

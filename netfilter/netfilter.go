@@ -109,6 +109,14 @@ type ResponseFilter interface {
 	FilterResponse(resp *http.Response)
 }
 
+// ResponseSecrets is an optional capability of a ResponseFilter, for an
+// engine that does not hold the response stream itself (the mitmproxy
+// engine): the literal values FilterResponse replaces, and what replaces
+// them, for the engine to apply the same replacement where the stream is.
+type ResponseSecrets interface {
+	ResponseSecrets() (vals [][]byte, with []byte)
+}
+
 // IdentityFilter is the RequestFilter that changes nothing.
 type IdentityFilter struct{}
 

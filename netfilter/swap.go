@@ -103,16 +103,7 @@ func (f *swapFilter) FilterResponse(resp *http.Response) {
 	if rf, ok := f.inner.(ResponseFilter); ok {
 		rf.FilterResponse(resp)
 	}
-	var vals [][]byte
-	for _, s := range f.swaps {
-		key := s.Value
-		if i := strings.LastIndexByte(key, ' '); i >= 0 {
-			key = key[i+1:] // "Bearer <key>": the key
-		}
-		if len(key) >= 8 {
-			vals = append(vals, []byte(key))
-		}
-	}
+	vals, _ := f.ResponseSecrets()
 	if len(vals) == 0 {
 		return
 	}
@@ -129,6 +120,22 @@ func (f *swapFilter) FilterResponse(resp *http.Response) {
 		resp.ContentLength = -1
 		resp.Header.Del("Content-Length")
 	}
+}
+
+// ResponseSecrets are the real values FilterResponse replaces: each
+// swap's key (without a "Bearer " prefix), when it is long enough to mean
+// something.
+func (f *swapFilter) ResponseSecrets() (vals [][]byte, with []byte) {
+	for _, s := range f.swaps {
+		key := s.Value
+		if i := strings.LastIndexByte(key, ' '); i >= 0 {
+			key = key[i+1:] // "Bearer <key>": the key
+		}
+		if len(key) >= 8 {
+			vals = append(vals, []byte(key))
+		}
+	}
+	return vals, []byte(RedactedSecret)
 }
 
 // RedactedSecret replaces a real credential in a response.

@@ -24,13 +24,19 @@ func TestCredentialSwap(t *testing.T) {
 		t.Fatal(err)
 	}
 	filter := NewSwapFilter(&DLPFilter{Engine: eng}, []Swap{{Name: "anthropic", Host: "api.test", Header: "x-api-key", Placeholder: ph, Value: real, Token: ph}})
+	forEngines(t, func(t *testing.T, kind string) {
+		testCredentialSwap(t, kind, filter, eng, real, ph)
+	})
+}
+
+func testCredentialSwap(t *testing.T, kind string, filter RequestFilter, eng *dlp.Engine, real, ph string) {
 	for _, h2 := range []bool{false, true} {
 		name := "http1"
 		if h2 {
 			name = "http2"
 		}
 		t.Run(name, func(t *testing.T) {
-			v := newTestEnv(t, testRules, func(c *EngineConfig) { c.Filter = filter })
+			v := newEngineEnv(t, kind, testRules, func(c *EngineConfig) { c.Filter = filter })
 			// As a session does: logs go through the DLP's known values,
 			// the placeholder among them.
 			v.log.SetRedactor(LogRedactor(eng))
