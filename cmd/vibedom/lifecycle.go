@@ -216,8 +216,10 @@ func execAction(ctx context.Context, c *cli.Command) error {
 			_, _ = io.Copy(st.Input(), os.Stdin)
 			_ = st.CloseInput()
 		}()
-	} else if err := st.CloseInput(); err != nil {
-		return err
+	} else {
+		// A host that already ended the command has closed its side: its
+		// exit frame, read below, says why.
+		_ = st.CloseInput()
 	}
 	x, err := st.Copy(os.Stdout, os.Stderr)
 	if err != nil {

@@ -36,6 +36,18 @@ func (c *cliRun) startDetached(t testing.TB, ws string, args ...string) string {
 		t.Fatalf("run --detach --json printed %q: %v", out, err)
 	}
 	t.Cleanup(func() {
+		if t.Failed() {
+			// What the session host said, for the failure's reader.
+			logs, _ := filepath.Glob(filepath.Join(c.home, "logs", "host-"+r.Name+".log"))
+			more, _ := filepath.Glob(filepath.Join(c.home, "logs", "session-*", "session.log"))
+			for _, p := range append(logs, more...) {
+				b, _ := os.ReadFile(p)
+				if len(b) > 8000 {
+					b = b[len(b)-8000:]
+				}
+				t.Logf("%s:\n%s", p, b)
+			}
+		}
 		// A failed test must not leave a session host and its VM behind.
 		if p, err := os.FindProcess(r.PID); err == nil {
 			_ = p.Signal(syscall.SIGKILL)
