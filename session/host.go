@@ -274,6 +274,7 @@ func (s *sess) stream(c net.Conn, r *bufio.Reader, req *ControlRequest) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	inR, inW := io.Pipe()
+	defer inR.Close() // input still coming once the command ended is refused, not waited on
 	resizes := make(chan client.WindowSize, 4)
 	go func() {
 		defer cancel() // the client went away: detach (attach) or end the command (exec)
