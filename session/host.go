@@ -335,7 +335,8 @@ func (s *sess) stream(c net.Conn, r *bufio.Reader, req *ControlRequest) {
 	}
 	x := ExitFrame{Code: st.ShellCode(), Signal: st.Signal}
 	switch {
-	case errors.Is(err, client.ErrDetached):
+	case errors.Is(err, client.ErrDetached),
+		req.Op == OpAttach && errors.Is(err, client.ErrNoExitStatus): // it fell behind the output
 		x = ExitFrame{Detached: true}
 	case err != nil && ctx.Err() != nil:
 		return // the client is gone

@@ -295,10 +295,25 @@ func (s *sess) shell(ctx context.Context, ko client.ShellOptions) (client.ExitSt
 			}
 		}
 	}()
-	in, stop := newInput(t.In)
-	defer stop()
-	ko.Cols, ko.Rows, ko.Resize, ko.Stdin, ko.Stdout = size.Cols, size.Rows, resizes, in, t.Out
-	return s.client.Shell(ctx, ko)
+	ko.Cols, ko.Rows, ko.Resize, ko.Stdout = size.Cols, size.Rows, resizes, t.Out
+	for {
+		in, stop := newInput(t.In)
+		ko.Stdin = in
+		st, err := s.client.Shell(ctx, ko)
+		stop()
+		if !errors.Is(err, client.ErrNoExitStatus) || ctx.Err() != nil {
+			return st, err
+		}
+		// The guest detached this terminal, which fell behind the
+		// agent's output (a slow terminal): the agent goes on, so join
+		// it again. If the VM is gone, joining fails.
+		s.log.Warn("the terminal fell behind the agent's output; attaching it again")
+		select {
+		case <-ctx.Done():
+			return st, err
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
 }
 
 // collectChanges streams the overlay's change set and the changed files'
