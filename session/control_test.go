@@ -196,3 +196,17 @@ func TestControlFrames(t *testing.T) {
 		t.Error("an oversized frame was accepted")
 	}
 }
+
+// TestNoPauseWhileCollecting: once the agent ended and the host winds the
+// session up, a pause (which would freeze the collection) or an exec is
+// refused.
+func TestNoPauseWhileCollecting(t *testing.T) {
+	s := controlHost(t, os.Getuid())
+	s.windUp(t.Context())
+	if _, err := s.pause(t.Context(), false); err == nil || !strings.Contains(err.Error(), "stopping") {
+		t.Errorf("pause while collecting: %v", err)
+	}
+	if err := s.checkRunning(); err == nil {
+		t.Error("exec or attach accepted while collecting")
+	}
+}

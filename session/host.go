@@ -274,6 +274,7 @@ func (s *sess) stream(c net.Conn, r *bufio.Reader, req *ControlRequest) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	inR, inW := io.Pipe()
+	defer inR.Close() // input still coming once the command ended is refused, not waited on
 	resizes := make(chan client.WindowSize, 4)
 	go func() {
 		defer cancel() // the client went away: detach (attach) or end the command (exec)
@@ -334,7 +335,8 @@ func (s *sess) stream(c net.Conn, r *bufio.Reader, req *ControlRequest) {
 	}
 	x := ExitFrame{Code: st.ShellCode(), Signal: st.Signal}
 	switch {
-	case errors.Is(err, client.ErrDetached):
+	case errors.Is(err, client.ErrDetached),
+		req.Op == OpAttach && errors.Is(err, client.ErrNoExitStatus): // it fell behind the output
 		x = ExitFrame{Detached: true}
 	case err != nil && ctx.Err() != nil:
 		return // the client is gone

@@ -109,7 +109,7 @@ func (s *sess) recover(ctx context.Context, info *Info) (*Result, error) {
 	}
 	o.Workspace = ws
 	// The dead host's runtime folder (sockets) is of no use now.
-	if info.Control != "" && strings.HasPrefix(filepath.Base(filepath.Dir(info.Control)), "vibedom-") {
+	if isRuntimeDir(info.Control) {
 		_ = os.RemoveAll(filepath.Dir(info.Control))
 	}
 	if o.Driver == nil {
@@ -205,4 +205,19 @@ func (s *sess) recover(ctx context.Context, info *Info) (*Result, error) {
 		s.progress("the changes wait for review: vibedom review %s", s.name)
 	}
 	return s.result(), nil
+}
+
+// isRuntimeDir reports whether control is the control socket in a runtime
+// folder as a session host makes it (os.MkdirTemp("", "vibedom-")): a
+// private folder of this user's, directly in the temporary folder. Only
+// such a folder may be removed on state.json's word.
+func isRuntimeDir(control string) bool {
+	if control == "" || !filepath.IsAbs(control) || filepath.Base(control) != controlSocket {
+		return false
+	}
+	dir := filepath.Dir(control)
+	if !strings.HasPrefix(filepath.Base(dir), "vibedom-") || filepath.Dir(dir) != filepath.Clean(os.TempDir()) {
+		return false
+	}
+	return checkPrivateDir(dir) == nil
 }

@@ -114,14 +114,7 @@ func (s *sess) run(ctx context.Context, start time.Time) (*Result, error) {
 	if err != nil {
 		return res, err
 	}
-	// A paused VM cannot hand its changes over: thaw it first.
-	s.ctl.mu.Lock()
-	if s.ctl.paused {
-		if _, err := s.resumeLocked(context.WithoutCancel(ctx)); err != nil {
-			s.log.Warn("resume before collecting", "err", err)
-		}
-	}
-	s.ctl.mu.Unlock()
+	s.windUp(ctx)
 
 	// The rest must happen even when the user interrupted the command.
 	ectx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Minute)
@@ -146,6 +139,21 @@ func (s *sess) run(ctx context.Context, start time.Time) (*Result, error) {
 		}
 	}
 	return res, nil
+}
+
+// windUp readies the session for collecting once its agent ended: a
+// paused VM cannot hand its changes over, so it is thawed; and from now on
+// the session is stopping, so no control request pauses it again (or runs
+// a command in it) while its changes are collected.
+func (s *sess) windUp(ctx context.Context) {
+	s.ctl.mu.Lock()
+	defer s.ctl.mu.Unlock()
+	if s.ctl.paused {
+		if _, err := s.resumeLocked(context.WithoutCancel(ctx)); err != nil {
+			s.log.Warn("resume before collecting", "err", err)
+		}
+	}
+	s.ctl.requestStop()
 }
 
 func (s *sess) result() *Result {
@@ -287,10 +295,25 @@ func (s *sess) shell(ctx context.Context, ko client.ShellOptions) (client.ExitSt
 			}
 		}
 	}()
-	in, stop := newInput(t.In)
-	defer stop()
-	ko.Cols, ko.Rows, ko.Resize, ko.Stdin, ko.Stdout = size.Cols, size.Rows, resizes, in, t.Out
-	return s.client.Shell(ctx, ko)
+	ko.Cols, ko.Rows, ko.Resize, ko.Stdout = size.Cols, size.Rows, resizes, t.Out
+	for {
+		in, stop := newInput(t.In)
+		ko.Stdin = in
+		st, err := s.client.Shell(ctx, ko)
+		stop()
+		if !errors.Is(err, client.ErrNoExitStatus) || ctx.Err() != nil {
+			return st, err
+		}
+		// The guest detached this terminal, which fell behind the
+		// agent's output (a slow terminal): the agent goes on, so join
+		// it again. If the VM is gone, joining fails.
+		s.log.Warn("the terminal fell behind the agent's output; attaching it again")
+		select {
+		case <-ctx.Done():
+			return st, err
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
 }
 
 // collectChanges streams the overlay's change set and the changed files'

@@ -53,6 +53,8 @@ func detachRun(ctx context.Context, c *cli.Command, o session.Options) error {
 	name := o.Name
 	if name == "" {
 		name = session.NewName(ws)
+	} else if !session.ValidName(name) {
+		return fmt.Errorf("session name %q: use lower-case letters, digits, '.', '_' and '-'", name)
 	}
 	if _, err := os.Stat(o.Home.Session(name)); err == nil {
 		return fmt.Errorf("a session named %q already exists: pick another --name", name)

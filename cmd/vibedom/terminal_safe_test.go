@@ -214,6 +214,25 @@ func TestOutputSurfacesEscapeHostileText(t *testing.T) {
 			t.Errorf("list --json lost the name: %v", rows)
 		}
 	})
+	t.Run("status", func(t *testing.T) {
+		st, _ := json.Marshal(map[string]any{"name": "ws-\x1b[2J\u202e", "workspace": ws + "\u2066\u009b", "created": time.Now().UTC(), "status": "stopped", "log_dir": logDir + "\u202e"})
+		if err := os.MkdirAll(filepath.Join(home, "sessions", "ws-0003"), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(home, "sessions", "ws-0003", "state.json"), st, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		want(t, "status", onTerminal(t, nil, "status", "ws-0003"), `"ws-\x1b[2J\u202e"`, `\u2066\u009b"`)
+		out := onTerminal(t, nil, "status", "ws-0003", "--json")
+		want(t, "status --json", out, `ws-\u001b[2J\u202e`, `\u2066\u009b`)
+		var got map[string]any
+		if err := json.Unmarshal([]byte(strings.ReplaceAll(out, "\r\n", "\n")), &got); err != nil {
+			t.Fatalf("status --json is not JSON: %v\n%s", err, out)
+		}
+		if got["workspace"] != ws+"\u2066\u009b" {
+			t.Errorf("status --json lost the workspace: %v", got)
+		}
+	})
 	t.Run("logs", func(t *testing.T) {
 		want(t, "logs", onTerminal(t, nil, "logs", "ws-0001"), hostileBodyShown)
 		for _, flag := range []string{"--network", "--alerts"} {

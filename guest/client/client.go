@@ -548,6 +548,11 @@ func wait(ctx context.Context, sess *ssh.Session, signals <-chan ssh.Signal) (Ex
 	return ExitStatus{}, ctx.Err()
 }
 
+// ErrNoExitStatus means the guest closed a command's channel without its
+// exit status: the VM stopped, or, on a kept terminal, the guest detached
+// a channel that could not keep up with the output (the command goes on).
+var ErrNoExitStatus = errors.New("the guest closed the session without an exit status (did the VM stop?)")
+
 func exitStatus(err error) (ExitStatus, error) {
 	if err == nil {
 		return ExitStatus{}, nil
@@ -564,7 +569,7 @@ func exitStatus(err error) (ExitStatus, error) {
 	}
 	var em *ssh.ExitMissingError
 	if errors.As(err, &em) {
-		return ExitStatus{}, errors.New("the guest closed the session without an exit status (did the VM stop?)")
+		return ExitStatus{}, ErrNoExitStatus
 	}
 	if errors.Is(err, io.EOF) || errors.Is(err, net.ErrClosed) || errors.Is(err, syscall.ECONNRESET) {
 		return ExitStatus{}, fmt.Errorf("lost the connection to the guest: %w", err)

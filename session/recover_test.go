@@ -1,0 +1,101 @@
+package session
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/vibedom/vibedom/vm"
+)
+
+// unavailableDriver is a driver that can start nothing: a recovery with it
+// stops before it boots.
+type unavailableDriver struct{}
+
+var _ vm.Driver = unavailableDriver{}
+
+func (unavailableDriver) Name() string  { return "none" }
+func (unavailableDriver) Info() vm.Info { return vm.Info{} }
+func (unavailableDriver) Available(context.Context, vm.Arch) error {
+	return errors.New("no hypervisor in this test")
+}
+func (unavailableDriver) Start(context.Context, vm.Config) (vm.Machine, error) {
+	return nil, errors.New("no hypervisor in this test")
+}
+
+// TestRecoverRemovesOnlyItsRuntimeFolder: recover clears the dead host's
+// runtime folder, named by state.json's control socket. A control path that
+// names any other folder whose name starts with "vibedom-" (a project
+// folder, say) must not be removed.
+func TestRecoverRemovesOnlyItsRuntimeFolder(t *testing.T) {
+	root := t.TempDir()
+	home := Home(filepath.Join(root, "home"))
+	ws := filepath.Join(root, "ws")
+	victim := filepath.Join(root, "code", "vibedom-website")
+	dir := home.Session("ws-0001")
+	for _, d := range []string{ws, victim, dir, filepath.Join(root, "logs")} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(victim, "index.html"), []byte("the user's work\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, scratchFile), []byte("disk"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	st, _ := json.Marshal(State{Name: "ws-0001", Workspace: ws, Created: time.Now().UTC(), Status: StatusRunning,
+		LogDir: filepath.Join(root, "logs"), PID: 0, Control: filepath.Join(victim, controlSocket)})
+	if err := os.WriteFile(filepath.Join(dir, stateFile), st, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Recover(t.Context(), RecoverOptions{Home: home, Name: "ws-0001", Driver: unavailableDriver{}}); err == nil {
+		t.Fatal("a recovery without a hypervisor succeeded")
+	}
+	if _, err := os.Stat(filepath.Join(victim, "index.html")); err != nil {
+		t.Fatalf("recover removed the folder state.json's control path names: %v", err)
+	}
+}
+
+// TestRecoverRuntimeDir: what isRuntimeDir takes for a dead host's runtime
+// folder.
+func TestRecoverRuntimeDir(t *testing.T) {
+	t.Setenv("TMPDIR", t.TempDir())
+	real, err := os.MkdirTemp("", "vibedom-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	open, err := os.MkdirTemp("", "vibedom-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.Chmod(open, 0o755)
+	elsewhere := filepath.Join(t.TempDir(), "vibedom-project")
+	os.Mkdir(elsewhere, 0o700)
+	link := filepath.Join(os.TempDir(), "vibedom-link")
+	os.Symlink(elsewhere, link)
+	for _, tc := range []struct {
+		name    string
+		control string
+		want    bool
+	}{
+		{"a host's runtime folder", filepath.Join(real, controlSocket), true},
+		{"none recorded", "", false},
+		{"another file name", filepath.Join(real, "other.sock"), false},
+		{"a relative path", "vibedom-x/" + controlSocket, false},
+		{"a folder outside the temporary folder", filepath.Join(elsewhere, controlSocket), false},
+		{"a folder open to others", filepath.Join(open, controlSocket), false},
+		{"a symlink in the temporary folder", filepath.Join(link, controlSocket), false},
+		{"the temporary folder itself", filepath.Join(os.TempDir(), controlSocket), false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := isRuntimeDir(tc.control); got != tc.want {
+				t.Errorf("isRuntimeDir(%q) = %v, want %v", tc.control, got, tc.want)
+			}
+		})
+	}
+}
