@@ -228,7 +228,7 @@ type sessionState struct {
 	proc     *process
 	kept     *keptAttach
 	sftpDone chan struct{}
-	after    func() // run after the current request's reply
+	after    func()        // run after the current request's reply
 	conn     ssh.Conn      // the connection, for channels back to the host
 	agent    *agentForward // nil unless agent forwarding was asked for
 }
