@@ -257,7 +257,10 @@ func (s *sess) resumeLocked(ctx context.Context) (time.Duration, error) {
 		return 0, fmt.Errorf("resume: %w", err)
 	}
 	s.client.Hold(false)
-	if err := s.client.SetTime(rctx, time.Now()); err != nil {
+	// A guest that does not answer must not hold the control lock long.
+	tctx, tcancel := context.WithTimeout(rctx, 5*time.Second)
+	defer tcancel()
+	if err := s.client.SetTime(tctx, time.Now()); err != nil {
 		s.log.Warn("set the guest's clock after resume", "err", err)
 	}
 	took := time.Since(t0)
