@@ -96,7 +96,7 @@ func testEgressVM(t *testing.T, extra ...string) {
 	script := `set -u
 P=/mnt/workspace/probe
 gw=$(ip route | awk '/^default/ {print $3; exit}')
-all() { $P ` + strings.Join(probes, " ") + `; }
+all() { PROBE_PARALLEL=1 $P ` + strings.Join(probes, " ") + `; }
 echo "ROUND 1 gw=$gw"; all
 # What root would try: flush the firewall, route around the gateway,
 # point DNS elsewhere.

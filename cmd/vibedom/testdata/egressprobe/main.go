@@ -31,14 +31,38 @@ import (
 	"net/url"
 	"os"
 	"strings"
+	"sync"
 	"time"
 )
 
+// main runs the probes one after the other, or with PROBE_PARALLEL=1 all
+// at once (most egress probes wait for an answer that should never come),
+// and prints their lines in the order given. Each probe has its own
+// socket, connected to its own destination, so none reads another's
+// answer; tests that count requests in order run them one by one.
 func main() {
-	for _, a := range os.Args[1:] {
+	args := os.Args[1:]
+	lines := make([]string, len(args))
+	run := func(i int, a string) {
 		kind, arg, _ := strings.Cut(a, ":")
 		res, detail := probe(kind, arg)
-		fmt.Printf("%s %s %s\n", a, res, strings.ReplaceAll(detail, "\n", " "))
+		lines[i] = fmt.Sprintf("%s %s %s", a, res, strings.ReplaceAll(detail, "\n", " "))
+	}
+	var wg sync.WaitGroup
+	for i, a := range args {
+		if os.Getenv("PROBE_PARALLEL") != "1" {
+			run(i, a)
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			run(i, a)
+		}()
+	}
+	wg.Wait()
+	for _, l := range lines {
+		fmt.Println(l)
 	}
 }
 
