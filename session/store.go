@@ -43,10 +43,11 @@ type Info struct {
 	Problem string `json:"problem,omitempty"`
 }
 
-// PatchPending reports whether the session left a patch for review.
+// PatchPending reports whether the session left a patch for review (an
+// empty one, when the agent changed nothing, is none).
 func (i *Info) PatchPending() bool {
 	fi, err := os.Stat(filepath.Join(i.Dir, overlay.PatchFileName))
-	return err == nil && fi.Mode().IsRegular()
+	return err == nil && fi.Mode().IsRegular() && fi.Size() > 0
 }
 
 // Review is what package review needs of the session.

@@ -276,6 +276,8 @@ func stopAction(ctx context.Context, c *cli.Command) error {
 		return fmt.Errorf("session %s ended with an error: %s (logs: %s)", last.Name, last.Error, last.LogDir)
 	case last.PatchPending():
 		fmt.Fprintf(w, "stopped %s; review its changes: vibedom review %s\n", termtext.Line(last.Name), termtext.Line(last.Name))
+	case last.Live == session.StatusStopped:
+		fmt.Fprintf(w, "stopped %s; the agent changed nothing\n", termtext.Line(last.Name))
 	default:
 		fmt.Fprintf(w, "stopped %s (%s)\n", termtext.Line(last.Name), termtext.Line(string(last.Live)))
 	}
