@@ -25,6 +25,10 @@ import (
 // the agent's started — collects the change set as a session end does, and
 // brings it to the review prompt.
 
+// recoverLock is the lock file in a session folder that serialises
+// recoveries.
+const recoverLock = ".recover.lock"
+
 // RecoverOptions configure a recovery.
 type RecoverOptions struct {
 	Home Home
@@ -58,6 +62,20 @@ func Recover(ctx context.Context, ro RecoverOptions) (*Result, error) {
 	}
 	info, err := ro.Home.FindSession(ro.Name)
 	if err != nil {
+		return nil, err
+	}
+	// One recovery at a time: a second would boot on the same scratch
+	// disk and race the first one's state.
+	unlock, busy, err := tryLock(filepath.Join(info.Dir, recoverLock))
+	if err != nil {
+		return nil, err
+	}
+	if busy {
+		return nil, fmt.Errorf("%w: another `vibedom recover %s` is running", ErrNotRecoverable, info.Name)
+	}
+	defer unlock()
+	// Read again under the lock: a recovery that just ended changed it.
+	if info, err = ro.Home.FindSession(ro.Name); err != nil {
 		return nil, err
 	}
 	switch {

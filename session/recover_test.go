@@ -6,6 +6,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -97,5 +98,35 @@ func TestRecoverRuntimeDir(t *testing.T) {
 				t.Errorf("isRuntimeDir(%q) = %v, want %v", tc.control, got, tc.want)
 			}
 		})
+	}
+}
+
+// TestRecoverOneAtATime: while one recovery holds the session's lock, a
+// second is refused at once with a one-line error.
+func TestRecoverOneAtATime(t *testing.T) {
+	h := Home(t.TempDir())
+	dir := h.Session("crashed")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	st := `{"name":"crashed","workspace":"/nonexistent-ws","created":"2026-01-01T00:00:00Z","status":"running","pid":2147483646,"log_dir":"/nonexistent-logs"}`
+	if err := os.WriteFile(filepath.Join(dir, stateFile), []byte(st), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(filepath.Join(dir, scratchFile), nil, 0o600)
+	unlock, busy, err := tryLock(filepath.Join(dir, recoverLock))
+	if err != nil || busy {
+		t.Fatalf("first lock: busy %v, %v", busy, err)
+	}
+	_, err = Recover(context.Background(), RecoverOptions{Home: h, Name: "crashed"})
+	if err == nil || !strings.Contains(err.Error(), "another `vibedom recover crashed` is running") {
+		t.Fatalf("second recovery: %v", err)
+	}
+	unlock()
+	// Released: the next one gets past the lock (and fails later, on the
+	// missing workspace).
+	_, err = Recover(context.Background(), RecoverOptions{Home: h, Name: "crashed"})
+	if err == nil || strings.Contains(err.Error(), "is running") {
+		t.Fatalf("after the lock was released: %v", err)
 	}
 }
