@@ -210,7 +210,7 @@ func installOne(ctx context.Context, o Options, reg *url.URL, p Pin) (*Installed
 	if err != nil {
 		return nil, err
 	}
-	if err := writeFileSync(filepath.Join(tmp, ManifestFile), append(b, '\n')); err != nil {
+	if err := atomicfile.WriteNew(filepath.Join(tmp, ManifestFile), append(b, '\n'), 0o644); err != nil {
 		return nil, fmt.Errorf("install %s: %w", p, err)
 	}
 	if err := makeReadOnly(tmp); err != nil {
@@ -268,22 +268,6 @@ func unpackVerified(tgz, dir string, p Pin, maxUnpacked int64) (*Manifest, error
 		Integrity: p.Integrity, Binary: pkgDir + "/" + p.Binary,
 		BinarySHA256: u.binarySHA256, BinarySize: u.binarySize, Installed: time.Now().UTC().Truncate(time.Second),
 	}, nil
-}
-
-func writeFileSync(path string, b []byte) error {
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
-	if err != nil {
-		return err
-	}
-	if _, err := f.Write(b); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	return f.Close()
 }
 
 // makeReadOnly drops every write bit below dir (files 0444 or 0555,

@@ -136,3 +136,17 @@ func SyncDir(dir string) {
 	d.Sync()
 	d.Close()
 }
+
+// WriteNew writes data to path, which must not exist yet, and flushes it
+// to disk: for a file in a staging folder that is later renamed into place
+// whole (its folder is synced by that rename's caller, not here).
+func WriteNew(path string, data []byte, perm fs.FileMode) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, perm)
+	if err != nil {
+		return err
+	}
+	_, werr := f.Write(data)
+	serr := f.Sync()
+	cerr := f.Close()
+	return errors.Join(werr, serr, cerr)
+}

@@ -447,7 +447,7 @@ func buildLocked(ctx context.Context, cacheRoot, dir, digest string, r Recipe, i
 	if err != nil {
 		return nil, err
 	}
-	if err := writeFileSync(filepath.Join(tmp, "manifest.json"), data, 0o644); err != nil {
+	if err := atomicfile.WriteNew(filepath.Join(tmp, "manifest.json"), data, 0o644); err != nil {
 		return nil, fmt.Errorf("build image %s: %w", r.Name(), err)
 	}
 	if err := os.Chmod(tmp, 0o755); err != nil {
@@ -595,17 +595,6 @@ func syncFile(p string) error {
 		return fmt.Errorf("sync %s: %w", p, err)
 	}
 	return nil
-}
-
-func writeFileSync(p string, data []byte, perm fs.FileMode) error {
-	f, err := os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, perm)
-	if err != nil {
-		return err
-	}
-	_, werr := f.Write(data)
-	serr := f.Sync()
-	cerr := f.Close()
-	return errors.Join(werr, serr, cerr)
 }
 
 // labelList joins names for a Param value.

@@ -19,6 +19,8 @@ import (
 	"runtime"
 	"strings"
 	"time"
+
+	"github.com/vibedom/vibedom/atomicfile"
 )
 
 // MitmproxyRelease is the mitmproxy standalone release `vibedom init
@@ -242,7 +244,7 @@ func InstallMitmproxy(ctx context.Context, o MitmproxyInstall) (InstalledMitmpro
 		}
 	}
 	meta, _ := json.MarshalIndent(in, "", "  ")
-	if err := writeFileSync(filepath.Join(staging, installedFile), meta); err != nil {
+	if err := atomicfile.WriteNew(filepath.Join(staging, installedFile), meta, 0o644); err != nil {
 		return InstalledMitmproxy{}, fmt.Errorf("%w: %v", ErrMitmproxyInstall, err)
 	}
 	dest := filepath.Join(o.Root, MitmproxyRelease)
@@ -393,21 +395,4 @@ func typeName(t byte) string {
 		return "fifo"
 	}
 	return fmt.Sprintf("tar entry of type %q", t)
-}
-
-// writeFileSync writes a new file and flushes it to disk.
-func writeFileSync(p string, data []byte) error {
-	f, err := os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
-	if err != nil {
-		return err
-	}
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	return f.Close()
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -322,7 +323,7 @@ func attachAction(ctx context.Context, c *cli.Command) error {
 			n, err := os.Stdin.Read(buf)
 			if n > 0 {
 				p := buf[:n]
-				if k := indexByte(p, detachKey); k >= 0 {
+				if k := bytes.IndexByte(p, detachKey); k >= 0 {
 					_, _ = st.Input().Write(p[:k])
 					close(detached)
 					conn.Close()
@@ -359,15 +360,6 @@ func attachAction(ctx context.Context, c *cli.Command) error {
 	fmt.Fprintf(os.Stderr, "\r\nvibedom: the agent of %s exited (%d); the session collects its changes and powers off: vibedom review %s\r\n",
 		termtext.Line(i.Name), x.Code, termtext.Line(i.Name))
 	return exitCode(x.Code)
-}
-
-func indexByte(p []byte, b byte) int {
-	for i, c := range p {
-		if c == b {
-			return i
-		}
-	}
-	return -1
 }
 
 func init() {

@@ -277,7 +277,7 @@ func (c *Client) Exec(ctx context.Context, cmd string, o ExecOptions) (ExitStatu
 		return ExitStatus{}, err
 	}
 	defer sess.Close()
-	return wait(ctx, sess, o.Signals)
+	return wait(ctx, sess, o.Signals, false)
 }
 
 // open opens a session channel and sets it up (requests that wait for the
@@ -461,37 +461,12 @@ func (c *Client) Shell(ctx context.Context, o ShellOptions) (ExitStatus, error) 
 			}
 		}()
 	}
-	if o.Keep != "" {
-		return waitDetach(ctx, sess, o.Signals)
-	}
-	return wait(ctx, sess, o.Signals)
+	return wait(ctx, sess, o.Signals, o.Keep != "")
 }
 
 // ErrDetached is returned by a kept-terminal Shell whose ctx ended: the
 // channel was closed and the command keeps running in the guest.
 var ErrDetached = errors.New("detached")
-
-// waitDetach waits for a kept terminal's channel: its command's status, or
-// ctx's end, which detaches (closes the channel) and returns ErrDetached.
-func waitDetach(ctx context.Context, sess *ssh.Session, signals <-chan ssh.Signal) (ExitStatus, error) {
-	done := make(chan error, 1)
-	go func() { done <- sess.Wait() }()
-	for {
-		select {
-		case err := <-done:
-			return exitStatus(err)
-		case sig, ok := <-signals:
-			if !ok {
-				signals = nil
-			} else {
-				_ = sess.Signal(sig)
-			}
-		case <-ctx.Done():
-			sess.Close()
-			return ExitStatus{}, ErrDetached
-		}
-	}
-}
 
 // feedStdin copies r (nil: nothing) to the command's stdin and closes it at
 // r's end. The copy is not part of the session's Wait: a command that ends
@@ -517,9 +492,10 @@ func feedStdin(sess *ssh.Session, r io.Reader) error {
 // the caller's context ends.
 const killGrace = 2 * time.Second
 
-// wait waits for sess, forwarding signals, and signals the command when ctx
-// ends.
-func wait(ctx context.Context, sess *ssh.Session, signals <-chan ssh.Signal) (ExitStatus, error) {
+// wait waits for sess, forwarding signals. When ctx ends it signals the
+// command (TERM, then KILL), or with detach only closes the channel and
+// returns ErrDetached.
+func wait(ctx context.Context, sess *ssh.Session, signals <-chan ssh.Signal, detach bool) (ExitStatus, error) {
 	done := make(chan error, 1)
 	go func() { done <- sess.Wait() }()
 	for ctx.Err() == nil {
@@ -534,6 +510,11 @@ func wait(ctx context.Context, sess *ssh.Session, signals <-chan ssh.Signal) (Ex
 			}
 		case <-ctx.Done():
 		}
+	}
+	if detach {
+		// A kept terminal's command goes on: only the channel ends.
+		sess.Close()
+		return ExitStatus{}, ErrDetached
 	}
 	_ = sess.Signal(ssh.SIGTERM)
 	select {

@@ -38,7 +38,7 @@ const anything = "*"
 // package except those whose list is closed: the three that import nothing
 // of ours (dlp, termtext, atomicfile), vm and keys (atomicfile only: vm
 // writes the record of a saved machine state), preflight and overlay
-// (termtext and atomicfile only) and netfilter (dlp and keys only).
+// (termtext and atomicfile only) and netfilter (dlp, keys and atomicfile only).
 // termtext, the one sanitizer of text printed on a terminal, may be
 // imported by any package that prints; atomicfile, the one writer of whole
 // files, by any package that replaces files.
@@ -76,7 +76,7 @@ var table = map[string][]string{
 	"credentials":             {"dlp", "netfilter", "atomicfile"},
 	"atomicfile":              {},
 	"keys":                    {"atomicfile"},
-	"netfilter":               {"dlp", "keys"},
+	"netfilter":               {"dlp", "keys", "atomicfile"},
 	"dlp":                     {},
 	"sshagent":                {},
 	"preflight":               {"termtext", "atomicfile"},
