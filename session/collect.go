@@ -10,6 +10,8 @@ import (
 	"io"
 	"os"
 	"strconv"
+	"sync"
+	"time"
 
 	"github.com/vibedom/vibedom/guest/client"
 	"github.com/vibedom/vibedom/guest/proto"
@@ -27,26 +29,57 @@ type guestExec interface {
 }
 
 // collectLimits bound what the host accepts from the guest's collection
-// stream.
+// stream, and how long it waits for it.
 type collectLimits struct {
 	// MaxFile is the largest file whose content is asked for.
 	MaxFile int64
 	// MaxTotal bounds the sum of the sizes of the files asked for: the
 	// scratch disk's size, which holds them all in the guest.
 	MaxTotal int64
+	// Idle is how long the host waits, while it has nothing to read, for
+	// the guest's next byte (of the stream, or of the heartbeat the
+	// collector writes on standard error while it works) before it gives
+	// up with ErrCollectStalled. Zero means defaultCollectIdle. Time the
+	// host spends building the patch does not count.
+	Idle time.Duration
+	// SpoolDir holds the spool file of the bodies read (the session
+	// folder); "" is the temporary folder.
+	SpoolDir string
 }
+
+// defaultCollectIdle is collectLimits.Idle's default: a guest that sent
+// nothing, not even a heartbeat, for this long is stuck.
+const defaultCollectIdle = 2 * time.Minute
+
+// Errors that end a collection before its end; the scratch disk is kept.
+var (
+	// ErrCollectStalled: the guest sent nothing for collectLimits.Idle.
+	ErrCollectStalled = errors.New("the guest stopped sending the changes")
+	// ErrCollectAborted: the user aborted the collection (a second Ctrl-C).
+	ErrCollectAborted = errors.New("collection aborted")
+)
 
 // collect runs proto.CollectCommand in the guest and reads its stream: the
 // change set, validated, is handed with a Source of the files' content to
 // build, which must read what it needs and return; then collect checks that
-// the stream ended as announced and the command succeeded. Everything from
+// the stream ended as announced and the command succeeded. The Source is an
+// overlay.VerifiedSource: build must not put a patch in place before its
+// Verify returned nil (overlay.WriteSessionPatch does so). Everything from
 // the guest is bounded and checked before use (see streamSource); nothing
-// is written here, only by build.
+// is written here, only by build. A cancel of ctx with a cause (see
+// context.WithCancelCause) ends the collection with that cause.
 func collect(ctx context.Context, g guestExec, lim collectLimits, build func(*overlay.ChangeSet, overlay.Source) error) error {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
+	if lim.Idle <= 0 {
+		lim.Idle = defaultCollectIdle
+	}
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
 	pr, pw := io.Pipe()
-	errOut := &limitedBuffer{buf: &bytes.Buffer{}, max: 64 << 10}
+	wd := newWatchdog(lim.Idle, func() {
+		cancel(fmt.Errorf("%w: nothing came for %s", ErrCollectStalled, lim.Idle))
+	})
+	defer wd.stop()
+	errOut := &heartbeatBuffer{limitedBuffer: limitedBuffer{buf: &bytes.Buffer{}, max: 64 << 10}, wd: wd}
 	type result struct {
 		st  client.ExitStatus
 		err error
@@ -60,16 +93,33 @@ func collect(ctx context.Context, g guestExec, lim collectLimits, build func(*ov
 		pw.CloseWithError(err)
 		done <- result{st, err}
 	}()
-	err := readCollection(pr, lim, build)
+	go func() {
+		// A stalled or aborted collection must not wait for a guest that
+		// does not answer: the reader gives up at once.
+		<-ctx.Done()
+		if c := context.Cause(ctx); c != nil && !errors.Is(c, context.Canceled) {
+			pr.CloseWithError(c)
+		}
+	}()
+	err := readCollection(&watchedReader{r: pr, wd: wd}, lim, build)
 	if err != nil {
 		// Stop the guest's writer; its status says more when it failed first.
 		pr.CloseWithError(err)
-		cancel()
+		cancel(nil)
 	}
-	r := <-done
+	var r result
+	select {
+	case r = <-done:
+	case <-time.After(10 * time.Second):
+		// The guest does not even answer the channel's end.
+		r.err = context.Cause(ctx)
+	}
+	if c := context.Cause(ctx); c != nil && (errors.Is(c, ErrCollectStalled) || errors.Is(c, ErrCollectAborted)) {
+		return c
+	}
 	if errors.Is(r.err, io.EOF) && !r.st.Success() {
 		// The command ran and failed: its own words come first.
-		gerr := fmt.Errorf("the guest could not collect the changes (%s): %s", r.st, sanitizeLine(errOut.buf.String()))
+		gerr := fmt.Errorf("the guest could not collect the changes (%s): %s", r.st, sanitizeLine(errOut.text()))
 		return errors.Join(gerr, err)
 	}
 	if err != nil {
@@ -79,6 +129,97 @@ func collect(ctx context.Context, g guestExec, lim collectLimits, build func(*ov
 		return fmt.Errorf("collect the changes: %w", r.err)
 	}
 	return nil
+}
+
+// watchdog calls fire once when the host has waited for the guest (see
+// watchedReader) for idle with nothing coming, stream or heartbeat.
+type watchdog struct {
+	mu      sync.Mutex
+	waiting bool
+	last    time.Time
+	idle    time.Duration
+	fire    func()
+	done    chan struct{}
+	once    sync.Once
+}
+
+func newWatchdog(idle time.Duration, fire func()) *watchdog {
+	w := &watchdog{idle: idle, fire: fire, last: time.Now(), done: make(chan struct{})}
+	go w.run()
+	return w
+}
+
+func (w *watchdog) run() {
+	t := time.NewTicker(max(w.idle/8, time.Millisecond))
+	defer t.Stop()
+	for {
+		select {
+		case <-w.done:
+			return
+		case now := <-t.C:
+			w.mu.Lock()
+			stalled := w.waiting && now.Sub(w.last) >= w.idle
+			w.mu.Unlock()
+			if stalled {
+				w.fire()
+				return
+			}
+		}
+	}
+}
+
+// activity records progress; waiting says whether the host now waits for
+// the guest.
+func (w *watchdog) activity(waiting bool) {
+	w.mu.Lock()
+	w.last, w.waiting = time.Now(), waiting
+	w.mu.Unlock()
+}
+
+// beat records progress without changing whether the host waits.
+func (w *watchdog) beat() {
+	w.mu.Lock()
+	w.last = time.Now()
+	w.mu.Unlock()
+}
+
+func (w *watchdog) stop() { w.once.Do(func() { close(w.done) }) }
+
+// watchedReader tells the watchdog when the host waits for the stream.
+type watchedReader struct {
+	r  io.Reader
+	wd *watchdog
+}
+
+func (r *watchedReader) Read(p []byte) (int, error) {
+	r.wd.activity(true)
+	n, err := r.r.Read(p)
+	r.wd.activity(false)
+	return n, err
+}
+
+// heartbeatBuffer is the collector's standard error: every write is a sign
+// of life for the watchdog; the heartbeat bytes (NUL) are not kept.
+type heartbeatBuffer struct {
+	limitedBuffer
+	wd *watchdog
+	mu sync.Mutex
+}
+
+func (h *heartbeatBuffer) Write(p []byte) (int, error) {
+	h.wd.beat()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if _, err := h.limitedBuffer.Write(bytes.ReplaceAll(p, []byte{0}, nil)); err != nil {
+		return 0, err
+	}
+	return len(p), nil
+}
+
+func (h *heartbeatBuffer) text() string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.buf.String()
 }
 
 // readCollection reads one collection stream from r (see collect).
@@ -105,7 +246,7 @@ func readCollection(r io.Reader, lim collectLimits, build func(*overlay.ChangeSe
 	// The builder may ask for a file again (it drops content past its
 	// memory bound and re-reads it when writing the patch): bodies read once
 	// are kept in an unlinked spool file, at most the scratch disk's size.
-	spool, err := os.CreateTemp("", "vibedom-collect-*")
+	spool, err := os.CreateTemp(lim.SpoolDir, ".collect-spool-*")
 	if err != nil {
 		return fmt.Errorf("make the collection spool: %w", err)
 	}
@@ -126,7 +267,7 @@ func readCollection(r io.Reader, lim collectLimits, build func(*overlay.ChangeSe
 	if err := build(cs, src); err != nil {
 		return err
 	}
-	return src.finish()
+	return src.Verify()
 }
 
 // streamSource hands the patch builder the files of a collection stream. It
@@ -145,6 +286,8 @@ type streamSource struct {
 	files int64        // file frames seen
 	ended bool
 	end   int64 // the end frame's count
+	// verified: the stream's end was read and checked.
+	verified bool
 	// spool keeps each body the builder read whole, so it can ask again;
 	// spooled maps a path to its offset and size there.
 	spool     *os.File
@@ -152,7 +295,7 @@ type streamSource struct {
 	spooled   map[string][2]int64
 }
 
-var _ overlay.Source = (*streamSource)(nil)
+var _ overlay.VerifiedSource = (*streamSource)(nil)
 
 // next reads the next frame header and checks it; at the end frame it
 // returns nil.
@@ -230,9 +373,13 @@ func (s *streamSource) Open(path string) (io.ReadCloser, error) {
 	}
 }
 
-// finish reads the rest of the stream to its end frame, checking every
-// frame, and checks the count and that nothing follows.
-func (s *streamSource) finish() error {
+// Verify reads the rest of the stream to its end frame, checking every
+// frame, and checks the count and that nothing follows. Once it returned
+// nil it does so again.
+func (s *streamSource) Verify() error {
+	if s.verified {
+		return nil
+	}
 	s.cur = nil
 	for !s.ended {
 		if _, err := s.next(); err != nil {
@@ -242,7 +389,11 @@ func (s *streamSource) finish() error {
 	if s.end != s.files {
 		return fmt.Errorf("%w: the end frame counts %d files, %d were sent", proto.ErrCollectStream, s.end, s.files)
 	}
-	return s.cr.End()
+	if err := s.cr.End(); err != nil {
+		return err
+	}
+	s.verified = true
+	return nil
 }
 
 // fileBody is one file's content; at its end it checks the change set's
