@@ -120,7 +120,11 @@ func collect(ctx context.Context, g guestExec, lim collectLimits, build func(*ov
 	if errors.Is(r.err, io.EOF) && !r.st.Success() {
 		// The command ran and failed: its own words come first.
 		gerr := fmt.Errorf("the guest could not collect the changes (%s): %s", r.st, sanitizeLine(errOut.text()))
-		return errors.Join(gerr, err)
+		if err != nil {
+			// One line: the guest's words, then what the host saw.
+			return fmt.Errorf("%w (then: %w)", gerr, err)
+		}
+		return gerr
 	}
 	if err != nil {
 		return err
