@@ -50,7 +50,7 @@ func writeSessionPatch(ctx context.Context, sessionDir string, cs *ChangeSet, sr
 			return nil, err
 		}
 	}
-	data, _ := json.MarshalIndent(info, "", "  ")
+	data, _ := json.Marshal(info) // not indented: a million entries would be held twice
 	if err := atomicfile.WriteFile(filepath.Join(sessionDir, InfoFileName), append(data, '\n'), 0o600); err != nil {
 		return nil, fmt.Errorf("write %s: %w", InfoFileName, err)
 	}

@@ -409,3 +409,23 @@ func TestCollectInterrupts(t *testing.T) {
 		t.Error("a Ctrl-C before collecting did not ask the session to stop")
 	}
 }
+
+// TestCollectChangeSetTrailing: the change set frame holds one JSON object
+// and white space, nothing else.
+func TestCollectChangeSetTrailing(t *testing.T) {
+	data, _ := json.Marshal(changeSet())
+	for name, body := range map[string]string{"brace": string(data) + "}", "object": string(data) + "{}", "junk": string(data) + " x"} {
+		t.Run(name, func(t *testing.T) {
+			st := newStream().frame(proto.FrameChangeSet, "", int64(len(body)), []byte(body), nil).end(0).Bytes()
+			_, _, _, err := collectPatch(t, &fakeGuest{stream: st}, testLimits)
+			if !errors.Is(err, overlay.ErrInvalidChangeSet) {
+				t.Errorf("error %v, want ErrInvalidChangeSet", err)
+			}
+		})
+	}
+	body := string(data) + " \n"
+	st := newStream().frame(proto.FrameChangeSet, "", int64(len(body)), []byte(body), nil).end(0).Bytes()
+	if _, _, _, err := collectPatch(t, &fakeGuest{stream: st}, testLimits); err != nil {
+		t.Errorf("white space after the object: %v", err)
+	}
+}
