@@ -208,3 +208,64 @@ func TestCollectStalledVM(t *testing.T) {
 	}
 	c.assertNothingLeft(t)
 }
+
+// TestCollectInterruptVM: SIGTERM to a detached host while it collects
+// from a guest that stopped answering (its VM frozen) does not abort at
+// once: the host says a second one aborts and keeps the scratch disk; the
+// second one does, and the session is crashed, recoverable, without
+// waiting for the idle deadline (left at its 2-minute default).
+func TestCollectInterruptVM(t *testing.T) {
+	requireVM(t)
+	c := newCLI(t)
+	ws := sampleWorkspace(t)
+	name := c.startDetached(t, ws)
+	if _, stderr, code := c.run(t, "", "exec", name, "--", "sh", "-c", "echo kept > /work/kept.txt && sync"); code != 0 {
+		t.Fatalf("exec: exit %d\n%s", code, stderr)
+	}
+	host := int(c.state(t, name)["pid"].(float64))
+	pgrep, err := exec.Command("pgrep", "-f", "qemu-system.*"+regexp.QuoteMeta(c.home)).Output()
+	if err != nil {
+		t.Fatalf("find the VM's process: %v", err)
+	}
+	for _, f := range strings.Fields(string(pgrep)) {
+		pid, _ := strconv.Atoi(f)
+		syscall.Kill(pid, syscall.SIGSTOP)
+		t.Cleanup(func() { syscall.Kill(pid, syscall.SIGCONT) })
+	}
+	hostLog := filepath.Join(c.home, "logs", "host-"+name+".log")
+	waitLog := func(want string) {
+		t.Helper()
+		for end := time.Now().Add(2 * time.Minute); ; time.Sleep(100 * time.Millisecond) {
+			if b, _ := os.ReadFile(hostLog); strings.Contains(string(b), want) {
+				return
+			}
+			if time.Now().After(end) {
+				b, _ := os.ReadFile(hostLog)
+				t.Fatalf("the host log never said %q:\n%s", want, b)
+			}
+		}
+	}
+	syscall.Kill(host, syscall.SIGTERM) // stop: the agent does not answer; after 10 s the host collects
+	waitLog("collecting the agent's changes\n")
+	syscall.Kill(host, syscall.SIGTERM)
+	waitLog("press Ctrl-C again to abort and keep the scratch disk for vibedom recover " + name)
+	if st := c.state(t, name)["status"]; st != "stopping" && st != "running" {
+		t.Errorf("after one interrupt while collecting the session is %v", st)
+	}
+	syscall.Kill(host, syscall.SIGTERM)
+	for end := time.Now().Add(2 * time.Minute); syscall.Kill(host, 0) == nil; time.Sleep(100 * time.Millisecond) {
+		if time.Now().After(end) {
+			t.Fatal("the host did not end after the second interrupt")
+		}
+	}
+	out, _, _ := c.run(t, "", "list")
+	if !regexp.MustCompile(name + `\s+crashed, recoverable`).MatchString(out) {
+		t.Errorf("list after an aborted collection:\n%s", out)
+	}
+	if e, _ := c.state(t, name)["error"].(string); !strings.Contains(e, "collection aborted") || !strings.Contains(e, "vibedom recover "+name) {
+		t.Errorf("the session's error: %q", e)
+	}
+	if _, err := os.Stat(filepath.Join(c.home, "sessions", name, "scratch.img")); err != nil {
+		t.Errorf("the scratch disk is gone: %v", err)
+	}
+}
