@@ -125,6 +125,11 @@ func collect(ctx context.Context, g guestExec, lim collectLimits, build func(*ov
 		r.err = context.Cause(ctx)
 	}
 	if c := context.Cause(ctx); c != nil && (errors.Is(c, ErrCollectStalled) || errors.Is(c, ErrCollectAborted)) {
+		if err == nil {
+			// The stream was whole and verified (the patch is in place);
+			// only the command's end did not come.
+			return nil
+		}
 		return c
 	}
 	if errors.Is(r.err, io.EOF) && !r.st.Success() {

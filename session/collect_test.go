@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -427,5 +428,28 @@ func TestCollectChangeSetTrailing(t *testing.T) {
 	st := newStream().frame(proto.FrameChangeSet, "", int64(len(body)), []byte(body), nil).end(0).Bytes()
 	if _, _, _, err := collectPatch(t, &fakeGuest{stream: st}, testLimits); err != nil {
 		t.Errorf("white space after the object: %v", err)
+	}
+}
+
+// TestCollectFailedCommandLeavesNoPatch: a whole, valid stream after which
+// the guest's collector reports failure ends the collection with an error
+// and, as for any failed collection, no patch in the session folder.
+func TestCollectFailedCommandLeavesNoPatch(t *testing.T) {
+	a := []byte("alpha\n")
+	st := newStream().changeSet(changeSet(fileChange("a.txt", a))).file("a.txt", a).end(1).Bytes()
+	dir := t.TempDir()
+	if _, err := overlay.TakeBaseline(t.Context(), t.TempDir(), filepath.Join(dir, overlay.BaselineDir), overlay.BaselineOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	s := &sess{name: "app-1234", dir: dir, ctl: newHostCtl(), log: slog.New(slog.DiscardHandler), opts: Options{ScratchSize: 1 << 20}}
+	_, err := s.collectFrom(t.Context(), &fakeGuest{stream: st, code: 1, stderr: "late failure"})
+	if err == nil || !strings.Contains(err.Error(), "late failure") {
+		t.Fatalf("error %v, want the guest's failure", err)
+	}
+	if (&Info{Dir: dir}).PatchPending() {
+		t.Error("a patch is pending after the collector failed")
+	}
+	if _, err := os.Stat(filepath.Join(dir, overlay.InfoFileName)); err == nil {
+		t.Error("changes.json is left after the collector failed")
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"time"
 
 	"golang.org/x/crypto/ssh"
@@ -322,6 +323,11 @@ func (s *sess) shell(ctx context.Context, ko client.ShellOptions) (client.ExitSt
 // or the user interrupts twice (see interrupt); only a verified stream
 // leaves a patch.
 func (s *sess) collectChanges(ctx context.Context) (*overlay.PatchInfo, error) {
+	return s.collectFrom(ctx, s.client)
+}
+
+// collectFrom is collectChanges from g.
+func (s *sess) collectFrom(ctx context.Context, g guestExec) (*overlay.PatchInfo, error) {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	s.intrMu.Lock()
@@ -334,7 +340,7 @@ func (s *sess) collectChanges(ctx context.Context) (*overlay.PatchInfo, error) {
 	}()
 	var info *overlay.PatchInfo
 	lim := collectLimits{MaxFile: maxCollectFile, MaxTotal: s.opts.ScratchSize, Idle: s.opts.CollectIdle, SpoolDir: s.dir}
-	err := collect(ctx, s.client, lim, func(cs *overlay.ChangeSet, src overlay.Source) error {
+	err := collect(ctx, g, lim, func(cs *overlay.ChangeSet, src overlay.Source) error {
 		var err error
 		info, err = overlay.WriteSessionPatch(ctx, s.dir, cs, src, s.log)
 		if err == nil {
@@ -343,6 +349,12 @@ func (s *sess) collectChanges(ctx context.Context) (*overlay.PatchInfo, error) {
 		return err
 	})
 	if err != nil {
+		if info != nil {
+			// The stream verified and the patch was written, but the guest's
+			// collector then failed: a failed session leaves no patch.
+			removeIfExists(filepath.Join(s.dir, overlay.PatchFileName))
+			removeIfExists(filepath.Join(s.dir, overlay.InfoFileName))
+		}
 		return nil, err
 	}
 	return info, nil
