@@ -332,8 +332,9 @@ func BuildPatch(ctx context.Context, cs *ChangeSet, src Source, old OldTree, w i
 // baseline oe or the host's current file. Otherwise, and when the guest
 // named no base while the host file changed during the session, the old
 // side is the host's current file marked Unknown: applying it is a
-// conflict, never a merge that could apply the user's edit twice. same
-// reports a copy-up the agent did not change (content and mode equal to its
+// conflict, never a merge that could apply the user's edit twice; but an
+// agent's content equal to the session-start content is no change at all,
+// base or not (a copy-up by touch or chmod). same reports a copy-up the agent did not change (content and mode equal to its
 // base): not a change at all.
 func resolveBase(old OldTree, p string, c *Change, oe OldEntry) (res OldEntry, same bool, err error) {
 	if c.BaseSHA256 != "" && c.BaseSHA256 == c.SHA256 && c.BaseMode == c.Mode {
@@ -341,6 +342,13 @@ func resolveBase(old OldTree, p string, c *Change, oe OldEntry) (res OldEntry, s
 	}
 	if c.BaseSHA256 != "" && !oe.Unknown && oe.Type == TypeFile && sha256hex(oe.Content) == c.BaseSHA256 {
 		oe.Mode = c.BaseMode
+		return oe, false, nil
+	}
+	if c.BaseSHA256 == "" && !oe.Unknown && oe.Type == TypeFile && sha256hex(oe.Content) == c.SHA256 {
+		// No recorded base (touch, chmod, chown copy a file up without
+		// opening it) and the agent's content is the session-start
+		// content: the content is no change of the agent's, whatever the
+		// user did to the host file since. A mode change is carried alone.
 		return oe, false, nil
 	}
 	if c.BaseSHA256 == "" && (oe.Unknown || oe.Type != TypeFile) {
