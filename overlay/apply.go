@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -659,25 +658,10 @@ func gitHooksDir(ctx context.Context, ws string) string {
 	if err != nil {
 		return ""
 	}
-	inRepo := false
-	for d := real; !inRepo; d = filepath.Dir(d) {
-		_, err := os.Lstat(filepath.Join(d, ".git"))
-		inRepo = err == nil
-		if d == filepath.Dir(d) {
-			break
-		}
-	}
-	if !inRepo {
-		return "" // no git run for a workspace outside any repository
-	}
-	if _, err := exec.LookPath("git"); err != nil {
-		return ""
-	}
-	out, err := gitCmd(ctx, ws, "rev-parse", "--path-format=absolute", "--git-path", "hooks")
+	hooks, err := repoHooksDir(ctx, real)
 	if err != nil {
-		return ""
+		return "" // no repository, or no git
 	}
-	hooks := strings.TrimSuffix(string(out), "\n")
 	if h, err := filepath.EvalSymlinks(hooks); err == nil {
 		hooks = h
 	}
