@@ -416,9 +416,9 @@ func (b *Baseline) current(p string) (OldEntry, error) {
 	}
 	e, err := readEntry(root, p)
 	if errors.Is(err, ErrSymlinkInPath) {
-		return OldEntry{Unknown: true}, nil
+		return OldEntry{Unknown: true, UnknownWhy: whyStartLost}, nil
 	}
-	e.Unknown = true
+	e.Unknown, e.UnknownWhy = true, whyStartLost
 	return e, err
 }
 

@@ -402,7 +402,7 @@ func checkFinalTree(root *hostRoot, pl *Plan, opts ApplyOptions) {
 		if !live(pf) {
 			return
 		}
-		pf.Attention, pf.Why = AttentionProtected, why
+		pf.attend(AttentionProtected, why)
 		if !allowedBy(pf.Path, opts.AllowProtected) {
 			refuse(pf, StatusProtected, fmt.Sprintf("protected path: %s; to apply it anyway: --allow-protected %s", why, pf.Path))
 		}
@@ -417,12 +417,12 @@ func checkFinalTree(root *hostRoot, pl *Plan, opts ApplyOptions) {
 			refuse(pf, StatusRefused, why+"; to apply it anyway: --allow-outside-symlinks")
 		case v.outside:
 			if pf.Attention < AttentionFlagged {
-				pf.Attention, pf.Why = AttentionFlagged, why
+				pf.attend(AttentionFlagged, why)
 			}
 		case v.attention == AttentionProtected:
 			protect(pf, why)
 		case v.attention > pf.Attention:
-			pf.Attention, pf.Why = v.attention, why
+			pf.attend(v.attention, why)
 		}
 	}
 	for _, pf := range pl.Files {
@@ -457,7 +457,7 @@ func checkFinalTree(root *hostRoot, pl *Plan, opts ApplyOptions) {
 		if a == AttentionProtected {
 			protect(pf, why)
 		} else if a > pf.Attention {
-			pf.Attention, pf.Why = a, why
+			pf.attend(a, why)
 		}
 	}
 	touchesLinks := false
