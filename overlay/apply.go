@@ -428,6 +428,9 @@ func planOne(ctx context.Context, root *hostRoot, objs *objectStore, pf *Planned
 			pf.attend(AttentionFlagged, DisplayPath(filepath.Base(pf.Path))+" becomes a symlink: the tool runs what the file it points to says")
 		case pf.newGitMode == ModeExec && pf.oldGitMode != ModeExec:
 			pf.attend(AttentionFlagged, "becomes executable")
+		case pf.newT == TypeFile && (pf.oldGitMode == ModeExec || pf.curT == TypeFile && pf.cur.Mode&0o111 != 0) &&
+			!bytes.Equal(pf.oldData, pf.newData):
+			pf.attend(AttentionFlagged, "an executable file: runs when you run it (bin/dev, ./configure, scripts)")
 		}
 	}
 	why := ""
@@ -714,12 +717,12 @@ func gitHooksDir(ctx context.Context, ws string) string {
 }
 
 func manifestRiskOf(pf *PlannedFile) string {
-	why, _ := manifestRisk(filepath.Base(pf.Path), pf.oldData, pf.newData)
+	why, _ := contentRisk(pf.Path, pf.oldData, pf.newData)
 	return why
 }
 
 func isManifest(p string) bool {
-	_, ok := manifestRisk(filepath.Base(p), nil, nil)
+	_, ok := contentRisk(p, nil, nil)
 	return ok
 }
 

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
-	"path"
 	"slices"
 	"strings"
 )
@@ -446,7 +445,7 @@ func checkFinalTree(root *hostRoot, pl *Plan, opts ApplyOptions) {
 		}
 		a, why := ClassifyPath(link)
 		if a == AttentionNone {
-			if w, _ := manifestRisk(path.Base(link), pf.oldData, pf.newData); w != "" {
+			if w, _ := contentRisk(link, pf.oldData, pf.newData); w != "" {
 				a, why = AttentionFlagged, w
 			}
 		}
