@@ -873,6 +873,13 @@ func lockLineRisky(l string) bool {
 	}
 }
 
+// riskyPipOptions are requirement-file options that add a source or pass
+// options to a package's build.
+var riskyPipOptions = []string{
+	"-i", "--index-url", "--extra-index-url", "-f", "--find-links", "--trusted-host", "-e", "--editable",
+	"--global-option", "--config-settings", "--install-option", "--no-index",
+}
+
 // requirementsRisk flags requirement lines that install from outside the
 // index (another index, a URL, a VCS, a local path, an editable): their
 // setup code runs on install.
@@ -881,10 +888,15 @@ func requirementsRisk(old, new []byte) string {
 	for _, l := range addedLines(old, new, "#") {
 		low := strings.ToLower(l)
 		switch {
-		case strings.HasPrefix(low, "-r") || strings.HasPrefix(low, "-c") || strings.HasPrefix(low, "--requirement") || strings.HasPrefix(low, "--constraint"):
-			// another requirements file: judged by its own name
-		case strings.HasPrefix(low, "-"),
-			strings.Contains(low, "://"), strings.Contains(low, "git+"), strings.Contains(low, "file:"),
+		case strings.HasPrefix(low, "-"):
+			// Options: only those that add a source or build options
+			// (--hash, --only-binary … are everyday pip-compile output; -r
+			// and -c name files judged by their own names).
+			opt, _, _ := strings.Cut(strings.Fields(low)[0], "=")
+			if slices.Contains(riskyPipOptions, opt) {
+				what = append(what, l)
+			}
+		case strings.Contains(low, "://"), strings.Contains(low, "git+"), strings.Contains(low, "file:"),
 			strings.Contains(low, " @ "), strings.HasPrefix(low, "."), strings.HasPrefix(low, "/"), strings.HasPrefix(low, "~"):
 			what = append(what, l)
 		}

