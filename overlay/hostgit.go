@@ -41,7 +41,7 @@ type gitRepo struct {
 func findGitRepo(ws string) (*gitRepo, bool) {
 	for d := ws; ; d = filepath.Dir(d) {
 		dot := filepath.Join(d, ".git")
-		if fi, err := os.Lstat(dot); err == nil {
+		if fi, err := os.Stat(dot); err == nil { // git follows a .git symlink too
 			r := &gitRepo{top: d}
 			switch {
 			case fi.IsDir():

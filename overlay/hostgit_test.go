@@ -106,3 +106,33 @@ func TestHostGitRunsNothingTheWorkspaceConfigures(t *testing.T) {
 		t.Logf("plain git diff-files ran: %s", strings.Join(names, ", "))
 	}
 }
+
+// TestFindGitRepo: the repository of a work tree, a linked worktree (a
+// gitdir: file with commondir) and a .git symlink, found without git.
+func TestFindGitRepo(t *testing.T) {
+	have(t, "git")
+	root := t.TempDir()
+	main := filepath.Join(root, "main")
+	os.Mkdir(main, 0o755)
+	mustRun(t, main, "git", "init", "-q")
+	writeFile(t, filepath.Join(main, "a"), "a\n", 0o644)
+	mustRun(t, main, "git", "add", "a")
+	mustRun(t, main, "git", "-c", "user.name=t", "-c", "user.email=t@example.com", "commit", "-qm", "a")
+	mustRun(t, main, "git", "worktree", "add", "-q", filepath.Join(root, "wt"))
+	os.Mkdir(filepath.Join(root, "linked"), 0o755)
+	os.Symlink(filepath.Join(main, ".git"), filepath.Join(root, "linked", ".git"))
+	for _, tc := range []struct{ ws, common string }{
+		{filepath.Join(main, "sub"), filepath.Join(main, ".git")},
+		{filepath.Join(root, "wt"), filepath.Join(main, ".git")},
+		{filepath.Join(root, "linked"), filepath.Join(root, "linked", ".git")},
+	} {
+		os.MkdirAll(tc.ws, 0o755)
+		r, ok := findGitRepo(tc.ws)
+		if !ok || filepath.Clean(r.commonDir) != tc.common {
+			t.Errorf("findGitRepo(%s): %+v %v, want common dir %s", tc.ws, r, ok, tc.common)
+		}
+	}
+	if blobs := gitCleanBlobs(t.Context(), filepath.Join(root, "wt")); blobs["a"] == "" {
+		t.Errorf("no blob ids in a linked worktree: %v", blobs)
+	}
+}
