@@ -72,6 +72,8 @@ type Event struct {
 	// ServerHostKey is the SHA256 fingerprint of that connection's server
 	// host key (the key that signed its key exchange).
 	ServerHostKey string `json:"server_host_key,omitempty"`
+	// KnownHost reports that known_hosts lists that key for Server.
+	KnownHost bool `json:"known_host,omitempty"`
 	// Reason says why a request was refused.
 	Reason string `json:"reason,omitempty"`
 	// Alert is set on every refusal.
@@ -162,13 +164,13 @@ func (a *Agent) SignWithFlags(key ssh.PublicKey, data []byte, _ agent.SignatureF
 		a.record(e)
 		return nil, fmt.Errorf("%w: %s", ErrRefused, e.Reason)
 	}
-	server, hk, refusal := a.carried.claim(req.SessionID, req.HostKey)
+	server, hk, known, refusal := a.carried.claim(req.SessionID, req.HostKey)
 	if refusal != "" {
 		e.Decision, e.Reason = "deny", refusal
 		a.record(e)
 		return nil, fmt.Errorf("%w: %s", ErrRefused, refusal)
 	}
-	e.Server, e.ServerHostKey = server, ssh.FingerprintSHA256(hk)
+	e.Server, e.ServerHostKey, e.KnownHost = server, ssh.FingerprintSHA256(hk), known
 	sig, err := a.signer.Sign(nil, data)
 	if err != nil {
 		e.Decision, e.Reason = "deny", "sign: "+err.Error()

@@ -47,6 +47,7 @@ type Carried struct {
 	mu     sync.Mutex
 	open   map[*CarriedConn]struct{}
 	closed []*CarriedConn
+	check  HostKeyCheck // nil: host keys are not checked
 }
 
 // NewCarried returns an empty set.
@@ -320,14 +321,16 @@ func (cc *CarriedConn) matches(sessionID []byte) bool {
 
 // claim finds the open carried connection whose exchange hash is
 // sessionID and takes its one signature. hostKey, when the request names
-// one (hostbound logins), must be that connection's server host key. It
-// returns the connection's name:port and the server's host key, or why the
-// request is refused.
-func (c *Carried) claim(sessionID, hostKey []byte) (server string, hk ssh.PublicKey, refusal string) {
+// one (hostbound logins), must be that connection's server host key, and
+// the host key must pass the HostKeyCheck if one is set. It returns the
+// connection's name:port, the server's host key and whether known_hosts
+// lists it, or why the request is refused.
+func (c *Carried) claim(sessionID, hostKey []byte) (server string, hk ssh.PublicKey, known bool, refusal string) {
 	if c == nil {
-		return "", nil, "the session has no network: the agent signs only logins on an SSH connection vibedom carries"
+		return "", nil, false, "the session has no network: the agent signs only logins on an SSH connection vibedom carries"
 	}
 	c.mu.Lock()
+	check := c.check
 	open := make([]*CarriedConn, 0, len(c.open))
 	for cc := range c.open {
 		open = append(open, cc)
@@ -347,27 +350,34 @@ func (c *Carried) claim(sessionID, hostKey []byte) (server string, hk ssh.Public
 		defer cc.mu.Unlock()
 		switch {
 		case cc.signed:
-			return "", nil, "this SSH connection to " + cc.server + " already had its one signature"
+			return "", nil, false, "this SSH connection to " + cc.server + " already had its one signature"
 		case hostKey != nil && !bytes.Equal(hostKey, cc.hostKey.Marshal()):
-			return "", nil, "the request names another server host key than the one " + cc.server + " signed its key exchange with"
+			return "", nil, false, "the request names another server host key than the one " + cc.server + " signed its key exchange with"
+		}
+		if check != nil {
+			var err error
+			if known, err = check(cc.server, cc.hostKey); err != nil {
+				cc.signed = true // a connection to an impostor gets nothing later either
+				return "", nil, false, "the SSH server " + cc.server + " is not trusted: " + err.Error()
+			}
 		}
 		cc.signed = true
-		return cc.server, cc.hostKey, ""
+		return cc.server, cc.hostKey, known, ""
 	}
 	for _, cc := range closed {
 		cc.mu.Lock()
 		m := cc.matches(sessionID)
 		cc.mu.Unlock()
 		if m {
-			return "", nil, "the SSH connection to " + cc.server + " this login was for has closed"
+			return "", nil, false, "the SSH connection to " + cc.server + " this login was for has closed"
 		}
 	}
 	switch {
 	case len(open) == 0:
-		return "", nil, "no SSH connection to an allowed host:22 is open through vibedom: the agent signs only logins on such a connection"
+		return "", nil, false, "no SSH connection to an allowed host:22 is open through vibedom: the agent signs only logins on such a connection"
 	case len(unread) > 0:
-		return "", nil, fmt.Sprintf("the session id is not that of any SSH connection vibedom carries (%d open; key exchange not understood on %s)", len(open), strings.Join(unread, "; "))
+		return "", nil, false, fmt.Sprintf("the session id is not that of any SSH connection vibedom carries (%d open; key exchange not understood on %s)", len(open), strings.Join(unread, "; "))
 	default:
-		return "", nil, fmt.Sprintf("the session id is not that of any SSH connection vibedom carries (%d open): a login relayed from elsewhere?", len(open))
+		return "", nil, false, fmt.Sprintf("the session id is not that of any SSH connection vibedom carries (%d open): a login relayed from elsewhere?", len(open))
 	}
 }

@@ -323,9 +323,36 @@ func TestCarriedNotSSH(t *testing.T) {
 		cc := c.Track("x", 22)
 		cc.FromGuest([]byte("SSH-2.0-guest\r\n"))
 		cc.FromServer(server)
-		if _, _, r := c.claim([]byte("sid"), nil); r == "" {
+		if _, _, _, r := c.claim([]byte("sid"), nil); r == "" {
 			t.Error("claimed")
 		}
 		cc.Close()
 	}
+}
+
+// FuzzCarried: whatever both sides send, in whatever pieces, Carried does
+// not panic, holds a bounded buffer, and claims nothing it cannot verify.
+func FuzzCarried(f *testing.F) {
+	f.Add([]byte("SSH-2.0-g\r\n"), []byte("SSH-2.0-s\r\n\x00\x00\x00\x0c\x0a\x14"), uint8(3))
+	f.Add([]byte("SSH-2.0-g\n\x00\x00\x00\x10\x04\x14aaaaaaaaaaa"), []byte("SSH-1.99-s\n\x00\x00\x00\x08\x02\x1f\x00\x00\x00\x00\x00"), uint8(1))
+	f.Fuzz(func(t *testing.T, guest, server []byte, step uint8) {
+		c := NewCarried()
+		cc := c.Track("x", 22)
+		n := int(step%16) + 1
+		for i := 0; i < len(guest) || i < len(server); i += n {
+			if i < len(guest) {
+				cc.FromGuest(guest[i:min(i+n, len(guest))])
+			}
+			if i < len(server) {
+				cc.FromServer(server[i:min(i+n, len(server))])
+			}
+		}
+		if len(cc.guest.buf) > maxPreKexPacket+maxVersionLine+2 || len(cc.srv.buf) > maxPreKexPacket+maxVersionLine+2 {
+			t.Fatal("unbounded buffer")
+		}
+		if _, _, _, r := c.claim([]byte("not a session id"), nil); r == "" {
+			t.Fatal("claimed an unverified session id")
+		}
+		cc.Close()
+	})
 }
