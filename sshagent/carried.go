@@ -128,10 +128,6 @@ func (cc *CarriedConn) observe(s *sshStream, p []byte) {
 	if s.done || len(p) == 0 {
 		return
 	}
-	if len(s.buf)+len(p) > maxPreKexPacket+maxVersionLine+2 {
-		cc.fail("the key exchange is longer than vibedom reads")
-		return
-	}
 	s.buf = append(s.buf, p...)
 	for !s.done {
 		n, err := cc.step(s)
@@ -140,11 +136,18 @@ func (cc *CarriedConn) observe(s *sshStream, p []byte) {
 			return
 		}
 		if n == 0 {
-			return // need more bytes
+			break // need more bytes
 		}
 		s.buf = s.buf[n:]
 	}
-	s.buf = nil
+	switch {
+	case s.done:
+		s.buf = nil
+	case len(s.buf) > maxPreKexPacket+maxVersionLine+2:
+		cc.fail("the key exchange is longer than vibedom reads")
+	default:
+		s.buf = append([]byte(nil), s.buf...) // do not pin a large read
+	}
 }
 
 // fail gives up on the connection: no signature will be given for it.

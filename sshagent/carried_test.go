@@ -2,6 +2,10 @@ package sshagent
 
 import (
 	"bytes"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/rsa"
 	"errors"
 	"io"
 	"net"
@@ -34,7 +38,14 @@ type sshWorld struct {
 // signature is unused).
 func newSSHWorld(t *testing.T, deploy ssh.PublicKey) *sshWorld {
 	t.Helper()
-	w := &sshWorld{host: newSigner(t), carried: NewCarried(), closedCh: make(chan struct{}, 64)}
+	return newSSHWorldWith(t, deploy, newSigner(t))
+}
+
+// newSSHWorldWith is newSSHWorld with host key host, speaking only kex
+// when given.
+func newSSHWorldWith(t *testing.T, deploy ssh.PublicKey, host ssh.Signer, kex ...string) *sshWorld {
+	t.Helper()
+	w := &sshWorld{host: host, carried: NewCarried(), closedCh: make(chan struct{}, 64)}
 	cfg := &ssh.ServerConfig{
 		PublicKeyCallback: func(m ssh.ConnMetadata, k ssh.PublicKey) (*ssh.Permissions, error) {
 			if m.User() == "git" && bytes.Equal(k.Marshal(), deploy.Marshal()) {
@@ -50,6 +61,7 @@ func newSSHWorld(t *testing.T, deploy ssh.PublicKey) *sshWorld {
 			return nil, errors.New("authenticate")
 		},
 	}
+	cfg.KeyExchanges = kex
 	cfg.AddHostKey(w.host)
 	w.direct = serve(t, func(c net.Conn) {
 		defer c.Close()
@@ -355,4 +367,44 @@ func FuzzCarried(f *testing.F) {
 		}
 		cc.Close()
 	})
+}
+
+// TestCarriedKeyExchanges: the binding reads every key exchange method
+// golang.org/x/crypto/ssh speaks (OpenSSH's default, a post-quantum hybrid,
+// is in TestAgentWithOpenSSH), including group exchange, whose reply is not
+// message 31, and RSA and ECDSA host keys.
+func TestCarriedKeyExchanges(t *testing.T) {
+	deploy := newSigner(t)
+	hosts := map[string]func() ssh.Signer{
+		"ed25519": func() ssh.Signer { return newSigner(t) },
+		"ecdsa": func() ssh.Signer {
+			k, _ := ecdsa.GenerateKey(elliptic.P384(), rand.Reader)
+			s, _ := ssh.NewSignerFromKey(k)
+			return s
+		},
+		"rsa": func() ssh.Signer {
+			k, _ := rsa.GenerateKey(rand.Reader, 2048)
+			s, _ := ssh.NewSignerFromKey(k)
+			return s
+		},
+	}
+	for _, kex := range ssh.SupportedAlgorithms().KeyExchanges {
+		for _, hk := range []string{"ed25519", "ecdsa", "rsa"} {
+			if hk != "ed25519" && kex != ssh.KeyExchangeCurve25519 {
+				continue
+			}
+			t.Run(kex+"/"+hk, func(t *testing.T) {
+				w := newSSHWorldWith(t, deploy.PublicKey(), hosts[hk](), kex)
+				rec := &events{}
+				ag := served(t, New(deploy, w.carried, rec))
+				cfg := &ssh.ClientConfig{User: "git", HostKeyCallback: ssh.FixedHostKey(w.host.PublicKey()),
+					Auth: []ssh.AuthMethod{ssh.PublicKeysCallback(ag.Signers)}, Config: ssh.Config{KeyExchanges: []string{kex}}}
+				c, err := ssh.Dial("tcp", w.spliced, cfg)
+				if err != nil {
+					t.Fatalf("login through the splice: %v (events %+v)", err, rec.all())
+				}
+				c.Close()
+			})
+		}
+	}
 }
