@@ -261,12 +261,19 @@ func TestAgentForwardingKept(t *testing.T) {
 	done := make(chan error, 1)
 	go func() {
 		_, err := c.Shell(ctx, client.ShellOptions{Keep: "k", ForwardAgent: true,
-			Command: "sleep 1; ssh-add -l > " + g.path("out") + " 2>&1"})
+			Command: "touch " + g.path("started") + "; while [ ! -e " + g.path("go") + " ]; do sleep 0.05; done; ssh-add -l > " + g.path("out") + " 2>&1"})
 		done <- err
 	}()
-	time.Sleep(300 * time.Millisecond)
+	waitUntil(t, "the kept command started", func() bool {
+		_, err := os.Stat(g.path("started"))
+		return err == nil
+	})
 	cancel() // detach
 	<-done
+	// Only now may the command ask the forwarded agent: after the detach.
+	if err := os.WriteFile(g.path("go"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
 	waitUntil(t, "the kept command lists the key after the detach", func() bool {
 		b, _ := os.ReadFile(g.path("out"))
 		return strings.Contains(string(b), "ED25519")

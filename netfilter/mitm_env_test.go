@@ -83,7 +83,7 @@ func newMitmEnv(t *testing.T, kind, rules string, mopt func(*MitmproxyConfig), o
 	cfg := EngineConfig{
 		CA:            ca,
 		Policy:        v.policy,
-		Events:        EventSinkFunc(func(e Event) { v.events.Record(e); v.log.Record(e) }),
+		Events:        EventSinkFunc(func(e Event) { v.log.Record(e); v.events.Record(e) }),
 		Dial:          v.dialUpstream,
 		LookupIP:      v.lookup,
 		HostAddrs:     v.hostAddrs,

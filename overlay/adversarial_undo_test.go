@@ -154,35 +154,7 @@ func TestKilledApplyLeavesNoTemporaries(t *testing.T) {
 	writeFile(t, filepath.Join(ag, "deep/new/c.txt"), "agent c\n", 0o644)
 	s.finish(t, ag)
 	start := treeListing(t, s.ws)
-	staged := filepath.Join(t.TempDir(), "staged")
-	cmd := exec.Command(os.Args[0], "-test.run=^TestKilledApplyHelper$", "-test.v")
-	cmd.Env = append(os.Environ(), "VIBEDOM_TEST_KILLED_APPLY="+s.ws, "VIBEDOM_TEST_KILLED_SESSION="+s.dir, "VIBEDOM_TEST_KILLED_STAGED="+staged)
-	out := &strings.Builder{}
-	cmd.Stdout, cmd.Stderr = out, out
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	deadline := time.After(2 * time.Minute)
-wait:
-	for {
-		select {
-		case err := <-done:
-			t.Fatalf("helper ended before staging: %v\n%s", err, out)
-		case <-deadline:
-			cmd.Process.Kill()
-			t.Fatalf("helper did not stage within 2 minutes\n%s", out)
-		case <-time.After(20 * time.Millisecond):
-			if _, err := os.Stat(staged); err == nil {
-				break wait
-			}
-		}
-	}
-	if err := cmd.Process.Kill(); err != nil {
-		t.Fatal(err)
-	}
-	<-done
+	killApply(t, s, false)
 	temps := func() []string {
 		var found []string
 		filepath.Walk(s.ws, func(p string, fi os.FileInfo, err error) error {
@@ -215,6 +187,71 @@ wait:
 	}
 }
 
+// killApply runs an apply of the session's patch in another process and
+// kills it (SIGKILL) once it has staged (mid: one file staged, its batch
+// not yet made durable).
+func killApply(t *testing.T, s testSession, mid bool) {
+	t.Helper()
+	staged := filepath.Join(t.TempDir(), "staged")
+	cmd := exec.Command(os.Args[0], "-test.run=^TestKilledApplyHelper$", "-test.v")
+	cmd.Env = append(os.Environ(), "VIBEDOM_TEST_KILLED_APPLY="+s.ws, "VIBEDOM_TEST_KILLED_SESSION="+s.dir, "VIBEDOM_TEST_KILLED_STAGED="+staged)
+	if mid {
+		cmd.Env = append(cmd.Env, "VIBEDOM_TEST_KILLED_MID=1")
+	}
+	out := &strings.Builder{}
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	deadline := time.After(2 * time.Minute)
+wait:
+	for {
+		select {
+		case err := <-done:
+			t.Fatalf("helper ended before staging: %v\n%s", err, out)
+		case <-deadline:
+			cmd.Process.Kill()
+			t.Fatalf("helper did not stage within 2 minutes\n%s", out)
+		case <-time.After(20 * time.Millisecond):
+			if _, err := os.Stat(staged); err == nil {
+				break wait
+			}
+		}
+	}
+	if err := cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	<-done
+}
+
+// TestKilledApplyThenUndoLeavesNoFolder (issue 18 item 7): an apply killed
+// after it made a new directory for a file, before its journal reached the
+// disk, then undone: the workspace is as before, with no empty directory
+// left behind.
+func TestKilledApplyThenUndoLeavesNoFolder(t *testing.T) {
+	if os.Getenv("VIBEDOM_TEST_KILLED_APPLY") != "" {
+		t.Skip("helper process")
+	}
+	s := newTestSession(t, tree{"a.txt": "file:a\n"})
+	ag := s.agentTree(t)
+	writeFile(t, filepath.Join(ag, "deep/new/c.txt"), "agent c\n", 0o644)
+	writeFile(t, filepath.Join(ag, "deep/other/d.txt"), "agent d\n", 0o644)
+	s.finish(t, ag)
+	start := treeListing(t, s.ws)
+	killApply(t, s, true)
+	if _, err := os.Stat(filepath.Join(s.ws, "deep")); err != nil {
+		t.Fatalf("the killed apply made no directory: the test did not kill it mid-apply (%v)", err)
+	}
+	if _, err := Undo(t.Context(), s.dir, s.ws, UndoOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if got := treeListing(t, s.ws); got != start {
+		t.Errorf("after undo:\n got %s\nwant %s", got, start)
+	}
+}
+
 // TestKilledApplyHelper is the process TestKilledApplyLeavesNoTemporaries
 // kills: it applies, and stops for good once the first batch is staged.
 func TestKilledApplyHelper(t *testing.T) {
@@ -222,11 +259,16 @@ func TestKilledApplyHelper(t *testing.T) {
 	if ws == "" {
 		t.Skip("run by TestKilledApplyLeavesNoTemporaries")
 	}
-	testHookAfterStage = func() {
+	stop := func() {
 		if err := os.WriteFile(staged, nil, 0o600); err != nil {
 			t.Error(err)
 		}
 		time.Sleep(time.Hour) // until killed
+	}
+	if os.Getenv("VIBEDOM_TEST_KILLED_MID") != "" {
+		testHookStaged = stop // one file staged, the batch not yet synced
+	} else {
+		testHookAfterStage = stop
 	}
 	Apply(t.Context(), ApplyOptions{Workspace: ws, SessionDir: dir})
 	t.Error("apply returned")

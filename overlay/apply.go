@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -54,7 +53,7 @@ const (
 	BothAdded        ConflictKind = "both added"
 	DeletedByYou     ConflictKind = "you deleted, the agent modified"
 	DeletedByAgent   ConflictKind = "the agent deleted, you modified"
-	BaseUnknown      ConflictKind = "changed on the host during the session; the version the agent started from is unknown"
+	BaseUnknown      ConflictKind = "the version the agent started from is unknown"
 	TypeChanged      ConflictKind = "the file type differs"
 	ModeConflict     ConflictKind = "both changed the mode"
 	UnmergeableWrite ConflictKind = "both modified (binary or symlink)"
@@ -63,8 +62,11 @@ const (
 // Conflict is one path both the user and the agent changed, where no clean
 // merge exists. Options lists the resolutions that make sense.
 type Conflict struct {
-	Path    string
-	Kind    ConflictKind
+	Path string
+	Kind ConflictKind
+	// Why says more about the kind, when there is more to say (why the
+	// base is unknown; why the path is flagged).
+	Why     string
 	Options []Resolution
 }
 
@@ -89,11 +91,14 @@ type PlannedFile struct {
 	Status    Status
 	Attention Attention
 	// Why explains the attention, refusal or conflict.
-	Why      string
-	Conflict *Conflict
-	Added    int
-	Deleted  int
-	Binary   bool
+	Why string
+	// AttentionWhy explains the attention alone (Why may have moved on to
+	// a conflict or a refusal).
+	AttentionWhy string
+	Conflict     *Conflict
+	Added        int
+	Deleted      int
+	Binary       bool
 	// Entries are the patch entries for the path (two for a type change).
 	Entries []*FilePatch
 
@@ -218,12 +223,15 @@ func MakePlan(ctx context.Context, opts ApplyOptions) (*Plan, error) {
 	}
 	defer root.Close()
 	pl := &Plan{Workspace: opts.Workspace}
-	unknown := map[string]bool{}
+	unknown := map[string]string{} // path, old blob -> why the base is unknown
 	if info != nil {
 		pl.NotCarried = info.NotCarried
 		for _, f := range info.Files {
 			if f.BaseUnknown {
-				unknown[f.Path+"\x00"+f.OldID] = true
+				unknown[f.Path+"\x00"+f.OldID] = f.BaseWhy
+				if f.BaseWhy == "" {
+					unknown[f.Path+"\x00"+f.OldID] = "the session-start content is not known"
+				}
 			}
 		}
 	}
@@ -274,7 +282,7 @@ func MakePlan(ctx context.Context, opts ApplyOptions) (*Plan, error) {
 				continue
 			}
 			if fp := foldPath(pf.Path); fp == foldPath(hooks) || strings.HasPrefix(fp, foldPath(hooks)+"/") {
-				pf.Attention, pf.Why = AttentionProtected, "git runs the hooks in "+DisplayPath(hooks)+"/ (core.hooksPath)"
+				pf.attend(AttentionProtected, "git runs the hooks in "+DisplayPath(hooks)+"/ (core.hooksPath)")
 				if !allowedBy(pf.Path, opts.AllowProtected) {
 					refuse(pf, StatusProtected, fmt.Sprintf("protected path: %s; to apply it anyway: --allow-protected %s", pf.Why, pf.Path))
 				}
@@ -285,12 +293,31 @@ func MakePlan(ctx context.Context, opts ApplyOptions) (*Plan, error) {
 	return pl, nil
 }
 
+// attend sets the path's attention level and why. A conflict keeps its own
+// Why (the attention's stays in AttentionWhy and on the conflict).
+func (pf *PlannedFile) attend(a Attention, why string) {
+	pf.Attention, pf.AttentionWhy = a, why
+	if pf.Status == StatusConflict {
+		pf.Conflict.Why = joinWhy(pf.Conflict.Why, a.String()+": "+why)
+		pf.Why = string(pf.Conflict.Kind) + ": " + pf.Conflict.Why
+		return
+	}
+	pf.Why = why
+}
+
+func joinWhy(a, b string) string {
+	if a == "" {
+		return b
+	}
+	return a + "; " + b
+}
+
 func refuse(pf *PlannedFile, s Status, why string) {
 	pf.Status, pf.Why = s, why
 }
 
 // planOne decides one path.
-func planOne(ctx context.Context, root *hostRoot, objs *objectStore, pf *PlannedFile, opts ApplyOptions, unknown, linkAfter, deleted, emptied map[string]bool) {
+func planOne(ctx context.Context, root *hostRoot, objs *objectStore, pf *PlannedFile, opts ApplyOptions, unknown map[string]string, linkAfter, deleted, emptied map[string]bool) {
 	first, last := pf.Entries[0], pf.Entries[len(pf.Entries)-1]
 	switch {
 	case len(pf.Entries) == 2:
@@ -314,7 +341,7 @@ func planOne(ctx context.Context, root *hostRoot, objs *objectStore, pf *Planned
 		classify = ClassifyDir // a symlink named .vscode is what that directory is
 	}
 	if a, why := classify(pf.Path); a != AttentionNone {
-		pf.Attention, pf.Why = a, why
+		pf.attend(a, why)
 	}
 	if opts.ExactFiles && len(opts.Files) > 0 && !slices.Contains(opts.Files, pf.Path) || !selected(pf.Path, opts.Files) {
 		refuse(pf, StatusSkipped, "not selected")
@@ -394,16 +421,23 @@ func planOne(ctx context.Context, root *hostRoot, objs *objectStore, pf *Planned
 	if pf.Attention == AttentionNone {
 		switch {
 		case pf.newT == TypeFile && manifestRiskOf(pf) != "":
-			pf.Attention, pf.Why = AttentionFlagged, manifestRiskOf(pf)
+			pf.attend(AttentionFlagged, manifestRiskOf(pf))
 		case pf.newT == TypeSymlink && isManifest(pf.Path):
 			// Judged by content only as a file: as a link, the tool reads
 			// whatever it points to.
-			pf.Attention, pf.Why = AttentionFlagged, DisplayPath(filepath.Base(pf.Path))+" becomes a symlink: the tool runs what the file it points to says"
+			pf.attend(AttentionFlagged, DisplayPath(filepath.Base(pf.Path))+" becomes a symlink: the tool runs what the file it points to says")
 		case pf.newGitMode == ModeExec && pf.oldGitMode != ModeExec:
-			pf.Attention, pf.Why = AttentionFlagged, "becomes executable"
+			pf.attend(AttentionFlagged, "becomes executable")
+		case pf.newT == TypeFile && (pf.oldGitMode == ModeExec || pf.curT == TypeFile && pf.cur.Mode&0o111 != 0) &&
+			!bytes.Equal(pf.oldData, pf.newData):
+			pf.attend(AttentionFlagged, "an executable file: runs when you run it (bin/dev, ./configure, scripts)")
 		}
 	}
-	decide(pf, unknown[pf.Path+"\x00"+first.OldID] && first.Op != OpAdd)
+	why := ""
+	if first.Op != OpAdd {
+		why = unknown[pf.Path+"\x00"+first.OldID]
+	}
+	decide(pf, why)
 }
 
 func deletedAncestor(p string, deleted map[string]bool) string {
@@ -491,7 +525,10 @@ func sameState(t1 FileType, d1 []byte, m1 uint32, t2 FileType, d2 []byte, m2 uin
 func curGitMode(e hostEntry) uint32 { return gitMode(e.Type, e.Mode) }
 
 // decide sets the status of a path whose base and new content are known.
-func decide(pf *PlannedFile, baseUnknown bool) {
+// baseWhy, when not "", says why the patch's old side is not the version
+// the agent started from.
+func decide(pf *PlannedFile, baseWhy string) {
+	baseUnknown := baseWhy != ""
 	cm := curGitMode(pf.cur)
 	newMode := pf.newGitMode
 	oldMode := pf.oldGitMode
@@ -516,7 +553,7 @@ func decide(pf *PlannedFile, baseUnknown bool) {
 	text := pf.curT == TypeFile && pf.newT == TypeFile && !isBinary(pf.curData) && !isBinary(pf.newData)
 	switch {
 	case baseUnknown:
-		c.Kind = BaseUnknown
+		c.Kind, c.Why = BaseUnknown, baseWhy
 	case pf.oldT == "" && pf.curT != "":
 		c.Kind = BothAdded
 	case pf.curT == "":
@@ -553,7 +590,13 @@ func decide(pf *PlannedFile, baseUnknown bool) {
 	if pf.marks != nil {
 		c.Options = append(c.Options, WriteMarks)
 	}
+	if pf.Attention != AttentionNone {
+		c.Why = joinWhy(c.Why, pf.Attention.String()+": "+pf.AttentionWhy)
+	}
 	pf.Why = string(c.Kind)
+	if c.Why != "" {
+		pf.Why += ": " + c.Why
+	}
 }
 
 // merge2 writes two versions with conflict markers around each region where
@@ -659,25 +702,10 @@ func gitHooksDir(ctx context.Context, ws string) string {
 	if err != nil {
 		return ""
 	}
-	inRepo := false
-	for d := real; !inRepo; d = filepath.Dir(d) {
-		_, err := os.Lstat(filepath.Join(d, ".git"))
-		inRepo = err == nil
-		if d == filepath.Dir(d) {
-			break
-		}
-	}
-	if !inRepo {
-		return "" // no git run for a workspace outside any repository
-	}
-	if _, err := exec.LookPath("git"); err != nil {
-		return ""
-	}
-	out, err := gitCmd(ctx, ws, "rev-parse", "--path-format=absolute", "--git-path", "hooks")
+	hooks, err := repoHooksDir(ctx, real)
 	if err != nil {
-		return ""
+		return "" // no repository, or no git
 	}
-	hooks := strings.TrimSuffix(string(out), "\n")
 	if h, err := filepath.EvalSymlinks(hooks); err == nil {
 		hooks = h
 	}
@@ -689,11 +717,41 @@ func gitHooksDir(ctx context.Context, ws string) string {
 }
 
 func manifestRiskOf(pf *PlannedFile) string {
-	why, _ := manifestRisk(filepath.Base(pf.Path), pf.oldData, pf.newData)
+	why, _ := contentRisk(pf.Path, pf.oldData, pf.newData)
 	return why
 }
 
 func isManifest(p string) bool {
-	_, ok := manifestRisk(filepath.Base(p), nil, nil)
+	_, ok := contentRisk(p, nil, nil)
 	return ok
+}
+
+// ReviewDiff is the diff the review shows for the path. For a merge it is
+// the merged result (what the apply writes) against the user's file as it
+// is now, not the agent's patch: the patch's old side is not what the user
+// has, and a merge can drop a line that neither side dropped on its own
+// (a wrong base). For a conflict between two files, the agent's patch and
+// then what taking the agent's version does to the user's file. Otherwise
+// the patch's own entries.
+func (pf *PlannedFile) ReviewDiff() []byte {
+	var b bytes.Buffer
+	against := func(note string, data []byte, mode uint32) {
+		fmt.Fprintf(&b, "# %s\n", note)
+		f := PatchFile{Path: pf.Path, OldMode: curGitMode(pf.cur), NewMode: mode, OldID: blobID(pf.curData), NewID: blobID(data)}
+		writeFileDiff(&b, &f, pf.curData, data)
+	}
+	switch {
+	case pf.Status == StatusMerged && pf.curT == TypeFile:
+		against("merged with your changes: the result against your file as it is now", pf.merged, gitMode(TypeFile, newPerm(pf)))
+	case pf.Status == StatusConflict && pf.curT == TypeFile && pf.newT == TypeFile:
+		for _, e := range pf.Entries {
+			b.Write(e.Raw)
+		}
+		against("taking the agent's version would change your file as it is now like this", pf.newData, gitMode(TypeFile, newPerm(pf)))
+	default:
+		for _, e := range pf.Entries {
+			b.Write(e.Raw)
+		}
+	}
+	return b.Bytes()
 }

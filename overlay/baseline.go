@@ -273,19 +273,10 @@ func writeManifest(ctx context.Context, ws, path string) (int, bool, error) {
 	return n, blobs != nil, f.Close()
 }
 
-// gitCmd runs git in dir without optional locks or fsmonitor, and returns
-// its stdout.
-func gitCmd(ctx context.Context, dir string, args ...string) ([]byte, error) {
-	full := append([]string{"-C", dir, "-c", "core.fsmonitor=false", "-c", "core.quotepath=false"}, args...)
-	cmd := exec.CommandContext(ctx, "git", full...)
-	cmd.Env = append(os.Environ(), "GIT_OPTIONAL_LOCKS=0", "LC_ALL=C")
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	if err != nil {
-		return nil, fmt.Errorf("git %s: %w: %s", strings.Join(args, " "), err, bytes.TrimSpace(stderr.Bytes()))
-	}
-	return out, nil
+// gitCmd runs git on ws's repository: its index, objects and work tree,
+// none of its config (hostgit.go), and returns git's stdout.
+func gitCmd(ctx context.Context, ws string, args ...string) ([]byte, error) {
+	return repoGit(ctx, ws, args...)
 }
 
 // gitCleanBlobs maps the workspace-relative path of every tracked regular
@@ -425,9 +416,9 @@ func (b *Baseline) current(p string) (OldEntry, error) {
 	}
 	e, err := readEntry(root, p)
 	if errors.Is(err, ErrSymlinkInPath) {
-		return OldEntry{Unknown: true}, nil
+		return OldEntry{Unknown: true, UnknownWhy: whyStartLost}, nil
 	}
-	e.Unknown = true
+	e.Unknown, e.UnknownWhy = true, whyStartLost
 	return e, err
 }
 

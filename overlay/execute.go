@@ -109,6 +109,10 @@ type action struct {
 // is written (tests swap directories for symlinks here).
 var testHookBeforeExecute func()
 
+// testHookStaged runs when one file is staged, before its batch is made
+// durable (a test kills the process here).
+var testHookStaged func()
+
 // testHookAfterStage runs when a batch is staged and not yet renamed (a test
 // kills the process here).
 var testHookAfterStage func()
@@ -321,8 +325,16 @@ func Execute(ctx context.Context, pl *Plan, opts ApplyOptions) (*Report, error) 
 		}
 	}
 	const chunk = 512
+	madeDirs := map[string]bool{}
 	for start := 0; start < len(writes) && fatal == nil; start += chunk {
 		batch := writes[start:min(start+chunk, len(writes))]
+		// The directories the batch will make are in the journal, durable,
+		// before any is made: undo removes them even when the apply is
+		// killed right after a mkdir.
+		if err := journalMissingDirs(root, j, batch, madeDirs); err != nil {
+			fatal = err
+			break
+		}
 		// Stage the new contents next to their targets.
 		for _, a := range batch {
 			if err := ctx.Err(); err != nil {
@@ -338,6 +350,9 @@ func Execute(ctx context.Context, pl *Plan, opts ApplyOptions) (*Report, error) 
 				_, created, err = root.stageFile(a.path, a.data, a.after.Perm, nonce)
 			}
 			for _, d := range created {
+				if madeDirs[d] {
+					continue // journaled before it was made
+				}
 				if jerr := j.add(journalEntry{Kind: "mkdir", Path: d, After: snapshot{Type: TypeDir}}); jerr != nil {
 					fatal = jerr
 				}
@@ -351,6 +366,9 @@ func Execute(ctx context.Context, pl *Plan, opts ApplyOptions) (*Report, error) 
 				break
 			}
 			a.staged = true
+			if testHookStaged != nil {
+				testHookStaged()
+			}
 		}
 		if fatal == nil {
 			if err := errors.Join(root.sync(), j.sync()); err != nil {
@@ -399,6 +417,42 @@ func Execute(ctx context.Context, pl *Plan, opts ApplyOptions) (*Report, error) 
 		return rep, fmt.Errorf("%w: %v; nothing is half-written: `vibedom undo` returns to before, `vibedom apply` again finishes the rest", ErrApplyIncomplete, fatal)
 	}
 	return rep, nil
+}
+
+// journalMissingDirs adds a "mkdir" entry for every directory the batch's
+// files need that the host lacks (parents before children, each once), and
+// makes the journal durable. A directory planned and then not made (the
+// apply stopped first) is not there for undo to remove: no harm.
+func journalMissingDirs(root *hostRoot, j *journal, batch []*action, planned map[string]bool) error {
+	added := false
+	for _, a := range batch {
+		var dirs []string
+		for d := parentDir(a.path); d != ""; d = parentDir(d) {
+			dirs = append(dirs, d)
+		}
+		for i := len(dirs) - 1; i >= 0; i-- {
+			d := dirs[i]
+			if planned[d] {
+				continue
+			}
+			e, err := root.lstat(d)
+			if err != nil {
+				break // a symlink in the way: staging refuses it
+			}
+			if e.Type != "" {
+				continue
+			}
+			planned[d] = true
+			if err := j.add(journalEntry{Kind: "mkdir", Path: d, After: snapshot{Type: TypeDir}}); err != nil {
+				return err
+			}
+			added = true
+		}
+	}
+	if !added {
+		return nil
+	}
+	return j.sync()
 }
 
 func resultText(a *action) string {

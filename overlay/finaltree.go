@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
-	"path"
 	"slices"
 	"strings"
 )
@@ -402,7 +401,7 @@ func checkFinalTree(root *hostRoot, pl *Plan, opts ApplyOptions) {
 		if !live(pf) {
 			return
 		}
-		pf.Attention, pf.Why = AttentionProtected, why
+		pf.attend(AttentionProtected, why)
 		if !allowedBy(pf.Path, opts.AllowProtected) {
 			refuse(pf, StatusProtected, fmt.Sprintf("protected path: %s; to apply it anyway: --allow-protected %s", why, pf.Path))
 		}
@@ -417,12 +416,12 @@ func checkFinalTree(root *hostRoot, pl *Plan, opts ApplyOptions) {
 			refuse(pf, StatusRefused, why+"; to apply it anyway: --allow-outside-symlinks")
 		case v.outside:
 			if pf.Attention < AttentionFlagged {
-				pf.Attention, pf.Why = AttentionFlagged, why
+				pf.attend(AttentionFlagged, why)
 			}
 		case v.attention == AttentionProtected:
 			protect(pf, why)
 		case v.attention > pf.Attention:
-			pf.Attention, pf.Why = v.attention, why
+			pf.attend(v.attention, why)
 		}
 	}
 	for _, pf := range pl.Files {
@@ -446,7 +445,7 @@ func checkFinalTree(root *hostRoot, pl *Plan, opts ApplyOptions) {
 		}
 		a, why := ClassifyPath(link)
 		if a == AttentionNone {
-			if w, _ := manifestRisk(path.Base(link), pf.oldData, pf.newData); w != "" {
+			if w, _ := contentRisk(link, pf.oldData, pf.newData); w != "" {
 				a, why = AttentionFlagged, w
 			}
 		}
@@ -457,7 +456,7 @@ func checkFinalTree(root *hostRoot, pl *Plan, opts ApplyOptions) {
 		if a == AttentionProtected {
 			protect(pf, why)
 		} else if a > pf.Attention {
-			pf.Attention, pf.Why = a, why
+			pf.attend(a, why)
 		}
 	}
 	touchesLinks := false

@@ -105,16 +105,5 @@ func gitMergeFile(base, mine, theirs string) (string, bool, error) {
 }
 
 // hermeticGitEnv is an environment in which git reads no configuration and
-// finds no repository above dir.
-func hermeticGitEnv(dir string) []string {
-	return []string{
-		"PATH=" + os.Getenv("PATH"),
-		"HOME=" + dir,
-		"XDG_CONFIG_HOME=" + dir,
-		"GIT_CONFIG_NOSYSTEM=1",
-		"GIT_CONFIG_GLOBAL=" + os.DevNull,
-		"GIT_ATTR_NOSYSTEM=1",
-		"GIT_CEILING_DIRECTORIES=" + filepath.Dir(dir),
-		"LC_ALL=C",
-	}
-}
+// finds no repository above dir (hostGitEnv).
+func hermeticGitEnv(dir string) []string { return hostGitEnv(dir) }

@@ -64,6 +64,8 @@ type OldEntry struct {
 	// baseline, file changed on the host since): the other fields are the
 	// host's current entry, and applying over it needs the user's say.
 	Unknown bool
+	// UnknownWhy says, for the user, why the start state is not known.
+	UnknownWhy string
 }
 
 // CurrentTree is an OldTree that can also read the workspace as it is now.
@@ -108,6 +110,8 @@ type PatchFile struct {
 	// changed during the session and the guest named no base it holds):
 	// applying it needs the user's decision.
 	BaseUnknown bool `json:"base_unknown,omitempty"`
+	// BaseWhy says why the base is unknown, for the user.
+	BaseWhy string `json:"base_why,omitempty"`
 }
 
 // NotCarried is a change the patch does not carry, and why.
@@ -183,6 +187,7 @@ func BuildPatch(ctx context.Context, cs *ChangeSet, src Source, old OldTree, w i
 		// read again from src (verified again) when its entry is written.
 		refetch  *Change
 		unknown  bool
+		why      string
 		isDelete bool
 	}
 	var dels, rest []entry
@@ -260,17 +265,17 @@ func BuildPatch(ctx context.Context, cs *ChangeSet, src Source, old OldTree, w i
 				}
 				continue
 			}
-			e := entry{path: p, oldT: oldT, oldMode: om, oldData: odata, newT: nt, newMode: nm, newData: ndata, unknown: oe.Unknown}
+			e := entry{path: p, oldT: oldT, oldMode: om, oldData: odata, newT: nt, newMode: nm, newData: ndata, unknown: oe.Unknown, why: oe.UnknownWhy}
 			keepBounded(&e.newData, &e.refetch, fetched, &held)
 			rest = append(rest, e)
 			markCarried(hasCarriedBelow, p)
 			continue
 		}
 		if oldDiffable {
-			dels = append(dels, entry{path: p, oldT: oldT, oldMode: om, oldData: odata, unknown: oe.Unknown, isDelete: true})
+			dels = append(dels, entry{path: p, oldT: oldT, oldMode: om, oldData: odata, unknown: oe.Unknown, why: oe.UnknownWhy, isDelete: true})
 		}
 		if newDiffable {
-			e := entry{path: p, newT: nt, newMode: nm, newData: ndata, unknown: oe.Unknown && !oldDiffable}
+			e := entry{path: p, newT: nt, newMode: nm, newData: ndata, unknown: oe.Unknown && !oldDiffable, why: oe.UnknownWhy}
 			keepBounded(&e.newData, &e.refetch, fetched, &held)
 			rest = append(rest, e)
 			markCarried(hasCarriedBelow, p)
@@ -293,6 +298,9 @@ func BuildPatch(ctx context.Context, cs *ChangeSet, src Source, old OldTree, w i
 			}
 		}
 		pf := PatchFile{Path: e.path, OldMode: e.oldMode, NewMode: e.newMode, BaseUnknown: e.unknown}
+		if e.unknown {
+			pf.BaseWhy = e.why
+		}
 		switch {
 		case e.isDelete:
 			pf.Op = OpDelete
@@ -332,8 +340,9 @@ func BuildPatch(ctx context.Context, cs *ChangeSet, src Source, old OldTree, w i
 // baseline oe or the host's current file. Otherwise, and when the guest
 // named no base while the host file changed during the session, the old
 // side is the host's current file marked Unknown: applying it is a
-// conflict, never a merge that could apply the user's edit twice. same
-// reports a copy-up the agent did not change (content and mode equal to its
+// conflict, never a merge that could apply the user's edit twice; but an
+// agent's content equal to the session-start content is no change at all,
+// base or not (a copy-up by touch or chmod). same reports a copy-up the agent did not change (content and mode equal to its
 // base): not a change at all.
 func resolveBase(old OldTree, p string, c *Change, oe OldEntry) (res OldEntry, same bool, err error) {
 	if c.BaseSHA256 != "" && c.BaseSHA256 == c.SHA256 && c.BaseMode == c.Mode {
@@ -341,6 +350,13 @@ func resolveBase(old OldTree, p string, c *Change, oe OldEntry) (res OldEntry, s
 	}
 	if c.BaseSHA256 != "" && !oe.Unknown && oe.Type == TypeFile && sha256hex(oe.Content) == c.BaseSHA256 {
 		oe.Mode = c.BaseMode
+		return oe, false, nil
+	}
+	if c.BaseSHA256 == "" && !oe.Unknown && oe.Type == TypeFile && sha256hex(oe.Content) == c.SHA256 {
+		// No recorded base (touch, chmod, chown copy a file up without
+		// opening it) and the agent's content is the session-start
+		// content: the content is no change of the agent's, whatever the
+		// user did to the host file since. A mode change is carried alone.
 		return oe, false, nil
 	}
 	if c.BaseSHA256 == "" && (oe.Unknown || oe.Type != TypeFile) {
@@ -351,7 +367,7 @@ func resolveBase(old OldTree, p string, c *Change, oe OldEntry) (res OldEntry, s
 		if c.BaseSHA256 == "" {
 			return oe, false, nil
 		}
-		oe.Unknown = true
+		oe.Unknown, oe.UnknownWhy = true, whyBaseNotHeld
 		return oe, false, nil
 	}
 	cur, err := ct.Current(p)
@@ -365,9 +381,23 @@ func resolveBase(old OldTree, p string, c *Change, oe OldEntry) (res OldEntry, s
 		cur.Mode = c.BaseMode
 		return cur, false, nil
 	}
-	cur.Unknown = true
+	cur.Unknown, cur.UnknownWhy = true, whyBaseNotHeld
+	if c.BaseSHA256 == "" {
+		cur.UnknownWhy = whyNoBase
+	}
 	return cur, false, nil
 }
+
+// Why a base is unknown, as the review says it.
+const (
+	whyNoBase = "you changed it during the session, and the agent's copy was made without a recorded read " +
+		"(chmod, truncate or rename copy a file without opening it): which of your versions it holds is unknown, " +
+		"so taking the agent's may undo your edits"
+	whyBaseNotHeld = "the guest says the agent started from a version that is neither the session-start file nor yours now " +
+		"(you edited it again after the agent read it, or the guest is lying): taking the agent's replaces your file"
+	whyStartLost = "you changed it during the session and its session-start content was not kept " +
+		"(no copy-on-write baseline here, and it was not clean in git): taking the agent's may undo your edits"
+)
 
 // specialBitsLost says what a patch loses of c's setuid, setgid and sticky
 // bits (git records none), or "" when the old entry had the same ones. A

@@ -43,137 +43,315 @@ func (a Attention) String() string {
 // directory and matches it and everything under it; components may hold
 // path.Match wildcards; the component "{.git}" is anything git itself
 // refuses as ".git" (".GIT", ".git.", "git~1" …).
+//
+// Check, when set, makes the row content-aware: it applies only when Check
+// finds, comparing the file's old content (empty when new) with its new
+// one, that what runs changed, and its answer is the reason shown. Why then
+// says what the check looks for.
 type AttentionRule struct {
 	Pattern string
 	Level   Attention
 	Why     string
+	Check   func(old, new []byte) string
 }
 
+// Reasons shared by several rows.
+const (
+	whyShell    = "your shell runs it when it starts (in $HOME, or linked there from a dotfiles repository)"
+	whyLogin    = "your session runs it at login (in $HOME, or linked there from a dotfiles repository)"
+	whyEditorRC = "your editor runs it when it starts (in $HOME, or linked there from a dotfiles repository)"
+	whyVCS      = "version-control metadata: its config names hooks and tools the VCS runs"
+	whyCI       = "CI configuration"
+	whyAgentCfg = "a coding agent on the host reads it: hooks, MCP servers and tools it names run commands"
+	whyAgentMD  = "instructions your coding agents on the host follow (they can tell them to run commands)"
+	whyESLint   = "ESLint loads it and the parsers and plugins it names, local paths included (editors run ESLint when a file opens)"
+	whyPrettier = "Prettier loads it and the plugins it names, local paths included (editors run Prettier on format)"
+	whyBuildCfg = "a build or test tool runs this config as code (editors and dev servers load it)"
+	whyTSConfig = "the TypeScript language service reads it when the folder opens: it names plugins and files to load"
+	whyRuby     = "a Ruby DSL evaluated by its tool (bundle, pod, brew, fastlane, danger, guard, cap)"
+	whyBazel    = "Bazel evaluates it: rules and macros run commands on build"
+	whyDotnet   = "MSBuild evaluates it on build and IDE load: tasks and targets run commands"
+	whyLock     = "a lockfile: a source outside the registry (git, a path, another host) is fetched and its install scripts run"
+	whyCd       = "runs when you enter the directory (autoenv)"
+)
+
 // AttentionRules is the table of paths that need the user's eye, in the
-// order they are documented (docs/overlay.md). Besides these rows, Plan
-// protects directories git would take as a repository, judges package.json
-// by what changed in it, and classifies symlinks by what they resolve to.
+// order they are documented (docs/overlay.md, generated from it). Besides
+// these rows, Plan protects directories git would take as a repository and
+// the repository's hooks directory, flags a file that becomes executable
+// or that was executable and changed, and classifies symlinks by what they
+// resolve to.
 var AttentionRules = []AttentionRule{
-	// Protected: refused unless allowed by name.
-	{"**/{.git}/", AttentionProtected, "git internals (hooks, config, a gitdir: file) run code on the host"},
-	{"**/.vibedom/", AttentionProtected, "vibedom's own settings for this workspace"},
-	{"**/.husky/", AttentionProtected, "git hook manager (husky) runs these on commit"},
-	{"**/.githooks/", AttentionProtected, "git hooks directory"},
-	{"**/.lefthook*/", AttentionProtected, "git hook manager (lefthook) configuration and scripts"},
-	{"**/lefthook*", AttentionProtected, "git hook manager (lefthook) configuration"},
-	{"**/.envrc", AttentionProtected, "direnv runs it when you enter the directory"},
-	{"**/.pre-commit-config.yaml", AttentionProtected, "pre-commit runs the hooks it names on commit"},
+	// Version control and vibedom.
+	{"**/{.git}/", AttentionProtected, "git internals (hooks, config, a gitdir: file) run code on the host", nil},
+	{"**/.hg/", AttentionProtected, whyVCS + " (Mercurial: hgrc hooks)", nil},
+	{"**/.jj/", AttentionProtected, whyVCS + " (Jujutsu: repo/config.toml)", nil},
+	{"**/.sl/", AttentionProtected, whyVCS + " (Sapling: config hooks)", nil},
+	{"**/.vibedom/", AttentionProtected, "vibedom's own settings for this workspace", nil},
+	// Git hook managers.
+	{"**/.husky/", AttentionProtected, "git hook manager (husky) runs these on commit", nil},
+	{"**/.githooks/", AttentionProtected, "git hooks directory", nil},
+	{"**/.lefthook*/", AttentionProtected, "git hook manager (lefthook) configuration and scripts", nil},
+	{"**/lefthook*", AttentionProtected, "git hook manager (lefthook) configuration", nil},
+	{"**/.pre-commit-config.yaml", AttentionProtected, "pre-commit runs the hooks it names on commit", nil},
+	{"**/.overcommit.yml", AttentionProtected, "overcommit runs the hooks it names on commit", nil},
+	// Run on cd.
+	{"**/.envrc", AttentionProtected, "direnv runs it when you enter the directory", nil},
+	{"**/.autoenv.zsh", AttentionProtected, whyCd, nil},
+	{"**/.autoenv_leave.zsh", AttentionProtected, "runs when you leave the directory (autoenv)", nil},
+	{"**/.env.leave", AttentionProtected, "runs when you leave the directory (autoenv)", nil},
+	// Dotfiles: `vibedom run ~` is refused, but a dotfiles repository is
+	// often linked into $HOME (stow, chezmoi's symlink mode): at any depth.
+	{"**/.bashrc", AttentionProtected, whyShell, nil},
+	{"**/.bash_profile", AttentionProtected, whyShell, nil},
+	{"**/.bash_login", AttentionProtected, whyShell, nil},
+	{"**/.bash_logout", AttentionProtected, whyShell, nil},
+	{"**/.profile", AttentionProtected, whyShell, nil},
+	{"**/.zshrc", AttentionProtected, whyShell, nil},
+	{"**/.zshenv", AttentionProtected, whyShell, nil},
+	{"**/.zprofile", AttentionProtected, whyShell, nil},
+	{"**/.zlogin", AttentionProtected, whyShell, nil},
+	{"**/.zlogout", AttentionProtected, whyShell, nil},
+	{"**/.config/fish/", AttentionProtected, whyShell, nil},
+	{"**/.tmux.conf", AttentionProtected, "tmux runs the commands it names (run-shell) when it starts", nil},
+	{"**/.xprofile", AttentionProtected, whyLogin, nil},
+	{"**/.xinitrc", AttentionProtected, whyLogin, nil},
+	{"**/.config/autostart/", AttentionProtected, whyLogin, nil},
+	{"**/.config/systemd/", AttentionProtected, "systemd user units run at login and on timers", nil},
+	{"**/.config/environment.d/", AttentionProtected, "systemd sets these variables for your whole session", nil},
+	{"**/Library/LaunchAgents/", AttentionProtected, "macOS launchd runs these at login", nil},
+	{"**/.local/bin/", AttentionProtected, "on your PATH: runs in place of the command of that name", nil},
+	{"**/.ssh/", AttentionProtected, "ssh reads it: config runs ProxyCommand and LocalCommand, authorized_keys grants logins", nil},
+	{"**/.gitconfig", AttentionProtected, "git's user config: filters, hooksPath, fsmonitor and aliases run commands", nil},
+	{"**/.config/git/", AttentionProtected, "git's user config: filters, hooksPath, fsmonitor and aliases run commands", nil},
+	{"**/.vimrc", AttentionProtected, whyEditorRC, nil},
+	{"**/.gvimrc", AttentionProtected, whyEditorRC, nil},
+	{"**/.config/nvim/", AttentionProtected, whyEditorRC, nil},
+	{"**/.emacs", AttentionProtected, whyEditorRC, nil},
+	{"**/.emacs.d/", AttentionProtected, whyEditorRC, nil},
 	// CI.
-	{".github/workflows/", AttentionFlagged, "GitHub Actions run this"},
-	{".github/actions/", AttentionFlagged, "GitHub Actions run this"},
-	{"**/action.yml", AttentionFlagged, "a GitHub Action's definition: workflows run it"},
-	{"**/action.yaml", AttentionFlagged, "a GitHub Action's definition: workflows run it"},
-	{".forgejo/workflows/", AttentionFlagged, "Forgejo Actions run this"},
-	{".gitea/workflows/", AttentionFlagged, "Gitea Actions run this"},
-	{"**/.gitlab-ci.yml", AttentionFlagged, "CI configuration"},
-	{".circleci/", AttentionFlagged, "CI configuration"},
-	{"**/.travis.yml", AttentionFlagged, "CI configuration"},
-	{"**/jenkinsfile", AttentionFlagged, "CI configuration"},
-	{"**/azure-pipelines.yml", AttentionFlagged, "CI configuration"},
-	{"**/bitbucket-pipelines.yml", AttentionFlagged, "CI configuration"},
-	{"**/.drone.yml", AttentionFlagged, "CI configuration"},
-	{".buildkite/", AttentionFlagged, "CI configuration"},
-	{"**/.woodpecker*/", AttentionFlagged, "CI configuration"},
-	// Editors and agents on the host.
-	{"**/.vscode/", AttentionFlagged, "editor settings and tasks can run commands"},
-	{"**/*.code-workspace", AttentionFlagged, "editor workspace settings and tasks can run commands"},
-	{"**/.idea/", AttentionFlagged, "IDE settings and run configurations can run commands"},
-	{"**/.zed/", AttentionFlagged, "Zed settings and tasks can run commands"},
-	{"**/.devcontainer*/", AttentionFlagged, "dev container definition runs on the host's Docker"},
-	{"**/.claude/", AttentionFlagged, "Claude Code settings: hooks run commands on the host"},
-	{"**/.mcp.json", AttentionFlagged, "Claude Code starts the MCP servers it names"},
-	{"**/.cursor/", AttentionFlagged, "Cursor settings and MCP servers run commands"},
+	{".github/workflows/", AttentionFlagged, "GitHub Actions run this", nil},
+	{".github/actions/", AttentionFlagged, "GitHub Actions run this", nil},
+	{"**/action.yml", AttentionFlagged, "a GitHub Action's definition: workflows run it", nil},
+	{"**/action.yaml", AttentionFlagged, "a GitHub Action's definition: workflows run it", nil},
+	{".forgejo/workflows/", AttentionFlagged, "Forgejo Actions run this", nil},
+	{".gitea/workflows/", AttentionFlagged, "Gitea Actions run this", nil},
+	{"**/.gitlab-ci.yml", AttentionFlagged, whyCI, nil},
+	{".circleci/", AttentionFlagged, whyCI, nil},
+	{"**/.travis.yml", AttentionFlagged, whyCI, nil},
+	{"**/Jenkinsfile", AttentionFlagged, whyCI, nil},
+	{"**/azure-pipelines.yml", AttentionFlagged, whyCI, nil},
+	{"**/bitbucket-pipelines.yml", AttentionFlagged, whyCI, nil},
+	{"**/.drone.yml", AttentionFlagged, whyCI, nil},
+	{".buildkite/", AttentionFlagged, whyCI, nil},
+	{"**/.woodpecker*/", AttentionFlagged, whyCI, nil},
+	// Editors.
+	{"**/.vscode/", AttentionFlagged, "editor settings and tasks can run commands", nil},
+	{"**/*.code-workspace", AttentionFlagged, "editor workspace settings and tasks can run commands", nil},
+	{"**/.idea/", AttentionFlagged, "IDE settings and run configurations can run commands", nil},
+	{"**/.zed/", AttentionFlagged, "Zed settings and tasks can run commands", nil},
+	{"**/.helix/", AttentionFlagged, "Helix starts the language servers and formatters it names", nil},
+	{"**/.nvim.lua", AttentionFlagged, "Neovim runs it when the folder opens (exrc)", nil},
+	{"**/.nvimrc", AttentionFlagged, "Neovim runs it when the folder opens (exrc)", nil},
+	{"**/.exrc", AttentionFlagged, "Vim and Neovim run it when the folder opens (exrc)", nil},
+	{"**/.dir-locals.el", AttentionFlagged, "Emacs evaluates it for files below it (eval: variables)", nil},
+	{"**/.dir-locals-2.el", AttentionFlagged, "Emacs evaluates it for files below it (eval: variables)", nil},
+	{"**/.devcontainer*/", AttentionFlagged, "dev container definition runs on the host's Docker", nil},
+	// Coding agents on the host.
+	{"**/.claude/", AttentionFlagged, "Claude Code settings: hooks run commands on the host", nil},
+	{"**/.mcp.json", AttentionFlagged, "Claude Code starts the MCP servers it names", nil},
+	{"**/.cursor/", AttentionFlagged, "Cursor settings and MCP servers run commands", nil},
+	{"**/.gemini/", AttentionFlagged, whyAgentCfg + " (Gemini CLI)", nil},
+	{"**/opencode.json", AttentionFlagged, whyAgentCfg + " (opencode)", nil},
+	{"**/opencode.jsonc", AttentionFlagged, whyAgentCfg + " (opencode)", nil},
+	{"**/.opencode/", AttentionFlagged, whyAgentCfg + " (opencode: plugins run as code)", nil},
+	{"**/.aider.conf.yml", AttentionFlagged, whyAgentCfg + " (aider: lint and test commands)", nil},
+	{"**/.continue/", AttentionFlagged, whyAgentCfg + " (Continue)", nil},
+	{"**/.roo/", AttentionFlagged, whyAgentCfg + " (Roo Code)", nil},
+	{"**/.amazonq/", AttentionFlagged, whyAgentCfg + " (Amazon Q)", nil},
+	{"**/.codex/", AttentionFlagged, whyAgentCfg + " (Codex)", nil},
+	{"**/.kiro/", AttentionFlagged, whyAgentCfg + " (Kiro: hooks)", nil},
+	{"**/.windsurf/", AttentionFlagged, whyAgentCfg + " (Windsurf)", nil},
+	{"**/CLAUDE.md", AttentionFlagged, whyAgentMD, nil},
+	{"**/CLAUDE.local.md", AttentionFlagged, whyAgentMD, nil},
+	{"**/AGENTS.md", AttentionFlagged, whyAgentMD, nil},
+	{"**/GEMINI.md", AttentionFlagged, whyAgentMD, nil},
+	{"**/.cursorrules", AttentionFlagged, whyAgentMD, nil},
+	{"**/.clinerules/", AttentionFlagged, whyAgentMD, nil},
+	{"**/.windsurfrules", AttentionFlagged, whyAgentMD, nil},
+	{".github/copilot-instructions.md", AttentionFlagged, whyAgentMD, nil},
 	// Build tools and task runners.
-	{"**/makefile", AttentionFlagged, "runs when you type make"},
-	{"**/gnumakefile", AttentionFlagged, "runs when you type make"},
-	{"**/*.mk", AttentionFlagged, "included by make"},
-	{"**/justfile", AttentionFlagged, "runs when you type just"},
-	{"**/.justfile", AttentionFlagged, "runs when you type just"},
-	{"**/mise*.toml", AttentionFlagged, "mise hooks and tasks run commands"},
-	{"**/.mise*/", AttentionFlagged, "mise hooks and tasks run commands"},
-	{"**/.config/mise*/", AttentionFlagged, "mise hooks and tasks run commands"},
-	{"**/.tool-versions", AttentionFlagged, "asdf and mise install and run the tools it names (mise backends: npm:, cargo:, ubi: …)"},
-	{"**/.env", AttentionFlagged, "docker compose (COMPOSE_FILE), direnv's load_dotenv and mise read it: variables change what runs"},
-	{"**/flake.nix", AttentionFlagged, "nix develop (and nix-direnv) runs its shell hook"},
-	{"**/shell.nix", AttentionFlagged, "nix-shell (and nix-direnv) runs its shell hook"},
-	{"**/devenv.nix", AttentionFlagged, "devenv runs its shell hook"},
-	{"**/.cargo/config", AttentionFlagged, "cargo configuration can set runners and linkers"},
-	{"**/.cargo/config.toml", AttentionFlagged, "cargo configuration can set runners and linkers"},
-	{"**/build.rs", AttentionFlagged, "cargo runs it on build; rust-analyzer when the folder opens"},
-	{"**/rust-toolchain", AttentionFlagged, "rustup runs the toolchain it names"},
-	{"**/rust-toolchain.toml", AttentionFlagged, "rustup runs the toolchain it names"},
-	{"**/gradlew", AttentionFlagged, "Gradle wrapper script: runs when you build"},
-	{"**/gradlew.bat", AttentionFlagged, "Gradle wrapper script: runs when you build"},
-	{"**/gradle/wrapper/", AttentionFlagged, "Gradle wrapper: downloads and runs the Gradle it names"},
-	{"**/*.gradle", AttentionFlagged, "Gradle build script: runs on build and IDE import"},
-	{"**/*.gradle.kts", AttentionFlagged, "Gradle build script: runs on build and IDE import"},
-	{"**/gradle.properties", AttentionFlagged, "Gradle settings (JVM arguments) for every build"},
-	{"**/mvnw", AttentionFlagged, "Maven wrapper script: runs when you build"},
-	{"**/mvnw.cmd", AttentionFlagged, "Maven wrapper script: runs when you build"},
-	{"**/.mvn/", AttentionFlagged, "Maven wrapper and extensions: run when you build"},
-	{"**/pom.xml", AttentionFlagged, "Maven plugins run on build and IDE import"},
+	{"**/Makefile", AttentionFlagged, "runs when you type make", nil},
+	{"**/GNUmakefile", AttentionFlagged, "runs when you type make", nil},
+	{"**/*.mk", AttentionFlagged, "included by make", nil},
+	{"**/justfile", AttentionFlagged, "runs when you type just", nil},
+	{"**/.justfile", AttentionFlagged, "runs when you type just", nil},
+	{"**/Taskfile*.yml", AttentionFlagged, "runs when you type task", nil},
+	{"**/Taskfile*.yaml", AttentionFlagged, "runs when you type task", nil},
+	{"**/Procfile", AttentionFlagged, "foreman, overmind and heroku local run the commands it names", nil},
+	{"**/Tiltfile", AttentionFlagged, "tilt up evaluates it (Starlark: local() runs commands)", nil},
+	{"**/skaffold.yaml", AttentionFlagged, "skaffold runs the build hooks it names", nil},
+	{"**/Earthfile", AttentionFlagged, "earthly runs it (LOCALLY runs on the host)", nil},
+	{"**/SConstruct", AttentionFlagged, "SCons runs it as Python", nil},
+	{"**/SConscript", AttentionFlagged, "SCons runs it as Python", nil},
+	{"**/wscript", AttentionFlagged, "waf runs it as Python", nil},
+	{"**/conanfile.py", AttentionFlagged, "conan runs it as Python", nil},
+	{"**/tasks.py", AttentionFlagged, "invoke runs it as Python", nil},
+	{"**/fabfile.py", AttentionFlagged, "fabric runs it as Python", nil},
+	{"**/hatch_build.py", AttentionFlagged, "hatch runs it as a build hook", nil},
+	{"**/.config/nextest.toml", AttentionFlagged, "cargo nextest runs the setup scripts it names", nil},
+	{"**/mise*.toml", AttentionFlagged, "mise hooks and tasks run commands", nil},
+	{"**/.mise*/", AttentionFlagged, "mise hooks and tasks run commands", nil},
+	{"**/.config/mise*/", AttentionFlagged, "mise hooks and tasks run commands", nil},
+	{"**/.tool-versions", AttentionFlagged, "asdf and mise install and run the tools it names (mise backends: npm:, cargo:, ubi: …)", nil},
+	{"**/.env", AttentionFlagged, "docker compose (COMPOSE_FILE), direnv's load_dotenv, mise and autoenv read or run it", nil},
+	// Environment managers (often entered automatically with direnv).
+	{"**/flake.nix", AttentionFlagged, "nix develop (and nix-direnv) runs its shell hook", nil},
+	{"**/shell.nix", AttentionFlagged, "nix-shell (and nix-direnv) runs its shell hook", nil},
+	{"**/default.nix", AttentionFlagged, "nix-shell and nix-build evaluate it (and nix-direnv)", nil},
+	{"**/devenv.nix", AttentionFlagged, "devenv runs its shell hook", nil},
+	{"**/devbox.json", AttentionFlagged, "devbox shell runs its init hook and scripts", nil},
+	{"**/pixi.toml", AttentionFlagged, "pixi runs its tasks and activation scripts", nil},
+	{"**/.flox/", AttentionFlagged, "flox activate runs its hooks", nil},
+	{"**/.venv/", AttentionFlagged, "a Python environment: its activate script and interpreter run when you use it", nil},
+	{"**/.direnv/", AttentionFlagged, "direnv's environments (layouts): on your PATH once you enter the directory", nil},
+	{"**/node_modules/.bin/", AttentionFlagged, "npm scripts and npx run these by name", nil},
+	// Rust, JVM, .NET, Swift, Elixir, Clojure, Bazel, Terraform.
+	{"**/.cargo/config", AttentionFlagged, "cargo configuration can set runners and linkers", nil},
+	{"**/.cargo/config.toml", AttentionFlagged, "cargo configuration can set runners and linkers", nil},
+	{"**/build.rs", AttentionFlagged, "cargo runs it on build; rust-analyzer when the folder opens", nil},
+	{"**/rust-toolchain", AttentionFlagged, "rustup runs the toolchain it names", nil},
+	{"**/rust-toolchain.toml", AttentionFlagged, "rustup runs the toolchain it names", nil},
+	{"**/gradlew", AttentionFlagged, "Gradle wrapper script: runs when you build", nil},
+	{"**/gradlew.bat", AttentionFlagged, "Gradle wrapper script: runs when you build", nil},
+	{"**/gradle/wrapper/", AttentionFlagged, "Gradle wrapper: downloads and runs the Gradle it names", nil},
+	{"**/*.gradle", AttentionFlagged, "Gradle build script: runs on build and IDE import", nil},
+	{"**/*.gradle.kts", AttentionFlagged, "Gradle build script: runs on build and IDE import", nil},
+	{"**/gradle.properties", AttentionFlagged, "Gradle settings (JVM arguments) for every build", nil},
+	{"**/mvnw", AttentionFlagged, "Maven wrapper script: runs when you build", nil},
+	{"**/mvnw.cmd", AttentionFlagged, "Maven wrapper script: runs when you build", nil},
+	{"**/.mvn/", AttentionFlagged, "Maven wrapper and extensions: run when you build", nil},
+	{"**/pom.xml", AttentionFlagged, "Maven plugins run on build and IDE import", nil},
+	{"**/*.sbt", AttentionFlagged, "sbt evaluates it as Scala on load (IDE import too)", nil},
+	{"**/project/*.scala", AttentionFlagged, "sbt compiles and runs the build definition on load", nil},
+	{"**/project.clj", AttentionFlagged, "Leiningen evaluates it as Clojure", nil},
+	{"**/mix.exs", AttentionFlagged, "mix evaluates it as Elixir on every command", nil},
+	{"**/Package.swift", AttentionFlagged, "SwiftPM runs it as Swift (Xcode when the folder opens)", nil},
+	{"**/Directory.Build.props", AttentionFlagged, whyDotnet, nil},
+	{"**/Directory.Build.targets", AttentionFlagged, whyDotnet, nil},
+	{"**/*.csproj", AttentionFlagged, whyDotnet, nil},
+	{"**/*.fsproj", AttentionFlagged, whyDotnet, nil},
+	{"**/*.vbproj", AttentionFlagged, whyDotnet, nil},
+	{"**/nuget.config", AttentionFlagged, "NuGet sources and credential providers for every restore", nil},
+	{"**/BUILD", AttentionFlagged, whyBazel, nil},
+	{"**/BUILD.bazel", AttentionFlagged, whyBazel, nil},
+	{"**/*.bzl", AttentionFlagged, whyBazel, nil},
+	{"**/WORKSPACE", AttentionFlagged, "Bazel repository rules run commands", nil},
+	{"**/WORKSPACE.bazel", AttentionFlagged, "Bazel repository rules run commands", nil},
+	{"**/MODULE.bazel", AttentionFlagged, "Bazel module extensions run commands", nil},
+	{"**/.bazelrc", AttentionFlagged, "Bazel options for every build (wrappers, tools)", nil},
+	{"tools/bazel", AttentionFlagged, "bazelisk runs it in place of bazel", nil},
+	{"**/*.tf", AttentionFlagged, "terraform plan runs the providers and external programs it names", nil},
+	{"**/CMakeLists.txt", AttentionFlagged, "CMake runs it on configure (IDEs configure when the folder opens)", nil},
+	{"**/*.cmake", AttentionFlagged, "included by CMake on configure", nil},
+	{"**/CMakePresets.json", AttentionFlagged, "CMake presets name the commands and toolchains configure runs", nil},
+	{"**/meson.build", AttentionFlagged, "meson runs it on setup", nil},
 	// Python.
-	{"**/conftest.py", AttentionFlagged, "pytest imports it when it collects tests"},
-	{"**/setup.py", AttentionFlagged, "pip and setuptools run it on install"},
-	{"**/*.pth", AttentionFlagged, "Python runs its import lines at every start"},
-	{"**/sitecustomize.py", AttentionFlagged, "Python imports it at every start"},
-	{"**/usercustomize.py", AttentionFlagged, "Python imports it at every start"},
+	{"**/conftest.py", AttentionFlagged, "pytest imports it when it collects tests", nil},
+	{"**/setup.py", AttentionFlagged, "pip and setuptools run it on install", nil},
+	{"**/*.pth", AttentionFlagged, "Python runs its import lines at every start", nil},
+	{"**/sitecustomize.py", AttentionFlagged, "Python imports it at every start", nil},
+	{"**/usercustomize.py", AttentionFlagged, "Python imports it at every start", nil},
+	{"**/tox.ini", AttentionFlagged, "tox runs the commands it names", nil},
+	{"**/noxfile.py", AttentionFlagged, "runs when you type nox", nil},
+	{"**/pytest.ini", AttentionFlagged, "pytest options (plugins to load) for every run", nil},
+	{"**/Pipfile", AttentionFlagged, "pipenv runs its scripts and installs from the sources it names", nil},
+	{"**/.pdbrc", AttentionFlagged, "pdb runs its commands when the debugger starts", nil},
+	{"**/.pdbrc.py", AttentionFlagged, "pdb++ runs it when the debugger starts", nil},
+	{"**/.pylintrc", AttentionFlagged, "pylint runs init-hook and loads the plugins named (editors run pylint on open): flagged when these change", pylintRisk},
+	{"**/pylintrc", AttentionFlagged, "pylint runs init-hook and loads the plugins named (editors run pylint on open): flagged when these change", pylintRisk},
+	{"**/requirements*.txt", AttentionFlagged, "pip: flagged when an index, URL, path or editable source is added (--extra-index-url …): its code runs on install", requirementsRisk},
+	{"**/requirements/*.txt", AttentionFlagged, "pip: flagged when an index, URL, path or editable source is added (--extra-index-url …): its code runs on install", requirementsRisk},
+	{"**/constraints*.txt", AttentionFlagged, "pip: flagged when an index, URL, path or editable source is added (--extra-index-url …): its code runs on install", requirementsRisk},
+	{"**/pyproject.toml", AttentionFlagged, "flagged when the build system, a tool section (pytest, setuptools …) or a git/path dependency changes", pyprojectRisk},
+	{"**/uv.lock", AttentionFlagged, whyLock, lockfileRisk},
+	{"**/poetry.lock", AttentionFlagged, whyLock, lockfileRisk},
+	{"**/Pipfile.lock", AttentionFlagged, whyLock, lockfileRisk},
+	// Ruby and other DSLs.
+	{"**/Gemfile", AttentionFlagged, "bundler evaluates it as Ruby on every bundle command", nil},
+	{"**/*.gemspec", AttentionFlagged, "bundler and gem evaluate it as Ruby", nil},
+	{"**/Rakefile", AttentionFlagged, "runs when you type rake", nil},
+	{"**/Vagrantfile", AttentionFlagged, "vagrant evaluates it as Ruby on every command", nil},
+	{"**/Podfile", AttentionFlagged, whyRuby, nil},
+	{"**/Brewfile", AttentionFlagged, whyRuby, nil},
+	{"**/Fastfile", AttentionFlagged, whyRuby, nil},
+	{"**/Dangerfile", AttentionFlagged, whyRuby, nil},
+	{"**/Guardfile", AttentionFlagged, whyRuby, nil},
+	{"**/Capfile", AttentionFlagged, whyRuby, nil},
+	{"**/.irbrc", AttentionFlagged, "irb runs it when it starts", nil},
+	{"**/.pryrc", AttentionFlagged, "pry runs it when it starts", nil},
+	{"**/composer.json", AttentionFlagged, "composer runs its scripts on install", nil},
 	// JavaScript.
-	{"**/.npmrc", AttentionFlagged, "npm configuration (script shell, registries)"},
-	{"**/.yarnrc", AttentionFlagged, "yarn configuration"},
-	{"**/.yarnrc.yml", AttentionFlagged, "yarn configuration (plugins, yarnPath run code)"},
-	{"**/.yarn/plugins/", AttentionFlagged, "yarn runs its plugins"},
-	{"**/.yarn/releases/", AttentionFlagged, "yarn runs the release yarnPath names"},
-	{"**/.pnp.cjs", AttentionFlagged, "yarn's loader: node runs it"},
-	{"**/.pnp.loader.mjs", AttentionFlagged, "yarn's loader: node runs it"},
-	{"**/.pnpmfile.*", AttentionFlagged, "pnpm runs its hooks on install"},
-	{"**/bunfig.toml", AttentionFlagged, "bun configuration (preload scripts)"},
-	{"**/.bunfig.toml", AttentionFlagged, "bun configuration (preload scripts)"},
-	{"**/package.yaml", AttentionFlagged, "package manifest: scripts run on install"},
-	{"**/package.json5", AttentionFlagged, "package manifest: scripts run on install"},
-	{"**/.simple-git-hooks*", AttentionFlagged, "installs git hooks"},
-	{"**/simple-git-hooks*", AttentionFlagged, "installs git hooks"},
-	{"**/.lintstagedrc*", AttentionFlagged, "lint-staged runs its commands on commit"},
-	{"**/lint-staged.config.*", AttentionFlagged, "lint-staged runs its commands on commit"},
-	{"**/eslint.config.*", AttentionFlagged, "ESLint runs its config (editor extensions load it when a file opens)"},
-	{"**/.eslintrc.js", AttentionFlagged, "ESLint runs its config (editor extensions load it when a file opens)"},
-	{"**/.eslintrc.cjs", AttentionFlagged, "ESLint runs its config (editor extensions load it when a file opens)"},
-	{"**/.eslintrc.mjs", AttentionFlagged, "ESLint runs its config (editor extensions load it when a file opens)"},
-	{"**/prettier.config.*", AttentionFlagged, "Prettier runs its config (editor extensions load it on format)"},
-	{"**/.prettierrc.js", AttentionFlagged, "Prettier runs its config (editor extensions load it on format)"},
-	{"**/.prettierrc.cjs", AttentionFlagged, "Prettier runs its config (editor extensions load it on format)"},
-	{"**/.prettierrc.mjs", AttentionFlagged, "Prettier runs its config (editor extensions load it on format)"},
-	{"**/composer.json", AttentionFlagged, "composer runs its scripts on install"},
-	// Other build systems and runners.
-	{"**/cmakelists.txt", AttentionFlagged, "CMake runs it on configure (IDEs configure when the folder opens)"},
-	{"**/*.cmake", AttentionFlagged, "included by CMake on configure"},
-	{"**/cmakepresets.json", AttentionFlagged, "CMake presets name the commands and toolchains configure runs"},
-	{"**/meson.build", AttentionFlagged, "meson runs it on setup"},
-	{"**/workspace", AttentionFlagged, "Bazel repository rules run commands"},
-	{"**/workspace.bazel", AttentionFlagged, "Bazel repository rules run commands"},
-	{"**/module.bazel", AttentionFlagged, "Bazel module extensions run commands"},
-	{"**/.bazelrc", AttentionFlagged, "Bazel options for every build (wrappers, tools)"},
-	{"**/gemfile", AttentionFlagged, "bundler evaluates it as Ruby on every bundle command"},
-	{"**/*.gemspec", AttentionFlagged, "bundler and gem evaluate it as Ruby"},
-	{"**/rakefile", AttentionFlagged, "runs when you type rake"},
-	{"**/vagrantfile", AttentionFlagged, "vagrant evaluates it as Ruby on every command"},
-	{"**/tox.ini", AttentionFlagged, "tox runs the commands it names"},
-	{"**/noxfile.py", AttentionFlagged, "runs when you type nox"},
-	{"**/pytest.ini", AttentionFlagged, "pytest options (plugins to load) for every run"},
-	{"**/taskfile.yml", AttentionFlagged, "runs when you type task"},
-	{"**/taskfile.yaml", AttentionFlagged, "runs when you type task"},
-	{"**/docker-compose*.yml", AttentionFlagged, "docker compose runs it on the host's Docker (host mounts, privileged)"},
-	{"**/docker-compose*.yaml", AttentionFlagged, "docker compose runs it on the host's Docker (host mounts, privileged)"},
-	{"**/compose*.yml", AttentionFlagged, "docker compose runs it on the host's Docker (host mounts, privileged)"},
-	{"**/compose*.yaml", AttentionFlagged, "docker compose runs it on the host's Docker (host mounts, privileged)"},
+	{"**/package.json", AttentionFlagged, "flagged when what runs changes: scripts, bin, hooks, tool configs (eslintConfig, prettier, jest …) or a dependency from outside the registry", packageJSONRisk},
+	{"**/package-lock.json", AttentionFlagged, whyLock, lockfileRisk},
+	{"**/npm-shrinkwrap.json", AttentionFlagged, whyLock, lockfileRisk},
+	{"**/yarn.lock", AttentionFlagged, whyLock, lockfileRisk},
+	{"**/pnpm-lock.yaml", AttentionFlagged, whyLock, lockfileRisk},
+	{"**/bun.lock", AttentionFlagged, whyLock, lockfileRisk},
+	{"**/bun.lockb", AttentionFlagged, "bun's binary lockfile: sources cannot be checked", nil},
+	{"**/pnpm-workspace.yaml", AttentionFlagged, "pnpm settings: build-script allowlists, hooks, overrides and catalogs", nil},
+	{"**/.npmrc", AttentionFlagged, "npm configuration (script shell, registries)", nil},
+	{"**/.yarnrc", AttentionFlagged, "yarn configuration", nil},
+	{"**/.yarnrc.yml", AttentionFlagged, "yarn configuration (plugins, yarnPath run code)", nil},
+	{"**/.yarn/plugins/", AttentionFlagged, "yarn runs its plugins", nil},
+	{"**/.yarn/releases/", AttentionFlagged, "yarn runs the release yarnPath names", nil},
+	{"**/.pnp.cjs", AttentionFlagged, "yarn's loader: node runs it", nil},
+	{"**/.pnp.loader.mjs", AttentionFlagged, "yarn's loader: node runs it", nil},
+	{"**/.pnpmfile.*", AttentionFlagged, "pnpm runs its hooks on install", nil},
+	{"**/bunfig.toml", AttentionFlagged, "bun configuration (preload scripts)", nil},
+	{"**/.bunfig.toml", AttentionFlagged, "bun configuration (preload scripts)", nil},
+	{"**/package.yaml", AttentionFlagged, "package manifest: scripts run on install", nil},
+	{"**/package.json5", AttentionFlagged, "package manifest: scripts run on install", nil},
+	{"**/.simple-git-hooks*", AttentionFlagged, "installs git hooks", nil},
+	{"**/simple-git-hooks*", AttentionFlagged, "installs git hooks", nil},
+	{"**/.lintstagedrc*", AttentionFlagged, "lint-staged runs its commands on commit", nil},
+	{"**/lint-staged.config.*", AttentionFlagged, "lint-staged runs its commands on commit", nil},
+	{"**/eslint.config.*", AttentionFlagged, whyESLint, nil},
+	{"**/.eslintrc", AttentionFlagged, whyESLint, nil},
+	{"**/.eslintrc.*", AttentionFlagged, whyESLint, nil},
+	{"**/prettier.config.*", AttentionFlagged, whyPrettier, nil},
+	{"**/.prettierrc", AttentionFlagged, whyPrettier, nil},
+	{"**/.prettierrc.*", AttentionFlagged, whyPrettier, nil},
+	{"**/stylelint.config.*", AttentionFlagged, whyBuildCfg + " (stylelint)", nil},
+	{"**/.stylelintrc", AttentionFlagged, whyBuildCfg + " (stylelint)", nil},
+	{"**/.stylelintrc.*", AttentionFlagged, whyBuildCfg + " (stylelint)", nil},
+	{"**/tailwind.config.*", AttentionFlagged, whyBuildCfg + " (Tailwind; its editor extension loads it)", nil},
+	{"**/babel.config.*", AttentionFlagged, whyBuildCfg + " (Babel)", nil},
+	{"**/.babelrc", AttentionFlagged, whyBuildCfg + " (Babel)", nil},
+	{"**/.babelrc.*", AttentionFlagged, whyBuildCfg + " (Babel)", nil},
+	{"**/jest.config.*", AttentionFlagged, whyBuildCfg + " (Jest)", nil},
+	{"**/vitest.config.*", AttentionFlagged, whyBuildCfg + " (Vitest)", nil},
+	{"**/vitest.workspace.*", AttentionFlagged, whyBuildCfg + " (Vitest)", nil},
+	{"**/vite.config.*", AttentionFlagged, whyBuildCfg + " (Vite)", nil},
+	{"**/svelte.config.*", AttentionFlagged, whyBuildCfg + " (Svelte; its language server loads it)", nil},
+	{"**/postcss.config.*", AttentionFlagged, whyBuildCfg + " (PostCSS)", nil},
+	{"**/webpack.config.*", AttentionFlagged, whyBuildCfg + " (webpack)", nil},
+	{"**/rollup.config.*", AttentionFlagged, whyBuildCfg + " (Rollup)", nil},
+	{"**/next.config.*", AttentionFlagged, whyBuildCfg + " (Next.js)", nil},
+	{"**/nuxt.config.*", AttentionFlagged, whyBuildCfg + " (Nuxt)", nil},
+	{"**/astro.config.*", AttentionFlagged, whyBuildCfg + " (Astro)", nil},
+	{"**/tsconfig*.json", AttentionFlagged, whyTSConfig, nil},
+	{"**/jsconfig*.json", AttentionFlagged, whyTSConfig, nil},
+	// Containers.
+	{"**/docker-compose*.yml", AttentionFlagged, "docker compose runs it on the host's Docker (host mounts, privileged)", nil},
+	{"**/docker-compose*.yaml", AttentionFlagged, "docker compose runs it on the host's Docker (host mounts, privileged)", nil},
+	{"**/compose*.yml", AttentionFlagged, "docker compose runs it on the host's Docker (host mounts, privileged)", nil},
+	{"**/compose*.yaml", AttentionFlagged, "docker compose runs it on the host's Docker (host mounts, privileged)", nil},
 	// Git.
-	{"**/.gitattributes", AttentionFlagged, "git attributes select filters and diff drivers"},
-	{"**/.gitmodules", AttentionFlagged, "submodule URLs are fetched by git"},
+	{"**/.gitattributes", AttentionFlagged, "git attributes select filters and diff drivers", nil},
+	{"**/.gitmodules", AttentionFlagged, "submodule URLs are fetched by git", nil},
+	// Rust manifests, judged by what changed.
+	{"**/Cargo.toml", AttentionFlagged, "flagged when a build script, proc macro, git/path source, patch or target runner changes", cargoRisk},
 }
 
 // compiledRule is an AttentionRule split into component matchers.
@@ -231,6 +409,9 @@ var compiledRules = func() []compiledRule {
 			c.dir, p = true, rest
 		}
 		for comp := range strings.SplitSeq(p, "/") {
+			if comp != "{.git}" {
+				comp = foldName(comp)
+			}
 			c.comps = append(c.comps, compilePattern(comp))
 		}
 		out = append(out, c)
@@ -321,6 +502,9 @@ func classify(p string, asDir bool) (Attention, string) {
 	best, why := AttentionNone, ""
 	for i := range compiledRules {
 		r := &compiledRules[i]
+		if r.Check != nil {
+			continue // judged on content (contentRisk)
+		}
 		if r.Level > best && r.match(keys, asDir) {
 			best, why = r.Level, r.Why
 		}
@@ -348,7 +532,7 @@ func ClassifyDir(p string) (Attention, string) {
 var packageExecFields = []string{
 	"scripts", "bin", "directories", "gypfile", "binary", "config",
 	"husky", "simple-git-hooks", "pre-commit", "lint-staged", "packageManager",
-	"pnpm", "workspaces",
+	"pnpm", "workspaces", "eslintConfig", "prettier", "jest", "stylelint", "babel",
 }
 
 // package.json fields mapping names to version specs: a new or changed spec
@@ -492,28 +676,36 @@ func allowedBy(p string, patterns []string) bool {
 	return false
 }
 
-// manifestRisk judges the manifests that are flagged by what changed in
-// them rather than by name (a dependency or a version bump is everyday
-// work): it returns why the change from old to new runs code, or "" when
-// it does not. ok is false for a name that is not such a manifest.
-func manifestRisk(name string, old, new []byte) (why string, ok bool) {
-	switch classKey(name) {
-	case "package.json":
-		return packageJSONRisk(old, new), true
-	case "cargo.toml":
-		return tomlRisk("Cargo.toml", old, new, func(section, line string) bool {
-			return strings.HasPrefix(section, "patch") || strings.HasPrefix(section, "replace") ||
-				strings.HasPrefix(section, "target") || section == "lib" || strings.HasSuffix(section, "build-dependencies") ||
-				tomlKeyIn(line, "build", "links", "proc-macro", "proc_macro", "git", "path", "registry", "registry-index", "runner", "linker", "rustflags", "workspace", "members", "default-members", "metadata")
-		}), true
-	case "pyproject.toml":
-		return tomlRisk("pyproject.toml", old, new, func(section, line string) bool {
-			return section == "build-system" || strings.HasPrefix(section, "tool.") && section != "tool.black" &&
-				section != "tool.ruff" && !strings.HasPrefix(section, "tool.ruff.") && section != "tool.isort" ||
-				strings.Contains(line, "git+") || strings.Contains(line, "file:") || strings.Contains(line, " @ ")
-		}), true
+// contentRisk judges a path the table's content-aware rows name (a
+// manifest, a lockfile, a linter config: changing them is everyday work,
+// only some changes run code): it returns why the change from old to new
+// runs code, or "" when it does not. ok is false for a path no such row
+// names.
+func contentRisk(p string, old, new []byte) (why string, ok bool) {
+	keys := classKeys(p)
+	for i := range compiledRules {
+		r := &compiledRules[i]
+		if r.Check != nil && r.match(keys, false) {
+			return r.Check(old, new), true
+		}
 	}
 	return "", false
+}
+
+func cargoRisk(old, new []byte) string {
+	return tomlRisk("Cargo.toml", old, new, func(section, line string) bool {
+		return strings.HasPrefix(section, "patch") || strings.HasPrefix(section, "replace") ||
+			strings.HasPrefix(section, "target") || section == "lib" || strings.HasSuffix(section, "build-dependencies") ||
+			tomlKeyIn(line, "build", "links", "proc-macro", "proc_macro", "git", "path", "registry", "registry-index", "runner", "linker", "rustflags", "workspace", "members", "default-members", "metadata")
+	})
+}
+
+func pyprojectRisk(old, new []byte) string {
+	return tomlRisk("pyproject.toml", old, new, func(section, line string) bool {
+		return section == "build-system" || strings.HasPrefix(section, "tool.") && section != "tool.black" &&
+			section != "tool.ruff" && !strings.HasPrefix(section, "tool.ruff.") && section != "tool.isort" ||
+			strings.Contains(line, "git+") || strings.Contains(line, "file:") || strings.Contains(line, " @ ")
+	})
 }
 
 // tomlRisk reports a TOML manifest whose lines changed where risky says so:
@@ -598,4 +790,135 @@ func tomlKeyIn(line string, keys ...string) bool {
 		}
 	}
 	return false
+}
+
+// addedLines is the trimmed lines of new that old lacks (comments and
+// blank lines left out), in order.
+func addedLines(old, new []byte, comment string) []string {
+	have := map[string]bool{}
+	for l := range strings.SplitSeq(string(old), "\n") {
+		have[strings.TrimSpace(l)] = true
+	}
+	var out []string
+	for l := range strings.SplitSeq(string(new), "\n") {
+		l = strings.TrimSpace(l)
+		if l == "" || have[l] || (comment != "" && strings.HasPrefix(l, comment)) {
+			continue
+		}
+		out = append(out, l)
+	}
+	return out
+}
+
+// firstLines is up to two lines for a reason, each cut short.
+func firstLines(what []string) string {
+	if len(what) > 2 {
+		what = append(what[:2:2], "…")
+	}
+	return termtextSafeJoin(what)
+}
+
+// registryHosts are the default package registries a lockfile's URLs may
+// name without a flag.
+var registryHosts = []string{"registry.npmjs.org", "registry.yarnpkg.com", "pypi.org", "files.pythonhosted.org"}
+
+// lockSourceMarkers are what lockfiles write for a source outside the
+// registry: git, a path, a tarball, a link.
+var lockSourceMarkers = []string{
+	"git+", "git://", "git@", "github:", "gitlab:", "bitbucket:", "codeload.github.com",
+	"file:", "link:", "portal:", "exec:", "tarball", "type: git", "type: directory",
+	`"link": true`, `git = "`, `path = "`, `directory = "`, `editable = "`, `type = "git"`,
+	`type = "directory"`, `type = "file"`, `"git":`, `"path":`, `"editable": true`,
+}
+
+// lockfileRisk flags a lockfile change that adds a source outside the
+// default registries (npm, yarn, pnpm, bun, uv, poetry, pipenv): a git
+// repository, a path, a tarball or another host.
+func lockfileRisk(old, new []byte) string {
+	var what []string
+	for _, l := range addedLines(old, new, "#") {
+		if lockLineRisky(l) {
+			what = append(what, l)
+		}
+	}
+	if len(what) == 0 {
+		return ""
+	}
+	return "lockfile adds a source outside the registry: " + firstLines(what)
+}
+
+func lockLineRisky(l string) bool {
+	for _, m := range lockSourceMarkers {
+		if strings.Contains(l, m) {
+			return true
+		}
+	}
+	// npm: "resolved" is a URL of the registry or something else (a path).
+	if v, ok := strings.CutPrefix(l, `"resolved": "`); ok && !strings.HasPrefix(v, "https://") && !strings.HasPrefix(v, "http://") {
+		return true
+	}
+	for rest := l; ; {
+		i := strings.Index(rest, "://")
+		if i < 0 {
+			return false
+		}
+		rest = rest[i+3:]
+		host := rest
+		if j := strings.IndexAny(host, "/\\\"' ?#:"); j >= 0 {
+			host = host[:j]
+		}
+		if !slices.Contains(registryHosts, strings.ToLower(host)) {
+			return true
+		}
+	}
+}
+
+// riskyPipOptions are requirement-file options that add a source or pass
+// options to a package's build.
+var riskyPipOptions = []string{
+	"-i", "--index-url", "--extra-index-url", "-f", "--find-links", "--trusted-host", "-e", "--editable",
+	"--global-option", "--config-settings", "--install-option", "--no-index",
+}
+
+// requirementsRisk flags requirement lines that install from outside the
+// index (another index, a URL, a VCS, a local path, an editable): their
+// setup code runs on install.
+func requirementsRisk(old, new []byte) string {
+	var what []string
+	for _, l := range addedLines(old, new, "#") {
+		low := strings.ToLower(l)
+		switch {
+		case strings.HasPrefix(low, "-"):
+			// Options: only those that add a source or build options
+			// (--hash, --only-binary … are everyday pip-compile output; -r
+			// and -c name files judged by their own names).
+			opt, _, _ := strings.Cut(strings.Fields(low)[0], "=")
+			if slices.Contains(riskyPipOptions, opt) {
+				what = append(what, l)
+			}
+		case strings.Contains(low, "://"), strings.Contains(low, "git+"), strings.Contains(low, "file:"),
+			strings.Contains(low, " @ "), strings.HasPrefix(low, "."), strings.HasPrefix(low, "/"), strings.HasPrefix(low, "~"):
+			what = append(what, l)
+		}
+	}
+	if len(what) == 0 {
+		return ""
+	}
+	return "pip installs from outside the index: " + firstLines(what)
+}
+
+// pylintRisk flags a pylintrc change to what pylint runs: init-hook (Python
+// run at start) and the plugins it loads.
+func pylintRisk(old, new []byte) string {
+	var what []string
+	for _, l := range addedLines(old, new, "#") {
+		key := strings.ToLower(strings.TrimSpace(strings.FieldsFunc(l, func(r rune) bool { return r == '=' || r == ':' })[0]))
+		if key == "init-hook" || key == "load-plugins" || key == "init_hook" || key == "load_plugins" {
+			what = append(what, l)
+		}
+	}
+	if len(what) == 0 {
+		return ""
+	}
+	return "pylint runs this on start: " + firstLines(what)
 }

@@ -188,7 +188,11 @@ func askConflict(ctx context.Context, o Options, pl *overlay.Plan, c *overlay.Co
 	}
 	opts = append(opts, "[v]iew")
 	for {
-		ans, ok := ask(fmt.Sprintf("Conflict in %s: %s. Keep %s? ", overlay.DisplayPath(c.Path), termtext.Line(string(c.Kind)), strings.Join(opts, ", ")))
+		kind := string(c.Kind)
+		if c.Why != "" {
+			kind += " (" + c.Why + ")"
+		}
+		ans, ok := ask(fmt.Sprintf("Conflict in %s: %s. Keep %s? ", overlay.DisplayPath(c.Path), termtext.Line(kind), strings.Join(opts, ", ")))
 		if !ok {
 			return overlay.KeepMine
 		}
@@ -203,11 +207,7 @@ func askConflict(ctx context.Context, o Options, pl *overlay.Plan, c *overlay.Co
 		case "v", "view":
 			for _, f := range pl.Files {
 				if f.Path == c.Path {
-					var b bytes.Buffer
-					for _, e := range f.Entries {
-						b.Write(e.Raw)
-					}
-					page(ctx, o, ColorDiff(b.Bytes(), o.Color))
+					page(ctx, o, ColorDiff(f.ReviewDiff(), o.Color))
 				}
 			}
 			continue
@@ -222,13 +222,12 @@ func askConflict(ctx context.Context, o Options, pl *overlay.Plan, c *overlay.Co
 	}
 }
 
-// planText is the patch text of every file of the plan.
+// planText is what the review pages: the patch text of every file, but for
+// a merge the merged result against the user's file (what apply writes).
 func planText(pl *overlay.Plan) []byte {
 	var b bytes.Buffer
 	for _, f := range pl.Files {
-		for _, e := range f.Entries {
-			b.Write(e.Raw)
-		}
+		b.Write(f.ReviewDiff())
 	}
 	return b.Bytes()
 }

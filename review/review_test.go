@@ -7,6 +7,7 @@ import (
 	"fmt"
 
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -59,11 +60,30 @@ func newFixture(t *testing.T, base, agent map[string]string) fixture {
 // through the JSON and overlay.ParseChangeSet, as the session reads it.
 func newForgedFixture(t *testing.T, base, agent map[string]string, forge func(*overlay.ChangeSet)) fixture {
 	t.Helper()
+	return newFixtureWith(t, base, nil, agent, forge)
+}
+
+// newFixtureWith is newForgedFixture where the user changes the workspace
+// during the session (path -> content), after the baseline and before the
+// agent's copy: the agent's files start from the user's versions.
+func newFixtureWith(t *testing.T, base, user, agent map[string]string, forge func(*overlay.ChangeSet)) fixture {
+	t.Helper()
 	root := t.TempDir()
 	f := fixture{home: filepath.Join(root, "home"), ws: filepath.Join(root, "ws")}
 	dir := filepath.Join(f.home, "sessions", "ws-1a2b")
 	for p, c := range base {
 		write(t, filepath.Join(f.ws, p), c)
+	}
+	if len(user) > 0 {
+		// A git repository, so that a manifest baseline (no reflinks here)
+		// still knows the start content of the files the user changes.
+		for _, args := range [][]string{{"init", "-q"}, {"add", "-A"}, {"-c", "user.name=t", "-c", "user.email=t@example.com", "commit", "-q", "-m", "start"}} {
+			cmd := exec.Command("git", args...)
+			cmd.Dir = f.ws
+			if out, err := cmd.CombinedOutput(); err != nil {
+				t.Skipf("git %v: %v %s", args, err, out)
+			}
+		}
 	}
 	os.MkdirAll(dir, 0o700)
 	st, _ := json.Marshal(map[string]any{"name": "ws-1a2b", "workspace": f.ws, "created": time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC), "status": "stopped", "log_dir": filepath.Join(f.home, "logs", "x")})
@@ -71,9 +91,15 @@ func newForgedFixture(t *testing.T, base, agent map[string]string, forge func(*o
 	if _, err := overlay.TakeBaseline(t.Context(), f.ws, filepath.Join(dir, overlay.BaselineDir), overlay.BaselineOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	for p, c := range user {
+		write(t, filepath.Join(f.ws, p), c)
+	}
 	ag := filepath.Join(root, "agent")
 	os.MkdirAll(ag, 0o755)
 	for p, c := range base {
+		if u, ok := user[p]; ok {
+			c = u
+		}
 		write(t, filepath.Join(ag, p), c)
 	}
 	// Deletions first, so an agent map can turn a file into a directory.
@@ -90,6 +116,15 @@ func newForgedFixture(t *testing.T, base, agent map[string]string, forge func(*o
 	cs, err := overlay.DiffTrees(f.ws, ag)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if len(user) > 0 { // the agent's copy has no .git
+		kept := cs.Changes[:0]
+		for _, c := range cs.Changes {
+			if c.Path != ".git" && !strings.HasPrefix(c.Path, ".git/") {
+				kept = append(kept, c)
+			}
+		}
+		cs.Changes = kept
 	}
 	if forge != nil {
 		forge(cs)

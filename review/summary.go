@@ -110,7 +110,7 @@ func WriteSummary(w io.Writer, pl *overlay.Plan, color bool) {
 		switch f.Status {
 		case overlay.StatusApply:
 		case overlay.StatusMerged:
-			note = " (you changed it too: merges cleanly)"
+			note = " (you changed it too: merged; [r]eview shows the result against your file)"
 		case overlay.StatusAlready:
 			note = " (already applied)"
 		default:
@@ -136,11 +136,16 @@ func WriteSummary(w io.Writer, pl *overlay.Plan, color bool) {
 func writeAttention(w io.Writer, pl *overlay.Plan, color bool) {
 	p := painter(color)
 	t := Count(pl)
+	attentionWhy := false // the flagged list says why each is flagged
 	section := func(title, style string, match func(*overlay.PlannedFile) bool) {
 		var b strings.Builder
 		for i, f := range pl.Files {
 			if match(f) {
-				fmt.Fprintf(&b, "  %3d  %s  %s\n", i+1, overlay.DisplayPath(f.Path), termtext.Inline(f.Why))
+				why := f.Why
+				if attentionWhy && f.AttentionWhy != "" {
+					why = f.AttentionWhy // a flagged conflict says both, each in its list
+				}
+				fmt.Fprintf(&b, "  %3d  %s  %s\n", i+1, overlay.DisplayPath(f.Path), termtext.Inline(why))
 			}
 		}
 		if b.Len() > 0 {
@@ -150,8 +155,11 @@ func writeAttention(w io.Writer, pl *overlay.Plan, color bool) {
 	section("Protected — not applied unless you allow them (--allow-protected PATH):", styleRed+styleBold,
 		func(f *overlay.PlannedFile) bool { return f.Status == overlay.StatusProtected })
 	section("Refused:", styleRed, func(f *overlay.PlannedFile) bool { return f.Status == overlay.StatusRefused })
+	section("Merged with your changes — [r]eview shows each merged result against your file as it is now:", styleYellow,
+		func(f *overlay.PlannedFile) bool { return f.Status == overlay.StatusMerged })
 	section("Conflicts — you changed these too:", styleYellow+styleBold,
 		func(f *overlay.PlannedFile) bool { return f.Status == overlay.StatusConflict })
+	attentionWhy = true
 	section("Flagged — these run code in your tools; look at them:", styleYellow+styleBold, flagged)
 	nFlagged := 0
 	for _, f := range pl.Files {

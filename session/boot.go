@@ -25,6 +25,7 @@ import (
 	"github.com/vibedom/vibedom/netfilter"
 	"github.com/vibedom/vibedom/overlay"
 	"github.com/vibedom/vibedom/preflight"
+	"github.com/vibedom/vibedom/sshagent"
 	"github.com/vibedom/vibedom/termtext"
 	"github.com/vibedom/vibedom/vm"
 )
@@ -69,6 +70,7 @@ type sess struct {
 	machine   vm.Machine
 	client    *client.Client
 	egress    *egress
+	carried   *sshagent.Carried // SSH connections the agent signs for (--ssh-agent)
 	secrets   *preflight.Report
 	cleanup   cleanups
 	timings   Timings

@@ -158,7 +158,11 @@ func (s *sess) setupEgress(ctx context.Context) error {
 		return err
 	}
 	mac, _ := net.ParseMAC(guestMAC)
-	e.stack, err = netfilter.NewStack(netfilter.StackConfig{GuestMAC: mac, Resolver: resolver}, e.engine, limited, events, s.log.With("part", "network"))
+	var engine netfilter.Engine = e.engine
+	if tap := s.sshTap(); tap != nil {
+		engine = netfilter.TapEngine(engine, tap)
+	}
+	e.stack, err = netfilter.NewStack(netfilter.StackConfig{GuestMAC: mac, Resolver: resolver}, engine, limited, events, s.log.With("part", "network"))
 	if err != nil {
 		e.engine.Close()
 		return err

@@ -15,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/vibedom/vibedom/overlay"
 	"github.com/vibedom/vibedom/vm"
 )
 
@@ -194,6 +195,9 @@ func CheckWorkspace(path string) (string, error) {
 	}
 	if real == "/" {
 		return "", fmt.Errorf("%w: refusing to share the whole filesystem: give a project folder", ErrWorkspace)
+	}
+	if err := overlay.CheckNotHome(real, ""); err != nil {
+		return "", fmt.Errorf("%w: %v", ErrWorkspace, err)
 	}
 	return real, nil
 }

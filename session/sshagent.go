@@ -2,9 +2,11 @@ package session
 
 import (
 	"fmt"
+	"os"
 	"path/filepath"
 
 	"github.com/vibedom/vibedom/keys"
+	"github.com/vibedom/vibedom/netfilter"
 	"github.com/vibedom/vibedom/sshagent"
 )
 
@@ -12,8 +14,10 @@ import (
 type SSHAgentOptions struct {
 	// Enabled serves the deploy key's agent (sshagent) to the guest: the
 	// command or shell gets SSH_AUTH_SOCK, so git can push over SSH where
-	// the policy allows host:22. The key never enters the VM; every
-	// signature is logged to the session's sshagent.LogFile. Off by default.
+	// the policy allows host:22. The agent signs one login per SSH
+	// connection the proxy carries to an allowed host:22, for that
+	// connection only. The key never enters the VM; every signature and
+	// refusal is logged to the session's sshagent.LogFile. Off by default.
 	Enabled bool
 }
 
@@ -36,13 +40,46 @@ func (s *sess) startSSHAgent() error {
 		return err
 	}
 	s.cleanup.add("close the SSH agent log", l.Close)
-	if err := s.client.ServeAgent(sshagent.New(dk.Signer(), redactedRecorder{s, l})); err != nil {
+	if err := s.client.ServeAgent(sshagent.New(dk.Signer(), s.carried, redactedRecorder{s, l})); err != nil {
 		return fmt.Errorf("SSH agent: %w", err)
 	}
 	s.log.Info("SSH agent forwarded to the guest", "key", dk.Fingerprint())
-	s.progress("SSH agent: the deploy key %s signs SSH logins from the guest (each one logged in %s)", dk.Fingerprint(), filepath.Join(s.logDir, sshagent.LogFile))
+	s.progress("SSH agent: the deploy key %s signs one SSH login per connection the guest makes to an allowed host:22 (each one logged in %s)", dk.Fingerprint(), filepath.Join(s.logDir, sshagent.LogFile))
 	return nil
 }
+
+// sshTap makes the set of carried SSH connections and returns the egress
+// tap that fills it, or nil without --ssh-agent.
+func (s *sess) sshTap() func(netfilter.Target) netfilter.ConnTap {
+	if !s.opts.SSHAgent.Enabled {
+		return nil
+	}
+	s.carried = sshagent.NewCarried()
+	// The user's own record of SSH host keys: a carried connection whose
+	// server shows another key of the same type for its name gets no
+	// signature (an impostor, or a "server" that echoes the guest's bytes).
+	files := []string{"/etc/ssh/ssh_known_hosts"}
+	if h, err := os.UserHomeDir(); err == nil {
+		files = append([]string{filepath.Join(h, ".ssh", "known_hosts")}, files...)
+	}
+	check, notes := sshagent.KnownHosts(files...)
+	for _, n := range notes {
+		s.log.Warn("SSH agent", "note", n)
+		s.progress("SSH agent: %s", n)
+	}
+	s.carried.CheckHostKeys(check)
+	return func(t netfilter.Target) netfilter.ConnTap {
+		if cc := s.carried.Track(t.Name, t.Port); cc != nil {
+			return carriedTap{cc}
+		}
+		return nil
+	}
+}
+
+// carriedTap shows a spliced connection's bytes to the agent's tracker.
+type carriedTap struct{ *sshagent.CarriedConn }
+
+func (c carriedTap) ToGuest(p []byte) { c.FromServer(p) }
 
 // redactedRecorder passes the guest-chosen strings of agent events through
 // the session's log redactor (a known secret put in an SSH user name must

@@ -10,9 +10,13 @@
 // to sign commits, tags or arbitrary data). Every signature and every
 // refusal is one line of the session's agent log (LogFile).
 //
-// It does not decide which hosts the key may authenticate to: the session's
-// egress policy does that (only allowed host:port pairs are reachable), and
-// the user decides where the deploy key is registered.
+// It signs only for an SSH connection the host itself carries: the
+// request's session identifier must be the exchange hash of a guest
+// connection to an allowed host:22 that is open and spliced through the
+// proxy (Carried), and each such connection gets one signature. A login
+// relayed from outside the VM (its session identifier is that of another
+// connection) is refused. Which hosts are reachable is the session's egress
+// policy; the user decides where the deploy key is registered.
 package sshagent
 
 import (
@@ -62,29 +66,38 @@ type Event struct {
 	// SessionID is the SSH session identifier (exchange hash) the
 	// signature is bound to, in hex: it names one SSH connection.
 	SessionID string `json:"session_id,omitempty"`
-	// ServerHostKey is the SHA256 fingerprint of the server's host key when
-	// the client bound the login to it (OpenSSH's hostbound method).
+	// Server is the carried connection's name:port the signature was given
+	// for.
+	Server string `json:"server,omitempty"`
+	// ServerHostKey is the SHA256 fingerprint of that connection's server
+	// host key (the key that signed its key exchange).
 	ServerHostKey string `json:"server_host_key,omitempty"`
+	// KnownHost reports that known_hosts lists that key for Server.
+	KnownHost bool `json:"known_host,omitempty"`
 	// Reason says why a request was refused.
 	Reason string `json:"reason,omitempty"`
+	// Alert is set on every refusal.
+	Alert bool `json:"alert,omitempty"`
 }
 
 // Agent is the deploy-key agent. It is safe for concurrent use.
 type Agent struct {
-	signer ssh.Signer
-	pub    []byte
-	fp     string
-	rec    Recorder
-	now    func() time.Time
+	signer  ssh.Signer
+	carried *Carried
+	pub     []byte
+	fp      string
+	rec     Recorder
+	now     func() time.Time
 }
 
 var _ agent.ExtendedAgent = (*Agent)(nil)
 
-// New returns an agent that signs with signer (the deploy key) and records
-// every operation to rec (nil records nothing).
-func New(signer ssh.Signer, rec Recorder) *Agent {
+// New returns an agent that signs with signer (the deploy key) logins on the
+// connections in carried (nil: none) and records every operation to rec
+// (nil records nothing).
+func New(signer ssh.Signer, carried *Carried, rec Recorder) *Agent {
 	pub := signer.PublicKey()
-	return &Agent{signer: signer, pub: pub.Marshal(), fp: ssh.FingerprintSHA256(pub), rec: rec, now: time.Now}
+	return &Agent{signer: signer, carried: carried, pub: pub.Marshal(), fp: ssh.FingerprintSHA256(pub), rec: rec, now: time.Now}
 }
 
 func (a *Agent) record(e Event) {
@@ -92,6 +105,7 @@ func (a *Agent) record(e Event) {
 		return
 	}
 	e.Time = a.now().UTC()
+	e.Alert = e.Decision == "deny"
 	a.rec.Record(e)
 }
 
@@ -107,7 +121,9 @@ func (a *Agent) List() ([]*agent.Key, error) {
 }
 
 // Sign signs data with the deploy key when data is an SSH
-// user-authentication request for that key; anything else is refused.
+// user-authentication request for that key whose session identifier is the
+// exchange hash of an open carried connection that has not had its
+// signature yet; anything else is refused.
 func (a *Agent) Sign(key ssh.PublicKey, data []byte) (*ssh.Signature, error) {
 	return a.SignWithFlags(key, data, 0)
 }
@@ -148,6 +164,13 @@ func (a *Agent) SignWithFlags(key ssh.PublicKey, data []byte, _ agent.SignatureF
 		a.record(e)
 		return nil, fmt.Errorf("%w: %s", ErrRefused, e.Reason)
 	}
+	server, hk, known, refusal := a.carried.claim(req.SessionID, req.HostKey)
+	if refusal != "" {
+		e.Decision, e.Reason = "deny", refusal
+		a.record(e)
+		return nil, fmt.Errorf("%w: %s", ErrRefused, refusal)
+	}
+	e.Server, e.ServerHostKey, e.KnownHost = server, ssh.FingerprintSHA256(hk), known
 	sig, err := a.signer.Sign(nil, data)
 	if err != nil {
 		e.Decision, e.Reason = "deny", "sign: "+err.Error()

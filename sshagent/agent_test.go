@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"crypto/ed25519"
 	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"net"
@@ -67,13 +68,14 @@ func served(t *testing.T, a agent.Agent) agent.ExtendedAgent {
 
 func TestAgentSignsLogins(t *testing.T) {
 	signer := newSigner(t)
+	w := newSSHWorld(t, signer.PublicKey())
 	rec := &events{}
-	c := served(t, New(signer, rec))
+	c := served(t, New(signer, w.carried, rec))
 	keys, err := c.List()
 	if err != nil || len(keys) != 1 || string(keys[0].Marshal()) != string(signer.PublicKey().Marshal()) {
 		t.Fatalf("List: %v %v", keys, err)
 	}
-	sid := []byte("0123456789abcdef0123456789abcdef")
+	_, sid := w.probe(t)
 	data := userAuthData(sid, "git", ssh.KeyAlgoED25519, signer.PublicKey())
 	sig, err := c.Sign(signer.PublicKey(), data)
 	if err != nil {
@@ -89,7 +91,7 @@ func TestAgentSignsLogins(t *testing.T) {
 	e := ev[0]
 	if e.Op != "sign" || e.Decision != "allow" || e.User != "git" || e.Service != "ssh-connection" ||
 		e.Algorithm != ssh.KeyAlgoED25519 || e.Key != ssh.FingerprintSHA256(signer.PublicKey()) ||
-		e.SessionID != "30313233343536373839616263646566"+"30313233343536373839616263646566" || e.Time.IsZero() {
+		e.SessionID != hex.EncodeToString(sid) || e.Server != "git.test:22" || e.Time.IsZero() || e.Alert {
 		t.Errorf("event: %+v", e)
 	}
 }
@@ -98,8 +100,10 @@ func TestAgentSignsLogins(t *testing.T) {
 // offer it with publickey-hostbound-v00@openssh.com and the server's host
 // key appended; the agent signs those and logs the host key.
 func TestAgentSignsHostboundLogins(t *testing.T) {
-	signer, host := newSigner(t), newSigner(t)
-	sid := []byte("0123456789abcdef")
+	signer := newSigner(t)
+	w := newSSHWorld(t, signer.PublicKey())
+	host := w.host
+	_, sid := w.probe(t)
 	base := ssh.Marshal(struct {
 		SessionID []byte
 		Type      byte
@@ -111,7 +115,7 @@ func TestAgentSignsHostboundLogins(t *testing.T) {
 		PubKey    []byte
 	}{sid, msgUserAuthRequest, "git", "ssh-connection", methodHostbound, true, ssh.KeyAlgoED25519, signer.PublicKey().Marshal()})
 	rec := &events{}
-	c := served(t, New(signer, rec))
+	c := served(t, New(signer, w.carried, rec))
 	data := append(append([]byte(nil), base...), ssh.Marshal(struct{ K []byte }{host.PublicKey().Marshal()})...)
 	sig, err := c.Sign(signer.PublicKey(), data)
 	if err != nil || signer.PublicKey().Verify(data, sig) != nil {
@@ -180,7 +184,7 @@ func TestAgentRefuses(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			rec := &events{}
-			c := served(t, New(signer, rec))
+			c := served(t, New(signer, nil, rec))
 			if err := tt.do(c); err == nil {
 				t.Fatalf("got no error, want a refusal")
 			}
@@ -192,7 +196,7 @@ func TestAgentRefuses(t *testing.T) {
 	}
 	t.Run("signers", func(t *testing.T) {
 		rec := &events{}
-		s, err := New(signer, rec).Signers()
+		s, err := New(signer, nil, rec).Signers()
 		if s != nil || !errors.Is(err, ErrRefused) {
 			t.Errorf("Signers: %v %v", s, err)
 		}
@@ -202,7 +206,7 @@ func TestAgentRefuses(t *testing.T) {
 	})
 	t.Run("session-bind: refused, not logged", func(t *testing.T) {
 		rec := &events{}
-		c := served(t, New(signer, rec))
+		c := served(t, New(signer, nil, rec))
 		if _, err := c.Extension("session-bind@openssh.com", nil); err == nil {
 			t.Error("session-bind answered")
 		}
@@ -211,7 +215,7 @@ func TestAgentRefuses(t *testing.T) {
 		}
 	})
 	t.Run("still one key", func(t *testing.T) {
-		c := served(t, New(signer, nil))
+		c := served(t, New(signer, nil, nil))
 		if keys, err := c.List(); err != nil || len(keys) != 1 {
 			t.Errorf("List after refusals: %v %v", keys, err)
 		}
@@ -225,8 +229,9 @@ func TestLog(t *testing.T) {
 		t.Fatal(err)
 	}
 	signer := newSigner(t)
-	a := New(signer, l)
-	sid := []byte("0123456789abcdef")
+	w := newSSHWorld(t, signer.PublicKey())
+	a := New(signer, w.carried, l)
+	_, sid := w.probe(t)
 	if _, err := a.Sign(signer.PublicKey(), userAuthData(sid, "git\x1b[2J", ssh.KeyAlgoED25519, signer.PublicKey())); err != nil {
 		t.Fatal(err)
 	}

@@ -1,23 +1,19 @@
 package sshagent
 
 import (
-	"bytes"
-	"crypto/ed25519"
-	"crypto/rand"
-	"errors"
-	"io"
 	"net"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 
-	"golang.org/x/crypto/ssh"
 	"golang.org/x/crypto/ssh/agent"
 )
 
 // TestAgentWithOpenSSH: OpenSSH's ssh logs in to an SSH server on loopback
-// with the agent (its session-bind request refused, not logged), and
+// through a splice with the agent (its session-bind request refused, not
+// logged), but not on its own connection (OpenSSH's key exchange, a
+// post-quantum hybrid, is read by Carried), and
 // ssh-add cannot add a key to it.
 func TestAgentWithOpenSSH(t *testing.T) {
 	for _, bin := range []string{"ssh", "ssh-add", "ssh-keygen"} {
@@ -27,7 +23,8 @@ func TestAgentWithOpenSSH(t *testing.T) {
 	}
 	signer := newSigner(t)
 	rec := &events{}
-	a := New(signer, rec)
+	w := newSSHWorld(t, signer.PublicKey())
+	a := New(signer, w.carried, rec)
 	sock := filepath.Join(t.TempDir(), "agent.sock")
 	ln, err := net.Listen("unix", sock)
 	if err != nil {
@@ -44,61 +41,26 @@ func TestAgentWithOpenSSH(t *testing.T) {
 		}
 	}()
 
-	_, hk, _ := ed25519.GenerateKey(rand.Reader)
-	hs, _ := ssh.NewSignerFromKey(hk)
-	cfg := &ssh.ServerConfig{PublicKeyCallback: func(_ ssh.ConnMetadata, k ssh.PublicKey) (*ssh.Permissions, error) {
-		if bytes.Equal(k.Marshal(), signer.PublicKey().Marshal()) {
-			return nil, nil
-		}
-		return nil, errors.New("no")
-	}}
-	cfg.AddHostKey(hs)
-	sl, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sl.Close()
-	go func() {
-		for {
-			c, err := sl.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				_, chans, reqs, err := ssh.NewServerConn(c, cfg)
-				if err != nil {
-					return
-				}
-				go ssh.DiscardRequests(reqs)
-				for nc := range chans {
-					ch, creqs, err := nc.Accept()
-					if err != nil {
-						continue
-					}
-					for r := range creqs {
-						r.Reply(r.Type == "exec", nil)
-						if r.Type == "exec" {
-							io.WriteString(ch, "logged in\n")
-							ch.SendRequest("exit-status", false, ssh.Marshal(struct{ S uint32 }{0}))
-							ch.Close()
-						}
-					}
-				}
-			}()
-		}
-	}()
-	_, port, _ := net.SplitHostPort(sl.Addr().String())
+	_, port, _ := net.SplitHostPort(w.spliced)
+	_, directPort, _ := net.SplitHostPort(w.direct)
 	env := []string{"SSH_AUTH_SOCK=" + sock, "HOME=" + t.TempDir(), "PATH=/usr/bin:/bin"}
-	cmd := exec.Command("ssh", "-F", "/dev/null", "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=no",
-		"-o", "UserKnownHostsFile=/dev/null", "-o", "IdentityFile=/dev/null", "-p", port, "git@127.0.0.1", "x")
-	cmd.Env = env
-	out, err := cmd.CombinedOutput()
+	login := func(port string) *exec.Cmd {
+		cmd := exec.Command("ssh", "-F", "/dev/null", "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=no",
+			"-o", "UserKnownHostsFile=/dev/null", "-o", "IdentityFile=/dev/null", "-p", port, "git@127.0.0.1", "x")
+		cmd.Env = env
+		return cmd
+	}
+	// Outside the VM: the same login on the client's own connection.
+	if out, err := login(directPort).CombinedOutput(); err == nil {
+		t.Fatalf("ssh outside the splice logged in:\n%s", out)
+	}
+	wantRefusal(t, rec, "no SSH connection to an allowed host:22 is open")
+	out, err := login(port).CombinedOutput()
 	if err != nil || !strings.Contains(string(out), "logged in") {
 		t.Fatalf("ssh: %v\n%s", err, out)
 	}
 	ev := rec.all()
-	if len(ev) != 1 || ev[0].Op != "sign" || ev[0].Decision != "allow" || ev[0].User != "git" {
+	if len(ev) != 2 || ev[1].Op != "sign" || ev[1].Decision != "allow" || ev[1].User != "git" || ev[1].Server != "git.test:22" {
 		t.Errorf("events after the login: %+v", ev)
 	}
 

@@ -49,10 +49,10 @@ func TestLogsSSHAgent(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "session-20260101-000000")
 	os.MkdirAll(dir, 0o700)
 	os.WriteFile(filepath.Join(dir, "ssh_agent.jsonl"), []byte(
-		`{"time":"2026-01-01T00:00:00Z","op":"sign","decision":"allow","key":"SHA256:abc","user":"git\u001b[2J","service":"ssh-connection","algorithm":"ssh-ed25519","session_id":"00112233445566778899aabbccddeeff"}`+"\n"+
+		`{"time":"2026-01-01T00:00:00Z","op":"sign","decision":"allow","key":"SHA256:abc","user":"git\u001b[2J","service":"ssh-connection","algorithm":"ssh-ed25519","session_id":"00112233445566778899aabbccddeeff","server":"git.test:22","server_host_key":"SHA256:def","known_host":true}`+"\n"+
 			`{"time":"2026-01-01T00:00:01Z","op":"add","decision":"deny","reason":"adding keys is not allowed"}`+"\n"), 0o600)
 	stdout, stderr, code := c.run(t, "", "logs", "--ssh-agent", dir)
-	if code != 0 || !strings.Contains(stdout, `allow  sign       SHA256:abc user "git\x1b[2J" service ssh-connection ssh-ed25519 ssh session 0011223344556677…`) ||
+	if code != 0 || !strings.Contains(stdout, `allow  sign       SHA256:abc user "git\x1b[2J" service ssh-connection ssh-ed25519 ssh session 0011223344556677… to git.test:22 host key SHA256:def (in known_hosts)`) ||
 		!strings.Contains(stdout, "deny   add        (adding keys is not allowed)") || strings.Contains(stdout, "\x1b") {
 		t.Errorf("logs --ssh-agent: exit %d\n%s\n%s", code, stdout, stderr)
 	}

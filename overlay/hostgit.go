@@ -1,0 +1,201 @@
+package overlay
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+)
+
+// Host-side git: the one place vibedom runs git on the host (the baseline's
+// blob ids, old contents from the object store, the hooks directory, the
+// three-way merge). A workspace is untrusted, and git run in a repository
+// runs what its config names: clean and smudge filters (on any command that
+// hashes a work-tree file, `git diff-files` included), core.fsmonitor,
+// hooks, external diff and textconv drivers, credential helpers, an
+// ssh command or a promisor remote's lazy fetch. None of it may run here.
+//
+// So git never sees the repository's config, nor the user's or the
+// system's: reads of the index and objects go through a private git
+// directory (an empty config, no hooks, HEAD and refs only) with the
+// repository's object store (GIT_OBJECT_DIRECTORY) and index
+// (GIT_INDEX_FILE) and work tree (GIT_WORK_TREE) named in the environment.
+// A filter named in .gitattributes has no definition there, so nothing runs
+// (the file then counts as dirty: no blob id, never a wrong one). Only
+// gitHooksDir lets git read the repository's config, with `git rev-parse`,
+// which reads no index, attributes or hooks and runs nothing.
+
+// gitRepo is a work tree's repository as found on disk, without git.
+type gitRepo struct {
+	top       string // the work tree's top directory
+	gitDir    string // its git directory (a linked worktree's own)
+	commonDir string // objects, refs and config (the main repository's)
+}
+
+// findGitRepo finds the repository ws (absolute, symlink-free) is in, the
+// way git's discovery does for a .git directory or a "gitdir:" file, without
+// running git. ok is false when there is none.
+func findGitRepo(ws string) (*gitRepo, bool) {
+	for d := ws; ; d = filepath.Dir(d) {
+		dot := filepath.Join(d, ".git")
+		if fi, err := os.Stat(dot); err == nil { // git follows a .git symlink too
+			r := &gitRepo{top: d}
+			switch {
+			case fi.IsDir():
+				r.gitDir = dot
+			case fi.Mode().IsRegular():
+				data, err := os.ReadFile(dot)
+				line, _, _ := strings.Cut(string(data), "\n")
+				target, ok := strings.CutPrefix(strings.TrimSpace(line), "gitdir:")
+				if err != nil || !ok {
+					return nil, false
+				}
+				target = strings.TrimSpace(target)
+				if !filepath.IsAbs(target) {
+					target = filepath.Join(d, target)
+				}
+				r.gitDir = target
+			default:
+				return nil, false
+			}
+			r.commonDir = r.gitDir
+			if data, err := os.ReadFile(filepath.Join(r.gitDir, "commondir")); err == nil {
+				c := strings.TrimSpace(string(data))
+				if !filepath.IsAbs(c) {
+					c = filepath.Join(r.gitDir, c)
+				}
+				r.commonDir = c
+			}
+			if _, err := os.Stat(filepath.Join(r.commonDir, "objects")); err != nil {
+				return nil, false
+			}
+			return r, true
+		}
+		if d == filepath.Dir(d) {
+			return nil, false
+		}
+	}
+}
+
+// hostGitEnv is the environment of every git vibedom runs: no system or
+// global config, no attributes file, home and XDG config in private (an
+// empty directory), no prompts, no lazy fetch, no optional locks.
+func hostGitEnv(private string) []string {
+	return []string{
+		"PATH=" + os.Getenv("PATH"),
+		"HOME=" + private,
+		"XDG_CONFIG_HOME=" + private,
+		"GIT_CONFIG_NOSYSTEM=1",
+		"GIT_CONFIG_GLOBAL=" + os.DevNull,
+		"GIT_ATTR_NOSYSTEM=1",
+		"GIT_CEILING_DIRECTORIES=" + filepath.Dir(private),
+		"GIT_NO_LAZY_FETCH=1",
+		"GIT_NO_REPLACE_OBJECTS=1",
+		"GIT_OPTIONAL_LOCKS=0",
+		"GIT_TERMINAL_PROMPT=0",
+		"LC_ALL=C",
+	}
+}
+
+// hostGitOverrides are passed on every command line too: belt and braces
+// over the empty config.
+var hostGitOverrides = []string{
+	"-c", "core.fsmonitor=false", "-c", "core.quotepath=false", "-c", "diff.external=", "-c", "credential.helper=",
+}
+
+// privateGitDir makes an empty git directory: HEAD, refs/ and objects/, a
+// config with nothing in it. The caller removes it.
+func privateGitDir() (string, error) {
+	dir, err := os.MkdirTemp("", "vibedom-git-")
+	if err != nil {
+		return "", fmt.Errorf("git: %w", err)
+	}
+	g := filepath.Join(dir, "git")
+	for _, d := range []string{g, filepath.Join(g, "refs"), filepath.Join(g, "objects")} {
+		if err := os.Mkdir(d, 0o700); err != nil {
+			os.RemoveAll(dir)
+			return "", fmt.Errorf("git: %w", err)
+		}
+	}
+	for name, text := range map[string]string{"HEAD": "ref: refs/heads/main\n", "config": ""} {
+		if err := os.WriteFile(filepath.Join(g, name), []byte(text), 0o600); err != nil {
+			os.RemoveAll(dir)
+			return "", fmt.Errorf("git: %w", err)
+		}
+	}
+	return dir, nil
+}
+
+// runHostGit runs git with hostGitEnv plus extra environment, in dir, and
+// returns its stdout.
+func runHostGit(ctx context.Context, dir, private string, extra []string, args ...string) ([]byte, error) {
+	if _, err := exec.LookPath("git"); err != nil {
+		return nil, errNoGit
+	}
+	cmd := exec.CommandContext(ctx, "git", append(append([]string{}, hostGitOverrides...), args...)...)
+	cmd.Dir = dir
+	cmd.Env = append(hostGitEnv(private), extra...)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return nil, fmt.Errorf("git %s: %w: %s", strings.Join(args, " "), err, bytes.TrimSpace(stderr.Bytes()))
+	}
+	return out, nil
+}
+
+// repoGit runs a git command that reads ws's repository's index, objects
+// and work tree, and nothing of its config (see the top of this file). dir
+// is where it runs (paths come out relative to it); ws must be in the
+// repository.
+func repoGit(ctx context.Context, ws string, args ...string) ([]byte, error) {
+	real, err := filepath.EvalSymlinks(ws)
+	if err != nil {
+		return nil, fmt.Errorf("git: %w", err)
+	}
+	r, ok := findGitRepo(real)
+	if !ok {
+		return nil, fmt.Errorf("git: %s is not in a repository", ws)
+	}
+	private, err := privateGitDir()
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(private)
+	return runHostGit(ctx, real, private, []string{
+		"GIT_DIR=" + filepath.Join(private, "git"),
+		"GIT_OBJECT_DIRECTORY=" + filepath.Join(r.commonDir, "objects"),
+		"GIT_INDEX_FILE=" + filepath.Join(r.gitDir, "index"),
+		"GIT_WORK_TREE=" + r.top,
+	}, args...)
+}
+
+// repoHooksDir is the absolute directory git runs ws's repository's hooks
+// from: core.hooksPath when the repository's config sets it, else hooks/ in
+// its git directory. This one command lets git read the repository's config
+// (that is the question); `git rev-parse` reads no index, no attributes and
+// no hooks, and runs nothing.
+func repoHooksDir(ctx context.Context, ws string) (string, error) {
+	real, err := filepath.EvalSymlinks(ws)
+	if err != nil {
+		return "", fmt.Errorf("git: %w", err)
+	}
+	r, ok := findGitRepo(real)
+	if !ok {
+		return "", fmt.Errorf("git: %s is not in a repository", ws)
+	}
+	private, err := os.MkdirTemp("", "vibedom-git-")
+	if err != nil {
+		return "", fmt.Errorf("git: %w", err)
+	}
+	defer os.RemoveAll(private)
+	out, err := runHostGit(ctx, real, private, []string{"GIT_DIR=" + r.gitDir, "GIT_WORK_TREE=" + r.top},
+		"rev-parse", "--path-format=absolute", "--git-path", "hooks")
+	if err != nil {
+		return "", err
+	}
+	return strings.TrimSuffix(string(out), "\n"), nil
+}
