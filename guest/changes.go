@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"syscall"
+	"time"
 
 	"github.com/vibedom/vibedom/guest/proto"
 	"github.com/vibedom/vibedom/overlay"
@@ -35,16 +36,47 @@ func WriteChanges(w io.Writer) error {
 // recorded at copy-up (see recordBases), then the content of every added or
 // modified regular file of at most maxFile bytes, read from the upper dir.
 // The host runs it as proto.CollectCommand and trusts none of it.
-func WriteCollection(w io.Writer, maxFile int64) error {
+//
+// First it kills every other process of the guest but the control plane
+// (stopOthers): the agent, `vibedom exec` commands, their children and
+// background writers. The session is over by then, and a file still being
+// written would otherwise differ between the change set and the content
+// sent, failing the whole collection.
+//
+// While it scans, before the stream's first byte, it writes a heartbeat
+// (a NUL byte every heartbeatEvery) to heartbeat, so the host can tell a
+// long scan from a stuck guest; nil writes none.
+func WriteCollection(w, heartbeat io.Writer, maxFile int64) error {
+	stopOthers()
 	bases, err := readBases(basesFile)
 	if err != nil {
 		return err
 	}
-	return writeCollection(w, proto.WorkspaceMount, proto.UpperDir, bases, maxFile)
+	return writeCollection(w, heartbeat, proto.WorkspaceMount, proto.UpperDir, bases, maxFile)
 }
 
-func writeCollection(w io.Writer, lower, upper string, bases map[string]overlay.Base, maxFile int64) error {
+// heartbeatEvery is how often WriteCollection shows it is alive while it
+// scans.
+const heartbeatEvery = 2 * time.Second
+
+func writeCollection(w, heartbeat io.Writer, lower, upper string, bases map[string]overlay.Base, maxFile int64) error {
+	stop := make(chan struct{})
+	if heartbeat != nil {
+		go func() {
+			t := time.NewTicker(heartbeatEvery)
+			defer t.Stop()
+			for {
+				select {
+				case <-stop:
+					return
+				case <-t.C:
+					_, _ = heartbeat.Write([]byte{0})
+				}
+			}
+		}()
+	}
 	cs, err := overlay.ScanChangesFrom(lower, upper, bases)
+	close(stop)
 	if err != nil {
 		return err
 	}

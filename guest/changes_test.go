@@ -48,7 +48,7 @@ func TestWriteCollection(t *testing.T) {
 	baseSum := sha256.Sum256([]byte("copied up\n"))
 	bases := map[string]overlay.Base{"mod.txt": {SHA256: hex.EncodeToString(baseSum[:]), Mode: 0o644}}
 	var out bytes.Buffer
-	if err := writeCollection(&out, lower, upper, bases, 4<<20); err != nil {
+	if err := writeCollection(&out, nil, lower, upper, bases, 4<<20); err != nil {
 		t.Fatal(err)
 	}
 	cr, err := proto.NewCollectReader(&out, proto.CollectLimits{MaxPath: overlay.MaxPathLen, MaxChangeSet: 1 << 20, MaxFile: 4 << 20})

@@ -21,7 +21,7 @@ import (
 // (src) for the validated change set, and writes changes.patch,
 // changes.json and the old sides under objects/ into sessionDir, so review,
 // apply and undo work after the VM is gone. The patch file is replaced
-// atomically.
+// atomically, and only once a src that is a VerifiedSource verified.
 func WriteSessionPatch(ctx context.Context, sessionDir string, cs *ChangeSet, src Source, log *slog.Logger) (*PatchInfo, error) {
 	bl, err := OpenBaseline(filepath.Join(sessionDir, BaselineDir))
 	if err != nil {
@@ -45,7 +45,12 @@ func writeSessionPatch(ctx context.Context, sessionDir string, cs *ChangeSet, sr
 	if err := w.Flush(); err != nil {
 		return nil, fmt.Errorf("write patch: %w", err)
 	}
-	data, _ := json.MarshalIndent(info, "", "  ")
+	if v, ok := src.(VerifiedSource); ok {
+		if err := v.Verify(); err != nil {
+			return nil, err
+		}
+	}
+	data, _ := json.Marshal(info) // not indented: a million entries would be held twice
 	if err := atomicfile.WriteFile(filepath.Join(sessionDir, InfoFileName), append(data, '\n'), 0o600); err != nil {
 		return nil, fmt.Errorf("write %s: %w", InfoFileName, err)
 	}
@@ -53,6 +58,15 @@ func writeSessionPatch(ctx context.Context, sessionDir string, cs *ChangeSet, sr
 		return nil, fmt.Errorf("write patch: %w", err)
 	}
 	return info, nil
+}
+
+// VerifiedSource is a Source whose content can be trusted only once it
+// says so after the builder read everything (a stream whose end is still
+// to be checked): WriteSessionPatch puts no patch in place unless Verify
+// returns nil.
+type VerifiedSource interface {
+	Source
+	Verify() error
 }
 
 // DirSource reads the agent's content from a local directory (a test stand

@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/vibedom/vibedom/credentials"
@@ -73,6 +74,13 @@ type sess struct {
 	secrets   *preflight.Report
 	cleanup   cleanups
 	timings   Timings
+	// keepScratch: the scratch disk may hold work not yet collected into a
+	// verified patch, so the session's end keeps it (for recover).
+	keepScratch atomic.Bool
+	// intrMu guards collecting and presses (see interrupt).
+	intrMu     sync.Mutex
+	collecting context.CancelCauseFunc // non-nil while collecting
+	presses    int                     // interrupts while collecting
 }
 
 func (s *sess) progress(format string, a ...any) {
@@ -177,7 +185,7 @@ func (s *sess) prepare(ctx context.Context) error {
 	s.logRed = netfilter.NewRedactHandler(h)
 	s.log = slog.New(s.logRed).With("session", s.name)
 	s.state = State{
-		Name: s.name, Workspace: ws, Created: time.Now().UTC().Truncate(time.Second), Status: StatusStarting,
+		Name: s.name, Workspace: ws, WorkspaceID: dirID(ws), Created: time.Now().UTC().Truncate(time.Second), Status: StatusStarting,
 		LogDir: s.logDir, PID: os.Getpid(), PIDStart: procStart(os.Getpid()), Driver: o.Driver.Name(), Arch: string(o.Arch),
 		CPUs: o.CPUs, MemoryMiB: o.MemoryMiB, Command: o.Command, Detached: o.Detached,
 	}
@@ -238,7 +246,13 @@ func (s *sess) prepare(ctx context.Context) error {
 	if err := makeScratch(scratch, o.ScratchSize); err != nil {
 		return err
 	}
-	s.cleanup.add("remove scratch disk", func() error { return removeIfExists(scratch) })
+	s.cleanup.add("remove scratch disk", func() error {
+		if s.keepScratch.Load() {
+			s.log.Warn("the scratch disk is kept: its changes were not collected", "path", scratch)
+			return nil
+		}
+		return removeIfExists(scratch)
+	})
 
 	if !o.Egress.Disabled {
 		if err := s.setupDLP(); err != nil {
@@ -307,7 +321,11 @@ func (s *sess) boot(ctx context.Context) error {
 	started := func(m vm.Machine) {
 		s.machine = m
 		s.cleanup.add("stop the VM", func() error { return s.stopMachine() })
-		s.updateState(func(st *State) { st.Status = StatusRunning })
+		s.updateState(func(st *State) {
+			if st.Status != StatusRecovering {
+				st.Status = StatusRunning
+			}
+		})
 	}
 	_, c, t, err := boot.Start(ctx, o.Driver, cfg, boot.Options{Client: s.keys.ClientConfig(), Timeout: o.BootTimeout, Started: started})
 	s.timings.VMStart, s.timings.Ready, s.timings.Handshake = t.VMStart, t.Ready, t.Handshake

@@ -9,10 +9,12 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/vibedom/vibedom/guest/client"
 	"github.com/vibedom/vibedom/guest/proto"
@@ -264,5 +266,190 @@ func TestCollectStreamPastMemoryBound(t *testing.T) {
 	}
 	if !strings.Contains(patch, "f4.bin") || !strings.Contains(patch, "GIT binary patch") {
 		t.Errorf("the patch lacks the last files (%d bytes)", len(patch))
+	}
+}
+
+// TestCollectIdle: the deadline follows progress. A guest that stops
+// sending is given up after Idle with ErrCollectStalled (once a fixed
+// 10-minute clock, after which the scratch disk was deleted); a guest that
+// sends heartbeats on standard error while it scans for several times Idle
+// is waited for, and its heartbeats do not reach an error message.
+func TestCollectIdle(t *testing.T) {
+	a := []byte("alpha\n")
+	cs := changeSet(fileChange("a.txt", a))
+	t.Run("stalled", func(t *testing.T) {
+		g := stallGuest{prefix: newStream().changeSet(cs).Bytes()}
+		lim := testLimits
+		lim.Idle = 50 * time.Millisecond
+		err := collect(t.Context(), g, lim, func(cs *overlay.ChangeSet, src overlay.Source) error {
+			_, err := src.Open("a.txt")
+			return err
+		})
+		if !errors.Is(err, ErrCollectStalled) {
+			t.Errorf("error %v, want ErrCollectStalled", err)
+		}
+	})
+	t.Run("heartbeats", func(t *testing.T) {
+		lim := testLimits
+		lim.Idle = 500 * time.Millisecond
+		g := &beatingGuest{beats: 20, every: lim.Idle / 10, stream: newStream().changeSet(cs).file("a.txt", a).end(1).Bytes()}
+		info, _, _, err := collectPatch(t, g, lim)
+		if err != nil || len(info.Files) != 1 {
+			t.Fatalf("a guest that scans with heartbeats for %s (idle %s): %v", g.every*time.Duration(g.beats), lim.Idle, err)
+		}
+	})
+}
+
+// beatingGuest writes a heartbeat on standard error beats times, every
+// every (standing for a scan that takes that long), then the stream.
+type beatingGuest struct {
+	beats  int
+	every  time.Duration
+	stream []byte
+}
+
+func (g *beatingGuest) Exec(ctx context.Context, cmd string, o client.ExecOptions) (client.ExitStatus, error) {
+	for range g.beats {
+		time.Sleep(g.every) // the scan's work, not a wait for anything
+		o.Stderr.Write([]byte{0})
+	}
+	if _, err := o.Stdout.Write(g.stream); err != nil {
+		return client.ExitStatus{}, ctx.Err()
+	}
+	return client.ExitStatus{}, nil
+}
+
+// TestCollectRefusedStreamLeavesNoPatch: a stream refused after the
+// builder read every file (a duplicated frame, a lying end count, trailing
+// bytes) leaves no changes.patch, no changes.json and no temporary file in
+// the session folder: nothing `list` shows or `review` offers. (The patch
+// was once put in place before the stream's end was checked.)
+func TestCollectRefusedStreamLeavesNoPatch(t *testing.T) {
+	a, b := []byte("alpha\n"), []byte("bravo\n")
+	cs := changeSet(fileChange("a.txt", a), fileChange("b.txt", b))
+	good := func() *stream { return newStream().changeSet(cs).file("a.txt", a).file("b.txt", b) }
+	for name, st := range map[string][]byte{
+		"duplicate entry": good().file("b.txt", b).end(3).Bytes(),
+		"end count lies":  good().end(5).Bytes(),
+		"trailing bytes":  append(good().end(2).Bytes(), 'x'),
+		"no end frame":    good().Bytes(),
+	} {
+		t.Run(name, func(t *testing.T) {
+			dir := t.TempDir()
+			ws := t.TempDir()
+			if _, err := overlay.TakeBaseline(t.Context(), ws, filepath.Join(dir, overlay.BaselineDir), overlay.BaselineOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			err := collect(t.Context(), &fakeGuest{stream: st}, collectLimits{MaxFile: 1 << 20, MaxTotal: 1 << 20, SpoolDir: dir},
+				func(cs *overlay.ChangeSet, src overlay.Source) error {
+					_, err := overlay.WriteSessionPatch(t.Context(), dir, cs, src, nil)
+					return err
+				})
+			if err == nil {
+				t.Fatal("accepted")
+			}
+			ents, _ := os.ReadDir(dir)
+			for _, e := range ents {
+				if e.Name() == overlay.PatchFileName || e.Name() == overlay.InfoFileName || strings.Contains(e.Name(), ".tmp-") || strings.HasPrefix(e.Name(), ".collect-spool") {
+					t.Errorf("left in the session folder after a refused stream: %s", e.Name())
+				}
+			}
+			if (&Info{Dir: dir}).PatchPending() {
+				t.Error("a patch is pending after a refused stream")
+			}
+		})
+	}
+}
+
+// TestCollectSpoolInSessionFolder: the spool of the bodies read lives in
+// the session folder, not $TMPDIR (a tmpfs /tmp is RAM, and the spool
+// grows to the scratch disk's size): collection works with no usable
+// $TMPDIR at all.
+func TestCollectSpoolInSessionFolder(t *testing.T) {
+	t.Setenv("TMPDIR", filepath.Join(t.TempDir(), "missing"))
+	a := []byte("alpha\n")
+	g := &fakeGuest{stream: newStream().changeSet(changeSet(fileChange("a.txt", a))).file("a.txt", a).end(1).Bytes()}
+	dir := t.TempDir()
+	lim := testLimits
+	lim.SpoolDir = dir
+	err := collect(t.Context(), g, lim, func(cs *overlay.ChangeSet, src overlay.Source) error {
+		_, err := overlay.BuildPatch(t.Context(), cs, src, emptyTree{}, io.Discard, overlay.BuildOptions{ObjectDir: filepath.Join(dir, "objects")})
+		return err
+	})
+	if err != nil {
+		t.Fatalf("collect with the spool in the session folder: %v", err)
+	}
+}
+
+// TestCollectInterrupts: the first Ctrl-C while collecting only says what a
+// second does; the second aborts the collection with ErrCollectAborted.
+// Outside the collection an interrupt asks the session to stop.
+func TestCollectInterrupts(t *testing.T) {
+	var progress bytes.Buffer
+	s := &sess{name: "app-1234", ctl: newHostCtl(), opts: Options{Progress: &progress}}
+	ctx, cancel := context.WithCancelCause(t.Context())
+	defer cancel(nil)
+	s.collecting = cancel
+	s.interrupt()
+	if ctx.Err() != nil {
+		t.Fatal("the first Ctrl-C aborted the collection")
+	}
+	if !strings.Contains(progress.String(), "press Ctrl-C again to abort and keep the scratch disk for vibedom recover app-1234") {
+		t.Errorf("the first Ctrl-C said %q", progress.String())
+	}
+	if s.ctl.stopRequested() {
+		t.Error("a Ctrl-C while collecting asked for a stop")
+	}
+	s.interrupt()
+	if !errors.Is(context.Cause(ctx), ErrCollectAborted) {
+		t.Errorf("after the second Ctrl-C: %v, want ErrCollectAborted", context.Cause(ctx))
+	}
+	s.collecting = nil
+	s.interrupt()
+	if !s.ctl.stopRequested() {
+		t.Error("a Ctrl-C before collecting did not ask the session to stop")
+	}
+}
+
+// TestCollectChangeSetTrailing: the change set frame holds one JSON object
+// and white space, nothing else.
+func TestCollectChangeSetTrailing(t *testing.T) {
+	data, _ := json.Marshal(changeSet())
+	for name, body := range map[string]string{"brace": string(data) + "}", "object": string(data) + "{}", "junk": string(data) + " x"} {
+		t.Run(name, func(t *testing.T) {
+			st := newStream().frame(proto.FrameChangeSet, "", int64(len(body)), []byte(body), nil).end(0).Bytes()
+			_, _, _, err := collectPatch(t, &fakeGuest{stream: st}, testLimits)
+			if !errors.Is(err, overlay.ErrInvalidChangeSet) {
+				t.Errorf("error %v, want ErrInvalidChangeSet", err)
+			}
+		})
+	}
+	body := string(data) + " \n"
+	st := newStream().frame(proto.FrameChangeSet, "", int64(len(body)), []byte(body), nil).end(0).Bytes()
+	if _, _, _, err := collectPatch(t, &fakeGuest{stream: st}, testLimits); err != nil {
+		t.Errorf("white space after the object: %v", err)
+	}
+}
+
+// TestCollectFailedCommandLeavesNoPatch: a whole, valid stream after which
+// the guest's collector reports failure ends the collection with an error
+// and, as for any failed collection, no patch in the session folder.
+func TestCollectFailedCommandLeavesNoPatch(t *testing.T) {
+	a := []byte("alpha\n")
+	st := newStream().changeSet(changeSet(fileChange("a.txt", a))).file("a.txt", a).end(1).Bytes()
+	dir := t.TempDir()
+	if _, err := overlay.TakeBaseline(t.Context(), t.TempDir(), filepath.Join(dir, overlay.BaselineDir), overlay.BaselineOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	s := &sess{name: "app-1234", dir: dir, ctl: newHostCtl(), log: slog.New(slog.DiscardHandler), opts: Options{ScratchSize: 1 << 20}}
+	_, err := s.collectFrom(t.Context(), &fakeGuest{stream: st, code: 1, stderr: "late failure"})
+	if err == nil || !strings.Contains(err.Error(), "late failure") {
+		t.Fatalf("error %v, want the guest's failure", err)
+	}
+	if (&Info{Dir: dir}).PatchPending() {
+		t.Error("a patch is pending after the collector failed")
+	}
+	if _, err := os.Stat(filepath.Join(dir, overlay.InfoFileName)); err == nil {
+		t.Error("changes.json is left after the collector failed")
 	}
 }

@@ -183,6 +183,10 @@ func DialControl(i *Info) (*ControlConn, error) {
 	switch {
 	case i.Live == StatusCrashed:
 		return nil, fmt.Errorf("%w: session %s crashed (its host process is gone): `vibedom recover %s` brings its work to review", ErrNotRunning, i.Name, i.Name)
+	case i.Live == StatusFailed && i.Recoverable():
+		return nil, fmt.Errorf("%w: session %s ended without collecting its changes: `vibedom recover %s` brings its work to review", ErrNotRunning, i.Name, i.Name)
+	case i.Live == StatusRecovering:
+		return nil, fmt.Errorf("%w: session %s is being recovered (`vibedom recover %s` runs): wait for it to finish", ErrNotRunning, i.Name, i.Name)
 	case !i.Live.live():
 		hint := ""
 		if i.PatchPending() {

@@ -4,6 +4,7 @@ package session
 
 import (
 	"errors"
+	"fmt"
 	"io/fs"
 	"syscall"
 )
@@ -35,4 +36,14 @@ func fileUID(fi fs.FileInfo) (int, bool) {
 		return 0, false
 	}
 	return int(st.Uid), true
+}
+
+// dirID identifies the folder at path (device and inode), "" when it
+// cannot be read.
+func dirID(path string) string {
+	var st syscall.Stat_t
+	if err := syscall.Stat(path, &st); err != nil {
+		return ""
+	}
+	return fmt.Sprintf("%d:%d", st.Dev, st.Ino)
 }

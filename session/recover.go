@@ -45,6 +45,9 @@ type RecoverOptions struct {
 	Review ReviewOptions
 	// MemoryMiB sizes the rescue VM; zero means 512.
 	MemoryMiB int
+	// Interrupts and CollectIdle: as in Options.
+	Interrupts  <-chan os.Signal
+	CollectIdle time.Duration
 }
 
 // ErrNotRecoverable means the session has nothing to recover or is not in
@@ -91,10 +94,16 @@ func Recover(ctx context.Context, ro RecoverOptions) (*Result, error) {
 	if info.PatchPending() {
 		return nil, fmt.Errorf("%w: session %s already has a patch waiting: `vibedom review %s` (remove %s to collect again)", ErrNotRecoverable, info.Name, info.Name, filepath.Join(info.Dir, overlay.PatchFileName))
 	}
+	// What a host killed mid-write left: temporary files of an atomic
+	// write that never committed.
+	removeStaleTemps(info.Dir)
+	if err := checkOwnFolders(ro.Home, info); err != nil {
+		return nil, err
+	}
 	o := Options{
 		Home: ro.Home, Workspace: info.Workspace, Name: info.Name, Driver: ro.Driver, Arch: vm.Arch(info.Arch),
 		CPUs: 1, MemoryMiB: ro.MemoryMiB, Terminal: ro.Terminal, Progress: ro.Progress, Review: ro.Review,
-		Stderr: ro.Progress,
+		Stderr: ro.Progress, Interrupts: ro.Interrupts, CollectIdle: ro.CollectIdle,
 	}
 	if o.MemoryMiB == 0 {
 		o.MemoryMiB = 512
@@ -103,6 +112,9 @@ func Recover(ctx context.Context, ro RecoverOptions) (*Result, error) {
 		return nil, err
 	}
 	s := &sess{opts: o, ctl: newHostCtl(), ctlUID: os.Getuid(), name: info.Name, dir: info.Dir, state: info.State}
+	done := make(chan struct{})
+	defer close(done)
+	go s.watchInterrupts(done)
 	res, err := s.recover(ctx, info)
 	if cerr := s.cleanup.run(); cerr != nil {
 		err = errors.Join(err, cerr)
@@ -125,6 +137,12 @@ func (s *sess) recover(ctx context.Context, info *Info) (*Result, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w (the session's workspace): the patch needs it", err)
 	}
+	if ws != info.Workspace {
+		return nil, fmt.Errorf("%w: session %s's workspace %s now leads to %s: put the folder back where the session started", ErrNotRecoverable, info.Name, info.Workspace, ws)
+	}
+	if id := dirID(ws); info.WorkspaceID != "" && id != info.WorkspaceID {
+		return nil, fmt.Errorf("%w: %s is not the folder session %s started on (it was replaced since): put that folder back", ErrNotRecoverable, ws, info.Name)
+	}
 	o.Workspace = ws
 	// The dead host's runtime folder (sockets) is of no use now.
 	if isRuntimeDir(info.Control) {
@@ -140,12 +158,9 @@ func (s *sess) recover(ctx context.Context, info *Info) (*Result, error) {
 	if err := o.Driver.Available(ctx, o.Arch); err != nil {
 		return nil, err
 	}
-	s.logDir = info.LogDir
-	if s.logDir == "" || !filepath.IsAbs(s.logDir) {
-		return nil, fmt.Errorf("%w: session %s records no log folder", ErrNotRecoverable, info.Name)
-	}
-	if err := ensureDir(s.logDir); err != nil {
-		return nil, err
+	s.logDir = info.LogDir // checked by checkOwnFolders
+	if err := os.Mkdir(s.logDir, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
+		return nil, fmt.Errorf("create log folder: %w", err)
 	}
 	logf, err := os.OpenFile(filepath.Join(s.logDir, sessionLog), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
 	if err != nil {
@@ -156,7 +171,7 @@ func (s *sess) recover(ctx context.Context, info *Info) (*Result, error) {
 	s.log = slog.New(s.logRed).With("session", s.name)
 	s.log.Info("recovery: rescue VM on the crashed session's scratch disk", "host_pid", info.PID)
 	s.updateState(func(st *State) {
-		st.Status, st.PID, st.PIDStart, st.Control = StatusStopping, os.Getpid(), procStart(os.Getpid()), ""
+		st.Status, st.PID, st.PIDStart, st.Control = StatusRecovering, os.Getpid(), procStart(os.Getpid()), ""
 	})
 
 	s.runDir, err = os.MkdirTemp("", "vibedom-")
@@ -202,11 +217,10 @@ func (s *sess) recover(ctx context.Context, info *Info) (*Result, error) {
 		return s.result(), err
 	}
 	s.progress("collecting the crashed session's changes")
-	ectx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Minute)
-	defer cancel()
+	ectx := context.WithoutCancel(ctx)
 	pinfo, err := s.collectChanges(ectx)
 	if err != nil {
-		return s.result(), fmt.Errorf("collect the changes (the scratch disk is kept): %w", err)
+		return s.result(), fmt.Errorf("collect the changes (the scratch disk is kept: vibedom recover %s tries again): %w", s.name, err)
 	}
 	if err := s.stopMachine(); err != nil {
 		s.log.Warn("stop the rescue VM", "err", err)
@@ -238,4 +252,45 @@ func isRuntimeDir(control string) bool {
 		return false
 	}
 	return checkPrivateDir(dir) == nil
+}
+
+// checkOwnFolders refuses a state.json whose log folder is not one of the
+// home's own (logs/session-…, a real folder or absent), so a recovery
+// creates and writes nothing outside the vibedom home.
+func checkOwnFolders(home Home, info *Info) error {
+	ld := info.LogDir
+	if ld == "" || !filepath.IsAbs(ld) || filepath.Clean(ld) != ld || filepath.Dir(ld) != filepath.Clean(home.Logs()) ||
+		!strings.HasPrefix(filepath.Base(ld), "session-") {
+		return fmt.Errorf("%w: session %s records the log folder %q, which is not under %s", ErrNotRecoverable, info.Name, ld, home.Logs())
+	}
+	if err := ensureDir(home.Logs()); err != nil {
+		return err
+	}
+	if fi, err := os.Lstat(ld); err == nil && !fi.IsDir() {
+		return fmt.Errorf("%w: session %s's log folder %s is not a folder", ErrNotRecoverable, info.Name, ld)
+	}
+	return nil
+}
+
+// removeStaleTemps removes what an atomic write or a collection left in
+// the session folder dir when its process died: ".NAME.tmp-*" files of
+// the session's own files and ".collect-spool-*".
+func removeStaleTemps(dir string) {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return
+	}
+	for _, e := range ents {
+		n := e.Name()
+		if !e.Type().IsRegular() {
+			continue
+		}
+		stale := strings.HasPrefix(n, ".collect-spool-")
+		for _, f := range []string{overlay.PatchFileName, overlay.InfoFileName, stateFile} {
+			stale = stale || strings.HasPrefix(n, "."+f+".tmp-")
+		}
+		if stale {
+			_ = os.Remove(filepath.Join(dir, n))
+		}
+	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -50,7 +51,7 @@ func TestRecoverRemovesOnlyItsRuntimeFolder(t *testing.T) {
 		t.Fatal(err)
 	}
 	st, _ := json.Marshal(State{Name: "ws-0001", Workspace: ws, Created: time.Now().UTC(), Status: StatusRunning,
-		LogDir: filepath.Join(root, "logs"), PID: 0, Control: filepath.Join(victim, controlSocket)})
+		LogDir: filepath.Join(home.Logs(), "session-1"), PID: 0, Control: filepath.Join(victim, controlSocket)})
 	if err := os.WriteFile(filepath.Join(dir, stateFile), st, 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -128,5 +129,98 @@ func TestRecoverOneAtATime(t *testing.T) {
 	_, err = Recover(context.Background(), RecoverOptions{Home: h, Name: "crashed"})
 	if err == nil || strings.Contains(err.Error(), "is running") {
 		t.Fatalf("after the lock was released: %v", err)
+	}
+}
+
+// availableDriver says it can run VMs but starts none: a recovery with it
+// goes as far as preparing the rescue VM.
+type availableDriver struct{ unavailableDriver }
+
+func (availableDriver) Available(context.Context, vm.Arch) error { return nil }
+
+// TestRecoverTamperedState: recover follows nothing state.json says
+// outside the vibedom home. A log folder elsewhere is refused and not
+// created; a workspace that is a symlink to another folder, or a folder
+// put in the place of the one the session started on, is refused. A
+// temporary file a killed recovery left (.changes.patch.tmp-*) is removed.
+func TestRecoverTamperedState(t *testing.T) {
+	root := t.TempDir()
+	home := Home(filepath.Join(root, "home"))
+	ws := filepath.Join(root, "ws")
+	other := filepath.Join(root, "other")
+	for _, d := range []string{ws, other} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	link := filepath.Join(root, "link")
+	os.Symlink(other, link)
+	outside := filepath.Join(root, "elsewhere", "logs")
+	ownLogs := filepath.Join(home.Logs(), "session-20260101-000000")
+	cases := []struct {
+		name   string
+		st     State
+		want   string
+		absent string // must not exist afterwards
+	}{
+		{"log folder outside the home", State{Workspace: ws, LogDir: outside}, "not under", outside},
+		{"log folder up and out", State{Workspace: ws, LogDir: filepath.Join(home.Logs(), "..", "..", "elsewhere", "x")}, "not under", filepath.Join(root, "elsewhere")},
+		{"log folder not a session's", State{Workspace: ws, LogDir: filepath.Join(home.Logs(), "keys")}, "not under", filepath.Join(home.Logs(), "keys")},
+		{"workspace through a symlink", State{Workspace: link, LogDir: ownLogs}, "now leads to", ""},
+		{"workspace replaced", State{Workspace: ws, WorkspaceID: "1:2", LogDir: ownLogs}, "is not the folder session", ""},
+	}
+	for i, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			name := fmt.Sprintf("tampered-%d", i)
+			dir := home.Session(name)
+			if err := os.MkdirAll(dir, 0o700); err != nil {
+				t.Fatal(err)
+			}
+			os.WriteFile(filepath.Join(dir, scratchFile), []byte("disk"), 0o600)
+			stale := filepath.Join(dir, ".changes.patch.tmp-123")
+			os.WriteFile(stale, nil, 0o600)
+			st := tc.st
+			st.Name, st.Created, st.Status, st.PID = name, time.Now().UTC(), StatusRunning, 0
+			b, _ := json.Marshal(st)
+			if err := os.WriteFile(filepath.Join(dir, stateFile), b, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			_, err := Recover(t.Context(), RecoverOptions{Home: home, Name: name, Driver: availableDriver{}})
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("recover: %v, want it to say %q", err, tc.want)
+			}
+			if tc.absent != "" {
+				if _, err := os.Lstat(tc.absent); err == nil {
+					t.Errorf("recover created %s", tc.absent)
+				}
+			}
+			if _, err := os.Stat(stale); err == nil {
+				t.Error("the stale temporary patch file is still there")
+			}
+			if _, err := os.Stat(filepath.Join(dir, scratchFile)); err != nil {
+				t.Errorf("the scratch disk is gone: %v", err)
+			}
+		})
+	}
+}
+
+// TestRecoveringStatus: while recover runs, the session is "recovering"
+// (not "running"); when the recovering process is gone, it is crashed again.
+func TestRecoveringStatus(t *testing.T) {
+	h := Home(t.TempDir())
+	dir := h.Session("r")
+	os.MkdirAll(dir, 0o700)
+	st := State{Name: "r", Workspace: t.TempDir(), Created: time.Now().UTC(), Status: StatusRecovering, PID: os.Getpid(), PIDStart: procStart(os.Getpid())}
+	b, _ := json.Marshal(st)
+	os.WriteFile(filepath.Join(dir, stateFile), b, 0o600)
+	i, err := h.FindSession("r")
+	if err != nil || i.Live != StatusRecovering {
+		t.Fatalf("live status %v, %v; want recovering", i.Live, err)
+	}
+	st.PID = 2147483646
+	b, _ = json.Marshal(st)
+	os.WriteFile(filepath.Join(dir, stateFile), b, 0o600)
+	if i, _ = h.FindSession("r"); i.Live != StatusCrashed {
+		t.Errorf("a recovery whose process is gone: %v, want crashed", i.Live)
 	}
 }

@@ -79,6 +79,15 @@ type Options struct {
 	// Stop, when it closes, asks the session to stop as `vibedom stop`
 	// does: the agent is ended and its changes collected.
 	Stop <-chan struct{}
+	// Interrupts delivers the user's Ctrl-C (SIGINT, SIGTERM): before the
+	// changes are collected each asks the session to stop; while they are
+	// collected the first says what a second does, and the second aborts
+	// the collection and keeps the scratch disk for `vibedom recover`.
+	Interrupts <-chan os.Signal
+	// CollectIdle is how long the collection waits for the guest's next
+	// byte before it gives up and keeps the scratch disk; zero means the
+	// default (2 minutes), or $VIBEDOM_COLLECT_IDLE (a Go duration).
+	CollectIdle time.Duration
 	// Ready, when set, is called once the guest is up, the agent started
 	// and the control socket serves.
 	Ready func(name string)
@@ -88,6 +97,9 @@ type Options struct {
 	// writes only session.log.
 	Log *slog.Logger
 }
+
+// CollectIdleEnv names the variable that sets Options.CollectIdle.
+const CollectIdleEnv = "VIBEDOM_COLLECT_IDLE"
 
 // Result is what a finished session reports.
 type Result struct {
@@ -132,6 +144,15 @@ func (o *Options) setDefaults() error {
 	}
 	if o.ScratchSize == 0 {
 		o.ScratchSize = 8 << 30
+	}
+	if o.CollectIdle == 0 {
+		if v := os.Getenv(CollectIdleEnv); v != "" {
+			d, err := time.ParseDuration(v)
+			if err != nil || d <= 0 {
+				return fmt.Errorf("$%s=%q: want a duration such as 5m", CollectIdleEnv, v)
+			}
+			o.CollectIdle = d
+		}
 	}
 	if o.Stdin == nil {
 		o.Stdin = strings.NewReader("")

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"time"
 
 	"golang.org/x/crypto/ssh"
@@ -44,19 +45,14 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		return nil, errors.New("no command given and this is not a terminal: pass the command after --, e.g. vibedom run PATH -- make test")
 	}
 	s := &sess{opts: o, ctl: newHostCtl(), ctlUID: os.Getuid()}
-	if o.Stop != nil {
-		done := make(chan struct{})
-		defer close(done)
-		go func() {
-			select {
-			case <-o.Stop:
-				s.ctl.requestStop()
-			case <-done:
-			}
-		}()
-	}
+	done := make(chan struct{})
+	defer close(done)
+	go s.watchInterrupts(done)
 	start := time.Now()
 	res, err := s.run(ctx, start)
+	if err != nil && s.keepScratch.Load() && s.dir != "" {
+		err = fmt.Errorf("%w; the agent's work is kept on the session's scratch disk: vibedom recover %s", err, s.name)
+	}
 	if cerr := s.cleanup.run(); cerr != nil {
 		if s.log != nil {
 			s.log.Warn("cleanup", "err", cerr)
@@ -107,6 +103,9 @@ func (s *sess) run(ctx context.Context, start time.Time) (*Result, error) {
 	if o.Ready != nil {
 		o.Ready(s.name)
 	}
+	// From here the scratch disk may hold the agent's work: it stays until
+	// the patch is written from a verified collection.
+	s.keepScratch.Store(!o.Review.Skip)
 	code, err := s.runAgent(ctx)
 	res := s.result()
 	res.ExitCode = code
@@ -117,15 +116,15 @@ func (s *sess) run(ctx context.Context, start time.Time) (*Result, error) {
 	s.windUp(ctx)
 
 	// The rest must happen even when the user interrupted the command.
-	ectx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Minute)
-	defer cancel()
+	ectx := context.WithoutCancel(ctx)
 	var info *overlay.PatchInfo
 	if !o.Review.Skip {
 		s.progress("collecting the agent's changes")
 		info, err = s.collectChanges(ectx)
 		if err != nil {
-			return res, fmt.Errorf("collect the agent's changes (the VM's scratch disk is kept in %s): %w", s.dir, err)
+			return res, fmt.Errorf("collect the agent's changes: %w", err)
 		}
+		s.keepScratch.Store(false)
 	}
 	s.updateState(func(st *State) { st.Status = StatusStopping })
 	if err := s.stopMachine(); err != nil {
@@ -319,10 +318,29 @@ func (s *sess) shell(ctx context.Context, ko client.ShellOptions) (client.ExitSt
 // collectChanges streams the overlay's change set and the changed files'
 // content from the guest (one command, one channel: see collect) and builds
 // the session's patch from them.
+//
+// It runs until the stream ends, the guest stalls (see collectLimits.Idle)
+// or the user interrupts twice (see interrupt); only a verified stream
+// leaves a patch.
 func (s *sess) collectChanges(ctx context.Context) (*overlay.PatchInfo, error) {
+	return s.collectFrom(ctx, s.client)
+}
+
+// collectFrom is collectChanges from g.
+func (s *sess) collectFrom(ctx context.Context, g guestExec) (*overlay.PatchInfo, error) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	s.intrMu.Lock()
+	s.collecting, s.presses = cancel, 0
+	s.intrMu.Unlock()
+	defer func() {
+		s.intrMu.Lock()
+		s.collecting = nil
+		s.intrMu.Unlock()
+	}()
 	var info *overlay.PatchInfo
-	lim := collectLimits{MaxFile: maxCollectFile, MaxTotal: s.opts.ScratchSize}
-	err := collect(ctx, s.client, lim, func(cs *overlay.ChangeSet, src overlay.Source) error {
+	lim := collectLimits{MaxFile: maxCollectFile, MaxTotal: s.opts.ScratchSize, Idle: s.opts.CollectIdle, SpoolDir: s.dir}
+	err := collect(ctx, g, lim, func(cs *overlay.ChangeSet, src overlay.Source) error {
 		var err error
 		info, err = overlay.WriteSessionPatch(ctx, s.dir, cs, src, s.log)
 		if err == nil {
@@ -331,9 +349,52 @@ func (s *sess) collectChanges(ctx context.Context) (*overlay.PatchInfo, error) {
 		return err
 	})
 	if err != nil {
+		if info != nil {
+			// The stream verified and the patch was written, but the guest's
+			// collector then failed: a failed session leaves no patch.
+			removeIfExists(filepath.Join(s.dir, overlay.PatchFileName))
+			removeIfExists(filepath.Join(s.dir, overlay.InfoFileName))
+		}
 		return nil, err
 	}
 	return info, nil
+}
+
+// watchInterrupts serves Options.Interrupts until done closes: see
+// interrupt.
+func (s *sess) watchInterrupts(done <-chan struct{}) {
+	stop := s.opts.Stop
+	for {
+		select {
+		case <-stop:
+			s.ctl.requestStop()
+			stop = nil
+		case <-s.opts.Interrupts:
+			s.interrupt()
+		case <-done:
+			return
+		}
+	}
+}
+
+// interrupt is one Ctrl-C (or SIGINT/SIGTERM to a detached host). Before
+// the collection it asks the session to stop, as `vibedom stop` does.
+// While collecting, the first says what a second does; the second aborts
+// the collection, which keeps the scratch disk for `vibedom recover`.
+func (s *sess) interrupt() {
+	s.intrMu.Lock()
+	defer s.intrMu.Unlock()
+	if s.collecting == nil {
+		s.ctl.requestStop()
+		return
+	}
+	s.presses++
+	if s.presses == 1 {
+		s.progress("collecting the agent's changes; press Ctrl-C again to abort and keep the scratch disk for vibedom recover %s", s.name)
+		return
+	}
+	s.progress("aborting the collection; the scratch disk is kept: vibedom recover %s", s.name)
+	s.collecting(ErrCollectAborted)
 }
 
 // review runs the review prompt on the session's patch.

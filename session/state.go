@@ -25,17 +25,23 @@ const (
 	StatusStopping Status = "stopping"
 	StatusStopped  Status = "stopped"
 	StatusFailed   Status = "failed"
+	// StatusRecovering: `vibedom recover` collects a crashed session's
+	// work in a rescue VM.
+	StatusRecovering Status = "recovering"
 )
 
 // State is a session's state.json. Other commands (list, diff, apply …) read
 // it; only the session's own process writes it.
 type State struct {
-	Name      string    `json:"name"`
-	Workspace string    `json:"workspace"`
-	Created   time.Time `json:"created"`
-	Status    Status    `json:"status"`
-	LogDir    string    `json:"log_dir"`
-	PID       int       `json:"pid,omitempty"`
+	Name      string `json:"name"`
+	Workspace string `json:"workspace"`
+	// WorkspaceID identifies the workspace folder (device and inode) as
+	// it was at start, so a recovery knows it is still the same folder.
+	WorkspaceID string    `json:"workspace_id,omitempty"`
+	Created     time.Time `json:"created"`
+	Status      Status    `json:"status"`
+	LogDir      string    `json:"log_dir"`
+	PID         int       `json:"pid,omitempty"`
 	// PIDStart is PID's start time, so a recycled PID is not taken for a
 	// live session.
 	PIDStart  string   `json:"pid_start,omitempty"`

@@ -28,7 +28,7 @@ const (
 
 // live reports whether s's recorded status is one of a running process.
 func (s Status) live() bool {
-	return s == StatusStarting || s == StatusRunning || s == StatusStopping || s == StatusPaused
+	return s == StatusStarting || s == StatusRunning || s == StatusStopping || s == StatusPaused || s == StatusRecovering
 }
 
 // Info is one session as the store reads it.

@@ -39,7 +39,7 @@ func main() {
 			fmt.Fprintf(os.Stderr, "vibedom-guest collect: bad size %q\n", os.Args[2])
 			os.Exit(2)
 		}
-		if err := guest.WriteCollection(os.Stdout, max); err != nil {
+		if err := guest.WriteCollection(os.Stdout, os.Stderr, max); err != nil {
 			fmt.Fprintln(os.Stderr, "vibedom-guest collect:", err)
 			os.Exit(1)
 		}

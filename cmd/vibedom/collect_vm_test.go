@@ -5,9 +5,14 @@ import (
 	"encoding/hex"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 )
 
 // TestCollectLargeFilesVM: files of 2 MB, 100 MB and 200 MB written in the
@@ -104,4 +109,163 @@ d=` + strings.Repeat("d", 180) + `
 		t.Errorf("the deep path is not reported as not carried:\n%s", strings.Join(short, "\n"))
 	}
 	c.assertNothingLeft(t)
+}
+
+// TestCollectBusyWritersVM: processes still writing in /work when the
+// session stops — a `vibedom exec` that appends forever and a background
+// job the agent left, immune to the hang-up — do not fail the collection:
+// `vibedom stop` collects, and the review brings the agent's work back.
+// (The guest once read a log "changed while reading", the stream ended
+// without its end, and the scratch disk was deleted.)
+func TestCollectBusyWritersVM(t *testing.T) {
+	requireVM(t)
+	c := newCLI(t)
+	ws := sampleWorkspace(t)
+	name := c.startDetached(t, ws, "--", "sh", "-c",
+		`(trap "" HUP TERM; while :; do echo x >> /work/bg.log; done) & echo hi > /work/a.txt; exec sleep 100000`)
+	writer := exec.Command(vibedomBin(t), "exec", name, "--", "sh", "-c", "while :; do echo x >> /work/dev-server.log; done")
+	writer.Env = c.env
+	if err := writer.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { writer.Process.Kill(); writer.Wait() })
+	// Both writers run before the stop.
+	for end := time.Now().Add(2 * time.Minute); ; time.Sleep(200 * time.Millisecond) {
+		_, _, code := c.run(t, "", "exec", name, "--", "sh", "-c", "test -s /work/dev-server.log && test -s /work/bg.log && test -s /work/a.txt")
+		if code == 0 {
+			break
+		}
+		if time.Now().After(end) {
+			t.Fatal("the writers did not start")
+		}
+	}
+	out, stderr, code := c.run(t, "", "stop", name)
+	if code != 0 || !strings.Contains(out, "vibedom review "+name) {
+		t.Fatalf("stop: exit %d\n%s\n%s", code, out, stderr)
+	}
+	if _, stderr, code = c.run(t, "", "review", name, "--apply"); code != 0 {
+		t.Fatalf("review --apply: exit %d\n%s", code, stderr)
+	}
+	if b, err := os.ReadFile(filepath.Join(ws, "a.txt")); err != nil || string(b) != "hi\n" {
+		t.Errorf("a.txt: %q %v", b, err)
+	}
+	for _, f := range []string{"bg.log", "dev-server.log"} {
+		b, err := os.ReadFile(filepath.Join(ws, f))
+		if err != nil || len(b) == 0 || strings.Trim(string(b), "x\n") != "" {
+			t.Errorf("%s: %d bytes, %v", f, len(b), err)
+		}
+	}
+	c.assertNothingLeft(t)
+}
+
+// TestCollectStalledVM: a guest that stops sending in the middle of the
+// collection (its VM frozen with SIGSTOP) is given up after the idle time
+// ($VIBEDOM_COLLECT_IDLE, short here); the session ends "crashed,
+// recoverable" with its scratch disk, says to run vibedom recover, and
+// recover brings the work back. (A fixed 10-minute deadline once ended it
+// by deleting the scratch disk.)
+func TestCollectStalledVM(t *testing.T) {
+	requireVM(t)
+	c := newCLI(t)
+	c.env = append(c.env, "VIBEDOM_COLLECT_IDLE=5s")
+	ws := sampleWorkspace(t)
+	name := c.startDetached(t, ws)
+	if _, stderr, code := c.run(t, "", "exec", name, "--", "sh", "-c", "echo kept > /work/kept.txt && sync"); code != 0 {
+		t.Fatalf("exec: exit %d\n%s", code, stderr)
+	}
+	pgrep, err := exec.Command("pgrep", "-f", "qemu-system.*"+regexp.QuoteMeta(c.home)).Output()
+	if err != nil {
+		t.Fatalf("find the VM's process: %v", err)
+	}
+	var qemus []int
+	for _, f := range strings.Fields(string(pgrep)) {
+		pid, _ := strconv.Atoi(f)
+		qemus = append(qemus, pid)
+		syscall.Kill(pid, syscall.SIGSTOP)
+	}
+	t.Cleanup(func() {
+		for _, pid := range qemus {
+			syscall.Kill(pid, syscall.SIGCONT)
+		}
+	})
+	_, stderr, code := c.run(t, "", "stop", name)
+	lines := strings.Split(strings.TrimSpace(stderr), "\n")
+	if last := lines[len(lines)-1]; code == 0 || !strings.Contains(last, "vibedom recover "+name) || !strings.Contains(last, "stopped sending") {
+		t.Fatalf("stop of a stalled session: exit %d\n%s", code, stderr)
+	}
+	out, _, _ := c.run(t, "", "list")
+	if !regexp.MustCompile(name + `\s+crashed, recoverable`).MatchString(out) {
+		t.Errorf("list after a stalled collection:\n%s", out)
+	}
+	if _, err := os.Stat(filepath.Join(c.home, "sessions", name, "scratch.img")); err != nil {
+		t.Fatalf("the scratch disk is gone: %v", err)
+	}
+	if _, stderr, code = c.run(t, "", "recover", name, "--apply"); code != 0 {
+		t.Fatalf("recover: exit %d\n%s", code, stderr)
+	}
+	if b, err := os.ReadFile(filepath.Join(ws, "kept.txt")); err != nil || string(b) != "kept\n" {
+		t.Errorf("kept.txt after recover: %q %v", b, err)
+	}
+	c.assertNothingLeft(t)
+}
+
+// TestCollectInterruptVM: SIGTERM to a detached host while it collects
+// from a guest that stopped answering (its VM frozen) does not abort at
+// once: the host says a second one aborts and keeps the scratch disk; the
+// second one does, and the session is crashed, recoverable, without
+// waiting for the idle deadline (left at its 2-minute default).
+func TestCollectInterruptVM(t *testing.T) {
+	requireVM(t)
+	c := newCLI(t)
+	ws := sampleWorkspace(t)
+	name := c.startDetached(t, ws)
+	if _, stderr, code := c.run(t, "", "exec", name, "--", "sh", "-c", "echo kept > /work/kept.txt && sync"); code != 0 {
+		t.Fatalf("exec: exit %d\n%s", code, stderr)
+	}
+	host := int(c.state(t, name)["pid"].(float64))
+	pgrep, err := exec.Command("pgrep", "-f", "qemu-system.*"+regexp.QuoteMeta(c.home)).Output()
+	if err != nil {
+		t.Fatalf("find the VM's process: %v", err)
+	}
+	for _, f := range strings.Fields(string(pgrep)) {
+		pid, _ := strconv.Atoi(f)
+		syscall.Kill(pid, syscall.SIGSTOP)
+		t.Cleanup(func() { syscall.Kill(pid, syscall.SIGCONT) })
+	}
+	hostLog := filepath.Join(c.home, "logs", "host-"+name+".log")
+	waitLog := func(want string) {
+		t.Helper()
+		for end := time.Now().Add(2 * time.Minute); ; time.Sleep(100 * time.Millisecond) {
+			if b, _ := os.ReadFile(hostLog); strings.Contains(string(b), want) {
+				return
+			}
+			if time.Now().After(end) {
+				b, _ := os.ReadFile(hostLog)
+				t.Fatalf("the host log never said %q:\n%s", want, b)
+			}
+		}
+	}
+	syscall.Kill(host, syscall.SIGTERM) // stop: the agent does not answer; after 10 s the host collects
+	waitLog("collecting the agent's changes\n")
+	syscall.Kill(host, syscall.SIGTERM)
+	waitLog("press Ctrl-C again to abort and keep the scratch disk for vibedom recover " + name)
+	if st := c.state(t, name)["status"]; st != "stopping" && st != "running" {
+		t.Errorf("after one interrupt while collecting the session is %v", st)
+	}
+	syscall.Kill(host, syscall.SIGTERM)
+	for end := time.Now().Add(2 * time.Minute); syscall.Kill(host, 0) == nil; time.Sleep(100 * time.Millisecond) {
+		if time.Now().After(end) {
+			t.Fatal("the host did not end after the second interrupt")
+		}
+	}
+	out, _, _ := c.run(t, "", "list")
+	if !regexp.MustCompile(name + `\s+crashed, recoverable`).MatchString(out) {
+		t.Errorf("list after an aborted collection:\n%s", out)
+	}
+	if e, _ := c.state(t, name)["error"].(string); !strings.Contains(e, "collection aborted") || !strings.Contains(e, "vibedom recover "+name) {
+		t.Errorf("the session's error: %q", e)
+	}
+	if _, err := os.Stat(filepath.Join(c.home, "sessions", name, "scratch.img")); err != nil {
+		t.Errorf("the scratch disk is gone: %v", err)
+	}
 }

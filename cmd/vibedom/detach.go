@@ -178,15 +178,10 @@ func runHost(o session.Options) error {
 			ready.Close()
 		})
 	}
-	stop := make(chan struct{})
-	o.Stop = stop
-	sigs := make(chan os.Signal, 1)
-	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	// The first SIGINT or SIGTERM asks the session to stop; while it
+	// collects, the next two warn and then abort (session.Options.Interrupts).
+	o.Interrupts = interrupts()
 	signal.Ignore(syscall.SIGHUP, syscall.SIGPIPE)
-	go func() {
-		<-sigs
-		close(stop)
-	}()
 	res, err := session.Run(context.Background(), o)
 	if err != nil {
 		readyOnce.Do(func() {

@@ -7,6 +7,9 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/signal"
+	"strings"
+	"syscall"
 	"time"
 
 	"github.com/urfave/cli/v3"
@@ -135,7 +138,7 @@ func statusAction(ctx context.Context, c *cli.Command) error {
 		"name": i.Name, "status": statusLabel(i), "workspace": i.Workspace, "created": i.Created,
 		"log_dir": i.LogDir, "patch_pending": i.PatchPending(), "detached": i.Detached,
 	}
-	if i.Live == session.StatusCrashed {
+	if i.Live == session.StatusCrashed || i.Live == session.StatusFailed {
 		out["recoverable"] = i.Recoverable()
 	}
 	var hs *session.HostStatus
@@ -171,6 +174,8 @@ func statusAction(ctx context.Context, c *cli.Command) error {
 	switch {
 	case i.Live == session.StatusCrashed && i.Recoverable():
 		fmt.Fprintf(w, "next      vibedom recover %s (its host died; the agent's work is on its scratch disk)\n", termtext.Line(i.Name))
+	case i.Live == session.StatusFailed && i.Recoverable():
+		fmt.Fprintf(w, "next      vibedom recover %s (its changes were not collected; the agent's work is on its scratch disk)\n", termtext.Line(i.Name))
 	case i.PatchPending():
 		fmt.Fprintf(w, "next      vibedom review %s\n", termtext.Line(i.Name))
 	}
@@ -178,10 +183,11 @@ func statusAction(ctx context.Context, c *cli.Command) error {
 }
 
 // statusLabel is the status a user reads: crashed sessions whose work can
-// be recovered say so.
+// be recovered say so, and so do sessions that ended without collecting
+// it (their scratch disk is kept for the same recovery).
 func statusLabel(i *session.Info) string {
 	switch {
-	case i.Live == session.StatusCrashed && i.Recoverable():
+	case (i.Live == session.StatusCrashed || i.Live == session.StatusFailed) && i.Recoverable():
 		return "crashed, recoverable"
 	case i.Live == session.StatusRunning && i.Detached:
 		return "running, detached"
@@ -260,7 +266,7 @@ func stopAction(ctx context.Context, c *cli.Command) error {
 		if err != nil {
 			return err
 		}
-		if last.Live != session.StatusStopping && last.Live != session.StatusRunning && last.Live != session.StatusPaused {
+		if last.Live != session.StatusStopping && last.Live != session.StatusRunning && last.Live != session.StatusPaused && last.Live != session.StatusStarting {
 			break
 		}
 		select {
@@ -273,6 +279,8 @@ func stopAction(ctx context.Context, c *cli.Command) error {
 		return writeJSON(w, map[string]any{"name": last.Name, "status": string(last.Live), "patch_pending": last.PatchPending(), "error": last.Error})
 	}
 	switch {
+	case last.Live == session.StatusFailed && last.Recoverable() && !strings.Contains(last.Error, "vibedom recover"):
+		return fmt.Errorf("session %s ended with an error: %s (logs: %s); the agent's work is kept: vibedom recover %s", last.Name, last.Error, last.LogDir, last.Name)
 	case last.Live == session.StatusFailed:
 		return fmt.Errorf("session %s ended with an error: %s (logs: %s)", last.Name, last.Error, last.LogDir)
 	case last.PatchPending():
@@ -389,8 +397,17 @@ system commits every few seconds.`,
 				ro.Progress = nil
 			}
 			ro.Review.Color = ro.Terminal != nil && os.Getenv("NO_COLOR") == ""
+			ro.Interrupts = interrupts()
 			_, err = session.Recover(ctx, ro)
 			return err
 		},
 	})
+}
+
+// interrupts delivers this process's SIGINT and SIGTERM to a session (see
+// session.Options.Interrupts), besides the command's context.
+func interrupts() <-chan os.Signal {
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	return sigs
 }

@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -366,11 +367,45 @@ func TestRecoverVM(t *testing.T) {
 	if code == 0 || !strings.Contains(stderr, "vibedom recover "+name) {
 		t.Errorf("attach to a crashed session: exit %d, %q", code, stderr)
 	}
-	_, stderr, code = c.run(t, "", "recover", name, "--apply")
-	if code != 0 {
-		t.Fatalf("recover: exit %d\n%s", code, stderr)
+	// The dead host's VM goes with it, but not at once.
+	for end := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		if err := exec.Command("pgrep", "-f", "qemu-system.*"+regexp.QuoteMeta(c.home)).Run(); err != nil {
+			break
+		}
+		if time.Now().After(end) {
+			t.Fatal("the crashed session's VM is still running")
+		}
 	}
-	t.Logf("recover:\n%s", stderr)
+	// While recover runs, list says so (it once said "running, detached").
+	rec := exec.Command(vibedomBin(t), "recover", name, "--apply")
+	rec.Env = c.env
+	var recErr bytes.Buffer
+	rec.Stderr = &recErr
+	if err := rec.Start(); err != nil {
+		t.Fatal(err)
+	}
+	recDone := make(chan error, 1)
+	go func() { recDone <- rec.Wait() }()
+	var during []string
+	for polling := true; polling; {
+		select {
+		case err := <-recDone:
+			polling = false
+			if err != nil {
+				t.Fatalf("recover: %v\n%s", err, recErr.String())
+			}
+		default:
+			out, _, _ = c.run(t, "", "list")
+			if m := regexp.MustCompile(name + `\s+(\S[^\n]*?)\s{2,}`).FindStringSubmatch(out); m != nil {
+				during = append(during, m[1])
+			}
+		}
+	}
+	during = slices.Compact(during)
+	if !slices.Contains(during, "recovering") || slices.Contains(during, "running, detached") {
+		t.Errorf("list while recover ran: %q, want recovering", during)
+	}
+	t.Logf("recover:\n%s", recErr.String())
 	b, err := os.ReadFile(filepath.Join(ws, "random.bin"))
 	if err != nil {
 		t.Fatal(err)

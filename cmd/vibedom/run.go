@@ -201,6 +201,7 @@ func runAction(ctx context.Context, c *cli.Command) error {
 	// when there is no command.
 	o.Terminal = session.NewTerminal(os.Stdin, os.Stdout)
 	o.Review.Color = o.Terminal != nil && os.Getenv("NO_COLOR") == ""
+	o.Interrupts = interrupts()
 	res, err := session.Run(ctx, o)
 	if err != nil {
 		if res != nil && res.LogDir != "" {
