@@ -12,8 +12,9 @@ import (
 )
 
 // Swap says where one secret the guest only has a placeholder for is put
-// in: on requests to Host, port 443, a Header whose whole value is
-// Placeholder becomes Value.
+// in: on requests to Host, port 443, sent upstream over verified TLS
+// (Destination.SwapAllowed), a Header whose whole value is Placeholder
+// becomes Value.
 type Swap struct {
 	Name        string // for messages ("anthropic")
 	Host        string
@@ -25,12 +26,24 @@ type Swap struct {
 	Token string
 }
 
+// upstreamKind names how a request leaves, for messages.
+func upstreamKind(d Destination) string {
+	switch {
+	case d.Scheme == "https" && !d.Verified:
+		return "unverified TLS"
+	case d.Scheme == "https":
+		return "verified TLS"
+	}
+	return "plain HTTP"
+}
+
 // ErrPlaceholder means a request carried a credential placeholder where it
 // is not swapped.
 var ErrPlaceholder = errors.New("a credential placeholder where vibedom does not put the key")
 
 // NewSwapFilter wraps inner (the DLP) with credential swaps. A swap happens
-// only when a request to the swap's host on port 443 has the swap's header,
+// only when a request to the swap's host on port 443, going upstream over
+// TLS the engine verifies (Destination.SwapAllowed), has the swap's header,
 // once, with exactly the placeholder value: that header is kept out of
 // inner's sight and set to the real value after inner ran, so the DLP,
 // which knows the real value, never scrubs it there. A placeholder in any
@@ -59,6 +72,10 @@ func (f *swapFilter) FilterRequest(ctx context.Context, dest Destination, r *htt
 				}
 				if do == nil && dest.Port == 443 && strings.EqualFold(dest.Name, s.Host) && strings.EqualFold(name, s.Header) &&
 					len(vals) == 1 && v == s.Placeholder {
+					if !dest.SwapAllowed() {
+						return nil, fmt.Errorf("%w (%s's, to %s:%d over %s: the key goes only over TLS verified for the provider)",
+							ErrPlaceholder, s.Name, dest.Name, dest.Port, upstreamKind(dest))
+					}
 					do = s
 					continue
 				}
