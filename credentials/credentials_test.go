@@ -7,6 +7,8 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/vibedom/vibedom/childenv"
 )
 
 func TestPlaceholderShape(t *testing.T) {
@@ -152,5 +154,15 @@ func TestSessionEnvAndKnownValues(t *testing.T) {
 	kv := s.KnownValues()
 	if len(kv) != 2 || kv[0].Value != k.value || kv[1].Value != ph {
 		t.Errorf("known values: %v", kv)
+	}
+}
+
+// TestChildEnvStripsEveryProvider: every variable a provider's key is read
+// from is one childenv strips from the programs vibedom starts.
+func TestChildEnvStripsEveryProvider(t *testing.T) {
+	for _, p := range Providers {
+		if !childenv.IsSecret(p.Env + "=x") {
+			t.Errorf("childenv.Secret lacks $%s (%s)", p.Env, p.Name)
+		}
 	}
 }

@@ -19,6 +19,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/vibedom/vibedom/childenv"
 )
 
 // BaselineMode is how a baseline recorded the workspace.
@@ -278,7 +280,7 @@ func writeManifest(ctx context.Context, ws, path string) (int, bool, error) {
 func gitCmd(ctx context.Context, dir string, args ...string) ([]byte, error) {
 	full := append([]string{"-C", dir, "-c", "core.fsmonitor=false", "-c", "core.quotepath=false"}, args...)
 	cmd := exec.CommandContext(ctx, "git", full...)
-	cmd.Env = append(os.Environ(), "GIT_OPTIONAL_LOCKS=0", "LC_ALL=C")
+	cmd.Env = childenv.Environ("GIT_OPTIONAL_LOCKS=0", "LC_ALL=C")
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()

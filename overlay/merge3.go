@@ -8,6 +8,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+
+	"github.com/vibedom/vibedom/childenv"
 )
 
 // Conflict marker labels.
@@ -107,7 +109,7 @@ func gitMergeFile(base, mine, theirs string) (string, bool, error) {
 // hermeticGitEnv is an environment in which git reads no configuration and
 // finds no repository above dir.
 func hermeticGitEnv(dir string) []string {
-	return []string{
+	return childenv.Filter([]string{
 		"PATH=" + os.Getenv("PATH"),
 		"HOME=" + dir,
 		"XDG_CONFIG_HOME=" + dir,
@@ -116,5 +118,5 @@ func hermeticGitEnv(dir string) []string {
 		"GIT_ATTR_NOSYSTEM=1",
 		"GIT_CEILING_DIRECTORIES=" + filepath.Dir(dir),
 		"LC_ALL=C",
-	}
+	})
 }
