@@ -249,6 +249,10 @@ func (e *GoEngine) forward(w http.ResponseWriter, r *http.Request, dest fwdTarge
 	if r.ProtoMajor == 2 {
 		rp = e.rp2
 	}
+	if hs, ok := e.filter.(ResponseHeaderScrubber); ok {
+		// 1xx header blocks (103 Early Hints) skip ModifyResponse.
+		w = &scrubHeaderWriter{ResponseWriter: w, scrub: hs.ScrubResponseHeader}
+	}
 	if guest != nil {
 		defer func() {
 			guest.setHold(false)
@@ -273,12 +277,18 @@ func (e *GoEngine) modifyResponse(resp *http.Response) error {
 			return fmt.Errorf("%w: upstream switched to %q; only a WebSocket upgrade the proxy asked for is relayed",
 				errUpgradeRefused, shorten(resp.Header.Get("Upgrade")))
 		}
+		if hs, ok := e.filter.(ResponseHeaderScrubber); ok {
+			hs.ScrubResponseHeader(resp.Header)
+		}
 		if rwc, ok := resp.Body.(io.ReadWriteCloser); ok {
 			var up io.ReadWriteCloser = &countRWC{ReadWriteCloser: rwc, up: &st.up, down: &st.down}
 			if st.upgrade != nil {
 				if w := st.upgrade(up); w != nil {
 					up = &wsConn{ReadWriteCloser: up, w: w}
 				}
+			}
+			if uf, ok := e.filter.(UpstreamFrameFilter); ok {
+				up = &wsReadConn{ReadWriteCloser: up, r: uf.UpstreamFrames(up)}
 			}
 			resp.Body = up
 		}
