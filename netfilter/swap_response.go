@@ -123,7 +123,10 @@ type sseGuard struct {
 	err     error
 }
 
-const sseMinHold = 8
+const (
+	sseMinHold  = 8
+	sseMaxEvent = 1 << 20
+)
 
 func (g *sseGuard) Read(p []byte) (int, error) {
 	for len(g.out) == 0 {
@@ -153,6 +156,9 @@ func (g *sseGuard) Read(p []byte) (int, error) {
 			i, sep := bytes.Index(g.in, []byte("\n\n")), 2
 			if j := bytes.Index(g.in, []byte("\r\n\r\n")); j >= 0 && (i < 0 || j < i) {
 				i, sep = j, 4
+			}
+			if i < 0 && len(g.in) > sseMaxEvent {
+				i, sep = len(g.in), 0 // no event is this long: take what is there as one
 			}
 			if i < 0 {
 				break
