@@ -16,7 +16,6 @@ import (
 	"math/big"
 	"os"
 	"path/filepath"
-	"sort"
 	"strings"
 )
 
@@ -161,54 +160,75 @@ func Load(home string, getenv func(string) string) ([]Key, error) {
 	return out, nil
 }
 
-// Placeholder makes a value of the key's shape: the same prefix up to and
-// including its last '-' or '_' within the first 16 characters (sk-ant-api03-,
-// sk-proj-), then random characters of the alphabet the rest uses, to the
-// same length. It never equals the key.
-func Placeholder(key string) (string, error) {
-	cut := 0
-	for i := 0; i < len(key) && i < 16; i++ {
-		if key[i] == '-' || key[i] == '_' {
-			cut = i + 1
+// Prefixes are the fixed, public prefixes of each provider's key kinds,
+// longest first: a placeholder starts with the one the key starts with and
+// holds nothing else of the key.
+var prefixes = map[string][]string{
+	"anthropic": {"sk-ant-admin01-", "sk-ant-api03-", "sk-ant-oat01-", "sk-ant-ort01-", "sk-ant-"},
+	"openai":    {"sk-svcacct-", "sk-admin-", "sk-proj-", "sk-None-", "sk-"},
+}
+
+// placeholderAlphabet is what follows the prefix: the characters both
+// providers' keys use.
+const placeholderAlphabet = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_"
+
+// minShared is the shortest run of the key's secret part a placeholder may
+// not contain.
+const minShared = 4
+
+// KeyPrefix is the fixed prefix of key's kind for p (sk-ant-api03-,
+// sk-proj-, sk-), or "" when the key starts with none of them.
+func KeyPrefix(p Provider, key string) string {
+	for _, pre := range prefixes[p.Name] {
+		if strings.HasPrefix(key, pre) {
+			return pre
 		}
 	}
-	prefix, rest := key[:cut], key[cut:]
-	alphabet := alphabetOf(rest)
+	return ""
+}
+
+// Placeholder makes a value of the key's shape for provider p: the fixed
+// prefix of the key's kind (KeyPrefix), then random characters of one
+// fixed alphabet to the key's length (every key of a kind has the same
+// length, so the length tells nothing of this key). No real character of
+// the key follows the prefix: the placeholder holds no run of minShared
+// characters of the key's secret part (a random one that does is drawn
+// again), and it never equals the key.
+func Placeholder(p Provider, key string) (string, error) {
+	prefix := KeyPrefix(p, key)
+	secret := key[len(prefix):]
 	for {
-		b := make([]byte, len(rest))
+		b := make([]byte, len(secret))
 		for i := range b {
-			n, err := rand.Int(rand.Reader, big.NewInt(int64(len(alphabet))))
+			n, err := rand.Int(rand.Reader, big.NewInt(int64(len(placeholderAlphabet))))
 			if err != nil {
 				return "", err
 			}
-			b[i] = alphabet[n.Int64()]
+			b[i] = placeholderAlphabet[n.Int64()]
 		}
-		if p := prefix + string(b); p != key {
-			return p, nil
+		ph := prefix + string(b)
+		// Runs wholly inside the public prefix are no secret; every other
+		// run is checked.
+		tail := ph[max(0, len(prefix)-(minShared-1)):]
+		if ph != key && !sharesRun(tail, secret, minShared) {
+			return ph, nil
 		}
 	}
 }
 
-// alphabetOf is the smallest usual alphabet holding every character of s.
-func alphabetOf(s string) string {
-	const (
-		lower = "abcdefghijklmnopqrstuvwxyz"
-		upper = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
-		digit = "0123456789"
-	)
-	set := map[byte]bool{}
-	for i := 0; i < len(s); i++ {
-		set[s[i]] = true
+// sharesRun reports whether a and b have a common substring of n bytes.
+func sharesRun(a, b string, n int) bool {
+	if len(a) < n || len(b) < n {
+		return false
 	}
-	a := lower + upper + digit
-	var extra []string
-	for c := range set {
-		if !strings.ContainsRune(a, rune(c)) {
-			extra = append(extra, string(c))
+	runs := make(map[string]bool, len(b))
+	for i := 0; i+n <= len(b); i++ {
+		runs[b[i:i+n]] = true
+	}
+	for i := 0; i+n <= len(a); i++ {
+		if runs[a[i:i+n]] {
+			return true
 		}
 	}
-	sort.Strings(extra)
-	// Keep the extra characters (- and _ in Anthropic's keys) but not as
-	// often as letters, so the shape stays plausible.
-	return a + strings.Join(extra, "")
+	return false
 }

@@ -1,35 +1,89 @@
 package credentials
 
 import (
+	mrand "math/rand/v2"
 	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/vibedom/vibedom/childenv"
 )
 
 func TestPlaceholderShape(t *testing.T) {
-	for _, key := range []string{
-		"sk-ant-api03-" + strings.Repeat("aB3_-x", 15) + "AA", // gitleaks:allow
-		"sk-proj-" + strings.Repeat("Zz9", 40),                // gitleaks:allow
-		strings.Repeat("q", 40),
+	a, _ := Lookup("anthropic")
+	o, _ := Lookup("openai")
+	for _, c := range []struct {
+		p      Provider
+		key    string
+		prefix string
+	}{
+		{a, "sk-ant-api03-" + strings.Repeat("aB3_-x", 15) + "AA", "sk-ant-api03-"}, // gitleaks:allow
+		{o, "sk-proj-" + strings.Repeat("Zz9", 40), "sk-proj-"},                     // gitleaks:allow
+		{o, "sk-proj-Qm4_Rz-CxYz" + strings.Repeat("k", 30), "sk-proj-"},            // gitleaks:allow
+		{o, "sk-" + strings.Repeat("Y7", 24), "sk-"},                                // gitleaks:allow
+		{a, strings.Repeat("q", 40), ""},
 	} {
 		seen := map[string]bool{}
 		for i := 0; i < 20; i++ {
-			p, err := Placeholder(key)
+			p, err := Placeholder(c.p, c.key)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if p == key || len(p) != len(key) || seen[p] {
-				t.Fatalf("placeholder %q for %q", p, key)
+			if p == c.key || len(p) != len(c.key) || seen[p] {
+				t.Fatalf("placeholder %q for %q", p, c.key)
 			}
 			seen[p] = true
-			cut := strings.LastIndexAny(key[:16], "-_") + 1
-			if p[:cut] != key[:cut] {
-				t.Errorf("prefix of %q: %q", key, p[:cut])
+			if !strings.HasPrefix(p, c.prefix) || (c.prefix == "" && strings.HasPrefix(p, "sk-")) {
+				t.Errorf("prefix of %q: %q, want %q", c.key, p, c.prefix)
 			}
 			if !regexp.MustCompile(`^[A-Za-z0-9_-]+$`).MatchString(p) {
 				t.Errorf("alphabet: %q", p)
+			}
+		}
+	}
+}
+
+// TestPlaceholderHoldsNoKeyCharacters (issue 18, item 14): the placeholder
+// is the fixed prefix of the key's kind and random characters; no run of 4
+// characters of the key's secret part (what follows that prefix) appears
+// in it, for many random keys of each kind, and its length is the key's.
+func TestPlaceholderHoldsNoKeyCharacters(t *testing.T) {
+	const alpha = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_"
+	kinds := []struct {
+		provider, prefix string
+		n                int
+	}{
+		{"anthropic", "sk-ant-api03-", 95},
+		{"openai", "sk-proj-", 156},
+		{"openai", "sk-", 48},
+	}
+	rnd := func(n int) string {
+		b := make([]byte, n)
+		for i := range b {
+			b[i] = alpha[mrand.IntN(len(alpha))]
+		}
+		return string(b)
+	}
+	for _, k := range kinds {
+		p, _ := Lookup(k.provider)
+		for i := 0; i < 300; i++ {
+			// The old rule copied up to the last - or _ in the first 16
+			// characters: put some there.
+			secret := rnd(3) + "_" + rnd(2) + "-" + rnd(k.n-7)
+			key := k.prefix + secret
+			ph, err := Placeholder(p, key)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(ph) != len(key) || !strings.HasPrefix(ph, k.prefix) {
+				t.Fatalf("placeholder %q for %q: want the prefix %q and the key's length", ph, key, k.prefix)
+			}
+			for j := len(k.prefix) - 3; j+4 <= len(ph); j++ {
+				if strings.Contains(secret, ph[j:j+4]) {
+					t.Fatalf("placeholder %q holds %q of the key's secret part %q", ph, ph[j:j+4], secret)
+				}
 			}
 		}
 	}
@@ -100,5 +154,15 @@ func TestSessionEnvAndKnownValues(t *testing.T) {
 	kv := s.KnownValues()
 	if len(kv) != 2 || kv[0].Value != k.value || kv[1].Value != ph {
 		t.Errorf("known values: %v", kv)
+	}
+}
+
+// TestChildEnvStripsEveryProvider: every variable a provider's key is read
+// from is one childenv strips from the programs vibedom starts.
+func TestChildEnvStripsEveryProvider(t *testing.T) {
+	for _, p := range Providers {
+		if !childenv.IsSecret(p.Env + "=x") {
+			t.Errorf("childenv.Secret lacks $%s (%s)", p.Env, p.Name)
+		}
 	}
 }

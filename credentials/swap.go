@@ -19,7 +19,7 @@ type entry struct {
 func NewSession(keys []Key) (*Session, error) {
 	s := &Session{}
 	for _, k := range keys {
-		ph, err := Placeholder(k.value)
+		ph, err := Placeholder(k.Provider, k.value)
 		if err != nil {
 			return nil, err
 		}

@@ -12,6 +12,8 @@ import (
 
 	"github.com/klauspost/compress/zstd"
 	"github.com/ulikunitz/xz"
+
+	"github.com/vibedom/vibedom/childenv"
 )
 
 // maxVmlinux bounds the decompressed kernel.
@@ -130,6 +132,7 @@ func unxzCommand(payload []byte) ([]byte, error) {
 		return nil, err
 	}
 	cmd := exec.Command(path, "-dc", "--single-stream")
+	cmd.Env = childenv.Environ()
 	cmd.Stdin = bytes.NewReader(payload)
 	var out bytes.Buffer
 	cmd.Stdout = &limitWriter{w: &out, n: maxVmlinux}

@@ -34,6 +34,10 @@ func (h *connHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			"CONNECT is served only by the explicit proxy, not on an intercepted connection")
 		return
 	}
+	if h.scheme == "http" && h.t.Port == 443 {
+		h.e.refuse(w, r, dest, http.StatusForbidden, plainOn443)
+		return
+	}
 	if reason := authorityMismatch(r, h.t.Name, h.t.Port, h.scheme); reason != "" {
 		// 421 tells a client this connection cannot serve that authority.
 		h.e.refuse(w, r, dest, http.StatusMisdirectedRequest, reason)
@@ -41,6 +45,12 @@ func (h *connHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	h.e.forward(w, r, dest, h.guest)
 }
+
+// plainOn443 refuses plain HTTP to port 443 on every path (transparent, a
+// CONNECT tunnel, an explicit proxy's http://host:443/ URI): that port is
+// HTTPS, and a request there in the clear is what would carry a swapped
+// credential unencrypted.
+const plainOn443 = "plain HTTP to port 443 is refused: port 443 is HTTPS; use https://"
 
 // authorityMismatch says why the request's Host (HTTP/2: :authority) does not
 // name the admitted destination, or "" when it does. A Host without a port
@@ -201,7 +211,9 @@ func (e *GoEngine) forward(w http.ResponseWriter, r *http.Request, dest fwdTarge
 		out.Body = &idleBody{ReadCloser: out.Body, rc: http.NewResponseController(w), idle: e.cfg.BodyIdleTimeout}
 	}
 	st.websocket = restrictUpgrade(out)
-	done, err := e.filter.FilterRequest(ctx, Destination{Name: dest.name, Port: dest.port}, out)
+	// The transports always verify upstream TLS (system roots plus
+	// ExtraRoots, never InsecureSkipVerify): https is verified.
+	done, err := e.filter.FilterRequest(ctx, Destination{Name: dest.name, Port: dest.port, Scheme: dest.scheme, Verified: dest.scheme == "https"}, out)
 	if err != nil {
 		e.refuse(w, r, dest, http.StatusForbidden, "request refused by the content filter: "+err.Error())
 		return
@@ -237,6 +249,10 @@ func (e *GoEngine) forward(w http.ResponseWriter, r *http.Request, dest fwdTarge
 	if r.ProtoMajor == 2 {
 		rp = e.rp2
 	}
+	if hs, ok := e.filter.(ResponseHeaderScrubber); ok {
+		// 1xx header blocks (103 Early Hints) skip ModifyResponse.
+		w = &scrubHeaderWriter{ResponseWriter: w, scrub: hs.ScrubResponseHeader}
+	}
 	if guest != nil {
 		defer func() {
 			guest.setHold(false)
@@ -261,12 +277,18 @@ func (e *GoEngine) modifyResponse(resp *http.Response) error {
 			return fmt.Errorf("%w: upstream switched to %q; only a WebSocket upgrade the proxy asked for is relayed",
 				errUpgradeRefused, shorten(resp.Header.Get("Upgrade")))
 		}
+		if hs, ok := e.filter.(ResponseHeaderScrubber); ok {
+			hs.ScrubResponseHeader(resp.Header)
+		}
 		if rwc, ok := resp.Body.(io.ReadWriteCloser); ok {
 			var up io.ReadWriteCloser = &countRWC{ReadWriteCloser: rwc, up: &st.up, down: &st.down}
 			if st.upgrade != nil {
 				if w := st.upgrade(up); w != nil {
 					up = &wsConn{ReadWriteCloser: up, w: w}
 				}
+			}
+			if uf, ok := e.filter.(UpstreamFrameFilter); ok {
+				up = &wsReadConn{ReadWriteCloser: up, r: uf.UpstreamFrames(up)}
 			}
 			resp.Body = up
 		}

@@ -26,6 +26,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/vibedom/vibedom/childenv"
 )
 
 // mitmproxyAddon is the addon mitmdump runs: a thin client that asks the
@@ -174,7 +176,9 @@ func MitmdumpVersion(ctx context.Context, program string) (string, error) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()
-	out, err := exec.CommandContext(ctx, path, "--version").CombinedOutput()
+	vc := exec.CommandContext(ctx, path, "--version")
+	vc.Env = childenv.Environ()
+	out, err := vc.CombinedOutput()
 	if err != nil {
 		return "", fmt.Errorf("%w at %s: `mitmdump --version` failed (%v): reinstall mitmproxy %d.%d or later or use --proxy-engine go",
 			ErrMitmdump, path, err, MinMitmdumpMajor, MinMitmdumpMinor)
@@ -406,6 +410,7 @@ func NewMitmproxyEngine(ctx context.Context, cfg MitmproxyConfig) (_ *MitmproxyE
 	if cfg.testOpenUI {
 		e.cmd.Env = append(e.cmd.Env, "VIBEDOM_TEST_OPEN_UI=1")
 	}
+	e.cmd.Env = childenv.Filter(e.cmd.Env) // already minimal; no key, whatever is added above
 	setMitmProcAttr(e.cmd)
 	pr, pw, err := os.Pipe()
 	if err != nil {

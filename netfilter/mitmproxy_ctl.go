@@ -229,7 +229,9 @@ func (e *MitmproxyEngine) request(m *ctlMsg) *ctlReply {
 	ctx := context.Background()
 	r = r.WithContext(ctx)
 	ev := Event{Time: time.Now(), Kind: "request", Name: t.Name, Port: t.Port, Src: addrString(t.Guest), Method: m.Method, Rule: t.Decision.Rule}
-	done, err := e.filter.FilterRequest(ctx, Destination{Name: t.Name, Port: t.Port}, r)
+	// "https" only after the checked handshake (above); mitmdump verifies
+	// upstream TLS (ssl_insecure=false): the swap's condition.
+	done, err := e.filter.FilterRequest(ctx, Destination{Name: t.Name, Port: t.Port, Scheme: scheme, Verified: scheme == "https"}, r)
 	if err != nil {
 		return e.refuseReq(m, dest, r, http.StatusForbidden, "request refused by the content filter: "+err.Error())
 	}

@@ -63,7 +63,28 @@ type Engine interface {
 type Destination struct {
 	Name string
 	Port uint16
+	// Scheme is how the request leaves the host: "https" when the engine
+	// sends it upstream over TLS, "http" in the clear. Empty means the
+	// engine did not say, and counts as "http".
+	Scheme string
+	// Verified is true only when Scheme is "https" and the engine verifies
+	// the upstream's certificate chain and name (Name) against the trusted
+	// roots, never skipping the check. A credential is swapped in only
+	// when it is true (see NewSwapFilter): an engine that leaves it false
+	// gets no swap, and the placeholder is refused like anywhere else.
+	//
+	// The Go engine sets it for every https request (its transport always
+	// verifies). The mitmproxy engine sets it from the decision socket's
+	// request question: "scheme" is "https" only after the guest's TLS
+	// handshake was checked ("sni"), and mitmdump runs with
+	// ssl_insecure=false, so its upstream TLS is verified. No new field in
+	// that protocol: the addon's "scheme" carries it.
+	Verified bool
 }
+
+// SwapAllowed reports whether d is a destination a credential may be put in
+// for: TLS to the upstream, verified.
+func (d Destination) SwapAllowed() bool { return d.Scheme == "https" && d.Verified }
 
 // Finding is one thing a RequestFilter changed, as it may be logged: never
 // the value itself.

@@ -77,6 +77,10 @@ func (h *proxyHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.e.refuse(w, r, dest, http.StatusForbidden, denialText(name, port, d))
 		return
 	}
+	if r.URL.Scheme == "http" && port == 443 {
+		h.e.refuse(w, r, dest, http.StatusForbidden, plainOn443)
+		return
+	}
 	h.e.forward(w, r, dest, nil)
 }
 

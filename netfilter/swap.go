@@ -12,8 +12,9 @@ import (
 )
 
 // Swap says where one secret the guest only has a placeholder for is put
-// in: on requests to Host, port 443, a Header whose whole value is
-// Placeholder becomes Value.
+// in: on requests to Host, port 443, sent upstream over verified TLS
+// (Destination.SwapAllowed), a Header whose whole value is Placeholder
+// becomes Value.
 type Swap struct {
 	Name        string // for messages ("anthropic")
 	Host        string
@@ -25,12 +26,24 @@ type Swap struct {
 	Token string
 }
 
+// upstreamKind names how a request leaves, for messages.
+func upstreamKind(d Destination) string {
+	switch {
+	case d.Scheme == "https" && !d.Verified:
+		return "unverified TLS"
+	case d.Scheme == "https":
+		return "verified TLS"
+	}
+	return "plain HTTP"
+}
+
 // ErrPlaceholder means a request carried a credential placeholder where it
 // is not swapped.
 var ErrPlaceholder = errors.New("a credential placeholder where vibedom does not put the key")
 
 // NewSwapFilter wraps inner (the DLP) with credential swaps. A swap happens
-// only when a request to the swap's host on port 443 has the swap's header,
+// only when a request to the swap's host on port 443, going upstream over
+// TLS the engine verifies (Destination.SwapAllowed), has the swap's header,
 // once, with exactly the placeholder value: that header is kept out of
 // inner's sight and set to the real value after inner ran, so the DLP,
 // which knows the real value, never scrubs it there. A placeholder in any
@@ -40,12 +53,17 @@ func NewSwapFilter(inner RequestFilter, swaps []Swap) RequestFilter {
 	if inner == nil {
 		inner = IdentityFilter{}
 	}
-	return &swapFilter{inner: inner, swaps: swaps}
+	f := &swapFilter{inner: inner, swaps: swaps}
+	f.scrub = newKeyScrubber(f)
+	return f
 }
 
 type swapFilter struct {
 	inner RequestFilter
 	swaps []Swap
+	// scrub finds the real keys in the DLP's encodings; nil when there is
+	// no key.
+	scrub *keyScrubber
 }
 
 func (f *swapFilter) FilterRequest(ctx context.Context, dest Destination, r *http.Request) (func() []Finding, error) {
@@ -59,6 +77,10 @@ func (f *swapFilter) FilterRequest(ctx context.Context, dest Destination, r *htt
 				}
 				if do == nil && dest.Port == 443 && strings.EqualFold(dest.Name, s.Host) && strings.EqualFold(name, s.Header) &&
 					len(vals) == 1 && v == s.Placeholder {
+					if !dest.SwapAllowed() {
+						return nil, fmt.Errorf("%w (%s's, to %s:%d over %s: the key goes only over TLS verified for the provider)",
+							ErrPlaceholder, s.Name, dest.Name, dest.Port, upstreamKind(dest))
+					}
 					do = s
 					continue
 				}
@@ -96,9 +118,15 @@ func (f *swapFilter) UpgradeWriter(r *http.Request, upstream io.Writer) io.Write
 }
 
 // FilterResponse scrubs the real values from every response (a provider
-// echoing a key back, or anything else): headers, and the body as it
-// streams. A compressed body is not looked into: the real value only ever
-// goes to its provider's host, which does not send it back.
+// echoing a key back, or anything else) before the guest reads it:
+// header names (such a header is dropped) and values, trailers (when the
+// body ends), and the body as it streams, each literal key replaced by
+// RedactedSecret. A response from a swap's host, the one place the key
+// goes, is scrubbed further: its body is decoded (Content-Encoding gzip,
+// deflate, br, zstd; the guest gets it identity-encoded) and the key is
+// looked for in every form the DLP knows (base64, hex, percent and \u
+// escapes, JSON escapes...), and an event stream is refused mid-way when
+// the key is spelled out across its events (see sseGuard).
 func (f *swapFilter) FilterResponse(resp *http.Response) {
 	if rf, ok := f.inner.(ResponseFilter); ok {
 		rf.FilterResponse(resp)
@@ -107,20 +135,108 @@ func (f *swapFilter) FilterResponse(resp *http.Response) {
 	if len(vals) == 0 {
 		return
 	}
-	for name, vs := range resp.Header {
+	f.ScrubResponseHeader(resp.Header)
+	f.ScrubResponseHeader(resp.Trailer)
+	if resp.Body == nil || resp.Body == http.NoBody {
+		return
+	}
+	var body io.ReadCloser = resp.Body
+	if f.scrub != nil && f.fromProvider(resp) {
+		if ce := resp.Header.Get("Content-Encoding"); ce != "" && !strings.EqualFold(ce, "identity") {
+			dec, err := decodeBody(ce, body)
+			if err != nil {
+				body = errBody{src: body, err: fmt.Errorf("a provider's response in Content-Encoding %q cannot be scanned for the credential: %w", shorten(ce), err)}
+			} else {
+				body = dec
+			}
+			resp.Header.Del("Content-Encoding")
+		}
+		body = f.scrub.reader(body, resp.Header.Get("Content-Type"))
+	} else {
+		body = &replaceBody{src: body, vals: vals}
+	}
+	resp.Body = &trailerBody{ReadCloser: body, resp: resp, f: f}
+	resp.ContentLength = -1
+	resp.Header.Del("Content-Length")
+}
+
+// ScrubResponseHeader scrubs one header block of a response (final, 1xx,
+// 101, trailers) in place: a header whose name holds a real key, in any
+// case, is dropped; values have the key, in every form the DLP knows,
+// replaced.
+func (f *swapFilter) ScrubResponseHeader(h http.Header) {
+	vals, _ := f.ResponseSecrets()
+	for name, vs := range h {
+		if f.holdsKey(name) {
+			delete(h, name)
+			continue
+		}
 		for i, v := range vs {
 			for _, k := range vals {
 				v = strings.ReplaceAll(v, string(k), RedactedSecret)
 			}
-			resp.Header[name][i] = v
+			if f.scrub != nil {
+				v = string(f.scrub.e.ScrubText(&f.scrub.pol, []byte(v), "response-header", nil))
+			}
+			vs[i] = v
 		}
 	}
-	if resp.Body != nil && resp.Body != http.NoBody {
-		resp.Body = &replaceBody{src: resp.Body, vals: vals}
-		resp.ContentLength = -1
-		resp.Header.Del("Content-Length")
-	}
 }
+
+// holdsKey reports whether s holds a real key, in any case or DLP form.
+func (f *swapFilter) holdsKey(s string) bool {
+	if f.scrub != nil {
+		return f.scrub.e.ContainsKnownFold(s) || string(f.scrub.e.ScrubText(&f.scrub.pol, []byte(s), "", nil)) != s
+	}
+	vals, _ := f.ResponseSecrets()
+	for _, k := range vals {
+		if strings.Contains(strings.ToLower(s), strings.ToLower(string(k))) {
+			return true
+		}
+	}
+	return false
+}
+
+// fromProvider reports whether resp answers a request to a swap's host.
+func (f *swapFilter) fromProvider(resp *http.Response) bool {
+	if resp.Request == nil || resp.Request.URL == nil {
+		return true // unknown: scrub as if it were
+	}
+	host := resp.Request.URL.Hostname()
+	for _, s := range f.swaps {
+		if strings.EqualFold(host, s.Host) {
+			return true
+		}
+	}
+	return false
+}
+
+// trailerBody scrubs the response's trailers once its body has ended
+// (they arrive after it, and the proxy copies them after the last read).
+type trailerBody struct {
+	io.ReadCloser
+	resp *http.Response
+	f    *swapFilter
+	done bool
+}
+
+func (b *trailerBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err == io.EOF && !b.done {
+		b.done = true
+		b.f.ScrubResponseHeader(b.resp.Trailer)
+	}
+	return n, err
+}
+
+// errBody fails its first read: a body that must not reach the guest.
+type errBody struct {
+	src io.ReadCloser
+	err error
+}
+
+func (b errBody) Read([]byte) (int, error) { return 0, b.err }
+func (b errBody) Close() error             { return b.src.Close() }
 
 // ResponseSecrets are the real values FilterResponse replaces: each
 // swap's key (without a "Bearer " prefix), when it is long enough to mean

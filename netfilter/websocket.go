@@ -56,11 +56,31 @@ type wsScrubber struct {
 	msgEmitted  bool
 	msgOut      []byte
 	err         error
+	// server: the frames come from upstream and go to the guest, unmasked
+	// (a server's frames are never masked), into own.
+	server bool
+	own    []byte
 }
 
 func newWSScrubber(dst io.Writer, e *dlp.Engine, pol *dlp.Policy, rep *dlp.Report) *wsScrubber {
 	bin := pol.KnownOnly()
 	return &wsScrubber{dst: dst, e: e, pol: pol, binPol: &bin, rep: rep}
+}
+
+// newWSScrubberTo scrubs upstream's frames to the guest: the result, as
+// unmasked frames, is collected for take.
+func newWSScrubberTo(e *dlp.Engine, pol *dlp.Policy) *wsScrubber {
+	w := newWSScrubber(nil, e, pol, nil)
+	w.server = true
+	w.dst = appendBuf{&w.own}
+	return w
+}
+
+// take returns the frames written so far (newWSScrubberTo).
+func (w *wsScrubber) take() []byte {
+	b := w.own
+	w.own = nil
+	return b
 }
 
 func (w *wsScrubber) Write(p []byte) (int, error) {
@@ -231,7 +251,7 @@ func (w *wsScrubber) emit(fin bool) error {
 	return err
 }
 
-// writeFrame writes one masked frame.
+// writeFrame writes one frame, masked unless it goes to the guest.
 func (w *wsScrubber) writeFrame(fin bool, op byte, payload []byte) error {
 	var hdr [14]byte
 	hdr[0] = op
@@ -250,6 +270,11 @@ func (w *wsScrubber) writeFrame(fin bool, op byte, payload []byte) error {
 		hdr[1] = 127
 		binary.BigEndian.PutUint64(hdr[2:10], uint64(l))
 		n = 10
+	}
+	if w.server {
+		frame := append(append(make([]byte, 0, n+len(payload)), hdr[:n]...), payload...)
+		_, err := w.dst.Write(frame)
+		return err
 	}
 	hdr[1] |= 0x80
 	var key [4]byte
@@ -292,4 +317,26 @@ func (c *wsConn) CloseWrite() error {
 		return errors.Join(err, cw.CloseWrite())
 	}
 	return err
+}
+
+// UpstreamFrameFilter is an optional capability of a RequestFilter:
+// scrubbing the frames upstream sends the guest after a WebSocket upgrade.
+type UpstreamFrameFilter interface {
+	UpstreamFrames(src io.Reader) io.Reader
+}
+
+// wsReadConn is an upgraded connection whose reads (upstream's frames)
+// come through r.
+type wsReadConn struct {
+	io.ReadWriteCloser
+	r io.Reader
+}
+
+func (c *wsReadConn) Read(p []byte) (int, error) { return c.r.Read(p) }
+
+func (c *wsReadConn) CloseWrite() error {
+	if cw, ok := c.ReadWriteCloser.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return nil
 }

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
 )
 
 // BaselineMode is how a baseline recorded the workspace.

@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/vibedom/vibedom/childenv"
 	"github.com/vibedom/vibedom/overlay"
 	"github.com/vibedom/vibedom/termtext"
 )
@@ -256,8 +257,9 @@ func page(ctx context.Context, o Options, text []byte) error {
 	cmd.Stdin = bytes.NewReader(text)
 	cmd.Stdout = out
 	cmd.Stderr = out
+	cmd.Env = childenv.Environ()
 	if os.Getenv("LESS") == "" {
-		cmd.Env = append(os.Environ(), "LESS=FRX")
+		cmd.Env = append(cmd.Env, "LESS=FRX")
 	}
 	return cmd.Run()
 }

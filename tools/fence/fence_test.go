@@ -41,7 +41,8 @@ const anything = "*"
 // (termtext and atomicfile only) and netfilter (dlp, keys and atomicfile only).
 // termtext, the one sanitizer of text printed on a terminal, may be
 // imported by any package that prints; atomicfile, the one writer of whole
-// files, by any package that replaces files.
+// files, by any package that replaces files; childenv, the one builder of
+// a child process's environment, by any package that starts a program.
 //
 // Global rules hold on top of the table, for every package (tools too):
 //   - only vm/vz imports github.com/Code-Hex/vz/v3;
@@ -62,26 +63,27 @@ var table = map[string][]string{
 	},
 	"vm":                      {"atomicfile"},
 	"vm/vz":                   {"vm", "guest/proto"},
-	"vm/qemu":                 {"vm", "guest/proto"},
+	"vm/qemu":                 {"vm", "guest/proto", "childenv"},
 	"vm/vmtest":               {"vm", "image", "keys", "guest/boot", "guest/client", "guest/proto"},
 	"guest":                   {"overlay", "guest/proto"},
 	"guest/proto":             {},
 	"guest/client":            {"keys", "guest/proto"},
 	"guest/boot":              {"vm", "guest/client", "termtext"},
-	"image":                   {"vm", "guest/proto", "image/alpine", "atomicfile"},
+	"image":                   {"vm", "guest/proto", "image/alpine", "atomicfile", "childenv"},
 	"image/alpine":            {"atomicfile"},
 	"image/alpine/alpinetest": {"image/alpine"},
 	"image/ext4":              {},
 	"image/rootfs":            {"image/alpine", "image/ext4", "atomicfile"},
-	"credentials":             {"dlp", "netfilter", "atomicfile"},
+	"credentials":             {"dlp", "netfilter", "atomicfile", "childenv"},
 	"atomicfile":              {},
+	"childenv":                {},
 	"keys":                    {"atomicfile"},
-	"netfilter":               {"dlp", "keys", "atomicfile"},
+	"netfilter":               {"dlp", "keys", "atomicfile", "childenv"},
 	"dlp":                     {},
 	"sshagent":                {},
 	"preflight":               {"termtext", "atomicfile"},
-	"overlay":                 {"termtext", "atomicfile"},
-	"review":                  {"overlay", "guest/proto", "termtext"},
+	"overlay":                 {"termtext", "atomicfile", "childenv"},
+	"review":                  {"overlay", "guest/proto", "termtext", "childenv"},
 	"termtext":                {},
 	"tools/...":               {anything},
 }

@@ -15,6 +15,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/vibedom/vibedom/childenv"
 	"github.com/vibedom/vibedom/vm"
 )
 
@@ -91,6 +92,7 @@ func probeKVM(ctx context.Context, cfg vm.Config, bin string) bool {
 	cmd := exec.CommandContext(ctx, bin, "-M", machine, "-accel", "kvm", "-cpu", "host", "-m", "256M",
 		"-nodefaults", "-no-user-config", "-nographic", "-no-reboot",
 		"-kernel", cfg.Kernel, "-append", "console="+console+" panic=-1 quiet loglevel=3", "-serial", "stdio")
+	cmd.Env = childenv.Environ()
 	var out bytes.Buffer
 	cmd.Stdout = &out
 	cmd.Stderr = &out

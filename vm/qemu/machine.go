@@ -16,6 +16,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/vibedom/vibedom/childenv"
 	"github.com/vibedom/vibedom/vm"
 )
 
@@ -70,6 +71,7 @@ func start(ctx context.Context, p *plan, cfg *vm.Config, log *slog.Logger) (*mac
 		m.daemons = append(m.daemons, d)
 	}
 	cmd := exec.Command(p.bin, p.args...)
+	cmd.Env = childenv.Environ() // no API key in qemu's /proc/PID/environ
 	cmd.Stdin = nil
 	cmd.Stdout = io.Discard
 	cmd.Stderr = m.stderr

@@ -14,6 +14,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/vibedom/vibedom/childenv"
 	"github.com/vibedom/vibedom/vm"
 )
 
@@ -50,7 +51,7 @@ func roHelper(args []string) error {
 		return err
 	}
 	env := make([]string, 0, len(os.Environ()))
-	for _, e := range os.Environ() {
+	for _, e := range childenv.Environ() {
 		if !strings.HasPrefix(e, roHelperEnv+"=") {
 			env = append(env, e)
 		}
@@ -205,7 +206,7 @@ func startVirtiofsd(ctx context.Context, s vm.Share, sock string) (*daemon, erro
 	}
 	d := &daemon{sock: sock, stderr: &boundedBuffer{max: 8 << 10}, exited: make(chan struct{})}
 	cmd := exec.Command(self, args...)
-	cmd.Env = append(os.Environ(), roHelperEnv+"=1")
+	cmd.Env = childenv.Environ(roHelperEnv + "=1") // no API key in virtiofsd's environment
 	cmd.Stdout = d.stderr
 	cmd.Stderr = d.stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{
