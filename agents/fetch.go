@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/vibedom/vibedom/atomicfile"
+	"github.com/vibedom/vibedom/home"
 )
 
 // DefaultRegistry is the npm registry vibedom fetches from unless told
@@ -63,10 +64,10 @@ type Options struct {
 }
 
 // AgentsDir is where installed agents live: <home>/agents.
-func AgentsDir(home string) string { return filepath.Join(home, "agents") }
+func AgentsDir(h string) string { return home.Home(h).Agents() }
 
 // CacheDir is the tarball cache: <home>/cache/npm.
-func CacheDir(home string) string { return filepath.Join(home, "cache", "npm") }
+func CacheDir(h string) string { return home.Home(h).NPMCache() }
 
 // TarballName is a pin's file name in the cache, as `npm pack` names it:
 // "@scope/name" 1.0 becomes "scope-name-1.0.tgz".

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/vibedom/vibedom/home"
 	"github.com/vibedom/vibedom/vm"
 )
 
@@ -17,7 +18,7 @@ const (
 	// EnvGuestBin names the vibedom-guest binary to pack.
 	EnvGuestBin = "VIBEDOM_GUEST_BIN"
 	// EnvHome is vibedom's home directory (default ~/.vibedom).
-	EnvHome = "VIBEDOM_HOME"
+	EnvHome = home.EnvHome
 )
 
 // Asset errors.
@@ -97,7 +98,7 @@ func locateKernel(arch vm.Arch) (kdir, busybox string, err error) {
 			ErrNoAssets, EnvAssets, d, arch, arch, d, EnvAssets)
 	}
 	if h := homeDir(); h != "" {
-		c := filepath.Join(h, "assets")
+		c := h.Assets()
 		if k, b, ok := assetDirComplete(c, arch); ok {
 			return abs(k), abs(b), nil
 		}
@@ -144,14 +145,12 @@ func locateGuest(arch vm.Arch) (string, error) {
 }
 
 // homeDir is $VIBEDOM_HOME, else ~/.vibedom, else "".
-func homeDir() string {
-	if h := os.Getenv(EnvHome); h != "" {
-		return h
+func homeDir() home.Home {
+	h, err := home.Default()
+	if err != nil {
+		return ""
 	}
-	if h, err := os.UserHomeDir(); err == nil {
-		return filepath.Join(h, ".vibedom")
-	}
-	return ""
+	return h
 }
 
 // searchStarts are the directories the walks up start from: the current

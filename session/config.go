@@ -9,9 +9,6 @@ import (
 	"strings"
 )
 
-// configFile is ~/.vibedom/config: "key = value" lines, '#' comments.
-const configFile = "config"
-
 // Config is the user's defaults.
 type Config struct {
 	// Agent is the agent `vibedom run` starts when neither --agent nor a
@@ -21,10 +18,8 @@ type Config struct {
 	ProxyEngine string
 }
 
-// Config is ~/.vibedom/config.
-func (h Home) Config() string { return h.path(configFile) }
-
-// ReadConfig reads ~/.vibedom/config; a missing file is the zero Config.
+// ReadConfig reads ~/.vibedom/config (h.Config(): "key = value" lines,
+// '#' comments); a missing file is the zero Config.
 // Unknown keys and malformed lines are errors naming the line.
 func ReadConfig(h Home) (*Config, error) {
 	b, err := readFileLimit(h.Config(), 64<<10)

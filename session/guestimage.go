@@ -31,18 +31,7 @@ import (
 //
 // The manifest lives outside images/ on purpose: images/ is a cache that
 // may be shared (tests share it between homes), the manifest says which
-// image this home uses.
-const (
-	packagesFile = "packages.txt"
-	guestDir     = "guest"
-)
-
-// PackagesFile is ~/.vibedom/packages.txt.
-func (h Home) PackagesFile() string { return h.path(packagesFile) }
-
-// GuestManifest is the guest image manifest for an Alpine arch.
-func (h Home) GuestManifest(alpineArch string) string { return h.path(guestDir, alpineArch+".json") }
-
+// image this home uses. The names are package home's.
 // ErrNoGuestImage means `vibedom init` has not built a guest image for
 // this arch in this home.
 var ErrNoGuestImage = errors.New("no guest image")
@@ -173,7 +162,7 @@ func BuildGuestImage(ctx context.Context, h Home, o ImageOptions) (*ImageResult,
 	lockSum := sha256.Sum256(lockBytes)
 	lockSHA := hex.EncodeToString(lockSum[:])
 	res.Packages = len(lock.Packages)
-	cacheDir := alpine.CacheDir(string(h))
+	cacheDir := h.APKCache()
 	images := h.Images()
 
 	boot, err := bootPackages(lock, cacheDir)
@@ -274,7 +263,7 @@ func bootPackages(lock *alpine.Lock, cacheDir string) ([]image.BootPackage, erro
 }
 
 func ensureAlpineBoot(ctx context.Context, h Home, arch vm.Arch, m *GuestManifest, keys *alpine.Keyring) (*image.Image, error) {
-	boot, err := bootPackages(m.Lock, alpine.CacheDir(string(h)))
+	boot, err := bootPackages(m.Lock, h.APKCache())
 	if err != nil {
 		return nil, err
 	}

@@ -117,7 +117,7 @@ func TestBuildGuestImage(t *testing.T) {
 	h2 := Home(t.TempDir())
 	os.Symlink(h.Images(), h2.Images())
 	os.MkdirAll(filepath.Join(string(h2), "cache"), 0o700)
-	os.Symlink(alpine.CacheDir(string(h)), alpine.CacheDir(string(h2)))
+	os.Symlink(h.APKCache(), h2.APKCache())
 	r3, err := BuildGuestImage(t.Context(), h2, o)
 	if err != nil {
 		t.Fatal(err)

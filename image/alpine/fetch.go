@@ -35,10 +35,6 @@ type FetchOptions struct {
 	Progress Progress
 }
 
-// CacheDir is the download cache inside vibedom's home directory
-// (~/.vibedom or $VIBEDOM_HOME): <home>/cache/apk.
-func CacheDir(home string) string { return filepath.Join(home, "cache", "apk") }
-
 // retryDelay is the wait before a second attempt (doubled for a third).
 const retryDelay = 500 * time.Millisecond
 

@@ -41,7 +41,9 @@ const anything = "*"
 // (termtext and atomicfile only) and netfilter (dlp, keys and atomicfile only).
 // termtext, the one sanitizer of text printed on a terminal, may be
 // imported by any package that prints; atomicfile, the one writer of whole
-// files, by any package that replaces files.
+// files, by any package that replaces files; home, the one spelling of the
+// names under ~/.vibedom, by any package that finds a path there (it imports
+// nothing, so it stays the bottom of the house).
 //
 // Global rules hold on top of the table, for every package (tools too):
 //   - only vm/vz imports github.com/Code-Hex/vz/v3;
@@ -52,13 +54,13 @@ const anything = "*"
 var table = map[string][]string{
 	"cmd/vibedom":       {anything},
 	"cmd/vibedom-guest": {"guest", "guest/proto"},
-	"agents":            {"atomicfile"},
+	"agents":            {"home", "atomicfile"},
 	"agents/agentstest": {"agents"},
 	"session": {
 		"preflight", "image", "keys", "vm", "vm/vz", "vm/qemu", "netfilter", "dlp",
 		"overlay", "guest", "guest/boot", "guest/client", "guest/proto", "review", "termtext",
 		"image/alpine", "image/rootfs", "image/ext4", "agents", "credentials", "atomicfile",
-		"sshagent",
+		"sshagent", "home",
 	},
 	"vm":                      {"atomicfile"},
 	"vm/vz":                   {"vm", "guest/proto"},
@@ -68,13 +70,14 @@ var table = map[string][]string{
 	"guest/proto":             {},
 	"guest/client":            {"keys", "guest/proto"},
 	"guest/boot":              {"vm", "guest/client", "termtext"},
-	"image":                   {"vm", "guest/proto", "image/alpine", "atomicfile"},
+	"image":                   {"vm", "guest/proto", "image/alpine", "home", "atomicfile"},
 	"image/alpine":            {"atomicfile"},
 	"image/alpine/alpinetest": {"image/alpine"},
 	"image/ext4":              {},
 	"image/rootfs":            {"image/alpine", "image/ext4", "atomicfile"},
 	"credentials":             {"dlp", "netfilter", "atomicfile"},
 	"atomicfile":              {},
+	"home":                    {},
 	"keys":                    {"atomicfile"},
 	"netfilter":               {"dlp", "keys", "atomicfile"},
 	"dlp":                     {},
