@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"github.com/vibedom/vibedom/atomicfile"
 	"io/fs"
 	"strings"
 )
@@ -22,7 +23,7 @@ type Config struct {
 // '#' comments); a missing file is the zero Config.
 // Unknown keys and malformed lines are errors naming the line.
 func ReadConfig(h Home) (*Config, error) {
-	b, err := readFileLimit(h.Config(), 64<<10)
+	b, err := atomicfile.ReadLimited(h.Config(), 64<<10)
 	if errors.Is(err, fs.ErrNotExist) {
 		return &Config{}, nil
 	}

@@ -153,7 +153,7 @@ func guestImageCheck(h Home, arch vm.Arch) vm.Check {
 		c.Status, c.Detail = vm.CheckFail, err.Error()
 		return c
 	}
-	m, merr := readGuestManifest(h.GuestManifest(a))
+	m, merr := image.ReadGuestManifest(h.GuestManifest(a))
 	if merr == nil {
 		if err := image.VerifyRootImage(h.Images(), m.Root.Path, m.Root.SHA256, true); err != nil {
 			c.Status, c.Detail, c.Fix = vm.CheckFail, err.Error(), "run `vibedom init`"
@@ -163,7 +163,7 @@ func guestImageCheck(h Home, arch vm.Arch) vm.Check {
 		c.Detail = fmt.Sprintf("Alpine %s %s, %d packages, root image %s verified", m.Lock.Branch, a, len(m.Lock.Packages), m.Root.SHA256[:12])
 		return c
 	}
-	if !errors.Is(merr, ErrNoGuestImage) {
+	if !errors.Is(merr, image.ErrNoGuestImage) {
 		c.Status, c.Detail, c.Fix = vm.CheckFail, merr.Error(), "run `vibedom init`"
 		return c
 	}

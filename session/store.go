@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 
+	"github.com/vibedom/vibedom/atomicfile"
 	"github.com/vibedom/vibedom/overlay"
 	"github.com/vibedom/vibedom/review"
 )
@@ -58,7 +59,7 @@ func (i *Info) Review() *review.SessionInfo {
 
 // readInfo reads one session folder.
 func readInfo(dir string) (*Info, error) {
-	b, err := readFileLimit(filepath.Join(dir, stateFile), 1<<20)
+	b, err := atomicfile.ReadLimited(filepath.Join(dir, stateFile), 1<<20)
 	if err != nil {
 		return nil, err
 	}

@@ -41,7 +41,8 @@ const anything = "*"
 // (termtext and atomicfile only) and netfilter (dlp, keys and atomicfile only).
 // termtext, the one sanitizer of text printed on a terminal, may be
 // imported by any package that prints; atomicfile, the one writer of whole
-// files, by any package that replaces files; home, the one spelling of the
+// files (and bounded reader of small ones), by any package that replaces
+// or reads files; home, the one spelling of the
 // names under ~/.vibedom, by any package that finds a path there (it imports
 // nothing, so it stays the bottom of the house).
 //
@@ -66,11 +67,11 @@ var table = map[string][]string{
 	"vm/vz":                   {"vm", "guest/proto"},
 	"vm/qemu":                 {"vm", "guest/proto"},
 	"vm/vmtest":               {"vm", "image", "keys", "guest/boot", "guest/client", "guest/proto"},
-	"guest":                   {"overlay", "guest/proto"},
+	"guest":                   {"overlay", "guest/proto", "atomicfile"},
 	"guest/proto":             {},
 	"guest/client":            {"keys", "guest/proto"},
 	"guest/boot":              {"vm", "guest/client", "termtext"},
-	"image":                   {"vm", "guest/proto", "image/alpine", "home", "atomicfile"},
+	"image":                   {"vm", "guest/proto", "image/alpine", "image/rootfs", "home", "atomicfile"},
 	"image/alpine":            {"atomicfile"},
 	"image/alpine/alpinetest": {"image/alpine"},
 	"image/ext4":              {},
