@@ -19,6 +19,7 @@ import (
 	"github.com/vibedom/vibedom/home"
 	"github.com/vibedom/vibedom/image/alpine"
 	"github.com/vibedom/vibedom/image/rootfs"
+	"github.com/vibedom/vibedom/progress"
 	"github.com/vibedom/vibedom/vm"
 )
 
@@ -179,9 +180,9 @@ func BuildGuest(ctx context.Context, h home.Home, o GuestOptions) (*GuestResult,
 		m = prev
 	} else {
 		o.say("fetching %d packages", len(lock.Packages))
-		prog := alpine.NewProgress(io.Discard, false)
+		prog := progress.NewText(io.Discard, false)
 		if o.Progress != nil {
-			prog = alpine.NewProgress(o.Progress, o.TTY)
+			prog = progress.NewText(o.Progress, o.TTY)
 		}
 		files, err := alpine.Fetch(ctx, alpine.FetchOptions{
 			Options: alpine.Options{Mirror: o.Mirror, Arch: arch, Keys: o.Keys}, CacheDir: cacheDir,

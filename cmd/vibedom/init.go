@@ -14,8 +14,8 @@ import (
 
 	"github.com/vibedom/vibedom/agents"
 	"github.com/vibedom/vibedom/image"
-	"github.com/vibedom/vibedom/image/alpine"
 	"github.com/vibedom/vibedom/netfilter"
+	"github.com/vibedom/vibedom/progress"
 	"github.com/vibedom/vibedom/session"
 	"github.com/vibedom/vibedom/termtext"
 	"github.com/vibedom/vibedom/vm"
@@ -129,7 +129,7 @@ func init() {
 				installed, err = agents.Install(ctx, agents.Options{
 					Home:     string(home),
 					Registry: c.String("registry"),
-					Progress: alpine.NewProgress(ew, tty),
+					Progress: progress.NewText(ew, tty),
 				}, pins)
 				if err != nil {
 					if tty {

@@ -44,7 +44,8 @@ const anything = "*"
 // files (and bounded reader of small ones), by any package that replaces
 // or reads files; home, the one spelling of the
 // names under ~/.vibedom, by any package that finds a path there (it imports
-// nothing, so it stays the bottom of the house).
+// nothing, so it stays the bottom of the house); progress, the one download
+// progress contract, by the fetchers.
 //
 // Global rules hold on top of the table, for every package (tools too):
 //   - only vm/vz imports github.com/Code-Hex/vz/v3;
@@ -55,7 +56,7 @@ const anything = "*"
 var table = map[string][]string{
 	"cmd/vibedom":       {anything},
 	"cmd/vibedom-guest": {"guest", "guest/proto"},
-	"agents":            {"home", "atomicfile"},
+	"agents":            {"home", "progress", "atomicfile"},
 	"agents/agentstest": {"agents"},
 	"session": {
 		"preflight", "image", "keys", "vm", "vm/vz", "vm/qemu", "netfilter", "dlp",
@@ -71,14 +72,15 @@ var table = map[string][]string{
 	"guest/proto":             {},
 	"guest/client":            {"keys", "guest/proto"},
 	"guest/boot":              {"vm", "guest/client", "termtext"},
-	"image":                   {"vm", "guest/proto", "image/alpine", "image/rootfs", "home", "atomicfile"},
-	"image/alpine":            {"atomicfile"},
+	"image":                   {"vm", "guest/proto", "image/alpine", "image/rootfs", "home", "progress", "atomicfile"},
+	"image/alpine":            {"progress", "atomicfile"},
 	"image/alpine/alpinetest": {"image/alpine"},
 	"image/ext4":              {},
 	"image/rootfs":            {"image/alpine", "image/ext4", "atomicfile"},
 	"credentials":             {"dlp", "netfilter", "atomicfile"},
 	"atomicfile":              {},
 	"home":                    {},
+	"progress":                {},
 	"keys":                    {"atomicfile"},
 	"netfilter":               {"dlp", "keys", "atomicfile"},
 	"dlp":                     {},
