@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/vibedom/vibedom/home"
+	"github.com/vibedom/vibedom/image/kernel"
 	"github.com/vibedom/vibedom/vm"
 )
 
@@ -58,7 +59,7 @@ type Assets struct {
 // or builds what is missing.
 func LocateAssets(arch vm.Arch) (Assets, error) {
 	a := Assets{Arch: arch}
-	if _, ok := elfMachine[arch]; !ok {
+	if _, ok := kernel.Machine(arch); !ok {
 		return a, fmt.Errorf("locate assets: unknown guest architecture %q", arch)
 	}
 	kdir, bb, err := locateKernel(arch)

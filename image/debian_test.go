@@ -13,6 +13,8 @@ import (
 	"testing"
 
 	"github.com/vibedom/vibedom/guest/proto"
+	"github.com/vibedom/vibedom/image/initramfs"
+	kernelpkg "github.com/vibedom/vibedom/image/kernel"
 	"github.com/vibedom/vibedom/vm"
 )
 
@@ -90,21 +92,21 @@ func TestDebianTestImage(t *testing.T) {
 			if arch == vm.ArchAMD64 {
 				// Debian's amd64 kernel has a PVH entry: the image holds
 				// the decompressed vmlinux QEMU boots without firmware.
-				if !hasPVHNote(kernel) {
+				if !kernelpkg.HasPVHNote(kernel) {
 					t.Errorf("amd64 kernel is not a PVH vmlinux")
 				}
-			} else if err := checkKernelHeader(kernel[:4096], arch, img.Kernel); err != nil {
+			} else if err := kernelpkg.CheckHeader(kernel[:4096], arch, img.Kernel); err != nil {
 				t.Errorf("kernel: %v", err)
 			}
 			data, err := os.ReadFile(img.Initrd)
 			if err != nil {
 				t.Fatal(err)
 			}
-			es, err := ReadArchive(bytes.NewReader(data))
+			es, err := initramfs.ReadArchive(bytes.NewReader(data))
 			if err != nil {
 				t.Fatalf("ReadArchive: %v", err)
 			}
-			got := map[string]Entry{}
+			got := map[string]initramfs.Entry{}
 			for _, e := range es {
 				if _, dup := got[e.Name]; dup {
 					t.Errorf("%s appears twice", e.Name)
@@ -116,8 +118,8 @@ func TestDebianTestImage(t *testing.T) {
 			}
 			guest, _ := os.ReadFile(a.GuestBinary)
 			bb, _ := os.ReadFile(a.Busybox)
-			_, release, _ := findKernel(a.KernelDir)
-			mods, err := ResolveModules(filepath.Join(a.KernelDir, "lib/modules", release), arch, DefaultModules)
+			_, release, _ := kernelpkg.Find(a.KernelDir)
+			mods, err := kernelpkg.ResolveModules(filepath.Join(a.KernelDir, "lib/modules", release), arch, kernelpkg.DefaultModules)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -228,7 +230,7 @@ func TestDebianTestReproducible(t *testing.T) {
 		if img4.Dir == img2.Dir {
 			t.Errorf("different module list, same image %s", img4.Dir)
 		}
-		es, _ := ReadArchive(mustOpen(t, img4.Initrd))
+		es, _ := initramfs.ReadArchive(mustOpen(t, img4.Initrd))
 		for _, e := range es {
 			if strings.HasSuffix(e.Name, ".ko") && !strings.HasSuffix(e.Name, "/overlay.ko") {
 				t.Errorf("unexpected module %s", e.Name)
