@@ -11,6 +11,7 @@ import (
 	"testing/fstest"
 
 	"github.com/vibedom/vibedom/image/alpine"
+	"github.com/vibedom/vibedom/image/assets"
 	"github.com/vibedom/vibedom/image/initramfs"
 	"github.com/vibedom/vibedom/image/kernel"
 	"github.com/vibedom/vibedom/vm"
@@ -72,8 +73,8 @@ func (a *AlpineBoot) Inputs(ctx context.Context, in *Inputs) error {
 	if _, ok := kernel.Machine(a.GuestArch); !ok {
 		return fmt.Errorf("unknown guest architecture %q", a.GuestArch)
 	}
-	if !isFile(a.GuestBinary) {
-		return fmt.Errorf("%w: %q is not a file: run `make guest`", ErrNoGuest, a.GuestBinary)
+	if !fileExists(a.GuestBinary) {
+		return fmt.Errorf("%w: %q is not a file: run `make guest`", assets.ErrNoGuest, a.GuestBinary)
 	}
 	l := a.modules()
 	in.Param("recipe", alpineBootVersion)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/vibedom/vibedom/image/alpine"
 	"github.com/vibedom/vibedom/image/alpine/alpinetest"
+	"github.com/vibedom/vibedom/image/assets"
 	"github.com/vibedom/vibedom/image/initramfs"
 	"github.com/vibedom/vibedom/image/kernel"
 	"github.com/vibedom/vibedom/vm"
@@ -29,20 +30,20 @@ func TestAlpineBootFromTestMirror(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			assets, err := alpinetest.FindAssets(aa)
+			userland, err := alpinetest.FindAssets(aa)
 			if err != nil {
 				t.Skipf("no Debian userland for %s: %v", aa, err)
 			}
-			guest, err := locateGuest(arch)
-			if errors.Is(err, ErrNoGuest) {
+			guest, err := assets.LocateGuest(arch)
+			if errors.Is(err, assets.ErrNoGuest) {
 				t.Skipf("no guest binary: %v", err)
 			}
 			key, err := alpinetest.NewKey("boot-test@vibedom-1.rsa.pub")
 			if err != nil {
 				t.Fatal(err)
 			}
-			r, err := alpinetest.BuildDebianRepo(alpinetest.DebianOptions{Arch: aa, Assets: assets, Root: t.TempDir(), Key: key,
-				CacheDir: alpinetest.CacheDirFor(assets)})
+			r, err := alpinetest.BuildDebianRepo(alpinetest.DebianOptions{Arch: aa, Assets: userland, Root: t.TempDir(), Key: key,
+				CacheDir: alpinetest.CacheDirFor(userland)})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/vibedom/vibedom/guest/proto"
+	"github.com/vibedom/vibedom/image/assets"
 	"github.com/vibedom/vibedom/image/initramfs"
 	"github.com/vibedom/vibedom/image/kernel"
 	"github.com/vibedom/vibedom/vm"
@@ -46,7 +47,7 @@ const (
 // Device nodes are not included: the guest mounts devtmpfs.
 type DebianTest struct {
 	// Assets are the kernel, busybox and guest binary to pack.
-	Assets Assets
+	Assets assets.Assets
 	// Modules are the modules to include with their dependencies
 	// (kernel.DefaultModules when empty). Built-in ones are skipped.
 	Modules []string
@@ -56,7 +57,7 @@ var _ Recipe = (*DebianTest)(nil)
 
 // NewDebianTest returns the test image recipe for the given assets and
 // modules (kernel.DefaultModules when modules is empty).
-func NewDebianTest(a Assets, modules []string) *DebianTest {
+func NewDebianTest(a assets.Assets, modules []string) *DebianTest {
 	return &DebianTest{Assets: a, Modules: slices.Clone(modules)}
 }
 
@@ -87,11 +88,11 @@ func (d *DebianTest) Inputs(ctx context.Context, in *Inputs) error {
 	if _, ok := kernel.Machine(a.Arch); !ok {
 		return fmt.Errorf("unknown guest architecture %q", a.Arch)
 	}
-	if !isFile(a.GuestBinary) {
-		return fmt.Errorf("%w: %q is not a file: run `make guest`", ErrNoGuest, a.GuestBinary)
+	if !fileExists(a.GuestBinary) {
+		return fmt.Errorf("%w: %q is not a file: run `make guest`", assets.ErrNoGuest, a.GuestBinary)
 	}
-	if !isFile(a.Busybox) {
-		return fmt.Errorf("%w: busybox %q is not a file: run `make assets`", ErrNoAssets, a.Busybox)
+	if !fileExists(a.Busybox) {
+		return fmt.Errorf("%w: busybox %q is not a file: run `make assets`", assets.ErrNoAssets, a.Busybox)
 	}
 	vmlinuz, release, err := kernel.Find(a.KernelDir)
 	if err != nil {

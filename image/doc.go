@@ -6,6 +6,7 @@
 //	image/rootfs     the guest's read-only root image from locked packages
 //	image/kernel     a bootable kernel from a kernel package; module resolution
 //	image/initramfs  cpio archives; the per-session boot data archive
+//	image/assets     where the Linux test assets and vibedom-guest are
 //
 // Those rooms never import image; image imports them.
 //
@@ -25,9 +26,7 @@
 //     out (see Ensure for how much verification the warm path does);
 //   - writes a session's initrd (SessionFiles, WriteSessionInitrd): the
 //     cached base initramfs followed by the session's archive of boot data
-//     and guest host key;
-//   - finds the downloaded assets and the guest binary (LocateAssets,
-//     LocateGuest).
+//     and guest host key.
 //
 // What it does not do: it boots nothing (package vm does), makes no keys
 // (package keys does) and decides nothing about sessions (package session

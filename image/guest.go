@@ -18,6 +18,7 @@ import (
 	"github.com/vibedom/vibedom/atomicfile"
 	"github.com/vibedom/vibedom/home"
 	"github.com/vibedom/vibedom/image/alpine"
+	"github.com/vibedom/vibedom/image/assets"
 	"github.com/vibedom/vibedom/image/rootfs"
 	"github.com/vibedom/vibedom/progress"
 	"github.com/vibedom/vibedom/vm"
@@ -269,7 +270,7 @@ func ensureAlpineBoot(ctx context.Context, h home.Home, arch vm.Arch, m *GuestMa
 	if err != nil {
 		return nil, err
 	}
-	guest, err := LocateGuest(arch)
+	guest, err := assets.LocateGuest(arch)
 	if err != nil {
 		return nil, err
 	}
@@ -354,6 +355,7 @@ func writeGuestManifest(p string, m *GuestManifest) error {
 	return atomicfile.WriteFile(p, append(b, '\n'), 0o600)
 }
 
+// fileExists reports whether p is a regular file (after symlinks).
 func fileExists(p string) bool {
 	fi, err := os.Stat(p)
 	return err == nil && fi.Mode().IsRegular()
@@ -363,7 +365,7 @@ func fileExists(p string) bool {
 // test image built from Assets.
 type Choice struct {
 	Alpine bool
-	Assets Assets // the Debian test image's, when !Alpine
+	Assets assets.Assets // the Debian test image's, when !Alpine
 }
 
 // Choose decides, cheaply and before anything is made, what a session
@@ -377,7 +379,7 @@ func Choose(h home.Home, arch vm.Arch) (Choice, error) {
 	if _, err := os.Stat(h.GuestManifest(a)); err == nil {
 		return Choice{Alpine: true}, nil
 	}
-	assets, aerr := LocateAssets(arch)
+	assets, aerr := assets.Locate(arch)
 	if aerr != nil {
 		return Choice{}, fmt.Errorf("%w for %s: run `vibedom init` (on Linux, `make assets` also gives the test image: %v)", ErrNoGuestImage, arch, aerr)
 	}

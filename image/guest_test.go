@@ -13,6 +13,7 @@ import (
 	"github.com/vibedom/vibedom/home"
 	"github.com/vibedom/vibedom/image/alpine"
 	"github.com/vibedom/vibedom/image/alpine/alpinetest"
+	"github.com/vibedom/vibedom/image/assets"
 	"github.com/vibedom/vibedom/vm"
 )
 
@@ -24,19 +25,19 @@ func testMirror(t *testing.T) (url string, key *alpinetest.Key, repo *alpinetest
 	if err != nil {
 		t.Skip(err)
 	}
-	assets, err := alpinetest.FindAssets(arch)
+	userland, err := alpinetest.FindAssets(arch)
 	if err != nil {
 		t.Skipf("no Debian userland for %s (scripts/fetch-assets.sh): %v", arch, err)
 	}
-	if _, err := LocateGuest(vm.Arch(runtime.GOARCH)); err != nil {
+	if _, err := assets.LocateGuest(vm.Arch(runtime.GOARCH)); err != nil {
 		t.Skipf("no guest binary: %v", err)
 	}
 	key, err = alpinetest.NewKey("session-test@vibedom-1.rsa.pub")
 	if err != nil {
 		t.Fatal(err)
 	}
-	repo, err = alpinetest.BuildDebianRepo(alpinetest.DebianOptions{Arch: arch, Assets: assets, Root: t.TempDir(), Key: key,
-		CacheDir: alpinetest.CacheDirFor(assets)})
+	repo, err = alpinetest.BuildDebianRepo(alpinetest.DebianOptions{Arch: arch, Assets: userland, Root: t.TempDir(), Key: key,
+		CacheDir: alpinetest.CacheDirFor(userland)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -286,12 +287,12 @@ func TestGuestImageUpdate(t *testing.T) {
 func testMirrorWithKey(t *testing.T, key *alpinetest.Key) (string, *alpinetest.Key, *alpinetest.DebianRepo) {
 	t.Helper()
 	arch := mustAlpineArch(t)
-	assets, err := alpinetest.FindAssets(arch)
+	userland, err := alpinetest.FindAssets(arch)
 	if err != nil {
 		t.Skip(err)
 	}
-	repo, err := alpinetest.BuildDebianRepo(alpinetest.DebianOptions{Arch: arch, Assets: assets, Root: t.TempDir(), Key: key,
-		CacheDir: alpinetest.CacheDirFor(assets)})
+	repo, err := alpinetest.BuildDebianRepo(alpinetest.DebianOptions{Arch: arch, Assets: userland, Root: t.TempDir(), Key: key,
+		CacheDir: alpinetest.CacheDirFor(userland)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/vibedom/vibedom/image"
 	"github.com/vibedom/vibedom/image/alpine"
+	"github.com/vibedom/vibedom/image/assets"
 	"github.com/vibedom/vibedom/keys"
 	"github.com/vibedom/vibedom/netfilter"
 	"github.com/vibedom/vibedom/vm"
@@ -167,7 +168,7 @@ func guestImageCheck(h Home, arch vm.Arch) vm.Check {
 		c.Status, c.Detail, c.Fix = vm.CheckFail, merr.Error(), "run `vibedom init`"
 		return c
 	}
-	if as, err := image.LocateAssets(arch); err == nil {
+	if as, err := assets.Locate(arch); err == nil {
 		c.Status = vm.CheckOK
 		c.Detail = "no Alpine image; the Linux test image: kernel in " + as.KernelDir + ", guest agent " + as.GuestBinary
 		return c

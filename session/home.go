@@ -9,9 +9,8 @@ import (
 )
 
 // Home is the vibedom state directory; its layout lives in package home.
-//
-// Deprecated: the alias stays while the session files still spell
-// session.Home; new code names home.Home.
+// The alias stays while the session files still spell session.Home (the
+// lead removes it once every branch is merged); new code names home.Home.
 type Home = home.Home
 
 // DefaultHome returns $VIBEDOM_HOME when set, else ~/.vibedom (home.Default).

@@ -7,6 +7,7 @@ import (
 	"os"
 
 	"github.com/vibedom/vibedom/image"
+	"github.com/vibedom/vibedom/image/assets"
 	"github.com/vibedom/vibedom/keys"
 )
 
@@ -99,7 +100,7 @@ func Init(ctx context.Context, h Home, o InitOptions) (*InitResult, error) {
 	}
 	if o.NoImage {
 		if _, err := image.LoadGuest(ctx, h, o.Image.Arch, testKeyring()); err != nil {
-			if _, aerr := image.LocateAssets(o.Image.Arch); aerr != nil {
+			if _, aerr := assets.Locate(o.Image.Arch); aerr != nil {
 				r.Problems = append(r.Problems, err.Error())
 			}
 		}
@@ -115,7 +116,7 @@ func Init(ctx context.Context, h Home, o InitOptions) (*InitResult, error) {
 	}
 	r.ImageError = err.Error()
 	// On Linux the Debian test kernels (make assets) can stand in.
-	if _, aerr := image.LocateAssets(o.Image.Arch); aerr == nil {
+	if _, aerr := assets.Locate(o.Image.Arch); aerr == nil {
 		r.Fallback = "debian-test"
 		return r, nil
 	}

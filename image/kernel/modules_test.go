@@ -305,7 +305,7 @@ func debianModules(t testing.TB, arch vm.Arch) string {
 }
 
 // testKernelDir finds the fetched Debian kernel package for arch the way
-// image.LocateAssets does for tests ($VIBEDOM_ASSETS, else .cache/assets
+// assets.Locate does for tests ($VIBEDOM_ASSETS, else .cache/assets
 // in this folder or a parent), or "". This package may not import image.
 func testKernelDir(arch vm.Arch) string {
 	rel := filepath.Join(string(arch), "kernel")
