@@ -30,10 +30,6 @@ func TestAlpineBootFromTestMirror(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			userland, err := alpinetest.FindAssets(aa)
-			if err != nil {
-				t.Skipf("no Debian userland for %s: %v", aa, err)
-			}
 			guest, err := assets.LocateGuest(arch)
 			if errors.Is(err, assets.ErrNoGuest) {
 				t.Skipf("no guest binary: %v", err)
@@ -42,14 +38,8 @@ func TestAlpineBootFromTestMirror(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			r, err := alpinetest.BuildDebianRepo(alpinetest.DebianOptions{Arch: aa, Assets: userland, Root: t.TempDir(), Key: key,
-				CacheDir: alpinetest.CacheDirFor(userland)})
-			if err != nil {
-				t.Fatal(err)
-			}
-			srv := r.Serve()
-			defer srv.Close()
-			o := r.Options(srv.URL, aa, key)
+			url, r := serveTestRepo(t, aa, key)
+			o := r.Options(url, aa, key)
 			idx, err := alpine.FetchIndexes(t.Context(), nil, o)
 			if err != nil {
 				t.Fatal(err)

@@ -25,10 +25,6 @@ func testMirror(t *testing.T) (url string, key *alpinetest.Key, repo *alpinetest
 	if err != nil {
 		t.Skip(err)
 	}
-	userland, err := alpinetest.FindAssets(arch)
-	if err != nil {
-		t.Skipf("no Debian userland for %s (scripts/fetch-assets.sh): %v", arch, err)
-	}
 	if _, err := assets.LocateGuest(vm.Arch(runtime.GOARCH)); err != nil {
 		t.Skipf("no guest binary: %v", err)
 	}
@@ -36,14 +32,27 @@ func testMirror(t *testing.T) (url string, key *alpinetest.Key, repo *alpinetest
 	if err != nil {
 		t.Fatal(err)
 	}
-	repo, err = alpinetest.BuildDebianRepo(alpinetest.DebianOptions{Arch: arch, Assets: userland, Root: t.TempDir(), Key: key,
+	url, repo = serveTestRepo(t, arch, key)
+	return url, key, repo
+}
+
+// serveTestRepo builds (or takes from its cache) the Debian-sourced test
+// repository for an Alpine arch, signed by key, and serves it until the
+// test ends. It skips when the Debian userland has not been fetched.
+func serveTestRepo(t *testing.T, arch string, key *alpinetest.Key) (string, *alpinetest.DebianRepo) {
+	t.Helper()
+	userland, err := alpinetest.FindAssets(arch)
+	if err != nil {
+		t.Skipf("no Debian userland for %s (scripts/fetch-assets.sh): %v", arch, err)
+	}
+	repo, err := alpinetest.BuildDebianRepo(alpinetest.DebianOptions{Arch: arch, Assets: userland, Root: t.TempDir(), Key: key,
 		CacheDir: alpinetest.CacheDirFor(userland)})
 	if err != nil {
 		t.Fatal(err)
 	}
 	srv := repo.Serve()
 	t.Cleanup(srv.Close)
-	return srv.URL, key, repo
+	return srv.URL, repo
 }
 
 func e2fsck(t *testing.T, img string) {
@@ -61,7 +70,7 @@ func e2fsck(t *testing.T, img string) {
 	}
 }
 
-func TestBuildGuest(t *testing.T) {
+func TestBuildGuestImage(t *testing.T) {
 	url, key, _ := testMirror(t)
 	h := home.Home(t.TempDir())
 	o := GuestOptions{Arch: vm.Arch(runtime.GOARCH), Mirror: url, Keys: key.Ring}
@@ -286,17 +295,6 @@ func TestGuestImageUpdate(t *testing.T) {
 // testMirrorWithKey serves a fresh test repository signed by key.
 func testMirrorWithKey(t *testing.T, key *alpinetest.Key) (string, *alpinetest.Key, *alpinetest.DebianRepo) {
 	t.Helper()
-	arch := mustAlpineArch(t)
-	userland, err := alpinetest.FindAssets(arch)
-	if err != nil {
-		t.Skip(err)
-	}
-	repo, err := alpinetest.BuildDebianRepo(alpinetest.DebianOptions{Arch: arch, Assets: userland, Root: t.TempDir(), Key: key,
-		CacheDir: alpinetest.CacheDirFor(userland)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := repo.Serve()
-	t.Cleanup(srv.Close)
-	return srv.URL, key, repo
+	url, repo := serveTestRepo(t, mustAlpineArch(t), key)
+	return url, key, repo
 }
