@@ -379,6 +379,20 @@ func TestFenceRules(t *testing.T) {
 			},
 		},
 		{
+			name: "no import runs up the image rooms; home and progress stay leaves",
+			pkgs: []pkg{
+				p("image", "image/kernel", "image/initramfs", "image/assets", "home"),
+				p("image/kernel", "image"), p("image/initramfs", "image/kernel"), p("image/assets", "image/kernel", "home"),
+				p("home", "keys"), p("progress", "atomicfile"),
+			},
+			want: []string{
+				"forbidden import home -> keys: home may import only no project package",
+				"forbidden import image/initramfs -> image/kernel",
+				"forbidden import image/kernel -> image: image/kernel may import only vm",
+				"forbidden import progress -> atomicfile",
+			},
+		},
+		{
 			name: "vm reached indirectly",
 			pkgs: []pkg{p("netfilter", "dlp", "keys"), p("dlp", "golang.org/x/sneaky"), {ImportPath: "golang.org/x/sneaky", Imports: []string{module + "/vm/vz"}}, p("vm/vz", "vm"), p("vm")},
 			want: []string{
