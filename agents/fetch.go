@@ -19,6 +19,8 @@ import (
 	"time"
 
 	"github.com/vibedom/vibedom/atomicfile"
+	"github.com/vibedom/vibedom/home"
+	"github.com/vibedom/vibedom/progress"
 )
 
 // DefaultRegistry is the npm registry vibedom fetches from unless told
@@ -57,16 +59,16 @@ type Options struct {
 	// the last attempt stopped; 0 means 3.
 	Attempts int
 	// Progress, when set, is told about every byte and package.
-	Progress Progress
+	Progress progress.Progress
 	// MaxUnpacked bounds the bytes a package unpacks to; 0 means 2 GiB.
 	MaxUnpacked int64
 }
 
 // AgentsDir is where installed agents live: <home>/agents.
-func AgentsDir(home string) string { return filepath.Join(home, "agents") }
+func AgentsDir(h string) string { return home.Home(h).Agents() }
 
 // CacheDir is the tarball cache: <home>/cache/npm.
-func CacheDir(home string) string { return filepath.Join(home, "cache", "npm") }
+func CacheDir(h string) string { return home.Home(h).NPMCache() }
 
 // TarballName is a pin's file name in the cache, as `npm pack` names it:
 // "@scope/name" 1.0 becomes "scope-name-1.0.tgz".
@@ -115,7 +117,7 @@ func (o Options) normalized() (Options, *url.URL, error) {
 		o.Attempts = 3
 	}
 	if o.Progress == nil {
-		o.Progress = nopProgress{}
+		o.Progress = progress.Nop{}
 	}
 	if o.MaxUnpacked <= 0 {
 		o.MaxUnpacked = 2 << 30
@@ -142,28 +144,6 @@ func parseRegistry(s string) (*url.URL, error) {
 func sameOrigin(reg, u *url.URL) bool {
 	return u.Scheme == reg.Scheme && strings.EqualFold(u.Host, reg.Host) && u.User == nil
 }
-
-// Progress is told about an Install run; image/alpine.NewProgress draws
-// one. Calls come from one goroutine.
-type Progress interface {
-	// Begin announces the run: how many packages, how many tarball bytes.
-	Begin(files int, bytes int64)
-	// Advance reports n more bytes of a package's tarball (negative when
-	// a download restarts from zero); a cached or installed package
-	// counts with its full size.
-	Advance(file string, n int64)
-	// End reports a package installed.
-	End(file string, err error)
-	// Close ends a run that succeeded.
-	Close()
-}
-
-type nopProgress struct{}
-
-func (nopProgress) Begin(int, int64)      {}
-func (nopProgress) Advance(string, int64) {}
-func (nopProgress) End(string, error)     {}
-func (nopProgress) Close()                {}
 
 // pinnedDigest decodes a pin's "sha512-…" integrity.
 func pinnedDigest(p Pin) ([]byte, error) {
@@ -383,7 +363,7 @@ func download(ctx context.Context, o Options, u, part string, p Pin) error {
 	var n int64
 	var cerr error
 	if resp != nil {
-		n, cerr = io.Copy(io.MultiWriter(f, h), &progressReader{r: io.LimitReader(resp.Body, p.Size-have+1), name: p.String(), pr: o.Progress})
+		n, cerr = io.Copy(io.MultiWriter(f, h), progress.Reader(io.LimitReader(resp.Body, p.Size-have+1), p.String(), o.Progress))
 	}
 	if err := f.Close(); err != nil && cerr == nil {
 		cerr = err
@@ -435,18 +415,4 @@ func verifyFile(path string, p Pin) error {
 		return fmt.Errorf("%w: %s: %s hashes to %s, vibedom pins %s", ErrIntegrity, p, path, sri(got), p.Integrity)
 	}
 	return nil
-}
-
-type progressReader struct {
-	r    io.Reader
-	name string
-	pr   Progress
-}
-
-func (p *progressReader) Read(b []byte) (int, error) {
-	n, err := p.r.Read(b)
-	if n > 0 {
-		p.pr.Advance(p.name, int64(n))
-	}
-	return n, err
 }

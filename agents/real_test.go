@@ -13,7 +13,7 @@ import (
 
 	"github.com/vibedom/vibedom/agents"
 	"github.com/vibedom/vibedom/agents/agentstest"
-	"github.com/vibedom/vibedom/image/alpine"
+	"github.com/vibedom/vibedom/progress"
 )
 
 // The smallest real agent package, packed by npm, served by a local
@@ -30,7 +30,7 @@ func TestInstallRealPackage(t *testing.T) {
 	reg := agentstest.Serve(t, map[agents.Pin]string{p: agentstest.Tarball(t, p)})
 	home := t.TempDir()
 	var out bytes.Buffer
-	res, err := agents.Install(t.Context(), agents.Options{Home: home, Registry: reg.URL, Progress: alpine.NewProgress(&out, false)}, []agents.Pin{p})
+	res, err := agents.Install(t.Context(), agents.Options{Home: home, Registry: reg.URL, Progress: progress.NewText(&out, false)}, []agents.Pin{p})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,6 +8,10 @@
 // rename wins. It does not remove temporary files left by a process that
 // crashed before committing (they are named "."+base+".tmp-*", never the
 // final name). It is a leaf: it imports nothing of the project.
+//
+// It also reads whole files, bounded (ReadLimited): the one helper for
+// "read this small file, refuse it when it is too large", used on the host
+// and in the guest alike.
 package atomicfile
 
 import (

@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"encoding/binary"
 	"fmt"
-	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -16,6 +15,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/vibedom/vibedom/atomicfile"
 	"github.com/vibedom/vibedom/guest/proto"
 )
 
@@ -191,7 +191,7 @@ const maxAccountFile = 1 << 20
 // lookupUser reads name's account from root's /etc/passwd and /etc/group
 // (the image is data here: fields are checked, not trusted).
 func lookupUser(root, name string) (*ImageUser, error) {
-	pw, err := readSmall(filepath.Join(root, "etc/passwd"), maxAccountFile)
+	pw, err := atomicfile.ReadLimited(filepath.Join(root, "etc/passwd"), maxAccountFile)
 	if err != nil {
 		return nil, err
 	}
@@ -212,7 +212,7 @@ func lookupUser(root, name string) (*ImageUser, error) {
 	if u == nil {
 		return nil, fmt.Errorf("the image has no user %s in /etc/passwd", name)
 	}
-	if gr, err := readSmall(filepath.Join(root, "etc/group"), maxAccountFile); err == nil {
+	if gr, err := atomicfile.ReadLimited(filepath.Join(root, "etc/group"), maxAccountFile); err == nil {
 		sc := bufio.NewScanner(bytes.NewReader(gr))
 		for sc.Scan() {
 			f := strings.Split(sc.Text(), ":")
@@ -229,22 +229,6 @@ func lookupUser(root, name string) (*ImageUser, error) {
 		}
 	}
 	return u, nil
-}
-
-func readSmall(p string, max int64) ([]byte, error) {
-	f, err := os.Open(p)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	b, err := io.ReadAll(io.LimitReader(f, max+1))
-	if err != nil {
-		return nil, err
-	}
-	if int64(len(b)) > max {
-		return nil, fmt.Errorf("%s is larger than %d bytes", p, max)
-	}
-	return b, nil
 }
 
 // rootReady reports whether the root overlay is mounted.

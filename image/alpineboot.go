@@ -11,6 +11,9 @@ import (
 	"testing/fstest"
 
 	"github.com/vibedom/vibedom/image/alpine"
+	"github.com/vibedom/vibedom/image/assets"
+	"github.com/vibedom/vibedom/image/initramfs"
+	"github.com/vibedom/vibedom/image/kernel"
 	"github.com/vibedom/vibedom/vm"
 )
 
@@ -30,7 +33,7 @@ type BootPackage struct {
 //   - the kernel: boot/vmlinuz-virt of Alpine's linux-virt, unwrapped from
 //     its EFI zboot container on aarch64 (vz's loader takes a raw Image);
 //   - the initramfs, vibedom's own: vibedom-guest as /init, busybox from
-//     busybox-static, and the modules of GuestModules (with their
+//     busybox-static, and the modules of kernel.GuestModules (with their
 //     dependencies) from linux-virt, unpacked from .ko.gz.
 //
 // The userland is not here: it is the root image (package rootfs), which
@@ -47,8 +50,8 @@ type AlpineBoot struct {
 	// Keys verifies the packages; nil means alpine.ReleaseKeys(). Only
 	// tests set it.
 	Keys *alpine.Keyring
-	// Modules is the module list; zero means GuestModules.
-	Modules ModuleList
+	// Modules is the module list; zero means kernel.GuestModules.
+	Modules kernel.ModuleList
 }
 
 // Name is "alpine-boot-<arch>".
@@ -57,9 +60,9 @@ func (a *AlpineBoot) Name() string { return "alpine-boot-" + string(a.GuestArch)
 // Arch is the guest architecture.
 func (a *AlpineBoot) Arch() vm.Arch { return a.GuestArch }
 
-func (a *AlpineBoot) modules() ModuleList {
+func (a *AlpineBoot) modules() kernel.ModuleList {
 	if len(a.Modules.Required)+len(a.Modules.Optional) == 0 {
-		return GuestModules
+		return kernel.GuestModules
 	}
 	return a.Modules
 }
@@ -67,11 +70,11 @@ func (a *AlpineBoot) modules() ModuleList {
 // Inputs declares the two packages (by content, and by the lock entries
 // they were verified against), the guest binary and the module list.
 func (a *AlpineBoot) Inputs(ctx context.Context, in *Inputs) error {
-	if _, ok := elfMachine[a.GuestArch]; !ok {
+	if _, ok := kernel.Machine(a.GuestArch); !ok {
 		return fmt.Errorf("unknown guest architecture %q", a.GuestArch)
 	}
-	if !isFile(a.GuestBinary) {
-		return fmt.Errorf("%w: %q is not a file: run `make guest`", ErrNoGuest, a.GuestBinary)
+	if !fileExists(a.GuestBinary) {
+		return fmt.Errorf("%w: %q is not a file: run `make guest`", assets.ErrNoGuest, a.GuestBinary)
 	}
 	l := a.modules()
 	in.Param("recipe", alpineBootVersion)
@@ -152,7 +155,7 @@ func (a *AlpineBoot) Build(ctx context.Context, in *Inputs, dir string) (Outputs
 	if err != nil {
 		return Outputs{}, err
 	}
-	if err := checkELF(a.GuestBinary, a.GuestArch); err != nil {
+	if err := kernel.CheckELF(a.GuestBinary, a.GuestArch); err != nil {
 		return Outputs{}, fmt.Errorf("guest binary: %w: run `make guest`", err)
 	}
 	bf := &bootFiles{modules: fstest.MapFS{}}
@@ -168,7 +171,7 @@ func (a *AlpineBoot) Build(ctx context.Context, in *Inputs, dir string) (Outputs
 	if err := ctx.Err(); err != nil {
 		return Outputs{}, err
 	}
-	mods, err := ResolveModuleListFS(bf.modules, bf.release, a.GuestArch, a.modules())
+	mods, err := kernel.ResolveModuleListFS(bf.modules, bf.release, a.GuestArch, a.modules())
 	if err != nil {
 		return Outputs{}, fmt.Errorf("%s: %w", a.Linux.Locked, err)
 	}
@@ -176,7 +179,7 @@ func (a *AlpineBoot) Build(ctx context.Context, in *Inputs, dir string) (Outputs
 	if err := os.WriteFile(raw, bf.kernel, 0o600); err != nil {
 		return Outputs{}, err
 	}
-	if err := writeKernel(filepath.Join(dir, KernelFile), raw, a.GuestArch); err != nil {
+	if err := kernel.Write(filepath.Join(dir, KernelFile), raw, a.GuestArch); err != nil {
 		return Outputs{}, fmt.Errorf("%s: %w", a.Linux.Locked, err)
 	}
 	if err := os.Remove(raw); err != nil {
@@ -195,11 +198,11 @@ func (a *AlpineBoot) Build(ctx context.Context, in *Inputs, dir string) (Outputs
 		return Outputs{}, err
 	}
 	defer os.Remove(bbPath)
-	if err := checkELF(bbPath, a.GuestArch); err != nil {
+	if err := kernel.CheckELF(bbPath, a.GuestArch); err != nil {
 		return Outputs{}, fmt.Errorf("%s: %w", a.Busybox.Locked, err)
 	}
 
-	var ar Archive
+	var ar initramfs.Archive
 	// The applet links are vibedom's list, not the binary's own: nothing
 	// from a package runs on the host.
 	for _, name := range fallbackApplets {

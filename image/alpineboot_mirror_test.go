@@ -10,6 +10,9 @@ import (
 
 	"github.com/vibedom/vibedom/image/alpine"
 	"github.com/vibedom/vibedom/image/alpine/alpinetest"
+	"github.com/vibedom/vibedom/image/assets"
+	"github.com/vibedom/vibedom/image/initramfs"
+	"github.com/vibedom/vibedom/image/kernel"
 	"github.com/vibedom/vibedom/vm"
 )
 
@@ -27,26 +30,16 @@ func TestAlpineBootFromTestMirror(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			assets, err := alpinetest.FindAssets(aa)
-			if err != nil {
-				t.Skipf("no Debian userland for %s: %v", aa, err)
-			}
-			guest, err := locateGuest(arch)
-			if errors.Is(err, ErrNoGuest) {
+			guest, err := assets.LocateGuest(arch)
+			if errors.Is(err, assets.ErrNoGuest) {
 				t.Skipf("no guest binary: %v", err)
 			}
 			key, err := alpinetest.NewKey("boot-test@vibedom-1.rsa.pub")
 			if err != nil {
 				t.Fatal(err)
 			}
-			r, err := alpinetest.BuildDebianRepo(alpinetest.DebianOptions{Arch: aa, Assets: assets, Root: t.TempDir(), Key: key,
-				CacheDir: alpinetest.CacheDirFor(assets)})
-			if err != nil {
-				t.Fatal(err)
-			}
-			srv := r.Serve()
-			defer srv.Close()
-			o := r.Options(srv.URL, aa, key)
+			url, r := serveTestRepo(t, aa, key)
+			o := r.Options(url, aa, key)
 			idx, err := alpine.FetchIndexes(t.Context(), nil, o)
 			if err != nil {
 				t.Fatal(err)
@@ -83,7 +76,7 @@ func TestAlpineBootFromTestMirror(t *testing.T) {
 					t.Errorf("kernel is not an unwrapped arm64 Image")
 				}
 			case vm.ArchAMD64:
-				if err := checkELF(filepath.Join(dir, out.Kernel), arch); err != nil {
+				if err := kernel.CheckELF(filepath.Join(dir, out.Kernel), arch); err != nil {
 					if len(kern) < 0x206 || string(kern[0x202:0x206]) != "HdrS" {
 						t.Errorf("kernel is neither a PVH vmlinux nor a bzImage: %v", err)
 					}
@@ -94,7 +87,7 @@ func TestAlpineBootFromTestMirror(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer f.Close()
-			ents, err := ReadArchive(f)
+			ents, err := initramfs.ReadArchive(f)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -102,7 +95,7 @@ func TestAlpineBootFromTestMirror(t *testing.T) {
 			for _, e := range ents {
 				if strings.HasSuffix(e.Name, ".ko") {
 					mods = append(mods, e.Name)
-					if mi, err := elf.NewFile(strings.NewReader(string(e.Data))); err != nil || mi.Machine != elfMachine[arch] {
+					if mi, err := elf.NewFile(strings.NewReader(string(e.Data))); err != nil || mi.Machine != machine(arch) {
 						t.Errorf("%s is not a %s module: %v", e.Name, arch, err)
 					}
 				}
@@ -116,3 +109,5 @@ func TestAlpineBootFromTestMirror(t *testing.T) {
 		})
 	}
 }
+
+func machine(arch vm.Arch) elf.Machine { m, _ := kernel.Machine(arch); return m }

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vibedom/vibedom/image/initramfs"
 	"github.com/vibedom/vibedom/vm"
 )
 
@@ -122,7 +123,7 @@ func TestSmokeBoot(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			files = append(files, File{Path: "/init", Mode: 0o755, Data: []byte(smokeInit)})
+			files = append(files, initramfs.File{Path: "/init", Mode: 0o755, Data: []byte(smokeInit)})
 			initrd := filepath.Join(dir, "initrd")
 			hostStart := time.Now()
 			if err := WriteSessionInitrd(initrd, base, files); err != nil {

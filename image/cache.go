@@ -599,3 +599,9 @@ func syncFile(p string) error {
 
 // labelList joins names for a Param value.
 func labelList(names []string) string { return strings.Join(names, ",") }
+
+// hexSum returns the hex SHA-256 of s.
+func hexSum(s string) string {
+	h := sha256.Sum256([]byte(s))
+	return hex.EncodeToString(h[:])
+}

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vibedom/vibedom/image/initramfs"
 	"github.com/vibedom/vibedom/vm"
 )
 
@@ -50,7 +51,7 @@ func (r *testRecipe) Build(ctx context.Context, in *Inputs, dir string) (Outputs
 	if err := os.WriteFile(filepath.Join(dir, "vmlinuz"), append([]byte("kernel:"), data...), 0o644); err != nil {
 		return Outputs{}, err
 	}
-	var ar Archive
+	var ar initramfs.Archive
 	ar.File("input", 0o644, data)
 	ar.File("param", 0o644, []byte(r.param))
 	cp, err := ar.Bytes()
@@ -83,7 +84,7 @@ func checkImage(t *testing.T, img *Image, content string) {
 	if int64(len(data)) != img.InitrdSize {
 		t.Errorf("InitrdSize: got %d, file has %d", img.InitrdSize, len(data))
 	}
-	es, err := ReadArchive(bytes.NewReader(data))
+	es, err := initramfs.ReadArchive(bytes.NewReader(data))
 	if err != nil || len(es) != 2 || string(es[0].Data) != content {
 		t.Errorf("initrd: got %v (%v), want input %q", es, err, content)
 	}

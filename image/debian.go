@@ -17,6 +17,9 @@ import (
 	"time"
 
 	"github.com/vibedom/vibedom/guest/proto"
+	"github.com/vibedom/vibedom/image/assets"
+	"github.com/vibedom/vibedom/image/initramfs"
+	"github.com/vibedom/vibedom/image/kernel"
 	"github.com/vibedom/vibedom/vm"
 )
 
@@ -44,17 +47,17 @@ const (
 // Device nodes are not included: the guest mounts devtmpfs.
 type DebianTest struct {
 	// Assets are the kernel, busybox and guest binary to pack.
-	Assets Assets
+	Assets assets.Assets
 	// Modules are the modules to include with their dependencies
-	// (DefaultModules when empty). Built-in ones are skipped.
+	// (kernel.DefaultModules when empty). Built-in ones are skipped.
 	Modules []string
 }
 
 var _ Recipe = (*DebianTest)(nil)
 
 // NewDebianTest returns the test image recipe for the given assets and
-// modules (DefaultModules when modules is empty).
-func NewDebianTest(a Assets, modules []string) *DebianTest {
+// modules (kernel.DefaultModules when modules is empty).
+func NewDebianTest(a assets.Assets, modules []string) *DebianTest {
 	return &DebianTest{Assets: a, Modules: slices.Clone(modules)}
 }
 
@@ -66,7 +69,7 @@ func (d *DebianTest) Arch() vm.Arch { return d.Assets.Arch }
 
 func (d *DebianTest) modules() []string {
 	if len(d.Modules) == 0 {
-		return DefaultModules
+		return kernel.DefaultModules
 	}
 	return d.Modules
 }
@@ -82,16 +85,16 @@ type resolved struct {
 // module lists, the wanted modules and every module file packed.
 func (d *DebianTest) Inputs(ctx context.Context, in *Inputs) error {
 	a := d.Assets
-	if _, ok := elfMachine[a.Arch]; !ok {
+	if _, ok := kernel.Machine(a.Arch); !ok {
 		return fmt.Errorf("unknown guest architecture %q", a.Arch)
 	}
-	if !isFile(a.GuestBinary) {
-		return fmt.Errorf("%w: %q is not a file: run `make guest`", ErrNoGuest, a.GuestBinary)
+	if !fileExists(a.GuestBinary) {
+		return fmt.Errorf("%w: %q is not a file: run `make guest`", assets.ErrNoGuest, a.GuestBinary)
 	}
-	if !isFile(a.Busybox) {
-		return fmt.Errorf("%w: busybox %q is not a file: run `make assets`", ErrNoAssets, a.Busybox)
+	if !fileExists(a.Busybox) {
+		return fmt.Errorf("%w: busybox %q is not a file: run `make assets`", assets.ErrNoAssets, a.Busybox)
 	}
-	vmlinuz, release, err := findKernel(a.KernelDir)
+	vmlinuz, release, err := kernel.Find(a.KernelDir)
 	if err != nil {
 		return err
 	}
@@ -159,7 +162,7 @@ func (d *DebianTest) resolution(m *memo, modDir, key string) (*resolved, error) 
 			}
 		}
 	}
-	mods, err := ResolveModules(modDir, d.Assets.Arch, d.modules())
+	mods, err := kernel.ResolveModules(modDir, d.Assets.Arch, d.modules())
 	if err != nil {
 		return nil, err
 	}
@@ -192,7 +195,7 @@ func (d *DebianTest) resolutionKey(m *memo, vmlinuz, modDir, release string) (st
 
 // remember stores a fresh resolution in the memo under key, with the hash
 // of every module file it packs.
-func remember(m *memo, key string, mods *Modules) (*resolved, error) {
+func remember(m *memo, key string, mods *kernel.Modules) (*resolved, error) {
 	res := &resolved{Order: mods.Order, Builtin: mods.Builtin, Sums: map[string]string{}}
 	for _, rel := range mods.Order {
 		sum, err := m.fileSum(filepath.Join(mods.Dir, filepath.FromSlash(rel)))
@@ -217,18 +220,18 @@ func exists(p string) bool {
 // Build writes KernelFile and InitrdFile into dir.
 func (d *DebianTest) Build(ctx context.Context, in *Inputs, dir string) (Outputs, error) {
 	a := d.Assets
-	if err := checkELF(a.GuestBinary, a.Arch); err != nil {
+	if err := kernel.CheckELF(a.GuestBinary, a.Arch); err != nil {
 		return Outputs{}, fmt.Errorf("guest binary: %w: run `make guest`", err)
 	}
-	if err := checkELF(a.Busybox, a.Arch); err != nil {
+	if err := kernel.CheckELF(a.Busybox, a.Arch); err != nil {
 		return Outputs{}, fmt.Errorf("busybox: %w: run `make assets`", err)
 	}
-	vmlinuz, release, err := findKernel(a.KernelDir)
+	vmlinuz, release, err := kernel.Find(a.KernelDir)
 	if err != nil {
 		return Outputs{}, err
 	}
 	modDir := filepath.Join(a.KernelDir, "lib", "modules", release)
-	mods, err := ResolveModules(modDir, a.Arch, d.modules())
+	mods, err := kernel.ResolveModules(modDir, a.Arch, d.modules())
 	if err != nil {
 		return Outputs{}, err
 	}
@@ -244,11 +247,11 @@ func (d *DebianTest) Build(ctx context.Context, in *Inputs, dir string) (Outputs
 	if _, err := remember(in.memo, key, mods); err != nil {
 		return Outputs{}, err
 	}
-	if err := writeKernel(filepath.Join(dir, KernelFile), vmlinuz, a.Arch); err != nil {
+	if err := kernel.Write(filepath.Join(dir, KernelFile), vmlinuz, a.Arch); err != nil {
 		return Outputs{}, err
 	}
 
-	var ar Archive
+	var ar initramfs.Archive
 	applets, err := busyboxApplets(ctx, a.Busybox, a.Arch)
 	if err != nil {
 		return Outputs{}, err
@@ -263,7 +266,7 @@ func (d *DebianTest) Build(ctx context.Context, in *Inputs, dir string) (Outputs
 
 // writeInitramfs adds the base (addBase) to ar, whose applet links are in,
 // and writes it as dir/InitrdFile.
-func writeInitramfs(ar *Archive, dir, busybox, guestBinary, release string, mods *Modules) (Outputs, error) {
+func writeInitramfs(ar *initramfs.Archive, dir, busybox, guestBinary, release string, mods *kernel.Modules) (Outputs, error) {
 	if err := addBase(ar, busybox, guestBinary, release, mods); err != nil {
 		return Outputs{}, err
 	}
@@ -285,7 +288,7 @@ func writeInitramfs(ar *Archive, dir, busybox, guestBinary, release string, mods
 // busybox, the guest binary as /init, the modules and their load order, and
 // the few /etc files the guest needs. Modules come from mods.Dir when set,
 // else from mods.FS.
-func addBase(ar *Archive, busybox, guestBinary, release string, mods *Modules) error {
+func addBase(ar *initramfs.Archive, busybox, guestBinary, release string, mods *kernel.Modules) error {
 	dirs := []struct {
 		name string
 		perm fs.FileMode
@@ -305,16 +308,16 @@ func addBase(ar *Archive, busybox, guestBinary, release string, mods *Modules) e
 			return err
 		}
 	}
-	add := func(e Entry) error {
+	add := func(e initramfs.Entry) error {
 		if err := ar.Add(e); err != nil {
 			return fmt.Errorf("initramfs: %w", err)
 		}
 		return nil
 	}
-	if err := add(Entry{Name: "bin/busybox", Mode: 0o755, Source: busybox}); err != nil {
+	if err := add(initramfs.Entry{Name: "bin/busybox", Mode: 0o755, Source: busybox}); err != nil {
 		return err
 	}
-	if err := add(Entry{Name: proto.GuestBinaryPath, Mode: 0o755, Source: guestBinary}); err != nil {
+	if err := add(initramfs.Entry{Name: proto.GuestBinaryPath, Mode: 0o755, Source: guestBinary}); err != nil {
 		return err
 	}
 	if err := ar.Symlink("init", proto.GuestBinaryPath); err != nil {
@@ -322,17 +325,17 @@ func addBase(ar *Archive, busybox, guestBinary, release string, mods *Modules) e
 	}
 	var list bytes.Buffer
 	for _, rel := range mods.Order {
-		e := Entry{Name: path.Join("lib/modules", release, PackedName(rel)), Mode: 0o644}
+		e := initramfs.Entry{Name: path.Join("lib/modules", release, kernel.PackedName(rel)), Mode: 0o644}
 		if mods.Dir == "" {
-			data, err := ReadModuleFS(mods.FS, rel)
+			data, err := kernel.ReadModuleFS(mods.FS, rel)
 			if err != nil {
 				return err
 			}
 			e.Data = data
-		} else if src := filepath.Join(mods.Dir, filepath.FromSlash(rel)); PackedName(rel) == rel {
+		} else if src := filepath.Join(mods.Dir, filepath.FromSlash(rel)); kernel.PackedName(rel) == rel {
 			e.Source = src
 		} else {
-			data, err := ReadModule(src)
+			data, err := kernel.ReadModule(src)
 			if err != nil {
 				return err
 			}
@@ -341,7 +344,7 @@ func addBase(ar *Archive, busybox, guestBinary, release string, mods *Modules) e
 		if err := add(e); err != nil {
 			return err
 		}
-		list.WriteString(PackedName(rel))
+		list.WriteString(kernel.PackedName(rel))
 		list.WriteByte('\n')
 	}
 	files := []struct {
@@ -391,7 +394,7 @@ func busyboxApplets(ctx context.Context, busybox string, arch vm.Arch) ([]string
 			if p == "" {
 				continue
 			}
-			n, err := cleanName(p)
+			n, err := initramfs.CleanName(p)
 			if err != nil || n == "bin/busybox" || n == "init" {
 				continue
 			}

@@ -13,6 +13,9 @@ import (
 	"testing"
 
 	"github.com/vibedom/vibedom/guest/proto"
+	"github.com/vibedom/vibedom/image/assets"
+	"github.com/vibedom/vibedom/image/initramfs"
+	kernelpkg "github.com/vibedom/vibedom/image/kernel"
 	"github.com/vibedom/vibedom/vm"
 )
 
@@ -44,9 +47,9 @@ type stubGuest struct {
 
 // testAssets returns the fetched kernel and busybox for arch, with a stand-in
 // guest binary (a copy of busybox: an ELF program for arch), or skips.
-func testAssets(t testing.TB, arch vm.Arch) Assets {
+func testAssets(t testing.TB, arch vm.Arch) assets.Assets {
 	t.Helper()
-	kdir, bb, err := locateKernel(arch)
+	kdir, bb, err := assets.LocateKernel(arch)
 	if err != nil {
 		t.Skipf("no kernel/busybox assets for %s (run `make assets`)", arch)
 	}
@@ -64,7 +67,7 @@ func testAssets(t testing.TB, arch vm.Arch) Assets {
 	if sg.err != nil {
 		t.Fatal(sg.err)
 	}
-	return Assets{Arch: arch, KernelDir: kdir, Busybox: bb, GuestBinary: sg.path}
+	return assets.Assets{Arch: arch, KernelDir: kdir, Busybox: bb, GuestBinary: sg.path}
 }
 
 // sharedImage builds (once) and returns the test image for arch.
@@ -90,21 +93,21 @@ func TestDebianTestImage(t *testing.T) {
 			if arch == vm.ArchAMD64 {
 				// Debian's amd64 kernel has a PVH entry: the image holds
 				// the decompressed vmlinux QEMU boots without firmware.
-				if !hasPVHNote(kernel) {
+				if !kernelpkg.HasPVHNote(kernel) {
 					t.Errorf("amd64 kernel is not a PVH vmlinux")
 				}
-			} else if err := checkKernelHeader(kernel[:4096], arch, img.Kernel); err != nil {
+			} else if err := kernelpkg.CheckHeader(kernel[:4096], arch, img.Kernel); err != nil {
 				t.Errorf("kernel: %v", err)
 			}
 			data, err := os.ReadFile(img.Initrd)
 			if err != nil {
 				t.Fatal(err)
 			}
-			es, err := ReadArchive(bytes.NewReader(data))
+			es, err := initramfs.ReadArchive(bytes.NewReader(data))
 			if err != nil {
 				t.Fatalf("ReadArchive: %v", err)
 			}
-			got := map[string]Entry{}
+			got := map[string]initramfs.Entry{}
 			for _, e := range es {
 				if _, dup := got[e.Name]; dup {
 					t.Errorf("%s appears twice", e.Name)
@@ -116,8 +119,8 @@ func TestDebianTestImage(t *testing.T) {
 			}
 			guest, _ := os.ReadFile(a.GuestBinary)
 			bb, _ := os.ReadFile(a.Busybox)
-			_, release, _ := findKernel(a.KernelDir)
-			mods, err := ResolveModules(filepath.Join(a.KernelDir, "lib/modules", release), arch, DefaultModules)
+			_, release, _ := kernelpkg.Find(a.KernelDir)
+			mods, err := kernelpkg.ResolveModules(filepath.Join(a.KernelDir, "lib/modules", release), arch, kernelpkg.DefaultModules)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -228,7 +231,7 @@ func TestDebianTestReproducible(t *testing.T) {
 		if img4.Dir == img2.Dir {
 			t.Errorf("different module list, same image %s", img4.Dir)
 		}
-		es, _ := ReadArchive(mustOpen(t, img4.Initrd))
+		es, _ := initramfs.ReadArchive(mustOpen(t, img4.Initrd))
 		for _, e := range es {
 			if strings.HasSuffix(e.Name, ".ko") && !strings.HasSuffix(e.Name, "/overlay.ko") {
 				t.Errorf("unexpected module %s", e.Name)
@@ -250,25 +253,25 @@ func fileSHA(t *testing.T, p string) [32]byte {
 func TestDebianTestRefuses(t *testing.T) {
 	amd := testAssets(t, vm.ArchAMD64)
 	arm := testAssets(t, vm.ArchARM64)
-	mixed := func(f func(a *Assets)) Assets { a := amd; f(&a); return a }
+	mixed := func(f func(a *assets.Assets)) assets.Assets { a := amd; f(&a); return a }
 	noKernel := t.TempDir()
 	os.MkdirAll(filepath.Join(noKernel, "boot"), 0o755)
 	tests := []struct {
 		name    string
-		assets  Assets
+		assets  assets.Assets
 		modules []string
 		want    string
 	}{
-		{"guest for the other arch", mixed(func(a *Assets) { a.GuestBinary = arm.Busybox }), nil, "guest binary"},
-		{"busybox for the other arch", mixed(func(a *Assets) { a.Busybox = arm.Busybox }), nil, "busybox"},
-		{"kernel dir of the other arch", mixed(func(a *Assets) { a.KernelDir = arm.KernelDir }), nil, "kernel"},
-		{"guest is a script", mixed(func(a *Assets) {
+		{"guest for the other arch", mixed(func(a *assets.Assets) { a.GuestBinary = arm.Busybox }), nil, "guest binary"},
+		{"busybox for the other arch", mixed(func(a *assets.Assets) { a.Busybox = arm.Busybox }), nil, "busybox"},
+		{"kernel dir of the other arch", mixed(func(a *assets.Assets) { a.KernelDir = arm.KernelDir }), nil, "kernel"},
+		{"guest is a script", mixed(func(a *assets.Assets) {
 			p := filepath.Join(t.TempDir(), "guest")
 			os.WriteFile(p, []byte("#!/bin/sh\n"), 0o755)
 			a.GuestBinary = p
 		}), nil, "not an ELF"},
-		{"guest missing", mixed(func(a *Assets) { a.GuestBinary = "/nonexistent/vibedom-guest" }), nil, "guest"},
-		{"no kernel", mixed(func(a *Assets) { a.KernelDir = noKernel }), nil, "make assets"},
+		{"guest missing", mixed(func(a *assets.Assets) { a.GuestBinary = "/nonexistent/vibedom-guest" }), nil, "guest"},
+		{"no kernel", mixed(func(a *assets.Assets) { a.KernelDir = noKernel }), nil, "make assets"},
 		{"unknown module", amd, []string{"overlay", "no_such_module"}, "no_such_module"},
 	}
 	for _, tt := range tests {

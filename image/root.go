@@ -8,11 +8,12 @@ import (
 	"regexp"
 
 	"github.com/vibedom/vibedom/atomicfile"
+	"github.com/vibedom/vibedom/home"
 )
 
 // RootDir is the folder of the cache that holds root images, each named
 // <sha256>.ext4 after its content: sessions share one file read-only.
-const RootDir = "root"
+const RootDir = home.RootImagesDir
 
 // ErrRootImage means a root image is missing or does not match its name.
 var ErrRootImage = errors.New("root image damaged or missing")

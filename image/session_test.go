@@ -14,6 +14,7 @@ import (
 	"testing"
 
 	"github.com/vibedom/vibedom/guest/proto"
+	"github.com/vibedom/vibedom/image/initramfs"
 )
 
 // fakeHostKey returns a PEM block shaped like an OpenSSH private key,
@@ -96,16 +97,16 @@ func TestSessionFiles(t *testing.T) {
 // formatted value.
 func TestFileRedacts(t *testing.T) {
 	key := fakeHostKey()
-	f := File{Path: proto.HostKeyPath, Mode: 0o600, Data: key}
+	f := initramfs.File{Path: proto.HostKeyPath, Mode: 0o600, Data: key}
 	var logged bytes.Buffer
 	slog.New(slog.NewTextHandler(&logged, nil)).Info("session file", "file", f)
-	slog.New(slog.NewJSONHandler(&logged, nil)).Info("session files", "files", []File{f})
+	slog.New(slog.NewJSONHandler(&logged, nil)).Info("session files", "files", []initramfs.File{f})
 	outputs := map[string]string{
 		"String":   f.String(),
 		"%v":       fmt.Sprintf("%v", f),
 		"%+v":      fmt.Sprintf("%+v", f),
 		"%#v":      fmt.Sprintf("%#v", f),
-		"%s slice": fmt.Sprintf("%s", []File{f}),
+		"%s slice": fmt.Sprintf("%s", []initramfs.File{f}),
 		"slog":     logged.String(),
 	}
 	for name, out := range outputs {
@@ -124,7 +125,7 @@ func TestFileRedacts(t *testing.T) {
 // fakeBase caches a small base image and returns it.
 func fakeBase(t *testing.T) *Image {
 	t.Helper()
-	var ar Archive
+	var ar initramfs.Archive
 	ar.Dir("tmp", fs.ModeDir|fs.ModeSticky|0o777)
 	ar.Dir("etc", 0o755)
 	ar.File("etc/hostname", 0o644, []byte("base\n"))
@@ -167,11 +168,11 @@ func TestWriteSessionInitrd(t *testing.T) {
 	if len(data)%4 != 0 {
 		t.Errorf("session initrd length %d is not a multiple of 4", len(data))
 	}
-	es, err := ReadArchive(bytes.NewReader(data))
+	es, err := initramfs.ReadArchive(bytes.NewReader(data))
 	if err != nil {
 		t.Fatalf("ReadArchive: %v", err)
 	}
-	got := map[string]Entry{}
+	got := map[string]initramfs.Entry{}
 	for _, e := range es {
 		got[e.Name] = e
 	}
@@ -211,7 +212,7 @@ func TestWriteSessionInitrd(t *testing.T) {
 		if err := WriteSessionInitrd(dst, base, files[:1]); err != nil {
 			t.Fatal(err)
 		}
-		es, _ := ReadArchive(mustOpen(t, dst))
+		es, _ := initramfs.ReadArchive(mustOpen(t, dst))
 		for _, e := range es {
 			if e.Name == strings.TrimPrefix(proto.HostKeyPath, "/") {
 				t.Errorf("old host key still in the rewritten initrd")
@@ -219,11 +220,11 @@ func TestWriteSessionInitrd(t *testing.T) {
 		}
 	})
 	t.Run("replacing /init", func(t *testing.T) {
-		script := File{Path: "/init", Mode: 0o755, Data: []byte("#!/bin/busybox sh\n")}
-		if err := WriteSessionInitrd(dst, base, []File{script}); err != nil {
+		script := initramfs.File{Path: "/init", Mode: 0o755, Data: []byte("#!/bin/busybox sh\n")}
+		if err := WriteSessionInitrd(dst, base, []initramfs.File{script}); err != nil {
 			t.Fatal(err)
 		}
-		es, _ := ReadArchive(mustOpen(t, dst))
+		es, _ := initramfs.ReadArchive(mustOpen(t, dst))
 		last := es[len(es)-1]
 		if last.Name != "init" || last.Mode != 0o755 {
 			t.Errorf("last member: got %s %v, want init -rwxr-xr-x", last.Name, last.Mode)
@@ -254,28 +255,28 @@ func mustOpen(t *testing.T, p string) *os.File {
 func TestSessionArchiveRefuses(t *testing.T) {
 	tests := []struct {
 		name string
-		file File
+		file initramfs.File
 	}{
-		{"relative", File{Path: "vibedom/boot.json", Mode: 0o644}},
-		{"dot dot", File{Path: "/vibedom/../etc/passwd", Mode: 0o644}},
-		{"climbing", File{Path: "/../../etc/passwd", Mode: 0o644}},
-		{"into tmp", File{Path: "/tmp/x", Mode: 0o644}},
-		{"into etc", File{Path: "/etc/ssl/certs/ca.pem", Mode: 0o644}},
-		{"nested", File{Path: "/vibedom/sub/x", Mode: 0o644}},
-		{"the directory itself", File{Path: "/vibedom", Mode: 0o644}},
-		{"setuid", File{Path: "/vibedom/x", Mode: fs.ModeSetuid | 0o755}},
-		{"directory mode", File{Path: "/vibedom/x", Mode: fs.ModeDir | 0o755}},
-		{"symlink mode", File{Path: "/vibedom/x", Mode: fs.ModeSymlink | 0o777}},
-		{"trailer", File{Path: "/TRAILER!!!", Mode: 0o644}},
-		{"root", File{Path: "/", Mode: 0o644}},
+		{"relative", initramfs.File{Path: "vibedom/boot.json", Mode: 0o644}},
+		{"dot dot", initramfs.File{Path: "/vibedom/../etc/passwd", Mode: 0o644}},
+		{"climbing", initramfs.File{Path: "/../../etc/passwd", Mode: 0o644}},
+		{"into tmp", initramfs.File{Path: "/tmp/x", Mode: 0o644}},
+		{"into etc", initramfs.File{Path: "/etc/ssl/certs/ca.pem", Mode: 0o644}},
+		{"nested", initramfs.File{Path: "/vibedom/sub/x", Mode: 0o644}},
+		{"the directory itself", initramfs.File{Path: "/vibedom", Mode: 0o644}},
+		{"setuid", initramfs.File{Path: "/vibedom/x", Mode: fs.ModeSetuid | 0o755}},
+		{"directory mode", initramfs.File{Path: "/vibedom/x", Mode: fs.ModeDir | 0o755}},
+		{"symlink mode", initramfs.File{Path: "/vibedom/x", Mode: fs.ModeSymlink | 0o777}},
+		{"trailer", initramfs.File{Path: "/TRAILER!!!", Mode: 0o644}},
+		{"root", initramfs.File{Path: "/", Mode: 0o644}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if _, err := SessionArchive([]File{tt.file}); err == nil {
+			if _, err := initramfs.SessionArchive([]initramfs.File{tt.file}); err == nil {
 				t.Errorf("SessionArchive accepted %v", tt.file)
 			}
 			dst := filepath.Join(t.TempDir(), "initrd")
-			if err := WriteSessionInitrd(dst, fakeBase(t), []File{tt.file}); err == nil {
+			if err := WriteSessionInitrd(dst, fakeBase(t), []initramfs.File{tt.file}); err == nil {
 				t.Errorf("WriteSessionInitrd accepted %v", tt.file)
 			}
 			if _, err := os.Stat(dst); err == nil {

@@ -5,12 +5,10 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"github.com/vibedom/vibedom/atomicfile"
 	"io/fs"
 	"strings"
 )
-
-// configFile is ~/.vibedom/config: "key = value" lines, '#' comments.
-const configFile = "config"
 
 // Config is the user's defaults.
 type Config struct {
@@ -21,13 +19,11 @@ type Config struct {
 	ProxyEngine string
 }
 
-// Config is ~/.vibedom/config.
-func (h Home) Config() string { return h.path(configFile) }
-
-// ReadConfig reads ~/.vibedom/config; a missing file is the zero Config.
+// ReadConfig reads ~/.vibedom/config (h.Config(): "key = value" lines,
+// '#' comments); a missing file is the zero Config.
 // Unknown keys and malformed lines are errors naming the line.
 func ReadConfig(h Home) (*Config, error) {
-	b, err := readFileLimit(h.Config(), 64<<10)
+	b, err := atomicfile.ReadLimited(h.Config(), 64<<10)
 	if errors.Is(err, fs.ErrNotExist) {
 		return &Config{}, nil
 	}

@@ -169,7 +169,7 @@ func WorkspaceDLPConfig(ctx context.Context, h Home, workspace string, noScan bo
 	}
 	var found []string
 	if !noScan {
-		rep, err := preflight.Scan(ctx, h.PreflightOptions(ws))
+		rep, err := preflight.Scan(ctx, ScanOptions(h, ws))
 		if err != nil {
 			return dlp.Config{}, nil, fmt.Errorf("secrets preflight: %w", err)
 		}

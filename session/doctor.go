@@ -11,6 +11,7 @@ import (
 
 	"github.com/vibedom/vibedom/image"
 	"github.com/vibedom/vibedom/image/alpine"
+	"github.com/vibedom/vibedom/image/assets"
 	"github.com/vibedom/vibedom/keys"
 	"github.com/vibedom/vibedom/netfilter"
 	"github.com/vibedom/vibedom/vm"
@@ -153,7 +154,7 @@ func guestImageCheck(h Home, arch vm.Arch) vm.Check {
 		c.Status, c.Detail = vm.CheckFail, err.Error()
 		return c
 	}
-	m, merr := readGuestManifest(h.GuestManifest(a))
+	m, merr := image.ReadGuestManifest(h.GuestManifest(a))
 	if merr == nil {
 		if err := image.VerifyRootImage(h.Images(), m.Root.Path, m.Root.SHA256, true); err != nil {
 			c.Status, c.Detail, c.Fix = vm.CheckFail, err.Error(), "run `vibedom init`"
@@ -163,11 +164,11 @@ func guestImageCheck(h Home, arch vm.Arch) vm.Check {
 		c.Detail = fmt.Sprintf("Alpine %s %s, %d packages, root image %s verified", m.Lock.Branch, a, len(m.Lock.Packages), m.Root.SHA256[:12])
 		return c
 	}
-	if !errors.Is(merr, ErrNoGuestImage) {
+	if !errors.Is(merr, image.ErrNoGuestImage) {
 		c.Status, c.Detail, c.Fix = vm.CheckFail, merr.Error(), "run `vibedom init`"
 		return c
 	}
-	if as, err := image.LocateAssets(arch); err == nil {
+	if as, err := assets.Locate(arch); err == nil {
 		c.Status = vm.CheckOK
 		c.Detail = "no Alpine image; the Linux test image: kernel in " + as.KernelDir + ", guest agent " + as.GuestBinary
 		return c

@@ -7,6 +7,7 @@ import (
 	"os"
 
 	"github.com/vibedom/vibedom/image"
+	"github.com/vibedom/vibedom/image/assets"
 	"github.com/vibedom/vibedom/keys"
 )
 
@@ -24,8 +25,8 @@ type InitResult struct {
 	Driver        string `json:"driver"`
 	// Image is the guest image built or checked (nil when skipped or when
 	// it could not be built: then ImageError says why).
-	Image      *ImageResult `json:"image,omitempty"`
-	ImageError string       `json:"image_error,omitempty"`
+	Image      *image.GuestResult `json:"image,omitempty"`
+	ImageError string             `json:"image_error,omitempty"`
 	// Fallback names the image sessions use instead when the guest image
 	// could not be built ("debian-test": the Linux test kernels).
 	Fallback string   `json:"image_fallback,omitempty"`
@@ -37,7 +38,7 @@ type InitOptions struct {
 	// NoImage skips the guest image (keys and folders only).
 	NoImage bool
 	// Image says where packages come from; its Arch defaults to the host's.
-	Image ImageOptions
+	Image image.GuestOptions
 }
 
 const trustedTemplate = `# vibedom egress allowlist: one rule a line.
@@ -98,14 +99,14 @@ func Init(ctx context.Context, h Home, o InitOptions) (*InitResult, error) {
 		r.Problems = append(r.Problems, err.Error())
 	}
 	if o.NoImage {
-		if _, err := LoadGuestImage(ctx, h, o.Image.Arch); err != nil {
-			if _, aerr := image.LocateAssets(o.Image.Arch); aerr != nil {
+		if _, err := image.LoadGuest(ctx, h, o.Image.Arch, testKeyring()); err != nil {
+			if _, aerr := assets.Locate(o.Image.Arch); aerr != nil {
 				r.Problems = append(r.Problems, err.Error())
 			}
 		}
 		return r, nil
 	}
-	img, err := BuildGuestImage(ctx, h, o.Image)
+	img, err := image.BuildGuest(ctx, h, o.Image)
 	if err == nil {
 		r.Image = img
 		return r, nil
@@ -115,7 +116,7 @@ func Init(ctx context.Context, h Home, o InitOptions) (*InitResult, error) {
 	}
 	r.ImageError = err.Error()
 	// On Linux the Debian test kernels (make assets) can stand in.
-	if _, aerr := image.LocateAssets(o.Image.Arch); aerr == nil {
+	if _, aerr := assets.Locate(o.Image.Arch); aerr == nil {
 		r.Fallback = "debian-test"
 		return r, nil
 	}

@@ -32,7 +32,7 @@ func (s *sess) runPreflight(ctx context.Context) (*preflight.Report, error) {
 		return nil, err
 	}
 	s.progress("scanning %s for secrets (gitleaks)", termtext.Line(o.Workspace))
-	rep, err := preflight.Scan(ctx, o.Home.PreflightOptions(o.Workspace))
+	rep, err := preflight.Scan(ctx, ScanOptions(o.Home, o.Workspace))
 	if err != nil {
 		return nil, fmt.Errorf("secrets preflight: %w", err)
 	}

@@ -63,7 +63,7 @@ func Recover(ctx context.Context, ro RecoverOptions) (*Result, error) {
 		}
 		ro.Home = h
 	}
-	info, err := ro.Home.FindSession(ro.Name)
+	info, err := FindSession(ro.Home, ro.Name)
 	if err != nil {
 		return nil, err
 	}
@@ -78,7 +78,7 @@ func Recover(ctx context.Context, ro RecoverOptions) (*Result, error) {
 	}
 	defer unlock()
 	// Read again under the lock: a recovery that just ended changed it.
-	if info, err = ro.Home.FindSession(ro.Name); err != nil {
+	if info, err = FindSession(ro.Home, ro.Name); err != nil {
 		return nil, err
 	}
 	switch {

@@ -213,14 +213,14 @@ func TestRecoveringStatus(t *testing.T) {
 	st := State{Name: "r", Workspace: t.TempDir(), Created: time.Now().UTC(), Status: StatusRecovering, PID: os.Getpid(), PIDStart: procStart(os.Getpid())}
 	b, _ := json.Marshal(st)
 	os.WriteFile(filepath.Join(dir, stateFile), b, 0o600)
-	i, err := h.FindSession("r")
+	i, err := FindSession(h, "r")
 	if err != nil || i.Live != StatusRecovering {
 		t.Fatalf("live status %v, %v; want recovering", i.Live, err)
 	}
 	st.PID = 2147483646
 	b, _ = json.Marshal(st)
 	os.WriteFile(filepath.Join(dir, stateFile), b, 0o600)
-	if i, _ = h.FindSession("r"); i.Live != StatusCrashed {
+	if i, _ = FindSession(h, "r"); i.Live != StatusCrashed {
 		t.Errorf("a recovery whose process is gone: %v, want crashed", i.Live)
 	}
 }

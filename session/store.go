@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 
+	"github.com/vibedom/vibedom/atomicfile"
 	"github.com/vibedom/vibedom/overlay"
 	"github.com/vibedom/vibedom/review"
 )
@@ -58,7 +59,7 @@ func (i *Info) Review() *review.SessionInfo {
 
 // readInfo reads one session folder.
 func readInfo(dir string) (*Info, error) {
-	b, err := readFileLimit(filepath.Join(dir, stateFile), 1<<20)
+	b, err := atomicfile.ReadLimited(filepath.Join(dir, stateFile), 1<<20)
 	if err != nil {
 		return nil, err
 	}
@@ -83,7 +84,7 @@ func readInfo(dir string) (*Info, error) {
 
 // ListSessions reads every session, newest first. Damaged ones are listed
 // (Live is StatusDamaged); folders without state.json are skipped.
-func (h Home) ListSessions() ([]*Info, error) {
+func ListSessions(h Home) ([]*Info, error) {
 	ents, err := os.ReadDir(h.Sessions())
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
@@ -108,9 +109,9 @@ func (h Home) ListSessions() ([]*Info, error) {
 
 // FindSession returns the session called name, or the newest one when name
 // is empty. Errors wrap ErrNoSession and say what to do.
-func (h Home) FindSession(name string) (*Info, error) {
+func FindSession(h Home, name string) (*Info, error) {
 	if name == "" {
-		all, err := h.ListSessions()
+		all, err := ListSessions(h)
 		if err != nil {
 			return nil, err
 		}

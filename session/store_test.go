@@ -23,7 +23,7 @@ func writeSession(t *testing.T, h Home, name string, st map[string]any) {
 
 func TestSessionStore(t *testing.T) {
 	h := Home(t.TempDir())
-	if _, err := h.FindSession(""); !errors.Is(err, ErrNoSession) {
+	if _, err := FindSession(h, ""); !errors.Is(err, ErrNoSession) {
 		t.Errorf("empty home: %v", err)
 	}
 	day := func(d int) time.Time { return time.Date(2026, 1, d, 0, 0, 0, 0, time.UTC) }
@@ -40,7 +40,7 @@ func TestSessionStore(t *testing.T) {
 	os.WriteFile(filepath.Join(h.Session("corrupt-6"), stateFile), []byte("{not json"), 0o600)
 	os.MkdirAll(h.Session("nostate"), 0o700)
 
-	all, err := h.ListSessions()
+	all, err := ListSessions(h)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -65,18 +65,18 @@ func TestSessionStore(t *testing.T) {
 		t.Errorf("not newest first: %v", order)
 	}
 	// The newest usable session.
-	if i, err := h.FindSession(""); err != nil || i.Name != "recycled-4" {
+	if i, err := FindSession(h, ""); err != nil || i.Name != "recycled-4" {
 		t.Errorf("latest: %v %v", i, err)
 	}
-	if _, err := h.FindSession("corrupt-6"); err == nil || !strings.Contains(err.Error(), "damaged") {
+	if _, err := FindSession(h, "corrupt-6"); err == nil || !strings.Contains(err.Error(), "damaged") {
 		t.Errorf("corrupt: %v", err)
 	}
 	for _, bad := range []string{"../x", ".", "..", "a/b", "A\x1b[31m", strings.Repeat("x", 80)} {
-		if _, err := h.FindSession(bad); !errors.Is(err, ErrNoSession) {
+		if _, err := FindSession(h, bad); !errors.Is(err, ErrNoSession) {
 			t.Errorf("%q: %v", bad, err)
 		}
 	}
-	if _, err := h.FindSession("missing"); !errors.Is(err, ErrNoSession) || !strings.Contains(err.Error(), "vibedom list") {
+	if _, err := FindSession(h, "missing"); !errors.Is(err, ErrNoSession) || !strings.Contains(err.Error(), "vibedom list") {
 		t.Errorf("missing: %v", err)
 	}
 }

@@ -27,10 +27,6 @@ const (
 	WorkspaceDLPAllowlistRel = ".vibedom/dlp_allowlist.txt"
 )
 
-// workspaceApprovalsFile is the store of approved workspace files under
-// Home; only this file reads and writes it.
-const workspaceApprovalsFile = "workspace_approvals.json"
-
 // maxTrustFile bounds how much of a workspace trust file is read: a larger
 // file is refused.
 const maxTrustFile = 1 << 20
@@ -210,13 +206,11 @@ type approvalStore struct {
 	Approvals []approval `json:"approvals"`
 }
 
-func (h Home) workspaceApprovals() string { return h.path(workspaceApprovalsFile) }
-
 // readApprovals reads the store; a missing store is empty. The store is
 // the user's own file under Home, but it is still refused when it is not a
 // regular file or is writable by others.
 func readApprovals(h Home) (*approvalStore, error) {
-	path := h.workspaceApprovals()
+	path := h.WorkspaceApprovals()
 	s := &approvalStore{Version: 1}
 	fi, err := os.Lstat(path)
 	if errors.Is(err, fs.ErrNotExist) {
@@ -262,7 +256,7 @@ func (s *approvalStore) write(h Home) error {
 	if err != nil {
 		return err
 	}
-	return writeFileAtomic(h.workspaceApprovals(), append(data, '\n'), 0o600)
+	return writeFileAtomic(h.WorkspaceApprovals(), append(data, '\n'), 0o600)
 }
 
 // EgressPolicy merges the session's egress policy as a session would:

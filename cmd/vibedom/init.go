@@ -13,8 +13,9 @@ import (
 	"golang.org/x/term"
 
 	"github.com/vibedom/vibedom/agents"
-	"github.com/vibedom/vibedom/image/alpine"
+	"github.com/vibedom/vibedom/image"
 	"github.com/vibedom/vibedom/netfilter"
+	"github.com/vibedom/vibedom/progress"
 	"github.com/vibedom/vibedom/session"
 	"github.com/vibedom/vibedom/termtext"
 	"github.com/vibedom/vibedom/vm"
@@ -105,7 +106,7 @@ func init() {
 			}
 			r, err := session.Init(ctx, home, session.InitOptions{
 				NoImage: c.Bool("no-image"),
-				Image: session.ImageOptions{
+				Image: image.GuestOptions{
 					Arch: garch, Mirror: c.String("mirror"), Update: c.Bool("update"), Keys: session.TestKeyring(),
 					Progress: ew, TTY: tty,
 				},
@@ -115,7 +116,7 @@ func init() {
 			}
 			// Agents are fetched for the guest image's C library unless
 			// --agent-libc says otherwise.
-			if l := session.GuestLibc(home, garch); l != "" && l != libc && !c.IsSet("agent-libc") {
+			if l := image.GuestLibc(home, garch); l != "" && l != libc && !c.IsSet("agent-libc") {
 				libc = l
 				for i, p := range pins {
 					if pins[i], err = agents.Lookup(p.Agent, arch, libc); err != nil {
@@ -128,7 +129,7 @@ func init() {
 				installed, err = agents.Install(ctx, agents.Options{
 					Home:     string(home),
 					Registry: c.String("registry"),
-					Progress: alpine.NewProgress(ew, tty),
+					Progress: progress.NewText(ew, tty),
 				}, pins)
 				if err != nil {
 					if tty {

@@ -95,7 +95,7 @@ func findSession(c *cli.Command, optional bool) (session.Home, *session.Info, er
 	if c.Args().Len() > 1 && c.Name != "exec" {
 		return "", nil, fmt.Errorf("one session at a time: `vibedom %s NAME`", c.Name)
 	}
-	i, err := home.FindSession(name)
+	i, err := session.FindSession(home, name)
 	return home, i, err
 }
 
@@ -262,7 +262,7 @@ func stopAction(ctx context.Context, c *cli.Command) error {
 	home, _ := session.DefaultHome()
 	var last *session.Info
 	for end := time.Now().Add(15 * time.Minute); time.Now().Before(end); {
-		last, err = home.FindSession(i.Name)
+		last, err = session.FindSession(home, i.Name)
 		if err != nil {
 			return err
 		}

@@ -26,7 +26,7 @@ patch it wrote).`,
 			if err != nil {
 				return err
 			}
-			all, err := home.ListSessions()
+			all, err := session.ListSessions(home)
 			if err != nil {
 				return err
 			}

@@ -122,7 +122,7 @@ func logDir(home session.Home, arg string) (string, error) {
 		}
 		return filepath.Abs(arg)
 	}
-	si, err := home.FindSession(arg)
+	si, err := session.FindSession(home, arg)
 	if err != nil {
 		return "", err
 	}
@@ -194,7 +194,7 @@ func formatEvent(ev netfilter.Event) string {
 
 // printAudit decrypts the DLP audit log with the home's audit key.
 func printAudit(w, errw io.Writer, home session.Home, path string, raw bool) error {
-	key, err := keys.LoadAuditKey(home.AuditKey())
+	key, err := keys.LoadAuditKey(filepath.Join(home.Keys(), keys.AuditKeyName))
 	if err != nil {
 		return fmt.Errorf("the DLP audit key: %w", err)
 	}

@@ -49,7 +49,7 @@ func preflightAction(ctx context.Context, c *cli.Command) error {
 	if err != nil {
 		return err
 	}
-	rep, err := preflight.Scan(ctx, home.PreflightOptions(c.Args().First()))
+	rep, err := preflight.Scan(ctx, session.ScanOptions(home, c.Args().First()))
 	if err != nil {
 		return err
 	}

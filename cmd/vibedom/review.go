@@ -68,7 +68,7 @@ func changesSession(c *cli.Command) (*review.SessionInfo, error) {
 	if c.Args().Len() > 1 {
 		return nil, fmt.Errorf("one SESSION at most (got %d arguments)", c.Args().Len())
 	}
-	i, err := home.FindSession(c.Args().First())
+	i, err := session.FindSession(home, c.Args().First())
 	if err != nil {
 		return nil, err
 	}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/vibedom/vibedom/agents"
 	"github.com/vibedom/vibedom/credentials"
+	"github.com/vibedom/vibedom/image"
 	"github.com/vibedom/vibedom/netfilter"
 	"github.com/vibedom/vibedom/preflight"
 	"github.com/vibedom/vibedom/session"
@@ -268,7 +269,7 @@ func checkAgentInstalled(name string, home session.Home, arch vm.Arch) error {
 	if err != nil {
 		return err
 	}
-	libc := session.GuestLibc(home, arch)
+	libc := image.GuestLibc(home, arch)
 	if libc == "" {
 		return fmt.Errorf("--agent %s needs the guest image: run `vibedom init --agents %s`", name, name)
 	}

@@ -17,7 +17,7 @@ import (
 
 	"github.com/creack/pty"
 
-	"github.com/vibedom/vibedom/image"
+	"github.com/vibedom/vibedom/image/assets"
 	"github.com/vibedom/vibedom/vm"
 	"github.com/vibedom/vibedom/vm/vmtest"
 )
@@ -120,7 +120,7 @@ func requireVM(t testing.TB) {
 	if _, err := exec.LookPath(bin); err != nil {
 		t.Skipf("%s not installed (make setup)", bin)
 	}
-	if _, err := image.LocateAssets(vm.Arch(runtime.GOARCH)); err != nil {
+	if _, err := assets.Locate(vm.Arch(runtime.GOARCH)); err != nil {
 		t.Skipf("no guest image assets: %v", err)
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/vibedom/vibedom/atomicfile"
+	"github.com/vibedom/vibedom/progress"
 )
 
 // FetchOptions says where Fetch downloads from and caches to.
@@ -32,12 +33,8 @@ type FetchOptions struct {
 	// last attempt stopped; 0 means 3.
 	Attempts int
 	// Progress, when set, is told about every byte and file.
-	Progress Progress
+	Progress progress.Progress
 }
-
-// CacheDir is the download cache inside vibedom's home directory
-// (~/.vibedom or $VIBEDOM_HOME): <home>/cache/apk.
-func CacheDir(home string) string { return filepath.Join(home, "cache", "apk") }
 
 // retryDelay is the wait before a second attempt (doubled for a third).
 const retryDelay = 500 * time.Millisecond
@@ -88,7 +85,7 @@ func Fetch(ctx context.Context, o FetchOptions, lock *Lock) ([]string, error) {
 		o.Attempts = 3
 	}
 	if o.Progress == nil {
-		o.Progress = nopProgress{}
+		o.Progress = progress.Nop{}
 	}
 	if err := os.MkdirAll(filepath.Join(o.CacheDir, partialDir), 0o755); err != nil {
 		return nil, fmt.Errorf("fetch: %w", err)
@@ -235,7 +232,7 @@ func download(ctx context.Context, o FetchOptions, u, part string, p LockedPacka
 	if err != nil {
 		return err
 	}
-	n, cerr := io.Copy(f, &progressReader{r: io.LimitReader(resp.Body, p.Size-have+1), name: p.String(), pr: o.Progress})
+	n, cerr := io.Copy(f, progress.Reader(io.LimitReader(resp.Body, p.Size-have+1), p.String(), o.Progress))
 	if err := f.Close(); err != nil && cerr == nil {
 		cerr = err
 	}
@@ -248,18 +245,4 @@ func download(ctx context.Context, o FetchOptions, u, part string, p LockedPacka
 		return fmt.Errorf("fetch %s: truncated at %d of %d bytes (run again to resume)", u, have+n, p.Size)
 	}
 	return nil
-}
-
-type progressReader struct {
-	r    io.Reader
-	name string
-	pr   Progress
-}
-
-func (p *progressReader) Read(b []byte) (int, error) {
-	n, err := p.r.Read(b)
-	if n > 0 {
-		p.pr.Advance(p.name, int64(n))
-	}
-	return n, err
 }

@@ -17,6 +17,7 @@ import (
 
 	"github.com/vibedom/vibedom/image/alpine"
 	"github.com/vibedom/vibedom/image/alpine/alpinetest"
+	"github.com/vibedom/vibedom/progress"
 )
 
 // mirror is an alpinetest.Mirror on disk, served with optional
@@ -143,7 +144,7 @@ func TestPipeline(t *testing.T) {
 	}
 	cache := t.TempDir()
 	var out bytes.Buffer
-	fo := alpine.FetchOptions{Options: o, CacheDir: cache, Progress: alpine.NewProgress(&out, false)}
+	fo := alpine.FetchOptions{Options: o, CacheDir: cache, Progress: progress.NewText(&out, false)}
 	paths, err := alpine.Fetch(t.Context(), fo, lock)
 	if err != nil {
 		t.Fatal(err)

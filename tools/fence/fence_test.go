@@ -41,8 +41,12 @@ const anything = "*"
 // (termtext and atomicfile only) and netfilter (dlp, keys and atomicfile only).
 // termtext, the one sanitizer of text printed on a terminal, may be
 // imported by any package that prints; atomicfile, the one writer of whole
-// files, by any package that replaces files; childenv, the one builder of
-// a child process's environment, by any package that starts a program.
+// files (and bounded reader of small ones), by any package that replaces
+// or reads files; childenv, the one builder of a child process's
+// environment, by any package that starts a program; home, the one spelling
+// of the names under ~/.vibedom, by any package that finds a path there (it
+// imports nothing, so it stays the bottom of the house); progress, the one
+// download progress contract, by the fetchers.
 //
 // Global rules hold on top of the table, for every package (tools too):
 //   - only vm/vz imports github.com/Code-Hex/vz/v3;
@@ -53,30 +57,38 @@ const anything = "*"
 var table = map[string][]string{
 	"cmd/vibedom":       {anything},
 	"cmd/vibedom-guest": {"guest", "guest/proto"},
-	"agents":            {"atomicfile"},
+	"agents":            {"home", "progress", "atomicfile"},
 	"agents/agentstest": {"agents"},
 	"session": {
 		"preflight", "image", "keys", "vm", "vm/vz", "vm/qemu", "netfilter", "dlp",
 		"overlay", "guest", "guest/boot", "guest/client", "guest/proto", "review", "termtext",
-		"image/alpine", "image/rootfs", "image/ext4", "agents", "credentials", "atomicfile",
-		"sshagent",
+		"image/alpine", "image/rootfs", "image/ext4", "image/assets", "agents", "credentials",
+		"atomicfile", "sshagent", "home",
 	},
-	"vm":                      {"atomicfile"},
-	"vm/vz":                   {"vm", "guest/proto"},
-	"vm/qemu":                 {"vm", "guest/proto", "childenv"},
-	"vm/vmtest":               {"vm", "image", "keys", "guest/boot", "guest/client", "guest/proto"},
-	"guest":                   {"overlay", "guest/proto"},
-	"guest/proto":             {},
-	"guest/client":            {"keys", "guest/proto"},
-	"guest/boot":              {"vm", "guest/client", "termtext"},
-	"image":                   {"vm", "guest/proto", "image/alpine", "atomicfile", "childenv"},
-	"image/alpine":            {"atomicfile"},
+	"vm":           {"atomicfile"},
+	"vm/vz":        {"vm", "guest/proto"},
+	"vm/qemu":      {"vm", "guest/proto", "childenv"},
+	"vm/vmtest":    {"vm", "image", "image/assets", "keys", "guest/boot", "guest/client", "guest/proto"},
+	"guest":        {"overlay", "guest/proto", "atomicfile"},
+	"guest/proto":  {},
+	"guest/client": {"keys", "guest/proto"},
+	"guest/boot":   {"vm", "guest/client", "termtext"},
+	"image": {
+		"vm", "guest/proto", "image/alpine", "image/rootfs", "image/kernel", "image/initramfs",
+		"image/assets", "home", "progress", "atomicfile",
+	},
+	"image/kernel":            {"vm", "childenv"},
+	"image/assets":            {"vm", "image/kernel", "home"},
+	"image/initramfs":         {},
+	"image/alpine":            {"progress", "atomicfile"},
 	"image/alpine/alpinetest": {"image/alpine"},
 	"image/ext4":              {},
 	"image/rootfs":            {"image/alpine", "image/ext4", "atomicfile"},
 	"credentials":             {"dlp", "netfilter", "atomicfile", "childenv"},
 	"atomicfile":              {},
 	"childenv":                {},
+	"home":                    {},
+	"progress":                {},
 	"keys":                    {"atomicfile"},
 	"netfilter":               {"dlp", "keys", "atomicfile", "childenv"},
 	"dlp":                     {},
@@ -366,6 +378,20 @@ func TestFenceRules(t *testing.T) {
 				"forbidden import netfilter -> overlay",
 				"forbidden import review -> dlp",
 				"forbidden import vm/vz -> vm/qemu",
+			},
+		},
+		{
+			name: "no import runs up the image rooms; home and progress stay leaves",
+			pkgs: []pkg{
+				p("image", "image/kernel", "image/initramfs", "image/assets", "home"),
+				p("image/kernel", "image"), p("image/initramfs", "image/kernel"), p("image/assets", "image/kernel", "home"),
+				p("home", "keys"), p("progress", "atomicfile"),
+			},
+			want: []string{
+				"forbidden import home -> keys: home may import only no project package",
+				"forbidden import image/initramfs -> image/kernel",
+				"forbidden import image/kernel -> image: image/kernel may import only vm",
+				"forbidden import progress -> atomicfile",
 			},
 		},
 		{

@@ -26,6 +26,7 @@ import (
 	"github.com/vibedom/vibedom/guest/client"
 	"github.com/vibedom/vibedom/guest/proto"
 	"github.com/vibedom/vibedom/image"
+	"github.com/vibedom/vibedom/image/assets"
 	"github.com/vibedom/vibedom/keys"
 	"github.com/vibedom/vibedom/vm"
 )
@@ -71,11 +72,11 @@ func Boot(t testing.TB, h Harness, files map[string]string) *Guest {
 	if err := h.Driver.Available(ctx, h.Arch); err != nil {
 		t.Skipf("backend %s cannot run %s guests here: %v", h.Driver.Name(), h.Arch, err)
 	}
-	assets, err := image.LocateAssets(h.Arch)
+	as, err := assets.Locate(h.Arch)
 	if err != nil {
 		t.Skipf("no guest image assets for %s: %v", h.Arch, err)
 	}
-	img, err := image.Ensure(ctx, imageCache(t), image.NewDebianTest(assets, nil))
+	img, err := image.Ensure(ctx, imageCache(t), image.NewDebianTest(as, nil))
 	if err != nil {
 		t.Fatalf("build the guest image: %v", err)
 	}

@@ -1,13 +1,11 @@
-package image
+package kernel
 
 import (
 	"bufio"
 	"bytes"
 	"compress/gzip"
-	"crypto/sha256"
 	"debug/elf"
 	"encoding/binary"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -19,13 +17,13 @@ import (
 	"github.com/vibedom/vibedom/vm"
 )
 
-// ErrBadKernel means a kernel file is not a bootable kernel for the
+// ErrBad means a kernel file is not a bootable kernel for the
 // image's architecture.
-var ErrBadKernel = errors.New("not a usable kernel image")
+var ErrBad = errors.New("not a usable kernel image")
 
-// findKernel finds boot/vmlinuz-<release> in an unpacked kernel package
+// Find finds boot/vmlinuz-<release> in an unpacked kernel package
 // and the matching lib/modules/<release> directory.
-func findKernel(kernelDir string) (vmlinuz, release string, err error) {
+func Find(kernelDir string) (vmlinuz, release string, err error) {
 	matches, err := filepath.Glob(filepath.Join(kernelDir, "boot", "vmlinuz-*"))
 	if err != nil {
 		return "", "", err
@@ -47,11 +45,11 @@ func findKernel(kernelDir string) (vmlinuz, release string, err error) {
 	}
 }
 
-// writeKernel copies the kernel at src to dst in the form the hypervisors
+// Write copies the kernel at src to dst in the form the hypervisors
 // boot: an x86 bzImage as is; an arm64 kernel as an uncompressed Image,
 // gunzipping it first if it is gzip-compressed (vz cannot boot a
 // compressed arm64 kernel). It checks the result's boot header.
-func writeKernel(dst, src string, arch vm.Arch) error {
+func Write(dst, src string, arch vm.Arch) error {
 	in, err := os.Open(src)
 	if err != nil {
 		return err
@@ -62,7 +60,7 @@ func writeKernel(dst, src string, arch vm.Arch) error {
 		if err != nil {
 			return err
 		}
-		if err := checkKernelHeader(bz, arch, src); err != nil {
+		if err := CheckHeader(bz, arch, src); err != nil {
 			return err
 		}
 		vmlinux, ok, err := pvhKernel(bz)
@@ -81,7 +79,7 @@ func writeKernel(dst, src string, arch vm.Arch) error {
 	var r io.Reader = br
 	if head, _ := br.Peek(zbootHeaderLen); isZboot(head) {
 		if arch != vm.ArchARM64 {
-			return fmt.Errorf("%w: %s is an EFI zboot kernel; only arm64 kernels are unwrapped", ErrBadKernel, src)
+			return fmt.Errorf("%w: %s is an EFI zboot kernel; only arm64 kernels are unwrapped", ErrBad, src)
 		}
 		payload, err := zbootPayload(in, head, src)
 		if err != nil {
@@ -89,17 +87,17 @@ func writeKernel(dst, src string, arch vm.Arch) error {
 		}
 		gz, err := gzip.NewReader(payload)
 		if err != nil {
-			return fmt.Errorf("%w: %s: zboot payload: %v", ErrBadKernel, src, err)
+			return fmt.Errorf("%w: %s: zboot payload: %v", ErrBad, src, err)
 		}
 		defer gz.Close()
 		r = gz
 	} else if magic, _ := br.Peek(2); len(magic) == 2 && magic[0] == 0x1f && magic[1] == 0x8b {
 		if arch != vm.ArchARM64 {
-			return fmt.Errorf("%w: %s is gzip-compressed; only arm64 kernels are unpacked", ErrBadKernel, src)
+			return fmt.Errorf("%w: %s is gzip-compressed; only arm64 kernels are unpacked", ErrBad, src)
 		}
 		gz, err := gzip.NewReader(br)
 		if err != nil {
-			return fmt.Errorf("%w: %s: %v", ErrBadKernel, src, err)
+			return fmt.Errorf("%w: %s: %v", ErrBad, src, err)
 		}
 		defer gz.Close()
 		r = gz
@@ -118,7 +116,7 @@ func writeKernel(dst, src string, arch vm.Arch) error {
 	if err != nil {
 		return fmt.Errorf("write kernel %s: %w", dst, err)
 	}
-	return checkKernelHeader(head.Bytes(), arch, src)
+	return CheckHeader(head.Bytes(), arch, src)
 }
 
 type headWriter struct {
@@ -133,25 +131,25 @@ func (h *headWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// checkKernelHeader checks the boot header of an (uncompressed) kernel:
+// CheckHeader checks the boot header of an (uncompressed) kernel:
 // "HdrS" at 0x202 for an x86 bzImage, "ARM\x64" at 56 for an arm64 Image.
-func checkKernelHeader(head []byte, arch vm.Arch, src string) error {
+func CheckHeader(head []byte, arch vm.Arch, src string) error {
 	switch arch {
 	case vm.ArchAMD64:
 		if len(head) >= 0x206 && string(head[0x202:0x206]) == "HdrS" {
 			return nil
 		}
-		return fmt.Errorf("%w: %s is not an x86 bzImage", ErrBadKernel, src)
+		return fmt.Errorf("%w: %s is not an x86 bzImage", ErrBad, src)
 	case vm.ArchARM64:
 		if isZboot(head) {
-			return fmt.Errorf("%w: %s holds an EFI zboot kernel inside an EFI zboot kernel", ErrBadKernel, src)
+			return fmt.Errorf("%w: %s holds an EFI zboot kernel inside an EFI zboot kernel", ErrBad, src)
 		}
 		if len(head) >= 60 && string(head[56:60]) == "ARM\x64" {
 			return nil
 		}
-		return fmt.Errorf("%w: %s is not an arm64 Image", ErrBadKernel, src)
+		return fmt.Errorf("%w: %s is not an arm64 Image", ErrBad, src)
 	}
-	return fmt.Errorf("%w: unknown architecture %q", ErrBadKernel, arch)
+	return fmt.Errorf("%w: unknown architecture %q", ErrBad, arch)
 }
 
 // An EFI zboot kernel (arm64 distributions' vmlinuz, Alpine's linux-virt
@@ -175,20 +173,20 @@ func zbootPayload(f *os.File, head []byte, src string) (io.Reader, error) {
 	size := int64(binary.LittleEndian.Uint32(head[12:16]))
 	comp, _, _ := bytes.Cut(head[24:zbootHeaderLen], []byte{0})
 	if string(comp) != "gzip" {
-		return nil, fmt.Errorf("%w: %s is an EFI zboot kernel compressed with %s; vibedom unwraps only gzip", ErrBadKernel, src, strconv.QuoteToASCII(string(comp)))
+		return nil, fmt.Errorf("%w: %s is an EFI zboot kernel compressed with %s; vibedom unwraps only gzip", ErrBad, src, strconv.QuoteToASCII(string(comp)))
 	}
 	fi, err := f.Stat()
 	if err != nil {
 		return nil, err
 	}
 	if off < zbootHeaderLen || size <= 0 || size > maxZbootPayload || off+size > fi.Size() {
-		return nil, fmt.Errorf("%w: %s: zboot payload at %d, %d bytes, does not fit in the file's %d bytes", ErrBadKernel, src, off, size, fi.Size())
+		return nil, fmt.Errorf("%w: %s: zboot payload at %d, %d bytes, does not fit in the file's %d bytes", ErrBad, src, off, size, fi.Size())
 	}
 	return io.NewSectionReader(f, off, size), nil
 }
 
-// checkELF checks that the program at path is an ELF executable for arch.
-func checkELF(path string, arch vm.Arch) error {
+// CheckELF checks that the program at path is an ELF executable for arch.
+func CheckELF(path string, arch vm.Arch) error {
 	f, err := elf.Open(path)
 	if err != nil {
 		return fmt.Errorf("%s is not an ELF program: %w", path, err)
@@ -198,10 +196,4 @@ func checkELF(path string, arch vm.Arch) error {
 		return fmt.Errorf("%s is built for %v, the image is %s", path, f.Machine, arch)
 	}
 	return nil
-}
-
-// hexSum returns the hex SHA-256 of s.
-func hexSum(s string) string {
-	h := sha256.Sum256([]byte(s))
-	return hex.EncodeToString(h[:])
 }

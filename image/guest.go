@@ -1,4 +1,4 @@
-package session
+package image
 
 import (
 	"context"
@@ -15,9 +15,12 @@ import (
 	"slices"
 	"time"
 
-	"github.com/vibedom/vibedom/image"
+	"github.com/vibedom/vibedom/atomicfile"
+	"github.com/vibedom/vibedom/home"
 	"github.com/vibedom/vibedom/image/alpine"
+	"github.com/vibedom/vibedom/image/assets"
 	"github.com/vibedom/vibedom/image/rootfs"
+	"github.com/vibedom/vibedom/progress"
 	"github.com/vibedom/vibedom/vm"
 )
 
@@ -26,23 +29,12 @@ import (
 //	~/.vibedom/packages.txt           extra packages, one a line (the user's)
 //	~/.vibedom/guest/<arch>.json      the guest image manifest: lock, root image, boot packages
 //	~/.vibedom/images/root/<sha>.ext4 root images, named by content, shared by sessions
-//	~/.vibedom/images/alpine-boot-…   kernel and initramfs (image.Ensure's cache)
+//	~/.vibedom/images/alpine-boot-…   kernel and initramfs (Ensure's cache)
 //	~/.vibedom/cache/apk/             verified packages (alpine.Fetch's cache)
 //
 // The manifest lives outside images/ on purpose: images/ is a cache that
 // may be shared (tests share it between homes), the manifest says which
-// image this home uses.
-const (
-	packagesFile = "packages.txt"
-	guestDir     = "guest"
-)
-
-// PackagesFile is ~/.vibedom/packages.txt.
-func (h Home) PackagesFile() string { return h.path(packagesFile) }
-
-// GuestManifest is the guest image manifest for an Alpine arch.
-func (h Home) GuestManifest(alpineArch string) string { return h.path(guestDir, alpineArch+".json") }
-
+// image this home uses. The names are package home's.
 // ErrNoGuestImage means `vibedom init` has not built a guest image for
 // this arch in this home.
 var ErrNoGuestImage = errors.New("no guest image")
@@ -71,8 +63,8 @@ type RootFile struct {
 	Size   int64  `json:"size"`
 }
 
-// ImageOptions says how BuildGuestImage gets packages.
-type ImageOptions struct {
+// GuestOptions says how BuildGuest gets packages.
+type GuestOptions struct {
 	Arch vm.Arch
 	// Mirror is the Alpine mirror; "" means $VIBEDOM_ALPINE_MIRROR, else
 	// Alpine's CDN.
@@ -88,8 +80,8 @@ type ImageOptions struct {
 	TTY      bool
 }
 
-// ImageResult reports what BuildGuestImage did.
-type ImageResult struct {
+// GuestResult reports what BuildGuest did.
+type GuestResult struct {
 	Arch     string   `json:"arch"`
 	Manifest string   `json:"manifest"`
 	Root     string   `json:"root_image"`
@@ -109,17 +101,17 @@ type ImageResult struct {
 	Took   time.Duration `json:"took_ns"`
 }
 
-func (o *ImageOptions) say(format string, a ...any) {
+func (o *GuestOptions) say(format string, a ...any) {
 	if o.Progress != nil {
 		fmt.Fprintf(o.Progress, "vibedom: "+format+"\n", a...)
 	}
 }
 
-// BuildGuestImage makes sure this home has a guest image for o.Arch: the
+// BuildGuest makes sure this home has a guest image for o.Arch: the
 // lock (reused unless the package list changed or Update), the packages
 // (downloaded and verified), the root image and the boot files. When
 // nothing changed it only checks what is there (well under a second).
-func BuildGuestImage(ctx context.Context, h Home, o ImageOptions) (*ImageResult, error) {
+func BuildGuest(ctx context.Context, h home.Home, o GuestOptions) (*GuestResult, error) {
 	start := time.Now()
 	arch, err := alpine.GuestArch(string(o.Arch))
 	if err != nil {
@@ -133,9 +125,9 @@ func BuildGuestImage(ctx context.Context, h Home, o ImageOptions) (*ImageResult,
 		return nil, err
 	}
 	world := alpine.World(extra)
-	res := &ImageResult{Arch: arch, Manifest: h.GuestManifest(arch), Extra: extra}
+	res := &GuestResult{Arch: arch, Manifest: h.GuestManifest(arch), Extra: extra}
 
-	prev, err := readGuestManifest(h.GuestManifest(arch))
+	prev, err := ReadGuestManifest(h.GuestManifest(arch))
 	if err != nil && !errors.Is(err, ErrNoGuestImage) {
 		return nil, err
 	}
@@ -173,7 +165,7 @@ func BuildGuestImage(ctx context.Context, h Home, o ImageOptions) (*ImageResult,
 	lockSum := sha256.Sum256(lockBytes)
 	lockSHA := hex.EncodeToString(lockSum[:])
 	res.Packages = len(lock.Packages)
-	cacheDir := alpine.CacheDir(string(h))
+	cacheDir := h.APKCache()
 	images := h.Images()
 
 	boot, err := bootPackages(lock, cacheDir)
@@ -182,16 +174,16 @@ func BuildGuestImage(ctx context.Context, h Home, o ImageOptions) (*ImageResult,
 	}
 	// Warm path: same lock, root image intact, boot packages cached.
 	warm := prev != nil && prev.LockSHA256 == lockSHA && !o.Update &&
-		image.VerifyRootImage(images, prev.Root.Path, prev.Root.SHA256, false) == nil &&
+		VerifyRootImage(images, prev.Root.Path, prev.Root.SHA256, false) == nil &&
 		fileExists(boot[0].Path) && fileExists(boot[1].Path)
 	var m *GuestManifest
 	if warm {
 		m = prev
 	} else {
 		o.say("fetching %d packages", len(lock.Packages))
-		prog := alpine.NewProgress(io.Discard, false)
+		prog := progress.NewText(io.Discard, false)
 		if o.Progress != nil {
-			prog = alpine.NewProgress(o.Progress, o.TTY)
+			prog = progress.NewText(o.Progress, o.TTY)
 		}
 		files, err := alpine.Fetch(ctx, alpine.FetchOptions{
 			Options: alpine.Options{Mirror: o.Mirror, Arch: arch, Keys: o.Keys}, CacheDir: cacheDir,
@@ -202,7 +194,7 @@ func BuildGuestImage(ctx context.Context, h Home, o ImageOptions) (*ImageResult,
 			return nil, err
 		}
 		m = &GuestManifest{Arch: arch, Lock: lock, LockSHA256: lockSHA, Mirror: o.Mirror, Built: time.Now().UTC().Truncate(time.Second)}
-		if prev != nil && prev.LockSHA256 == lockSHA && image.VerifyRootImage(images, prev.Root.Path, prev.Root.SHA256, false) == nil {
+		if prev != nil && prev.LockSHA256 == lockSHA && VerifyRootImage(images, prev.Root.Path, prev.Root.SHA256, false) == nil {
 			m.Root, m.Setup, m.Libc = prev.Root, prev.Setup, prev.Libc
 		} else if known, ok := knownRoot(images, lockSHA); ok {
 			// Another home (or an earlier manifest) built this lock's
@@ -210,10 +202,10 @@ func BuildGuestImage(ctx context.Context, h Home, o ImageOptions) (*ImageResult,
 			m.Root, m.Setup, m.Libc = known.Root, known.Setup, known.Libc
 		} else {
 			o.say("building the root image")
-			if err := os.MkdirAll(filepath.Join(images, image.RootDir), 0o755); err != nil {
+			if err := os.MkdirAll(filepath.Join(images, RootDir), 0o755); err != nil {
 				return nil, err
 			}
-			tmp := filepath.Join(images, image.RootDir, fmt.Sprintf(".build-%d-%s.ext4", os.Getpid(), lockSHA[:12]))
+			tmp := filepath.Join(images, RootDir, fmt.Sprintf(".build-%d-%s.ext4", os.Getpid(), lockSHA[:12]))
 			r, err := rootfs.Build(ctx, rootfs.Options{
 				Arch: arch, Lock: lock, Files: files, Keys: o.Keys, Exclude: alpine.BootWorld, Out: tmp,
 			})
@@ -221,7 +213,7 @@ func BuildGuestImage(ctx context.Context, h Home, o ImageOptions) (*ImageResult,
 				os.Remove(tmp)
 				return nil, fmt.Errorf("build the root image: %w", err)
 			}
-			p, err := image.InstallRootImage(images, tmp, r.SHA256)
+			p, err := InstallRootImage(images, tmp, r.SHA256)
 			if err != nil {
 				os.Remove(tmp)
 				return nil, err
@@ -261,28 +253,28 @@ func onlyAddedOrRemoved(prev, next *alpine.Lock) bool {
 }
 
 // bootPackages finds linux-virt and busybox-static in lock.
-func bootPackages(lock *alpine.Lock, cacheDir string) ([]image.BootPackage, error) {
-	var out []image.BootPackage
+func bootPackages(lock *alpine.Lock, cacheDir string) ([]BootPackage, error) {
+	var out []BootPackage
 	for _, name := range alpine.BootWorld {
 		i := slices.IndexFunc(lock.Packages, func(p alpine.LockedPackage) bool { return p.Name == name })
 		if i < 0 {
 			return nil, fmt.Errorf("the package lock has no %s: run `vibedom init --update`", name)
 		}
-		out = append(out, image.BootPackage{Locked: lock.Packages[i], Path: alpine.CachePath(cacheDir, lock.Packages[i])})
+		out = append(out, BootPackage{Locked: lock.Packages[i], Path: alpine.CachePath(cacheDir, lock.Packages[i])})
 	}
 	return out, nil
 }
 
-func ensureAlpineBoot(ctx context.Context, h Home, arch vm.Arch, m *GuestManifest, keys *alpine.Keyring) (*image.Image, error) {
-	boot, err := bootPackages(m.Lock, alpine.CacheDir(string(h)))
+func ensureAlpineBoot(ctx context.Context, h home.Home, arch vm.Arch, m *GuestManifest, keys *alpine.Keyring) (*Image, error) {
+	boot, err := bootPackages(m.Lock, h.APKCache())
 	if err != nil {
 		return nil, err
 	}
-	guest, err := image.LocateGuest(arch)
+	guest, err := assets.LocateGuest(arch)
 	if err != nil {
 		return nil, err
 	}
-	img, err := image.Ensure(ctx, h.Images(), &image.AlpineBoot{
+	img, err := Ensure(ctx, h.Images(), &AlpineBoot{
 		GuestArch: arch, Linux: boot[0], Busybox: boot[1], GuestBinary: guest, Keys: keys,
 	})
 	if err != nil {
@@ -296,27 +288,28 @@ func ensureAlpineBoot(ctx context.Context, h Home, arch vm.Arch, m *GuestManifes
 
 // GuestBoot is what a session boots: the boot files and the root image.
 type GuestBoot struct {
-	Image     *image.Image
+	Image     *Image
 	RootImage string
 	Manifest  *GuestManifest
 }
 
-// LoadGuestImage returns this home's guest image for arch, verified
-// (cheaply: see image.VerifyRootImage), or an error wrapping
-// ErrNoGuestImage when `vibedom init` has not built one.
-func LoadGuestImage(ctx context.Context, h Home, arch vm.Arch) (*GuestBoot, error) {
+// LoadGuest returns this home's guest image for arch, verified
+// (cheaply: see VerifyRootImage), or an error wrapping
+// ErrNoGuestImage when `vibedom init` has not built one. keys verifies
+// the boot packages; nil means Alpine's release keys.
+func LoadGuest(ctx context.Context, h home.Home, arch vm.Arch, keys *alpine.Keyring) (*GuestBoot, error) {
 	a, err := alpine.GuestArch(string(arch))
 	if err != nil {
 		return nil, err
 	}
-	m, err := readGuestManifest(h.GuestManifest(a))
+	m, err := ReadGuestManifest(h.GuestManifest(a))
 	if err != nil {
 		return nil, err
 	}
-	if err := image.VerifyRootImage(h.Images(), m.Root.Path, m.Root.SHA256, false); err != nil {
+	if err := VerifyRootImage(h.Images(), m.Root.Path, m.Root.SHA256, false); err != nil {
 		return nil, err
 	}
-	img, err := ensureAlpineBoot(ctx, h, arch, m, testKeyring())
+	img, err := ensureAlpineBoot(ctx, h, arch, m, keys)
 	if err != nil {
 		return nil, err
 	}
@@ -326,8 +319,11 @@ func LoadGuestImage(ctx context.Context, h Home, arch vm.Arch) (*GuestBoot, erro
 // maxManifest bounds the guest manifest.
 const maxManifest = 16 << 20
 
-func readGuestManifest(p string) (*GuestManifest, error) {
-	b, err := readFileLimit(p, maxManifest)
+// ReadGuestManifest reads and checks the guest image manifest at p (see
+// home.Home.GuestManifest). A missing one is an error wrapping
+// ErrNoGuestImage; a damaged one, an error that says to run `vibedom init`.
+func ReadGuestManifest(p string) (*GuestManifest, error) {
+	b, err := atomicfile.ReadLimited(p, maxManifest)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, fmt.Errorf("%w for this architecture: run `vibedom init`", ErrNoGuestImage)
 	}
@@ -356,63 +352,50 @@ func writeGuestManifest(p string, m *GuestManifest) error {
 	if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
 		return err
 	}
-	return writeFileAtomic(p, append(b, '\n'), 0o600)
+	return atomicfile.WriteFile(p, append(b, '\n'), 0o600)
 }
 
+// fileExists reports whether p is a regular file (after symlinks).
 func fileExists(p string) bool {
 	fi, err := os.Stat(p)
 	return err == nil && fi.Mode().IsRegular()
 }
 
-// readFileLimit reads a file of at most max bytes.
-func readFileLimit(p string, max int64) ([]byte, error) {
-	f, err := os.Open(p)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	b, err := io.ReadAll(io.LimitReader(f, max+1))
-	if err != nil {
-		return nil, err
-	}
-	if int64(len(b)) > max {
-		return nil, fmt.Errorf("%s: larger than %d MiB", p, max>>20)
-	}
-	return b, nil
+// Choice is what a session boots: this home's guest image, or the Debian
+// test image built from Assets.
+type Choice struct {
+	Alpine bool
+	Assets assets.Assets // the Debian test image's, when !Alpine
 }
 
-// imageChoice is what a session boots.
-type imageChoice struct {
-	alpine bool
-	assets image.Assets // the Debian test image's, when !alpine
-}
-
-// chooseImage decides, cheaply and before anything is made, what a session
+// Choose decides, cheaply and before anything is made, what a session
 // boots: this home's guest image when `vibedom init` built one, else the
 // Debian test image from the Linux test assets (`make assets`).
-func chooseImage(h Home, arch vm.Arch) (imageChoice, error) {
+func Choose(h home.Home, arch vm.Arch) (Choice, error) {
 	a, err := alpine.GuestArch(string(arch))
 	if err != nil {
-		return imageChoice{}, err
+		return Choice{}, err
 	}
 	if _, err := os.Stat(h.GuestManifest(a)); err == nil {
-		return imageChoice{alpine: true}, nil
+		return Choice{Alpine: true}, nil
 	}
-	assets, aerr := image.LocateAssets(arch)
+	assets, aerr := assets.Locate(arch)
 	if aerr != nil {
-		return imageChoice{}, fmt.Errorf("%w for %s: run `vibedom init` (on Linux, `make assets` also gives the test image: %v)", ErrNoGuestImage, arch, aerr)
+		return Choice{}, fmt.Errorf("%w for %s: run `vibedom init` (on Linux, `make assets` also gives the test image: %v)", ErrNoGuestImage, arch, aerr)
 	}
-	return imageChoice{assets: assets}, nil
+	return Choice{Assets: assets}, nil
 }
 
-// prepareImage makes the chosen image ready: the boot files, and the root
-// image path ("" for the Debian test image, which has no root image).
-func prepareImage(ctx context.Context, h Home, arch vm.Arch, c imageChoice) (img *image.Image, root, libc string, err error) {
-	if !c.alpine {
-		img, err := image.Ensure(ctx, h.Images(), image.NewDebianTest(c.assets, nil))
+// Prepare makes the chosen image ready: the boot files, and the root
+// image path ("" for the Debian test image, which has no root image) and
+// its C library. keys verifies the guest image's boot packages (see
+// LoadGuest).
+func (c Choice) Prepare(ctx context.Context, h home.Home, arch vm.Arch, keys *alpine.Keyring) (img *Image, root, libc string, err error) {
+	if !c.Alpine {
+		img, err := Ensure(ctx, h.Images(), NewDebianTest(c.Assets, nil))
 		return img, "", "", err
 	}
-	gb, err := LoadGuestImage(ctx, h, arch)
+	gb, err := LoadGuest(ctx, h, arch, keys)
 	if err != nil {
 		return nil, "", "", err
 	}
@@ -428,12 +411,12 @@ type rootIndex struct {
 }
 
 func rootIndexPath(images, lockSHA string) string {
-	return filepath.Join(images, image.RootDir, "lock-"+lockSHA+".json")
+	return filepath.Join(images, RootDir, "lock-"+lockSHA+".json")
 }
 
 // knownRoot finds an intact root image built from lockSHA.
 func knownRoot(images, lockSHA string) (*rootIndex, bool) {
-	b, err := readFileLimit(rootIndexPath(images, lockSHA), 1<<20)
+	b, err := atomicfile.ReadLimited(rootIndexPath(images, lockSHA), 1<<20)
 	if err != nil {
 		return nil, false
 	}
@@ -443,8 +426,8 @@ func knownRoot(images, lockSHA string) (*rootIndex, bool) {
 	}
 	// The path is rebuilt from the content name: the index cannot point
 	// anywhere else.
-	x.Root.Path = image.RootImagePath(images, x.Root.SHA256)
-	if image.VerifyRootImage(images, x.Root.Path, x.Root.SHA256, false) != nil {
+	x.Root.Path = RootImagePath(images, x.Root.SHA256)
+	if VerifyRootImage(images, x.Root.Path, x.Root.SHA256, false) != nil {
 		return nil, false
 	}
 	return &x, true
@@ -454,18 +437,18 @@ func rememberRoot(images, lockSHA string, m *GuestManifest) {
 	var x rootIndex
 	x.Root, x.Setup, x.Libc = m.Root, m.Setup, m.Libc
 	if b, err := json.Marshal(&x); err == nil {
-		_ = writeFileAtomic(rootIndexPath(images, lockSHA), b, 0o644)
+		_ = atomicfile.WriteFile(rootIndexPath(images, lockSHA), b, 0o644)
 	}
 }
 
 // GuestLibc is the C library of this home's guest image for arch ("" when
 // there is none): agents are fetched for it.
-func GuestLibc(h Home, arch vm.Arch) string {
+func GuestLibc(h home.Home, arch vm.Arch) string {
 	a, err := alpine.GuestArch(string(arch))
 	if err != nil {
 		return ""
 	}
-	m, err := readGuestManifest(h.GuestManifest(a))
+	m, err := ReadGuestManifest(h.GuestManifest(a))
 	if err != nil {
 		return ""
 	}

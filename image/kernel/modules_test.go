@@ -1,4 +1,4 @@
-package image
+package kernel
 
 import (
 	"bytes"
@@ -293,15 +293,40 @@ func TestResolveModulesRefuses(t *testing.T) {
 // for arch, or skips.
 func debianModules(t testing.TB, arch vm.Arch) string {
 	t.Helper()
-	kdir, _, err := locateKernel(arch)
-	if err != nil {
+	kdir := testKernelDir(arch)
+	if kdir == "" {
 		t.Skipf("no Debian kernel for %s (run `make assets`)", arch)
 	}
-	_, rel, err := findKernel(kdir)
+	_, rel, err := Find(kdir)
 	if err != nil {
 		t.Skipf("no Debian kernel for %s: %v", arch, err)
 	}
 	return filepath.Join(kdir, "lib", "modules", rel)
+}
+
+// testKernelDir finds the fetched Debian kernel package for arch the way
+// assets.Locate does for tests ($VIBEDOM_ASSETS, else .cache/assets
+// in this folder or a parent), or "". This package may not import image.
+func testKernelDir(arch vm.Arch) string {
+	rel := filepath.Join(string(arch), "kernel")
+	if d := os.Getenv("VIBEDOM_ASSETS"); d != "" {
+		return filepath.Join(d, rel)
+	}
+	dir, err := os.Getwd()
+	if err != nil {
+		return ""
+	}
+	for {
+		k := filepath.Join(dir, ".cache", "assets", rel)
+		if fi, err := os.Stat(k); err == nil && fi.IsDir() {
+			return k
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return ""
+		}
+		dir = parent
+	}
 }
 
 // TestResolveModulesDebian resolves the guest's module set on the real

@@ -1,4 +1,4 @@
-package image
+package kernel
 
 import (
 	"bytes"

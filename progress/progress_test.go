@@ -1,4 +1,4 @@
-package alpine
+package progress
 
 import (
 	"bytes"
@@ -20,7 +20,7 @@ func TestProgressRender(t *testing.T) {
 		t.Errorf("tty output %q", s)
 	}
 	var plain bytes.Buffer
-	q := NewProgress(&plain, false)
+	q := NewText(&plain, false)
 	q.Begin(1, 10)
 	q.Advance("a", 10)
 	q.End("a-1-r0", nil)

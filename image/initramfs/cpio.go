@@ -1,4 +1,4 @@
-package image
+package initramfs
 
 import (
 	"bufio"
@@ -140,10 +140,10 @@ func goMode(u uint32) fs.FileMode {
 	return m
 }
 
-// cleanName checks a member name and returns it without a leading slash.
+// CleanName checks an archive member name and returns it without a leading slash.
 // Names must be clean, relative once the slash is dropped, and may not
 // contain "..", NUL or newline.
-func cleanName(name string) (string, error) {
+func CleanName(name string) (string, error) {
 	n := strings.TrimPrefix(name, "/")
 	if n == "" || n == "." || path.Clean(n) != n || strings.HasPrefix(n, "../") || n == ".." ||
 		strings.ContainsAny(n, "\x00\n") || n == cpioTrailer {
@@ -216,7 +216,7 @@ func (w *Writer) WriteEntry(e *Entry) error {
 	if w.err != nil {
 		return w.err
 	}
-	name, err := cleanName(e.Name)
+	name, err := CleanName(e.Name)
 	if err != nil {
 		return err
 	}
@@ -308,7 +308,7 @@ type Archive struct {
 // Add adds (or replaces) a member. For Source entries the source is stat'ed
 // now; it must be a regular file.
 func (a *Archive) Add(e Entry) error {
-	name, err := cleanName(e.Name)
+	name, err := CleanName(e.Name)
 	if err != nil {
 		return err
 	}

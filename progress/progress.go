@@ -1,4 +1,13 @@
-package alpine
+// Package progress tells a user how a download run goes: the Progress
+// interface the fetchers report to (Alpine packages in image/alpine, agent
+// tarballs in agents), a Reader that reports every byte read, Nop, and a
+// text renderer (one redrawn bar on a terminal, one line a file elsewhere).
+//
+// It is a leaf shared by both fetchers (it imports nothing of the project)
+// so the contract and the counting reader are written once. It does not
+// download, retry or verify anything, and it writes only to the writer it
+// is given.
+package progress
 
 import (
 	"fmt"
@@ -9,7 +18,7 @@ import (
 )
 
 // Progress is told about a download run. Its methods may be called from
-// several goroutines at once.
+// several goroutines at once (image/alpine fetches in parallel).
 type Progress interface {
 	// Begin announces the run: how many files, how many bytes.
 	Begin(files int, bytes int64)
@@ -22,17 +31,38 @@ type Progress interface {
 	Close()
 }
 
-type nopProgress struct{}
+// Nop is a Progress that reports nothing.
+type Nop struct{}
 
-func (nopProgress) Begin(int, int64)      {}
-func (nopProgress) Advance(string, int64) {}
-func (nopProgress) End(string, error)     {}
-func (nopProgress) Close()                {}
+func (Nop) Begin(int, int64)      {}
+func (Nop) Advance(string, int64) {}
+func (Nop) End(string, error)     {}
+func (Nop) Close()                {}
 
-// NewProgress renders progress to w: on a terminal (tty) one redrawn line
+// Reader returns r, reporting every byte read from it to p as an Advance
+// of file.
+func Reader(r io.Reader, file string, p Progress) io.Reader {
+	return &reader{r: r, name: file, pr: p}
+}
+
+type reader struct {
+	r    io.Reader
+	name string
+	pr   Progress
+}
+
+func (p *reader) Read(b []byte) (int, error) {
+	n, err := p.r.Read(b)
+	if n > 0 {
+		p.pr.Advance(p.name, int64(n))
+	}
+	return n, err
+}
+
+// NewText renders progress to w: on a terminal (tty) one redrawn line
 // with a bar, bytes, rate and ETA; otherwise one plain line per file and
 // a summary.
-func NewProgress(w io.Writer, tty bool) Progress {
+func NewText(w io.Writer, tty bool) Progress {
 	return &textProgress{w: w, tty: tty, now: time.Now}
 }
 

@@ -1,4 +1,4 @@
-package image
+package kernel
 
 import (
 	"bytes"
@@ -27,7 +27,7 @@ const maxVmlinux = 512 << 20
 // compression this package does not read.
 func pvhKernel(bz []byte) (vmlinux []byte, ok bool, err error) {
 	if len(bz) < 0x250 || string(bz[0x202:0x206]) != "HdrS" {
-		return nil, false, fmt.Errorf("%w: not an x86 bzImage", ErrBadKernel)
+		return nil, false, fmt.Errorf("%w: not an x86 bzImage", ErrBad)
 	}
 	if binary.LittleEndian.Uint16(bz[0x206:]) < 0x208 {
 		return nil, false, nil // boot protocol too old to locate the payload
@@ -47,7 +47,7 @@ func pvhKernel(bz []byte) (vmlinux []byte, ok bool, err error) {
 	if err != nil || data == nil {
 		return nil, false, nil // a payload we cannot read: boot the bzImage
 	}
-	if !hasPVHNote(data) {
+	if !HasPVHNote(data) {
 		return nil, false, nil
 	}
 	return data, true, nil
@@ -92,9 +92,9 @@ func decompressPayload(payload []byte) ([]byte, error) {
 	return out.Bytes(), nil
 }
 
-// hasPVHNote reports whether data is an x86-64 ELF with a Xen
+// HasPVHNote reports whether data is an x86-64 ELF with a Xen
 // PHYS32_ENTRY note, the PVH entry point QEMU boots.
-func hasPVHNote(data []byte) bool {
+func HasPVHNote(data []byte) bool {
 	f, err := elf.NewFile(bytes.NewReader(data))
 	if err != nil || f.Machine != elf.EM_X86_64 {
 		return false
@@ -111,8 +111,8 @@ func hasPVHNote(data []byte) bool {
 			nameSz := int(binary.LittleEndian.Uint32(notes[0:]))
 			descSz := int(binary.LittleEndian.Uint32(notes[4:]))
 			typ := binary.LittleEndian.Uint32(notes[8:])
-			name := int(align4(int64(nameSz)))
-			desc := int(align4(int64(descSz)))
+			name := (nameSz + 3) &^ 3 // ELF note fields are 4-byte aligned
+			desc := (descSz + 3) &^ 3
 			if nameSz < 0 || descSz < 0 || 12+name+desc > len(notes) {
 				break
 			}

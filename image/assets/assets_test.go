@@ -1,4 +1,4 @@
-package image
+package assets
 
 import (
 	"errors"
@@ -130,15 +130,15 @@ func TestLocateAssets(t *testing.T) {
 			t.Setenv(EnvHome, filepath.Join(tmp, "home"))
 			cwd, wantKernel, wantGuest := tt.setup(t, tmp)
 			t.Chdir(cwd)
-			a, err := LocateAssets(arch)
+			a, err := Locate(arch)
 			if tt.wantErrIs != nil {
 				if !errors.Is(err, tt.wantErrIs) || !strings.Contains(err.Error(), tt.wantHint) {
-					t.Fatalf("LocateAssets: got %v, want %v saying %q", err, tt.wantErrIs, tt.wantHint)
+					t.Fatalf("Locate: got %v, want %v saying %q", err, tt.wantErrIs, tt.wantHint)
 				}
 				return
 			}
 			if err != nil {
-				t.Fatalf("LocateAssets: %v", err)
+				t.Fatalf("Locate: %v", err)
 			}
 			if a.KernelDir != wantKernel || a.GuestBinary != wantGuest || a.Arch != arch {
 				t.Errorf("got %+v, want kernel %s guest %s", a, wantKernel, wantGuest)
@@ -149,8 +149,8 @@ func TestLocateAssets(t *testing.T) {
 		})
 	}
 	t.Run("unknown arch", func(t *testing.T) {
-		if _, err := LocateAssets("riscv64"); err == nil {
-			t.Errorf("LocateAssets accepted riscv64")
+		if _, err := Locate("riscv64"); err == nil {
+			t.Errorf("Locate accepted riscv64")
 		}
 	})
 }

@@ -1,4 +1,4 @@
-package session
+package image
 
 import (
 	"errors"
@@ -10,9 +10,10 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/vibedom/vibedom/image"
+	"github.com/vibedom/vibedom/home"
 	"github.com/vibedom/vibedom/image/alpine"
 	"github.com/vibedom/vibedom/image/alpine/alpinetest"
+	"github.com/vibedom/vibedom/image/assets"
 	"github.com/vibedom/vibedom/vm"
 )
 
@@ -24,25 +25,34 @@ func testMirror(t *testing.T) (url string, key *alpinetest.Key, repo *alpinetest
 	if err != nil {
 		t.Skip(err)
 	}
-	assets, err := alpinetest.FindAssets(arch)
-	if err != nil {
-		t.Skipf("no Debian userland for %s (scripts/fetch-assets.sh): %v", arch, err)
-	}
-	if _, err := image.LocateGuest(vm.Arch(runtime.GOARCH)); err != nil {
+	if _, err := assets.LocateGuest(vm.Arch(runtime.GOARCH)); err != nil {
 		t.Skipf("no guest binary: %v", err)
 	}
 	key, err = alpinetest.NewKey("session-test@vibedom-1.rsa.pub")
 	if err != nil {
 		t.Fatal(err)
 	}
-	repo, err = alpinetest.BuildDebianRepo(alpinetest.DebianOptions{Arch: arch, Assets: assets, Root: t.TempDir(), Key: key,
-		CacheDir: alpinetest.CacheDirFor(assets)})
+	url, repo = serveTestRepo(t, arch, key)
+	return url, key, repo
+}
+
+// serveTestRepo builds (or takes from its cache) the Debian-sourced test
+// repository for an Alpine arch, signed by key, and serves it until the
+// test ends. It skips when the Debian userland has not been fetched.
+func serveTestRepo(t *testing.T, arch string, key *alpinetest.Key) (string, *alpinetest.DebianRepo) {
+	t.Helper()
+	userland, err := alpinetest.FindAssets(arch)
+	if err != nil {
+		t.Skipf("no Debian userland for %s (scripts/fetch-assets.sh): %v", arch, err)
+	}
+	repo, err := alpinetest.BuildDebianRepo(alpinetest.DebianOptions{Arch: arch, Assets: userland, Root: t.TempDir(), Key: key,
+		CacheDir: alpinetest.CacheDirFor(userland)})
 	if err != nil {
 		t.Fatal(err)
 	}
 	srv := repo.Serve()
 	t.Cleanup(srv.Close)
-	return srv.URL, key, repo
+	return srv.URL, repo
 }
 
 func e2fsck(t *testing.T, img string) {
@@ -62,10 +72,10 @@ func e2fsck(t *testing.T, img string) {
 
 func TestBuildGuestImage(t *testing.T) {
 	url, key, _ := testMirror(t)
-	h := Home(t.TempDir())
-	o := ImageOptions{Arch: vm.Arch(runtime.GOARCH), Mirror: url, Keys: key.Ring}
+	h := home.Home(t.TempDir())
+	o := GuestOptions{Arch: vm.Arch(runtime.GOARCH), Mirror: url, Keys: key.Ring}
 
-	r, err := BuildGuestImage(t.Context(), h, o)
+	r, err := BuildGuest(t.Context(), h, o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -80,7 +90,7 @@ func TestBuildGuestImage(t *testing.T) {
 		t.Errorf("root image %s: mode %v size %d, result %+v", r.Root, fi.Mode(), fi.Size(), r)
 	}
 	e2fsck(t, r.Root)
-	m, err := readGuestManifest(h.GuestManifest(r.Arch))
+	m, err := ReadGuestManifest(h.GuestManifest(r.Arch))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -94,7 +104,7 @@ func TestBuildGuestImage(t *testing.T) {
 	// Warm: nothing changed, nothing fetched (the mirror is gone).
 	o2 := o
 	o2.Mirror = "http://127.0.0.1:9/alpine"
-	r2, err := BuildGuestImage(t.Context(), h, o2)
+	r2, err := BuildGuest(t.Context(), h, o2)
 	if err != nil {
 		t.Fatalf("warm init needed the mirror: %v", err)
 	}
@@ -104,7 +114,7 @@ func TestBuildGuestImage(t *testing.T) {
 	t.Logf("warm init: %s", r2.Took)
 
 	// A session finds it.
-	gb, err := LoadGuestImage(t.Context(), h, vm.Arch(runtime.GOARCH))
+	gb, err := LoadGuest(t.Context(), h, vm.Arch(runtime.GOARCH), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -114,11 +124,11 @@ func TestBuildGuestImage(t *testing.T) {
 
 	// A second home with the same lock shares the root image file: the
 	// images cache is content-addressed.
-	h2 := Home(t.TempDir())
+	h2 := home.Home(t.TempDir())
 	os.Symlink(h.Images(), h2.Images())
 	os.MkdirAll(filepath.Join(string(h2), "cache"), 0o700)
-	os.Symlink(alpine.CacheDir(string(h)), alpine.CacheDir(string(h2)))
-	r3, err := BuildGuestImage(t.Context(), h2, o)
+	os.Symlink(h.APKCache(), h2.APKCache())
+	r3, err := BuildGuest(t.Context(), h2, o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -135,41 +145,41 @@ func TestBuildGuestImage(t *testing.T) {
 	}
 	f.WriteAt([]byte("x"), 4096*3+17)
 	f.Close()
-	if _, err := LoadGuestImage(t.Context(), h, vm.Arch(runtime.GOARCH)); !errors.Is(err, image.ErrRootImage) {
+	if _, err := LoadGuest(t.Context(), h, vm.Arch(runtime.GOARCH), nil); !errors.Is(err, ErrRootImage) {
 		t.Errorf("damaged root image: %v, want ErrRootImage", err)
 	}
 	// init rebuilds it (from the cache, without the mirror).
-	r4, err := BuildGuestImage(t.Context(), h, o2)
+	r4, err := BuildGuest(t.Context(), h, o2)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !r4.Built || r4.RootSHA != r.RootSHA {
 		t.Errorf("rebuild after damage: built=%v sha %s, want %s (the build is reproducible)", r4.Built, r4.RootSHA, r.RootSHA)
 	}
-	if err := image.VerifyRootImage(h.Images(), r4.Root, r4.RootSHA, true); err != nil {
+	if err := VerifyRootImage(h.Images(), r4.Root, r4.RootSHA, true); err != nil {
 		t.Error(err)
 	}
 }
 
 func TestGuestImagePackageList(t *testing.T) {
 	url, key, repo := testMirror(t)
-	h := Home(t.TempDir())
-	o := ImageOptions{Arch: vm.Arch(runtime.GOARCH), Mirror: url, Keys: key.Ring}
-	if _, err := BuildGuestImage(t.Context(), h, o); err != nil {
+	h := home.Home(t.TempDir())
+	o := GuestOptions{Arch: vm.Arch(runtime.GOARCH), Mirror: url, Keys: key.Ring}
+	if _, err := BuildGuest(t.Context(), h, o); err != nil {
 		t.Fatal(err)
 	}
 	// A name no repository has: an error naming it; the image stays.
 	os.WriteFile(h.PackagesFile(), []byte("# mine\nno-such-tool\n"), 0o600)
-	_, err := BuildGuestImage(t.Context(), h, o)
+	_, err := BuildGuest(t.Context(), h, o)
 	if !errors.Is(err, alpine.ErrMissing) || !strings.Contains(err.Error(), "no-such-tool") {
 		t.Errorf("unknown package: %v", err)
 	}
-	if _, err := LoadGuestImage(t.Context(), h, vm.Arch(runtime.GOARCH)); err != nil {
+	if _, err := LoadGuest(t.Context(), h, vm.Arch(runtime.GOARCH), nil); err != nil {
 		t.Errorf("the previous image must stay usable: %v", err)
 	}
 	// Not a package name: the line is named.
 	os.WriteFile(h.PackagesFile(), []byte("git\nrm -rf /\n"), 0o600)
-	if _, err := BuildGuestImage(t.Context(), h, o); err == nil || !strings.Contains(err.Error(), "packages.txt:2") {
+	if _, err := BuildGuest(t.Context(), h, o); err == nil || !strings.Contains(err.Error(), "packages.txt:2") {
 		t.Errorf("bad line: %v", err)
 	}
 	// A package the mirror has but the default list does not: it joins,
@@ -185,7 +195,7 @@ func TestGuestImagePackageList(t *testing.T) {
 		t.Skip("the test repository has no package outside the default list")
 	}
 	os.WriteFile(h.PackagesFile(), []byte(extra+"\n"), 0o600)
-	r, err := BuildGuestImage(t.Context(), h, o)
+	r, err := BuildGuest(t.Context(), h, o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -201,9 +211,9 @@ func TestGuestImagePackageList(t *testing.T) {
 
 func TestGuestImageRefusesForeignKeys(t *testing.T) {
 	url, _, _ := testMirror(t)
-	h := Home(t.TempDir())
+	h := home.Home(t.TempDir())
 	// No keyring: Alpine's release keys, which did not sign the test mirror.
-	_, err := BuildGuestImage(t.Context(), h, ImageOptions{Arch: vm.Arch(runtime.GOARCH), Mirror: url})
+	_, err := BuildGuest(t.Context(), h, GuestOptions{Arch: vm.Arch(runtime.GOARCH), Mirror: url})
 	if !errors.Is(err, alpine.ErrSignature) {
 		t.Fatalf("test mirror under the release keys: %v, want ErrSignature", err)
 	}
@@ -233,9 +243,9 @@ func statOrNil(p string) os.FileInfo {
 // a mirror replaying an older index is refused.
 func TestGuestImageUpdate(t *testing.T) {
 	url, key, repo := testMirror(t)
-	h := Home(t.TempDir())
-	o := ImageOptions{Arch: vm.Arch(runtime.GOARCH), Mirror: url, Keys: key.Ring}
-	r1, err := BuildGuestImage(t.Context(), h, o)
+	h := home.Home(t.TempDir())
+	o := GuestOptions{Arch: vm.Arch(runtime.GOARCH), Mirror: url, Keys: key.Ring}
+	r1, err := BuildGuest(t.Context(), h, o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -253,7 +263,7 @@ func TestGuestImageUpdate(t *testing.T) {
 	if err := repo.WriteIndexes(arch, key, "updated"); err != nil {
 		t.Fatal(err)
 	}
-	r2, err := BuildGuestImage(t.Context(), h, o)
+	r2, err := BuildGuest(t.Context(), h, o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -261,7 +271,7 @@ func TestGuestImageUpdate(t *testing.T) {
 		t.Errorf("without --update the lock moved: %+v", r2)
 	}
 	o.Update = true
-	r3, err := BuildGuestImage(t.Context(), h, o)
+	r3, err := BuildGuest(t.Context(), h, o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -271,12 +281,12 @@ func TestGuestImageUpdate(t *testing.T) {
 	}
 	// A mirror serving the old index again (still validly signed) cannot
 	// move the lock back.
-	h2 := Home(t.TempDir())
+	h2 := home.Home(t.TempDir())
 	os.MkdirAll(filepath.Dir(h2.GuestManifest(arch)), 0o700)
 	b, _ := os.ReadFile(h.GuestManifest(arch))
 	os.WriteFile(h2.GuestManifest(arch), b, 0o600)
 	oldMirror, _, _ := testMirrorWithKey(t, key)
-	_, err = BuildGuestImage(t.Context(), h2, ImageOptions{Arch: vm.Arch(runtime.GOARCH), Mirror: oldMirror, Keys: key.Ring, Update: true})
+	_, err = BuildGuest(t.Context(), h2, GuestOptions{Arch: vm.Arch(runtime.GOARCH), Mirror: oldMirror, Keys: key.Ring, Update: true})
 	if !errors.Is(err, alpine.ErrLockDrift) || !strings.Contains(err.Error(), "older") {
 		t.Errorf("replayed older index: %v", err)
 	}
@@ -285,17 +295,6 @@ func TestGuestImageUpdate(t *testing.T) {
 // testMirrorWithKey serves a fresh test repository signed by key.
 func testMirrorWithKey(t *testing.T, key *alpinetest.Key) (string, *alpinetest.Key, *alpinetest.DebianRepo) {
 	t.Helper()
-	arch := mustAlpineArch(t)
-	assets, err := alpinetest.FindAssets(arch)
-	if err != nil {
-		t.Skip(err)
-	}
-	repo, err := alpinetest.BuildDebianRepo(alpinetest.DebianOptions{Arch: arch, Assets: assets, Root: t.TempDir(), Key: key,
-		CacheDir: alpinetest.CacheDirFor(assets)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := repo.Serve()
-	t.Cleanup(srv.Close)
-	return srv.URL, key, repo
+	url, repo := serveTestRepo(t, mustAlpineArch(t), key)
+	return url, key, repo
 }

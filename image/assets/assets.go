@@ -1,4 +1,17 @@
-package image
+// Package assets finds the host files vibedom's images are built from,
+// outside the image cache: the Linux test assets (an unpacked Debian kernel
+// package and a static busybox per arch, fetched by scripts/fetch-assets.sh
+// into .cache/assets or ~/.vibedom/assets) and the vibedom-guest binary
+// (`make guest`) that every image packs as /init.
+//
+// What it does: looks in the places Locate lists, first found wins, and
+// says in its errors (ErrNoAssets, ErrNoGuest) which command fetches or
+// builds what is missing.
+//
+// What it does not do: it downloads, builds and verifies nothing beyond
+// "is a folder / a regular file" (the recipes in package image check
+// kernels and ELF machines), and logs nothing.
+package assets
 
 import (
 	"errors"
@@ -7,17 +20,19 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/vibedom/vibedom/home"
+	"github.com/vibedom/vibedom/image/kernel"
 	"github.com/vibedom/vibedom/vm"
 )
 
-// Environment variables LocateAssets reads.
+// Environment variables Locate reads.
 const (
 	// EnvAssets names a directory holding <arch>/kernel/ and <arch>/busybox.
 	EnvAssets = "VIBEDOM_ASSETS"
 	// EnvGuestBin names the vibedom-guest binary to pack.
 	EnvGuestBin = "VIBEDOM_GUEST_BIN"
 	// EnvHome is vibedom's home directory (default ~/.vibedom).
-	EnvHome = "VIBEDOM_HOME"
+	EnvHome = home.EnvHome
 )
 
 // Asset errors.
@@ -40,7 +55,7 @@ type Assets struct {
 	GuestBinary string
 }
 
-// LocateAssets finds the kernel, busybox and guest binary for arch.
+// Locate finds the kernel, busybox and guest binary for arch.
 //
 // Kernel and busybox, as <dir>/<arch>/kernel/ and <dir>/<arch>/busybox,
 // where <dir> is, first found wins: $VIBEDOM_ASSETS (when set it must be
@@ -55,16 +70,16 @@ type Assets struct {
 //
 // Errors wrap ErrNoAssets or ErrNoGuest and name the command that fetches
 // or builds what is missing.
-func LocateAssets(arch vm.Arch) (Assets, error) {
+func Locate(arch vm.Arch) (Assets, error) {
 	a := Assets{Arch: arch}
-	if _, ok := elfMachine[arch]; !ok {
+	if _, ok := kernel.Machine(arch); !ok {
 		return a, fmt.Errorf("locate assets: unknown guest architecture %q", arch)
 	}
-	kdir, bb, err := locateKernel(arch)
+	kdir, bb, err := LocateKernel(arch)
 	if err != nil {
 		return a, err
 	}
-	guest, err := locateGuest(arch)
+	guest, err := LocateGuest(arch)
 	if err != nil {
 		return a, err
 	}
@@ -87,7 +102,9 @@ func assetDirComplete(dir string, arch vm.Arch) (kdir, busybox string, ok bool) 
 	return kdir, busybox, true
 }
 
-func locateKernel(arch vm.Arch) (kdir, busybox string, err error) {
+// LocateKernel finds the kernel package folder and busybox for arch, as
+// Locate does (the guest binary aside).
+func LocateKernel(arch vm.Arch) (kdir, busybox string, err error) {
 	var looked []string
 	if d := os.Getenv(EnvAssets); d != "" {
 		if k, b, ok := assetDirComplete(d, arch); ok {
@@ -97,7 +114,7 @@ func locateKernel(arch vm.Arch) (kdir, busybox string, err error) {
 			ErrNoAssets, EnvAssets, d, arch, arch, d, EnvAssets)
 	}
 	if h := homeDir(); h != "" {
-		c := filepath.Join(h, "assets")
+		c := h.Assets()
 		if k, b, ok := assetDirComplete(c, arch); ok {
 			return abs(k), abs(b), nil
 		}
@@ -115,7 +132,8 @@ func locateKernel(arch vm.Arch) (kdir, busybox string, err error) {
 		ErrNoAssets, arch, strings.Join(dedupe(looked), "; "), EnvAssets)
 }
 
-func locateGuest(arch vm.Arch) (string, error) {
+// LocateGuest finds the vibedom-guest binary for arch, as Locate does.
+func LocateGuest(arch vm.Arch) (string, error) {
 	name := "vibedom-guest-linux-" + string(arch)
 	if p := os.Getenv(EnvGuestBin); p != "" {
 		if isFile(p) {
@@ -144,14 +162,12 @@ func locateGuest(arch vm.Arch) (string, error) {
 }
 
 // homeDir is $VIBEDOM_HOME, else ~/.vibedom, else "".
-func homeDir() string {
-	if h := os.Getenv(EnvHome); h != "" {
-		return h
+func homeDir() home.Home {
+	h, err := home.Default()
+	if err != nil {
+		return ""
 	}
-	if h, err := os.UserHomeDir(); err == nil {
-		return filepath.Join(h, ".vibedom")
-	}
-	return ""
+	return h
 }
 
 // searchStarts are the directories the walks up start from: the current
@@ -206,7 +222,3 @@ func dedupe(s []string) []string {
 	}
 	return out
 }
-
-// LocateGuest finds the vibedom-guest binary for arch, as LocateAssets
-// does.
-func LocateGuest(arch vm.Arch) (string, error) { return locateGuest(arch) }

@@ -1,4 +1,4 @@
-package image
+package kernel
 
 import (
 	"bufio"
@@ -90,6 +90,13 @@ type Modules struct {
 // ".gz" compression suffix removed (such modules are unpacked, since the
 // guest loads modules with a plain finit_module).
 func PackedName(rel string) string { return strings.TrimSuffix(rel, ".gz") }
+
+// Machine returns the ELF machine of a guest architecture, and whether
+// vibedom knows the architecture at all.
+func Machine(arch vm.Arch) (elf.Machine, bool) {
+	m, ok := elfMachine[arch]
+	return m, ok
+}
 
 // maxModuleSize bounds an unpacked module.
 const maxModuleSize = 64 << 20
@@ -221,7 +228,7 @@ func compressed(path string) bool {
 	return strings.HasSuffix(path, ".ko.xz") || strings.HasSuffix(path, ".ko.zst") || strings.HasSuffix(path, ".ko.gz")
 }
 
-// elfMachine is the ELF machine of each guest architecture.
+// elfMachine is the ELF machine of each guest architecture (see Machine).
 var elfMachine = map[vm.Arch]elf.Machine{
 	vm.ArchAMD64: elf.EM_X86_64,
 	vm.ArchARM64: elf.EM_AARCH64,

@@ -1,4 +1,4 @@
-package image
+package kernel
 
 import (
 	"bytes"
@@ -55,18 +55,18 @@ func TestWriteKernel(t *testing.T) {
 		{"x86 bzImage", vm.ArchAMD64, bz, bz, nil},
 		{"arm64 Image", vm.ArchARM64, arm, arm, nil},
 		{"arm64 Image.gz is unpacked", vm.ArchARM64, gz(t, arm), arm, nil},
-		{"gzipped x86 kernel", vm.ArchAMD64, gz(t, bz), nil, ErrBadKernel},
+		{"gzipped x86 kernel", vm.ArchAMD64, gz(t, bz), nil, ErrBad},
 		{"arm64 EFI zboot is unwrapped", vm.ArchARM64, zboot, arm, nil},
-		{"zboot with zstd", vm.ArchARM64, zbootWrap(gz(t, arm), "zstd", 4096, 0), nil, ErrBadKernel},
-		{"zboot payload past the end", vm.ArchARM64, zbootWrap(gz(t, arm), "gzip", 4096, 1<<20), nil, ErrBadKernel},
-		{"zboot payload inside the header", vm.ArchARM64, zbootWrap(gz(t, arm), "gzip", 8, 0), nil, ErrBadKernel},
-		{"zboot payload not gzip", vm.ArchARM64, zbootWrap(arm, "gzip", 4096, 0), nil, ErrBadKernel},
-		{"zboot holding no arm64 Image", vm.ArchARM64, zbootWrap(gz(t, bz), "gzip", 4096, 0), nil, ErrBadKernel},
-		{"zboot for x86", vm.ArchAMD64, zboot, nil, ErrBadKernel},
-		{"x86 kernel for arm64", vm.ArchARM64, bz, nil, ErrBadKernel},
-		{"arm64 kernel for x86", vm.ArchAMD64, arm, nil, ErrBadKernel},
+		{"zboot with zstd", vm.ArchARM64, zbootWrap(gz(t, arm), "zstd", 4096, 0), nil, ErrBad},
+		{"zboot payload past the end", vm.ArchARM64, zbootWrap(gz(t, arm), "gzip", 4096, 1<<20), nil, ErrBad},
+		{"zboot payload inside the header", vm.ArchARM64, zbootWrap(gz(t, arm), "gzip", 8, 0), nil, ErrBad},
+		{"zboot payload not gzip", vm.ArchARM64, zbootWrap(arm, "gzip", 4096, 0), nil, ErrBad},
+		{"zboot holding no arm64 Image", vm.ArchARM64, zbootWrap(gz(t, bz), "gzip", 4096, 0), nil, ErrBad},
+		{"zboot for x86", vm.ArchAMD64, zboot, nil, ErrBad},
+		{"x86 kernel for arm64", vm.ArchARM64, bz, nil, ErrBad},
+		{"arm64 kernel for x86", vm.ArchAMD64, arm, nil, ErrBad},
 		{"truncated gzip", vm.ArchARM64, gz(t, arm)[:100], nil, nil},
-		{"tiny file", vm.ArchAMD64, []byte("MZ"), nil, ErrBadKernel},
+		{"tiny file", vm.ArchAMD64, []byte("MZ"), nil, ErrBad},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -74,7 +74,7 @@ func TestWriteKernel(t *testing.T) {
 			src := filepath.Join(dir, "vmlinuz")
 			os.WriteFile(src, tt.in, 0o644)
 			dst := filepath.Join(dir, "kernel")
-			err := writeKernel(dst, src, tt.arch)
+			err := Write(dst, src, tt.arch)
 			if tt.want == nil {
 				if err == nil {
 					t.Fatalf("writeKernel accepted it")
