@@ -115,7 +115,8 @@ func (lv *liveView) api(t *testing.T, method, path, body string) (int, string) {
 	if method != "GET" && lv.m.dead.Load() {
 		t.Fatalf("%s %s: mitmweb is gone", method, path)
 	}
-	req, _ := http.NewRequestWithContext(t.Context(), method, strings.TrimSuffix(lv.m.WebURL(), "/")+path, strings.NewReader(body))
+	base, _, _ := strings.Cut(lv.m.WebURL(), "?") // the token is in the cookie jar
+	req, _ := http.NewRequestWithContext(t.Context(), method, strings.TrimSuffix(base, "/")+path, strings.NewReader(body))
 	req.Header.Set("X-XSRFToken", lv.xsrf)
 	if body != "" {
 		req.Header.Set("Content-Type", "application/json")
