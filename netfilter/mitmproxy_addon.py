@@ -420,6 +420,11 @@ class Vibedom:
         # HTTP) and vibedom closes it.
         from mitmproxy.proxy import layers
 
+        if nextlayer.layer is None:
+            # This addon runs before mitmproxy's own choice: make it now.
+            nl = ctx.master.addons.get("nextlayer")
+            if nl is not None:
+                nl.next_layer(nextlayer)
         lay = nextlayer.layer
         if not isinstance(lay, layers.TCPLayer):
             return
