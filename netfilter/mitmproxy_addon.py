@@ -161,9 +161,23 @@ def _replacer():
     return f
 
 
+def _redact_name(k):
+    # Header names are case-insensitive (HTTP/2 lowercases them): matched
+    # so, and replaced by a valid name.
+    kl = k.lower()
+    for v in _secrets:
+        vl = v.lower()
+        i = kl.find(vl)
+        while i >= 0:
+            k = k[:i] + b"REDACTED" + k[i + len(v) :]
+            kl = k.lower()
+            i = kl.find(vl, i + 8)
+    return k
+
+
 def _redact_headers(headers):
     # Names and values: a provider may echo a key in either.
-    return http.Headers([(_redact(k), _redact(v)) for k, v in headers.fields])
+    return http.Headers([(_redact_name(k), _redact(v)) for k, v in headers.fields])
 
 
 def _peer(conn):
@@ -206,7 +220,7 @@ def _after_sent(flow):
         if _redact(v) != v:
             orig = guest.get(k.lower())
             v = orig if orig is not None and _redact(orig) == orig else _redact(v)
-        fields.append((_redact(k), v))
+        fields.append((_redact_name(k), v))
     req.headers = http.Headers(fields)
     req.path = _redact_s(req.path)
     rc = req.raw_content

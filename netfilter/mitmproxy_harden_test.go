@@ -253,7 +253,7 @@ func echoKey(w http.ResponseWriter, r *http.Request) {
 	if r.ProtoMajor == 2 {
 		w.Header().Set("Trailer", "X-Tr")
 	}
-	w.Header().Set("X-K-"+k, "1")
+	w.Header()["X-K-"+k] = []string{"1"} // as is, not canonicalised
 	w.Header().Set("X-Echo", k)
 	io.WriteString(w, "body "+k)
 	if r.ProtoMajor == 2 {
@@ -278,7 +278,7 @@ func TestMitmproxyEchoedKeyScrubbed(t *testing.T) {
 		body, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
 		all := fmt.Sprint(resp.Header, resp.Trailer, string(body))
-		if strings.Contains(all, real) {
+		if strings.Contains(strings.ToLower(all), strings.ToLower(real)) { // names are case-insensitive
 			t.Errorf("h2=%v: the real key reached the guest: %s", h2, all)
 		}
 		if (h2 && resp.Trailer.Get("X-Tr") == "") || !strings.Contains(string(body), "body ") {
