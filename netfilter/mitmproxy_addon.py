@@ -626,6 +626,10 @@ class Vibedom:
             flow.kill()
 
     async def websocket_end(self, flow):
+        # The close reason as received stays on the flow (the live view).
+        ws = flow.websocket
+        if _secrets and ws is not None and ws.close_reason:
+            ws.close_reason = _redact_s(ws.close_reason)
         await self._done(flow, "")
 
     async def _done(self, flow, err):
