@@ -512,9 +512,9 @@ func normalTarget(h string) (string, bool) {
 
 // reserve charges a request body mitmdump is about to buffer to the
 // session's memory budget (the Go engine's), before a byte of it is read:
-// its declared length twice over (mitmdump's copy and the scrubbed one),
-// or, when unknown (chunked, HTTP/2 without a length), the body limit
-// twice over. The charge is held until the request is done; a request it
+// its declared length three times over (mitmdump's copy, the scrubbed one
+// here and mitmdump's copy of that), or, when unknown (chunked, HTTP/2
+// without a length), the body limit three times over. The charge is held until the request is done; a request it
 // does not fit is refused at once (503), as on the Go engine.
 func (e *MitmproxyEngine) reserve(m *ctlMsg) *ctlReply {
 	c := e.conn(m.Peer)
@@ -525,7 +525,7 @@ func (e *MitmproxyEngine) reserve(m *ctlMsg) *ctlReply {
 	if n < 0 || n > e.cfg.BodyLimit {
 		n = e.cfg.BodyLimit
 	}
-	rel, err := e.front.budget.take(requestCharge+2*n, true)
+	rel, err := e.front.budget.take(requestCharge+3*n, true)
 	if err != nil {
 		e.events.Record(Event{Time: time.Now(), Kind: "request", Name: c.t.Name, Port: c.t.Port, Src: addrString(c.t.Guest),
 			Method: m.Method, Decision: "deny", Rule: c.t.Decision.Rule, Reason: err.Error(), Status: http.StatusServiceUnavailable})

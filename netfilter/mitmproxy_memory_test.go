@@ -73,13 +73,13 @@ func rssPeak(t *testing.T, mitmPid int) (stop func() (vibedom, mitmdump int64)) 
 // load of issue 18 -- parallel large POSTs, many stalled bodies, chunked
 // uploads over the limit -- the memory of vibedom's process and of
 // mitmdump each grows by less than the budget; what does not fit is
-// refused at once. Scaled down for CI (budget 64 MiB, body limit 16 MiB:
-// 8 x 12 MiB POSTs, 60 bodies stalled after 2 MiB, 4 x 24 MiB chunked);
+// refused at once. Scaled down for CI (budget 64 MiB, body limit 12 MiB:
+// 8 x 10 MiB POSTs, 60 bodies stalled after 2 MiB, 4 x 24 MiB chunked);
 // VIBEDOM_TEST_MEMORY_FULL=1 runs the issue's sizes (budget 512 MiB, limit
 // 64 MiB: 8 x 60 MiB, 400 x 4 MiB stalled, 4 x 192 MiB chunked).
 func TestMitmproxyMemoryBound(t *testing.T) {
-	budget, limit := int64(64<<20), int64(16<<20)
-	posts, stalled, stallSent, stallDeclared, chunked := int64(12<<20), 60, 2<<20, 4<<20, int64(24<<20)
+	budget, limit := int64(64<<20), int64(12<<20)
+	posts, stalled, stallSent, stallDeclared, chunked := int64(10<<20), 60, 2<<20, 4<<20, int64(24<<20)
 	if os.Getenv("VIBEDOM_TEST_MEMORY_FULL") != "" {
 		budget, limit = DefaultMemoryBudget, DefaultMitmBodyLimit
 		posts, stalled, stallSent, stallDeclared, chunked = 60<<20, 400, 4<<20-1, 4<<20, 192<<20
