@@ -135,8 +135,9 @@ type MitmproxyEngine struct {
 	lastRefused atomic.Pointer[string]
 
 	mu    sync.Mutex
-	conns map[string]*mitmConn // by vibedom's local address on its connection to mitmdump
-	flows map[string]*mitmFlow // by mitmproxy flow id
+	resv  map[string]reservation // memory budget reservations, by flow id
+	conns map[string]*mitmConn   // by vibedom's local address on its connection to mitmdump
+	flows map[string]*mitmFlow   // by mitmproxy flow id
 	ctls  map[net.Conn]struct{}
 	wg    sync.WaitGroup
 }
@@ -150,6 +151,13 @@ type mitmConn struct {
 	refused   atomic.Pointer[string]
 	flows     map[string]struct{} // guarded by MitmproxyEngine.mu
 	seen      map[string]struct{} // flow ids asked about; guarded by MitmproxyEngine.mu
+	resv      map[string]struct{} // flow ids holding a reservation; guarded by MitmproxyEngine.mu
+}
+
+// reservation is a request body's charge to the memory budget.
+type reservation struct {
+	rel func()
+	c   *mitmConn
 }
 
 type mitmFlow struct {
@@ -361,6 +369,10 @@ func NewMitmproxyEngine(ctx context.Context, cfg MitmproxyConfig) (_ *MitmproxyE
 		// the Go engine passes; vibedom checks every header itself
 		// (no control characters, valid names) before anything is sent.
 		"validate_inbound_headers": false,
+		// mitmdump buffers each request body whole (the DLP reads it):
+		// its own limit stops a chunked body at the same size a declared
+		// one is refused at, rather than after it was buffered.
+		"body_size_limit": strconv.FormatInt(cfg.BodyLimit, 10),
 	}
 	liveEnv := []string{"VIBEDOM_LIVE_VIEW=0"}
 	if cfg.LiveView {
@@ -382,13 +394,16 @@ func NewMitmproxyEngine(ctx context.Context, cfg MitmproxyConfig) (_ *MitmproxyE
 		opts["view_filter"] = "~marked"
 		opts["intercept"] = nil
 		opts["intercept_active"] = false
-		e.webURL = fmt.Sprintf("http://127.0.0.1:%d/", webPort)
+		// The view is bound to a per-session token: the printed URL
+		// carries it and the addon, in mitmweb, answers 403 to any request
+		// without it (or the cookie that URL sets). mitmweb 11.1 and later
+		// also check it as their own password; 8.1 has none.
+		token := randomSecret()
+		liveEnv = append(liveEnv, "VIBEDOM_VIEW_TOKEN="+token)
 		if versionAtLeast(version, 11, 1) {
-			// mitmweb 11.1 and later take a password; 8.1 has none.
-			token := randomSecret()
 			opts["web_password"] = token
-			e.webURL += "?token=" + token
 		}
+		e.webURL = fmt.Sprintf("http://127.0.0.1:%d/?token=%s", webPort, token)
 	}
 	if roots, rerr := e.writeRoots(conf); rerr != nil {
 		return nil, rerr
@@ -690,6 +705,11 @@ func (e *MitmproxyEngine) handleConn(ctx context.Context, cc *countConn, t Targe
 func (e *MitmproxyEngine) forget(key string, c *mitmConn) {
 	e.mu.Lock()
 	delete(e.conns, key)
+	var rels []func()
+	for id := range c.resv {
+		rels = append(rels, e.resv[id].rel)
+		delete(e.resv, id)
+	}
 	var left []*mitmFlow
 	for id := range c.flows {
 		if f, ok := e.flows[id]; ok {
@@ -698,6 +718,9 @@ func (e *MitmproxyEngine) forget(key string, c *mitmConn) {
 		}
 	}
 	e.mu.Unlock()
+	for _, rel := range rels {
+		rel()
+	}
 	for _, f := range left {
 		if f.status == http.StatusSwitchingProtocols {
 			e.finish(f, f.status, 0, "") // a WebSocket ends with its connection
@@ -737,6 +760,11 @@ func (e *MitmproxyEngine) serveUpstream(w http.ResponseWriter, r *http.Request) 
 	name, port, ok := splitAuthority(hp, 80)
 	if !ok || e.cfg.Policy == nil || !e.cfg.Policy.Decide(name, port).Allow {
 		http.Error(w, "vibedom: not an allowed destination", http.StatusForbidden)
+		return
+	}
+	if r.Method != http.MethodConnect && port == 443 {
+		// The addon refuses plain HTTP to 443 first; this holds if not.
+		http.Error(w, "vibedom: plain HTTP to port 443: use https://", http.StatusForbidden)
 		return
 	}
 	if r.Method != http.MethodConnect {

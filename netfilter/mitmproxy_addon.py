@@ -6,8 +6,10 @@
 # cannot be read, an exception -- the request is refused (fail closed).
 import asyncio
 import base64
+import hmac
 import json
 import os
+import re
 
 from mitmproxy import ctx, exceptions, http
 
@@ -27,6 +29,44 @@ _SECRET_OPTIONS = ("proxyauth", "upstream_auth", "web_password")
 # The live view keeps at most this many finished flows (mitmweb keeps each
 # whole in memory): the oldest go first.
 VIEW_MAX = int(os.environ.get("VIBEDOM_VIEW_MAX", "1000"))
+# The live view's per-session token: the URL vibedom prints carries it
+# (?token=...), which sets a cookie; every other request is refused.
+VIEW_TOKEN = os.environ.get("VIBEDOM_VIEW_TOKEN", "")
+# A request body larger than this is not kept in the live view (mitmweb
+# would hold it in memory until the flow is dropped).
+VIEW_BODY_MAX = 1 << 20
+
+# The real credentials vibedom swaps in (from its answers), each with what
+# replaces it wherever it could reach the guest or the live view.
+_secrets = {}
+
+
+def _learn(vals, with_):
+    for v in vals:
+        if v:
+            _secrets[v] = with_
+
+
+def _redact(b):
+    for v, w in _secrets.items():
+        if v in b:
+            b = b.replace(v, w)
+    return b
+
+
+def _redact_s(s):
+    if not _secrets or not s:
+        return s
+    return _redact(s.encode("utf-8", "surrogateescape")).decode("utf-8", "surrogateescape")
+
+
+def _redact_short(b):
+    # For WebSocket control frames (at most 125 bytes): a replacement no
+    # longer than the value.
+    for v in _secrets:
+        if v in b:
+            b = b.replace(v, b"[REDACTED]"[: len(v)])
+    return b
 
 
 def _trim_view():
@@ -47,24 +87,33 @@ class _Pool:
         self.path = path
         self.idle = []
 
-    async def call(self, msg, reply=True):
+    async def call(self, msg, reply=True, body=None):
         # mitmdump 8.1 keeps no strong reference to the task running a
         # hook: hold it while it waits for vibedom, or the garbage collector
         # may destroy it mid-wait (and the flow stalls).
         task = asyncio.current_task()
         _live.add(task)
         try:
-            return await self._call(msg, reply)
+            return await self._call(msg, reply, body)
         finally:
             _live.discard(task)
 
-    async def _call(self, msg, reply):
+    async def _call(self, msg, reply, body):
         if self.idle:
             r, w = self.idle.pop()
         else:
-            r, w = await asyncio.open_unix_connection(self.path, limit=1 << 30)
+            r, w = await asyncio.open_unix_connection(self.path, limit=1 << 27)
         try:
+            # A request body goes raw after the line, a window at a time
+            # (never base64 in it, never a second whole copy here).
+            if body:
+                msg["blen"] = len(body)
             w.write(json.dumps(msg, separators=(",", ":")).encode() + b"\n")
+            if body:
+                mv = memoryview(body)
+                for i in range(0, len(mv), 1 << 20):
+                    w.write(mv[i : i + (1 << 20)])
+                    await w.drain()
             await w.drain()
             if not reply:
                 self.idle.append((r, w))
@@ -73,6 +122,8 @@ class _Pool:
             if not line.endswith(b"\n"):
                 raise ConnectionError("vibedom closed the control socket")
             ans = json.loads(line)
+            n = ans.get("blen") or 0
+            ans["_body"] = await r.readexactly(n) if n else b""
         except BaseException:
             w.close()
             raise
@@ -82,22 +133,21 @@ class _Pool:
 
 _pool = _Pool(SOCK)
 
-# flow id -> (values, replacement) from vibedom's answer to the request,
-# taken by the response's headers.
-_scrubs = {}
+# Flows whose request went out with vibedom's answer applied (real
+# credentials in it) and was not yet put back for the live view:
+# flow id -> the guest's own header values, by lower-case name.
+_unsent = {}
 
 
-def _replacer(vals, with_):
-    """A stream function replacing vals by with_, holding back the last
-    len(longest)-1 bytes of each chunk so a value split across chunks is
-    still found; the end of the body (b"") releases the rest."""
-    hold = max(len(v) for v in vals) - 1
+def _replacer():
+    """A stream function replacing the real credentials, holding back the
+    last len(longest)-1 bytes of each chunk so a value split across chunks
+    is still found; the end of the body (b"") releases the rest."""
     tail = [b""]
 
     def f(chunk):
-        data = tail[0] + chunk
-        for v in vals:
-            data = data.replace(v, with_)
+        hold = max((len(v) for v in _secrets), default=1) - 1
+        data = _redact(tail[0] + chunk)
         if chunk == b"":
             tail[0] = b""
             return [data] if data else []
@@ -109,6 +159,25 @@ def _replacer(vals, with_):
         return [data[:cut]]
 
     return f
+
+
+def _redact_name(k):
+    # Header names are case-insensitive (HTTP/2 lowercases them): matched
+    # so, and replaced by a valid name.
+    kl = k.lower()
+    for v in _secrets:
+        vl = v.lower()
+        i = kl.find(vl)
+        while i >= 0:
+            k = k[:i] + b"REDACTED" + k[i + len(v) :]
+            kl = k.lower()
+            i = kl.find(vl, i + 8)
+    return k
+
+
+def _redact_headers(headers):
+    # Names and values: a provider may echo a key in either.
+    return http.Headers([(_redact_name(k), _redact(v)) for k, v in headers.fields])
 
 
 def _peer(conn):
@@ -128,6 +197,7 @@ def _refuse(flow, status, reason):
 def _forget_request(flow):
     # A refused request was never sent: the live view keeps none of it
     # (its path, headers or body), even out of the list.
+    _unsent.pop(flow.id, None)
     if LIVE_VIEW:
         flow.request.path = "/"
         flow.request.headers = http.Headers()
@@ -135,19 +205,68 @@ def _forget_request(flow):
             flow.request.raw_content = b""
 
 
+def _after_sent(flow):
+    """Once the request has gone upstream, the flow the live view keeps
+    gets the guest's placeholders back where vibedom put real credentials
+    (any other real value redacted), loses a large body, and only then is
+    marked: the view lists marked flows only, so it never shows (lists,
+    dumps or broadcasts) the request as sent with the real keys."""
+    guest = _unsent.pop(flow.id, None)
+    if guest is None:
+        return
+    req = flow.request
+    fields = []
+    for k, v in req.headers.fields:
+        if _redact(v) != v:
+            orig = guest.get(k.lower())
+            v = orig if orig is not None and _redact(orig) == orig else _redact(v)
+        fields.append((_redact_name(k), v))
+    req.headers = http.Headers(fields)
+    req.path = _redact_s(req.path)
+    rc = req.raw_content
+    if rc:
+        req.raw_content = _redact(rc) if len(rc) <= VIEW_BODY_MAX else b""
+    flow.marked = SENT_MARK
+
+
+def _authorized(handler):
+    """Whether a request to the web UI carries the session's token (the
+    ?token= of the printed URL, which sets a cookie, or that cookie)."""
+    if not VIEW_TOKEN:
+        return False
+    name = "vibedom_view_%d" % ctx.options.web_port
+    arg = handler.get_query_argument("token", "")
+    if arg and hmac.compare_digest(arg, VIEW_TOKEN):
+        if handler.get_cookie(name) != VIEW_TOKEN:
+            handler.set_cookie(name, VIEW_TOKEN, httponly=True, samesite="Strict")
+        return True
+    return hmac.compare_digest(handler.get_cookie(name, ""), VIEW_TOKEN)
+
+
 def _guard_web_ui():
-    """Makes mitmweb's web UI read-only: every request other than GET or
-    HEAD is refused (replay, duplicate, edit, resume, kill, clear, upload,
-    options, commands), the options it shows hide the session's secrets,
-    and the intercept addon never holds a flow (an edited flow would go
-    upstream unchecked)."""
+    """Makes mitmweb's web UI read-only and private: a request without the
+    session's token is refused, every request other than GET or HEAD is
+    refused (replay, duplicate, edit, resume, kill, clear, upload, options,
+    commands), the options it shows hide the session's secrets, what it
+    shows of a flow and of the event log holds no real credential, and the
+    intercept addon never holds a flow (an edited flow would go upstream
+    unchecked)."""
     import tornado.web
     from mitmproxy import optmanager
     from mitmproxy.tools.web import app
 
-    def prepare(self):
-        if self.request.method not in ("GET", "HEAD"):
-            raise tornado.web.HTTPError(403, reason="vibedom: the live view is read-only")
+    def guarded(orig):
+        def prepare(self):
+            if orig is not None:
+                r = orig(self)  # mitmweb 11.1+: its own password check
+                if r is not None:
+                    return r
+            if not _authorized(self):
+                raise tornado.web.HTTPError(403, reason="vibedom: open the URL vibedom printed (it carries the session's token)")
+            if self.request.method not in ("GET", "HEAD") and not _TEST_OPEN_UI:
+                raise tornado.web.HTTPError(403, reason="vibedom: the live view is read-only")
+
+        return prepare
 
     def options_get(self):
         d = optmanager.dump_dicts(self.master.options)
@@ -156,9 +275,84 @@ def _guard_web_ui():
                 d[k]["value"] = "(hidden by vibedom)"
         self.write(d)
 
-    if not _TEST_OPEN_UI:
-        app.RequestHandler.prepare = prepare
+    app.RequestHandler.prepare = guarded(getattr(app.RequestHandler, "prepare", None))
+    for name in ("ClientConnection", "WebSocketEventBroadcaster"):
+        cls = getattr(app, name, None)
+        if cls is not None and "prepare" not in cls.__dict__:
+            cls.prepare = guarded(getattr(cls, "prepare", None))
+        elif cls is not None:
+            cls.prepare = guarded(cls.__dict__["prepare"])
     app.Options.get = options_get
+
+    to_json = app.flow_to_json
+
+    def flow_to_json(f):
+        return _redact_json(to_json(f))
+
+    app.flow_to_json = flow_to_json
+
+
+def _redact_json(o):
+    if isinstance(o, str):
+        return _redact_s(o)
+    if isinstance(o, bytes):
+        return _redact(o)
+    if isinstance(o, list):
+        return [_redact_json(x) for x in o]
+    if isinstance(o, tuple):
+        return tuple(_redact_json(x) for x in o)
+    if isinstance(o, dict):
+        return {_redact_json(k): _redact_json(v) for k, v in o.items()}
+    return o
+
+
+_WS_PAYLOAD = re.compile(r"\(payload: .*\)\s*$", re.S)
+
+
+def _filter_event_log():
+    """mitmweb's event log (GET /events, the UI's WebSocket) gets no real
+    credential and no WebSocket control frame payload."""
+    ev = getattr(ctx.master, "events", None)
+    if ev is None or not hasattr(ev, "add_log"):
+        raise RuntimeError("no event log to filter")
+    orig = ev.add_log
+
+    def add_log(entry, *a, **kw):
+        msg = getattr(entry, "msg", None)
+        if isinstance(msg, str):
+            new = _redact_s(_WS_PAYLOAD.sub("(payload hidden by vibedom)", msg))
+            if new != msg:
+                try:
+                    entry.msg = new
+                except Exception:
+                    entry = type(entry)(new, entry.level)
+        return orig(entry, *a, **kw)
+
+    ev.add_log = add_log
+
+
+def _scrub_ws_control_frames():
+    """WebSocket pings, pongs and close reasons pass no addon hook: the
+    connection's sender replaces real credentials in them."""
+    import wsproto.events as we
+    from mitmproxy.proxy.layers import websocket as wsl
+
+    orig = wsl.WebsocketConnection.send2
+
+    def send2(self, event):
+        if _secrets:
+            if isinstance(event, (we.Ping, we.Pong)):
+                p = bytes(event.payload)
+                q = _redact_short(p)
+                if q != p:
+                    event = type(event)(payload=q)
+            elif isinstance(event, we.CloseConnection) and event.reason:
+                r = _redact_short(event.reason.encode("utf-8", "surrogateescape")).decode("utf-8", "replace")
+                if r != event.reason:
+                    event = we.CloseConnection(code=event.code, reason=r)
+        return orig(self, event)
+
+    wsl.WebsocketConnection.send2 = send2
 
 
 def _no_intercept():
@@ -176,14 +370,21 @@ class Vibedom:
         self._started = False
 
     def load(self, loader):
-        # Any web UI is read-only, whether or not vibedom said it runs one.
+        try:
+            _scrub_ws_control_frames()
+        except Exception as e:
+            ctx.log.error("vibedom: cannot scrub WebSocket control frames: %s" % e)
+            ctx.master.shutdown()
+        # Any web UI is private and read-only, whether or not vibedom said
+        # it runs one.
         if LIVE_VIEW or hasattr(ctx.master, "app"):
             try:
                 _guard_web_ui()
+                _filter_event_log()
                 _no_intercept()
             except Exception as e:
-                # A UI vibedom cannot make read-only does not run.
-                ctx.log.error("vibedom: cannot make the web UI read-only: %s" % e)
+                # A UI vibedom cannot guard does not run.
+                ctx.log.error("vibedom: cannot make the web UI private and read-only: %s" % e)
                 ctx.master.shutdown()
 
     def configure(self, updated):
@@ -225,6 +426,34 @@ class Vibedom:
         ctx.log.error("vibedom: the session is gone; stopping")
         ctx.master.shutdown()
 
+    async def next_layer(self, nextlayer):
+        # Bytes mitmdump would relay raw (neither TLS nor HTTP, or not
+        # HTTP inside TLS) never pass the DLP: vibedom allows that only on
+        # ports other than 80 and 443, as the Go engine does. Refused, the
+        # connection gets an HTTP layer (which answers 400 to anything not
+        # HTTP) and vibedom closes it.
+        from mitmproxy.proxy import layers
+
+        if nextlayer.layer is None:
+            # This addon runs before mitmproxy's own choice: make it now.
+            nl = ctx.master.addons.get("nextlayer")
+            if nl is not None:
+                nl.next_layer(nextlayer)
+        lay = nextlayer.layer
+        if not isinstance(lay, layers.TCPLayer):
+            return
+        addr = nextlayer.context.server.address
+        port = addr[1] if addr else 0
+        try:
+            ans = await _pool.call({"op": "raw", "peer": _peer(nextlayer.context.client), "dport": port})
+            ok = ans.get("action") == "allow"
+        except Exception:
+            ok = False
+        if not ok or port in (80, 443):
+            from mitmproxy.proxy.layers.http import HTTPMode
+
+            nextlayer.layer = layers.HttpLayer(nextlayer.context, HTTPMode.transparent)
+
     async def tls_clienthello(self, data):
         try:
             ans = await _pool.call({"op": "sni", "peer": _peer(data.context.client), "sni": data.client_hello.sni or ""})
@@ -236,18 +465,37 @@ class Vibedom:
             # request of a TLS connection whose SNI it did not approve.
             ctx.log.info("vibedom refused a TLS handshake")
 
-    def requestheaders(self, flow):
+    async def requestheaders(self, flow):
         # A replay (or a replayed duplicate) from the web UI never goes out.
         if flow.is_replay:
             flow.kill()
             return
         # The DLP reads the request whole: never stream it past the check.
         flow.request.stream = False
+        h = flow.request.headers
         try:
-            too_big = int(flow.request.headers.get("content-length", "0")) > BODY_LIMIT
+            n = int(h.get("content-length", "0"))
+            too_big = n > BODY_LIMIT or n < 0
         except ValueError:
-            too_big = True
+            n, too_big = -1, True
         if too_big:
+            _forget_request(flow)
+            flow.kill()
+            return
+        # mitmdump is about to buffer the body: vibedom charges it to the
+        # session's memory budget first, or the request is refused.
+        unknown = "content-length" not in h and (
+            "transfer-encoding" in h
+            or (flow.request.http_version.startswith("HTTP/2") and flow.request.method.upper() not in ("GET", "HEAD", "OPTIONS")))
+        if n == 0 and not unknown:
+            return
+        try:
+            ans = await _pool.call({"op": "reserve", "peer": _peer(flow.client_conn), "id": flow.id,
+                                    "method": flow.request.method, "len": -1 if unknown else n})
+            ok = ans.get("action") == "allow"
+        except Exception:
+            ok = False
+        if not ok:
             _forget_request(flow)
             flow.kill()
 
@@ -264,7 +512,8 @@ class Vibedom:
         if flow.is_replay:
             flow.kill()
             return
-        if len(req.raw_content or b"") > BODY_LIMIT:
+        raw = req.raw_content or b""
+        if len(raw) > BODY_LIMIT:
             _refuse(flow, 413, "the request body is over the mitmproxy engine's limit of %d bytes" % BODY_LIMIT)
             return
         ans = await _pool.call({
@@ -280,38 +529,33 @@ class Vibedom:
             "path": req.path,
             "proto": req.http_version,
             "headers": _fields(req.headers),
-            "body": base64.b64encode(req.raw_content or b"").decode(),
             "replay": bool(flow.is_replay),
-        })
+        }, body=raw)
         if ans.get("action") != "allow":
             _refuse(flow, int(ans.get("status") or 403), ans.get("reason") or "refused")
             return
+        _learn([base64.b64decode(v) for v in ans.get("scrub") or []], base64.b64decode(ans.get("scrub_with") or ""))
+        guest = {k.lower(): v for k, v in req.headers.fields}
         method, path = ans["method"], ans["path"]
         headers = http.Headers([(k.encode("latin-1"), v.encode("latin-1")) for k, v in ans.get("headers") or []])
-        body = base64.b64decode(ans.get("body") or "")
+        body = ans.get("_body") or b""
         req.method, req.path, req.headers, req.raw_content = method, path, headers, body
-        flow.marked = SENT_MARK
-        scrub = [base64.b64decode(v) for v in ans.get("scrub") or []]
-        if scrub:
-            # Kept here, not on the flow: the live view shows a flow's
-            # metadata.
-            _scrubs[flow.id] = (scrub, base64.b64decode(ans.get("scrub_with") or ""))
+        if LIVE_VIEW:
+            _unsent[flow.id] = guest
+        else:
+            flow.marked = SENT_MARK
 
     def responseheaders(self, flow):
-        # Stream the response, counting the bytes; when vibedom named
-        # values to scrub (real credentials a provider might echo back),
-        # replace them in the headers and, as it streams, in the body.
+        # The request has gone out: the live view's copy loses the real
+        # credentials. Stream the response, counting the bytes, with the
+        # real credentials a provider might echo back replaced in the
+        # headers (names and values) and, as it streams, in the body.
+        _after_sent(flow)
         n = [0]
-        scrub = _scrubs.pop(flow.id, None)
-        repl = _replacer(*scrub) if scrub else None
-        if scrub:
-            vals, with_ = scrub
-            fields = []
-            for k, v in flow.response.headers.fields:
-                for x in vals:
-                    v = v.replace(x, with_)
-                fields.append((k, v))
-            flow.response.headers = http.Headers(fields)
+        repl = None
+        if _secrets and flow.response.headers.get("X-Vibedom") != "refused":
+            repl = _replacer()
+            flow.response.headers = _redact_headers(flow.response.headers)
             if flow.request.method.upper() != "HEAD" and "content-length" in flow.response.headers:
                 # The length changes with a replacement.
                 del flow.response.headers["content-length"]
@@ -328,6 +572,10 @@ class Vibedom:
         flow.metadata["vibedom_down"] = n
 
     async def response(self, flow):
+        _after_sent(flow)
+        # Trailers are sent after this hook.
+        if _secrets and flow.response.trailers:
+            flow.response.trailers = _redact_headers(flow.response.trailers)
         if flow.response.status_code == 101:
             try:
                 await _pool.call({"op": "status", "id": flow.id, "status": 101}, reply=False)
@@ -335,10 +583,17 @@ class Vibedom:
                 pass
             return
         if flow.response.headers.get("X-Vibedom") == "refused":
+            # vibedom recorded the refusal; this only frees what the
+            # request held.
+            try:
+                await _pool.call({"op": "release", "id": flow.id}, reply=False)
+            except Exception:
+                pass
             return
         await self._done(flow, "")
 
     async def error(self, flow):
+        _after_sent(flow)
         await self._done(flow, str(flow.error) if flow.error else "error")
 
     async def websocket_message(self, flow):
@@ -349,6 +604,9 @@ class Vibedom:
             msg.drop()
             return
         if not msg.from_client:
+            # A real credential echoed back by the server.
+            if _secrets:
+                msg.content = _redact(msg.content)
             return
         try:
             ans = await _pool.call({"op": "ws", "id": flow.id, "text": msg.is_text,
@@ -368,10 +626,14 @@ class Vibedom:
             flow.kill()
 
     async def websocket_end(self, flow):
+        # The close reason as received stays on the flow (the live view).
+        ws = flow.websocket
+        if _secrets and ws is not None and ws.close_reason:
+            ws.close_reason = _redact_s(ws.close_reason)
         await self._done(flow, "")
 
     async def _done(self, flow, err):
-        _scrubs.pop(flow.id, None)
+        _unsent.pop(flow.id, None)
         if LIVE_VIEW:
             try:
                 _trim_view()

@@ -35,12 +35,19 @@ type ctlMsg struct {
 	Path      string      `json:"path"`
 	Proto     string      `json:"proto"`
 	Headers   [][2]string `json:"headers"`
-	Body      []byte      `json:"body"` // base64 in JSON
-	Text      bool        `json:"text"`
-	Status    int         `json:"status"`
-	Down      int64       `json:"down"`
-	Error     string      `json:"error"`
-	Replay    bool        `json:"replay"` // a replay from mitmweb's UI
+	Body      []byte      `json:"body"` // base64 in JSON (a WebSocket message)
+	// BodyLen is the length of a request body sent as raw bytes right
+	// after the JSON line (never base64 in it: a 60 MiB body would be held
+	// three times over); body reads them.
+	BodyLen int64 `json:"blen"`
+	// Len is a request's declared Content-Length ("reserve"; -1 unknown).
+	Len    int64     `json:"len"`
+	body   io.Reader `json:"-"`
+	Text   bool      `json:"text"`
+	Status int       `json:"status"`
+	Down   int64     `json:"down"`
+	Error  string    `json:"error"`
+	Replay bool      `json:"replay"` // a replay from mitmweb's UI
 }
 
 // ctlReply is the engine's answer.
@@ -56,6 +63,32 @@ type ctlReply struct {
 	// response's headers and body (see ResponseSecrets).
 	Scrub     [][]byte `json:"scrub,omitempty"`
 	ScrubWith []byte   `json:"scrub_with,omitempty"`
+	// BodyLen is the length of the request body to send, written as raw
+	// bytes (raw) after the JSON line.
+	BodyLen int64  `json:"blen,omitempty"`
+	raw     []byte `json:"-"`
+}
+
+// maxCtlLine bounds one JSON line from the addon (headers, or a WebSocket
+// message in base64); request bodies come after it, raw.
+const maxCtlLine = 96 << 20
+
+// readCtlLine reads one line of at most max bytes.
+func readCtlLine(br *bufio.Reader, max int) ([]byte, error) {
+	var line []byte
+	for {
+		frag, err := br.ReadSlice('\n')
+		if len(line)+len(frag) > max {
+			return nil, errors.New("control message too long")
+		}
+		line = append(line, frag...)
+		if err == nil {
+			return line, nil
+		}
+		if err != bufio.ErrBufferFull {
+			return nil, err
+		}
+	}
 }
 
 func (e *MitmproxyEngine) serveCtl() {
@@ -77,19 +110,43 @@ func (e *MitmproxyEngine) serveCtl() {
 				e.mu.Unlock()
 				c.Close()
 			}()
-			dec := json.NewDecoder(bufio.NewReaderSize(c, 64<<10))
+			br := bufio.NewReaderSize(c, 64<<10)
 			bw := bufio.NewWriterSize(c, 64<<10)
 			enc := json.NewEncoder(bw)
 			for {
-				var m ctlMsg
-				if err := dec.Decode(&m); err != nil {
+				line, err := readCtlLine(br, maxCtlLine)
+				if err != nil {
 					return
 				}
+				var m ctlMsg
+				if json.Unmarshal(line, &m) != nil || m.BodyLen < 0 || m.BodyLen > e.cfg.BodyLimit {
+					return
+				}
+				var lr *io.LimitedReader
+				if m.BodyLen > 0 {
+					lr = &io.LimitedReader{R: br, N: m.BodyLen}
+					m.body = lr
+				}
 				rep := e.answer(&m)
+				// What the answer did not read (a refused request) is
+				// skipped, so the next message starts where it should.
+				if lr != nil && lr.N > 0 {
+					if _, err := io.Copy(io.Discard, lr); err != nil || lr.N > 0 {
+						return
+					}
+				}
 				if rep == nil {
 					continue
 				}
-				if enc.Encode(rep) != nil || bw.Flush() != nil {
+				if enc.Encode(rep) != nil {
+					return
+				}
+				if len(rep.raw) > 0 {
+					if _, err := bw.Write(rep.raw); err != nil {
+						return
+					}
+				}
+				if bw.Flush() != nil {
 					return
 				}
 			}
@@ -128,6 +185,13 @@ func (e *MitmproxyEngine) answer(m *ctlMsg) *ctlReply {
 		return &ctlReply{Action: "allow"}
 	case "request":
 		return e.request(m)
+	case "reserve":
+		return e.reserve(m)
+	case "release":
+		e.release(m.ID)
+		return nil
+	case "raw":
+		return e.rawTCP(m)
 	case "ws":
 		return e.wsMessage(m)
 	case "status":
@@ -138,6 +202,7 @@ func (e *MitmproxyEngine) answer(m *ctlMsg) *ctlReply {
 		e.mu.Unlock()
 		return nil
 	case "done":
+		e.release(m.ID)
 		e.mu.Lock()
 		f := e.flows[m.ID]
 		delete(e.flows, m.ID)
@@ -184,6 +249,12 @@ func (e *MitmproxyEngine) request(m *ctlMsg) *ctlReply {
 		}
 	}
 	dest := fwdTarget{name: t.Name, port: t.Port, scheme: scheme, decision: t.Decision, src: t.Guest}
+	// Port 443 is TLS's: plain HTTP to it (inside a CONNECT tunnel or
+	// transparent) never goes out, so no credential is ever swapped into
+	// a request upstream would read in clear.
+	if scheme != "https" && (t.Port == 443 || m.DPort == 443) {
+		return e.refuseReq(m, dest, nil, http.StatusBadRequest, "plain HTTP to port 443: use https://")
+	}
 	u, err := url.ParseRequestURI(m.Path)
 	if err != nil || m.Method == "" {
 		return e.refuseReq(m, dest, nil, http.StatusBadRequest, "malformed request")
@@ -221,9 +292,14 @@ func (e *MitmproxyEngine) request(m *ctlMsg) *ctlReply {
 			fmt.Sprintf("request target %q does not match the admitted destination %s", shorten(hostPort(m.DHost, uint16(m.DPort))), hostPort(t.Name, t.Port)))
 	}
 	ws := restrictUpgrade(r)
-	r.ContentLength = int64(len(m.Body))
-	r.Body = io.NopCloser(bytes.NewReader(m.Body))
-	if len(m.Body) == 0 {
+	switch {
+	case m.body != nil:
+		r.ContentLength = m.BodyLen
+		r.Body = io.NopCloser(m.body) // streamed from the socket into the filter
+	case len(m.Body) > 0:
+		r.ContentLength = int64(len(m.Body))
+		r.Body = io.NopCloser(bytes.NewReader(m.Body))
+	default:
 		r.Body = http.NoBody
 	}
 	ctx := context.Background()
@@ -249,7 +325,7 @@ func (e *MitmproxyEngine) request(m *ctlMsg) *ctlReply {
 			return e.refuseReq(m, dest, r, http.StatusForbidden, "request refused by the content filter: "+err.Error())
 		}
 	}
-	out := &ctlReply{Action: "allow", Method: r.Method, Path: r.URL.RequestURI(), Body: body}
+	out := &ctlReply{Action: "allow", Method: r.Method, Path: r.URL.RequestURI(), raw: body, BodyLen: int64(len(body))}
 	if rs, ok := e.filter.(ResponseSecrets); ok {
 		out.Scrub, out.ScrubWith = rs.ResponseSecrets()
 	}
@@ -300,6 +376,7 @@ func (e *MitmproxyEngine) request(m *ctlMsg) *ctlReply {
 // refuseReq records a refused request and tells the addon to answer it.
 func (e *MitmproxyEngine) refuseReq(m *ctlMsg, dest fwdTarget, r *http.Request, status int, reason string) *ctlReply {
 	id := m.ID
+	e.release(id)
 	e.lastRefused.Store(&id)
 	ev := Event{Time: time.Now(), Kind: "request", Name: dest.name, Port: dest.port, Src: addrString(dest.src),
 		Method: m.Method, Decision: "deny", Rule: dest.decision.Rule, Reason: reason, Status: status}
@@ -433,4 +510,80 @@ func normalTarget(h string) (string, bool) {
 	}
 	n, err := NormalizeName(h)
 	return n, err == nil
+}
+
+// reserve charges a request body mitmdump is about to buffer to the
+// session's memory budget (the Go engine's), before a byte of it is read:
+// its declared length three times over (mitmdump's copy, the scrubbed one
+// here and mitmdump's copy of that), or, when unknown (chunked, HTTP/2
+// without a length), the body limit three times over. The charge is held until the request is done; a request it
+// does not fit is refused at once (503), as on the Go engine.
+func (e *MitmproxyEngine) reserve(m *ctlMsg) *ctlReply {
+	c := e.conn(m.Peer)
+	if c == nil || m.ID == "" {
+		return deny(403, "not a connection vibedom handed over")
+	}
+	n := m.Len
+	if n < 0 || n > e.cfg.BodyLimit {
+		n = e.cfg.BodyLimit
+	}
+	rel, err := e.front.budget.take(requestCharge+3*n, true)
+	if err != nil {
+		e.events.Record(Event{Time: time.Now(), Kind: "request", Name: c.t.Name, Port: c.t.Port, Src: addrString(c.t.Guest),
+			Method: m.Method, Decision: "deny", Rule: c.t.Decision.Rule, Reason: err.Error(), Status: http.StatusServiceUnavailable})
+		return deny(http.StatusServiceUnavailable, err.Error())
+	}
+	e.mu.Lock()
+	if cur := e.conns[m.Peer]; cur != c {
+		e.mu.Unlock()
+		rel()
+		return deny(502, "the connection ended")
+	}
+	if e.resv == nil {
+		e.resv = map[string]reservation{}
+	}
+	old := e.resv[m.ID].rel
+	e.resv[m.ID] = reservation{rel: rel, c: c}
+	if c.resv == nil {
+		c.resv = map[string]struct{}{}
+	}
+	c.resv[m.ID] = struct{}{}
+	e.mu.Unlock()
+	if old != nil {
+		old()
+	}
+	return &ctlReply{Action: "allow"}
+}
+
+// release gives a request's reservation back.
+func (e *MitmproxyEngine) release(id string) {
+	e.mu.Lock()
+	r, ok := e.resv[id]
+	delete(e.resv, id)
+	if ok {
+		delete(r.c.resv, id)
+	}
+	e.mu.Unlock()
+	if ok {
+		r.rel()
+	}
+}
+
+// rawTCP answers mitmdump's choice to relay a connection's bytes raw
+// (neither TLS nor HTTP): as on the Go engine, allowed on ports other than
+// 80 and 443 only; on those the connection is refused and closed, so the
+// bytes never reach upstream past the DLP.
+func (e *MitmproxyEngine) rawTCP(m *ctlMsg) *ctlReply {
+	c := e.conn(m.Peer)
+	if c == nil {
+		return deny(403, "not a connection vibedom handed over")
+	}
+	if c.t.Port != 80 && c.t.Port != 443 && m.DPort != 80 && m.DPort != 443 {
+		return &ctlReply{Action: "allow"}
+	}
+	reason := fmt.Sprintf("neither TLS nor HTTP on port %d", c.t.Port)
+	c.refused.Store(&reason)
+	c.guest.Close()
+	c.mc.Close()
+	return deny(403, reason)
 }

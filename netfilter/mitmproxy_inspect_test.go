@@ -2,6 +2,7 @@ package netfilter
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -115,7 +116,8 @@ func (lv *liveView) api(t *testing.T, method, path, body string) (int, string) {
 	if method != "GET" && lv.m.dead.Load() {
 		t.Fatalf("%s %s: mitmweb is gone", method, path)
 	}
-	req, _ := http.NewRequestWithContext(t.Context(), method, strings.TrimSuffix(lv.m.WebURL(), "/")+path, strings.NewReader(body))
+	base, _, _ := strings.Cut(lv.m.WebURL(), "?") // the token is in the cookie jar
+	req, _ := http.NewRequestWithContext(t.Context(), method, strings.TrimSuffix(base, "/")+path, strings.NewReader(body))
 	req.Header.Set("X-XSRFToken", lv.xsrf)
 	if body != "" {
 		req.Header.Set("Content-Type", "application/json")
@@ -445,4 +447,88 @@ func TestInspectBrowser(t *testing.T) {
 		dom = dom[:2000]
 	}
 	t.Errorf("the page does not list %s; DOM: %s", path, dom)
+}
+
+// TestInspectNoRealKey: with --inspect, the live view is bound to the
+// session's token (any other local program gets 403 on every endpoint),
+// and after swapped requests (HTTP/1, HTTP/2, a WebSocket whose provider
+// echoes the key in a text message, a ping and a close reason) its REST
+// API and event log hold no real key: /flows and /flows/dump show the
+// guest's placeholder, /events no ping payload.
+func TestInspectNoRealKey(t *testing.T) {
+	skipWithoutMitmweb(t)
+	v, real, ph := swapEnv(t, func(c *MitmproxyConfig) { c.LiveView = true })
+	m := v.eng.(*MitmproxyEngine)
+	v.upstreamTLS("api.test", 443, v.upCA, http.HandlerFunc(echoKey))
+	base, _, ok := strings.Cut(m.WebURL(), "?")
+	if !ok {
+		t.Fatalf("the live view's URL %q carries no token", m.WebURL())
+	}
+	for _, p := range []string{"", "flows", "flows/dump", "events", "updates", "options", "filter-help"} {
+		resp, err := http.Get(base + p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusForbidden {
+			t.Errorf("GET /%s without the token: %d, want 403", p, resp.StatusCode)
+		}
+	}
+	jar, _ := cookiejar.New(nil)
+	web := &http.Client{Jar: jar, Timeout: 30 * time.Second}
+	get := func(p string) string {
+		t.Helper()
+		resp, err := web.Get(base + p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			t.Fatalf("GET /%s with the token's cookie: %d", p, resp.StatusCode)
+		}
+		return string(b)
+	}
+	resp, err := web.Get(m.WebURL())
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("the printed URL: %v %v", resp, err)
+	}
+	resp.Body.Close()
+	for _, h2 := range []bool{false, true} {
+		c := &http.Client{Transport: v.guestTransport(h2)}
+		r, _ := http.NewRequestWithContext(t.Context(), "POST", fmt.Sprintf("https://api.test/echo?h2=%v", h2), strings.NewReader("q"))
+		r.Header.Set("x-api-key", ph)
+		resp, err := c.Do(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+	}
+	conn := v.guestConn("api.test", 443)
+	defer conn.Close()
+	tc := tls.Client(conn, &tls.Config{ServerName: "api.test", RootCAs: v.ca.Pool(), NextProtos: []string{"http/1.1"}})
+	tc.SetDeadline(time.Now().Add(30 * time.Second))
+	io.WriteString(tc, "GET /ws HTTP/1.1\r\nHost: api.test\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"+
+		"Sec-WebSocket-Key: "+wsKey+"\r\nSec-WebSocket-Version: 13\r\nx-api-key: "+ph+"\r\n\r\n")
+	io.ReadAll(tc) // the provider's frames, until it closes
+	// Every flow listed, the ping logged: then nothing more comes.
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		flows, events := get("flows"), get("events")
+		if strings.Count(flows, "/echo?h2=") == 2 && strings.Contains(flows, `"/ws"`) && strings.Contains(events, "WebSocket ping") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the live view never listed every flow and the ping:\n%s\n%s", shorten(flows), shorten(events))
+		}
+	}
+	for _, p := range []string{"flows", "flows/dump", "events"} {
+		body := get(p)
+		if strings.Contains(strings.ToLower(body), strings.ToLower(real)) {
+			t.Errorf("GET /%s holds the real key (%d times)", p, strings.Count(strings.ToLower(body), strings.ToLower(real)))
+		}
+		if p == "flows" && !strings.Contains(body, ph) {
+			t.Errorf("GET /flows does not show the guest's placeholder")
+		}
+	}
 }
