@@ -205,9 +205,6 @@ func TestMitmproxyPlainHTTPTo443(t *testing.T) {
 	t.Run("absolute URI", func(t *testing.T) {
 		// Served by the Go engine's forwarder (the explicit proxy's front
 		// end), whose fix for plain HTTP to 443 is the Go engine's.
-		if os.Getenv("VIBEDOM_TEST_ABSOLUTE_443") == "" {
-			t.Skip("the Go engine's forwarder serves it: enabled once its fix for plain HTTP to :443 is in (VIBEDOM_TEST_ABSOLUTE_443=1)")
-		}
 		c := &http.Client{Transport: &http.Transport{Proxy: http.ProxyURL(proxy)}}
 		r, _ := http.NewRequestWithContext(t.Context(), "GET", "http://api.test:443/v1/models", nil)
 		r.Header.Set("x-api-key", ph)

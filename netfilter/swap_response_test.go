@@ -136,7 +136,7 @@ func TestResponseScrubEverywhere(t *testing.T) {
 				for _, path := range []string{"/early-hints", "/trailers", "/header-name", "/base64", "/base64url", "/hex", "/percent", "/unicode", "/gzip", "/sse"} {
 					t.Run(strings.TrimPrefix(path, "/"), func(t *testing.T) {
 						if kind == "mitmproxy" {
-							t.Skip("the mitmproxy engine's response scrubbing is on branch h/mitmpx (issue 18 item 13)")
+							t.Skip("the mitmproxy engine does not yet scrub encoded forms of the key in provider responses (issue 18 item 13)")
 						}
 						var got strings.Builder
 						trace := &httptrace.ClientTrace{Got1xxResponse: func(code int, h textproto.MIMEHeader) error {
@@ -206,9 +206,6 @@ func TestResponseScrubEverywhere(t *testing.T) {
 					return // WebSocket over HTTP/1.1 only
 				}
 				t.Run("websocket", func(t *testing.T) {
-					if kind == "mitmproxy" {
-						t.Skip("the mitmproxy engine's WebSocket scrubbing is on branch h/mitmpx (issue 18 item 13)")
-					}
 					conn := v.guestConn("api.test", 443)
 					defer conn.Close()
 					tc := tls.Client(conn, &tls.Config{ServerName: "api.test", RootCAs: v.ca.Pool(), NextProtos: []string{"http/1.1"}})
