@@ -653,6 +653,25 @@ func (e *MitmproxyEngine) handleConn(ctx context.Context, cc *countConn, t Targe
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	// mitmdump waits for the client's first bytes to choose a layer, so a
+	// protocol whose server speaks first (SSH, SMTP) would wait forever:
+	// as on the Go engine, a guest silent for ServerFirstWait on a port
+	// other than 80 and 443 is spliced (bytes mitmdump would relay raw
+	// anyway), and what it did send goes on to mitmdump.
+	pc := &peekConn{Conn: cc}
+	if t.Port != 80 && t.Port != 443 {
+		cc.SetReadDeadline(time.Now().Add(e.front.cfg.ServerFirstWait))
+		err := pc.fill(1)
+		cc.SetReadDeadline(time.Time{})
+		var ne net.Error
+		switch {
+		case errors.As(err, &ne) && ne.Timeout():
+			out := e.front.splice(ctx, pc, t, "spliced (server speaks first)")
+			return out.decision, out.reason
+		case err != nil:
+			return "allow", "closed before sending anything"
+		}
+	}
 	var d net.Dialer
 	mc, err := d.DialContext(ctx, "tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(e.port)))
 	if err != nil {
@@ -685,7 +704,7 @@ func (e *MitmproxyEngine) handleConn(ctx context.Context, cc *countConn, t Targe
 		up.buf = append([]byte(nil), b...)
 	}
 	errc := make(chan error, 2)
-	go func() { errc <- copyHalf(mc, cc) }()
+	go func() { errc <- copyHalf(mc, pc) }()
 	go func() { errc <- copyHalf(cc, up) }()
 	if err := <-errc; err != nil {
 		cc.Close()

@@ -1,0 +1,57 @@
+package netfilter
+
+import (
+	"bufio"
+	"io"
+	"net"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestConformanceServerFirst: a protocol whose server speaks first (SSH,
+// SMTP) works on a port other than 80 and 443 on both engines. mitmdump
+// waits for the client's first bytes to choose a layer, so before the
+// mitmproxy engine spliced a silent guest, `git push` over SSH hung there.
+func TestConformanceServerFirst(t *testing.T) {
+	forEngines(t, func(t *testing.T, kind string) {
+		v := newEngineEnv(t, kind, testRules, func(c *EngineConfig) { c.ServerFirstWait = 100 * time.Millisecond })
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { ln.Close() })
+		go func() {
+			for {
+				c, err := ln.Accept()
+				if err != nil {
+					return
+				}
+				go func() {
+					defer c.Close()
+					io.WriteString(c, "SSH-2.0-test\r\n")
+					io.Copy(c, c)
+				}()
+			}
+		}()
+		v.addServer("ssh.test", 22, ln.Addr().String())
+		conn := v.guestConn("ssh.test", 22)
+		defer conn.Close()
+		conn.SetDeadline(time.Now().Add(time.Minute))
+		br := bufio.NewReader(conn)
+		line, err := br.ReadString('\n')
+		if err != nil || line != "SSH-2.0-test\r\n" {
+			t.Fatalf("banner: got %q, %v", line, err)
+		}
+		io.WriteString(conn, "ping\n")
+		if got, _ := br.ReadString('\n'); got != "ping\n" {
+			t.Errorf("echo: got %q", got)
+		}
+		conn.(*net.TCPConn).CloseWrite()
+		io.Copy(io.Discard, br)
+		ev := v.events.wait(t, "splice connect", func(e Event) bool { return e.Kind == "connect" && e.Name == "ssh.test" })
+		if ev.Decision != "allow" || !strings.Contains(ev.Reason, "server speaks first") {
+			t.Errorf("event: %+v", ev)
+		}
+	})
+}
