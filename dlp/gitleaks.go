@@ -87,6 +87,22 @@ var gitleaksRules = sync.OnceValues(func() (*glRules, error) {
 	return g, nil
 })
 
+// gitleaksKeywords lists the keywords that anchor gitleaks' rules, sorted.
+// Without its rules (they always load: they are compiled in) vibedom's
+// own recognizers still run.
+func gitleaksKeywords() []string {
+	g, err := gitleaksRules()
+	if err != nil {
+		return nil
+	}
+	kws := make([]string, 0, len(g.byKeyword))
+	for kw := range g.byKeyword {
+		kws = append(kws, kw)
+	}
+	slices.Sort(kws)
+	return kws
+}
+
 // glBoundary are the bytes that may come before a short keyword (its
 // 4-byte key then starts one byte early).
 const glBoundary = " \t\r\n\"'`=:([{,;/.->|*_+@#!?&%$~<\\"
@@ -172,7 +188,7 @@ const (
 // bytes, not one per occurrence.
 //
 //go:noinline
-func (s *scanner) gitleaksAt(kw string, as int) {
+func (s *scanner) gitleaksAt(kw string, as, _ int) {
 	g, _ := gitleaksRules()
 	if g == nil {
 		return

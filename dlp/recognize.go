@@ -176,59 +176,39 @@ func digitMask(x uint64) uint64 {
 	return ((ones*(127+n) - (x & (ones * 127))) &^ x & ((x & (ones * 127)) + ones*(127-m))) & highs
 }
 
-// recognize checks one anchor at buf[as:ae]. It returns a position to
-// resume scanning at (past a numeric token) or -1.
-func (s *scanner) recognize(k anchorKind, as, ae int) int {
-	buf, n := s.buf, s.n
-	switch k {
-	case akAWS:
-		if !isUpperLit(buf[as:ae]) || !s.boundaryBefore(as, cB64URL) {
-			return -1
-		}
-		if end := runOf(buf, ae, n, cUpper|cDigit, 16); end == ae+16 && !s.classAt(end, cB64URL) {
-			s.add(as, end, CatCloudKey)
-		}
-	case akGCP:
-		if string(buf[as:ae]) != "AIza" || !s.boundaryBefore(as, cB64URL) {
-			return -1
-		}
-		if end := runOf(buf, ae, n, cB64URL, 36); end == ae+35 {
-			s.add(as, end, CatCloudKey)
-		}
-	case akGitHub:
-		s.token(as, ae, cAlnum, 36)
-	case akGitHubPAT:
-		s.token(as, ae, cB64URL, 22)
-	case akGitLab, akSlack, akAnthropic, akOpenAI:
-		s.token(as, ae, cB64URL, 20)
-	case akStripe:
-		s.token(as, ae, cLower|cUpper|cDigit, 16)
-	case akOpenAILegacy:
-		s.openAILegacy(as)
-	case akNPM:
-		s.token(as, ae, cLower|cUpper|cDigit, 36)
-	case akBearer:
-		s.bearer(as, ae)
-	case akBasic:
-		s.basic(as, ae)
-	case akJWT:
-		s.jwt(as + 1)
-	case akPEM:
-		s.pem(as)
-	case akAge:
-		if string(buf[as:ae]) == "AGE-SECRET-KEY-1" {
-			if end := runOf(buf, ae, n, cUpper|cDigit, 59); end == ae+58 {
-				s.add(as, end, CatPrivateKey)
-			}
-		}
-	case akHome:
-		s.homePath(as, ae)
-	case akWinHome:
-		s.winHomePath(as, ae)
-	case akAssign:
-		s.assignment(as, ae)
+// The checks of the recognizer table (recognizers.go) share one
+// signature: the anchor's literal lit was found at buf[as:ae].
+
+// awsKeyID matches an AWS access key id: the prefix and 16 [A-Z0-9].
+func (s *scanner) awsKeyID(_ string, as, ae int) {
+	buf := s.buf
+	if !isUpperLit(buf[as:ae]) || !s.boundaryBefore(as, cB64URL) {
+		return
 	}
-	return -1
+	if end := runOf(buf, ae, s.n, cUpper|cDigit, 16); end == ae+16 && !s.classAt(end, cB64URL) {
+		s.add(as, end, CatCloudKey)
+	}
+}
+
+// gcpKey matches a GCP API key: AIza and 35 [A-Za-z0-9_-].
+func (s *scanner) gcpKey(_ string, as, ae int) {
+	buf := s.buf
+	if string(buf[as:ae]) != "AIza" || !s.boundaryBefore(as, cB64URL) {
+		return
+	}
+	if end := runOf(buf, ae, s.n, cB64URL, 36); end == ae+35 {
+		s.add(as, end, CatCloudKey)
+	}
+}
+
+// ageKey matches an age secret key: AGE-SECRET-KEY-1 and 58 [A-Z0-9].
+func (s *scanner) ageKey(_ string, as, ae int) {
+	buf := s.buf
+	if string(buf[as:ae]) == "AGE-SECRET-KEY-1" {
+		if end := runOf(buf, ae, s.n, cUpper|cDigit, 59); end == ae+58 {
+			s.add(as, end, CatPrivateKey)
+		}
+	}
 }
 
 func isUpperLit(b []byte) bool {
@@ -282,7 +262,7 @@ func (s *scanner) token(as, ae int, cls uint8, minLen int) {
 }
 
 // bearer matches "Bearer <token>" and redacts the token.
-func (s *scanner) bearer(as, ae int) {
+func (s *scanner) bearer(_ string, as, ae int) {
 	if !s.boundaryBefore(as, cLower|cUpper|cDigit) {
 		return
 	}
@@ -298,7 +278,7 @@ func (s *scanner) bearer(as, ae int) {
 
 // basic matches "Basic <base64 of user:password>" and redacts the
 // credential.
-func (s *scanner) basic(as, ae int) {
+func (s *scanner) basic(_ string, as, ae int) {
 	if !s.boundaryBefore(as, cLower|cUpper|cDigit) {
 		return
 	}
@@ -328,11 +308,12 @@ func (s *scanner) basic(as, ae int) {
 	s.add(ae, end, CatToken)
 }
 
-// jwt matches header.payload.signature around the payload that starts at
-// p (".eyJ" anchors it: payloads are JSON objects); the header before it
-// must start with eyJ too.
-func (s *scanner) jwt(p int) {
+// jwt matches header.payload.signature around the payload that starts
+// after the dot at dot (".eyJ" anchors it: payloads are JSON objects); the
+// header before it must start with eyJ too.
+func (s *scanner) jwt(_ string, dot, _ int) {
 	buf, n := s.buf, s.n
+	p := dot + 1
 	as := p - 1
 	for as > 0 && p-as <= maxJWTLen && class[buf[as-1]]&cB64URL != 0 {
 		as--
@@ -361,7 +342,7 @@ func (s *scanner) jwt(p int) {
 }
 
 // openAILegacy matches sk-<20>T3BlbkFJ<20> around its marker at m.
-func (s *scanner) openAILegacy(m int) {
+func (s *scanner) openAILegacy(_ string, m, _ int) {
 	buf, n := s.buf, s.n
 	as := m - 23
 	if as < 0 || string(buf[as:as+3]) != "sk-" || runOf(buf, as+3, m, cAlnum, 20) != m || !s.boundaryBefore(as, cB64URL) {
@@ -377,7 +358,7 @@ func (s *scanner) openAILegacy(m int) {
 // pem matches a whole "-----BEGIN … PRIVATE KEY-----" … "-----END …-----"
 // block. A block without its end within maxPEMLen is redacted up to there
 // and stays open: what follows is redacted until its end marker.
-func (s *scanner) pem(as int) {
+func (s *scanner) pem(_ string, as, _ int) {
 	buf, n := s.buf, s.n
 	const begin = "-----BEGIN "
 	if as+len(begin) > n || string(buf[as:as+len(begin)]) != begin {
@@ -883,7 +864,7 @@ func issuer(d string, l int) bool {
 }
 
 // homePath matches the user name in /Users/<name> and /home/<name>.
-func (s *scanner) homePath(as, ae int) {
+func (s *scanner) homePath(_ string, as, ae int) {
 	buf := s.buf
 	lit := string(buf[as:ae])
 	if lit != "/Users/" && lit != "/home/" {
@@ -900,7 +881,7 @@ func (s *scanner) homePath(as, ae int) {
 }
 
 // winHomePath matches the user name in C:\Users\<name>.
-func (s *scanner) winHomePath(as, ae int) {
+func (s *scanner) winHomePath(_ string, as, ae int) {
 	if as == 0 || (s.buf[as-1] != ':' && s.buf[as-1] != '\\') {
 		return
 	}
@@ -930,7 +911,7 @@ var secretKeySuffixes = []string{"", "_key", "key", "-key", ".key", "_value", "-
 // assignment matches `name = value`, `name: value`, `"name": "value"`,
 // `name := value` and `name => value` where name ends with a secret
 // keyword, and redacts a high-entropy value.
-func (s *scanner) assignment(as, ae int) {
+func (s *scanner) assignment(_ string, as, ae int) {
 	buf, n := s.buf, s.n
 	k := runOf(buf, ae, n, cIdent, 17)
 	if !slices.Contains(secretKeySuffixes, strings.ToLower(string(buf[ae:k]))) {
@@ -1085,10 +1066,7 @@ func secretKeyName(k []byte) bool {
 		return false
 	}
 	l := strings.ToLower(string(k))
-	for _, kw := range anchorDefs {
-		if kw.kind != akAssign {
-			continue
-		}
+	for _, kw := range assignKeywords {
 		i := strings.LastIndex(l, kw.lit)
 		if i < 0 {
 			continue
@@ -1107,12 +1085,8 @@ func (s *scanner) anchorAt(i int) {
 	buf := s.buf[:s.n]
 	for _, r := range s.e.anchors.byKey[binary.LittleEndian.Uint32(buf[i:])] {
 		as := i - r.off
-		if as >= 0 && s.pol.active(anchorCats[r.def.kind]) && matchLit(buf, as, r.def) {
-			if r.def.kind == akGitleaks {
-				s.gitleaksAt(r.def.lit, as)
-				continue
-			}
-			s.recognize(r.def.kind, as, as+len(r.def.lit))
+		if as >= 0 && s.pol.active(r.def.rec.cat) && matchLit(buf, as, r.def) {
+			r.def.rec.check(s, r.def.lit, as, as+len(r.def.lit))
 		}
 	}
 }
