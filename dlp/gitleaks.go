@@ -182,13 +182,14 @@ const (
 	glAfter  = 1024
 )
 
-// gitleaksAt runs the rules of keyword kw found at as. The text around
+// gitleaksAt runs the rules of the keyword hit. The text around
 // a keyword is searched once for all the keyword's occurrences in it: a
 // text made of keywords ("SG.SG.SG.…") costs a search every glAfter/2
 // bytes, not one per occurrence.
 //
 //go:noinline
-func (s *scanner) gitleaksAt(kw string, as, _ int) {
+func (s *scanner) gitleaksAt(h hit) {
+	kw, as := h.lit, h.as
 	g, _ := gitleaksRules()
 	if g == nil {
 		return
@@ -225,7 +226,7 @@ func (s *scanner) gitleaksAt(kw string, as, _ int) {
 			if g.allowed(r, string(secret), string(region[loc[0]:loc[1]]), string(line)) {
 				continue
 			}
-			s.add(lo+ss, lo+se, CatToken)
+			s.add(lo+ss, lo+se, h.cat)
 		}
 	}
 }

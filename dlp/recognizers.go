@@ -19,14 +19,21 @@ type recognizer struct {
 	// keywords), each case-insensitive, registered at the keys glKeys
 	// picks.
 	keywords func() []string
-	// check looks at the text around one anchor, the literal lit found
-	// at buf[as:ae], and adds what it matches (scanner.add). It must
-	// accept anything: it runs on hostile text.
-	check func(s *scanner, lit string, as, ae int)
+	// check looks at the text around one hit of an anchor and adds what
+	// it matches (scanner.add) in the hit's category. It must accept
+	// anything: it runs on hostile text.
+	check func(s *scanner, h hit)
 	// views are the renderings (views.go) the row would also run on.
 	// None today: a view never adds a recognizer match, and init refuses
 	// a row that asks for one until the scanner runs rows on views.
 	views []viewKind
+}
+
+// A hit is one anchor found in the text.
+type hit struct {
+	lit    string // the anchor's literal, as the row spells it
+	as, ae int    // where it is: buf[as:ae]
+	cat    Category
 }
 
 // An anchor is one literal of a recognizer. Anchors are found by sampling
@@ -146,8 +153,8 @@ var assignKeywords = []anchor{
 // prefixed is the check of a prefixed token: the literal (as issued,
 // lower case) followed by at least minLen and at most maxTokenLen bytes
 // of cls.
-func prefixed(cls uint8, minLen int) func(*scanner, string, int, int) {
-	return func(s *scanner, _ string, as, ae int) { s.token(as, ae, cls, minLen) }
+func prefixed(cls uint8, minLen int) func(*scanner, hit) {
+	return func(s *scanner, h hit) { s.token(h, cls, minLen) }
 }
 
 // checkRecognizers refuses a table that could not work: a row without a
