@@ -3,101 +3,13 @@ package dlp
 import (
 	"encoding/binary"
 	"fmt"
-	"slices"
 )
 
-// anchorKind says which recognizer an anchor starts.
-type anchorKind uint8
-
-const (
-	akAWS anchorKind = iota + 1
-	akGCP
-	akGitHub
-	akGitHubPAT
-	akGitLab
-	akSlack
-	akStripe
-	akAnthropic
-	akOpenAI
-	akOpenAILegacy
-	akNPM
-	akBearer
-	akBasic
-	akJWT
-	akPEM
-	akAge
-	akHome
-	akWinHome
-	akAssign
-	// akGitleaks: a keyword of gitleaks rules (see gitleaks.go).
-	akGitleaks
-)
-
-// anchorCats is the category each kind reports; a kind is scanned only
-// when the policy records or redacts its category.
-var anchorCats = [...]Category{
-	akAWS: CatCloudKey, akGCP: CatCloudKey,
-	akGitHub: CatToken, akGitHubPAT: CatToken, akGitLab: CatToken, akSlack: CatToken, akStripe: CatToken,
-	akAnthropic: CatToken, akOpenAI: CatToken, akOpenAILegacy: CatToken, akNPM: CatToken,
-	akBearer: CatToken, akBasic: CatToken,
-	akJWT: CatJWT, akPEM: CatPrivateKey, akAge: CatPrivateKey,
-	akHome: CatHomePath, akWinHome: CatHomePath, akAssign: CatPassword, akGitleaks: CatToken,
-}
-
-// Anchors are found by sampling the text every second byte: each anchor
-// registers the 4-byte windows of its literal at two consecutive offsets
-// (keys), so whatever the alignment one of them is sampled. The keys are
-// chosen to be rare in ordinary text ("swor" and "word" for password).
-// Case-insensitive literals register every case variant of their keys; a
-// key may end in a wildcard byte of a class (AKIA then any of [A-Z0-9]).
+// anchorDef is one literal registered in the anchor index: an anchor of
+// a recognizer row, and the row.
 type anchorDef struct {
-	lit string
-	// off is the offset of the first key in lit; the keys are
-	// lit[off:off+4] and lit[off+1:off+5], where a position past the
-	// literal stands for any byte of class next.
-	off  int
-	next uint8
-	ci   bool // case-insensitive literal
-	kind anchorKind
-}
-
-const (
-	cUpperDigit = cUpper | cDigit
-	cAlnum      = cLower | cUpper | cDigit
-)
-
-// anchorDefs are the literals that start (or, for JWTs, sit inside) a
-// recognizer; the recognizers check the rest. '@' (addresses and URL
-// credentials) and digits (cards and addresses) have their own passes.
-var anchorDefs = []anchorDef{
-	{"AKIA", 0, cUpperDigit, false, akAWS}, {"ASIA", 0, cUpperDigit, false, akAWS},
-	{"ABIA", 0, cUpperDigit, false, akAWS}, {"ACCA", 0, cUpperDigit, false, akAWS},
-	{"AIza", 0, cB64URL, false, akGCP},
-	{"ghp_", 0, cAlnum, false, akGitHub}, {"gho_", 0, cAlnum, false, akGitHub}, {"ghu_", 0, cAlnum, false, akGitHub},
-	{"ghs_", 0, cAlnum, false, akGitHub}, {"ghr_", 0, cAlnum, false, akGitHub},
-	{"github_pat_", 3, 0, false, akGitHubPAT},
-	{"glpat-", 1, 0, false, akGitLab}, {"gldt-", 0, 0, false, akGitLab}, {"glrt-", 0, 0, false, akGitLab},
-	{"glptt-", 1, 0, false, akGitLab}, {"glsoat-", 2, 0, false, akGitLab}, {"glcbt-", 1, 0, false, akGitLab},
-	{"xoxb-", 0, 0, false, akSlack}, {"xoxp-", 0, 0, false, akSlack}, {"xoxa-", 0, 0, false, akSlack},
-	{"xoxr-", 0, 0, false, akSlack}, {"xoxs-", 0, 0, false, akSlack}, {"xoxe-", 0, 0, false, akSlack},
-	{"sk_live_", 0, 0, false, akStripe}, {"rk_live_", 0, 0, false, akStripe},
-	{"sk_test_", 0, 0, false, akStripe}, {"rk_test_", 0, 0, false, akStripe}, {"whsec_", 1, 0, false, akStripe},
-	{"sk-ant-", 2, 0, false, akAnthropic},
-	{"sk-proj-", 2, 0, false, akOpenAI}, {"sk-svcacct-", 3, 0, false, akOpenAI}, {"sk-admin-", 2, 0, false, akOpenAI},
-	{"T3BlbkFJ", 0, 0, false, akOpenAILegacy},
-	{"npm_", 0, cAlnum, false, akNPM},
-	{"bearer ", 2, 0, true, akBearer},
-	{"basic ", 1, 0, true, akBasic},
-	{".eyJ", 0, cB64URL, false, akJWT},
-	{"-----BEGIN ", 5, 0, false, akPEM},
-	{"AGE-SECRET-KEY-1", 0, 0, false, akAge},
-	{"/Users/", 0, 0, false, akHome}, {"/home/", 0, 0, false, akHome},
-	{`\users\`, 2, 0, true, akWinHome},
-	{"password", 2, 0, true, akAssign}, {"passwd", 1, 0, true, akAssign}, {"passphrase", 4, 0, true, akAssign},
-	{"secret", 0, 0, true, akAssign}, {"token", 0, 0, true, akAssign},
-	{"apikey", 0, 0, true, akAssign}, {"api_key", 1, 0, true, akAssign}, {"api-key", 1, 0, true, akAssign},
-	{"access_key", 4, 0, true, akAssign}, {"accesskey", 4, 0, true, akAssign},
-	{"private_key", 5, 0, true, akAssign}, {"credential", 0, 0, true, akAssign},
+	anchor
+	rec *recognizer
 }
 
 // anchorIndex tests the 4-byte window at every second position against a
@@ -150,51 +62,55 @@ func variants(s string) []string {
 	return out
 }
 
+// newAnchorIndex derives the anchor index from the recognizer table.
 func newAnchorIndex() *anchorIndex {
-	x := &anchorIndex{byKey: map[uint32][]anchorRef{}}
-	for i := range anchorDefs {
-		d := &anchorDefs[i]
-		for _, off := range []int{d.off, d.off + 1} {
-			var keys []string
-			if off+4 <= len(d.lit) {
-				keys = []string{d.lit[off : off+4]}
-			} else if off+3 == len(d.lit) && d.next != 0 {
-				for c := 0; c < 256; c++ {
-					if class[c]&d.next != 0 {
-						keys = append(keys, d.lit[off:]+string(rune(c)))
-					}
-				}
-			} else {
-				panic("dlp: anchor " + d.lit + " has no key at offset " + fmt.Sprint(off))
-			}
-			if d.ci {
-				var all []string
-				for _, k := range keys {
-					all = append(all, variants(k)...)
-				}
-				keys = all
-			}
-			for _, k := range keys {
-				x.register(k, anchorRef{d, off})
-			}
-		}
+	if err := checkRecognizers(recognizers); err != nil {
+		panic(err)
 	}
-	// gitleaks' keywords. Without its rules (they always load: they are
-	// compiled in) vibedom's own recognizers still run.
-	if g, err := gitleaksRules(); err == nil {
-		kws := make([]string, 0, len(g.byKeyword))
-		for kw := range g.byKeyword {
-			kws = append(kws, kw)
+	x := &anchorIndex{byKey: map[uint32][]anchorRef{}}
+	for i := range recognizers {
+		rec := &recognizers[i]
+		for _, a := range rec.anchors {
+			x.registerAnchor(&anchorDef{a, rec})
 		}
-		slices.Sort(kws)
-		for _, kw := range kws {
-			d := &anchorDef{lit: kw, ci: true, kind: akGitleaks}
-			for k, off := range glKeys(kw) {
-				x.register(k, anchorRef{d, off})
+		if rec.keywords != nil {
+			for _, kw := range rec.keywords() {
+				d := &anchorDef{anchor{lit: kw, ci: true}, rec}
+				for k, off := range glKeys(kw) {
+					x.register(k, anchorRef{d, off})
+				}
 			}
 		}
 	}
 	return x
+}
+
+// registerAnchor registers the keys of d's literal at d.off and d.off+1.
+func (x *anchorIndex) registerAnchor(d *anchorDef) {
+	for _, off := range []int{d.off, d.off + 1} {
+		var keys []string
+		if off+4 <= len(d.lit) {
+			keys = []string{d.lit[off : off+4]}
+		} else if off+3 == len(d.lit) && d.next != 0 {
+			for c := 0; c < 256; c++ {
+				if class[c]&d.next != 0 {
+					keys = append(keys, d.lit[off:]+string(rune(c)))
+				}
+			}
+		} else {
+			panic("dlp: anchor " + d.lit + " of recognizer " + d.rec.name + " has no key at offset " + fmt.Sprint(off))
+		}
+		if d.ci {
+			var all []string
+			for _, k := range keys {
+				all = append(all, variants(k)...)
+			}
+			keys = all
+		}
+		for _, k := range keys {
+			x.register(k, anchorRef{d, off})
+		}
+	}
 }
 
 func (x *anchorIndex) register(k string, r anchorRef) {

@@ -29,6 +29,13 @@
 //     their keywords. Placeholders (sk-ant-xxxx…, …EXAMPLE) are left. The
 //     precise rules are in docs/dlp.md.
 //
+// A new recognizer anchored on a literal (a token prefix, a keyword) is
+// one row of the table in recognizers.go: its name, literals, category
+// (which is its placeholder's label) and check function; the anchor index
+// is derived from the table at init. Recognizers triggered by '@' or by
+// digits (addresses, URL credentials, cards, IPs, SSNs, IBANs, phones)
+// run in their own passes (scanner.run).
+//
 // Before scanning it undoes what a sender would use to hide a value: the
 // Content-Encoding (gzip, deflate, br, zstd, stacked in any order; gzip,
 // zlib and zstd also when no header declares them), JSON

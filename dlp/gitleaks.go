@@ -87,6 +87,22 @@ var gitleaksRules = sync.OnceValues(func() (*glRules, error) {
 	return g, nil
 })
 
+// gitleaksKeywords lists the keywords that anchor gitleaks' rules, sorted.
+// Without its rules (they always load: they are compiled in) vibedom's
+// own recognizers still run.
+func gitleaksKeywords() []string {
+	g, err := gitleaksRules()
+	if err != nil {
+		return nil
+	}
+	kws := make([]string, 0, len(g.byKeyword))
+	for kw := range g.byKeyword {
+		kws = append(kws, kw)
+	}
+	slices.Sort(kws)
+	return kws
+}
+
 // glBoundary are the bytes that may come before a short keyword (its
 // 4-byte key then starts one byte early).
 const glBoundary = " \t\r\n\"'`=:([{,;/.->|*_+@#!?&%$~<\\"
@@ -166,13 +182,14 @@ const (
 	glAfter  = 1024
 )
 
-// gitleaksAt runs the rules of keyword kw found at as. The text around
+// gitleaksAt runs the rules of the keyword hit. The text around
 // a keyword is searched once for all the keyword's occurrences in it: a
 // text made of keywords ("SG.SG.SG.…") costs a search every glAfter/2
 // bytes, not one per occurrence.
 //
 //go:noinline
-func (s *scanner) gitleaksAt(kw string, as int) {
+func (s *scanner) gitleaksAt(h hit) {
+	kw, as := h.lit, h.as
 	g, _ := gitleaksRules()
 	if g == nil {
 		return
@@ -209,7 +226,7 @@ func (s *scanner) gitleaksAt(kw string, as int) {
 			if g.allowed(r, string(secret), string(region[loc[0]:loc[1]]), string(line)) {
 				continue
 			}
-			s.add(lo+ss, lo+se, CatToken)
+			s.add(lo+ss, lo+se, h.cat)
 		}
 	}
 }

@@ -176,59 +176,39 @@ func digitMask(x uint64) uint64 {
 	return ((ones*(127+n) - (x & (ones * 127))) &^ x & ((x & (ones * 127)) + ones*(127-m))) & highs
 }
 
-// recognize checks one anchor at buf[as:ae]. It returns a position to
-// resume scanning at (past a numeric token) or -1.
-func (s *scanner) recognize(k anchorKind, as, ae int) int {
-	buf, n := s.buf, s.n
-	switch k {
-	case akAWS:
-		if !isUpperLit(buf[as:ae]) || !s.boundaryBefore(as, cB64URL) {
-			return -1
-		}
-		if end := runOf(buf, ae, n, cUpper|cDigit, 16); end == ae+16 && !s.classAt(end, cB64URL) {
-			s.add(as, end, CatCloudKey)
-		}
-	case akGCP:
-		if string(buf[as:ae]) != "AIza" || !s.boundaryBefore(as, cB64URL) {
-			return -1
-		}
-		if end := runOf(buf, ae, n, cB64URL, 36); end == ae+35 {
-			s.add(as, end, CatCloudKey)
-		}
-	case akGitHub:
-		s.token(as, ae, cAlnum, 36)
-	case akGitHubPAT:
-		s.token(as, ae, cB64URL, 22)
-	case akGitLab, akSlack, akAnthropic, akOpenAI:
-		s.token(as, ae, cB64URL, 20)
-	case akStripe:
-		s.token(as, ae, cLower|cUpper|cDigit, 16)
-	case akOpenAILegacy:
-		s.openAILegacy(as)
-	case akNPM:
-		s.token(as, ae, cLower|cUpper|cDigit, 36)
-	case akBearer:
-		s.bearer(as, ae)
-	case akBasic:
-		s.basic(as, ae)
-	case akJWT:
-		s.jwt(as + 1)
-	case akPEM:
-		s.pem(as)
-	case akAge:
-		if string(buf[as:ae]) == "AGE-SECRET-KEY-1" {
-			if end := runOf(buf, ae, n, cUpper|cDigit, 59); end == ae+58 {
-				s.add(as, end, CatPrivateKey)
-			}
-		}
-	case akHome:
-		s.homePath(as, ae)
-	case akWinHome:
-		s.winHomePath(as, ae)
-	case akAssign:
-		s.assignment(as, ae)
+// The checks of the recognizer table (recognizers.go) get one hit each
+// and add their matches in the hit's category (the row's).
+
+// awsKeyID matches an AWS access key id: the prefix and 16 [A-Z0-9].
+func (s *scanner) awsKeyID(h hit) {
+	buf, as, ae := s.buf, h.as, h.ae
+	if !isUpperLit(buf[as:ae]) || !s.boundaryBefore(as, cB64URL) {
+		return
 	}
-	return -1
+	if end := runOf(buf, ae, s.n, cUpper|cDigit, 16); end == ae+16 && !s.classAt(end, cB64URL) {
+		s.add(as, end, h.cat)
+	}
+}
+
+// gcpKey matches a GCP API key: AIza and 35 [A-Za-z0-9_-].
+func (s *scanner) gcpKey(h hit) {
+	buf, as, ae := s.buf, h.as, h.ae
+	if string(buf[as:ae]) != "AIza" || !s.boundaryBefore(as, cB64URL) {
+		return
+	}
+	if end := runOf(buf, ae, s.n, cB64URL, 36); end == ae+35 {
+		s.add(as, end, h.cat)
+	}
+}
+
+// ageKey matches an age secret key: AGE-SECRET-KEY-1 and 58 [A-Z0-9].
+func (s *scanner) ageKey(h hit) {
+	buf, as, ae := s.buf, h.as, h.ae
+	if string(buf[as:ae]) == "AGE-SECRET-KEY-1" {
+		if end := runOf(buf, ae, s.n, cUpper|cDigit, 59); end == ae+58 {
+			s.add(as, end, h.cat)
+		}
+	}
 }
 
 func isUpperLit(b []byte) bool {
@@ -264,8 +244,8 @@ func (s *scanner) classAt(i int, cls uint8) bool {
 
 // token matches a prefixed token: the literal (as issued, lower case)
 // followed by at least minLen and at most maxTokenLen bytes of cls.
-func (s *scanner) token(as, ae int, cls uint8, minLen int) {
-	buf := s.buf
+func (s *scanner) token(h hit, cls uint8, minLen int) {
+	buf, as, ae := s.buf, h.as, h.ae
 	for _, ch := range buf[as:ae] {
 		if ch >= 'A' && ch <= 'Z' {
 			return
@@ -278,11 +258,12 @@ func (s *scanner) token(as, ae int, cls uint8, minLen int) {
 	if end-ae < minLen || end-ae > maxTokenLen || s.classAt(end, cB64URL) {
 		return
 	}
-	s.add(as, end, CatToken)
+	s.add(as, end, h.cat)
 }
 
 // bearer matches "Bearer <token>" and redacts the token.
-func (s *scanner) bearer(as, ae int) {
+func (s *scanner) bearer(h hit) {
+	as, ae := h.as, h.ae
 	if !s.boundaryBefore(as, cLower|cUpper|cDigit) {
 		return
 	}
@@ -293,12 +274,13 @@ func (s *scanner) bearer(as, ae int) {
 	if classCount(s.buf[ae:end]) < 2 {
 		return
 	}
-	s.add(ae, end, CatToken)
+	s.add(ae, end, h.cat)
 }
 
 // basic matches "Basic <base64 of user:password>" and redacts the
 // credential.
-func (s *scanner) basic(as, ae int) {
+func (s *scanner) basic(h hit) {
+	as, ae := h.as, h.ae
 	if !s.boundaryBefore(as, cLower|cUpper|cDigit) {
 		return
 	}
@@ -325,14 +307,15 @@ func (s *scanner) basic(as, ae int) {
 			return
 		}
 	}
-	s.add(ae, end, CatToken)
+	s.add(ae, end, h.cat)
 }
 
-// jwt matches header.payload.signature around the payload that starts at
-// p (".eyJ" anchors it: payloads are JSON objects); the header before it
-// must start with eyJ too.
-func (s *scanner) jwt(p int) {
+// jwt matches header.payload.signature around the payload that starts
+// after the hit's dot (".eyJ" anchors it: payloads are JSON objects); the
+// header before it must start with eyJ too.
+func (s *scanner) jwt(h hit) {
 	buf, n := s.buf, s.n
+	p := h.as + 1
 	as := p - 1
 	for as > 0 && p-as <= maxJWTLen && class[buf[as-1]]&cB64URL != 0 {
 		as--
@@ -357,12 +340,12 @@ func (s *scanner) jwt(p int) {
 	if i-as > maxJWTLen || (i < n && buf[i] == '.') {
 		return
 	}
-	s.add(as, i, CatJWT)
+	s.add(as, i, h.cat)
 }
 
-// openAILegacy matches sk-<20>T3BlbkFJ<20> around its marker at m.
-func (s *scanner) openAILegacy(m int) {
-	buf, n := s.buf, s.n
+// openAILegacy matches sk-<20>T3BlbkFJ<20> around its marker.
+func (s *scanner) openAILegacy(h hit) {
+	buf, n, m := s.buf, s.n, h.as
 	as := m - 23
 	if as < 0 || string(buf[as:as+3]) != "sk-" || runOf(buf, as+3, m, cAlnum, 20) != m || !s.boundaryBefore(as, cB64URL) {
 		return
@@ -371,14 +354,14 @@ func (s *scanner) openAILegacy(m int) {
 	if end-(m+8) < 20 || s.classAt(end, cB64URL) {
 		return
 	}
-	s.add(as, end, CatToken)
+	s.add(as, end, h.cat)
 }
 
 // pem matches a whole "-----BEGIN … PRIVATE KEY-----" … "-----END …-----"
 // block. A block without its end within maxPEMLen is redacted up to there
 // and stays open: what follows is redacted until its end marker.
-func (s *scanner) pem(as int) {
-	buf, n := s.buf, s.n
+func (s *scanner) pem(h hit) {
+	buf, n, as := s.buf, s.n, h.as
 	const begin = "-----BEGIN "
 	if as+len(begin) > n || string(buf[as:as+len(begin)]) != begin {
 		return
@@ -393,18 +376,18 @@ func (s *scanner) pem(as int) {
 	}
 	bodyStart := as + len(begin) + hdrEnd + 5
 	if end := pemEnd(buf, bodyStart, min(n, as+maxPEMLen)); end > 0 {
-		s.add(as, end, CatPrivateKey)
+		s.add(as, end, h.cat)
 		return
 	}
 	switch {
 	case s.final:
-		s.add(as, n, CatPrivateKey)
+		s.add(as, n, h.cat)
 	case n-as < maxPEMLen && !(s.full && as <= s.from):
 		// Wait for more text (unless the window is full and holding
 		// would stop all progress).
 		s.hold = min(s.hold, as)
 	default:
-		s.add(as, n, CatPrivateKey)
+		s.add(as, n, h.cat)
 		*s.pemOpen = true
 	}
 }
@@ -883,8 +866,8 @@ func issuer(d string, l int) bool {
 }
 
 // homePath matches the user name in /Users/<name> and /home/<name>.
-func (s *scanner) homePath(as, ae int) {
-	buf := s.buf
+func (s *scanner) homePath(h hit) {
+	buf, as, ae := s.buf, h.as, h.ae
 	lit := string(buf[as:ae])
 	if lit != "/Users/" && lit != "/home/" {
 		return
@@ -896,18 +879,20 @@ func (s *scanner) homePath(as, ae int) {
 			return
 		}
 	}
-	s.homeName(ae)
+	s.homeName(ae, h.cat)
 }
 
 // winHomePath matches the user name in C:\Users\<name>.
-func (s *scanner) winHomePath(as, ae int) {
+func (s *scanner) winHomePath(h hit) {
+	as := h.as
 	if as == 0 || (s.buf[as-1] != ':' && s.buf[as-1] != '\\') {
 		return
 	}
-	s.homeName(ae)
+	s.homeName(h.ae, h.cat)
 }
 
-func (s *scanner) homeName(i int) {
+// homeName matches the user name at i as a finding of category c.
+func (s *scanner) homeName(i int, c Category) {
 	buf, n := s.buf, s.n
 	end := runOf(buf, i, n, cIdent, 65)
 	if end == i || end-i > 64 {
@@ -920,7 +905,7 @@ func (s *scanner) homeName(i int) {
 	case "Shared", ".", "..":
 		return
 	}
-	s.add(i, end, CatHomePath)
+	s.add(i, end, c)
 }
 
 // secretKeySuffixes may follow a secret keyword and still name a secret
@@ -930,8 +915,8 @@ var secretKeySuffixes = []string{"", "_key", "key", "-key", ".key", "_value", "-
 // assignment matches `name = value`, `name: value`, `"name": "value"`,
 // `name := value` and `name => value` where name ends with a secret
 // keyword, and redacts a high-entropy value.
-func (s *scanner) assignment(as, ae int) {
-	buf, n := s.buf, s.n
+func (s *scanner) assignment(h hit) {
+	buf, n, as, ae := s.buf, s.n, h.as, h.ae
 	k := runOf(buf, ae, n, cIdent, 17)
 	if !slices.Contains(secretKeySuffixes, strings.ToLower(string(buf[ae:k]))) {
 		return
@@ -992,7 +977,7 @@ func (s *scanner) assignment(as, ae int) {
 		}
 	}
 	if secretValue(buf[vs:ve]) {
-		s.add(vs, ve, CatPassword)
+		s.add(vs, ve, h.cat)
 	}
 }
 
@@ -1085,10 +1070,7 @@ func secretKeyName(k []byte) bool {
 		return false
 	}
 	l := strings.ToLower(string(k))
-	for _, kw := range anchorDefs {
-		if kw.kind != akAssign {
-			continue
-		}
+	for _, kw := range assignKeywords {
 		i := strings.LastIndex(l, kw.lit)
 		if i < 0 {
 			continue
@@ -1107,12 +1089,8 @@ func (s *scanner) anchorAt(i int) {
 	buf := s.buf[:s.n]
 	for _, r := range s.e.anchors.byKey[binary.LittleEndian.Uint32(buf[i:])] {
 		as := i - r.off
-		if as >= 0 && s.pol.active(anchorCats[r.def.kind]) && matchLit(buf, as, r.def) {
-			if r.def.kind == akGitleaks {
-				s.gitleaksAt(r.def.lit, as)
-				continue
-			}
-			s.recognize(r.def.kind, as, as+len(r.def.lit))
+		if as >= 0 && s.pol.active(r.def.rec.cat) && matchLit(buf, as, r.def) {
+			r.def.rec.check(s, hit{lit: r.def.lit, as: as, ae: as + len(r.def.lit), cat: r.def.rec.cat})
 		}
 	}
 }
