@@ -654,23 +654,34 @@ func (e *MitmproxyEngine) handleConn(ctx context.Context, cc *countConn, t Targe
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	// mitmdump waits for the client's first bytes to choose a layer, so a
-	// protocol whose server speaks first (SSH, SMTP) would wait forever:
-	// as on the Go engine, a guest silent for ServerFirstWait on a port
-	// other than 80 and 443 is spliced (bytes mitmdump would relay raw
-	// anyway), and what it did send goes on to mitmdump.
+	// protocol whose server speaks first (SMTP) would wait forever: as on
+	// the Go engine, a guest silent for ServerFirstWait on a port other
+	// than 80 and 443 is spliced (bytes mitmdump would relay raw anyway),
+	// and what it did send goes on to mitmdump.
 	pc := &peekConn{Conn: cc}
 	if t.Port != 80 && t.Port != 443 {
 		cc.SetReadDeadline(time.Now().Add(e.front.cfg.ServerFirstWait))
 		err := pc.fill(1)
-		cc.SetReadDeadline(time.Time{})
 		var ne net.Error
 		switch {
 		case errors.As(err, &ne) && ne.Timeout():
+			cc.SetReadDeadline(time.Time{})
 			out := e.front.splice(ctx, pc, t, "spliced (server speaks first)")
 			return out.decision, out.reason
 		case err != nil:
 			return "allow", "closed before sending anything"
 		}
+		// An SSH client sends its identification line ("SSH-2.0-…") and
+		// waits for the server's: mitmdump takes three letters for an
+		// HTTP method and its HTTP layer waits for a request head that
+		// never comes (a `git push` over SSH hung). It is spliced, as the
+		// Go engine does.
+		if pc.buf[0] == 'S' && pc.fill(4) == nil && string(pc.buf[:4]) == "SSH-" {
+			cc.SetReadDeadline(time.Time{})
+			out := e.front.splice(ctx, pc, t, "spliced (SSH)")
+			return out.decision, out.reason
+		}
+		cc.SetReadDeadline(time.Time{})
 	}
 	var d net.Dialer
 	mc, err := d.DialContext(ctx, "tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(e.port)))
