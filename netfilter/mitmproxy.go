@@ -671,14 +671,15 @@ func (e *MitmproxyEngine) handleConn(ctx context.Context, cc *countConn, t Targe
 		case err != nil:
 			return "allow", "closed before sending anything"
 		}
-		// An SSH client sends its identification line ("SSH-2.0-…") and
-		// waits for the server's: mitmdump takes three letters for an
-		// HTTP method and its HTTP layer waits for a request head that
-		// never comes (a `git push` over SSH hung). It is spliced, as the
-		// Go engine does.
-		if pc.buf[0] == 'S' && pc.fill(4) == nil && string(pc.buf[:4]) == "SSH-" {
+		// Neither TLS nor an HTTP request line (an SSH client's
+		// "SSH-2.0-…", which mitmdump took for an HTTP method and then
+		// waited for a request head that never came; any other protocol
+		// whose client speaks first): spliced, exactly as the Go engine
+		// decides, so both engines treat a port other than 80 and 443
+		// the same way.
+		if pc.buf[0] != 0x16 && !looksLikeHTTP(pc) {
 			cc.SetReadDeadline(time.Time{})
-			out := e.front.splice(ctx, pc, t, "spliced (SSH)")
+			out := e.front.splice(ctx, pc, t, "spliced (neither TLS nor HTTP)")
 			return out.decision, out.reason
 		}
 		cc.SetReadDeadline(time.Time{})
