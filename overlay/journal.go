@@ -103,7 +103,7 @@ func newJournal(sessionDir, workspace, kind, of string) (*journal, error) {
 	if err != nil {
 		return nil, fmt.Errorf("make backup folder: %w", err)
 	}
-	f, err := os.OpenFile(filepath.Join(dir, "journal.jsonl"), os.O_WRONLY|os.O_CREATE|os.O_EXCL|os.O_APPEND, 0o600)
+	f, err := os.OpenFile(filepath.Join(dir, journalName), os.O_WRONLY|os.O_CREATE|os.O_EXCL|os.O_APPEND, 0o600)
 	if err != nil {
 		pack.Close()
 		return nil, fmt.Errorf("make journal: %w", err)
@@ -118,8 +118,24 @@ func newJournal(sessionDir, workspace, kind, of string) (*journal, error) {
 }
 
 func (j *journal) writeMeta() error {
-	data, _ := json.MarshalIndent(j.meta, "", "  ")
-	if err := atomicfile.WriteFile(filepath.Join(j.dir, "meta.json"), append(data, '\n'), 0o600); err != nil {
+	return writeBackupMeta(j.dir, j.meta)
+}
+
+func readBackupMeta(dir string) (backupMeta, error) {
+	var m backupMeta
+	data, err := os.ReadFile(filepath.Join(dir, metaName))
+	if err != nil {
+		return m, err
+	}
+	if err := json.Unmarshal(data, &m); err != nil {
+		return m, err
+	}
+	return m, nil
+}
+
+func writeBackupMeta(dir string, m backupMeta) error {
+	out, _ := json.MarshalIndent(m, "", "  ")
+	if err := atomicfile.WriteFile(filepath.Join(dir, metaName), append(out, '\n'), 0o600); err != nil {
 		return fmt.Errorf("write backup meta: %w", err)
 	}
 	return nil
@@ -134,8 +150,13 @@ func (j *journal) add(e journalEntry) error {
 	return j.w.WriteByte('\n')
 }
 
-// packName is the file holding a backup folder's contents.
-const packName = "backups.pack"
+// The files of a backup folder.
+const (
+	journalName = "journal.jsonl"
+	metaName    = "meta.json"
+	// packName holds the backed-up contents.
+	packName = "backups.pack"
+)
 
 // backup appends content to the pack (once per distinct content).
 func (j *journal) backup(data []byte) (*backupRef, error) {
@@ -180,4 +201,24 @@ func (j *journal) finish(state string) error {
 func (j *journal) close() {
 	j.f.Close()
 	j.pack.Close()
+}
+
+// readJournal reads a backup folder's journal, up to a torn last line.
+func readJournal(path string) ([]journalEntry, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("read journal: %w", err)
+	}
+	defer f.Close()
+	var out []journalEntry
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		var e journalEntry
+		if err := json.Unmarshal(sc.Bytes(), &e); err != nil {
+			break // a torn last line from a crash
+		}
+		out = append(out, e)
+	}
+	return out, nil
 }

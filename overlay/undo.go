@@ -3,9 +3,7 @@
 package overlay
 
 import (
-	"bufio"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -13,8 +11,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-
-	"github.com/vibedom/vibedom/atomicfile"
 )
 
 // ErrNothingToUndo means a session has no apply left to undo.
@@ -99,26 +95,6 @@ func ListBackups(sessionDir string) ([]BackupSummary, error) {
 	}
 	slices.SortFunc(out, func(a, b BackupSummary) int { return strings.Compare(a.ID, b.ID) })
 	return out, nil
-}
-
-func readBackupMeta(dir string) (backupMeta, error) {
-	var m backupMeta
-	data, err := os.ReadFile(filepath.Join(dir, "meta.json"))
-	if err != nil {
-		return m, err
-	}
-	if err := json.Unmarshal(data, &m); err != nil {
-		return m, err
-	}
-	return m, nil
-}
-
-func writeBackupMeta(dir string, m backupMeta) error {
-	out, _ := json.MarshalIndent(m, "", "  ")
-	if err := atomicfile.WriteFile(filepath.Join(dir, "meta.json"), append(out, '\n'), 0o600); err != nil {
-		return fmt.Errorf("write backup meta: %w", err)
-	}
-	return nil
 }
 
 // Undo reverts one apply of the session (opts.BackupID, else the latest
@@ -223,7 +199,7 @@ func openUndo(ctx context.Context, sessionDir, workspace, id string, opts UndoOp
 		workspace = u.meta.Workspace
 	}
 	u.workspace = workspace
-	if u.entries, err = readJournal(filepath.Join(u.dir, "journal.jsonl")); err != nil {
+	if u.entries, err = readJournal(filepath.Join(u.dir, journalName)); err != nil {
 		return nil, err
 	}
 	if u.root, err = openHostRoot(workspace); err != nil {
@@ -465,25 +441,6 @@ func (u *undoer) finish() error {
 	}
 	slices.Sort(u.rep.Restored)
 	return nil
-}
-
-func readJournal(path string) ([]journalEntry, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, fmt.Errorf("read journal: %w", err)
-	}
-	defer f.Close()
-	var out []journalEntry
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		var e journalEntry
-		if err := json.Unmarshal(sc.Bytes(), &e); err != nil {
-			break // a torn last line from a crash
-		}
-		out = append(out, e)
-	}
-	return out, nil
 }
 
 // readState snapshots what is at p now.
