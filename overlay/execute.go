@@ -3,22 +3,18 @@
 package overlay
 
 import (
-	"bufio"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
-	"time"
 
 	"golang.org/x/sys/unix"
-
-	"github.com/vibedom/vibedom/atomicfile"
 )
 
 // Report is what Apply did.
@@ -45,53 +41,6 @@ type FileError struct {
 // half-written: every path is either as before or as the patch says. Undo
 // returns to before; applying again finishes the rest.
 var ErrApplyIncomplete = errors.New("apply incomplete")
-
-// snapshot is the state of one path, for the journal.
-type snapshot struct {
-	Type   FileType `json:"type,omitempty"`
-	Perm   uint32   `json:"perm,omitempty"`
-	Blob   string   `json:"blob,omitempty"`
-	Target string   `json:"target,omitempty"`
-}
-
-// backupRef locates a backed-up content in the backup folder's pack file.
-type backupRef struct {
-	Off int64 `json:"off"`
-	Len int64 `json:"len"`
-}
-
-// journalEntry is one line of a backup folder's journal.jsonl.
-type journalEntry struct {
-	Seq   int      `json:"seq"`
-	Kind  string   `json:"kind"` // "file", "mkdir", "rmdir"
-	Path  string   `json:"path,omitempty"`
-	Prior snapshot `json:"prior"`
-	After snapshot `json:"after"`
-	Tmp   string   `json:"tmp,omitempty"`
-	// Backup is where the prior content of a file is kept.
-	Backup *backupRef `json:"backup,omitempty"`
-}
-
-type backupMeta struct {
-	Version   int       `json:"version"`
-	Workspace string    `json:"workspace"`
-	Created   time.Time `json:"created"`
-	State     string    `json:"state"` // applying, applied, incomplete, partial (an undo kept paths), undone
-	// Kind is "" for an apply, "undo" for what an undo overwrote (undone
-	// only when named); Of is the backup that undo reverted.
-	Kind string `json:"kind,omitempty"`
-	Of   string `json:"of,omitempty"`
-}
-
-// Backup states and kinds.
-const (
-	stateApplying   = "applying"
-	stateApplied    = "applied"
-	stateIncomplete = "incomplete"
-	statePartial    = "partial"
-	stateUndone     = "undone"
-	kindUndo        = "undo"
-)
 
 // action is one path to change.
 type action struct {
@@ -131,49 +80,76 @@ func Apply(ctx context.Context, opts ApplyOptions) (*Report, error) {
 	return Execute(ctx, pl, opts)
 }
 
-// Execute carries out a plan made by MakePlan with the same options.
+// Execute carries out a plan made by MakePlan with the same options, in
+// the phases of an applier: decide, journal, remove files, remove emptied
+// directories, then write in batches (journal the directories, stage,
+// commit), and finish. Whenever the process dies, every path is either as
+// before or as the patch says, and the backup folder records enough for
+// Undo to return to before (see each phase).
 func Execute(ctx context.Context, pl *Plan, opts ApplyOptions) (*Report, error) {
 	if opts.SessionDir == "" {
 		return nil, errors.New("apply: a session folder is needed for the backups undo uses")
 	}
-	log := opts.log()
 	unlock, err := lockSession(opts.SessionDir)
 	if err != nil {
 		return nil, err
 	}
 	defer unlock()
-	rep := &Report{Plan: pl, Results: map[string]string{}}
-	var acts []*action
+	x := &applier{ctx: ctx, opts: opts, log: opts.log(), rep: &Report{Plan: pl, Results: map[string]string{}}}
+	x.decide(pl)
+	if x.root, err = openHostRoot(opts.Workspace); err != nil {
+		return x.rep, err
+	}
+	defer x.root.Close()
+	// Temporary files an apply or undo killed part way left behind go
+	// first, whatever this apply does.
+	if err := cleanInterrupted(x.root, opts.SessionDir, x.log); err != nil {
+		return x.rep, err
+	}
+	if len(x.acts) == 0 {
+		return x.rep, nil
+	}
+	if testHookBeforeExecute != nil {
+		testHookBeforeExecute()
+	}
+	if err := x.journal(); err != nil {
+		return x.rep, err
+	}
+	defer x.j.close()
+	x.removeFiles()
+	x.removeEmptiedDirs()
+	x.writeAll()
+	return x.rep, x.finish()
+}
+
+// applier is one Execute: the plan's actions and how far they got. A phase
+// that hits an error the apply cannot go on past records it in fatal; every
+// later phase then does nothing but finish.
+type applier struct {
+	ctx  context.Context
+	opts ApplyOptions
+	log  *slog.Logger
+	rep  *Report
+	root *hostRoot
+	j    *journal
+	// acts is every path to change, removals first, then writes, each
+	// group sorted by path; removals and writes are its two halves.
+	acts, removals, writes []*action
+	// removedParents holds the ancestors of the files removed;
+	// writeAncestors those of the files to write.
+	removedParents, writeAncestors map[string]bool
+	// madeDirs holds the directories journaled as made.
+	madeDirs map[string]bool
+	fatal    error
+}
+
+// decide turns each planned file into an action, asking opts.Resolve
+// about conflicts, and reports the paths left alone. It touches nothing on
+// disk.
+func (x *applier) decide(pl *Plan) {
 	for _, pf := range pl.Files {
-		var data []byte
-		final := pf.newT
-		switch pf.Status {
-		case StatusApply:
-			data = pf.newData
-		case StatusMerged:
-			data = pf.merged
-		case StatusConflict:
-			res := KeepMine
-			if opts.Resolve != nil {
-				res = opts.Resolve(pf.Conflict)
-			}
-			if !slices.Contains(pf.Conflict.Options, res) {
-				res = KeepMine
-			}
-			switch res {
-			case KeepMine:
-				rep.Results[pf.Path] = "conflict: kept yours"
-				continue
-			case TakeAgent:
-				data = pf.newData
-			case WriteMarks:
-				data, final = pf.marks, TypeFile
-			}
-		default:
-			rep.Results[pf.Path] = string(pf.Status)
-			if pf.Why != "" && pf.Status != StatusAlready && pf.Status != StatusSkipped {
-				rep.Results[pf.Path] += ": " + pf.Why
-			}
+		data, final, ok := x.content(pf)
+		if !ok {
 			continue
 		}
 		a := &action{pf: pf, path: pf.Path, data: data}
@@ -185,26 +161,10 @@ func Execute(ctx context.Context, pl *Plan, opts ApplyOptions) (*Report, error) 
 		case TypeSymlink:
 			a.after.Target = string(data)
 		}
-		acts = append(acts, a)
-	}
-	root, err := openHostRoot(opts.Workspace)
-	if err != nil {
-		return rep, err
-	}
-	defer root.Close()
-	// Temporary files an apply or undo killed part way left behind go
-	// first, whatever this apply does.
-	if err := cleanInterrupted(root, opts.SessionDir, log); err != nil {
-		return rep, err
-	}
-	if len(acts) == 0 {
-		return rep, nil
-	}
-	if testHookBeforeExecute != nil {
-		testHookBeforeExecute()
+		x.acts = append(x.acts, a)
 	}
 	// Removals first (a type change removes, then creates), then writes.
-	slices.SortStableFunc(acts, func(a, b *action) int {
+	slices.SortStableFunc(x.acts, func(a, b *action) int {
 		ra, rb := a.after.Type != "", b.after.Type != ""
 		if ra != rb {
 			if !ra {
@@ -214,209 +174,291 @@ func Execute(ctx context.Context, pl *Plan, opts ApplyOptions) (*Report, error) 
 		}
 		return strings.Compare(a.path, b.path)
 	})
-	j, err := newJournal(opts.SessionDir, opts.Workspace, "", "")
-	if err != nil {
-		return rep, err
+	x.removedParents, x.writeAncestors, x.madeDirs = map[string]bool{}, map[string]bool{}, map[string]bool{}
+	for _, a := range x.acts {
+		if a.after.Type == "" {
+			x.removals = append(x.removals, a)
+			continue
+		}
+		x.writes = append(x.writes, a)
+		for d := parentDir(a.path); d != ""; d = parentDir(d) {
+			x.writeAncestors[d] = true
+		}
 	}
-	defer j.close()
-	rep.BackupID = j.id
-	// Back up and record every prior state before touching anything.
-	for i, a := range acts {
+}
+
+// content is what pf's path gets (its data and type), or ok false when the
+// path is left as it is (its result then reported).
+func (x *applier) content(pf *PlannedFile) (data []byte, final FileType, ok bool) {
+	final = pf.newT
+	switch pf.Status {
+	case StatusApply:
+		return pf.newData, final, true
+	case StatusMerged:
+		return pf.merged, final, true
+	case StatusConflict:
+		res := KeepMine
+		if x.opts.Resolve != nil {
+			res = x.opts.Resolve(pf.Conflict)
+		}
+		if !slices.Contains(pf.Conflict.Options, res) {
+			res = KeepMine
+		}
+		switch res {
+		case KeepMine:
+			x.rep.Results[pf.Path] = "conflict: kept yours"
+			return nil, "", false
+		case TakeAgent:
+			data = pf.newData
+		case WriteMarks:
+			data, final = pf.marks, TypeFile
+		}
+		return data, final, true
+	}
+	x.rep.Results[pf.Path] = string(pf.Status)
+	if pf.Why != "" && pf.Status != StatusAlready && pf.Status != StatusSkipped {
+		x.rep.Results[pf.Path] += ": " + pf.Why
+	}
+	return nil, "", false
+}
+
+// journal makes the backup folder (meta.json in state applying), backs up
+// the prior content of every file the apply overwrites or removes into its
+// pack, and writes one "file" entry per action (prior and after state, the
+// name of its temporary file), all durable before it returns. Nothing in
+// the workspace is touched: dying during or after it leaves a backup
+// folder in state applying (a torn last journal line is ignored) whose
+// every path is still as before; the next apply or undo marks it
+// incomplete, and undoing it restores nothing.
+// On an error the journal is closed; on success Execute closes it.
+func (x *applier) journal() (err error) {
+	j, err := newJournal(x.opts.SessionDir, x.opts.Workspace, "", "")
+	if err != nil {
+		return err
+	}
+	x.j = j
+	x.rep.BackupID = j.id
+	defer func() {
+		if err != nil {
+			j.close()
+		}
+	}()
+	for i, a := range x.acts {
 		a.seq = i + 1
 		var ref *backupRef
 		if a.prior.Type == TypeFile {
 			if ref, err = j.backup(a.pf.curData); err != nil {
-				return rep, err
+				return err
 			}
 		}
 		if a.after.Type != "" {
 			a.tmp = join(parentDir(a.path), tempPrefix+randomNonce()+"-"+shortName(filepath.Base(a.path)))
 		}
 		if err := j.add(journalEntry{Seq: a.seq, Kind: "file", Path: a.path, Prior: a.prior, After: a.after, Tmp: a.tmp, Backup: ref}); err != nil {
-			return rep, err
+			return err
 		}
 	}
-	if err := j.sync(); err != nil {
-		return rep, err
+	return j.sync()
+}
+
+// removeFiles removes the files and symlinks the patch deletes or whose
+// type it changes, each after checking it is still as planned. Each
+// removal is one unlink of a path journaled with its backup: dying during
+// it leaves some paths removed, each of which Undo restores.
+func (x *applier) removeFiles() {
+	for _, a := range x.commit(x.removals, true) {
+		for d := parentDir(a.path); d != ""; d = parentDir(d) {
+			x.removedParents[d] = true
+		}
 	}
-	fail := func(a *action, err error) {
-		rep.Failed = append(rep.Failed, FileError{a.path, err})
-		rep.Results[a.path] = "failed: " + err.Error()
-		log.Debug("apply failed", "path", DisplayPath(a.path), "err", err)
+}
+
+// removeEmptiedDirs removes the directories the removals emptied, deepest
+// first (as git does), unless something is written into them; then makes
+// the workspace and the journal durable. Each directory's "rmdir" entry is
+// durable before it goes: dying at any point, Undo makes again every
+// directory removed.
+func (x *applier) removeEmptiedDirs() {
+	if x.fatal != nil {
+		return
 	}
-	var fatal error
-	removedParents := map[string]bool{}
-	writeAncestors := map[string]bool{}
-	var removals, writes []*action
-	for _, a := range acts {
-		if a.after.Type == "" {
-			removals = append(removals, a)
+	dirs := make([]string, 0, len(x.removedParents))
+	for d := range x.removedParents {
+		if !x.writeAncestors[d] {
+			dirs = append(dirs, d)
+		}
+	}
+	slices.SortFunc(dirs, func(a, b string) int {
+		if c := strings.Count(b, "/") - strings.Count(a, "/"); c != 0 {
+			return c
+		}
+		return strings.Compare(a, b)
+	})
+	for _, d := range dirs {
+		names, err := x.root.readDirNames(d)
+		if err != nil || names == nil || len(names) > 0 {
 			continue
 		}
-		writes = append(writes, a)
-		for d := parentDir(a.path); d != ""; d = parentDir(d) {
-			writeAncestors[d] = true
+		e, err := x.root.lstat(d)
+		if err != nil || e.Type != TypeDir {
+			continue
+		}
+		if err := x.j.add(journalEntry{Kind: "rmdir", Path: d, Prior: snapshot{Type: TypeDir, Perm: e.Mode}}); err != nil {
+			x.fatal = err
+			return
+		}
+		if err := x.j.sync(); err != nil {
+			x.fatal = err
+			return
+		}
+		if err := x.root.remove(d, true); err != nil {
+			x.log.Debug("remove emptied directory", "dir", DisplayPath(d), "err", err)
 		}
 	}
-	done := func(a *action) {
-		a.staged = false
-		rep.Applied = append(rep.Applied, a.path)
-		rep.Results[a.path] = resultText(a)
+	x.fatal = errors.Join(x.root.sync(), x.j.sync())
+}
+
+// writeBatch is how many files are staged before they are committed.
+const writeBatch = 512
+
+// writeAll writes the new files and symlinks, writeBatch at a time: the
+// directories the batch needs journaled, the batch staged and made
+// durable, then committed, then its leftovers removed (see writeBatchOf).
+func (x *applier) writeAll() {
+	for start := 0; start < len(x.writes) && x.fatal == nil; start += writeBatch {
+		x.writeBatchOf(x.writes[start:min(start+writeBatch, len(x.writes))])
 	}
-	// Removals first: a type change removes, then creates.
-	for _, a := range removals {
-		if err := ctx.Err(); err != nil {
-			fatal = err
+}
+
+// writeBatchOf writes one batch. The directories it will make are in the
+// journal, durable, before any is made; each file is staged under the
+// temporary name its journal entry holds, in its target's directory; the
+// batch is durable before any rename. Dying while it stages leaves
+// temporary files that the next apply or undo removes, and directories
+// Undo removes; dying while it commits leaves each path as before or as
+// the patch says. Whatever was staged and not committed is removed.
+func (x *applier) writeBatchOf(batch []*action) {
+	if err := journalMissingDirs(x.root, x.j, batch, x.madeDirs); err != nil {
+		x.fatal = err
+		return
+	}
+	x.stage(batch)
+	if x.fatal == nil {
+		x.fatal = errors.Join(x.root.sync(), x.j.sync())
+	}
+	if testHookAfterStage != nil {
+		testHookAfterStage()
+	}
+	x.commit(batch, false)
+	for _, a := range batch {
+		if a.staged {
+			x.root.remove(a.tmp, false)
+		}
+	}
+	if err := errors.Join(x.root.sync(), x.j.sync()); err != nil && x.fatal == nil {
+		x.fatal = err
+	}
+}
+
+// stage writes each action's new content next to its target under its
+// journaled temporary name, journaling any directory made that was not
+// journaled before. A path with a symlink in the way fails alone.
+func (x *applier) stage(batch []*action) {
+	for _, a := range batch {
+		if err := x.ctx.Err(); err != nil {
+			x.fatal = err
+			return
+		}
+		var created []string
+		var err error
+		nonce := strings.TrimPrefix(filepath.Base(a.tmp), tempPrefix)[:12]
+		if a.after.Type == TypeSymlink {
+			_, created, err = x.root.stageSymlink(a.path, a.after.Target, nonce)
+		} else {
+			_, created, err = x.root.stageFile(a.path, a.data, a.after.Perm, nonce)
+		}
+		for _, d := range created {
+			if x.madeDirs[d] {
+				continue // journaled before it was made
+			}
+			if jerr := x.j.add(journalEntry{Kind: "mkdir", Path: d, After: snapshot{Type: TypeDir}}); jerr != nil {
+				x.fatal = jerr
+			}
+		}
+		if err != nil {
+			if errors.Is(err, ErrSymlinkInPath) {
+				x.failed(a, fmt.Errorf("%w; refusing to write through it", err))
+				continue
+			}
+			x.fatal = fmt.Errorf("%s: %w", DisplayPath(a.path), err)
+			return
+		}
+		a.staged = true
+		if testHookStaged != nil {
+			testHookStaged()
+		}
+	}
+}
+
+// commit puts each action in place in order (a removal, or a staged file
+// renamed over its target), after checking its path still holds the
+// planned prior state; a path changed meanwhile, or with a symlink in the
+// way, fails alone. cancelable checks ctx before each path (removals, which
+// have no staging where a cancel is noticed). It returns the actions
+// committed. Each commit is one unlink or rename: dying at any point leaves
+// every path as before or as the patch says.
+func (x *applier) commit(acts []*action, cancelable bool) (committed []*action) {
+	for _, a := range acts {
+		if x.fatal != nil {
 			break
 		}
-		if err := commit(root, a); err != nil {
+		if cancelable {
+			if err := x.ctx.Err(); err != nil {
+				x.fatal = err
+				break
+			}
+		}
+		if a.after.Type != "" && !a.staged {
+			continue
+		}
+		if err := commitAction(x.root, a); err != nil {
 			if errors.Is(err, errChangedMeanwhile) || errors.Is(err, ErrSymlinkInPath) {
-				fail(a, err)
+				x.failed(a, err)
 				continue
 			}
-			fatal = fmt.Errorf("%s: %w", DisplayPath(a.path), err)
+			x.fatal = fmt.Errorf("%s: %w", DisplayPath(a.path), err)
 			break
 		}
-		done(a)
-		for d := parentDir(a.path); d != ""; d = parentDir(d) {
-			removedParents[d] = true
-		}
+		a.staged = false
+		x.rep.Applied = append(x.rep.Applied, a.path)
+		x.rep.Results[a.path] = resultText(a)
+		committed = append(committed, a)
 	}
-	// Directories the removals emptied go too, deepest first (as git does),
-	// unless something is written into them.
-	if fatal == nil && len(removedParents) > 0 {
-		dirs := make([]string, 0, len(removedParents))
-		for d := range removedParents {
-			if !writeAncestors[d] {
-				dirs = append(dirs, d)
-			}
-		}
-		slices.SortFunc(dirs, func(a, b string) int {
-			if c := strings.Count(b, "/") - strings.Count(a, "/"); c != 0 {
-				return c
-			}
-			return strings.Compare(a, b)
-		})
-		for _, d := range dirs {
-			names, err := root.readDirNames(d)
-			if err != nil || names == nil || len(names) > 0 {
-				continue
-			}
-			e, err := root.lstat(d)
-			if err != nil || e.Type != TypeDir {
-				continue
-			}
-			if err := j.add(journalEntry{Kind: "rmdir", Path: d, Prior: snapshot{Type: TypeDir, Perm: e.Mode}}); err != nil {
-				fatal = err
-				break
-			}
-			if err := j.sync(); err != nil {
-				fatal = err
-				break
-			}
-			if err := root.remove(d, true); err != nil {
-				log.Debug("remove emptied directory", "dir", DisplayPath(d), "err", err)
-			}
-		}
-	}
-	if fatal == nil {
-		if err := errors.Join(root.sync(), j.sync()); err != nil {
-			fatal = err
-		}
-	}
-	const chunk = 512
-	madeDirs := map[string]bool{}
-	for start := 0; start < len(writes) && fatal == nil; start += chunk {
-		batch := writes[start:min(start+chunk, len(writes))]
-		// The directories the batch will make are in the journal, durable,
-		// before any is made: undo removes them even when the apply is
-		// killed right after a mkdir.
-		if err := journalMissingDirs(root, j, batch, madeDirs); err != nil {
-			fatal = err
-			break
-		}
-		// Stage the new contents next to their targets.
-		for _, a := range batch {
-			if err := ctx.Err(); err != nil {
-				fatal = err
-				break
-			}
-			var created []string
-			var err error
-			nonce := strings.TrimPrefix(filepath.Base(a.tmp), tempPrefix)[:12]
-			if a.after.Type == TypeSymlink {
-				_, created, err = root.stageSymlink(a.path, a.after.Target, nonce)
-			} else {
-				_, created, err = root.stageFile(a.path, a.data, a.after.Perm, nonce)
-			}
-			for _, d := range created {
-				if madeDirs[d] {
-					continue // journaled before it was made
-				}
-				if jerr := j.add(journalEntry{Kind: "mkdir", Path: d, After: snapshot{Type: TypeDir}}); jerr != nil {
-					fatal = jerr
-				}
-			}
-			if err != nil {
-				if errors.Is(err, ErrSymlinkInPath) {
-					fail(a, fmt.Errorf("%w; refusing to write through it", err))
-					continue
-				}
-				fatal = fmt.Errorf("%s: %w", DisplayPath(a.path), err)
-				break
-			}
-			a.staged = true
-			if testHookStaged != nil {
-				testHookStaged()
-			}
-		}
-		if fatal == nil {
-			if err := errors.Join(root.sync(), j.sync()); err != nil {
-				fatal = err
-			}
-		}
-		if testHookAfterStage != nil {
-			testHookAfterStage()
-		}
-		// Commit: check the host is still as planned, then rename.
-		for _, a := range batch {
-			if fatal != nil {
-				break
-			}
-			if !a.staged {
-				continue
-			}
-			if err := commit(root, a); err != nil {
-				if errors.Is(err, errChangedMeanwhile) || errors.Is(err, ErrSymlinkInPath) {
-					fail(a, err)
-					continue
-				}
-				fatal = fmt.Errorf("%s: %w", DisplayPath(a.path), err)
-				break
-			}
-			done(a)
-		}
-		// Anything staged and not committed goes away.
-		for _, a := range batch {
-			if a.staged {
-				root.remove(a.tmp, false)
-			}
-		}
-		if err := errors.Join(root.sync(), j.sync()); err != nil && fatal == nil {
-			fatal = err
-		}
-	}
+	return committed
+}
+
+// failed reports one path that could not be applied.
+func (x *applier) failed(a *action, err error) {
+	x.rep.Failed = append(x.rep.Failed, FileError{a.path, err})
+	x.rep.Results[a.path] = "failed: " + err.Error()
+	x.log.Debug("apply failed", "path", DisplayPath(a.path), "err", err)
+}
+
+// finish marks the backup folder applied, or incomplete when a phase
+// stopped, and says what to do next. Dying before it leaves the folder in
+// state applying, which the next apply or undo marks incomplete.
+func (x *applier) finish() error {
 	state := stateApplied
-	if fatal != nil {
+	if x.fatal != nil {
 		state = stateIncomplete
 	}
-	if err := j.finish(state); err != nil && fatal == nil {
-		fatal = err
+	if err := x.j.finish(state); err != nil && x.fatal == nil {
+		x.fatal = err
 	}
-	if fatal != nil {
-		return rep, fmt.Errorf("%w: %v; nothing is half-written: `vibedom undo` returns to before, `vibedom apply` again finishes the rest", ErrApplyIncomplete, fatal)
+	if x.fatal != nil {
+		return fmt.Errorf("%w: %v; nothing is half-written: `vibedom undo` returns to before, `vibedom apply` again finishes the rest", ErrApplyIncomplete, x.fatal)
 	}
-	return rep, nil
+	return nil
 }
 
 // journalMissingDirs adds a "mkdir" entry for every directory the batch's
@@ -506,9 +548,9 @@ func newPerm(pf *PlannedFile) uint32 {
 
 var errChangedMeanwhile = errors.New("changed on the host while applying; left alone")
 
-// commit checks the path still holds its prior state and puts the staged
-// content in place (or removes the path).
-func commit(root *hostRoot, a *action) error {
+// commitAction checks the path still holds its prior state and puts the
+// staged content in place (or removes the path).
+func commitAction(root *hostRoot, a *action) error {
 	dir, base := splitParent(a.path)
 	dfd, _, err := root.openDir(dir, a.after.Type != "")
 	if err != nil {
@@ -543,121 +585,6 @@ func commit(root *hostRoot, a *action) error {
 		unix.Fsync(dfd)
 	}
 	return nil
-}
-
-// journal is a backup folder: journal.jsonl, meta.json and backups.pack
-// (the prior contents, one after another; the journal holds their offsets).
-type journal struct {
-	dir    string
-	id     string
-	f      *os.File
-	w      *bufio.Writer
-	pack   *os.File
-	packW  *bufio.Writer
-	packN  int64
-	packed map[string]*backupRef
-	meta   backupMeta
-}
-
-func newJournal(sessionDir, workspace, kind, of string) (*journal, error) {
-	base := filepath.Join(sessionDir, BackupsDir)
-	if err := os.MkdirAll(base, 0o700); err != nil {
-		return nil, fmt.Errorf("make backup folder: %w", err)
-	}
-	var id, dir string
-	for i := 0; ; i++ {
-		id = time.Now().UTC().Format("20060102-150405.000000")
-		if i > 0 {
-			id += fmt.Sprintf("-%d", i)
-		}
-		dir = filepath.Join(base, id)
-		if err := os.Mkdir(dir, 0o700); err == nil {
-			break
-		} else if !errors.Is(err, os.ErrExist) || i > 100 {
-			return nil, fmt.Errorf("make backup folder: %w", err)
-		}
-	}
-	pack, err := os.OpenFile(filepath.Join(dir, packName), os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
-	if err != nil {
-		return nil, fmt.Errorf("make backup folder: %w", err)
-	}
-	f, err := os.OpenFile(filepath.Join(dir, "journal.jsonl"), os.O_WRONLY|os.O_CREATE|os.O_EXCL|os.O_APPEND, 0o600)
-	if err != nil {
-		pack.Close()
-		return nil, fmt.Errorf("make journal: %w", err)
-	}
-	j := &journal{dir: dir, id: id, f: f, w: bufio.NewWriter(f), pack: pack, packW: bufio.NewWriterSize(pack, 1<<20),
-		packed: map[string]*backupRef{}, meta: backupMeta{Version: 1, Workspace: workspace, Created: time.Now().UTC(), State: stateApplying, Kind: kind, Of: of}}
-	if err := j.writeMeta(); err != nil {
-		j.close()
-		return nil, err
-	}
-	return j, nil
-}
-
-func (j *journal) writeMeta() error {
-	data, _ := json.MarshalIndent(j.meta, "", "  ")
-	if err := atomicfile.WriteFile(filepath.Join(j.dir, "meta.json"), append(data, '\n'), 0o600); err != nil {
-		return fmt.Errorf("write backup meta: %w", err)
-	}
-	return nil
-}
-
-func (j *journal) add(e journalEntry) error {
-	data, err := json.Marshal(e)
-	if err != nil {
-		return err
-	}
-	j.w.Write(data)
-	return j.w.WriteByte('\n')
-}
-
-// packName is the file holding a backup folder's contents.
-const packName = "backups.pack"
-
-// backup appends content to the pack (once per distinct content).
-func (j *journal) backup(data []byte) (*backupRef, error) {
-	id := blobID(data)
-	if ref, ok := j.packed[id]; ok {
-		return ref, nil
-	}
-	if _, err := j.packW.Write(data); err != nil {
-		return nil, fmt.Errorf("back up: %w", err)
-	}
-	ref := &backupRef{Off: j.packN, Len: int64(len(data))}
-	j.packN += int64(len(data))
-	j.packed[id] = ref
-	return ref, nil
-}
-
-// sync makes the journal and the backups durable.
-func (j *journal) sync() error {
-	if err := j.packW.Flush(); err != nil {
-		return fmt.Errorf("write backups: %w", err)
-	}
-	if err := j.w.Flush(); err != nil {
-		return fmt.Errorf("write journal: %w", err)
-	}
-	if batchSync {
-		if err := syncFS(int(j.f.Fd())); err != nil {
-			return fmt.Errorf("sync backups: %w", err)
-		}
-		return nil
-	}
-	return errors.Join(j.pack.Sync(), j.f.Sync())
-}
-
-func (j *journal) finish(state string) error {
-	if err := j.sync(); err != nil {
-		return err
-	}
-	j.meta.State = state
-	return j.writeMeta()
-}
-
-func (j *journal) close() {
-	j.f.Close()
-	j.pack.Close()
 }
 
 // randomNonce is 12 hex digits for temporary names.

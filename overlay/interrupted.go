@@ -53,7 +53,7 @@ func cleanInterrupted(root *hostRoot, sessionDir string, log *slog.Logger) error
 			continue
 		}
 		dir := filepath.Join(sessionDir, BackupsDir, b.ID)
-		entries, err := readJournal(filepath.Join(dir, "journal.jsonl"))
+		entries, err := readJournal(filepath.Join(dir, journalName))
 		if err != nil {
 			return err
 		}

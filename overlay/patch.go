@@ -135,6 +135,11 @@ type BuildOptions struct {
 // old tree (the baseline) to the agent's content, written to w. It returns
 // what the patch holds. The patch applies with `git apply` and, for text,
 // with `patch -p1`.
+//
+// The phases are those of a patchBuilder: group the change set by path,
+// decide each path's old and new side (reading the agent's content from
+// src, in the change set's order), then write the file diffs, deletions
+// first. Nothing but w and opts.ObjectDir is written.
 func BuildPatch(ctx context.Context, cs *ChangeSet, src Source, old OldTree, w io.Writer, opts BuildOptions) (*PatchInfo, error) {
 	if opts.MaxFileSize <= 0 {
 		opts.MaxFileSize = 256 << 20
@@ -146,27 +151,90 @@ func BuildPatch(ctx context.Context, cs *ChangeSet, src Source, old OldTree, w i
 	if err := cs.Validate(); err != nil {
 		return nil, err
 	}
-	objects := &objectStore{dir: opts.ObjectDir}
-	defer objects.close()
-	info := &PatchInfo{Version: PatchInfoVersion}
-
-	type newState struct {
-		c   *Change // add/modify entry, nil when the path is gone
-		del bool
+	b := &patchBuilder{src: src, old: old, opts: opts, log: log,
+		objects: &objectStore{dir: opts.ObjectDir}, info: &PatchInfo{Version: PatchInfoVersion},
+		states: map[string]*newState{}, hasCarriedBelow: map[string]bool{}}
+	defer b.objects.close()
+	b.group(cs)
+	if err := b.decideAll(ctx); err != nil {
+		return nil, err
 	}
-	states := make(map[string]*newState)
-	var order []string
+	if err := b.write(w); err != nil {
+		return nil, err
+	}
+	if err := b.objects.close(); err != nil {
+		return nil, err
+	}
+	return b.info, nil
+}
+
+// patchBuilder is one BuildPatch: the change set grouped by path, the file
+// diffs decided, and what the patch does not carry.
+type patchBuilder struct {
+	src     Source
+	old     OldTree
+	opts    BuildOptions
+	log     *slog.Logger
+	objects *objectStore
+	info    *PatchInfo
+	states  map[string]*newState
+	order   []string // the paths of states, in the change set's order
+	// dels and rest are the file diffs: deletions (written first), then
+	// additions and modifications.
+	dels, rest []patchEntry
+	held       int64 // bytes of fetched new content kept for the writing pass
+	// hasCarriedBelow holds the ancestors of every path carried;
+	// addedDirs the directories the agent made.
+	hasCarriedBelow map[string]bool
+	addedDirs       []string
+}
+
+// newState is what the change set says of one path.
+type newState struct {
+	c   *Change // add/modify entry, nil when the path is gone
+	del bool
+}
+
+// patchEntry is one file diff to write.
+type patchEntry struct {
+	path    string
+	oldT    FileType
+	oldMode uint32
+	oldData []byte
+	newT    FileType
+	newMode uint32
+	newData []byte
+	// refetch: the new content was dropped to bound memory and is
+	// read again from src (verified again) when its entry is written.
+	refetch  *Change
+	unknown  bool
+	why      string
+	isDelete bool
+}
+
+// agentSide is the new side of a path: the agent's type, mode and
+// content, and the change it was fetched for (nil when not fetched).
+type agentSide struct {
+	t       FileType
+	perm    uint32
+	data    []byte
+	fetched *Change
+}
+
+// group records each path's last add or modify and whether it was
+// deleted, and the skipped entries as not carried.
+func (b *patchBuilder) group(cs *ChangeSet) {
 	for i := range cs.Changes {
 		c := &cs.Changes[i]
 		if c.Op == OpSkip {
-			info.NotCarried = append(info.NotCarried, NotCarried{c.Path, c.Reason})
+			b.info.NotCarried = append(b.info.NotCarried, NotCarried{c.Path, c.Reason})
 			continue
 		}
-		st := states[c.Path]
+		st := b.states[c.Path]
 		if st == nil {
 			st = &newState{}
-			states[c.Path] = st
-			order = append(order, c.Path)
+			b.states[c.Path] = st
+			b.order = append(b.order, c.Path)
 		}
 		if c.Op == OpDelete {
 			st.del = true
@@ -174,163 +242,184 @@ func BuildPatch(ctx context.Context, cs *ChangeSet, src Source, old OldTree, w i
 			st.c = c
 		}
 	}
+}
 
-	type entry struct {
-		path    string
-		oldT    FileType
-		oldMode uint32
-		oldData []byte
-		newT    FileType
-		newMode uint32
-		newData []byte
-		// refetch: the new content was dropped to bound memory and is
-		// read again from src (verified again) when its entry is written.
-		refetch  *Change
-		unknown  bool
-		why      string
-		isDelete bool
-	}
-	var dels, rest []entry
-	held := int64(0) // bytes of fetched new content kept for the writing pass
-	hasCarriedBelow := make(map[string]bool)
-	var addedDirs []string
-	for _, p := range order {
+// decideAll decides every path in order, then reports the empty
+// directories the agent made and sorts what is not carried.
+func (b *patchBuilder) decideAll(ctx context.Context) error {
+	for _, p := range b.order {
 		if err := ctx.Err(); err != nil {
-			return nil, err
+			return err
 		}
-		st := states[p]
-		oe, err := old.Old(p)
-		if err != nil {
-			return nil, fmt.Errorf("read baseline of %s: %w", DisplayPath(p), err)
-		}
-		if c := st.c; c != nil && !st.del && c.Op == OpModify && c.Type == TypeFile {
-			var same bool
-			if oe, same, err = resolveBase(old, p, c, oe); err != nil {
-				return nil, err
-			}
-			if same {
-				continue // copied up, but the agent changed nothing
-			}
-		}
-		var nt FileType
-		var nperm uint32
-		var ndata []byte
-		var fetched *Change
-		if c := st.c; c != nil {
-			nt, nperm = c.Type, c.Mode
-			if why := specialBitsLost(c, oe); why != "" {
-				info.NotCarried = append(info.NotCarried, NotCarried{p, why})
-			}
-			switch c.Type {
-			case TypeDir:
-				if c.Op == OpAdd && oe.Type != TypeDir {
-					addedDirs = append(addedDirs, p)
-				} else if oe.Type == TypeDir && c.Mode != oe.Mode {
-					info.NotCarried = append(info.NotCarried, NotCarried{p, fmt.Sprintf("directory mode %04o (git records no directory modes)", c.Mode)})
-				}
-			case TypeSymlink:
-				ndata = []byte(c.Target)
-			case TypeFile:
-				if c.Size > opts.MaxFileSize {
-					info.NotCarried = append(info.NotCarried, NotCarried{p, fmt.Sprintf("file of %d bytes is larger than the %d carried", c.Size, opts.MaxFileSize)})
-					continue
-				}
-				if oe.Type == TypeFile && int64(len(oe.Content)) == c.Size && sha256hex(oe.Content) == c.SHA256 {
-					ndata = oe.Content
-				} else if ndata, err = fetch(src, c); err != nil {
-					return nil, err
-				} else {
-					fetched = c
-				}
-			}
-		}
-		oldT := oe.Type
-		if oldT == TypeSpecial {
-			info.NotCarried = append(info.NotCarried, NotCarried{p, "special file on the host is left alone"})
-			continue
-		}
-		oldDiffable := oldT == TypeFile || oldT == TypeSymlink
-		newDiffable := nt == TypeFile || nt == TypeSymlink
-		var odata []byte
-		if oldT == TypeSymlink {
-			odata = []byte(oe.Target)
-		} else {
-			odata = oe.Content
-		}
-		om, nm := gitMode(oldT, oe.Mode), gitMode(nt, nperm)
-		if oldDiffable && newDiffable && oldT == nt {
-			if om == nm && bytes.Equal(odata, ndata) {
-				if nt == TypeFile && nperm&0o777 != oe.Mode&0o777 {
-					info.NotCarried = append(info.NotCarried, NotCarried{p, fmt.Sprintf("permission change %04o → %04o (git records only the executable bit)", oe.Mode&0o7777, nperm)})
-				}
-				continue
-			}
-			e := entry{path: p, oldT: oldT, oldMode: om, oldData: odata, newT: nt, newMode: nm, newData: ndata, unknown: oe.Unknown, why: oe.UnknownWhy}
-			keepBounded(&e.newData, &e.refetch, fetched, &held)
-			rest = append(rest, e)
-			markCarried(hasCarriedBelow, p)
-			continue
-		}
-		if oldDiffable {
-			dels = append(dels, entry{path: p, oldT: oldT, oldMode: om, oldData: odata, unknown: oe.Unknown, why: oe.UnknownWhy, isDelete: true})
-		}
-		if newDiffable {
-			e := entry{path: p, newT: nt, newMode: nm, newData: ndata, unknown: oe.Unknown && !oldDiffable, why: oe.UnknownWhy}
-			keepBounded(&e.newData, &e.refetch, fetched, &held)
-			rest = append(rest, e)
-			markCarried(hasCarriedBelow, p)
+		if err := b.decide(p, b.states[p]); err != nil {
+			return err
 		}
 	}
-	for _, d := range addedDirs {
-		if !hasCarriedBelow[d] {
-			info.NotCarried = append(info.NotCarried, NotCarried{d, "empty directory (git carries files only)"})
+	for _, d := range b.addedDirs {
+		if !b.hasCarriedBelow[d] {
+			b.info.NotCarried = append(b.info.NotCarried, NotCarried{d, "empty directory (git carries files only)"})
 		}
 	}
-	slices.SortFunc(info.NotCarried, func(a, b NotCarried) int { return strings.Compare(a.Path, b.Path) })
+	slices.SortFunc(b.info.NotCarried, func(a, b NotCarried) int { return strings.Compare(a.Path, b.Path) })
+	return nil
+}
 
+// decide finds p's old side (the baseline, or the base the agent's copy
+// started from: see resolveBase) and its new side, and adds the file diffs
+// between them, or what is not carried.
+func (b *patchBuilder) decide(p string, st *newState) error {
+	oe, err := b.old.Old(p)
+	if err != nil {
+		return fmt.Errorf("read baseline of %s: %w", DisplayPath(p), err)
+	}
+	if c := st.c; c != nil && !st.del && c.Op == OpModify && c.Type == TypeFile {
+		var same bool
+		if oe, same, err = resolveBase(b.old, p, c, oe); err != nil {
+			return err
+		}
+		if same {
+			return nil // copied up, but the agent changed nothing
+		}
+	}
+	ns, ok, err := b.agentSide(p, st.c, oe)
+	if err != nil || !ok {
+		return err
+	}
+	if oe.Type == TypeSpecial {
+		b.info.NotCarried = append(b.info.NotCarried, NotCarried{p, "special file on the host is left alone"})
+		return nil
+	}
+	b.addEntries(p, oe, ns)
+	return nil
+}
+
+// agentSide is p's new side from c (none when c is nil), fetching a file's
+// content from src unless the old side holds it. ok is false when the path
+// is not carried (a file larger than opts.MaxFileSize).
+func (b *patchBuilder) agentSide(p string, c *Change, oe OldEntry) (ns agentSide, ok bool, err error) {
+	if c == nil {
+		return ns, true, nil
+	}
+	ns.t, ns.perm = c.Type, c.Mode
+	if why := specialBitsLost(c, oe); why != "" {
+		b.info.NotCarried = append(b.info.NotCarried, NotCarried{p, why})
+	}
+	switch c.Type {
+	case TypeDir:
+		if c.Op == OpAdd && oe.Type != TypeDir {
+			b.addedDirs = append(b.addedDirs, p)
+		} else if oe.Type == TypeDir && c.Mode != oe.Mode {
+			b.info.NotCarried = append(b.info.NotCarried, NotCarried{p, fmt.Sprintf("directory mode %04o (git records no directory modes)", c.Mode)})
+		}
+	case TypeSymlink:
+		ns.data = []byte(c.Target)
+	case TypeFile:
+		if c.Size > b.opts.MaxFileSize {
+			b.info.NotCarried = append(b.info.NotCarried, NotCarried{p, fmt.Sprintf("file of %d bytes is larger than the %d carried", c.Size, b.opts.MaxFileSize)})
+			return ns, false, nil
+		}
+		if oe.Type == TypeFile && int64(len(oe.Content)) == c.Size && sha256hex(oe.Content) == c.SHA256 {
+			ns.data = oe.Content
+		} else if ns.data, err = fetch(b.src, c); err != nil {
+			return ns, false, err
+		} else {
+			ns.fetched = c
+		}
+	}
+	return ns, true, nil
+}
+
+// addEntries adds the file diffs from oe to ns: one modification when both
+// sides are files or both symlinks and differ, else a deletion of the old
+// side and an addition of the new (each when it is a file or symlink).
+func (b *patchBuilder) addEntries(p string, oe OldEntry, ns agentSide) {
+	oldT := oe.Type
+	oldDiffable := oldT == TypeFile || oldT == TypeSymlink
+	newDiffable := ns.t == TypeFile || ns.t == TypeSymlink
+	var odata []byte
+	if oldT == TypeSymlink {
+		odata = []byte(oe.Target)
+	} else {
+		odata = oe.Content
+	}
+	om, nm := gitMode(oldT, oe.Mode), gitMode(ns.t, ns.perm)
+	if oldDiffable && newDiffable && oldT == ns.t {
+		if om == nm && bytes.Equal(odata, ns.data) {
+			if ns.t == TypeFile && ns.perm&0o777 != oe.Mode&0o777 {
+				b.info.NotCarried = append(b.info.NotCarried, NotCarried{p, fmt.Sprintf("permission change %04o → %04o (git records only the executable bit)", oe.Mode&0o7777, ns.perm)})
+			}
+			return
+		}
+		e := patchEntry{path: p, oldT: oldT, oldMode: om, oldData: odata, newT: ns.t, newMode: nm, newData: ns.data, unknown: oe.Unknown, why: oe.UnknownWhy}
+		keepBounded(&e.newData, &e.refetch, ns.fetched, &b.held)
+		b.rest = append(b.rest, e)
+		markCarried(b.hasCarriedBelow, p)
+		return
+	}
+	if oldDiffable {
+		b.dels = append(b.dels, patchEntry{path: p, oldT: oldT, oldMode: om, oldData: odata, unknown: oe.Unknown, why: oe.UnknownWhy, isDelete: true})
+	}
+	if newDiffable {
+		e := patchEntry{path: p, newT: ns.t, newMode: nm, newData: ns.data, unknown: oe.Unknown && !oldDiffable, why: oe.UnknownWhy}
+		keepBounded(&e.newData, &e.refetch, ns.fetched, &b.held)
+		b.rest = append(b.rest, e)
+		markCarried(b.hasCarriedBelow, p)
+	}
+}
+
+// write writes every file diff to w, deletions first, keeping each old
+// side of a file in the object store.
+func (b *patchBuilder) write(w io.Writer) error {
 	var buf bytes.Buffer
-	for _, e := range append(dels, rest...) {
+	for _, e := range append(b.dels, b.rest...) {
 		buf.Reset()
-		if e.refetch != nil {
-			var err error
-			if e.newData, err = fetch(src, e.refetch); err != nil {
-				return nil, err
-			}
+		pf, err := b.writeEntry(&buf, e)
+		if err != nil {
+			return err
 		}
-		pf := PatchFile{Path: e.path, OldMode: e.oldMode, NewMode: e.newMode, BaseUnknown: e.unknown}
-		if e.unknown {
-			pf.BaseWhy = e.why
-		}
-		switch {
-		case e.isDelete:
-			pf.Op = OpDelete
-		case e.oldMode == 0:
-			pf.Op = OpAdd
-		default:
-			pf.Op = OpModify
-		}
-		if e.oldMode != 0 {
-			pf.OldID = blobID(e.oldData)
-			if e.oldT == TypeFile && !e.unknown {
-				if _, err := objects.put(e.oldData); opts.ObjectDir != "" && err != nil {
-					return nil, err
-				}
-			}
-		}
-		if e.newMode != 0 {
-			pf.NewID = blobID(e.newData)
-		}
-		pf.Added, pf.Deleted, pf.Binary = writeFileDiff(&buf, &pf, e.oldData, e.newData)
 		if _, err := w.Write(buf.Bytes()); err != nil {
-			return nil, fmt.Errorf("write patch: %w", err)
+			return fmt.Errorf("write patch: %w", err)
 		}
-		info.Files = append(info.Files, pf)
-		log.Debug("patch entry", "path", DisplayPath(pf.Path), "op", pf.Op, "added", pf.Added, "deleted", pf.Deleted, "binary", pf.Binary)
+		b.info.Files = append(b.info.Files, pf)
+		b.log.Debug("patch entry", "path", DisplayPath(pf.Path), "op", pf.Op, "added", pf.Added, "deleted", pf.Deleted, "binary", pf.Binary)
 	}
-	if err := objects.close(); err != nil {
-		return nil, err
+	return nil
+}
+
+// writeEntry writes one file diff to buf (reading a dropped new side from
+// src again) and returns its description.
+func (b *patchBuilder) writeEntry(buf *bytes.Buffer, e patchEntry) (PatchFile, error) {
+	if e.refetch != nil {
+		var err error
+		if e.newData, err = fetch(b.src, e.refetch); err != nil {
+			return PatchFile{}, err
+		}
 	}
-	return info, nil
+	pf := PatchFile{Path: e.path, OldMode: e.oldMode, NewMode: e.newMode, BaseUnknown: e.unknown}
+	if e.unknown {
+		pf.BaseWhy = e.why
+	}
+	switch {
+	case e.isDelete:
+		pf.Op = OpDelete
+	case e.oldMode == 0:
+		pf.Op = OpAdd
+	default:
+		pf.Op = OpModify
+	}
+	if e.oldMode != 0 {
+		pf.OldID = blobID(e.oldData)
+		if e.oldT == TypeFile && !e.unknown {
+			if _, err := b.objects.put(e.oldData); b.opts.ObjectDir != "" && err != nil {
+				return PatchFile{}, err
+			}
+		}
+	}
+	if e.newMode != 0 {
+		pf.NewID = blobID(e.newData)
+	}
+	pf.Added, pf.Deleted, pf.Binary = writeFileDiff(buf, &pf, e.oldData, e.newData)
+	return pf, nil
 }
 
 // resolveBase picks the old side of a regular file the agent modified: the

@@ -3,9 +3,7 @@
 package overlay
 
 import (
-	"bufio"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -13,8 +11,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-
-	"github.com/vibedom/vibedom/atomicfile"
 )
 
 // ErrNothingToUndo means a session has no apply left to undo.
@@ -101,26 +97,6 @@ func ListBackups(sessionDir string) ([]BackupSummary, error) {
 	return out, nil
 }
 
-func readBackupMeta(dir string) (backupMeta, error) {
-	var m backupMeta
-	data, err := os.ReadFile(filepath.Join(dir, "meta.json"))
-	if err != nil {
-		return m, err
-	}
-	if err := json.Unmarshal(data, &m); err != nil {
-		return m, err
-	}
-	return m, nil
-}
-
-func writeBackupMeta(dir string, m backupMeta) error {
-	out, _ := json.MarshalIndent(m, "", "  ")
-	if err := atomicfile.WriteFile(filepath.Join(dir, "meta.json"), append(out, '\n'), 0o600); err != nil {
-		return fmt.Errorf("write backup meta: %w", err)
-	}
-	return nil
-}
-
 // Undo reverts one apply of the session (opts.BackupID, else the latest
 // apply not fully undone): every path it wrote or removed gets its prior
 // content, mode or symlink target back, files it created go, directories it
@@ -130,15 +106,42 @@ func writeBackupMeta(dir string, m backupMeta) error {
 // an earlier apply while one is partial, and Force never touches an apply
 // that was not named. Everything an undo overwrites or removes is backed
 // up first, in a backup folder of its own (UndoReport.UndoBackupID).
+//
+// The phases are those of an undoer: pick the backup, open it, check its
+// journal, revert (the apply's phases in reverse), finish.
 func Undo(ctx context.Context, sessionDir, workspace string, opts UndoOptions) (*UndoReport, error) {
 	unlock, err := lockSession(sessionDir)
 	if err != nil {
 		return nil, err
 	}
 	defer unlock()
-	list, err := ListBackups(sessionDir)
+	id, err := pickBackup(sessionDir, opts)
 	if err != nil {
 		return nil, err
+	}
+	u, err := openUndo(ctx, sessionDir, workspace, id, opts)
+	if err != nil {
+		return nil, err
+	}
+	defer u.close()
+	if err := u.check(); err != nil {
+		return u.rep, err
+	}
+	if err := u.revert(); err != nil {
+		if u.uj != nil {
+			u.uj.finish(stateIncomplete)
+		}
+		return u.rep, err
+	}
+	return u.rep, u.finish()
+}
+
+// pickBackup is the backup Undo reverts: the one named, else the latest
+// apply not fully undone. It reads only.
+func pickBackup(sessionDir string, opts UndoOptions) (string, error) {
+	list, err := ListBackups(sessionDir)
+	if err != nil {
+		return "", err
 	}
 	id := opts.BackupID
 	if id == "" {
@@ -149,243 +152,295 @@ func Undo(ctx context.Context, sessionDir, workspace string, opts UndoOptions) (
 			}
 		}
 		if id == "" {
-			return nil, fmt.Errorf("%w in %s", ErrNothingToUndo, sessionDir)
+			return "", fmt.Errorf("%w in %s", ErrNothingToUndo, sessionDir)
 		}
 		if opts.Force {
-			return nil, fmt.Errorf("%w: it overwrites what you changed since; to force the latest apply: vibedom undo --force --backup %s", ErrForceNeedsBackup, id)
+			return "", fmt.Errorf("%w: it overwrites what you changed since; to force the latest apply: vibedom undo --force --backup %s", ErrForceNeedsBackup, id)
 		}
-	} else {
-		i := slices.IndexFunc(list, func(b BackupSummary) bool { return b.ID == id })
-		switch {
-		case i < 0:
-			return nil, fmt.Errorf("no backup %q in %s; `vibedom undo --list` shows them", id, sessionDir)
-		case list[i].State == stateUndone:
-			return nil, fmt.Errorf("%w: backup %s is already undone", ErrNothingToUndo, id)
-		}
+		return id, nil
 	}
-	dir := filepath.Join(sessionDir, BackupsDir, id)
-	meta, err := readBackupMeta(dir)
-	if err != nil {
+	i := slices.IndexFunc(list, func(b BackupSummary) bool { return b.ID == id })
+	switch {
+	case i < 0:
+		return "", fmt.Errorf("no backup %q in %s; `vibedom undo --list` shows them", id, sessionDir)
+	case list[i].State == stateUndone:
+		return "", fmt.Errorf("%w: backup %s is already undone", ErrNothingToUndo, id)
+	}
+	return id, nil
+}
+
+// undoer is one Undo of the apply whose backup folder is dir.
+type undoer struct {
+	ctx        context.Context
+	opts       UndoOptions
+	sessionDir string
+	workspace  string
+	id, dir    string
+	meta       backupMeta
+	entries    []journalEntry
+	root       *hostRoot
+	rep        *UndoReport
+	// uj is the undo's own backup folder, made when the undo first
+	// overwrites or removes something; seq numbers its file entries.
+	uj  *journal
+	seq int
+}
+
+// openUndo reads backup id's meta and journal, opens the workspace (the
+// one the apply wrote when workspace is "") and removes the temporary
+// files interrupted applies left. Nothing else is written.
+func openUndo(ctx context.Context, sessionDir, workspace, id string, opts UndoOptions) (*undoer, error) {
+	u := &undoer{ctx: ctx, opts: opts, sessionDir: sessionDir, id: id, dir: filepath.Join(sessionDir, BackupsDir, id)}
+	var err error
+	if u.meta, err = readBackupMeta(u.dir); err != nil {
 		return nil, fmt.Errorf("read backup %s: unreadable meta.json", id)
 	}
 	if workspace == "" {
-		workspace = meta.Workspace
+		workspace = u.meta.Workspace
 	}
-	entries, err := readJournal(filepath.Join(dir, "journal.jsonl"))
-	if err != nil {
+	u.workspace = workspace
+	if u.entries, err = readJournal(filepath.Join(u.dir, journalName)); err != nil {
 		return nil, err
 	}
-	root, err := openHostRoot(workspace)
-	if err != nil {
+	if u.root, err = openHostRoot(workspace); err != nil {
 		return nil, err
 	}
-	defer root.Close()
-	if err := cleanInterrupted(root, sessionDir, nil); err != nil {
+	if err := cleanInterrupted(u.root, sessionDir, nil); err != nil {
+		u.root.Close()
 		return nil, err
 	}
-	rep := &UndoReport{BackupID: id}
-	for _, e := range entries {
+	u.rep = &UndoReport{BackupID: id}
+	return u, nil
+}
+
+func (u *undoer) close() {
+	if u.uj != nil {
+		u.uj.close()
+	}
+	u.root.Close()
+}
+
+// check refuses a journal naming a path that is not a clean relative
+// path, before anything is touched.
+func (u *undoer) check() error {
+	for _, e := range u.entries {
 		if err := ValidatePath(e.Path); err != nil {
-			return rep, fmt.Errorf("backup %s journal: %w", id, err)
+			return fmt.Errorf("backup %s journal: %w", u.id, err)
 		}
 	}
-	// Files are undone in two batches: those the apply wrote (newest
-	// first), then, after the directories, those it removed. Each batch is
-	// decided path by path, and what it will overwrite is backed up and
-	// made durable, before any of it is touched.
-	var uj *journal
-	defer func() {
-		if uj != nil {
-			uj.close()
-		}
-	}()
-	seq := 0
-	openUndoJournal := func() error {
-		if uj != nil {
-			return nil
-		}
-		var err error
-		if uj, err = newJournal(sessionDir, workspace, kindUndo, id); err != nil {
-			return err
-		}
-		rep.UndoBackupID = uj.id
+	return nil
+}
+
+// revert undoes in the reverse order of the apply, which removed files,
+// then removed the directories that emptied, then made directories and
+// wrote files. Every step is in the undo's own journal, durable, before it
+// touches the workspace: dying at any point leaves each path as the apply
+// left it or as before it, the apply still undoable, and what the undo
+// overwrote undoable by its backup's name.
+func (u *undoer) revert() error {
+	if err := u.files(true); err != nil {
+		return err
+	}
+	if err := u.removeMadeDirs(); err != nil {
+		return err
+	}
+	if err := u.remakeRemovedDirs(); err != nil {
+		return err
+	}
+	if err := u.files(false); err != nil {
+		return err
+	}
+	return u.root.sync()
+}
+
+// openJournal makes the undo's own backup folder on first need.
+func (u *undoer) openJournal() error {
+	if u.uj != nil {
 		return nil
 	}
-	fail := func(err error) (*UndoReport, error) {
-		if uj != nil {
-			uj.finish(stateIncomplete)
-		}
-		return rep, err
+	var err error
+	if u.uj, err = newJournal(u.sessionDir, u.workspace, kindUndo, u.id); err != nil {
+		return err
 	}
-	undoFiles := func(written bool) error {
-		type step struct {
-			e     journalEntry
-			cur   snapshot
-			nonce string
+	u.rep.UndoBackupID = u.uj.id
+	return nil
+}
+
+// undoStep is one file to restore: its apply journal entry, what is there
+// now, and the nonce of its temporary file.
+type undoStep struct {
+	e     journalEntry
+	cur   snapshot
+	nonce string
+}
+
+// files undoes one batch of file entries: those the apply wrote (written)
+// or those it removed, newest first. The batch is decided path by path,
+// and what it will overwrite is backed up and made durable, before any of
+// it is touched (see journalSteps); then each path is restored atomically.
+func (u *undoer) files(written bool) error {
+	steps, err := u.decide(written)
+	if err != nil || len(steps) == 0 {
+		return err
+	}
+	if err := u.journalSteps(steps); err != nil {
+		return err
+	}
+	for _, st := range steps {
+		if err := restore(u.root, u.dir, st.e, st.cur, st.nonce); err != nil {
+			return err
 		}
-		var steps []step
-		for i := len(entries) - 1; i >= 0; i-- {
-			e := entries[i]
-			if e.Kind != "file" || (e.After.Type != "") != written {
+		u.rep.Restored = append(u.rep.Restored, st.e.Path)
+	}
+	return nil
+}
+
+// decide picks the paths of the batch to restore: those still as the apply
+// left them (any, with Force). A path already as before is skipped; one
+// changed since, or behind a symlink, is kept and reported. It removes the
+// temporary files an interrupted apply left, and writes nothing else.
+func (u *undoer) decide(written bool) ([]undoStep, error) {
+	var steps []undoStep
+	for i := len(u.entries) - 1; i >= 0; i-- {
+		e := u.entries[i]
+		if e.Kind != "file" || (e.After.Type != "") != written {
+			continue
+		}
+		if err := u.ctx.Err(); err != nil {
+			return nil, err
+		}
+		if e.Tmp != "" {
+			u.root.remove(e.Tmp, false) // left by an interrupted apply
+		}
+		cur, _, err := readState(u.root, e.Path)
+		if err != nil {
+			if errors.Is(err, ErrSymlinkInPath) {
+				u.rep.Kept = append(u.rep.Kept, FileError{e.Path, err})
 				continue
 			}
-			if err := ctx.Err(); err != nil {
-				return err
-			}
-			if e.Tmp != "" {
-				root.remove(e.Tmp, false) // left by an interrupted apply
-			}
-			cur, _, err := readState(root, e.Path)
+			return nil, err
+		}
+		switch {
+		case cur == e.Prior:
+			continue // never applied, or already restored
+		case cur == e.After || u.opts.Force:
+		default:
+			u.rep.Kept = append(u.rep.Kept, FileError{e.Path, fmt.Errorf(
+				"changed since the apply; kept (to restore it anyway, your version backed up first: vibedom undo --force --backup %s)", u.id)})
+			continue
+		}
+		steps = append(steps, undoStep{e: e, cur: cur, nonce: randomNonce()})
+	}
+	return steps, nil
+}
+
+// journalSteps backs up what each step overwrites (read again: what is
+// backed up must be what is overwritten) and journals each step, durable
+// before it returns. Dying during it leaves the workspace untouched.
+func (u *undoer) journalSteps(steps []undoStep) error {
+	if err := u.openJournal(); err != nil {
+		return err
+	}
+	for _, st := range steps {
+		var ref *backupRef
+		if st.cur.Type == TypeFile {
+			cur, data, err := readState(u.root, st.e.Path)
 			if err != nil {
-				if errors.Is(err, ErrSymlinkInPath) {
-					rep.Kept = append(rep.Kept, FileError{e.Path, err})
-					continue
-				}
 				return err
 			}
-			switch {
-			case cur == e.Prior:
-				continue // never applied, or already restored
-			case cur == e.After || opts.Force:
-			default:
-				rep.Kept = append(rep.Kept, FileError{e.Path, fmt.Errorf(
-					"changed since the apply; kept (to restore it anyway, your version backed up first: vibedom undo --force --backup %s)", id)})
-				continue
+			if cur != st.cur {
+				return fmt.Errorf("%s changed during the undo; run it again", DisplayPath(st.e.Path))
 			}
-			steps = append(steps, step{e: e, cur: cur, nonce: randomNonce()})
+			if ref, err = u.uj.backup(data); err != nil {
+				return err
+			}
 		}
-		if len(steps) == 0 {
-			return nil
+		tmp := ""
+		if st.e.Prior.Type != "" {
+			tmp = join(parentDir(st.e.Path), tempPrefix+st.nonce+"-"+shortName(filepath.Base(st.e.Path)))
 		}
-		if err := openUndoJournal(); err != nil {
+		u.seq++
+		if err := u.uj.add(journalEntry{Seq: u.seq, Kind: "file", Path: st.e.Path, Prior: st.cur, After: st.e.Prior, Tmp: tmp, Backup: ref}); err != nil {
 			return err
 		}
-		for _, st := range steps {
-			var ref *backupRef
-			if st.cur.Type == TypeFile {
-				// Read again: what is backed up must be what is overwritten.
-				cur, data, err := readState(root, st.e.Path)
-				if err != nil {
-					return err
-				}
-				if cur != st.cur {
-					return fmt.Errorf("%s changed during the undo; run it again", DisplayPath(st.e.Path))
-				}
-				if ref, err = uj.backup(data); err != nil {
-					return err
-				}
-			}
-			tmp := ""
-			if st.e.Prior.Type != "" {
-				tmp = join(parentDir(st.e.Path), tempPrefix+st.nonce+"-"+shortName(filepath.Base(st.e.Path)))
-			}
-			seq++
-			if err := uj.add(journalEntry{Seq: seq, Kind: "file", Path: st.e.Path, Prior: st.cur, After: st.e.Prior, Tmp: tmp, Backup: ref}); err != nil {
-				return err
-			}
-		}
-		if err := uj.sync(); err != nil {
-			return err
-		}
-		for _, st := range steps {
-			if err := restore(root, dir, st.e, st.cur, st.nonce); err != nil {
-				return err
-			}
-			rep.Restored = append(rep.Restored, st.e.Path)
-		}
-		return nil
 	}
-	// Undo in the reverse order of the apply, which removed files, then
-	// removed the directories that emptied, then made directories and wrote
-	// files.
-	if err := undoFiles(true); err != nil {
-		return fail(err)
-	}
-	// Directories made for them, deepest first, when empty.
-	for i := len(entries) - 1; i >= 0; i-- {
-		e := entries[i]
+	return u.uj.sync()
+}
+
+// removeMadeDirs removes the directories the apply made, deepest first,
+// when empty; each removal is journaled (durable) before it is done.
+func (u *undoer) removeMadeDirs() error {
+	for i := len(u.entries) - 1; i >= 0; i-- {
+		e := u.entries[i]
 		if e.Kind != "mkdir" {
 			continue
 		}
-		if names, err := root.readDirNames(e.Path); err == nil && names != nil && len(names) == 0 {
-			cur, err := root.lstat(e.Path)
+		if names, err := u.root.readDirNames(e.Path); err == nil && names != nil && len(names) == 0 {
+			cur, err := u.root.lstat(e.Path)
 			if err != nil {
-				return fail(err)
+				return err
 			}
-			if err := openUndoJournal(); err != nil {
-				return fail(err)
+			if err := u.openJournal(); err != nil {
+				return err
 			}
-			if err := errors.Join(uj.add(journalEntry{Kind: "rmdir", Path: e.Path, Prior: snapshot{Type: TypeDir, Perm: cur.Mode}}), uj.sync()); err != nil {
-				return fail(err)
+			if err := errors.Join(u.uj.add(journalEntry{Kind: "rmdir", Path: e.Path, Prior: snapshot{Type: TypeDir, Perm: cur.Mode}}), u.uj.sync()); err != nil {
+				return err
 			}
-			if err := root.remove(e.Path, true); err != nil {
-				return fail(err)
+			if err := u.root.remove(e.Path, true); err != nil {
+				return err
 			}
 		}
 	}
-	// Directories removed, shallowest first.
-	for i := len(entries) - 1; i >= 0; i-- {
-		e := entries[i]
+	return nil
+}
+
+// remakeRemovedDirs makes again the directories the apply removed,
+// shallowest first, with their modes; each is journaled (durable) before
+// it is made. A path it cannot read is kept and reported.
+func (u *undoer) remakeRemovedDirs() error {
+	for i := len(u.entries) - 1; i >= 0; i-- {
+		e := u.entries[i]
 		if e.Kind != "rmdir" {
 			continue
 		}
-		cur, err := root.lstat(e.Path)
+		cur, err := u.root.lstat(e.Path)
 		if err != nil {
-			rep.Kept = append(rep.Kept, FileError{e.Path, err})
+			u.rep.Kept = append(u.rep.Kept, FileError{e.Path, err})
 			continue
 		}
 		if cur.Type == "" {
-			if err := openUndoJournal(); err != nil {
-				return fail(err)
+			if err := u.openJournal(); err != nil {
+				return err
 			}
-			if err := errors.Join(uj.add(journalEntry{Kind: "mkdir", Path: e.Path, After: snapshot{Type: TypeDir}}), uj.sync()); err != nil {
-				return fail(err)
+			if err := errors.Join(u.uj.add(journalEntry{Kind: "mkdir", Path: e.Path, After: snapshot{Type: TypeDir}}), u.uj.sync()); err != nil {
+				return err
 			}
-			if err := root.mkdir(e.Path, e.Prior.Perm); err != nil {
-				return fail(err)
+			if err := u.root.mkdir(e.Path, e.Prior.Perm); err != nil {
+				return err
 			}
 		}
 	}
-	// Removed files.
-	if err := undoFiles(false); err != nil {
-		return fail(err)
-	}
-	if err := root.sync(); err != nil {
-		return fail(err)
-	}
-	if uj != nil {
-		if err := uj.finish(stateApplied); err != nil {
-			return rep, err
-		}
-	}
-	meta.State = stateUndone
-	if len(rep.Kept) > 0 {
-		meta.State = statePartial
-	}
-	if err := writeBackupMeta(dir, meta); err != nil {
-		return rep, fmt.Errorf("mark backup %s %s: %w", id, meta.State, err)
-	}
-	slices.Sort(rep.Restored)
-	return rep, nil
+	return nil
 }
 
-func readJournal(path string) ([]journalEntry, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, fmt.Errorf("read journal: %w", err)
-	}
-	defer f.Close()
-	var out []journalEntry
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		var e journalEntry
-		if err := json.Unmarshal(sc.Bytes(), &e); err != nil {
-			break // a torn last line from a crash
+// finish marks the undo's own backup applied and the apply undone, or
+// partial when paths were kept (it stays undoable). Dying before it leaves
+// the apply in its old state: undoing it again skips what is restored.
+func (u *undoer) finish() error {
+	if u.uj != nil {
+		if err := u.uj.finish(stateApplied); err != nil {
+			return err
 		}
-		out = append(out, e)
 	}
-	return out, nil
+	u.meta.State = stateUndone
+	if len(u.rep.Kept) > 0 {
+		u.meta.State = statePartial
+	}
+	if err := writeBackupMeta(u.dir, u.meta); err != nil {
+		return fmt.Errorf("mark backup %s %s: %w", u.id, u.meta.State, err)
+	}
+	slices.Sort(u.rep.Restored)
+	return nil
 }
 
 // readState snapshots what is at p now.
