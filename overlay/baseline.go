@@ -19,7 +19,6 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
-
 )
 
 // BaselineMode is how a baseline recorded the workspace.
