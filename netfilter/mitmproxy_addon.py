@@ -176,8 +176,10 @@ def _redact_name(k):
     return k
 
 
-def _headers(fields):
-    return http.Headers([(k.encode("latin-1"), v.encode("latin-1")) for k, v in fields or []])
+def _headers(fields, h2):
+    # vibedom answers with canonical names; HTTP/2 wants them lower-case
+    # (mitmdump sends trailers as they are, and h2 refuses them otherwise).
+    return http.Headers([((k.lower() if h2 else k).encode("latin-1"), v.encode("latin-1")) for k, v in fields or []])
 
 
 class _BodyStream:
@@ -262,6 +264,9 @@ def _refuse(flow, status, reason):
         ("vibedom: %s\n" % reason).encode(),
         {"Content-Type": "text/plain; charset=utf-8", "X-Vibedom": "refused", "Connection": "close"},
     )
+    # Marked on the flow, not read back from the header: upstream could
+    # send that header too.
+    flow.metadata["vibedom_refused"] = True
     _forget_request(flow)
 
 
@@ -632,13 +637,13 @@ class Vibedom:
         _after_sent(flow)
         n = [0]
         repl = None
-        if _secrets and flow.response.headers.get("X-Vibedom") != "refused":
+        if _secrets and not flow.metadata.get("vibedom_refused"):
             try:
                 ans = await _pool.call({"op": "rhead", "id": flow.id, "status": flow.response.status_code,
                                         "method": flow.request.method, "headers": _fields(flow.response.headers)})
                 if ans.get("action") != "allow":
                     raise RuntimeError(ans.get("reason") or "refused")
-                flow.response.headers = _headers(ans.get("headers"))
+                flow.response.headers = _headers(ans.get("headers"), flow.response.http_version.startswith("HTTP/2"))
                 if ans.get("stream"):
                     flow.metadata["vibedom_stream"] = _BodyStream(flow.id)
             except Exception as e:
@@ -680,7 +685,8 @@ class Vibedom:
         if _secrets and flow.response.trailers:
             try:
                 ans = await _pool.call({"op": "rtrail", "id": flow.id, "headers": _fields(flow.response.trailers)})
-                flow.response.trailers = _headers(ans.get("headers")) if ans.get("action") == "allow" else None
+                h2 = flow.response.http_version.startswith("HTTP/2")
+                flow.response.trailers = _headers(ans.get("headers"), h2) if ans.get("action") == "allow" else None
             except Exception:
                 flow.response.trailers = None
         failed = flow.metadata.get("vibedom_failed")
@@ -695,7 +701,7 @@ class Vibedom:
             except Exception:
                 pass
             return
-        if flow.response.headers.get("X-Vibedom") == "refused":
+        if flow.metadata.get("vibedom_refused"):
             # vibedom recorded the refusal; this only frees what the
             # request held.
             try:
