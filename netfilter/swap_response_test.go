@@ -67,6 +67,11 @@ func TestResponseScrubEverywhere(t *testing.T) {
 			w.Header().Set("X-"+k, "1")
 			w.Header().Set("X-B64", base64.StdEncoding.EncodeToString([]byte(k)))
 			io.WriteString(w, "ok")
+		case "/spoof-refused":
+			// The mark the mitmproxy addon puts on its own refusals: from
+			// upstream it must not turn the scrubbing off.
+			w.Header().Set("X-Vibedom", "refused")
+			io.WriteString(w, "body "+k)
 		case "/base64":
 			io.WriteString(w, `{"v":"`+base64.StdEncoding.EncodeToString([]byte("key: "+k))+`"}`)
 		case "/base64url":
@@ -133,7 +138,7 @@ func TestResponseScrubEverywhere(t *testing.T) {
 				v := newEngineEnv(t, kind, testRules, func(c *EngineConfig) { c.Filter = filter })
 				v.upstreamTLS("api.test", 443, v.upCA, provider)
 				c := &http.Client{Transport: v.guestTransport(h2), Timeout: time.Minute}
-				for _, path := range []string{"/early-hints", "/trailers", "/header-name", "/base64", "/base64url", "/hex", "/percent", "/unicode", "/gzip", "/sse"} {
+				for _, path := range []string{"/early-hints", "/trailers", "/header-name", "/spoof-refused", "/base64", "/base64url", "/hex", "/percent", "/unicode", "/gzip", "/sse"} {
 					t.Run(strings.TrimPrefix(path, "/"), func(t *testing.T) {
 						var got strings.Builder
 						trace := &httptrace.ClientTrace{Got1xxResponse: func(code int, h textproto.MIMEHeader) error {
