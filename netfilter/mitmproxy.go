@@ -167,6 +167,9 @@ type mitmFlow struct {
 	req  *http.Request
 	// status is set when the response headers came (a WebSocket's 101).
 	status int
+	// stream scrubs a provider's response body (guarded by
+	// MitmproxyEngine.mu).
+	stream *respStream
 }
 
 var versionRE = regexp.MustCompile(`(?m)^Mitmproxy:\s*(\d+)\.(\d+)(\.\d+)?`)

@@ -10,6 +10,7 @@ import hmac
 import json
 import os
 import re
+import socket
 
 from mitmproxy import ctx, exceptions, http
 
@@ -175,9 +176,81 @@ def _redact_name(k):
     return k
 
 
-def _redact_headers(headers):
-    # Names and values: a provider may echo a key in either.
-    return http.Headers([(_redact_name(k), _redact(v)) for k, v in headers.fields])
+def _headers(fields, h2):
+    # vibedom answers with canonical names; HTTP/2 wants them lower-case
+    # (mitmdump sends trailers as they are, and h2 refuses them otherwise).
+    return http.Headers([((k.lower() if h2 else k).encode("latin-1"), v.encode("latin-1")) for k, v in fields or []])
+
+
+class _BodyStream:
+    """A provider's response body fed through vibedom's response scrubber
+    (the Go engine's: decoded, every form of the key replaced, an event
+    stream event by event), a chunk at a time. mitmproxy calls a stream
+    function synchronously, so this talks to vibedom over a blocking
+    connection of its own; vibedom answers as soon as its scrubber waits
+    for more. Once anything fails, nothing more of the body is passed."""
+
+    def __init__(self, fid):
+        self.id = fid
+        self.failed = None
+        self.s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.s.settimeout(60)
+        self.s.connect(SOCK)
+        self.r = self.s.makefile("rb")
+
+    def feed(self, chunk, end):
+        if self.failed:
+            return b""
+        try:
+            msg = {"op": "rbody", "id": self.id, "end": end}
+            if chunk:
+                msg["blen"] = len(chunk)
+            self.s.sendall(json.dumps(msg, separators=(",", ":")).encode() + b"\n" + chunk)
+            line = self.r.readline()
+            if not line.endswith(b"\n"):
+                raise ConnectionError("vibedom closed the control socket")
+            ans = json.loads(line)
+            n = ans.get("blen") or 0
+            data = self.r.read(n) if n else b""
+            if len(data) != n:
+                raise ConnectionError("vibedom closed the control socket")
+            if ans.get("action") != "allow":
+                self.failed = ans.get("reason") or "refused"
+                return b""
+            return data
+        except Exception as e:
+            self.failed = "the response scrubber failed (%s)" % type(e).__name__
+            return b""
+
+    def close(self):
+        try:
+            self.r.close()
+            self.s.close()
+        except Exception:
+            pass
+
+
+_INFORMATIONAL = re.compile(rb"HTTP/1\.[01] 1(0[02-9]|[1-9][0-9]) ")
+
+
+def _swallow_informational():
+    """mitmdump reads an HTTP/1 1xx response other than 101 (103 Early
+    Hints) as the final one, then stalls on the real one: the upstream side
+    drops each such header block (as mitmdump does on HTTP/2), so the
+    request completes and those headers never reach the guest."""
+    from mitmproxy.proxy import events
+    from mitmproxy.proxy.layers.http import _http1
+
+    orig = _http1.Http1Client.read_headers
+
+    def read_headers(self, event):
+        if isinstance(event, events.DataReceived) and self.request:
+            while _INFORMATIONAL.match(bytes(self.buf)[:16]):
+                if self.buf.maybe_extract_lines() is None:
+                    break
+        yield from orig(self, event)
+
+    _http1.Http1Client.read_headers = read_headers
 
 
 def _peer(conn):
@@ -191,6 +264,9 @@ def _refuse(flow, status, reason):
         ("vibedom: %s\n" % reason).encode(),
         {"Content-Type": "text/plain; charset=utf-8", "X-Vibedom": "refused", "Connection": "close"},
     )
+    # Marked on the flow, not read back from the header: upstream could
+    # send that header too.
+    flow.metadata["vibedom_refused"] = True
     _forget_request(flow)
 
 
@@ -375,6 +451,12 @@ class Vibedom:
         except Exception as e:
             ctx.log.error("vibedom: cannot scrub WebSocket control frames: %s" % e)
             ctx.master.shutdown()
+        try:
+            _swallow_informational()
+        except Exception as e:
+            # Not a leak (1xx headers are scrubbed like any other), only a
+            # request that would stall on a 103.
+            ctx.log.warn("vibedom: cannot drop HTTP/1 informational responses: %s" % e)
         # Any web UI is private and read-only, whether or not vibedom said
         # it runs one.
         if LIVE_VIEW or hasattr(ctx.master, "app"):
@@ -545,17 +627,43 @@ class Vibedom:
         else:
             flow.marked = SENT_MARK
 
-    def responseheaders(self, flow):
+    async def responseheaders(self, flow):
         # The request has gone out: the live view's copy loses the real
         # credentials. Stream the response, counting the bytes, with the
-        # real credentials a provider might echo back replaced in the
-        # headers (names and values) and, as it streams, in the body.
+        # real credentials a provider might echo back scrubbed by vibedom
+        # in the headers (names and values, every form the DLP knows) and,
+        # as it streams, in the body: a provider's response through
+        # vibedom's scrubber, any other with the literal values replaced.
         _after_sent(flow)
         n = [0]
         repl = None
-        if _secrets and flow.response.headers.get("X-Vibedom") != "refused":
-            repl = _replacer()
-            flow.response.headers = _redact_headers(flow.response.headers)
+        if _secrets and not flow.metadata.get("vibedom_refused"):
+            try:
+                ans = await _pool.call({"op": "rhead", "id": flow.id, "status": flow.response.status_code,
+                                        "method": flow.request.method, "headers": _fields(flow.response.headers)})
+                if ans.get("action") != "allow":
+                    raise RuntimeError(ans.get("reason") or "refused")
+                flow.response.headers = _headers(ans.get("headers"), flow.response.http_version.startswith("HTTP/2"))
+                if ans.get("stream"):
+                    flow.metadata["vibedom_stream"] = _BodyStream(flow.id)
+            except Exception as e:
+                flow.metadata["vibedom_failed"] = "the response scrubber refused the response (%s)" % e
+                flow.kill()
+                return
+            bs = flow.metadata.get("vibedom_stream")
+            if bs is not None:
+                def repl(chunk):
+                    out = bs.feed(chunk, chunk == b"")
+                    if bs.failed and flow.killable:
+                        # The rest is not passed; the response ends in an
+                        # error, not as if it were whole.
+                        flow.metadata["vibedom_failed"] = bs.failed
+                        flow.kill()
+                    # Never an empty chunk: on HTTP/1 it would end the
+                    # chunked body.
+                    return [out] if out else []
+            else:
+                repl = _replacer()
             if flow.request.method.upper() != "HEAD" and "content-length" in flow.response.headers:
                 # The length changes with a replacement.
                 del flow.response.headers["content-length"]
@@ -575,14 +683,25 @@ class Vibedom:
         _after_sent(flow)
         # Trailers are sent after this hook.
         if _secrets and flow.response.trailers:
-            flow.response.trailers = _redact_headers(flow.response.trailers)
+            try:
+                ans = await _pool.call({"op": "rtrail", "id": flow.id, "headers": _fields(flow.response.trailers)})
+                h2 = flow.response.http_version.startswith("HTTP/2")
+                flow.response.trailers = _headers(ans.get("headers"), h2) if ans.get("action") == "allow" else None
+            except Exception:
+                flow.response.trailers = None
+        failed = flow.metadata.get("vibedom_failed")
+        if failed:
+            if flow.killable:
+                flow.kill()
+            await self._done(flow, failed)
+            return
         if flow.response.status_code == 101:
             try:
                 await _pool.call({"op": "status", "id": flow.id, "status": 101}, reply=False)
             except Exception:
                 pass
             return
-        if flow.response.headers.get("X-Vibedom") == "refused":
+        if flow.metadata.get("vibedom_refused"):
             # vibedom recorded the refusal; this only frees what the
             # request held.
             try:
@@ -594,7 +713,8 @@ class Vibedom:
 
     async def error(self, flow):
         _after_sent(flow)
-        await self._done(flow, str(flow.error) if flow.error else "error")
+        err = flow.metadata.get("vibedom_failed") or (str(flow.error) if flow.error else "error")
+        await self._done(flow, err)
 
     async def websocket_message(self, flow):
         msg = flow.websocket.messages[-1]
@@ -634,6 +754,9 @@ class Vibedom:
 
     async def _done(self, flow, err):
         _unsent.pop(flow.id, None)
+        bs = flow.metadata.pop("vibedom_stream", None)
+        if bs is not None:
+            bs.close()
         if LIVE_VIEW:
             try:
                 _trim_view()

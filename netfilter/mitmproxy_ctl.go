@@ -48,6 +48,7 @@ type ctlMsg struct {
 	Down   int64     `json:"down"`
 	Error  string    `json:"error"`
 	Replay bool      `json:"replay"` // a replay from mitmweb's UI
+	End    bool      `json:"end"`    // the last piece of a response body ("rbody")
 }
 
 // ctlReply is the engine's answer.
@@ -67,6 +68,9 @@ type ctlReply struct {
 	// bytes (raw) after the JSON line.
 	BodyLen int64  `json:"blen,omitempty"`
 	raw     []byte `json:"-"`
+	// Stream is set when the response body is to be fed through this
+	// side ("rbody"): a provider's response.
+	Stream bool `json:"stream,omitempty"`
 }
 
 // maxCtlLine bounds one JSON line from the addon (headers, or a WebSocket
@@ -194,6 +198,12 @@ func (e *MitmproxyEngine) answer(m *ctlMsg) *ctlReply {
 		return e.rawTCP(m)
 	case "ws":
 		return e.wsMessage(m)
+	case "rhead":
+		return e.respHead(m)
+	case "rtrail":
+		return e.respTrailers(m)
+	case "rbody":
+		return e.respBody(m)
 	case "status":
 		e.mu.Lock()
 		if f := e.flows[m.ID]; f != nil {
@@ -389,6 +399,9 @@ func (e *MitmproxyEngine) refuseReq(m *ctlMsg, dest fwdTarget, r *http.Request, 
 
 // finish records a request's event, as the Go engine does.
 func (e *MitmproxyEngine) finish(f *mitmFlow, status int, down int64, errText string) {
+	if f.stream != nil {
+		f.stream.close()
+	}
 	var findings []Finding
 	if f.done != nil {
 		findings = f.done()

@@ -143,12 +143,7 @@ func (f *swapFilter) FilterResponse(resp *http.Response) {
 	var body io.ReadCloser = resp.Body
 	if f.scrub != nil && f.fromProvider(resp) {
 		if ce := resp.Header.Get("Content-Encoding"); ce != "" && !strings.EqualFold(ce, "identity") {
-			dec, err := decodeBody(ce, body)
-			if err != nil {
-				body = errBody{src: body, err: fmt.Errorf("a provider's response in Content-Encoding %q cannot be scanned for the credential: %w", shorten(ce), err)}
-			} else {
-				body = dec
-			}
+			body = &lazyDecode{ce: ce, src: body}
 			resp.Header.Del("Content-Encoding")
 		}
 		body = f.scrub.reader(body, resp.Header.Get("Content-Type"))
@@ -228,6 +223,32 @@ func (b *trailerBody) Read(p []byte) (int, error) {
 	}
 	return n, err
 }
+
+// lazyDecode undoes a body's content codings from its first read on: a
+// decoder reads the coding's header when made, which must not wait here
+// (the mitmproxy engine feeds the body only once the headers are sent).
+type lazyDecode struct {
+	ce  string
+	src io.ReadCloser
+	r   io.Reader
+	err error
+}
+
+func (b *lazyDecode) Read(p []byte) (int, error) {
+	if b.r == nil && b.err == nil {
+		dec, err := decodeBody(b.ce, b.src)
+		if err != nil {
+			b.err = fmt.Errorf("a provider's response in Content-Encoding %q cannot be scanned for the credential: %w", shorten(b.ce), err)
+		}
+		b.r = dec
+	}
+	if b.err != nil {
+		return 0, b.err
+	}
+	return b.r.Read(p)
+}
+
+func (b *lazyDecode) Close() error { return b.src.Close() }
 
 // errBody fails its first read: a body that must not reach the guest.
 type errBody struct {
