@@ -32,7 +32,7 @@ import (
 //	go test ./session -run '^$' -bench CollectVM -benchtime 1x -timeout 30m
 func BenchmarkCollectVM(b *testing.B) {
 	g := vmtest.Boot(b, vmtest.Harness{
-		Driver: qemu.New(qemu.Options{CacheDir: os.TempDir()}), Arch: vm.ArchAMD64,
+		Driver: qemu.New(qemu.Options{CacheDir: os.TempDir(), ShareFS: string(vm.Share9P)}), Arch: vm.ArchAMD64,
 		Transport: proto.TransportVirtioSerial, ShareFS: proto.FS9P,
 		BootTimeout: 5 * time.Minute, ScratchSize: 4 << 30, // 65,536 inodes
 	}, map[string]string{"package.json": "{}\n"})
