@@ -19,7 +19,7 @@ import (
 	"golang.org/x/crypto/ssh"
 	"golang.org/x/crypto/ssh/agent"
 
-	"github.com/vibedom/vibedom/guest/client"
+	"github.com/vibedom/vibedom/guestlink"
 )
 
 func newKeyring(t *testing.T) (agent.Agent, ssh.PublicKey) {
@@ -108,8 +108,8 @@ func TestAgentForwarding(t *testing.T) {
 	kr, pub := newKeyring(t)
 
 	t.Run("no agent served", func(t *testing.T) {
-		_, err := c.Exec(t.Context(), "true", client.ExecOptions{ForwardAgent: true})
-		if !errors.Is(err, client.ErrNoAgent) {
+		_, err := c.Exec(t.Context(), "true", guestlink.ExecOptions{ForwardAgent: true})
+		if !errors.Is(err, guestlink.ErrNoAgent) {
 			t.Errorf("got %v, want ErrNoAgent", err)
 		}
 	})
@@ -124,7 +124,7 @@ func TestAgentForwarding(t *testing.T) {
 	t.Run("exec", func(t *testing.T) {
 		out, errOut, st := execIn(t, c, `echo "sock=$SSH_AUTH_SOCK"; stat -c 'mode=%a' "$(dirname "$SSH_AUTH_SOCK")"; ssh-add -L
 ssh -F /dev/null -o BatchMode=yes -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o IdentityFile=/dev/null -p `+port+` git@127.0.0.1 anything`,
-			client.ExecOptions{ForwardAgent: true})
+			guestlink.ExecOptions{ForwardAgent: true})
 		if !st.Success() {
 			t.Fatalf("%v\n%s\n%s", st, out, errOut)
 		}
@@ -143,13 +143,13 @@ ssh -F /dev/null -o BatchMode=yes -o StrictHostKeyChecking=no -o UserKnownHostsF
 	})
 	t.Run("shell", func(t *testing.T) {
 		var out lockedBuffer
-		st, err := c.Shell(t.Context(), client.ShellOptions{Command: "ssh-add -l; exit 3", Stdout: &out, ForwardAgent: true})
+		st, err := c.Shell(t.Context(), guestlink.ShellOptions{Command: "ssh-add -l; exit 3", Stdout: &out, ForwardAgent: true})
 		if err != nil || st.Code != 3 || !strings.Contains(out.String(), "ED25519") {
 			t.Errorf("%v %v\n%s", st, err, out.String())
 		}
 	})
 	t.Run("not asked for", func(t *testing.T) {
-		out, _, _ := execIn(t, c, `echo "sock=$SSH_AUTH_SOCK."`, client.ExecOptions{})
+		out, _, _ := execIn(t, c, `echo "sock=$SSH_AUTH_SOCK."`, guestlink.ExecOptions{})
 		if out != "sock=.\n" {
 			t.Errorf("output %q", out)
 		}
@@ -260,7 +260,7 @@ func TestAgentForwardingKept(t *testing.T) {
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan error, 1)
 	go func() {
-		_, err := c.Shell(ctx, client.ShellOptions{Keep: "k", ForwardAgent: true,
+		_, err := c.Shell(ctx, guestlink.ShellOptions{Keep: "k", ForwardAgent: true,
 			Command: "touch " + g.path("started") + "; while [ ! -e " + g.path("go") + " ]; do sleep 0.05; done; ssh-add -l > " + g.path("out") + " 2>&1"})
 		done <- err
 	}()

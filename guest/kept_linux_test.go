@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vibedom/vibedom/guest/client"
+	"github.com/vibedom/vibedom/guestlink"
 )
 
 // syncBuffer is a bytes.Buffer safe for a writer and a polling reader.
@@ -33,14 +33,14 @@ func (s *syncBuffer) String() string {
 
 // attach opens a kept-terminal shell and returns its output, a writer to
 // its input, a detach function and the channel's result.
-func attachKept(t *testing.T, c *client.Client, name, command string) (*syncBuffer, io.WriteCloser, context.CancelFunc, chan error) {
+func attachKept(t *testing.T, c *guestlink.Client, name, command string) (*syncBuffer, io.WriteCloser, context.CancelFunc, chan error) {
 	t.Helper()
 	out := &syncBuffer{}
 	pr, pw := io.Pipe()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		st, err := c.Shell(ctx, client.ShellOptions{Keep: name, Command: command, Stdin: pr, Stdout: out})
+		st, err := c.Shell(ctx, guestlink.ShellOptions{Keep: name, Command: command, Stdin: pr, Stdout: out})
 		if err == nil && !st.Success() {
 			err = errors.New(st.String())
 		}
@@ -57,7 +57,7 @@ func TestKeptTerminalSurvivesDetach(t *testing.T) {
 	out1, _, detach1, done1 := attachKept(t, c, "agent", script)
 	waitUntil(t, "first output", func() bool { return strings.Contains(out1.String(), "tick-3") })
 	detach1()
-	if err := <-done1; !errors.Is(err, client.ErrDetached) {
+	if err := <-done1; !errors.Is(err, guestlink.ErrDetached) {
 		t.Fatalf("detach: %v", err)
 	}
 	time.Sleep(200 * time.Millisecond) // the command goes on without anyone attached
@@ -107,7 +107,7 @@ func TestKeptTerminalSurvivesDetach(t *testing.T) {
 func TestKeptTerminalExitStatus(t *testing.T) {
 	g := startGuest(t)
 	c := g.dial(t)
-	st, err := c.Shell(context.Background(), client.ShellOptions{Keep: "x", Command: "exit 7"})
+	st, err := c.Shell(context.Background(), guestlink.ShellOptions{Keep: "x", Command: "exit 7"})
 	if err != nil || st.Code != 7 {
 		t.Fatalf("status %v, err %v", st, err)
 	}
@@ -118,7 +118,7 @@ func TestKeptTerminalBadNames(t *testing.T) {
 	c := g.dial(t)
 	for _, name := range []string{"../x", "A", strings.Repeat("a", 33), "a b", "a\x00"} {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		_, err := c.Shell(ctx, client.ShellOptions{Keep: name, Command: "true"})
+		_, err := c.Shell(ctx, guestlink.ShellOptions{Keep: name, Command: "true"})
 		cancel()
 		if err == nil {
 			t.Errorf("kept terminal %q accepted", name)

@@ -22,7 +22,7 @@ import (
 
 	"golang.org/x/crypto/ssh"
 
-	"github.com/vibedom/vibedom/guest/client"
+	"github.com/vibedom/vibedom/guestlink"
 	"github.com/vibedom/vibedom/keys"
 )
 
@@ -101,14 +101,14 @@ func startGuest(t *testing.T, opts ...guestOption) *testGuest {
 	return g
 }
 
-// dial connects a guest/client to the server.
-func (g *testGuest) dial(t *testing.T) *client.Client {
+// dial connects the host's client (guestlink) to the server.
+func (g *testGuest) dial(t *testing.T) *guestlink.Client {
 	t.Helper()
 	conn, err := net.Dial("tcp", g.addr)
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := client.Dial(t.Context(), conn, g.keys.ClientConfig())
+	c, err := guestlink.Dial(t.Context(), conn, g.keys.ClientConfig())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -116,7 +116,7 @@ func (g *testGuest) dial(t *testing.T) *client.Client {
 	return c
 }
 
-// raw connects a plain x/crypto/ssh client, for requests guest/client
+// raw connects a plain x/crypto/ssh client, for requests guestlink
 // never sends.
 func (g *testGuest) raw(t *testing.T) *ssh.Client {
 	t.Helper()
@@ -178,7 +178,7 @@ func waitUntil(t *testing.T, what string, cond func() bool) {
 	}
 }
 
-func execIn(t *testing.T, c *client.Client, cmd string, o client.ExecOptions) (string, string, client.ExitStatus) {
+func execIn(t *testing.T, c *guestlink.Client, cmd string, o guestlink.ExecOptions) (string, string, guestlink.ExitStatus) {
 	t.Helper()
 	var out, errb lockedBuffer
 	o.Stdout, o.Stderr = &out, &errb
@@ -197,27 +197,27 @@ func TestExec(t *testing.T) {
 	tests := []struct {
 		name, cmd, stdin string
 		wantOut, wantErr string
-		wantStatus       client.ExitStatus
+		wantStatus       guestlink.ExitStatus
 		wantShell        int
 	}{
 		{name: "stdout and stderr apart", cmd: "echo out; echo err >&2; echo out2", wantOut: "out\nout2\n", wantErr: "err\n"},
 		{name: "exit 0", cmd: "true"},
-		{name: "exit 1", cmd: "exit 1", wantStatus: client.ExitStatus{Code: 1}, wantShell: 1},
-		{name: "exit 42", cmd: "exit 42", wantStatus: client.ExitStatus{Code: 42}, wantShell: 42},
+		{name: "exit 1", cmd: "exit 1", wantStatus: guestlink.ExitStatus{Code: 1}, wantShell: 1},
+		{name: "exit 42", cmd: "exit 42", wantStatus: guestlink.ExitStatus{Code: 42}, wantShell: 42},
 		{name: "stdin reaches EOF", cmd: "cat; echo done", stdin: "abc", wantOut: "abcdone\n"},
 		{name: "no stdin is an empty stdin", cmd: "wc -c", wantOut: "0\n"},
 		{name: "working directory is /work", cmd: "pwd", wantOut: "WORKDIR\n"},
 		{name: "base environment", cmd: "echo $VIBEDOM_TEST", wantOut: "1\n"},
 		{name: "no TERM without a pty", cmd: "echo ${TERM-unset}", wantOut: "unset\n"},
-		{name: "killed by SIGKILL", cmd: "kill -9 $$", wantStatus: client.ExitStatus{Signal: "KILL"}, wantShell: 137},
-		{name: "killed by SIGSEGV", cmd: "kill -SEGV $$", wantStatus: client.ExitStatus{Signal: "SEGV"}, wantShell: 139},
-		{name: "killed by a signal without a name", cmd: "kill -36 $$", wantStatus: client.ExitStatus{Signal: "36@vibedom"}, wantShell: 164},
+		{name: "killed by SIGKILL", cmd: "kill -9 $$", wantStatus: guestlink.ExitStatus{Signal: "KILL"}, wantShell: 137},
+		{name: "killed by SIGSEGV", cmd: "kill -SEGV $$", wantStatus: guestlink.ExitStatus{Signal: "SEGV"}, wantShell: 139},
+		{name: "killed by a signal without a name", cmd: "kill -36 $$", wantStatus: guestlink.ExitStatus{Signal: "36@vibedom"}, wantShell: 164},
 		{name: "empty command", cmd: ""},
 		{name: "stdin is not a terminal", cmd: "test -t 0 || echo notty", wantOut: "notty\n"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			out, errOut, st := execIn(t, c, tt.cmd, client.ExecOptions{Stdin: strings.NewReader(tt.stdin)})
+			out, errOut, st := execIn(t, c, tt.cmd, guestlink.ExecOptions{Stdin: strings.NewReader(tt.stdin)})
 			want := strings.ReplaceAll(tt.wantOut, "WORKDIR", g.workDir)
 			if out != want {
 				t.Errorf("stdout: got %q, want %q", out, want)
@@ -242,7 +242,7 @@ func TestExecStreams(t *testing.T) {
 	const size = 4 << 20
 	t.Run("all output arrives before the status", func(t *testing.T) {
 		var n countingWriter
-		st, err := c.Exec(t.Context(), fmt.Sprintf("head -c %d /dev/zero; exit 3", size), client.ExecOptions{Stdout: &n})
+		st, err := c.Exec(t.Context(), fmt.Sprintf("head -c %d /dev/zero; exit 3", size), guestlink.ExecOptions{Stdout: &n})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -251,7 +251,7 @@ func TestExecStreams(t *testing.T) {
 		}
 	})
 	t.Run("large stdin", func(t *testing.T) {
-		out, _, st := execIn(t, c, "wc -c", client.ExecOptions{Stdin: io.LimitReader(zeroReader{}, size)})
+		out, _, st := execIn(t, c, "wc -c", guestlink.ExecOptions{Stdin: io.LimitReader(zeroReader{}, size)})
 		if strings.TrimSpace(out) != strconv.Itoa(size) || st.Code != 0 {
 			t.Errorf("wc -c of %d bytes: got %q (%+v)", size, out, st)
 		}
@@ -259,14 +259,14 @@ func TestExecStreams(t *testing.T) {
 	t.Run("a command that ignores stdin still ends", func(t *testing.T) {
 		pr, pw := io.Pipe() // never closed until the end
 		defer pw.Close()
-		out, _, st := execIn(t, c, "echo hi", client.ExecOptions{Stdin: pr})
+		out, _, st := execIn(t, c, "echo hi", guestlink.ExecOptions{Stdin: pr})
 		if out != "hi\n" || st.Code != 0 {
 			t.Errorf("got %q (%+v)", out, st)
 		}
 	})
 	t.Run("background job does not hold the session", func(t *testing.T) {
 		g.killPIDFileAtCleanup(t, "bg.pid")
-		out, _, st := execIn(t, c, "sleep 60 & echo $! > bg.pid; echo started", client.ExecOptions{})
+		out, _, st := execIn(t, c, "sleep 60 & echo $! > bg.pid; echo started", guestlink.ExecOptions{})
 		if out != "started\n" || st.Code != 0 {
 			t.Errorf("got %q (%+v)", out, st)
 		}
@@ -277,7 +277,7 @@ func TestExecStreams(t *testing.T) {
 			t.Errorf("Output: got %q, %v", out, err)
 		}
 		_, err = c.Output(t.Context(), "echo why >&2; exit 4")
-		var ee *client.ExitError
+		var ee *guestlink.ExitError
 		if !errors.As(err, &ee) || ee.Status.Code != 4 || string(ee.Stderr) != "why\n" {
 			t.Errorf("Output of a failing command: got %v", err)
 		}
@@ -300,7 +300,7 @@ func TestExecEnv(t *testing.T) {
 	}
 	for _, tt := range ok {
 		t.Run(tt.name, func(t *testing.T) {
-			out, _, st := execIn(t, c, tt.cmd, client.ExecOptions{Env: tt.env})
+			out, _, st := execIn(t, c, tt.cmd, guestlink.ExecOptions{Env: tt.env})
 			if out != tt.want || st.Code != 0 {
 				t.Errorf("got %q (%+v), want %q", out, st, tt.want)
 			}
@@ -320,18 +320,18 @@ func TestExecEnv(t *testing.T) {
 	}
 	for _, tt := range refused {
 		t.Run(tt.name, func(t *testing.T) {
-			if _, err := c.Exec(t.Context(), "true", client.ExecOptions{Env: tt.env}); err == nil {
+			if _, err := c.Exec(t.Context(), "true", guestlink.ExecOptions{Env: tt.env}); err == nil {
 				t.Errorf("environment accepted")
 			}
 		})
 	}
 	t.Run("a value larger than an SSH packet ends only that connection", func(t *testing.T) {
 		other := g.dial(t)
-		_, err := other.Exec(t.Context(), "true", client.ExecOptions{Env: map[string]string{"HUGE": strings.Repeat("y", 2<<20)}})
+		_, err := other.Exec(t.Context(), "true", guestlink.ExecOptions{Env: map[string]string{"HUGE": strings.Repeat("y", 2<<20)}})
 		if err == nil {
 			t.Errorf("a 2 MiB variable was accepted")
 		}
-		if out, _, _ := execIn(t, c, "echo alive", client.ExecOptions{}); out != "alive\n" {
+		if out, _, _ := execIn(t, c, "echo alive", guestlink.ExecOptions{}); out != "alive\n" {
 			t.Errorf("server after a huge variable: got %q", out)
 		}
 	})
@@ -353,19 +353,19 @@ func TestSignals(t *testing.T) {
 		cmd        string
 		sig        ssh.Signal
 		wantOut    string
-		wantStatus client.ExitStatus
+		wantStatus guestlink.ExitStatus
 	}{
-		{"trapped INT", "trap 'echo got-int; exit 5' INT; echo ready; while :; do sleep 0.05; done", ssh.SIGINT, "ready\ngot-int\n", client.ExitStatus{Code: 5}},
-		{"TERM kills", "echo ready; exec sleep 60", ssh.SIGTERM, "ready\n", client.ExitStatus{Signal: "TERM"}},
-		{"KILL reaches the whole pipeline", "echo ready; sleep 60 | sleep 60", ssh.SIGKILL, "ready\n", client.ExitStatus{Signal: "KILL"}},
+		{"trapped INT", "trap 'echo got-int; exit 5' INT; echo ready; while :; do sleep 0.05; done", ssh.SIGINT, "ready\ngot-int\n", guestlink.ExitStatus{Code: 5}},
+		{"TERM kills", "echo ready; exec sleep 60", ssh.SIGTERM, "ready\n", guestlink.ExitStatus{Signal: "TERM"}},
+		{"KILL reaches the whole pipeline", "echo ready; sleep 60 | sleep 60", ssh.SIGKILL, "ready\n", guestlink.ExitStatus{Signal: "KILL"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			var out lockedBuffer
 			sigs := make(chan ssh.Signal, 1)
-			res := make(chan client.ExitStatus, 1)
+			res := make(chan guestlink.ExitStatus, 1)
 			go func() {
-				st, err := c.Exec(t.Context(), tt.cmd, client.ExecOptions{Stdout: &out, Signals: sigs})
+				st, err := c.Exec(t.Context(), tt.cmd, guestlink.ExecOptions{Stdout: &out, Signals: sigs})
 				if err != nil {
 					t.Errorf("exec: %v", err)
 				}
@@ -387,7 +387,7 @@ func TestSignals(t *testing.T) {
 		done := make(chan struct{})
 		go func() {
 			defer close(done)
-			_, _ = c.Exec(t.Context(), "sh -c 'echo $$ > child.pid; exec sleep 60' & sleep 0.2; echo ready; wait", client.ExecOptions{Stdout: &out, Signals: sigs})
+			_, _ = c.Exec(t.Context(), "sh -c 'echo $$ > child.pid; exec sleep 60' & sleep 0.2; echo ready; wait", guestlink.ExecOptions{Stdout: &out, Signals: sigs})
 		}()
 		waitUntil(t, "the command to start", func() bool { return strings.Contains(out.String(), "ready") })
 		pid, ok := readPID(g.path("child.pid"))
@@ -407,7 +407,7 @@ func TestExecContextCancel(t *testing.T) {
 	var out lockedBuffer
 	errc := make(chan error, 1)
 	go func() {
-		_, err := c.Exec(ctx, "trap 'touch got-term; exit 3' TERM; echo ready; while :; do sleep 0.05; done", client.ExecOptions{Stdout: &out})
+		_, err := c.Exec(ctx, "trap 'touch got-term; exit 3' TERM; echo ready; while :; do sleep 0.05; done", guestlink.ExecOptions{Stdout: &out})
 		errc <- err
 	}()
 	waitUntil(t, "the command to start", func() bool { return strings.Contains(out.String(), "ready") })
@@ -425,10 +425,10 @@ func TestShellPTY(t *testing.T) {
 		pr, pw := io.Pipe()
 		defer pw.Close()
 		var out lockedBuffer
-		resize := make(chan client.WindowSize, 1)
-		done := make(chan client.ExitStatus, 1)
+		resize := make(chan guestlink.WindowSize, 1)
+		done := make(chan guestlink.ExitStatus, 1)
 		go func() {
-			st, err := c.Shell(t.Context(), client.ShellOptions{
+			st, err := c.Shell(t.Context(), guestlink.ShellOptions{
 				Term: "xterm", Cols: 100, Rows: 30, Resize: resize, Stdin: pr, Stdout: &out,
 				Command: "stty size; while read x && [ \"$x\" != q ]; do stty size; done; exit 7",
 			})
@@ -438,7 +438,7 @@ func TestShellPTY(t *testing.T) {
 			done <- st
 		}()
 		waitUntil(t, "the first size", func() bool { return strings.Contains(out.String(), "30 100") })
-		resize <- client.WindowSize{Cols: 120, Rows: 40}
+		resize <- guestlink.WindowSize{Cols: 120, Rows: 40}
 		// The resize and the typed lines travel apart: ask again until the
 		// shell reports the new size, then end its input.
 		waitUntil(t, "the new size", func() bool {
@@ -452,7 +452,7 @@ func TestShellPTY(t *testing.T) {
 	})
 	t.Run("login shell on a terminal", func(t *testing.T) {
 		var out lockedBuffer
-		st, err := c.Shell(t.Context(), client.ShellOptions{
+		st, err := c.Shell(t.Context(), guestlink.ShellOptions{
 			Term: "vt100", Stdout: &out,
 			Stdin: strings.NewReader("echo \"0=$0 TERM=$TERM\"; tty; exit 3\n"),
 		})
@@ -464,7 +464,7 @@ func TestShellPTY(t *testing.T) {
 		}
 	})
 	t.Run("killed by a signal", func(t *testing.T) {
-		st, err := c.Shell(t.Context(), client.ShellOptions{Command: "kill -TERM $$"})
+		st, err := c.Shell(t.Context(), guestlink.ShellOptions{Command: "kill -TERM $$"})
 		if err != nil || st.Signal != "TERM" || st.ShellCode() != 143 {
 			t.Errorf("got %+v, %v", st, err)
 		}
@@ -472,7 +472,7 @@ func TestShellPTY(t *testing.T) {
 	t.Run("a process keeping the terminal does not hold the session", func(t *testing.T) {
 		g.killPIDFileAtCleanup(t, "holder.pid")
 		var out lockedBuffer
-		st, err := c.Shell(t.Context(), client.ShellOptions{Stdout: &out,
+		st, err := c.Shell(t.Context(), guestlink.ShellOptions{Stdout: &out,
 			Command: "setsid sh -c 'echo $$ > holder.pid; exec sleep 60' & sleep 0.2; echo bye"})
 		if err != nil || st.Code != 0 || !strings.Contains(out.String(), "bye") {
 			t.Errorf("got %q %+v, %v", out.String(), st, err)
@@ -527,10 +527,10 @@ func TestSFTP(t *testing.T) {
 	if err := f.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if out, _, _ := execIn(t, c, "cat x.txt", client.ExecOptions{}); out != "written over sftp" {
+	if out, _, _ := execIn(t, c, "cat x.txt", guestlink.ExecOptions{}); out != "written over sftp" {
 		t.Errorf("file written over SFTP: got %q", out)
 	}
-	execIn(t, c, "printf guest > y.txt", client.ExecOptions{})
+	execIn(t, c, "printf guest > y.txt", guestlink.ExecOptions{})
 	for _, p := range []string{g.path("y.txt"), "y.txt"} {
 		t.Run(p, func(t *testing.T) {
 			r, err := sc.Open(p)
@@ -647,7 +647,7 @@ func TestAuthentication(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			c, err := client.Dial(t.Context(), conn, tt.cfg())
+			c, err := guestlink.Dial(t.Context(), conn, tt.cfg())
 			if c != nil {
 				defer c.Close()
 			}
@@ -783,7 +783,7 @@ func TestMalformedRequests(t *testing.T) {
 		}
 	})
 	t.Run("the server still works", func(t *testing.T) {
-		if out, _, _ := execIn(t, g.dial(t), "echo alive", client.ExecOptions{}); out != "alive\n" {
+		if out, _, _ := execIn(t, g.dial(t), "echo alive", guestlink.ExecOptions{}); out != "alive\n" {
 			t.Errorf("got %q", out)
 		}
 	})
@@ -892,8 +892,8 @@ func TestNoGoroutineLeak(t *testing.T) {
 	t.Run("sessions", func(t *testing.T) {
 		g := startGuest(t)
 		c := g.dial(t)
-		execIn(t, c, "echo x; cat", client.ExecOptions{Stdin: strings.NewReader("y")})
-		if _, err := c.Shell(t.Context(), client.ShellOptions{Command: "stty size"}); err != nil {
+		execIn(t, c, "echo x; cat", guestlink.ExecOptions{Stdin: strings.NewReader("y")})
+		if _, err := c.Shell(t.Context(), guestlink.ShellOptions{Command: "stty size"}); err != nil {
 			t.Fatal(err)
 		}
 		sc, err := c.SFTP()
@@ -940,7 +940,7 @@ func BenchmarkExec(b *testing.B) {
 	_, c := benchGuest(b)
 	b.ResetTimer()
 	for b.Loop() {
-		st, err := c.Exec(b.Context(), "true", client.ExecOptions{})
+		st, err := c.Exec(b.Context(), "true", guestlink.ExecOptions{})
 		if err != nil || st.Code != 0 {
 			b.Fatal(err, st)
 		}
@@ -955,13 +955,13 @@ func BenchmarkExecThroughput(b *testing.B) {
 	b.ResetTimer()
 	for b.Loop() {
 		var n countingWriter
-		if _, err := c.Exec(b.Context(), fmt.Sprintf("head -c %d /dev/zero", size), client.ExecOptions{Stdout: &n}); err != nil || n.n.Load() != size {
+		if _, err := c.Exec(b.Context(), fmt.Sprintf("head -c %d /dev/zero", size), guestlink.ExecOptions{Stdout: &n}); err != nil || n.n.Load() != size {
 			b.Fatal(err, n.n.Load())
 		}
 	}
 }
 
-func benchGuest(b *testing.B) (*Server, *client.Client) {
+func benchGuest(b *testing.B) (*Server, *guestlink.Client) {
 	k, err := keys.NewSession()
 	if err != nil {
 		b.Fatal(err)
@@ -989,7 +989,7 @@ func benchGuest(b *testing.B) (*Server, *client.Client) {
 		b.Fatal(err)
 	}
 	ln.Close()
-	c, err := client.Dial(b.Context(), conn, k.ClientConfig())
+	c, err := guestlink.Dial(b.Context(), conn, k.ClientConfig())
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -14,10 +14,10 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/vibedom/vibedom/boot"
 	"github.com/vibedom/vibedom/credentials"
-	"github.com/vibedom/vibedom/guest/boot"
-	"github.com/vibedom/vibedom/guest/client"
 	"github.com/vibedom/vibedom/guest/proto"
+	"github.com/vibedom/vibedom/guestlink"
 	"github.com/vibedom/vibedom/image"
 	"github.com/vibedom/vibedom/image/ext4"
 	"github.com/vibedom/vibedom/image/rootfs"
@@ -68,7 +68,7 @@ type sess struct {
 	agentTTY  bool        // the agent runs on the user's terminal
 	creds     *credentials.Session
 	machine   vm.Machine
-	client    *client.Client
+	client    *guestlink.Client
 	egress    *egress
 	carried   *sshagent.Carried // SSH connections the agent signs for (--ssh-agent)
 	secrets   *preflight.Report

@@ -15,8 +15,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/vibedom/vibedom/guest/client"
 	"github.com/vibedom/vibedom/guest/proto"
+	"github.com/vibedom/vibedom/guestlink"
 	"github.com/vibedom/vibedom/overlay"
 )
 
@@ -25,9 +25,9 @@ import (
 // default, which the patch builder applies).
 const maxCollectFile = 256 << 20
 
-// guestExec runs a command in the guest (client.Client does).
+// guestExec runs a command in the guest (guestlink.Client does).
 type guestExec interface {
-	Exec(ctx context.Context, cmd string, o client.ExecOptions) (client.ExitStatus, error)
+	Exec(ctx context.Context, cmd string, o guestlink.ExecOptions) (guestlink.ExitStatus, error)
 }
 
 // collectLimits bound what the host accepts from the guest's collection
@@ -91,12 +91,12 @@ func collect(ctx context.Context, g guestExec, lim collectLimits, build func(*ov
 	defer wd.stop()
 	errOut := &heartbeatBuffer{limitedBuffer: limitedBuffer{buf: &bytes.Buffer{}, max: 64 << 10}, wd: wd}
 	type result struct {
-		st  client.ExitStatus
+		st  guestlink.ExitStatus
 		err error
 	}
 	done := make(chan result, 1)
 	go func() {
-		st, err := g.Exec(ctx, proto.CollectCommand+" "+strconv.FormatInt(lim.MaxFile, 10), client.ExecOptions{Stdout: pw, Stderr: errOut})
+		st, err := g.Exec(ctx, proto.CollectCommand+" "+strconv.FormatInt(lim.MaxFile, 10), guestlink.ExecOptions{Stdout: pw, Stderr: errOut})
 		if err == nil {
 			err = io.EOF
 		}

@@ -14,8 +14,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vibedom/vibedom/guest/client"
 	"github.com/vibedom/vibedom/guest/proto"
+	"github.com/vibedom/vibedom/guestlink"
 	"github.com/vibedom/vibedom/overlay"
 )
 
@@ -57,7 +57,7 @@ func BenchmarkCollectMillion(b *testing.B) {
 // goes (the test holds none of it).
 type millionGuest struct{ n int }
 
-func (g millionGuest) Exec(ctx context.Context, cmd string, o client.ExecOptions) (client.ExitStatus, error) {
+func (g millionGuest) Exec(ctx context.Context, cmd string, o guestlink.ExecOptions) (guestlink.ExitStatus, error) {
 	pr, pw := io.Pipe()
 	go func() {
 		bw := bufio.NewWriterSize(pw, 1<<20)
@@ -82,15 +82,15 @@ func (g millionGuest) Exec(ctx context.Context, cmd string, o client.ExecOptions
 	}
 	cw, err := proto.NewCollectWriter(o.Stdout)
 	if err != nil {
-		return client.ExitStatus{}, err
+		return guestlink.ExitStatus{}, err
 	}
 	if err := cw.Frame(proto.FrameChangeSet, "", size, pr); err != nil {
-		return client.ExitStatus{}, err
+		return guestlink.ExitStatus{}, err
 	}
 	if err := cw.End(0); err != nil {
-		return client.ExitStatus{}, err
+		return guestlink.ExitStatus{}, err
 	}
-	return client.ExitStatus{}, cw.Flush()
+	return guestlink.ExitStatus{}, cw.Flush()
 }
 
 // watchHeap samples the heap in use until the returned function is

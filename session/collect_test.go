@@ -16,8 +16,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vibedom/vibedom/guest/client"
 	"github.com/vibedom/vibedom/guest/proto"
+	"github.com/vibedom/vibedom/guestlink"
 	"github.com/vibedom/vibedom/overlay"
 )
 
@@ -30,13 +30,13 @@ type fakeGuest struct {
 	cmd    string
 }
 
-func (g *fakeGuest) Exec(ctx context.Context, cmd string, o client.ExecOptions) (client.ExitStatus, error) {
+func (g *fakeGuest) Exec(ctx context.Context, cmd string, o guestlink.ExecOptions) (guestlink.ExitStatus, error) {
 	g.cmd = cmd
 	if _, err := o.Stdout.Write(g.stream); err != nil {
-		return client.ExitStatus{}, ctx.Err()
+		return guestlink.ExitStatus{}, ctx.Err()
 	}
 	io.WriteString(o.Stderr, g.stderr)
-	return client.ExitStatus{Code: g.code}, nil
+	return guestlink.ExitStatus{Code: g.code}, nil
 }
 
 // stream builds a collection stream frame by frame, correct unless told
@@ -230,10 +230,10 @@ func TestCollectStreamStall(t *testing.T) {
 
 type stallGuest struct{ prefix []byte }
 
-func (g stallGuest) Exec(ctx context.Context, cmd string, o client.ExecOptions) (client.ExitStatus, error) {
+func (g stallGuest) Exec(ctx context.Context, cmd string, o guestlink.ExecOptions) (guestlink.ExitStatus, error) {
 	o.Stdout.Write(g.prefix)
 	<-ctx.Done()
-	return client.ExitStatus{}, ctx.Err()
+	return guestlink.ExitStatus{}, ctx.Err()
 }
 
 // TestCollectStreamPastMemoryBound: the patch builder keeps at most 128 MiB
@@ -308,15 +308,15 @@ type beatingGuest struct {
 	stream []byte
 }
 
-func (g *beatingGuest) Exec(ctx context.Context, cmd string, o client.ExecOptions) (client.ExitStatus, error) {
+func (g *beatingGuest) Exec(ctx context.Context, cmd string, o guestlink.ExecOptions) (guestlink.ExitStatus, error) {
 	for range g.beats {
 		time.Sleep(g.every) // the scan's work, not a wait for anything
 		o.Stderr.Write([]byte{0})
 	}
 	if _, err := o.Stdout.Write(g.stream); err != nil {
-		return client.ExitStatus{}, ctx.Err()
+		return guestlink.ExitStatus{}, ctx.Err()
 	}
-	return client.ExitStatus{}, nil
+	return guestlink.ExitStatus{}, nil
 }
 
 // TestCollectRefusedStreamLeavesNoPatch: a stream refused after the

@@ -15,12 +15,12 @@ import (
 
 	"github.com/pkg/sftp"
 
-	"github.com/vibedom/vibedom/guest/client"
+	"github.com/vibedom/vibedom/boot/vmtest"
 	"github.com/vibedom/vibedom/guest/proto"
+	"github.com/vibedom/vibedom/guestlink"
 	"github.com/vibedom/vibedom/overlay"
 	"github.com/vibedom/vibedom/vm"
 	"github.com/vibedom/vibedom/vm/qemu"
-	"github.com/vibedom/vibedom/vm/vmtest"
 )
 
 // BenchmarkCollectVM measures collecting an npm-install-like tree (50,000
@@ -32,7 +32,7 @@ import (
 //	go test ./session -run '^$' -bench CollectVM -benchtime 1x -timeout 30m
 func BenchmarkCollectVM(b *testing.B) {
 	g := vmtest.Boot(b, vmtest.Harness{
-		Driver: qemu.New(qemu.Options{CacheDir: os.TempDir()}), Arch: vm.ArchAMD64,
+		Driver: qemu.New(qemu.Options{CacheDir: os.TempDir(), ShareFS: string(vm.Share9P)}), Arch: vm.ArchAMD64,
 		Transport: proto.TransportVirtioSerial, ShareFS: proto.FS9P,
 		BootTimeout: 5 * time.Minute, ScratchSize: 4 << 30, // 65,536 inodes
 	}, map[string]string{"package.json": "{}\n"})
@@ -50,7 +50,7 @@ find /work/node_modules -type f | wc -l`, pkgs-1, pkgs, perPkg)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
 	var out, errb bytes.Buffer
-	st, err := g.Client.Exec(ctx, script, client.ExecOptions{Stdout: &out, Stderr: &errb})
+	st, err := g.Client.Exec(ctx, script, guestlink.ExecOptions{Stdout: &out, Stderr: &errb})
 	if err != nil || !st.Success() || strings.TrimSpace(out.String()) != fmt.Sprint(pkgs*perPkg) {
 		b.Fatalf("make the tree: %v %v %q %q", st, err, out.String(), errb.String())
 	}
@@ -89,7 +89,7 @@ func countingBuild(ctx context.Context, n *int) func(*overlay.ChangeSet, overlay
 	}
 }
 
-func collectNew(ctx context.Context, c *client.Client) (int, error) {
+func collectNew(ctx context.Context, c *guestlink.Client) (int, error) {
 	var n int
 	err := collect(ctx, c, collectLimits{MaxFile: maxCollectFile, MaxTotal: 4 << 30}, countingBuild(ctx, &n))
 	return n, err
@@ -97,9 +97,9 @@ func collectNew(ctx context.Context, c *client.Client) (int, error) {
 
 // collectOld is how sessions collected before the stream: the change set
 // from proto.ChangesCommand, then each file over SFTP.
-func collectOld(ctx context.Context, c *client.Client) (int, error) {
+func collectOld(ctx context.Context, c *guestlink.Client) (int, error) {
 	var out bytes.Buffer
-	st, err := c.Exec(ctx, proto.ChangesCommand, client.ExecOptions{Stdout: &limitedBuffer{buf: &out, max: maxChangeSet}})
+	st, err := c.Exec(ctx, proto.ChangesCommand, guestlink.ExecOptions{Stdout: &limitedBuffer{buf: &out, max: maxChangeSet}})
 	if err != nil || !st.Success() {
 		return 0, fmt.Errorf("changes: %v %v", st, err)
 	}

@@ -15,13 +15,13 @@ import (
 	"golang.org/x/crypto/ssh"
 
 	"github.com/vibedom/vibedom/guest"
-	"github.com/vibedom/vibedom/guest/client"
+	"github.com/vibedom/vibedom/guestlink"
 	"github.com/vibedom/vibedom/keys"
 )
 
 // inProcessGuest is a guest agent served in this process on loopback,
 // and the host's client to it.
-func inProcessGuest(t *testing.T) *client.Client {
+func inProcessGuest(t *testing.T) *guestlink.Client {
 	t.Helper()
 	k, err := keys.NewSession()
 	if err != nil {
@@ -60,7 +60,7 @@ func inProcessGuest(t *testing.T) *client.Client {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := client.Dial(t.Context(), conn, k.ClientConfig())
+	c, err := guestlink.Dial(t.Context(), conn, k.ClientConfig())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -125,12 +125,12 @@ func TestForegroundTerminalFallingBehind(t *testing.T) {
 	s := &sess{ctl: newHostCtl(), client: inProcessGuest(t), log: slog.New(slog.DiscardHandler),
 		opts: Options{Terminal: &Terminal{In: tty, Out: tty}}}
 	type result struct {
-		st  client.ExitStatus
+		st  guestlink.ExitStatus
 		err error
 	}
 	done := make(chan result, 1)
 	go func() {
-		st, err := s.shell(t.Context(), client.ShellOptions{Keep: keptAgent, Command: "yes | head -c 10000000; echo the-end; exit 3"})
+		st, err := s.shell(t.Context(), guestlink.ShellOptions{Keep: keptAgent, Command: "yes | head -c 10000000; echo the-end; exit 3"})
 		done <- result{st, err}
 	}()
 	// The terminal reads nothing for a while: the guest's queue for it

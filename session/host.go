@@ -16,8 +16,8 @@ import (
 
 	"golang.org/x/crypto/ssh"
 
-	"github.com/vibedom/vibedom/guest/client"
 	"github.com/vibedom/vibedom/guest/proto"
+	"github.com/vibedom/vibedom/guestlink"
 	"github.com/vibedom/vibedom/vm"
 )
 
@@ -278,7 +278,7 @@ func (s *sess) stream(c net.Conn, r *bufio.Reader, req *ControlRequest) {
 	defer cancel()
 	inR, inW := io.Pipe()
 	defer inR.Close() // input still coming once the command ended is refused, not waited on
-	resizes := make(chan client.WindowSize, 4)
+	resizes := make(chan guestlink.WindowSize, 4)
 	go func() {
 		defer cancel() // the client went away: detach (attach) or end the command (exec)
 		defer inW.Close()
@@ -296,7 +296,7 @@ func (s *sess) stream(c net.Conn, r *bufio.Reader, req *ControlRequest) {
 				inW.Close()
 			case frameResize:
 				if len(p) == 4 {
-					ws := client.WindowSize{Cols: int(binary.BigEndian.Uint16(p[:2])), Rows: int(binary.BigEndian.Uint16(p[2:]))}
+					ws := guestlink.WindowSize{Cols: int(binary.BigEndian.Uint16(p[:2])), Rows: int(binary.BigEndian.Uint16(p[2:]))}
 					select {
 					case resizes <- ws:
 					default:
@@ -307,7 +307,7 @@ func (s *sess) stream(c net.Conn, r *bufio.Reader, req *ControlRequest) {
 			}
 		}
 	}()
-	var st client.ExitStatus
+	var st guestlink.ExitStatus
 	var err error
 	if req.Op == OpExec {
 		env := s.userEnv()
@@ -315,7 +315,7 @@ func (s *sess) stream(c net.Conn, r *bufio.Reader, req *ControlRequest) {
 			env = s.rootEnv()
 		}
 		s.log.Info("exec from the control socket", "argv", req.Argv)
-		st, err = s.client.Exec(ctx, "exec "+shellQuote(req.Argv), client.ExecOptions{
+		st, err = s.client.Exec(ctx, "exec "+shellQuote(req.Argv), guestlink.ExecOptions{
 			Stdin: inR, Stdout: streamWriter{fw, frameData}, Stderr: streamWriter{fw, frameStderr}, Env: env,
 			ForwardAgent: s.opts.SSHAgent.Enabled,
 		})
@@ -338,8 +338,8 @@ func (s *sess) stream(c net.Conn, r *bufio.Reader, req *ControlRequest) {
 	}
 	x := ExitFrame{Code: st.ShellCode(), Signal: st.Signal}
 	switch {
-	case errors.Is(err, client.ErrDetached),
-		req.Op == OpAttach && errors.Is(err, client.ErrNoExitStatus): // it fell behind the output
+	case errors.Is(err, guestlink.ErrDetached),
+		req.Op == OpAttach && errors.Is(err, guestlink.ErrNoExitStatus): // it fell behind the output
 		x = ExitFrame{Detached: true}
 	case err != nil && ctx.Err() != nil:
 		return // the client is gone
@@ -374,8 +374,8 @@ func (s *sess) rootEnv() map[string]string {
 
 // keptOptions describe the agent's kept terminal. The first Shell with
 // them starts the agent; later ones (attach) join it.
-func (s *sess) keptOptions() client.ShellOptions {
-	o := client.ShellOptions{Keep: keptAgent, Env: s.userEnv(), Term: TermName(), ForwardAgent: s.opts.SSHAgent.Enabled}
+func (s *sess) keptOptions() guestlink.ShellOptions {
+	o := guestlink.ShellOptions{Keep: keptAgent, Env: s.userEnv(), Term: TermName(), ForwardAgent: s.opts.SSHAgent.Enabled}
 	if len(s.opts.Command) > 0 {
 		o.Command = "exec " + shellQuote(s.opts.Command)
 	}

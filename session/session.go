@@ -11,8 +11,8 @@ import (
 
 	"golang.org/x/crypto/ssh"
 
-	"github.com/vibedom/vibedom/guest/client"
 	"github.com/vibedom/vibedom/guest/proto"
+	"github.com/vibedom/vibedom/guestlink"
 	"github.com/vibedom/vibedom/overlay"
 	"github.com/vibedom/vibedom/review"
 )
@@ -163,7 +163,7 @@ func (s *sess) result() *Result {
 // its shell-style exit code.
 func (s *sess) runAgent(ctx context.Context) (int, error) {
 	o := &s.opts
-	var st client.ExitStatus
+	var st guestlink.ExitStatus
 	var err error
 	if err := s.copyAgentSettings(ctx); err != nil {
 		return 0, err
@@ -211,7 +211,7 @@ func (s *sess) runAgent(ctx context.Context) (int, error) {
 	case len(o.Command) > 0:
 		s.log.Info("exec", "argv", o.Command)
 		in, stop := newInput(o.Stdin)
-		st, err = s.client.Exec(actx, "exec "+shellQuote(o.Command), client.ExecOptions{
+		st, err = s.client.Exec(actx, "exec "+shellQuote(o.Command), guestlink.ExecOptions{
 			Stdin: in, Stdout: o.Stdout, Stderr: o.Stderr, Env: s.userEnv(), Signals: sigs,
 			ForwardAgent: o.SSHAgent.Enabled,
 		})
@@ -273,22 +273,22 @@ func (s *sess) agentLabel() string {
 
 // shell attaches the user's terminal to the agent's kept terminal in the
 // guest.
-func (s *sess) shell(ctx context.Context, ko client.ShellOptions) (client.ExitStatus, error) {
+func (s *sess) shell(ctx context.Context, ko guestlink.ShellOptions) (guestlink.ExitStatus, error) {
 	t := s.opts.Terminal
 	size := t.Size()
 	restore, err := t.MakeRaw()
 	if err != nil {
-		return client.ExitStatus{}, fmt.Errorf("put the terminal in raw mode: %w", err)
+		return guestlink.ExitStatus{}, fmt.Errorf("put the terminal in raw mode: %w", err)
 	}
 	defer restore()
 	rctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	resizes := make(chan client.WindowSize, 1)
+	resizes := make(chan guestlink.WindowSize, 1)
 	go func() {
 		defer close(resizes)
 		for ws := range t.Resizes(rctx) {
 			select {
-			case resizes <- client.WindowSize{Cols: ws.Cols, Rows: ws.Rows}:
+			case resizes <- guestlink.WindowSize{Cols: ws.Cols, Rows: ws.Rows}:
 			case <-rctx.Done():
 				return
 			}
@@ -300,7 +300,7 @@ func (s *sess) shell(ctx context.Context, ko client.ShellOptions) (client.ExitSt
 		ko.Stdin = in
 		st, err := s.client.Shell(ctx, ko)
 		stop()
-		if !errors.Is(err, client.ErrNoExitStatus) || ctx.Err() != nil {
+		if !errors.Is(err, guestlink.ErrNoExitStatus) || ctx.Err() != nil {
 			return st, err
 		}
 		// The guest detached this terminal, which fell behind the

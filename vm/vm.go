@@ -4,8 +4,9 @@
 // The package is pure Go and builds on every platform. It does not start
 // anything itself: backends live in sub-packages (vm/qemu for Linux hosts and
 // tests, vm/vz for Apple's Virtualization.framework) and turn a Config into a
-// running Machine. The conformance suite in vm/vmtest is the one body of tests
-// every backend must pass.
+// running Machine. The conformance suite in boot/vmtest is the one body of
+// tests every backend must pass (it lives above vm because it boots the real
+// guest image).
 //
 // For pausing to disk it also owns the record written next to a saved
 // machine's state file (SavedState, with the Config's Fingerprint), the

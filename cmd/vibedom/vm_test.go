@@ -17,9 +17,9 @@ import (
 
 	"github.com/creack/pty"
 
+	"github.com/vibedom/vibedom/boot/vmtest"
 	"github.com/vibedom/vibedom/image/assets"
 	"github.com/vibedom/vibedom/vm"
-	"github.com/vibedom/vibedom/vm/vmtest"
 )
 
 // vibedomBin builds the vibedom command once per test process.

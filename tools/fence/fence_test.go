@@ -46,7 +46,10 @@ const anything = "*"
 // environment, by any package that starts a program; home, the one spelling
 // of the names under ~/.vibedom, by any package that finds a path there (it
 // imports nothing, so it stays the bottom of the house); progress, the one
-// download progress contract, by the fetchers.
+// download progress contract, by the fetchers. guestlink (the host's SSH
+// client of the control channel), boot (the one boot function) and
+// boot/vmtest (the backends' conformance suite) are host-side: they sit
+// above vm and image, and nothing under vm or guest imports them.
 //
 // Global rules hold on top of the table, for every package (tools too):
 //   - only vm/vz imports github.com/Code-Hex/vz/v3;
@@ -61,18 +64,18 @@ var table = map[string][]string{
 	"agents/agentstest": {"agents"},
 	"session": {
 		"preflight", "image", "keys", "vm", "vm/vz", "vm/qemu", "netfilter", "dlp",
-		"overlay", "guest", "guest/boot", "guest/client", "guest/proto", "review", "termtext",
+		"overlay", "guest", "boot", "guestlink", "guest/proto", "review", "termtext",
 		"image/alpine", "image/rootfs", "image/ext4", "image/assets", "agents", "credentials",
 		"atomicfile", "sshagent", "home",
 	},
-	"vm":           {"atomicfile"},
-	"vm/vz":        {"vm", "guest/proto"},
-	"vm/qemu":      {"vm", "guest/proto", "childenv"},
-	"vm/vmtest":    {"vm", "image", "image/assets", "keys", "guest/boot", "guest/client", "guest/proto"},
-	"guest":        {"overlay", "guest/proto", "atomicfile"},
-	"guest/proto":  {},
-	"guest/client": {"keys", "guest/proto"},
-	"guest/boot":   {"vm", "guest/client", "termtext"},
+	"vm":          {"atomicfile"},
+	"vm/vz":       {"vm", "guest/proto"},
+	"vm/qemu":     {"vm", "guest/proto", "childenv"},
+	"guest":       {"overlay", "guest/proto", "atomicfile"},
+	"guest/proto": {},
+	"guestlink":   {"keys", "guest/proto"},
+	"boot":        {"vm", "guestlink", "termtext"},
+	"boot/vmtest": {"boot", "guestlink", "image", "image/assets", "keys", "vm", "guest/proto"},
 	"image": {
 		"vm", "guest/proto", "image/alpine", "image/rootfs", "image/kernel", "image/initramfs",
 		"image/assets", "home", "progress", "atomicfile",
@@ -325,12 +328,13 @@ func TestFenceRules(t *testing.T) {
 			pkgs: []pkg{
 				p("cmd/vibedom", "session", "vm"),
 				p("cmd/vibedom-guest", "guest"),
-				p("session", "preflight", "image", "keys", "vm", "vm/vz", "vm/qemu", "netfilter", "overlay", "guest/client"),
+				p("session", "preflight", "image", "keys", "vm", "vm/vz", "vm/qemu", "netfilter", "overlay", "boot", "guestlink"),
 				p("vm/vz", "vm", vzModule),
 				p("vm/qemu", "vm"),
-				p("vm/vmtest", "vm", "image", "keys", "guest/client", "guest/proto"),
+				p("boot/vmtest", "boot", "guestlink", "vm", "image", "keys", "guest/proto"),
+				p("boot", "vm", "guestlink", "termtext"),
 				p("guest", "overlay", "guest/proto"),
-				p("guest/client", "keys", "guest/proto"),
+				p("guestlink", "keys", "guest/proto"),
 				p("image", "vm", "guest/proto"),
 				p("netfilter", "dlp", "keys"),
 				p("review", "overlay", "termtext"),
@@ -369,10 +373,10 @@ func TestFenceRules(t *testing.T) {
 		},
 		{
 			name: "arrows the table does not draw",
-			pkgs: []pkg{p("netfilter", "overlay", "guest/proto"), p("guest", "keys"), p("image", "keys"), p("vm/vz", "vm/qemu"), p("review", "dlp"), p("guest/client", "vm")},
+			pkgs: []pkg{p("netfilter", "overlay", "guest/proto"), p("guest", "keys"), p("image", "keys"), p("vm/vz", "vm/qemu"), p("review", "dlp"), p("guestlink", "vm")},
 			want: []string{
 				"forbidden import guest -> keys",
-				"forbidden import guest/client -> vm",
+				"forbidden import guestlink -> vm",
 				"forbidden import image -> keys",
 				"forbidden import netfilter -> guest/proto",
 				"forbidden import netfilter -> overlay",
@@ -392,6 +396,20 @@ func TestFenceRules(t *testing.T) {
 				"forbidden import image/initramfs -> image/kernel",
 				"forbidden import image/kernel -> image: image/kernel may import only vm",
 				"forbidden import progress -> atomicfile",
+			},
+		},
+		{
+			name: "no import runs up from vm or guest to the host-side boot rooms",
+			pkgs: []pkg{
+				p("vm", "boot"), p("vm/qemu", "boot/vmtest"), p("guest", "guestlink"),
+				p("guestlink", "boot"), p("boot", "image"),
+			},
+			want: []string{
+				"forbidden import boot -> image",
+				"forbidden import guest -> guestlink",
+				"forbidden import guestlink -> boot",
+				"forbidden import vm -> boot",
+				"forbidden import vm/qemu -> boot/vmtest",
 			},
 		},
 		{

@@ -4,10 +4,10 @@ import (
 	"os"
 	"testing"
 
+	"github.com/vibedom/vibedom/boot/vmtest"
 	"github.com/vibedom/vibedom/guest/proto"
 	"github.com/vibedom/vibedom/vm"
 	"github.com/vibedom/vibedom/vm/qemu"
-	"github.com/vibedom/vibedom/vm/vmtest"
 )
 
 // harness runs the suite on the share the driver picks for this host

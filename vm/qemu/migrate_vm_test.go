@@ -6,9 +6,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/vibedom/vibedom/boot/vmtest"
 	"github.com/vibedom/vibedom/guest/proto"
 	"github.com/vibedom/vibedom/vm"
-	"github.com/vibedom/vibedom/vm/vmtest"
 )
 
 // TestMigrationBlockedVM is the evidence behind QEMU machines not being

@@ -9,11 +9,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vibedom/vibedom/guest/client"
+	"github.com/vibedom/vibedom/boot/vmtest"
 	"github.com/vibedom/vibedom/guest/proto"
+	"github.com/vibedom/vibedom/guestlink"
 	"github.com/vibedom/vibedom/vm"
 	"github.com/vibedom/vibedom/vm/qemu"
-	"github.com/vibedom/vibedom/vm/vmtest"
 )
 
 // BenchmarkWorkspaceMetadata walks a 5,000-file workspace in the guest
@@ -44,7 +44,7 @@ func BenchmarkWorkspaceMetadata(b *testing.B) {
 			defer cancel()
 			var out bytes.Buffer
 			start := time.Now()
-			st, err := g.Client.Exec(ctx, cmd, client.ExecOptions{Stdout: &out})
+			st, err := g.Client.Exec(ctx, cmd, guestlink.ExecOptions{Stdout: &out})
 			d := time.Since(start)
 			if err != nil || st.Code != 0 || !strings.Contains(out.String(), "5000\n5000") {
 				b.Fatalf("%s over %s: %q (%v, %v)", cmd, share, out.String(), st, err)

@@ -1,4 +1,4 @@
-package client
+package guestlink
 
 import (
 	"encoding/binary"

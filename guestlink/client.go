@@ -1,12 +1,17 @@
-// Package client is the host's side of the control channel: an SSH client
+// Package guestlink is the host's end of the control channel: an SSH client
 // for the vibedom guest agent that runs commands (with or without a
-// pseudo-terminal), opens SFTP, and asks the guest to power off. It speaks
-// over any net.Conn the caller dialled (vsock, a virtio-serial socket), so
-// it never knows which hypervisor is underneath.
+// pseudo-terminal), serves a forwarded SSH agent, opens SFTP, sets the
+// guest's clock and asks the guest to power off. It speaks over any net.Conn
+// the caller dialled (vsock, a virtio-serial socket), so it never knows
+// which hypervisor is underneath.
+//
+// It is host-side code: nothing of it runs in the VM (the server it talks
+// to is package guest), and it does not start or stop machines (package
+// boot starts one and hands back a connected Client).
 //
 // Nothing the guest sends is trusted: exit statuses are parsed defensively
 // and output goes only where the caller said.
-package client
+package guestlink
 
 import (
 	"bytes"

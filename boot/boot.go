@@ -20,13 +20,13 @@ import (
 
 	"golang.org/x/crypto/ssh"
 
-	"github.com/vibedom/vibedom/guest/client"
+	"github.com/vibedom/vibedom/guestlink"
 	"github.com/vibedom/vibedom/termtext"
 	"github.com/vibedom/vibedom/vm"
 )
 
 // attempt bounds one dial-and-handshake attempt: a stalled one is
-// abandoned and the channel dialled again (see client.Connect).
+// abandoned and the channel dialled again (see guestlink.Connect).
 const attempt = 30 * time.Second
 
 // TailLines is how many lines of the console an Error shows.
@@ -93,7 +93,7 @@ func (e *Error) Unwrap() error { return e.Err }
 //
 // Whenever the machine started, it is returned, error or not, and the
 // caller stops it. Timings hold the steps that were reached.
-func Start(ctx context.Context, d vm.Driver, cfg vm.Config, o Options) (vm.Machine, *client.Client, Timings, error) {
+func Start(ctx context.Context, d vm.Driver, cfg vm.Config, o Options) (vm.Machine, *guestlink.Client, Timings, error) {
 	var t Timings
 	t0 := time.Now()
 	m, err := d.Start(ctx, cfg)
@@ -115,14 +115,14 @@ func Start(ctx context.Context, d vm.Driver, cfg vm.Config, o Options) (vm.Machi
 	died := make(chan error, 1)
 	go func() { died <- m.Wait(bctx) }()
 	type dialed struct {
-		c         *client.Client
+		c         *guestlink.Client
 		handshake time.Duration
 		err       error
 	}
 	ready := make(chan dialed, 1)
 	go func() {
 		th := time.Now()
-		c, err := client.Connect(bctx, m.DialControl, o.Client, attempt)
+		c, err := guestlink.Connect(bctx, m.DialControl, o.Client, attempt)
 		ready <- dialed{c: c, handshake: time.Since(th), err: err}
 	}()
 	var failed error

@@ -5,6 +5,11 @@
 // read-only whatever root in the guest does, the scratch disk holds the
 // overlay, pause and resume freeze the guest, and stop and kill end the
 // machine leaving nothing behind.
+//
+// It lives under boot, not vm: it builds the guest image (image, keys) and
+// boots it with boot.Start, so it sits above every package it drives and
+// vm imports none of them. It has no tests of its own; the backends' test
+// files call Run, RunStop and Boot.
 package vmtest
 
 import (
@@ -22,9 +27,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vibedom/vibedom/guest/boot"
-	"github.com/vibedom/vibedom/guest/client"
+	"github.com/vibedom/vibedom/boot"
 	"github.com/vibedom/vibedom/guest/proto"
+	"github.com/vibedom/vibedom/guestlink"
 	"github.com/vibedom/vibedom/image"
 	"github.com/vibedom/vibedom/image/assets"
 	"github.com/vibedom/vibedom/keys"
@@ -55,7 +60,7 @@ type Harness struct {
 // Guest is a booted test VM and an SSH connection to its agent.
 type Guest struct {
 	Machine   vm.Machine
-	Client    *client.Client
+	Client    *guestlink.Client
 	Workspace string // host folder shared read-only
 	Console   string // console log path
 	StateDir  string
@@ -207,12 +212,12 @@ func tail(path string) string {
 
 // Sh runs a shell command in the guest and returns its stdout; it fails the
 // test when the command cannot run. The exit status is returned as well.
-func (g *Guest) Sh(t testing.TB, cmd string) (string, client.ExitStatus) {
+func (g *Guest) Sh(t testing.TB, cmd string) (string, guestlink.ExitStatus) {
 	t.Helper()
 	var out, errb bytes.Buffer
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	st, err := g.Client.Exec(ctx, cmd, client.ExecOptions{Stdout: &out, Stderr: &errb})
+	st, err := g.Client.Exec(ctx, cmd, guestlink.ExecOptions{Stdout: &out, Stderr: &errb})
 	if err != nil {
 		t.Fatalf("exec %q: %v (stderr %q)%s", cmd, err, errb.String(), tail(g.Console))
 	}
