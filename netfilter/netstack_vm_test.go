@@ -67,7 +67,7 @@ func TestStackLinuxGuest(t *testing.T) {
 		"-machine", "q35", "-accel", "tcg", "-m", "256", "-smp", "1",
 		"-nographic", "-no-reboot", "-nodefaults", "-serial", "stdio",
 		"-kernel", kernels[0], "-initrd", initrd,
-		"-append", "console=ttyS0 panic=-1 quiet",
+		"-append", "console=ttyS0 panic=-1 no_timer_check quiet",
 		"-netdev", "dgram,id=n0,local.type=fd,local.str=3",
 		"-device", "virtio-net-pci,netdev=n0,mac="+guestMAC.String(),
 	)

@@ -157,6 +157,7 @@ func buildPlan(cfg *vm.Config, bin, accel string, share vm.ShareFS) (*plan, erro
 		controlSoc: cfg.StateDir + "/control.sock",
 	}
 	console := "ttyS0"
+	kernelArgs := ""
 	a := []string{"-name", "vibedom-" + sanitizeName(cfg.Name)}
 	// vhost-user devices need the guest's RAM in shared memory.
 	machineOpts := ""
@@ -167,6 +168,10 @@ func buildPlan(cfg *vm.Config, bin, accel string, share vm.ShareFS) (*plan, erro
 	switch cfg.Arch {
 	case vm.ArchAMD64:
 		a = append(a, "-M", "q35"+machineOpts)
+		// Under emulation on a loaded host the kernel's check that the
+		// IO-APIC timer ticks can miss its window and panic ("IO-APIC +
+		// timer doesn't work!"); the emulated timer does work.
+		kernelArgs = "no_timer_check "
 		// qboot is a minimal firmware that hands straight over to the
 		// kernel: about half a second faster than SeaBIOS under TCG.
 		if fw := firmware("qboot.rom"); fw != "" {
@@ -187,7 +192,7 @@ func buildPlan(cfg *vm.Config, bin, accel string, share vm.ShareFS) (*plan, erro
 		"-nodefaults", "-no-user-config", "-nographic", "-no-reboot",
 		"-kernel", cfg.Kernel,
 		"-initrd", cfg.Initrd,
-		"-append", strings.TrimSpace("console="+console+" panic=-1 "+cfg.Cmdline),
+		"-append", strings.TrimSpace("console="+console+" panic=-1 "+kernelArgs+cfg.Cmdline),
 		"-qmp", "unix:"+escape(p.qmpSock)+",server=on,wait=off",
 	)
 	consolePath := os.DevNull
