@@ -724,9 +724,17 @@ class Vibedom:
             msg.drop()
             return
         if not msg.from_client:
-            # A real credential echoed back by the server.
+            # A real credential echoed back by the server, in any form the
+            # DLP knows: vibedom scrubs it as the Go engine does each frame.
             if _secrets:
-                msg.content = _redact(msg.content)
+                try:
+                    ans = await _pool.call({"op": "wsin", "id": flow.id,
+                                            "body": base64.b64encode(msg.content).decode()})
+                    msg.content = base64.b64decode(ans.get("body") or "")
+                except Exception:
+                    msg.content = b""
+                    msg.drop()
+                    flow.kill()
             return
         try:
             ans = await _pool.call({"op": "ws", "id": flow.id, "text": msg.is_text,

@@ -198,6 +198,8 @@ func (e *MitmproxyEngine) answer(m *ctlMsg) *ctlReply {
 		return e.rawTCP(m)
 	case "ws":
 		return e.wsMessage(m)
+	case "wsin":
+		return e.wsUpstream(m)
 	case "rhead":
 		return e.respHead(m)
 	case "rtrail":
@@ -454,6 +456,21 @@ func (e *MitmproxyEngine) wsMessage(m *ctlMsg) *ctlReply {
 		return deny(403, err.Error())
 	}
 	return &ctlReply{Action: "allow", Body: payload}
+}
+
+// wsUpstream scrubs a WebSocket message from upstream the way the Go
+// engine scrubs each frame's payload (every DLP form of a real key).
+func (e *MitmproxyEngine) wsUpstream(m *ctlMsg) *ctlReply {
+	e.mu.Lock()
+	f := e.flows[m.ID]
+	e.mu.Unlock()
+	if f == nil {
+		return deny(403, "not a WebSocket vibedom let through")
+	}
+	if s, ok := e.filter.(UpstreamMessageScrubber); ok {
+		return &ctlReply{Action: "allow", Body: s.ScrubUpstreamMessage(m.Body)}
+	}
+	return &ctlReply{Action: "allow", Body: m.Body}
 }
 
 // wsOneFrame is one final, unmasked frame.

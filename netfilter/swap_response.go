@@ -338,6 +338,24 @@ type ResponseHeaderScrubber interface {
 
 var _ ResponseHeaderScrubber = (*swapFilter)(nil)
 
+// UpstreamMessageScrubber is an optional capability of a RequestFilter:
+// scrubbing one whole WebSocket message from upstream, for an engine that
+// handles messages rather than frames (the mitmproxy engine).
+type UpstreamMessageScrubber interface {
+	ScrubUpstreamMessage(p []byte) []byte
+}
+
+var _ UpstreamMessageScrubber = (*swapFilter)(nil)
+
+// ScrubUpstreamMessage returns p with the real keys, in every DLP form,
+// replaced: what UpstreamFrames does to each frame's payload.
+func (f *swapFilter) ScrubUpstreamMessage(p []byte) []byte {
+	if f.scrub == nil {
+		return p
+	}
+	return f.scrub.e.ScrubText(&f.scrub.pol, p, "response", nil)
+}
+
 // UpstreamFrames returns the reader the guest gets upstream's WebSocket
 // frames through: each frame's payload (text, binary, ping, pong, close)
 // has the real keys, in every DLP form, replaced.

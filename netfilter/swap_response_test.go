@@ -119,6 +119,8 @@ func TestResponseScrubEverywhere(t *testing.T) {
 			defer hj.Close()
 			fmt.Fprintf(hj, "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: x\r\nX-Echo: %s\r\n\r\n", k)
 			hj.Write(wsFrame(true, 1, []byte("text "+k), nil))
+			hj.Write(wsFrame(true, 1, []byte("b64 "+base64.StdEncoding.EncodeToString([]byte(k))), nil))
+			hj.Write(wsFrame(true, 2, []byte("hex "+hex.EncodeToString([]byte(k))), nil))
 			hj.Write(wsFrame(true, 9, []byte(k), nil))
 			hj.Write(wsFrame(false, 1, []byte("split "+k[:50]), nil))
 			hj.Write(wsFrame(true, 0, []byte(k[50:]), nil))
