@@ -31,8 +31,8 @@ const vzModule = "github.com/Code-Hex/vz/v3"
 // global rules below do not forbid.
 const anything = "*"
 
-// table is ARCHITECTURE.md's package table plus the packages it does not
-// list: each project package (path below the module, "tools/..." for every
+// table is docs/architecture.md's package table (TestArchitectureDoc keeps
+// the two equal): each project package (path below the module, "tools/..." for every
 // package under tools/) and the project packages it may import directly.
 // guest/proto, the pure host–guest contract, may be imported by every
 // package except those whose list is closed: the three that import nothing
@@ -156,7 +156,7 @@ func violations(pkgs []pkg) []string {
 		}
 		allow, known := allowed(from)
 		if !known {
-			out = append(out, fmt.Sprintf("package %s is not in the fence table: add it to the table in tools/fence/fence_test.go, with the project packages it may import, and to ARCHITECTURE.md's package table", p.ImportPath))
+			out = append(out, fmt.Sprintf("package %s is not in the fence table: add it to the table in tools/fence/fence_test.go, with the project packages it may import, and to the package table of docs/architecture.md", p.ImportPath))
 		}
 		for _, imp := range p.Imports {
 			if isVZ(imp) && from != "vm/vz" {
