@@ -9,6 +9,8 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/vibedom/vibedom/e2e/clitest"
 )
 
 // runPolicy runs the CLI with args and returns its exit code and stdout.
@@ -284,7 +286,7 @@ func TestPolicyApproveOnTerminal(t *testing.T) {
 	os.WriteFile(filepath.Join(ws, ".vibedom", "dlp_allowlist.txt"), []byte("Pearl\x1b[2J\u202eSt\n"), 0o644)
 	env := append(os.Environ(), "VIBEDOM_HOME="+home)
 	approve := func(answer string) (int, string) {
-		cmd := exec.Command(vibedomBin(t), "policy", "approve", ws)
+		cmd := exec.Command(clitest.Bin(t), "policy", "approve", ws)
 		cmd.Env = env
 		tr := startOnTerminal(t, cmd)
 		tr.expect("allows  exfil.example")

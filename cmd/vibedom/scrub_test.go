@@ -15,6 +15,7 @@ import (
 	"github.com/klauspost/compress/gzip"
 
 	"github.com/vibedom/vibedom/dlp"
+	"github.com/vibedom/vibedom/e2e/clitest"
 	"github.com/vibedom/vibedom/keys"
 )
 
@@ -34,7 +35,7 @@ func scrubWorkspace(t *testing.T) string {
 // and the exit code.
 func runStdin(t *testing.T, home string, stdin []byte, args ...string) (string, string, int) {
 	t.Helper()
-	cmd := exec.Command(vibedomBin(t), args...)
+	cmd := exec.Command(clitest.Bin(t), args...)
 	cmd.Env = append(os.Environ(), "VIBEDOM_HOME="+home)
 	cmd.Stdin = bytes.NewReader(stdin)
 	var o, e bytes.Buffer
