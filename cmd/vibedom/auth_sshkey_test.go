@@ -13,6 +13,7 @@ import (
 // TestAuthSSHKey: `vibedom auth ssh-key` makes the deploy key once (0600)
 // and prints its public half, the same every time; --json too.
 func TestAuthSSHKey(t *testing.T) {
+	t.Parallel()
 	c := clitest.New(t)
 	stdout, stderr, code := c.Run(t, "", "auth", "ssh-key")
 	if code != 0 || !strings.HasPrefix(stdout, "ssh-ed25519 ") || strings.Count(stdout, "\n") != 1 || !strings.Contains(stderr, "Made a deploy key") {
@@ -47,6 +48,7 @@ func TestAuthSSHKey(t *testing.T) {
 // TestLogsSSHAgent: `vibedom logs --ssh-agent` prints the agent log with the
 // guest's strings escaped, as text and as JSON lines.
 func TestLogsSSHAgent(t *testing.T) {
+	t.Parallel()
 	c := clitest.New(t)
 	dir := filepath.Join(t.TempDir(), "session-20260101-000000")
 	os.MkdirAll(dir, 0o700)

@@ -9,6 +9,7 @@ import (
 )
 
 func TestAuthCLI(t *testing.T) {
+	t.Parallel()
 	c := clitest.New(t)
 	key := "sk-ant-api03-" + strings.Repeat("Kk9", 20) // gitleaks:allow
 	if _, stderr, code := c.Run(t, key+"\n", "auth", "set", "anthropic"); code != 0 {

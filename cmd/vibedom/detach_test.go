@@ -13,6 +13,7 @@ import (
 // after the session, before the host starts: a name that is not one (a
 // path) is refused first, and nothing is written outside the logs folder.
 func TestDetachRefusesABadName(t *testing.T) {
+	t.Parallel()
 	c := clitest.New(t)
 	ws := t.TempDir()
 	out := filepath.Join(t.TempDir(), "elsewhere")

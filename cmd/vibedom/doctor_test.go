@@ -13,6 +13,7 @@ import (
 // TestDoctor drives `vibedom doctor` as a user would: before init, after
 // init, and after each of the mistakes it must catch.
 func TestDoctor(t *testing.T) {
+	t.Parallel()
 	c := clitest.New(t)
 	type check struct{ Name, Status, Detail, Fix string }
 	report := func(t *testing.T) (map[string]check, int) {

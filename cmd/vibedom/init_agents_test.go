@@ -18,6 +18,7 @@ import (
 // `vibedom init --agents` fetches a real agent package from a local
 // registry, and a later init needs no registry at all.
 func TestInitAgents(t *testing.T) {
+	t.Parallel()
 	arch, err := agents.GuestArch(runtime.GOARCH)
 	if err != nil {
 		t.Skip(err)
@@ -74,6 +75,7 @@ func TestInitAgents(t *testing.T) {
 }
 
 func TestInitAgentsBadInput(t *testing.T) {
+	t.Parallel()
 	arch, err := agents.GuestArch(runtime.GOARCH)
 	if err != nil {
 		t.Skip(err)

@@ -11,6 +11,7 @@ import (
 )
 
 func TestInit(t *testing.T) {
+	t.Parallel()
 	c := clitest.New(t)
 	stdout, stderr, code := c.Run(t, "", "init", "--json")
 	if code != 0 && code != 1 {
@@ -75,6 +76,7 @@ func TestInit(t *testing.T) {
 }
 
 func TestRunPreflightStrictRefuses(t *testing.T) {
+	t.Parallel()
 	clitest.RequireVM(t)
 	c := clitest.New(t)
 	ws := t.TempDir()

@@ -78,6 +78,7 @@ func errorLines(stderr string) []string {
 // wrong checksum or a tarball with ../ entries with a one-line error,
 // installing nothing. A release build ignores the test checksum.
 func TestInitWithMitmproxy(t *testing.T) {
+	t.Parallel()
 	if runtime.GOOS != "linux" || runtime.GOARCH != "amd64" {
 		t.Skipf("the test mirror serves the linux-x86_64 tarball; this is %s-%s", runtime.GOOS, runtime.GOARCH)
 	}
@@ -154,6 +155,7 @@ func TestInitWithMitmproxy(t *testing.T) {
 // engine or --quiet (which would hide the URL), and without mitmweb it is a one-line error saying what to do,
 // all before anything boots.
 func TestRunInspectFlags(t *testing.T) {
+	t.Parallel()
 	bin := t.TempDir()
 	script := "#!/bin/sh\necho 'Mitmproxy: 8.1.1'\n"
 	if err := os.WriteFile(filepath.Join(bin, "mitmdump"), []byte(script), 0o755); err != nil {

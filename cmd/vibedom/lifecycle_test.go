@@ -13,6 +13,7 @@ import (
 // TestLifecycleErrors: commands on a session that does not exist, or whose
 // host is gone, give one line saying what to do.
 func TestLifecycleErrors(t *testing.T) {
+	t.Parallel()
 	c := clitest.New(t)
 	for _, args := range [][]string{{"attach", "nope"}, {"status", "nope"}, {"exec", "nope", "--", "true"}, {"stop", "nope"}, {"pause", "nope"}, {"resume", "nope"}, {"recover", "nope"}} {
 		_, stderr, code := c.Run(t, "", args...)

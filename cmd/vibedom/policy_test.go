@@ -109,6 +109,7 @@ func TestPolicyCheck(t *testing.T) {
 }
 
 func TestParseCheckTarget(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		in   string
 		host string
@@ -145,6 +146,7 @@ func TestParseCheckTarget(t *testing.T) {
 // `vibedom policy approve`, its deny rules apply at once, and a changed
 // file is unapproved again.
 func TestPolicyApprove(t *testing.T) {
+	t.Parallel()
 	home, ws := t.TempDir(), t.TempDir()
 	os.MkdirAll(filepath.Join(ws, ".vibedom"), 0o755)
 	rules := filepath.Join(ws, ".vibedom", "trusted_domains.txt")
@@ -214,6 +216,7 @@ func TestPolicyApprove(t *testing.T) {
 // refused with an error that names them, print no raw control character,
 // and widen nothing.
 func TestPolicyHostileWorkspaceFiles(t *testing.T) {
+	t.Parallel()
 	home := t.TempDir()
 	elsewhere := filepath.Join(t.TempDir(), "rules.txt")
 	os.WriteFile(elsewhere, []byte("exfil.example\n"), 0o644)
@@ -280,6 +283,7 @@ func copyFile(t *testing.T, from, to string) {
 // allowlist value that would drive the terminal is shown quoted) and asks;
 // "n" changes nothing, "y" approves.
 func TestPolicyApproveOnTerminal(t *testing.T) {
+	t.Parallel()
 	home, ws := t.TempDir(), t.TempDir()
 	os.MkdirAll(filepath.Join(ws, ".vibedom"), 0o755)
 	os.WriteFile(filepath.Join(ws, ".vibedom", "trusted_domains.txt"), []byte("exfil.example\n"), 0o644)

@@ -311,6 +311,7 @@ var badSelections = []step{
 // pseudo-terminal through every answer, and checks what a fresh scan then
 // finds approved: exactly the items chosen, never one more.
 func TestPreflightReviewOnTerminal(t *testing.T) {
+	t.Parallel()
 	var pickWithBadInput []step
 	pickWithBadInput = append(pickWithBadInput, step{menuPrompt, "i\n"}, step{itemsPrompt, ""})
 	for _, b := range badSelections {
@@ -383,6 +384,7 @@ func TestPreflightReviewOnTerminal(t *testing.T) {
 // with a way forward, never wait without a terminal, and leave the
 // session's gitleaks_report.json (redacted) when the session goes ahead.
 func TestRunPreflight(t *testing.T) {
+	t.Parallel()
 	type outcome int
 	const (
 		stopped outcome = iota // refused or cancelled before the session folder
@@ -653,6 +655,7 @@ func checkDocumentedSchema(t *testing.T, doc []byte) {
 // documented field and no other, for a workspace with findings of every
 // status, a file too large to scan and a warning; and no secret.
 func TestPreflightJSONSchema(t *testing.T) {
+	t.Parallel()
 	c := newPreflightCLI(t)
 	ws, secrets := reviewWorkspace(t)
 	big := bytes.Repeat([]byte("lorem ipsum dolor sit amet\n"), (10<<20)/27+100) // text over the 10 MiB limit

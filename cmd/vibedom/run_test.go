@@ -11,6 +11,7 @@ import (
 )
 
 func TestRunBadInput(t *testing.T) {
+	t.Parallel()
 	c := clitest.New(t)
 	dir := t.TempDir()
 	file := filepath.Join(dir, "file.txt")

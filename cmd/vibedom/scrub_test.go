@@ -51,6 +51,7 @@ func runStdin(t *testing.T, home string, stdin []byte, args ...string) (string, 
 }
 
 func TestScrubCommand(t *testing.T) {
+	t.Parallel()
 	home := t.TempDir()
 	ws := scrubWorkspace(t)
 	if _, errOut, code := runStdin(t, home, nil, "policy", "approve", "--yes", ws); code != 0 {
@@ -184,6 +185,7 @@ func TestScrubCommand(t *testing.T) {
 }
 
 func TestLogsCommand(t *testing.T) {
+	t.Parallel()
 	home := t.TempDir()
 	os.MkdirAll(filepath.Join(home, "keys"), 0o700)
 	k, _, err := keys.EnsureAuditKey(filepath.Join(home, "keys"))
@@ -239,6 +241,7 @@ func TestLogsCommand(t *testing.T) {
 }
 
 func TestListCommand(t *testing.T) {
+	t.Parallel()
 	home := t.TempDir()
 	out, _, code := runStdin(t, home, nil, "list")
 	if code != 0 || !strings.Contains(out, "no sessions yet") {

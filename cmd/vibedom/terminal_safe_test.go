@@ -133,6 +133,7 @@ func assertShownSafely(t *testing.T, what, out string) {
 // names, reasons, contents and log entries: nothing reaches the terminal
 // raw, and each hostile character shows as a visible escape.
 func TestOutputSurfacesEscapeHostileText(t *testing.T) {
+	t.Parallel()
 	home, ws, sessDir, logDir := hostileHome(t)
 	c := &clitest.CLI{Home: home, Tmp: t.TempDir()}
 	c.Env = append(os.Environ(), "VIBEDOM_HOME="+home, "TMPDIR="+c.Tmp, "NO_COLOR=1", "PAGER=cat")
@@ -285,6 +286,7 @@ func TestOutputSurfacesEscapeHostileText(t *testing.T) {
 // and the Makefile and the CI workflow "apply all" would write are listed,
 // flagged, after it and just above the prompt.
 func TestForgedChangeSetShowsFlaggedFiles(t *testing.T) {
+	t.Parallel()
 	home, ws, _, _ := hostileHome(t)
 	c := &clitest.CLI{Home: home, Tmp: t.TempDir()}
 	c.Env = append(os.Environ(), "VIBEDOM_HOME="+home, "TMPDIR="+c.Tmp) // colors on
