@@ -62,6 +62,7 @@ var falsePositives = []string{
 // for public destinations (tokens for external ones too; personal data
 // passes to them), and the false positives pass unchanged everywhere.
 func TestCoverageCorpus(t *testing.T) {
+	t.Parallel()
 	e := mustEngine(t, Config{})
 	for _, tp := range truePositives() {
 		t.Run(tp.name, func(t *testing.T) {

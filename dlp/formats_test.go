@@ -177,6 +177,7 @@ func TestMultipartEncodedParts(t *testing.T) {
 // finding is re-encoded scrubbed, a clean one passes byte for byte, and a
 // bomb is refused.
 func TestSniffedCompression(t *testing.T) {
+	t.Parallel()
 	e := mustEngine(t, Config{Secrets: []Secret{{Value: knownSecret}}})
 	pol := e.PolicyForClass(ClassPublic)
 	secretBody := []byte(`{"content":"key ` + knownSecret + ` end"}`)

@@ -9,6 +9,7 @@ import (
 // TestDigitMask checks the word-at-a-time digit test against a byte loop,
 // on random words and words of printable ASCII around the digits.
 func TestDigitMask(t *testing.T) {
+	t.Parallel()
 	r := rand.New(rand.NewPCG(5, 6))
 	for it := 0; it < 2000000; it++ {
 		var b [8]byte

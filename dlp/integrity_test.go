@@ -165,6 +165,7 @@ func benignText(r *rand.Rand, size int) []byte {
 // TestBenignBodiesByteIdentical: large bodies with nothing to find come
 // out byte for byte the same, whatever the read and write sizes.
 func TestBenignBodiesByteIdentical(t *testing.T) {
+	t.Parallel()
 	e := mustEngine(t, Config{Secrets: benchSecrets(100)})
 	for _, seed := range seeds(t) {
 		t.Logf("seed %d (replay with -dlp.seed=%d)", seed, seed)

@@ -24,6 +24,7 @@ import (
 // packs the guest modules from linux-virt's .ko.gz files, whose
 // modules.order names them .ko as kbuild writes it.
 func TestAlpineBootFromTestMirror(t *testing.T) {
+	t.Parallel()
 	for _, arch := range []vm.Arch{vm.ArchARM64, vm.ArchAMD64} {
 		t.Run(string(arch), func(t *testing.T) {
 			aa, err := alpine.GuestArch(string(arch))

@@ -82,6 +82,7 @@ func sharedImage(t testing.TB, arch vm.Arch) *Image {
 }
 
 func TestDebianTestImage(t *testing.T) {
+	t.Parallel()
 	for _, arch := range []vm.Arch{vm.ArchAMD64, vm.ArchARM64} {
 		t.Run(string(arch), func(t *testing.T) {
 			a := testAssets(t, arch)
@@ -199,6 +200,7 @@ func TestDebianTestImage(t *testing.T) {
 // TestDebianTestReproducible builds the same image in two caches: the
 // outputs and digests are identical, and a second Ensure is a hit.
 func TestDebianTestReproducible(t *testing.T) {
+	t.Parallel()
 	a := testAssets(t, vm.ArchAMD64)
 	img1 := sharedImage(t, vm.ArchAMD64)
 	root2 := t.TempDir()
@@ -251,6 +253,7 @@ func fileSHA(t *testing.T, p string) [32]byte {
 
 // TestDebianTestRefuses checks inputs that must not make an image.
 func TestDebianTestRefuses(t *testing.T) {
+	t.Parallel()
 	amd := testAssets(t, vm.ArchAMD64)
 	arm := testAssets(t, vm.ArchARM64)
 	mixed := func(f func(a *assets.Assets)) assets.Assets { a := amd; f(&a); return a }

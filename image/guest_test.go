@@ -71,6 +71,7 @@ func e2fsck(t *testing.T, img string) {
 }
 
 func TestBuildGuestImage(t *testing.T) {
+	t.Parallel()
 	url, key, _ := testMirror(t)
 	h := home.Home(t.TempDir())
 	o := GuestOptions{Arch: vm.Arch(runtime.GOARCH), Mirror: url, Keys: key.Ring}
@@ -162,6 +163,7 @@ func TestBuildGuestImage(t *testing.T) {
 }
 
 func TestGuestImagePackageList(t *testing.T) {
+	t.Parallel()
 	url, key, repo := testMirror(t)
 	h := home.Home(t.TempDir())
 	o := GuestOptions{Arch: vm.Arch(runtime.GOARCH), Mirror: url, Keys: key.Ring}
@@ -210,6 +212,7 @@ func TestGuestImagePackageList(t *testing.T) {
 }
 
 func TestGuestImageRefusesForeignKeys(t *testing.T) {
+	t.Parallel()
 	url, _, _ := testMirror(t)
 	h := home.Home(t.TempDir())
 	// No keyring: Alpine's release keys, which did not sign the test mirror.
@@ -242,6 +245,7 @@ func statOrNil(p string) os.FileInfo {
 // until --update, which moves to it, says so, and builds a new root image;
 // a mirror replaying an older index is refused.
 func TestGuestImageUpdate(t *testing.T) {
+	t.Parallel()
 	url, key, repo := testMirror(t)
 	h := home.Home(t.TempDir())
 	o := GuestOptions{Arch: vm.Arch(runtime.GOARCH), Mirror: url, Keys: key.Ring}

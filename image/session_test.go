@@ -253,6 +253,7 @@ func mustOpen(t *testing.T, p string) *os.File {
 // TestSessionArchiveRefuses covers session files that would escape the
 // boot data directory or change the base image's directories.
 func TestSessionArchiveRefuses(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name string
 		file initramfs.File

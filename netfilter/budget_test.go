@@ -144,6 +144,7 @@ func TestStalledBodiesBounded(t *testing.T) {
 // abandoned and its share of the budget given back: before, it was held
 // for as long as the guest kept the connection open.
 func TestStalledBodyTimesOut(t *testing.T) {
+	t.Parallel()
 	v := newTestEnv(t, testRules, withConfig(func(c *EngineConfig) { c.BodyIdleTimeout = 200 * time.Millisecond }))
 	v.upstreamPlain("plain.test", 80, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		io.Copy(io.Discard, r.Body)
@@ -262,6 +263,7 @@ func TestH2FanOutBounded(t *testing.T) {
 // within its budget, the streams it cannot cover get 503, and a fresh
 // connection of the same session is still served.
 func TestStalledH2StreamsBounded(t *testing.T) {
+	t.Parallel()
 	const total = 64 << 20
 	de, err := dlp.New(dlp.Config{})
 	if err != nil {

@@ -477,6 +477,7 @@ func TestDLPFilterWebSocketRefusesCompressedFrames(t *testing.T) {
 }
 
 func TestDLPFilterTrailersAndMethod(t *testing.T) {
+	t.Parallel()
 	v := newDLPEnv(t, 16)
 	c := &http.Client{Transport: v.guestTransport(false)}
 	pr, pw := io.Pipe()

@@ -25,6 +25,7 @@ import (
 )
 
 func TestConformanceNames(t *testing.T) {
+	t.Parallel()
 	forEngines(t, func(t *testing.T, kind string) {
 		v := newEngineEnv(t, kind, testRules)
 		var hits atomic.Int64
@@ -66,6 +67,7 @@ func TestConformanceNames(t *testing.T) {
 }
 
 func TestConformanceSNIMismatch(t *testing.T) {
+	t.Parallel()
 	forEngines(t, func(t *testing.T, kind string) {
 		v := newEngineEnv(t, kind, testRules)
 		var hits atomic.Int64
@@ -106,6 +108,7 @@ func TestConformanceSNIMismatch(t *testing.T) {
 }
 
 func TestConformanceHostMismatch(t *testing.T) {
+	t.Parallel()
 	forEngines(t, func(t *testing.T, kind string) {
 		v := newEngineEnv(t, kind, testRules)
 		var hits atomic.Int64
@@ -174,6 +177,7 @@ func TestConformanceHostMismatch(t *testing.T) {
 }
 
 func TestConformanceDLP(t *testing.T) {
+	t.Parallel()
 	forEngines(t, func(t *testing.T, kind string) {
 		v := newDLPEnvEngine(t, kind, 1024)
 		up := v.up["registry.example.net"]
@@ -280,6 +284,7 @@ func TestConformanceDLP(t *testing.T) {
 }
 
 func TestConformanceDLPRefusal(t *testing.T) {
+	t.Parallel()
 	forEngines(t, func(t *testing.T, kind string) {
 		v := newDLPEnvEngine(t, kind, 0)
 		c := &http.Client{Transport: v.guestTransport(false)}
@@ -304,6 +309,7 @@ func TestConformanceDLPRefusal(t *testing.T) {
 }
 
 func TestConformanceWebSocket(t *testing.T) {
+	t.Parallel()
 	forEngines(t, func(t *testing.T, kind string) {
 		v := newDLPEnvEngine(t, kind, 0)
 		up, conn, tc := wsDial(t, v, "")
@@ -377,6 +383,7 @@ func TestConformanceWebSocketControlFrames(t *testing.T) {
 }
 
 func TestConformanceStreamingDownload(t *testing.T) {
+	t.Parallel()
 	forEngines(t, func(t *testing.T, kind string) {
 		v := newEngineEnv(t, kind, testRules)
 		const size = 64 << 20

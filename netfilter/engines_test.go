@@ -46,6 +46,7 @@ func getBody(t *testing.T, c *http.Client, url string) (*http.Response, string) 
 }
 
 func TestConformanceHTTPVersions(t *testing.T) {
+	t.Parallel()
 	forEngines(t, func(t *testing.T, kind string) {
 		v := newEngineEnv(t, kind, testRules)
 		v.upstreamTLS("api.test", 443, v.upCA, http.HandlerFunc(echoInfo))

@@ -418,6 +418,7 @@ func TestDialGuardControl(t *testing.T) {
 // net.Dialer's Happy Eyeballs did before the guard resolved names itself),
 // and that the losing dial is abandoned.
 func TestDialGuardFallsBackAcrossFamilies(t *testing.T) {
+	t.Parallel()
 	abandoned := make(chan struct{})
 	raw := func(ctx context.Context, _, addr string) (net.Conn, error) {
 		if strings.HasPrefix(addr, "[") { // IPv6: never answers

@@ -340,6 +340,7 @@ func TestLogWriterCap(t *testing.T) {
 // requests. The log keeps a bounded number of lines and accounts exactly
 // for every request it did not keep.
 func TestRequestFloodLogBounded(t *testing.T) {
+	t.Parallel()
 	v := newTestEnv(t, testRules)
 	proxy := v.proxyListener()
 	c := &http.Client{Transport: &http.Transport{Proxy: http.ProxyURL(proxy), MaxIdleConnsPerHost: 1}}

@@ -647,6 +647,7 @@ func (f recordingFilter) FilterRequest(_ context.Context, d Destination, r *http
 }
 
 func TestRequestFilter(t *testing.T) {
+	t.Parallel()
 	for _, fail := range []bool{false, true} {
 		t.Run(fmt.Sprintf("fail=%v", fail), func(t *testing.T) {
 			v := newTestEnv(t, testRules, func(c *EngineConfig) { c.Filter = recordingFilter{fail: fail} })

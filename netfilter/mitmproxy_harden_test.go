@@ -81,6 +81,7 @@ const rawSecrets = "\x00\x01 AKIAIOSFODNN7EXAMPLE ghp_0123456789abcdefghijABCDEF
 // non-HTTP bytes inside TLS) instead of relaying them raw past the DLP;
 // the upstream never gets them. On another port raw TCP still passes.
 func TestMitmproxyRawBytesRefused(t *testing.T) {
+	t.Parallel()
 	v := newMitmEnv(t, "mitmproxy", testRules, nil)
 	for _, tc := range []struct {
 		name   string
@@ -155,6 +156,7 @@ func swapEnv(t *testing.T, mopt func(*MitmproxyConfig)) (v *testEnv, real, ph st
 // as an explicit proxy's absolute URI. The fake provider (plain HTTP on
 // loopback, as api.test:443) never sees the key; the guest gets a refusal.
 func TestMitmproxyPlainHTTPTo443(t *testing.T) {
+	t.Parallel()
 	v, real, ph := swapEnv(t, nil)
 	var seen atomic.Int64
 	var leaked atomic.Bool
@@ -262,6 +264,7 @@ func echoKey(w http.ResponseWriter, r *http.Request) {
 // a header name, header value, the body, HTTP/1 and HTTP/2 trailers, and
 // WebSocket text, ping and close frames never reaches the guest.
 func TestMitmproxyEchoedKeyScrubbed(t *testing.T) {
+	t.Parallel()
 	v, real, ph := swapEnv(t, nil)
 	v.upstreamTLS("api.test", 443, v.upCA, http.HandlerFunc(echoKey))
 	for _, h2 := range []bool{false, true} {

@@ -177,6 +177,7 @@ func (lv *liveView) waitFlow(t *testing.T, path string) webFlow {
 // replay, duplicate, edit, resume, kill, delete, clear, upload, options,
 // commands. Nothing more reaches the upstream; the session goes on.
 func TestInspectLiveView(t *testing.T) {
+	t.Parallel()
 	lv := newLiveView(t, false)
 	if !strings.HasPrefix(lv.m.WebURL(), "http://127.0.0.1:") {
 		t.Fatalf("web UI at %q, want loopback", lv.m.WebURL())
@@ -263,6 +264,7 @@ func TestInspectLiveView(t *testing.T) {
 // (intercept) are rolled back; unloading the addon (scripts) stops mitmweb,
 // and the session then refuses every connection.
 func TestInspectGuardsBehindUI(t *testing.T) {
+	t.Parallel()
 	lv := newLiveView(t, true)
 	lv.guestGet(t, "/seen")
 	id := lv.waitFlow(t, "/seen").ID
@@ -343,6 +345,7 @@ func TestInspectGuardsBehindUI(t *testing.T) {
 // TestInspectViewLimit: the live view keeps the newest ViewLimit finished
 // requests, so mitmweb's memory stays bounded in a long session.
 func TestInspectViewLimit(t *testing.T) {
+	t.Parallel()
 	lv := newLiveView(t, false, func(c *MitmproxyConfig) { c.ViewLimit = 2 })
 	for i := range 5 {
 		lv.guestGet(t, fmt.Sprintf("/r%d", i))
@@ -411,6 +414,7 @@ func TestInspectMitmwebMissing(t *testing.T) {
 // TestInspectBrowser: a real browser (headless Chromium) opens the live
 // view of a session that made one request and sees that request listed.
 func TestInspectBrowser(t *testing.T) {
+	t.Parallel()
 	browser := ""
 	for _, name := range []string{"chromium", "chromium-browser", "google-chrome"} {
 		if p, err := exec.LookPath(name); err == nil {
@@ -456,6 +460,7 @@ func TestInspectBrowser(t *testing.T) {
 // API and event log hold no real key: /flows and /flows/dump show the
 // guest's placeholder, /events no ping payload.
 func TestInspectNoRealKey(t *testing.T) {
+	t.Parallel()
 	skipWithoutMitmweb(t)
 	v, real, ph := swapEnv(t, func(c *MitmproxyConfig) { c.LiveView = true })
 	m := v.eng.(*MitmproxyEngine)

@@ -78,6 +78,7 @@ func rssPeak(t *testing.T, mitmPid int) (stop func() (vibedom, mitmdump int64)) 
 // VIBEDOM_TEST_MEMORY_FULL=1 runs the sizes (budget 512 MiB, limit
 // 64 MiB: 8 x 60 MiB, 400 x 4 MiB stalled, 4 x 192 MiB chunked).
 func TestMitmproxyMemoryBound(t *testing.T) {
+	t.Parallel()
 	budget, limit := int64(64<<20), int64(12<<20)
 	posts, stalled, stallSent, stallDeclared, chunked := int64(10<<20), 60, 2<<20, 4<<20, int64(24<<20)
 	if os.Getenv("VIBEDOM_TEST_MEMORY_FULL") != "" {

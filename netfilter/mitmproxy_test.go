@@ -73,6 +73,7 @@ func TestMitmdumpTooOld(t *testing.T) {
 }
 
 func TestMitmdumpPortTaken(t *testing.T) {
+	t.Parallel()
 	skipWithoutMitmdump(t)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -98,6 +99,7 @@ func TestMitmdumpPortTaken(t *testing.T) {
 // port and vibedom's upstream listener refuse anyone without the session's
 // secret; the secrets are not on mitmdump's command line.
 func TestMitmdumpPrivate(t *testing.T) {
+	t.Parallel()
 	v := newEngineEnv(t, "mitmproxy", testRules)
 	m := v.eng.(*MitmproxyEngine)
 	for path, want := range map[string]os.FileMode{
@@ -151,6 +153,7 @@ func TestMitmdumpPrivate(t *testing.T) {
 // an alert says so, and every later connection is refused without reaching
 // the upstream.
 func TestMitmdumpCrash(t *testing.T) {
+	t.Parallel()
 	v := newEngineEnv(t, "mitmproxy", testRules)
 	m := v.eng.(*MitmproxyEngine)
 	var hits atomic.Int64
@@ -207,6 +210,7 @@ func (f headerFilter) FilterRequest(_ context.Context, _ Destination, r *http.Re
 // TestMitmproxyAddonFailsClosed: when the addon cannot apply vibedom's
 // answer, the request is refused, never sent on as the guest wrote it.
 func TestMitmproxyAddonFailsClosed(t *testing.T) {
+	t.Parallel()
 	v := newEngineEnv(t, "mitmproxy", testRules, func(c *EngineConfig) { c.Filter = headerFilter{"snow \u2603"} })
 	var hits atomic.Int64
 	v.upstreamTLS("api.test", 443, v.upCA, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { hits.Add(1) }))
@@ -223,6 +227,7 @@ func TestMitmproxyAddonFailsClosed(t *testing.T) {
 // TestMitmproxyControlSocketGone: when the addon cannot reach vibedom any
 // more, every request is refused and nothing reaches the upstream.
 func TestMitmproxyControlSocketGone(t *testing.T) {
+	t.Parallel()
 	v := newEngineEnv(t, "mitmproxy", testRules)
 	m := v.eng.(*MitmproxyEngine)
 	var hits atomic.Int64
@@ -256,6 +261,7 @@ func TestMitmproxyControlSocketGone(t *testing.T) {
 // TestMitmdumpEndsWithVibedom: when vibedom's end of the control socket
 // goes away (as when vibedom is killed), mitmdump stops by itself.
 func TestMitmdumpEndsWithVibedom(t *testing.T) {
+	t.Parallel()
 	v := newEngineEnv(t, "mitmproxy", testRules)
 	m := v.eng.(*MitmproxyEngine)
 	m.ctlLn.Close()

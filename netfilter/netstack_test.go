@@ -113,6 +113,7 @@ func TestStackServeOnce(t *testing.T) {
 }
 
 func TestStackDHCP(t *testing.T) {
+	t.Parallel()
 	n := startNSNet(t, StackConfig{GuestMAC: testGuestHW}, nsPolicy{}, nil)
 	bootp := func(typ byte, mac net.HardwareAddr, requested netip.Addr) []byte {
 		b := make([]byte, dhcpFixedLen)
@@ -464,6 +465,7 @@ func TestStackTCPAdmission(t *testing.T) {
 // not even put on the wire (root in the VM can), and expects an RST for
 // each.
 func TestStackTCPAdmissionRaw(t *testing.T) {
+	t.Parallel()
 	n := startNSNet(t, StackConfig{}, testPolicyAllow(), nil)
 	nsAnnounce(t, n.vm)
 	tests := []struct {
@@ -558,6 +560,7 @@ func TestStackExplicitProxy(t *testing.T) {
 }
 
 func TestStackUDPGoesNowhere(t *testing.T) {
+	t.Parallel()
 	n := startNSNet(t, StackConfig{}, testPolicyAllow(), nil)
 	n.resolver.exists["api.example.com"] = true
 	g := n.guest(t)
@@ -594,6 +597,7 @@ func TestStackUDPGoesNowhere(t *testing.T) {
 }
 
 func TestStackICMP(t *testing.T) {
+	t.Parallel()
 	n := startNSNet(t, StackConfig{}, nsPolicy{}, nil)
 	nsAnnounce(t, n.vm)
 	tests := []struct {
@@ -648,6 +652,7 @@ func TestStackICMP(t *testing.T) {
 // TestStackDropsForeignFrames plays a guest that forges what it sends
 // below TCP: spoofed addresses, other EtherTypes, fragments, junk.
 func TestStackDropsForeignFrames(t *testing.T) {
+	t.Parallel()
 	n := startNSNet(t, StackConfig{}, testPolicyAllow(), nil)
 	n.resolver.exists["api.example.com"] = true
 	synth := netip.MustParseAddr("198.18.0.1")

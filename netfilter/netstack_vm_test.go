@@ -25,6 +25,7 @@ import (
 // resolver, and the same again after root rewrites its routes and
 // resolv.conf. One boot, about ten seconds.
 func TestStackLinuxGuest(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("boots a VM; skipped with -short")
 	}

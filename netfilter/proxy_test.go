@@ -26,6 +26,7 @@ func (v *testEnv) proxyClient(proxy *url.URL, h2 bool) *http.Client {
 }
 
 func TestExplicitProxy(t *testing.T) {
+	t.Parallel()
 	v := newTestEnv(t, testRules)
 	var hits atomic.Int32
 	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { hits.Add(1); echoInfo(w, r) })

@@ -121,6 +121,7 @@ func (l *chanListener) Addr() net.Addr { return l.addr }
 // swapped. The fake provider answers TLS and plain HTTP on one port and
 // keeps every byte it was sent.
 func TestSwapOnlyOverVerifiedTLS(t *testing.T) {
+	t.Parallel()
 	real := "sk-ant-api03-" + strings.Repeat("Pl4n", 20) + "AA" // gitleaks:allow
 	ph := "sk-ant-api03-" + strings.Repeat("PhYy", 20) + "BB"   // gitleaks:allow
 	eng, err := dlp.New(dlp.Config{Secrets: []dlp.Secret{{Value: real, Source: "host key"}, {Value: ph, Source: "placeholder"}}})

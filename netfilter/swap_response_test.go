@@ -27,6 +27,7 @@ import (
 // received (1xx, 101 and final headers, header names, trailers, body,
 // WebSocket frames) must show no form of it.
 func TestResponseScrubEverywhere(t *testing.T) {
+	t.Parallel()
 	real := "sk-ant-api03-" + strings.Repeat("Ec4o", 20) + "AA" // gitleaks:allow
 	ph := "sk-ant-api03-" + strings.Repeat("PhZz", 20) + "BB"   // gitleaks:allow
 	eng, err := dlp.New(dlp.Config{Secrets: []dlp.Secret{{Value: real, Source: "host key"}, {Value: ph, Source: "placeholder"}}})

@@ -17,6 +17,7 @@ import (
 // host, and nowhere else. Real HTTP clients through the real MITM, with the
 // real DLP inside.
 func TestCredentialSwap(t *testing.T) {
+	t.Parallel()
 	real := "sk-ant-api03-" + strings.Repeat("R3al", 20) + "AA" // gitleaks:allow
 	ph := "sk-ant-api03-" + strings.Repeat("PhXx", 20) + "BB"   // gitleaks:allow
 	eng, err := dlp.New(dlp.Config{Secrets: []dlp.Secret{{Value: real, Source: "host key"}, {Value: ph, Source: "placeholder"}}})

@@ -5,17 +5,20 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/vibedom/vibedom/e2e/clitest"
 )
 
 // TestDetachRefusesABadName: run --detach opens the host's log, named
 // after the session, before the host starts: a name that is not one (a
 // path) is refused first, and nothing is written outside the logs folder.
 func TestDetachRefusesABadName(t *testing.T) {
-	c := newCLI(t)
+	t.Parallel()
+	c := clitest.New(t)
 	ws := t.TempDir()
 	out := filepath.Join(t.TempDir(), "elsewhere")
 	name := "/" + strings.Repeat("../", 30) + out[1:]
-	_, stderr, code := c.run(t, "", "run", "--detach", "--preflight", "off", "--name", name, ws)
+	_, stderr, code := c.Run(t, "", "run", "--detach", "--preflight", "off", "--name", name, ws)
 	if code == 0 {
 		t.Fatal("run --detach accepted a session name that is a path")
 	}

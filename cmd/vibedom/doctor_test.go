@@ -6,16 +6,19 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/vibedom/vibedom/e2e/clitest"
 )
 
 // TestDoctor drives `vibedom doctor` as a user would: before init, after
 // init, and after each of the mistakes it must catch.
 func TestDoctor(t *testing.T) {
-	c := newCLI(t)
+	t.Parallel()
+	c := clitest.New(t)
 	type check struct{ Name, Status, Detail, Fix string }
 	report := func(t *testing.T) (map[string]check, int) {
 		t.Helper()
-		stdout, stderr, code := c.run(t, "", "doctor", "--json")
+		stdout, stderr, code := c.Run(t, "", "doctor", "--json")
 		var r struct {
 			Home   string  `json:"home"`
 			Checks []check `json:"checks"`
@@ -23,8 +26,8 @@ func TestDoctor(t *testing.T) {
 		if err := json.Unmarshal([]byte(stdout), &r); err != nil {
 			t.Fatalf("doctor --json: %v\n%s\n%s", err, stdout, stderr)
 		}
-		if r.Home != c.home {
-			t.Errorf("home %q, want %q", r.Home, c.home)
+		if r.Home != c.Home {
+			t.Errorf("home %q, want %q", r.Home, c.Home)
 		}
 		m := map[string]check{}
 		for _, ck := range r.Checks {
@@ -47,12 +50,12 @@ func TestDoctor(t *testing.T) {
 				t.Errorf("%s: %+v, want a failure fixed by vibedom init", n, m[n])
 			}
 		}
-		stdout, _, _ := c.run(t, "", "doctor")
+		stdout, _, _ := c.Run(t, "", "doctor")
 		if !strings.Contains(stdout, "FAIL  deploy key") || !strings.Contains(stdout, "fix: run `vibedom init`") {
 			t.Errorf("text report:\n%s", stdout)
 		}
 	})
-	if _, stderr, code := c.run(t, "", "init"); code != 0 && code != 1 {
+	if _, stderr, code := c.Run(t, "", "init"); code != 0 && code != 1 {
 		t.Fatalf("init: exit %d\n%s", code, stderr)
 	}
 	t.Run("after init", func(t *testing.T) {
@@ -64,7 +67,7 @@ func TestDoctor(t *testing.T) {
 		}
 	})
 	t.Run("a key readable by others", func(t *testing.T) {
-		p := filepath.Join(c.home, "keys", "id_ed25519_vibedom")
+		p := filepath.Join(c.Home, "keys", "id_ed25519_vibedom")
 		os.Chmod(p, 0o644)
 		defer os.Chmod(p, 0o600)
 		m, code := report(t)
@@ -73,7 +76,7 @@ func TestDoctor(t *testing.T) {
 		}
 	})
 	t.Run("a key that is a symlink", func(t *testing.T) {
-		p := filepath.Join(c.home, "keys", "dlp_audit.key")
+		p := filepath.Join(c.Home, "keys", "dlp_audit.key")
 		os.Rename(p, p+".real")
 		os.Symlink(p+".real", p)
 		defer func() { os.Remove(p); os.Rename(p+".real", p) }()
@@ -83,16 +86,16 @@ func TestDoctor(t *testing.T) {
 		}
 	})
 	t.Run("a home others can write", func(t *testing.T) {
-		fi, _ := os.Stat(c.home)
-		os.Chmod(c.home, 0o777)
-		defer os.Chmod(c.home, fi.Mode().Perm())
+		fi, _ := os.Stat(c.Home)
+		os.Chmod(c.Home, 0o777)
+		defer os.Chmod(c.Home, fi.Mode().Perm())
 		m, code := report(t)
-		if code != 1 || m["vibedom home"].Status != "fail" || m["vibedom home"].Fix != "chmod go-w "+c.home {
+		if code != 1 || m["vibedom home"].Status != "fail" || m["vibedom home"].Fix != "chmod go-w "+c.Home {
 			t.Errorf("exit %d, %+v", code, m["vibedom home"])
 		}
 	})
 	t.Run("an allowlist that does not parse", func(t *testing.T) {
-		p := filepath.Join(c.home, "trusted_domains.txt")
+		p := filepath.Join(c.Home, "trusted_domains.txt")
 		old, _ := os.ReadFile(p)
 		os.WriteFile(p, []byte("api.example.com\nnot a rule at all !!\n"), 0o600)
 		defer os.WriteFile(p, old, 0o600)

@@ -12,11 +12,13 @@ import (
 
 	"github.com/vibedom/vibedom/agents"
 	"github.com/vibedom/vibedom/agents/agentstest"
+	"github.com/vibedom/vibedom/e2e/clitest"
 )
 
 // `vibedom init --agents` fetches a real agent package from a local
 // registry, and a later init needs no registry at all.
 func TestInitAgents(t *testing.T) {
+	t.Parallel()
 	arch, err := agents.GuestArch(runtime.GOARCH)
 	if err != nil {
 		t.Skip(err)
@@ -26,8 +28,8 @@ func TestInitAgents(t *testing.T) {
 		t.Fatal(err)
 	}
 	reg := agentstest.Serve(t, map[agents.Pin]string{p: agentstest.Tarball(t, p)})
-	c := newCLI(t)
-	stdout, stderr, code := c.run(t, "", "init", "--json", "--agents", p.Agent, "--registry", reg.URL)
+	c := clitest.New(t)
+	stdout, stderr, code := c.Run(t, "", "init", "--json", "--agents", p.Agent, "--registry", reg.URL)
 	if code != 0 && code != 1 {
 		t.Fatalf("init: exit %d\n%s", code, stderr)
 	}
@@ -49,7 +51,7 @@ func TestInitAgents(t *testing.T) {
 	}
 	a := r.Agents[0]
 	if a.Agent != p.Agent || a.Package != p.Package || a.Version != p.Version || a.Integrity != p.Integrity || !a.Fresh ||
-		a.Dir != filepath.Join(c.home, "agents", p.Dir()) || a.BinaryPath != filepath.Join(a.Dir, "package", p.Binary) || len(a.BinarySHA256) != 64 {
+		a.Dir != filepath.Join(c.Home, "agents", p.Dir()) || a.BinaryPath != filepath.Join(a.Dir, "package", p.Binary) || len(a.BinarySHA256) != 64 {
 		t.Errorf("agent: %+v", a)
 	}
 	if st, err := os.Stat(a.BinaryPath); err != nil || st.Mode().Perm() != 0o555 {
@@ -60,12 +62,12 @@ func TestInitAgents(t *testing.T) {
 	}
 	// Again, with the registry gone: nothing to fetch.
 	reg.Close()
-	stdout, stderr, code = c.run(t, "", "init", "--json", "--agents", p.Agent, "--registry", reg.URL)
+	stdout, stderr, code = c.Run(t, "", "init", "--json", "--agents", p.Agent, "--registry", reg.URL)
 	if (code != 0 && code != 1) || !strings.Contains(stdout, `"fresh": false`) {
 		t.Fatalf("second init: exit %d\n%s\n%s", code, stdout, stderr)
 	}
 	// --update-agents says how pins move and keeps the installed agent.
-	out, stderr, code := c.run(t, "", "init", "--update-agents", "--registry", reg.URL)
+	out, stderr, code := c.Run(t, "", "init", "--update-agents", "--registry", reg.URL)
 	if (code != 0 && code != 1) || !strings.Contains(stderr, "compiled into vibedom") || !strings.Contains(stderr, p.Version) ||
 		!strings.Contains(out, "Agent "+p.Agent+" "+p.Version) {
 		t.Errorf("--update-agents: exit %d\n%s\n%s", code, out, stderr)
@@ -73,6 +75,7 @@ func TestInitAgents(t *testing.T) {
 }
 
 func TestInitAgentsBadInput(t *testing.T) {
+	t.Parallel()
 	arch, err := agents.GuestArch(runtime.GOARCH)
 	if err != nil {
 		t.Skip(err)
@@ -103,8 +106,8 @@ func TestInitAgentsBadInput(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			c := newCLI(t)
-			_, stderr, code := c.run(t, "", append([]string{"init", "--no-image"}, tc.args...)...)
+			c := clitest.New(t)
+			_, stderr, code := c.Run(t, "", append([]string{"init", "--no-image"}, tc.args...)...)
 			if code != 2 {
 				t.Errorf("exit %d, want 2", code)
 			}
@@ -116,14 +119,14 @@ func TestInitAgentsBadInput(t *testing.T) {
 					t.Errorf("stderr %q does not say %q", stderr, w)
 				}
 			}
-			ents, _ := os.ReadDir(filepath.Join(c.home, "agents"))
+			ents, _ := os.ReadDir(filepath.Join(c.Home, "agents"))
 			for _, e := range ents {
 				if e.Name() != ".lock" {
 					t.Errorf("left in agents/: %s", e.Name())
 				}
 			}
 			// Input refused before anything was set up.
-			if _, err := os.Stat(filepath.Join(c.home, "keys")); tc.name != "integrity mismatch" && err == nil {
+			if _, err := os.Stat(filepath.Join(c.Home, "keys")); tc.name != "integrity mismatch" && err == nil {
 				t.Errorf("init went ahead before refusing its input")
 			}
 		})

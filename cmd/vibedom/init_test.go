@@ -6,11 +6,14 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/vibedom/vibedom/e2e/clitest"
 )
 
 func TestInit(t *testing.T) {
-	c := newCLI(t)
-	stdout, stderr, code := c.run(t, "", "init", "--json")
+	t.Parallel()
+	c := clitest.New(t)
+	stdout, stderr, code := c.Run(t, "", "init", "--json")
 	if code != 0 && code != 1 {
 		t.Fatalf("init: exit %d\n%s", code, stderr)
 	}
@@ -27,18 +30,18 @@ func TestInit(t *testing.T) {
 		t.Fatalf("init --json: %v\n%s", err, stdout)
 	}
 	if !strings.HasPrefix(r.DeployKey, "ssh-ed25519 ") || !r.DeployKeyNew || r.CAFingerprint == "" ||
-		r.Home != c.home || r.DeployKeyPath != filepath.Join(c.home, "keys", "id_ed25519_vibedom") {
+		r.Home != c.Home || r.DeployKeyPath != filepath.Join(c.Home, "keys", "id_ed25519_vibedom") {
 		t.Errorf("deploy key: %+v", r)
 	}
-	if r.AuditKey != filepath.Join(c.home, "keys", "dlp_audit.key") || !strings.HasPrefix(r.AuditPublic, "age1") {
+	if r.AuditKey != filepath.Join(c.Home, "keys", "dlp_audit.key") || !strings.HasPrefix(r.AuditPublic, "age1") {
 		t.Errorf("audit key: %q %q", r.AuditKey, r.AuditPublic)
 	}
 	for path, want := range map[string]os.FileMode{
-		filepath.Join(c.home, "keys", "id_ed25519_vibedom"): 0o600,
-		filepath.Join(c.home, "ca", "ca-key.pem"):           0o600,
-		filepath.Join(c.home, "ca"):                         0o700,
-		filepath.Join(c.home, "trusted_domains.txt"):        0o600,
-		filepath.Join(c.home, "keys", "dlp_audit.key"):      0o600,
+		filepath.Join(c.Home, "keys", "id_ed25519_vibedom"): 0o600,
+		filepath.Join(c.Home, "ca", "ca-key.pem"):           0o600,
+		filepath.Join(c.Home, "ca"):                         0o700,
+		filepath.Join(c.Home, "trusted_domains.txt"):        0o600,
+		filepath.Join(c.Home, "keys", "dlp_audit.key"):      0o600,
 	} {
 		fi, err := os.Stat(path)
 		if err != nil {
@@ -50,7 +53,7 @@ func TestInit(t *testing.T) {
 		}
 	}
 	// A second init keeps the key.
-	stdout2, _, _ := c.run(t, "", "init", "--json")
+	stdout2, _, _ := c.Run(t, "", "init", "--json")
 	var r2 struct {
 		DeployKey string `json:"deploy_key"`
 	}
@@ -66,21 +69,22 @@ func TestInit(t *testing.T) {
 		t.Errorf("second init replaced the audit key")
 	}
 	// The human output shows the public key and where the CA is.
-	out, _, _ := c.run(t, "", "init")
+	out, _, _ := c.Run(t, "", "init")
 	if !strings.Contains(out, r.DeployKey) || !strings.Contains(out, "MITM CA") {
 		t.Errorf("init output:\n%s", out)
 	}
 }
 
 func TestRunPreflightStrictRefuses(t *testing.T) {
-	requireVM(t)
-	c := newCLI(t)
+	t.Parallel()
+	clitest.RequireVM(t)
+	c := clitest.New(t)
 	ws := t.TempDir()
 	// An AWS key built at run time, so this file holds none.
 	key := "AKIA" + "Z7Q3" + "XK2M" + "PL4W" + "RT6N"
 	secret := "wJalrXUtnFEMI" + "/K7MDENG/bPxRfiCY" + "EXAMPLEKEYq8"
 	os.WriteFile(filepath.Join(ws, ".env.production"), []byte("AWS_ACCESS_KEY_ID="+key+"\nAWS_SECRET_ACCESS_KEY="+secret+"\n"), 0o644)
-	_, stderr, code := c.run(t, "", "run", ws, "--preflight=strict", "--no-network", "--", "true")
+	_, stderr, code := c.Run(t, "", "run", ws, "--preflight=strict", "--no-network", "--", "true")
 	if code == 0 {
 		t.Fatalf("strict preflight let the session start:\n%s", stderr)
 	}
@@ -90,8 +94,8 @@ func TestRunPreflightStrictRefuses(t *testing.T) {
 	if strings.Contains(stderr, key) || strings.Contains(stderr, secret) {
 		t.Errorf("the secret was printed:\n%s", stderr)
 	}
-	if ents, _ := os.ReadDir(filepath.Join(c.home, "sessions")); len(ents) > 0 {
+	if ents, _ := os.ReadDir(filepath.Join(c.Home, "sessions")); len(ents) > 0 {
 		t.Errorf("a refused session left a session folder")
 	}
-	c.assertNothingLeft(t)
+	c.AssertNothingLeft(t)
 }

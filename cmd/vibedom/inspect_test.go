@@ -16,6 +16,7 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/vibedom/vibedom/e2e/clitest"
 	"github.com/vibedom/vibedom/netfilter"
 )
 
@@ -77,6 +78,7 @@ func errorLines(stderr string) []string {
 // wrong checksum or a tarball with ../ entries with a one-line error,
 // installing nothing. A release build ignores the test checksum.
 func TestInitWithMitmproxy(t *testing.T) {
+	t.Parallel()
 	if runtime.GOOS != "linux" || runtime.GOARCH != "amd64" {
 		t.Skipf("the test mirror serves the linux-x86_64 tarball; this is %s-%s", runtime.GOOS, runtime.GOARCH)
 	}
@@ -97,23 +99,23 @@ func TestInitWithMitmproxy(t *testing.T) {
 		{name: "release build ignores the test checksum", release: true, tarball: good, sum: hexSHA256(good), want: "mitmproxy install: "},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			c := newCLI(t)
+			c := clitest.New(t)
 			var hits atomic.Int64
 			mirror := mitmproxyTestMirror(t, tt.tarball, &hits)
-			c.env = append(c.env, "VIBEDOM_TEST_MITMPROXY_SHA256="+tt.sum)
+			c.Env = append(c.Env, "VIBEDOM_TEST_MITMPROXY_SHA256="+tt.sum)
 			args := []string{"init", "--no-image", "--json", "--with-mitmproxy"}
 			if tt.flag {
-				c.env = append(c.env, netfilter.MitmproxyMirrorEnv+"=http://127.0.0.1:9/closed")
+				c.Env = append(c.Env, netfilter.MitmproxyMirrorEnv+"=http://127.0.0.1:9/closed")
 				args = append(args, "--mitmproxy-mirror", mirror)
 			} else {
-				c.env = append(c.env, netfilter.MitmproxyMirrorEnv+"="+mirror)
+				c.Env = append(c.Env, netfilter.MitmproxyMirrorEnv+"="+mirror)
 			}
-			bin := vibedomTestKeysBin(t)
+			bin := clitest.TestKeysBin(t)
 			if tt.release {
-				bin = vibedomBin(t)
+				bin = clitest.Bin(t)
 			}
-			stdout, stderr, code := c.runWith(t, bin, "", args...)
-			root := filepath.Join(c.home, netfilter.MitmproxyDirName)
+			stdout, stderr, code := c.RunWith(t, bin, "", args...)
+			root := filepath.Join(c.Home, netfilter.MitmproxyDirName)
 			if tt.want != "" {
 				lines := errorLines(stderr)
 				if code == 0 || len(lines) != 1 || !strings.Contains(lines[0], tt.want) {
@@ -123,7 +125,7 @@ func TestInitWithMitmproxy(t *testing.T) {
 				if ents, _ := os.ReadDir(root); len(ents) != 0 {
 					t.Errorf("left in %s: %v", root, ents)
 				}
-				if _, err := os.Lstat(filepath.Join(c.home, "escape")); err == nil {
+				if _, err := os.Lstat(filepath.Join(c.Home, "escape")); err == nil {
 					t.Error("a file was written outside the install folder")
 				}
 				return
@@ -153,6 +155,7 @@ func TestInitWithMitmproxy(t *testing.T) {
 // engine or --quiet (which would hide the URL), and without mitmweb it is a one-line error saying what to do,
 // all before anything boots.
 func TestRunInspectFlags(t *testing.T) {
+	t.Parallel()
 	bin := t.TempDir()
 	script := "#!/bin/sh\necho 'Mitmproxy: 8.1.1'\n"
 	if err := os.WriteFile(filepath.Join(bin, "mitmdump"), []byte(script), 0o755); err != nil {
@@ -169,9 +172,9 @@ func TestRunInspectFlags(t *testing.T) {
 		{"no mitmweb", []string{"--inspect"}, "mitmweb not found"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			c := newCLI(t)
-			c.env = append(c.env, "PATH="+bin+string(os.PathListSeparator)+"/usr/bin/nonexistent")
-			_, stderr, code := c.run(t, "", append(append([]string{"run"}, tt.args...), t.TempDir())...)
+			c := clitest.New(t)
+			c.Env = append(c.Env, "PATH="+bin+string(os.PathListSeparator)+"/usr/bin/nonexistent")
+			_, stderr, code := c.Run(t, "", append(append([]string{"run"}, tt.args...), t.TempDir())...)
 			lines := errorLines(stderr)
 			if code == 0 || len(lines) != 1 || !strings.Contains(lines[0], tt.want) {
 				t.Errorf("exit %d, stderr %q: want one line with %q", code, stderr, tt.want)

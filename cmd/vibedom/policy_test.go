@@ -9,6 +9,8 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/vibedom/vibedom/e2e/clitest"
 )
 
 // runPolicy runs the CLI with args and returns its exit code and stdout.
@@ -107,6 +109,7 @@ func TestPolicyCheck(t *testing.T) {
 }
 
 func TestParseCheckTarget(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		in   string
 		host string
@@ -143,6 +146,7 @@ func TestParseCheckTarget(t *testing.T) {
 // `vibedom policy approve`, its deny rules apply at once, and a changed
 // file is unapproved again.
 func TestPolicyApprove(t *testing.T) {
+	t.Parallel()
 	home, ws := t.TempDir(), t.TempDir()
 	os.MkdirAll(filepath.Join(ws, ".vibedom"), 0o755)
 	rules := filepath.Join(ws, ".vibedom", "trusted_domains.txt")
@@ -212,6 +216,7 @@ func TestPolicyApprove(t *testing.T) {
 // refused with an error that names them, print no raw control character,
 // and widen nothing.
 func TestPolicyHostileWorkspaceFiles(t *testing.T) {
+	t.Parallel()
 	home := t.TempDir()
 	elsewhere := filepath.Join(t.TempDir(), "rules.txt")
 	os.WriteFile(elsewhere, []byte("exfil.example\n"), 0o644)
@@ -278,13 +283,14 @@ func copyFile(t *testing.T, from, to string) {
 // allowlist value that would drive the terminal is shown quoted) and asks;
 // "n" changes nothing, "y" approves.
 func TestPolicyApproveOnTerminal(t *testing.T) {
+	t.Parallel()
 	home, ws := t.TempDir(), t.TempDir()
 	os.MkdirAll(filepath.Join(ws, ".vibedom"), 0o755)
 	os.WriteFile(filepath.Join(ws, ".vibedom", "trusted_domains.txt"), []byte("exfil.example\n"), 0o644)
 	os.WriteFile(filepath.Join(ws, ".vibedom", "dlp_allowlist.txt"), []byte("Pearl\x1b[2J\u202eSt\n"), 0o644)
 	env := append(os.Environ(), "VIBEDOM_HOME="+home)
 	approve := func(answer string) (int, string) {
-		cmd := exec.Command(vibedomBin(t), "policy", "approve", ws)
+		cmd := exec.Command(clitest.Bin(t), "policy", "approve", ws)
 		cmd.Env = env
 		tr := startOnTerminal(t, cmd)
 		tr.expect("allows  exfil.example")

@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"github.com/creack/pty"
+
+	"github.com/vibedom/vibedom/e2e/clitest"
 )
 
 // The tests here drive the built vibedom binary as a user does: on a
@@ -108,19 +110,11 @@ func fakeVM(t *testing.T) (env []string, qemuCalls string) {
 
 // newPreflightCLI is newCLI without the shared image cache: nothing here
 // may touch an image.
-func newPreflightCLI(t *testing.T) *cliRun {
+func newPreflightCLI(t *testing.T) *clitest.CLI {
 	t.Helper()
-	c := &cliRun{home: t.TempDir(), tmp: t.TempDir()}
-	c.env = append(os.Environ(), "VIBEDOM_HOME="+c.home, "TMPDIR="+c.tmp, "NO_COLOR=1")
+	c := &clitest.CLI{Home: t.TempDir(), Tmp: t.TempDir()}
+	c.Env = append(os.Environ(), "VIBEDOM_HOME="+c.Home, "TMPDIR="+c.Tmp, "NO_COLOR=1")
 	return c
-}
-
-// command returns the vibedom binary run with args in c's environment.
-func (c *cliRun) command(t *testing.T, extraEnv []string, args ...string) *exec.Cmd {
-	t.Helper()
-	cmd := exec.Command(vibedomBin(t), args...)
-	cmd.Env = append(slices.Clone(c.env), extraEnv...)
-	return cmd
 }
 
 // terminalRun is the vibedom binary running on a pseudo-terminal.
@@ -243,9 +237,9 @@ type cliReport struct {
 	} `json:"findings"`
 }
 
-func (c *cliRun) scanJSON(t *testing.T, ws string) cliReport {
+func scanJSON(t *testing.T, c *clitest.CLI, ws string) cliReport {
 	t.Helper()
-	stdout, stderr, code := c.run(t, "", "preflight", "--json", ws)
+	stdout, stderr, code := c.Run(t, "", "preflight", "--json", ws)
 	if code != 0 && code != 1 {
 		t.Fatalf("preflight --json: exit %d\n%s", code, stderr)
 	}
@@ -317,6 +311,7 @@ var badSelections = []step{
 // pseudo-terminal through every answer, and checks what a fresh scan then
 // finds approved: exactly the items chosen, never one more.
 func TestPreflightReviewOnTerminal(t *testing.T) {
+	t.Parallel()
 	var pickWithBadInput []step
 	pickWithBadInput = append(pickWithBadInput, step{menuPrompt, "i\n"}, step{itemsPrompt, ""})
 	for _, b := range badSelections {
@@ -351,13 +346,13 @@ func TestPreflightReviewOnTerminal(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			c := newPreflightCLI(t)
 			ws, secrets := reviewWorkspace(t)
-			before := c.scanJSON(t, ws)
+			before := scanJSON(t, c, ws)
 			nums := before.numbered()
 			if len(nums) != 4 || before.Findings[0].Risk != "HIGH" {
 				t.Fatalf("setup: want 4 numbered findings, HIGH first: %+v", before)
 			}
 
-			tr := startOnTerminal(t, c.command(t, nil, "preflight", "--review", ws))
+			tr := startOnTerminal(t, c.Command(t, nil, "preflight", "--review", ws))
 			tr.expect("HIGH RISK")
 			tr.expect("1. src/aws.py:1  aws-access-token  AKIA…(20 chars)")
 			tr.expect("4. .env.local:1")
@@ -376,7 +371,7 @@ func TestPreflightReviewOnTerminal(t *testing.T) {
 			if p := secretIn(tr.output(), secrets); p != "" {
 				t.Errorf("the terminal showed a secret (%q):\n%s", p, tr.output())
 			}
-			after := c.scanJSON(t, ws)
+			after := scanJSON(t, c, ws)
 			if got, want := after.approved(), fingerprintsOf(nums, tt.approved); !slices.Equal(got, want) {
 				t.Errorf("approved afterwards: %q, want %q", got, want)
 			}
@@ -389,6 +384,7 @@ func TestPreflightReviewOnTerminal(t *testing.T) {
 // with a way forward, never wait without a terminal, and leave the
 // session's gitleaks_report.json (redacted) when the session goes ahead.
 func TestRunPreflight(t *testing.T) {
+	t.Parallel()
 	type outcome int
 	const (
 		stopped outcome = iota // refused or cancelled before the session folder
@@ -438,10 +434,10 @@ func TestRunPreflight(t *testing.T) {
 			if tt.setup != nil {
 				tt.setup(t, ws)
 			}
-			nums := c.scanJSON(t, ws).numbered()
+			nums := scanJSON(t, c, ws).numbered()
 			fake, qemuCalls := fakeVM(t)
 			args := append([]string{"run", ws, "--no-network", "--memory", "256M"}, tt.args...)
-			cmd := c.command(t, fake, append(args, "--", "true")...)
+			cmd := c.Command(t, fake, append(args, "--", "true")...)
 
 			var out string
 			var code int
@@ -510,15 +506,15 @@ func TestRunPreflight(t *testing.T) {
 			if _, err := os.Stat(qemuCalls); err == nil {
 				t.Errorf("QEMU was run")
 			}
-			sessions, _ := filepath.Glob(filepath.Join(c.home, "sessions", "*"))
-			logDirs, _ := filepath.Glob(filepath.Join(c.home, "logs", "session-*"))
+			sessions, _ := filepath.Glob(filepath.Join(c.Home, "sessions", "*"))
+			logDirs, _ := filepath.Glob(filepath.Join(c.Home, "logs", "session-*"))
 			switch tt.want {
 			case stopped:
 				if len(sessions)+len(logDirs) > 0 || strings.Contains(out, "preparing the") {
 					t.Errorf("a session was started: %v %v\n%s", sessions, logDirs, out)
 				}
-				if _, err := os.Stat(filepath.Join(c.home, "images")); err == nil {
-					if ents, _ := os.ReadDir(filepath.Join(c.home, "images")); len(ents) > 0 {
+				if _, err := os.Stat(filepath.Join(c.Home, "images")); err == nil {
+					if ents, _ := os.ReadDir(filepath.Join(c.Home, "images")); len(ents) > 0 {
 						t.Errorf("the image cache was touched: %v", ents)
 					}
 				}
@@ -531,9 +527,9 @@ func TestRunPreflight(t *testing.T) {
 			if p := secretIn(out, secrets); p != "" {
 				t.Errorf("the output holds a secret (%q):\n%s", p, out)
 			}
-			checkNoSecretUnder(t, c.home, secrets)
+			checkNoSecretUnder(t, c.Home, secrets)
 			checkNoSecretUnder(t, filepath.Join(ws, ".vibedom"), secrets)
-			if got, want := c.scanJSON(t, ws).approved(), fingerprintsOf(nums, tt.approved); !slices.Equal(got, want) {
+			if got, want := scanJSON(t, c, ws).approved(), fingerprintsOf(nums, tt.approved); !slices.Equal(got, want) {
 				t.Errorf("approved afterwards: %q, want %q", got, want)
 			}
 		})
@@ -659,6 +655,7 @@ func checkDocumentedSchema(t *testing.T, doc []byte) {
 // documented field and no other, for a workspace with findings of every
 // status, a file too large to scan and a warning; and no secret.
 func TestPreflightJSONSchema(t *testing.T) {
+	t.Parallel()
 	c := newPreflightCLI(t)
 	ws, secrets := reviewWorkspace(t)
 	big := bytes.Repeat([]byte("lorem ipsum dolor sit amet\n"), (10<<20)/27+100) // text over the 10 MiB limit
@@ -672,14 +669,14 @@ func TestPreflightJSONSchema(t *testing.T) {
 	f.WriteString("not a fingerprint\n")
 	f.Close()
 	// One approval, through the terminal.
-	tr := startOnTerminal(t, c.command(t, nil, "preflight", "--review", ws))
+	tr := startOnTerminal(t, c.Command(t, nil, "preflight", "--review", ws))
 	tr.expect(menuPrompt)
 	tr.typeText("i\n")
 	tr.expect(itemsPrompt)
 	tr.typeText("2\n")
 	tr.wait()
 
-	stdout, stderr, code := c.run(t, "", "preflight", "--json", ws)
+	stdout, stderr, code := c.Run(t, "", "preflight", "--json", ws)
 	if code != 1 {
 		t.Fatalf("exit %d, want 1\n%s", code, stderr)
 	}

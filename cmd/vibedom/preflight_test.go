@@ -57,6 +57,7 @@ func runPreflightCmd(t *testing.T, home string, args ...string) (code int, stdou
 }
 
 func TestPreflightCommand(t *testing.T) {
+	t.Parallel()
 	home := t.TempDir()
 	clean := t.TempDir()
 	os.WriteFile(filepath.Join(clean, "main.go"), []byte("package main\n"), 0o644)

@@ -15,6 +15,7 @@ import (
 	"github.com/klauspost/compress/gzip"
 
 	"github.com/vibedom/vibedom/dlp"
+	"github.com/vibedom/vibedom/e2e/clitest"
 	"github.com/vibedom/vibedom/keys"
 )
 
@@ -34,7 +35,7 @@ func scrubWorkspace(t *testing.T) string {
 // and the exit code.
 func runStdin(t *testing.T, home string, stdin []byte, args ...string) (string, string, int) {
 	t.Helper()
-	cmd := exec.Command(vibedomBin(t), args...)
+	cmd := exec.Command(clitest.Bin(t), args...)
 	cmd.Env = append(os.Environ(), "VIBEDOM_HOME="+home)
 	cmd.Stdin = bytes.NewReader(stdin)
 	var o, e bytes.Buffer
@@ -50,6 +51,7 @@ func runStdin(t *testing.T, home string, stdin []byte, args ...string) (string, 
 }
 
 func TestScrubCommand(t *testing.T) {
+	t.Parallel()
 	home := t.TempDir()
 	ws := scrubWorkspace(t)
 	if _, errOut, code := runStdin(t, home, nil, "policy", "approve", "--yes", ws); code != 0 {
@@ -183,6 +185,7 @@ func TestScrubCommand(t *testing.T) {
 }
 
 func TestLogsCommand(t *testing.T) {
+	t.Parallel()
 	home := t.TempDir()
 	os.MkdirAll(filepath.Join(home, "keys"), 0o700)
 	k, _, err := keys.EnsureAuditKey(filepath.Join(home, "keys"))
@@ -238,6 +241,7 @@ func TestLogsCommand(t *testing.T) {
 }
 
 func TestListCommand(t *testing.T) {
+	t.Parallel()
 	home := t.TempDir()
 	out, _, code := runStdin(t, home, nil, "list")
 	if code != 0 || !strings.Contains(out, "no sessions yet") {

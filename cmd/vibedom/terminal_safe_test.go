@@ -10,6 +10,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/vibedom/vibedom/e2e/clitest"
 	"github.com/vibedom/vibedom/netfilter"
 	"github.com/vibedom/vibedom/overlay"
 	"github.com/vibedom/vibedom/termtext"
@@ -132,12 +133,13 @@ func assertShownSafely(t *testing.T, what, out string) {
 // names, reasons, contents and log entries: nothing reaches the terminal
 // raw, and each hostile character shows as a visible escape.
 func TestOutputSurfacesEscapeHostileText(t *testing.T) {
+	t.Parallel()
 	home, ws, sessDir, logDir := hostileHome(t)
-	c := &cliRun{home: home, tmp: t.TempDir()}
-	c.env = append(os.Environ(), "VIBEDOM_HOME="+home, "TMPDIR="+c.tmp, "NO_COLOR=1", "PAGER=cat")
+	c := &clitest.CLI{Home: home, Tmp: t.TempDir()}
+	c.Env = append(os.Environ(), "VIBEDOM_HOME="+home, "TMPDIR="+c.Tmp, "NO_COLOR=1", "PAGER=cat")
 	onTerminal := func(t *testing.T, input []string, args ...string) string {
 		t.Helper()
-		tr := startOnTerminal(t, c.command(t, nil, args...))
+		tr := startOnTerminal(t, c.Command(t, nil, args...))
 		for _, in := range input {
 			tr.expect("? ")
 			tr.typeText(in + "\n")
@@ -179,7 +181,7 @@ func TestOutputSurfacesEscapeHostileText(t *testing.T) {
 		want(t, "diff --color=always", colored, hostileBodyShown)
 	})
 	t.Run("diff piped stays the patch", func(t *testing.T) {
-		got, err := c.command(t, nil, "diff").Output()
+		got, err := c.Command(t, nil, "diff").Output()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -284,10 +286,11 @@ func TestOutputSurfacesEscapeHostileText(t *testing.T) {
 // and the Makefile and the CI workflow "apply all" would write are listed,
 // flagged, after it and just above the prompt.
 func TestForgedChangeSetShowsFlaggedFiles(t *testing.T) {
+	t.Parallel()
 	home, ws, _, _ := hostileHome(t)
-	c := &cliRun{home: home, tmp: t.TempDir()}
-	c.env = append(os.Environ(), "VIBEDOM_HOME="+home, "TMPDIR="+c.tmp) // colors on
-	tr := startOnTerminal(t, c.command(t, nil, "review"))
+	c := &clitest.CLI{Home: home, Tmp: t.TempDir()}
+	c.Env = append(os.Environ(), "VIBEDOM_HOME="+home, "TMPDIR="+c.Tmp) // colors on
+	tr := startOnTerminal(t, c.Command(t, nil, "review"))
 	tr.expect("[d]iscard? ")
 	out := tr.output()
 	for _, style := range []string{"\x1b[0m", "\x1b[1m", "\x1b[31m", "\x1b[32m", "\x1b[33m"} {

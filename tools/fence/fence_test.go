@@ -101,6 +101,11 @@ var table = map[string][]string{
 	"review":                  {"overlay", "guest/proto", "termtext", "childenv"},
 	"termtext":                {},
 	"tools/...":               {anything},
+	// e2e/clitest drives the built command; the e2e packages hold only
+	// tests, which drive that binary (their imports are test imports).
+	"e2e":         {},
+	"e2e/clitest": {"vm", "image/assets", "image/alpine", "image/alpine/alpinetest"},
+	"e2e/...":     {"e2e/clitest"},
 }
 
 // neverVM lists the packages that must not depend on vm or vm/vz at all.

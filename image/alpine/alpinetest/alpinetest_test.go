@@ -21,6 +21,7 @@ func (s sink) WriteEntry(e alpine.Entry, r io.Reader) error {
 // TestMirrorRoundTrip: what this package builds, package alpine reads,
 // verifies, resolves, fetches and extracts; and trusts nothing else.
 func TestMirrorRoundTrip(t *testing.T) {
+	t.Parallel()
 	k, err := NewKey("round@trip-1.rsa.pub")
 	if err != nil {
 		t.Fatal(err)
@@ -83,6 +84,7 @@ func TestMirrorRoundTrip(t *testing.T) {
 }
 
 func TestMembers(t *testing.T) {
+	t.Parallel()
 	k, _ := NewKey("m-1.rsa.pub")
 	apk, _, err := BuildAPK(Spec{Name: "a", Version: "1-r0", Arch: "aarch64", Key: k})
 	if err != nil {

@@ -72,6 +72,7 @@ func (w rootWriter) WriteEntry(e alpine.Entry, rd io.Reader) error {
 // init, add, commit, diff, status. It proves the repacked userland is
 // complete before any VM boots. Root and an x86_64 host only.
 func TestDebianUserlandRuns(t *testing.T) {
+	t.Parallel()
 	if runtime.GOARCH != "amd64" || os.Getuid() != 0 {
 		t.Skip("runs the x86_64 userland through chroot: needs root on an x86_64 host")
 	}

@@ -54,6 +54,7 @@ func debianRepo(t *testing.T, arch string, key *Key) *DebianRepo {
 // default world, download, verify, extract); every package is what it
 // claims: a stand-in is empty and says so, every other package has files.
 func TestDebianRepo(t *testing.T) {
+	t.Parallel()
 	key, err := NewKey("test-mirror@vibedom-1.rsa.pub")
 	if err != nil {
 		t.Fatal(err)

@@ -1,4 +1,4 @@
-package main
+package agents
 
 import (
 	"crypto/ecdsa"
@@ -24,6 +24,7 @@ import (
 
 	"github.com/vibedom/vibedom/agents"
 	"github.com/vibedom/vibedom/agents/agentstest"
+	"github.com/vibedom/vibedom/e2e/clitest"
 )
 
 // fakeTLS makes a CA and a server certificate for names, returning the
@@ -148,7 +149,7 @@ func TestClaudeToolCallVM(t *testing.T) {
 		t.Fatal(err)
 	}
 	reg := agentstest.Serve(t, map[agents.Pin]string{p: agentstest.Tarball(t, p)})
-	c, bin := guestImageHome(t, "--agents", "claude", "--registry", reg.URL)
+	c, bin := clitest.GuestImageHome(t, "--agents", "claude", "--registry", reg.URL)
 
 	fake := &fakeAnthropic{}
 	cfg, caPEM := fakeTLS(t, "api.anthropic.com")
@@ -161,10 +162,10 @@ func TestClaudeToolCallVM(t *testing.T) {
 	_, port, _ := strings.Cut(strings.TrimPrefix(srv.URL, "https://"), ":")
 
 	realKey := "sk-ant-api03-" + strings.Repeat("RealKey0", 11) + "-AAAA" // gitleaks:allow
-	c.env = append(c.env, "ANTHROPIC_API_KEY="+realKey)
-	ws := sampleWorkspace(t)
+	c.Env = append(c.Env, "ANTHROPIC_API_KEY="+realKey)
+	ws := clitest.SampleWorkspace(t)
 	start := time.Now()
-	stdout, stderr, code := c.runWith(t, bin, "", "run", ws, "--agent", "claude", "--preflight=off", "--apply",
+	stdout, stderr, code := c.RunWith(t, bin, "", "run", ws, "--agent", "claude", "--preflight=off", "--apply",
 		"--allow", "127.0.0.1:*", "--resolve", "api.anthropic.com:443:127.0.0.1:"+port, "--ca-file", caFile,
 		"--", "-p", "MAKE-THE-FILE in /work, then say done")
 	fake.mu.Lock()
@@ -196,7 +197,7 @@ func TestClaudeToolCallVM(t *testing.T) {
 		t.Errorf("the agent's file after apply: %q %v", b, err)
 	}
 	// The logs show the calls, never the key.
-	logs, _ := filepath.Glob(filepath.Join(c.home, "logs", "*", "*.jsonl"))
+	logs, _ := filepath.Glob(filepath.Join(c.Home, "logs", "*", "*.jsonl"))
 	var network string
 	for _, l := range logs {
 		b, _ := os.ReadFile(l)
@@ -213,7 +214,7 @@ func TestClaudeToolCallVM(t *testing.T) {
 	// The guest never sees the real key: its environment, every process's,
 	// and the files it could have been written to.
 	check := `env; cat /proc/*/environ 2>/dev/null | tr '\0' '\n'; grep -rlF "$1" /etc /home /root /tmp /run /work /opt 2>/dev/null; echo END`
-	stdout, stderr, code = c.runWith(t, bin, "", "run", ws, "--preflight=off", "--no-review", "--root", "--allow", "127.0.0.1:*",
+	stdout, stderr, code = c.RunWith(t, bin, "", "run", ws, "--preflight=off", "--no-review", "--root", "--allow", "127.0.0.1:*",
 		"--", "sh", "-c", check, "sh", realKey[:40])
 	if code != 0 || !strings.Contains(stdout, "END") {
 		t.Fatalf("guest check: exit %d\n%s\n%s", code, stdout, stderr)

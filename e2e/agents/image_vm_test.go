@@ -1,4 +1,4 @@
-package main
+package agents
 
 import (
 	"encoding/json"
@@ -10,10 +10,10 @@ import (
 	"runtime"
 	"sort"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/vibedom/vibedom/e2e/clitest"
 	"github.com/vibedom/vibedom/image"
 )
 
@@ -38,12 +38,12 @@ func guestImageE2E(t *testing.T, goarch string) {
 	if _, err := exec.LookPath(qemu); err != nil {
 		t.Skipf("%s not installed (make setup)", qemu)
 	}
-	mirror, keys := serveTestMirror(t, goarch)
-	c := newCLI(t)
-	c.env = append(c.env, "VIBEDOM_TEST_ALPINE_KEYS="+keys)
+	mirror, keys := clitest.ServeTestMirror(t, goarch)
+	c := clitest.New(t)
+	c.Env = append(c.Env, "VIBEDOM_TEST_ALPINE_KEYS="+keys)
 
 	// The real binary trusts only Alpine's keys, whatever the environment says.
-	stdout, stderr, _ := c.runWith(t, vibedomBin(t), "", "init", "--arch", goarch, "--mirror", mirror, "--json")
+	stdout, stderr, _ := c.RunWith(t, clitest.Bin(t), "", "init", "--arch", goarch, "--mirror", mirror, "--json")
 	var refused struct {
 		ImageError string `json:"image_error"`
 		Image      any    `json:"image"`
@@ -55,8 +55,8 @@ func guestImageE2E(t *testing.T, goarch string) {
 		t.Fatalf("the release binary accepted a test-signed mirror: %+v", refused)
 	}
 
-	bin := vibedomTestKeysBin(t)
-	stdout, stderr, code := c.runWith(t, bin, "", "init", "--arch", goarch, "--mirror", mirror, "--json")
+	bin := clitest.TestKeysBin(t)
+	stdout, stderr, code := c.RunWith(t, bin, "", "init", "--arch", goarch, "--mirror", mirror, "--json")
 	if code != 0 {
 		t.Fatalf("init: exit %d\n%s\n%s", code, stdout, stderr)
 	}
@@ -78,8 +78,8 @@ func guestImageE2E(t *testing.T, goarch string) {
 
 	// Two sessions at once on the one image file: one as the agent user
 	// (the default), one with --root.
-	ws := sampleWorkspace(t)
-	ws2 := sampleWorkspace(t)
+	ws := clitest.SampleWorkspace(t)
+	ws2 := clitest.SampleWorkspace(t)
 	script := `id -u; id -un; echo "home=$HOME"; git --version; bash -c 'echo bash-ok'
 cd /work && echo "made by the agent" > made.txt && rm obsolete.txt && echo appended >> notes.txt
 cat /proc/self/status | grep ^CapEff; git -C /work status --short | wc -l`
@@ -89,11 +89,11 @@ cat /proc/self/status | grep ^CapEff; git -C /work status --short | wc -l`
 	}
 	rootDone := make(chan out, 1)
 	go func() {
-		o, e, code := c.runWith(t, bin, "", "run", ws2, "--arch", goarch, "--memory", "512M", "--no-network", "--no-review", "--root",
+		o, e, code := c.RunWith(t, bin, "", "run", ws2, "--arch", goarch, "--memory", "512M", "--no-network", "--no-review", "--root",
 			"--", "sh", "-c", "id -u; echo x > /etc/written-by-root && cat /etc/written-by-root")
 		rootDone <- out{o, e, code}
 	}()
-	stdout, stderr, code = c.runWith(t, bin, "", "run", ws, "--arch", goarch, "--memory", "512M", "--no-network", "--apply", "--", "sh", "-c", script)
+	stdout, stderr, code = c.RunWith(t, bin, "", "run", ws, "--arch", goarch, "--memory", "512M", "--no-network", "--apply", "--", "sh", "-c", script)
 	if code != 0 {
 		t.Fatalf("run: exit %d\n%s\n%s", code, stdout, stderr)
 	}
@@ -115,10 +115,10 @@ cat /proc/self/status | grep ^CapEff; git -C /work status --short | wc -l`
 		t.Errorf("run --root: exit %d\n%s\n%s", r2.code, r2.stdout, r2.stderr)
 	}
 	// Nothing a session did changed the shared image.
-	if err := image.VerifyRootImage(filepath.Join(c.home, "images"), r.Image.Root, r.Image.RootSHA, true); err != nil {
+	if err := image.VerifyRootImage(filepath.Join(c.Home, "images"), r.Image.Root, r.Image.RootSHA, true); err != nil {
 		t.Errorf("after two sessions: %v", err)
 	}
-	c.assertNothingLeft(t)
+	c.AssertNothingLeft(t)
 }
 
 func e2fsckImage(t *testing.T, img string) {
@@ -141,8 +141,8 @@ func e2fsckImage(t *testing.T, img string) {
 // Debian test image in the same run, and times `git status` over a
 // 5,000-file workspace inside the root image as the agent user.
 func BenchmarkSessionReadyRootImage(b *testing.B) {
-	mirror, keys := serveTestMirror(b, runtime.GOARCH)
-	bin := testKeysBinB(b)
+	mirror, keys := clitest.ServeTestMirror(b, runtime.GOARCH)
+	bin := clitest.TestKeysBin(b)
 	env := func(home string) []string {
 		return append(os.Environ(), "VIBEDOM_HOME="+home, "NO_COLOR=1", "VIBEDOM_TEST_ALPINE_KEYS="+keys, "VIBEDOM_ALPINE_MIRROR=http://127.0.0.1:9/alpine")
 	}
@@ -204,29 +204,4 @@ func BenchmarkSessionReadyRootImage(b *testing.B) {
 	b.ReportMetric(rd.Seconds()/float64(b.N), "s-ready-debian")
 	b.ReportMetric(ra.Seconds()/float64(b.N), "s-ready-rootimage")
 	b.ReportMetric(ra.Seconds()/rd.Seconds(), "ratio")
-}
-
-var testKeysBinOnce struct {
-	sync.Once
-	path string
-	err  error
-}
-
-func testKeysBinB(b *testing.B) string {
-	testKeysBinOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "vibedom-bin-")
-		if err != nil {
-			testKeysBinOnce.err = err
-			return
-		}
-		testKeysBinOnce.path = filepath.Join(dir, "vibedom")
-		out, err := exec.Command("go", "build", "-tags", "vibedom_testkeys", "-o", testKeysBinOnce.path, ".").CombinedOutput()
-		if err != nil {
-			testKeysBinOnce.err = fmt.Errorf("%v: %s", err, out)
-		}
-	})
-	if testKeysBinOnce.err != nil {
-		b.Fatal(testKeysBinOnce.err)
-	}
-	return testKeysBinOnce.path
 }

@@ -1,4 +1,4 @@
-package main
+package agents
 
 import (
 	"os"
@@ -12,34 +12,15 @@ import (
 
 	"github.com/vibedom/vibedom/agents"
 	"github.com/vibedom/vibedom/agents/agentstest"
-	"github.com/vibedom/vibedom/image/alpine"
-	"github.com/vibedom/vibedom/image/alpine/alpinetest"
+	"github.com/vibedom/vibedom/e2e/clitest"
 )
 
-// guestImageHome inits a home with the test mirror's guest image for the
-// host arch (see TestGuestImageVM) and returns it with the test build.
-func guestImageHome(t *testing.T, extraInit ...string) (*cliRun, string) {
-	t.Helper()
-	requireVM(t)
-	return guestImageHomeTB(t, vibedomTestKeysBin(t), newCLI(t), extraInit...)
-}
-
-func guestImageHomeB(b *testing.B, extraInit ...string) (*cliRun, string) {
-	c := &cliRun{home: b.TempDir(), tmp: b.TempDir()}
-	c.env = append(os.Environ(), "VIBEDOM_HOME="+c.home, "TMPDIR="+c.tmp, "NO_COLOR=1", "VIBEDOM_ALPINE_MIRROR=http://127.0.0.1:9/alpine")
-	return guestImageHomeTB(b, testKeysBinB(b), c, extraInit...)
-}
-
-func guestImageHomeTB(t testing.TB, bin string, c *cliRun, extraInit ...string) (*cliRun, string) {
-	t.Helper()
-	url, keys := serveTestMirror(t, runtime.GOARCH)
-	c.env = append(c.env, "VIBEDOM_TEST_ALPINE_KEYS="+keys)
-	cmd := exec.Command(bin, append([]string{"init", "--mirror", url}, extraInit...)...)
-	cmd.Env = c.env
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("init: %v\n%s", err, out)
-	}
-	return c, bin
+// guestImageHomeB is clitest.GuestImageHome for a benchmark, with a home
+// of its own (no shared image cache).
+func guestImageHomeB(b *testing.B, extraInit ...string) (*clitest.CLI, string) {
+	c := &clitest.CLI{Home: b.TempDir(), Tmp: b.TempDir()}
+	c.Env = append(os.Environ(), "VIBEDOM_HOME="+c.Home, "TMPDIR="+c.Tmp, "NO_COLOR=1", "VIBEDOM_ALPINE_MIRROR=http://127.0.0.1:9/alpine")
+	return clitest.InitGuestImage(b, clitest.TestKeysBin(b), c, extraInit...)
 }
 
 // TestAgentCodexVM: `vibedom init --agents codex` from a local registry
@@ -55,39 +36,39 @@ func TestAgentCodexVM(t *testing.T) {
 		t.Fatal(err)
 	}
 	reg := agentstest.Serve(t, map[agents.Pin]string{p: agentstest.Tarball(t, p)})
-	c, bin := guestImageHome(t, "--agents", "codex", "--registry", reg.URL)
-	ws := sampleWorkspace(t)
+	c, bin := clitest.GuestImageHome(t, "--agents", "codex", "--registry", reg.URL)
+	ws := clitest.SampleWorkspace(t)
 	// The config's default agent is used when no command is given; here
 	// the flag wins, and the words after -- are codex's.
-	os.WriteFile(filepath.Join(c.home, "config"), []byte("agent = shell\n"), 0o600)
-	stdout, stderr, code := c.runWith(t, bin, "", "run", ws, "--agent", "codex", "--no-network", "--no-review", "--", "--version")
+	os.WriteFile(filepath.Join(c.Home, "config"), []byte("agent = shell\n"), 0o600)
+	stdout, stderr, code := c.RunWith(t, bin, "", "run", ws, "--agent", "codex", "--no-network", "--no-review", "--", "--version")
 	if code != 0 || !strings.Contains(stdout, "codex-cli "+p.Version[:strings.Index(p.Version, "-")]) {
 		t.Fatalf("codex --version in the VM: exit %d\n%s\n%s", code, stdout, stderr)
 	}
 	// The layer image sits beside the agent's directory and is reused.
-	layers, _ := filepath.Glob(filepath.Join(c.home, "agents", "*.ext4"))
+	layers, _ := filepath.Glob(filepath.Join(c.Home, "agents", "*.ext4"))
 	if len(layers) != 1 {
 		t.Errorf("agent layers: %v", layers)
 	} else {
 		e2fsckImage(t, layers[0])
 	}
 	// Bad input: an agent not fetched, an unknown one.
-	_, stderr, code = c.runWith(t, bin, "", "run", ws, "--agent", "claude", "--no-network", "--", "--version")
+	_, stderr, code = c.RunWith(t, bin, "", "run", ws, "--agent", "claude", "--no-network", "--", "--version")
 	if code == 0 || !strings.Contains(stderr, "vibedom init --agents claude") || strings.Count(strings.TrimSpace(stderr), "\n") != 0 {
 		t.Errorf("claude not fetched: exit %d %q", code, stderr)
 	}
-	_, stderr, code = c.runWith(t, bin, "", "run", ws, "--agent", "gpt", "--no-network", "--", "--version")
+	_, stderr, code = c.RunWith(t, bin, "", "run", ws, "--agent", "gpt", "--no-network", "--", "--version")
 	if code == 0 || !strings.Contains(stderr, `unknown agent "gpt"`) {
 		t.Errorf("unknown agent: exit %d %q", code, stderr)
 	}
 	// With network and no key on the host: one line, nothing started.
 	cc := *c
-	cc.env = append(append([]string(nil), c.env...), "OPENAI_API_KEY=")
-	_, stderr, code = cc.runWith(t, bin, "", "run", ws, "--agent", "codex", "--", "--version")
+	cc.Env = append(append([]string(nil), c.Env...), "OPENAI_API_KEY=")
+	_, stderr, code = cc.RunWith(t, bin, "", "run", ws, "--agent", "codex", "--", "--version")
 	if code == 0 || !strings.Contains(stderr, "vibedom auth set openai") || strings.Count(strings.TrimSpace(stderr), "\n") != 0 {
 		t.Errorf("no key: exit %d %q", code, stderr)
 	}
-	c.assertNothingLeft(t)
+	c.AssertNothingLeft(t)
 }
 
 // TestAgentTerminalVM: `vibedom run --agent codex|claude` on a real
@@ -105,7 +86,7 @@ func TestAgentTerminalVM(t *testing.T) {
 		files[p] = agentstest.Tarball(t, p)
 	}
 	reg := agentstest.Serve(t, files)
-	c, bin := guestImageHome(t, "--agents", "codex,claude", "--registry", reg.URL)
+	c, bin := clitest.GuestImageHome(t, "--agents", "codex,claude", "--registry", reg.URL)
 	for _, tc := range []struct {
 		agent string
 		ui    *regexp.Regexp // what its first screen draws
@@ -116,17 +97,17 @@ func TestAgentTerminalVM(t *testing.T) {
 		{"claude", regexp.MustCompile(`(?s)ready in .*(?i:claude|welcome|theme|log ?in)`)},
 	} {
 		t.Run(tc.agent, func(t *testing.T) {
-			ws := sampleWorkspace(t)
+			ws := clitest.SampleWorkspace(t)
 			cmd := exec.Command(bin, "run", ws, "--agent", tc.agent, "--no-network")
-			cmd.Env = c.env
-			term := startOnPTY(t, cmd, 40, 120)
-			seen, dump := term.seen, term.text
+			cmd.Env = c.Env
+			term := clitest.StartOnPTY(t, cmd, 40, 120)
+			seen, dump := term.Seen, term.Text
 			if !seen(tc.ui, 3*time.Minute) {
 				t.Fatalf("%s's UI never appeared:\n%s", tc.agent, dump())
 			}
 			// Ctrl-C until the agent leaves; then the review.
 			for end := time.Now().Add(60 * time.Second); ; {
-				term.ptmx.Write([]byte{3})
+				term.File.Write([]byte{3})
 				if seen(regexp.MustCompile(`changed nothing|Apply|apply`), 3*time.Second) {
 					break
 				}
@@ -144,7 +125,7 @@ func TestAgentTerminalVM(t *testing.T) {
 			}
 		})
 	}
-	c.assertNothingLeft(t)
+	c.AssertNothingLeft(t)
 }
 
 // BenchmarkAgentStartup compares, in one run, a session that starts the
@@ -158,7 +139,7 @@ func BenchmarkAgentStartup(b *testing.B) {
 	}
 	tgz := filepath.Join(agentstest.PackDir(), agents.TarballName(p))
 	if _, err := os.Stat(tgz); err != nil {
-		b.Skipf("no codex tarball in .cache/npm (go test ./cmd/vibedom -run TestAgentCodexVM fetches it): %v", err)
+		b.Skipf("no codex tarball in .cache/npm (go test ./e2e/agents -run TestAgentCodexVM fetches it): %v", err)
 	}
 	reg := agentstest.Serve(b, map[agents.Pin]string{p: tgz})
 	c, bin := guestImageHomeB(b, "--agents", "codex", "--registry", reg.URL)
@@ -167,7 +148,7 @@ func BenchmarkAgentStartup(b *testing.B) {
 	timeRun := func(args ...string) time.Duration {
 		start := time.Now()
 		cmd := exec.Command(bin, append([]string{"run", ws, "--no-network", "--preflight=off", "--no-review"}, args...)...)
-		cmd.Env = c.env
+		cmd.Env = c.Env
 		if out, err := cmd.CombinedOutput(); err != nil {
 			b.Fatalf("%v: %v\n%s", args, err, out)
 		}
@@ -182,34 +163,4 @@ func BenchmarkAgentStartup(b *testing.B) {
 	b.ReportMetric(shell.Seconds()/n, "s-session-shell")
 	b.ReportMetric(agent.Seconds()/n, "s-session-codex")
 	b.ReportMetric((agent-shell).Seconds()/n, "s-codex-startup")
-}
-
-// serveTestMirror serves the Debian-sourced test repository for goarch,
-// signed by a key made now, and returns its URL and a folder of the key for
-// $VIBEDOM_TEST_ALPINE_KEYS. It skips when the userland was not fetched.
-func serveTestMirror(t testing.TB, goarch string) (url, keys string) {
-	t.Helper()
-	arch, err := alpine.GuestArch(goarch)
-	if err != nil {
-		t.Skip(err)
-	}
-	assets, err := alpinetest.FindAssets(arch)
-	if err != nil {
-		t.Skipf("no Debian userland for %s (scripts/fetch-assets.sh): %v", arch, err)
-	}
-	key, err := alpinetest.NewKey("e2e@vibedom-1.rsa.pub")
-	if err != nil {
-		t.Fatal(err)
-	}
-	repo, err := alpinetest.BuildDebianRepo(alpinetest.DebianOptions{Arch: arch, Assets: assets, Root: t.TempDir(), Key: key,
-		CacheDir: alpinetest.CacheDirFor(assets)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := repo.Serve()
-	t.Cleanup(srv.Close)
-	keys = t.TempDir()
-	os.MkdirAll(filepath.Join(keys, arch), 0o755)
-	os.WriteFile(filepath.Join(keys, arch, key.Name), key.PublicPEM, 0o644)
-	return srv.URL, keys
 }

@@ -1,4 +1,4 @@
-package main
+package lifecycle
 
 import (
 	"crypto/sha256"
@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/vibedom/vibedom/e2e/clitest"
 )
 
 // TestCollectLargeFilesVM: files of 2 MB, 100 MB and 200 MB written in the
@@ -22,9 +24,9 @@ import (
 // files repeat an 8 KiB random block with a counter mixed in, so the patch
 // compresses and the test stays short under TCG; the 2 MB file is random.
 func TestCollectLargeFilesVM(t *testing.T) {
-	requireVM(t)
-	c := newCLI(t)
-	ws := sampleWorkspace(t)
+	clitest.RequireVM(t)
+	c := clitest.New(t)
+	ws := clitest.SampleWorkspace(t)
 	script := `set -e
 s=/mnt/scratch
 dd if=/dev/urandom of=$s/p bs=1k count=8 2>/dev/null
@@ -35,7 +37,7 @@ tail -c 104857613 $s/p > big100.bin
 rm $s/p
 dd if=/dev/urandom of=rand2.bin bs=1k count=2051 2>/dev/null
 sha256sum big200.bin big100.bin rand2.bin`
-	stdout, stderr, code := c.run(t, "", "run", ws, "--memory", "512M", "--no-network", "--apply", "--", "sh", "-c", script)
+	stdout, stderr, code := c.Run(t, "", "run", ws, "--memory", "512M", "--no-network", "--apply", "--", "sh", "-c", script)
 	if code != 0 {
 		t.Fatalf("exit code %d\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
 	}
@@ -64,7 +66,7 @@ sha256sum big200.bin big100.bin rand2.bin`
 			t.Errorf("%s: %d bytes on the host with sha256 %s, the guest had %s", name, n, got[:12], sum[:12])
 		}
 	}
-	c.assertNothingLeft(t)
+	c.AssertNothingLeft(t)
 }
 
 // TestCollectNotCarriedVM: what a patch cannot carry — a path past 4096
@@ -72,9 +74,9 @@ sha256sum big200.bin big100.bin rand2.bin`
 // carried with its reason, and the rest of the session is still collected
 // and applied. (A path over 4096 bytes once aborted the whole collection.)
 func TestCollectNotCarriedVM(t *testing.T) {
-	requireVM(t)
-	c := newCLI(t)
-	ws := sampleWorkspace(t)
+	clitest.RequireVM(t)
+	c := clitest.New(t)
+	ws := clitest.SampleWorkspace(t)
 	script := `set -e
 echo ok > ok.txt
 printf '#!/bin/sh\n' > suid.sh
@@ -85,7 +87,7 @@ echo x > shared/f
 mkfifo pipe
 d=` + strings.Repeat("d", 180) + `
 (i=0; while [ $i -lt 25 ]; do mkdir $d; cd -P $d; echo x > f; i=$((i+1)); done)`
-	stdout, stderr, code := c.run(t, "", "run", ws, "--memory", "512M", "--no-network", "--apply", "--", "sh", "-c", script)
+	stdout, stderr, code := c.Run(t, "", "run", ws, "--memory", "512M", "--no-network", "--apply", "--", "sh", "-c", script)
 	if code != 0 {
 		t.Fatalf("exit code %d\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
 	}
@@ -108,7 +110,7 @@ d=` + strings.Repeat("d", 180) + `
 	if !strings.Contains(stderr, "longer than 4096 bytes") && !strings.Contains(stderr, "file name too long") {
 		t.Errorf("the deep path is not reported as not carried:\n%s", strings.Join(short, "\n"))
 	}
-	c.assertNothingLeft(t)
+	c.AssertNothingLeft(t)
 }
 
 // TestCollectBusyWritersVM: processes still writing in /work when the
@@ -118,20 +120,20 @@ d=` + strings.Repeat("d", 180) + `
 // (The guest once read a log "changed while reading", the stream ended
 // without its end, and the scratch disk was deleted.)
 func TestCollectBusyWritersVM(t *testing.T) {
-	requireVM(t)
-	c := newCLI(t)
-	ws := sampleWorkspace(t)
-	name := c.startDetached(t, ws, "--", "sh", "-c",
+	clitest.RequireVM(t)
+	c := clitest.New(t)
+	ws := clitest.SampleWorkspace(t)
+	name := startDetached(t, c, ws, "--", "sh", "-c",
 		`(trap "" HUP TERM; while :; do echo x >> /work/bg.log; done) & echo hi > /work/a.txt; exec sleep 100000`)
-	writer := exec.Command(vibedomBin(t), "exec", name, "--", "sh", "-c", "while :; do echo x >> /work/dev-server.log; done")
-	writer.Env = c.env
+	writer := exec.Command(clitest.Bin(t), "exec", name, "--", "sh", "-c", "while :; do echo x >> /work/dev-server.log; done")
+	writer.Env = c.Env
 	if err := writer.Start(); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { writer.Process.Kill(); writer.Wait() })
 	// Both writers run before the stop.
 	for end := time.Now().Add(2 * time.Minute); ; time.Sleep(200 * time.Millisecond) {
-		_, _, code := c.run(t, "", "exec", name, "--", "sh", "-c", "test -s /work/dev-server.log && test -s /work/bg.log && test -s /work/a.txt")
+		_, _, code := c.Run(t, "", "exec", name, "--", "sh", "-c", "test -s /work/dev-server.log && test -s /work/bg.log && test -s /work/a.txt")
 		if code == 0 {
 			break
 		}
@@ -139,11 +141,11 @@ func TestCollectBusyWritersVM(t *testing.T) {
 			t.Fatal("the writers did not start")
 		}
 	}
-	out, stderr, code := c.run(t, "", "stop", name)
+	out, stderr, code := c.Run(t, "", "stop", name)
 	if code != 0 || !strings.Contains(out, "vibedom review "+name) {
 		t.Fatalf("stop: exit %d\n%s\n%s", code, out, stderr)
 	}
-	if _, stderr, code = c.run(t, "", "review", name, "--apply"); code != 0 {
+	if _, stderr, code = c.Run(t, "", "review", name, "--apply"); code != 0 {
 		t.Fatalf("review --apply: exit %d\n%s", code, stderr)
 	}
 	if b, err := os.ReadFile(filepath.Join(ws, "a.txt")); err != nil || string(b) != "hi\n" {
@@ -155,7 +157,7 @@ func TestCollectBusyWritersVM(t *testing.T) {
 			t.Errorf("%s: %d bytes, %v", f, len(b), err)
 		}
 	}
-	c.assertNothingLeft(t)
+	c.AssertNothingLeft(t)
 }
 
 // TestCollectStalledVM: a guest that stops sending in the middle of the
@@ -165,15 +167,15 @@ func TestCollectBusyWritersVM(t *testing.T) {
 // recover brings the work back. (A fixed 10-minute deadline once ended it
 // by deleting the scratch disk.)
 func TestCollectStalledVM(t *testing.T) {
-	requireVM(t)
-	c := newCLI(t)
-	c.env = append(c.env, "VIBEDOM_COLLECT_IDLE=5s")
-	ws := sampleWorkspace(t)
-	name := c.startDetached(t, ws)
-	if _, stderr, code := c.run(t, "", "exec", name, "--", "sh", "-c", "echo kept > /work/kept.txt && sync"); code != 0 {
+	clitest.RequireVM(t)
+	c := clitest.New(t)
+	c.Env = append(c.Env, "VIBEDOM_COLLECT_IDLE=5s")
+	ws := clitest.SampleWorkspace(t)
+	name := startDetached(t, c, ws)
+	if _, stderr, code := c.Run(t, "", "exec", name, "--", "sh", "-c", "echo kept > /work/kept.txt && sync"); code != 0 {
 		t.Fatalf("exec: exit %d\n%s", code, stderr)
 	}
-	pgrep, err := exec.Command("pgrep", "-f", "qemu-system.*"+regexp.QuoteMeta(c.home)).Output()
+	pgrep, err := exec.Command("pgrep", "-f", "qemu-system.*"+regexp.QuoteMeta(c.Home)).Output()
 	if err != nil {
 		t.Fatalf("find the VM's process: %v", err)
 	}
@@ -188,25 +190,25 @@ func TestCollectStalledVM(t *testing.T) {
 			syscall.Kill(pid, syscall.SIGCONT)
 		}
 	})
-	_, stderr, code := c.run(t, "", "stop", name)
+	_, stderr, code := c.Run(t, "", "stop", name)
 	lines := strings.Split(strings.TrimSpace(stderr), "\n")
 	if last := lines[len(lines)-1]; code == 0 || !strings.Contains(last, "vibedom recover "+name) || !strings.Contains(last, "stopped sending") {
 		t.Fatalf("stop of a stalled session: exit %d\n%s", code, stderr)
 	}
-	out, _, _ := c.run(t, "", "list")
+	out, _, _ := c.Run(t, "", "list")
 	if !regexp.MustCompile(name + `\s+crashed, recoverable`).MatchString(out) {
 		t.Errorf("list after a stalled collection:\n%s", out)
 	}
-	if _, err := os.Stat(filepath.Join(c.home, "sessions", name, "scratch.img")); err != nil {
+	if _, err := os.Stat(filepath.Join(c.Home, "sessions", name, "scratch.img")); err != nil {
 		t.Fatalf("the scratch disk is gone: %v", err)
 	}
-	if _, stderr, code = c.run(t, "", "recover", name, "--apply"); code != 0 {
+	if _, stderr, code = c.Run(t, "", "recover", name, "--apply"); code != 0 {
 		t.Fatalf("recover: exit %d\n%s", code, stderr)
 	}
 	if b, err := os.ReadFile(filepath.Join(ws, "kept.txt")); err != nil || string(b) != "kept\n" {
 		t.Errorf("kept.txt after recover: %q %v", b, err)
 	}
-	c.assertNothingLeft(t)
+	c.AssertNothingLeft(t)
 }
 
 // TestCollectInterruptVM: SIGTERM to a detached host while it collects
@@ -215,15 +217,15 @@ func TestCollectStalledVM(t *testing.T) {
 // second one does, and the session is crashed, recoverable, without
 // waiting for the idle deadline (left at its 2-minute default).
 func TestCollectInterruptVM(t *testing.T) {
-	requireVM(t)
-	c := newCLI(t)
-	ws := sampleWorkspace(t)
-	name := c.startDetached(t, ws)
-	if _, stderr, code := c.run(t, "", "exec", name, "--", "sh", "-c", "echo kept > /work/kept.txt && sync"); code != 0 {
+	clitest.RequireVM(t)
+	c := clitest.New(t)
+	ws := clitest.SampleWorkspace(t)
+	name := startDetached(t, c, ws)
+	if _, stderr, code := c.Run(t, "", "exec", name, "--", "sh", "-c", "echo kept > /work/kept.txt && sync"); code != 0 {
 		t.Fatalf("exec: exit %d\n%s", code, stderr)
 	}
-	host := int(c.state(t, name)["pid"].(float64))
-	pgrep, err := exec.Command("pgrep", "-f", "qemu-system.*"+regexp.QuoteMeta(c.home)).Output()
+	host := int(state(t, c, name)["pid"].(float64))
+	pgrep, err := exec.Command("pgrep", "-f", "qemu-system.*"+regexp.QuoteMeta(c.Home)).Output()
 	if err != nil {
 		t.Fatalf("find the VM's process: %v", err)
 	}
@@ -232,7 +234,7 @@ func TestCollectInterruptVM(t *testing.T) {
 		syscall.Kill(pid, syscall.SIGSTOP)
 		t.Cleanup(func() { syscall.Kill(pid, syscall.SIGCONT) })
 	}
-	hostLog := filepath.Join(c.home, "logs", "host-"+name+".log")
+	hostLog := filepath.Join(c.Home, "logs", "host-"+name+".log")
 	waitLog := func(want string) {
 		t.Helper()
 		for end := time.Now().Add(2 * time.Minute); ; time.Sleep(100 * time.Millisecond) {
@@ -249,7 +251,7 @@ func TestCollectInterruptVM(t *testing.T) {
 	waitLog("collecting the agent's changes\n")
 	syscall.Kill(host, syscall.SIGTERM)
 	waitLog("press Ctrl-C again to abort and keep the scratch disk for vibedom recover " + name)
-	if st := c.state(t, name)["status"]; st != "stopping" && st != "running" {
+	if st := state(t, c, name)["status"]; st != "stopping" && st != "running" {
 		t.Errorf("after one interrupt while collecting the session is %v", st)
 	}
 	syscall.Kill(host, syscall.SIGTERM)
@@ -258,14 +260,14 @@ func TestCollectInterruptVM(t *testing.T) {
 			t.Fatal("the host did not end after the second interrupt")
 		}
 	}
-	out, _, _ := c.run(t, "", "list")
+	out, _, _ := c.Run(t, "", "list")
 	if !regexp.MustCompile(name + `\s+crashed, recoverable`).MatchString(out) {
 		t.Errorf("list after an aborted collection:\n%s", out)
 	}
-	if e, _ := c.state(t, name)["error"].(string); !strings.Contains(e, "collection aborted") || !strings.Contains(e, "vibedom recover "+name) {
+	if e, _ := state(t, c, name)["error"].(string); !strings.Contains(e, "collection aborted") || !strings.Contains(e, "vibedom recover "+name) {
 		t.Errorf("the session's error: %q", e)
 	}
-	if _, err := os.Stat(filepath.Join(c.home, "sessions", name, "scratch.img")); err != nil {
+	if _, err := os.Stat(filepath.Join(c.Home, "sessions", name, "scratch.img")); err != nil {
 		t.Errorf("the scratch disk is gone: %v", err)
 	}
 }

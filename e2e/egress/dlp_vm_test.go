@@ -1,4 +1,4 @@
-package main
+package egress
 
 import (
 	"compress/gzip"
@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vibedom/vibedom/e2e/clitest"
 	"github.com/vibedom/vibedom/keys"
 	"github.com/vibedom/vibedom/netfilter"
 )
@@ -37,9 +38,9 @@ func TestDLPVMMitmproxy(t *testing.T) {
 }
 
 func testDLPVM(t *testing.T, extra ...string) {
-	requireVM(t)
-	c := newCLI(t)
-	ws := sampleWorkspace(t)
+	clitest.RequireVM(t)
+	c := clitest.New(t)
+	ws := clitest.SampleWorkspace(t)
 	apiKey := strings.Join([]string{"hQ7v", "Zp2LxK9wR4tYq"}, "")
 	dbPass := strings.Join([]string{"S3cret", "Passw0rd"}, "")
 	env := "API_KEY=" + apiKey + "\nDATABASE_URL=postgres://app:" + dbPass + "@db.internal:5432/app\nAPP_ENV=production\n"
@@ -91,7 +92,7 @@ func testDLPVM(t *testing.T, extra ...string) {
 	}
 	_, port, _ := strings.Cut(strings.TrimPrefix(upstream.URL, "https://"), ":")
 	runArgs := append([]string{"run", ws, "--preflight=warn", "--no-review"}, extra...)
-	stdout, stderr, code := c.run(t, "", append(runArgs,
+	stdout, stderr, code := c.Run(t, "", append(runArgs,
 		"--resolve", "api.anthropic.com:443:127.0.0.1:"+port, "--ca-file", caFile,
 		"--", "sh", "-c", "/mnt/workspace/probe "+strings.Join(args, " "))...)
 	if code != 0 {
@@ -143,11 +144,11 @@ func testDLPVM(t *testing.T, extra ...string) {
 	if !strings.Contains(alerts, `"source":".env:1 API_KEY; preflight (gitleaks)"`) {
 		t.Errorf("alerts do not say where the secret came from:\n%s", alerts)
 	}
-	out, errOut, code := c.run(t, "", "logs", "--decrypt")
+	out, errOut, code := c.Run(t, "", "logs", "--decrypt")
 	if code != 0 || !strings.Contains(out, apiKey) || !strings.Contains(out, dbPass) {
 		t.Errorf("vibedom logs --decrypt: exit %d\n%s\n%s", code, out, errOut)
 	}
-	c.assertNothingLeft(t)
+	c.AssertNothingLeft(t)
 }
 
 // forms is what a value looks like in the encodings the DLP undoes or

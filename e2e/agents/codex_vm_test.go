@@ -1,4 +1,4 @@
-package main
+package agents
 
 import (
 	"encoding/json"
@@ -16,6 +16,7 @@ import (
 
 	"github.com/vibedom/vibedom/agents"
 	"github.com/vibedom/vibedom/agents/agentstest"
+	"github.com/vibedom/vibedom/e2e/clitest"
 )
 
 // fakeResponses is an OpenAI Responses API (HTTPS, SSE) that scripts one
@@ -87,7 +88,7 @@ func TestCodexToolCallVM(t *testing.T) {
 		t.Fatal(err)
 	}
 	reg := agentstest.Serve(t, map[agents.Pin]string{p: agentstest.Tarball(t, p)})
-	c, bin := guestImageHome(t, "--agents", "codex", "--registry", reg.URL)
+	c, bin := clitest.GuestImageHome(t, "--agents", "codex", "--registry", reg.URL)
 	fake := &fakeResponses{}
 	cfg, caPEM := fakeTLS(t, "api.openai.com")
 	srv := httptest.NewUnstartedServer(fake)
@@ -98,9 +99,9 @@ func TestCodexToolCallVM(t *testing.T) {
 	os.WriteFile(caFile, caPEM, 0o644)
 	_, port, _ := strings.Cut(strings.TrimPrefix(srv.URL, "https://"), ":")
 	realKey := "sk-proj-" + strings.Repeat("RealOpenAIKey0", 8) // gitleaks:allow
-	c.env = append(c.env, "OPENAI_API_KEY="+realKey)
-	ws := sampleWorkspace(t)
-	stdout, stderr, code := c.runWith(t, bin, "", "run", ws, "--agent", "codex", "--preflight=off", "--apply",
+	c.Env = append(c.Env, "OPENAI_API_KEY="+realKey)
+	ws := clitest.SampleWorkspace(t)
+	stdout, stderr, code := c.RunWith(t, bin, "", "run", ws, "--agent", "codex", "--preflight=off", "--apply",
 		"--allow", "127.0.0.1:*", "--resolve", "api.openai.com:443:127.0.0.1:"+port, "--ca-file", caFile,
 		"--", "exec", "--skip-git-repo-check", "MAKE-THE-FILE in /work, then say done")
 	fake.mu.Lock()

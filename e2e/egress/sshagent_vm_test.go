@@ -1,4 +1,4 @@
-package main
+package egress
 
 import (
 	"bufio"
@@ -27,6 +27,8 @@ import (
 
 	"golang.org/x/crypto/ssh"
 	"golang.org/x/sys/unix"
+
+	"github.com/vibedom/vibedom/e2e/clitest"
 )
 
 // TestGitPushSSHAgentVM: `vibedom run --ssh-agent` in the test image, as
@@ -37,14 +39,14 @@ import (
 // private key is nowhere in the guest (its scratch disk, its environment,
 // its tmpfs folders) nor in the session's logs.
 func TestGitPushSSHAgentVM(t *testing.T) {
-	c, bin := guestImageHome(t)
-	deploy := readDeployKey(t, c.home)
+	c, bin := clitest.GuestImageHome(t)
+	deploy := readDeployKey(t, c.Home)
 
 	bare := filepath.Join(t.TempDir(), "repo.git")
 	gitCmd(t, "", "init", "-q", "--bare", bare)
 	srv := newGitServer(t, deploy.pub, bare)
 
-	ws := sampleWorkspace(t)
+	ws := clitest.SampleWorkspace(t)
 	gitCmd(t, ws, "init", "-q")
 	gitCmd(t, ws, "add", "-A")
 	gitCmd(t, ws, "-c", "user.name=t", "-c", "user.email=t@example.invalid", "commit", "-qm", "from the host")
@@ -72,7 +74,7 @@ echo TAR-BEGIN; tar cf - /tmp /run /home 2>/dev/null || true; echo; echo TAR-END
 	cmd := exec.Command(bin, "run", ws, "--ssh-agent", "--no-review", "--preflight=off", "--memory", "512M",
 		"--allow", "gitserver.test:22", "--resolve", "gitserver.test:22:127.0.0.1:"+srv.port,
 		"--", "sh", "-c", script)
-	cmd.Env = c.env
+	cmd.Env = c.Env
 	stdin, _ := cmd.StdinPipe()
 	stdoutR, _ := cmd.StdoutPipe()
 	var stderr lockedBuf
@@ -107,7 +109,7 @@ echo TAR-BEGIN; tar cf - /tmp /run /home 2>/dev/null || true; echo; echo TAR-END
 	}
 	// While the VM still runs: its scratch disk, as written so far.
 	var scratch []byte
-	if imgs, _ := filepath.Glob(filepath.Join(c.home, "sessions", "*", "scratch.img")); len(imgs) == 1 {
+	if imgs, _ := filepath.Glob(filepath.Join(c.Home, "sessions", "*", "scratch.img")); len(imgs) == 1 {
 		scratch = readSparse(t, imgs[0])
 	} else {
 		t.Errorf("scratch disks while the session runs: %v", imgs)
@@ -168,7 +170,7 @@ echo TAR-BEGIN; tar cf - /tmp /run /home 2>/dev/null || true; echo; echo TAR-END
 		t.Errorf("scratch disk read nothing")
 	}
 	places := map[string][]byte{"guest output (env, /tmp, /run, /home)": []byte(out), "stderr": []byte(stderr.String()), "scratch disk": scratch}
-	for _, root := range []string{filepath.Join(c.home, "logs"), filepath.Join(c.home, "sessions")} {
+	for _, root := range []string{filepath.Join(c.Home, "logs"), filepath.Join(c.Home, "sessions")} {
 		filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
 			if err == nil && d.Type().IsRegular() {
 				b, _ := os.ReadFile(p)
@@ -190,19 +192,19 @@ echo TAR-BEGIN; tar cf - /tmp /run /home 2>/dev/null || true; echo; echo TAR-END
 			}
 		}
 	}
-	c.assertNothingLeft(t)
+	c.AssertNothingLeft(t)
 }
 
 // TestGitPushSSHAgentDetachedVM: with `run --detach --ssh-agent` the
 // agent's command (on the guest's kept terminal) and a `vibedom exec` from
 // the control socket each get a forwarded agent and push over SSH.
 func TestGitPushSSHAgentDetachedVM(t *testing.T) {
-	c, bin := guestImageHome(t)
-	deploy := readDeployKey(t, c.home)
+	c, bin := clitest.GuestImageHome(t)
+	deploy := readDeployKey(t, c.Home)
 	bare := filepath.Join(t.TempDir(), "repo.git")
 	gitCmd(t, "", "init", "-q", "--bare", bare)
 	srv := newGitServer(t, deploy.pub, bare)
-	ws := sampleWorkspace(t)
+	ws := clitest.SampleWorkspace(t)
 	gitCmd(t, ws, "init", "-q")
 	gitCmd(t, ws, "add", "-A")
 	gitCmd(t, ws, "-c", "user.name=t", "-c", "user.email=t@example.invalid", "commit", "-qm", "from the host")
@@ -215,18 +217,18 @@ func TestGitPushSSHAgentDetachedVM(t *testing.T) {
 	push := `cd /work && GIT_SSH=/work/.gitssh GIT_SSH_VARIANT=simple GITSSH_HOSTKEY='` + srv.hostKey + `' git push ssh://git@gitserver.test/repo.git HEAD:`
 	// The agent's command waits for the exec's push, then pushes too.
 	kept := `while [ ! -e /tmp/exec-pushed ]; do sleep 0.2; done; ` + push + `kept > /tmp/kept.log 2>&1; echo $? > /tmp/kept.status; sleep 600`
-	stdout, stderr, code := c.runWith(t, bin, "", "run", ws, "--detach", "--name", "pushy", "--ssh-agent", "--no-review", "--preflight=off", "--memory", "512M",
+	stdout, stderr, code := c.RunWith(t, bin, "", "run", ws, "--detach", "--name", "pushy", "--ssh-agent", "--no-review", "--preflight=off", "--memory", "512M",
 		"--allow", "gitserver.test:22", "--resolve", "gitserver.test:22:127.0.0.1:"+srv.port, "--", "sh", "-c", kept)
 	if code != 0 {
 		t.Fatalf("run --detach: exit %d\n%s\n%s", code, stdout, stderr)
 	}
-	defer c.runWith(t, bin, "", "stop", "pushy")
-	stdout, stderr, code = c.runWith(t, bin, "", "exec", "pushy", "--", "sh", "-c",
+	defer c.RunWith(t, bin, "", "stop", "pushy")
+	stdout, stderr, code = c.RunWith(t, bin, "", "exec", "pushy", "--", "sh", "-c",
 		`echo "sock=$SSH_AUTH_SOCK"; `+push+`main 2>&1 && touch /tmp/exec-pushed && for i in $(seq 150); do [ -e /tmp/kept.status ] && break; sleep 0.2; done; cat /tmp/kept.log; echo "kept status $(cat /tmp/kept.status)"`)
 	if code != 0 || !strings.Contains(stdout, "sock=/run/vibedom-agent-") || !strings.Contains(stdout, "kept status 0") {
 		t.Errorf("exec: exit %d\n%s\n%s", code, stdout, stderr)
 	}
-	if _, stderr, code := c.runWith(t, bin, "", "stop", "pushy"); code != 0 {
+	if _, stderr, code := c.RunWith(t, bin, "", "stop", "pushy"); code != 0 {
 		t.Errorf("stop: exit %d %s", code, stderr)
 	}
 	for _, ref := range []string{"main", "kept"} {
@@ -237,7 +239,7 @@ func TestGitPushSSHAgentDetachedVM(t *testing.T) {
 	if n := strings.Count(readSessionFile(t, c, "ssh_agent.jsonl"), `"op":"sign","decision":"allow"`); n != 2 {
 		t.Errorf("%d signatures logged, want 2", n)
 	}
-	c.assertNothingLeft(t)
+	c.AssertNothingLeft(t)
 }
 
 // TestSSHAgentRelayedLoginVM is issue 18 item 9 the way an attacker does
@@ -248,8 +250,8 @@ func TestGitPushSSHAgentDetachedVM(t *testing.T) {
 // refuses (no SSH connection carried by the host has that session id), the
 // refusal is an alert in ssh_agent.jsonl, and the outsider does not log in.
 func TestSSHAgentRelayedLoginVM(t *testing.T) {
-	c, bin := guestImageHome(t)
-	deploy := readDeployKey(t, c.home)
+	c, bin := clitest.GuestImageHome(t)
+	deploy := readDeployKey(t, c.Home)
 	bare := filepath.Join(t.TempDir(), "repo.git")
 	gitCmd(t, "", "init", "-q", "--bare", bare)
 	srv := newGitServer(t, deploy.pub, bare)
@@ -291,13 +293,13 @@ func TestSSHAgentRelayedLoginVM(t *testing.T) {
 		outsider <- err
 	}()
 
-	ws := sampleWorkspace(t)
+	ws := clitest.SampleWorkspace(t)
 	build := exec.Command("go", "build", "-o", filepath.Join(ws, ".agentrelay"), "./testdata/agentrelay")
 	build.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH="+runtime.GOARCH)
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("build agentrelay: %v\n%s", err, out)
 	}
-	stdout, stderr, code := c.runWith(t, bin, "", "run", ws, "--ssh-agent", "--no-review", "--preflight=off", "--memory", "512M",
+	stdout, stderr, code := c.RunWith(t, bin, "", "run", ws, "--ssh-agent", "--no-review", "--preflight=off", "--memory", "512M",
 		"--allow", "relay.test:80", "--resolve", "relay.test:80:127.0.0.1:"+relayPort,
 		"--", "sh", "-c", "RELAY_URL=http://relay.test /work/.agentrelay")
 	t.Logf("guest (exit %d):\n%s", code, stdout)
@@ -337,7 +339,7 @@ func TestSSHAgentRelayedLoginVM(t *testing.T) {
 	if refusals != 1 {
 		t.Errorf("%d refused signatures logged, want 1", refusals)
 	}
-	c.assertNothingLeft(t)
+	c.AssertNothingLeft(t)
 }
 
 type relayAnswer struct {

@@ -1,4 +1,4 @@
-package main
+package lifecycle
 
 import (
 	"bufio"
@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/vibedom/vibedom/e2e/clitest"
 )
 
 // TestTouchThenUserEditVM (issue 18 item 2): in the guest, busybox touch
@@ -15,11 +17,11 @@ import (
 // the user then edits both on the host during the session. `vibedom apply
 // --on-conflict agent` keeps both edits, and carries the chmod.
 func TestTouchThenUserEditVM(t *testing.T) {
-	requireVM(t)
+	clitest.RequireVM(t)
 	if _, err := exec.LookPath("git"); err != nil {
 		t.Skip("git not installed")
 	}
-	c := newCLI(t)
+	c := clitest.New(t)
 	ws := filepath.Join(t.TempDir(), "app")
 	os.Mkdir(ws, 0o755)
 	for name, content := range map[string]string{"f.txt": "one\n", "g.sh": "echo one\n"} {
@@ -42,8 +44,8 @@ chmod +x g.sh
 echo COPIED-UP
 n=0; until grep -q user /mnt/workspace/f.txt && grep -q user /mnt/workspace/g.sh; do n=$((n+1)); [ $n -lt 1500 ] || exit 9; sleep 0.2; done
 echo DONE`
-	cmd := exec.Command(vibedomBin(t), "run", ws, "--memory", "512M", "--no-network", "--", "sh", "-c", script)
-	cmd.Env = c.env
+	cmd := exec.Command(clitest.Bin(t), "run", ws, "--memory", "512M", "--no-network", "--", "sh", "-c", script)
+	cmd.Env = c.Env
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -79,7 +81,7 @@ echo DONE`
 	if err := cmd.Wait(); err != nil {
 		t.Fatalf("vibedom run: %v\n%s\n%s", err, out.String(), stderr.String())
 	}
-	so, se, code := c.run(t, "", "apply", "--on-conflict", "agent")
+	so, se, code := c.Run(t, "", "apply", "--on-conflict", "agent")
 	if code != 0 {
 		t.Fatalf("vibedom apply: exit %d\n%s\n%s", code, so, se)
 	}
@@ -91,5 +93,5 @@ echo DONE`
 	if fi, err := os.Stat(filepath.Join(ws, "g.sh")); err != nil || fi.Mode()&0o100 == 0 {
 		t.Errorf("g.sh: the agent's chmod +x not applied (%v, %v)\n%s", fi.Mode(), err, so)
 	}
-	c.assertNothingLeft(t)
+	c.AssertNothingLeft(t)
 }

@@ -1,4 +1,4 @@
-package main
+package egress
 
 import (
 	"bufio"
@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vibedom/vibedom/e2e/clitest"
 	"github.com/vibedom/vibedom/keys"
 	"github.com/vibedom/vibedom/netfilter"
 )
@@ -26,12 +27,12 @@ import (
 // upstream got it once) and refuses a replay; the session then ends
 // cleanly.
 func TestInspectVM(t *testing.T) {
-	requireVM(t)
+	clitest.RequireVM(t)
 	if _, err := netfilter.MitmwebVersion(t.Context(), ""); err != nil {
 		t.Skipf("live view not tested: %v", err)
 	}
-	c := newCLI(t)
-	ws := sampleWorkspace(t)
+	c := clitest.New(t)
+	ws := clitest.SampleWorkspace(t)
 	var hits atomic.Int64
 	upCA, err := keys.EnsureCA(filepath.Join(t.TempDir(), "upstream-ca"))
 	if err != nil {
@@ -57,9 +58,9 @@ func TestInspectVM(t *testing.T) {
 	// to have looked at the live view.
 	guest := "/mnt/workspace/probe https:https://api.anthropic.com/inspect-vm; " +
 		"for i in $(seq 120); do [ -e /mnt/workspace/looked ] && break; sleep 0.5; done"
-	cmd := exec.Command(vibedomBin(t), "run", ws, "--preflight=warn", "--no-review", "--inspect",
+	cmd := exec.Command(clitest.Bin(t), "run", ws, "--preflight=warn", "--no-review", "--inspect",
 		"--resolve", "api.anthropic.com:443:127.0.0.1:"+port, "--ca-file", caFile, "--", "sh", "-c", guest)
-	cmd.Env = c.env
+	cmd.Env = c.Env
 	var stdout bytes.Buffer
 	cmd.Stdout = &stdout
 	pr, err := cmd.StderrPipe()
@@ -130,5 +131,5 @@ func TestInspectVM(t *testing.T) {
 	if n := hits.Load(); n != 1 {
 		t.Errorf("the upstream got %d requests, want 1", n)
 	}
-	c.assertNothingLeft(t)
+	c.AssertNothingLeft(t)
 }

@@ -1,4 +1,4 @@
-package main
+package egress
 
 import (
 	"encoding/pem"
@@ -15,6 +15,7 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/vibedom/vibedom/e2e/clitest"
 	"github.com/vibedom/vibedom/netfilter"
 )
 
@@ -34,9 +35,9 @@ func TestEgressVMMitmproxy(t *testing.T) {
 }
 
 func testEgressVM(t *testing.T, extra ...string) {
-	requireVM(t)
-	c := newCLI(t)
-	ws := sampleWorkspace(t)
+	clitest.RequireVM(t)
+	c := clitest.New(t)
+	ws := clitest.SampleWorkspace(t)
 
 	// The "internet": loopback servers with their own CA, reached through
 	// --resolve for example.com (which the allowlist names).
@@ -109,7 +110,7 @@ echo "ROUND 2"; all
 	_, tlsPort, _ := strings.Cut(strings.TrimPrefix(tlsSrv.URL, "https://"), ":")
 	_, plainPort, _ := strings.Cut(strings.TrimPrefix(plainSrv.URL, "http://"), ":")
 	args := append([]string{"run", ws, "--preflight=off", "--no-review"}, extra...)
-	stdout, stderr, code := c.run(t, "", append(args,
+	stdout, stderr, code := c.Run(t, "", append(args,
 		"--allow", "example.com",
 		"--allow", "0.0.0.0:*", "--allow", "127.0.0.1:*",
 		"--resolve", "example.com:443:127.0.0.1:"+tlsPort,
@@ -216,13 +217,13 @@ echo "ROUND 2"; all
 	if t.Failed() {
 		t.Logf("alerts.jsonl:\n%s", alerts)
 	}
-	c.assertNothingLeft(t)
+	c.AssertNothingLeft(t)
 }
 
 // readSessionFile returns a file of the only session's log folder.
-func readSessionFile(t *testing.T, c *cliRun, name string) string {
+func readSessionFile(t *testing.T, c *clitest.CLI, name string) string {
 	t.Helper()
-	matches, _ := filepath.Glob(filepath.Join(c.home, "logs", "*", name))
+	matches, _ := filepath.Glob(filepath.Join(c.Home, "logs", "*", name))
 	if len(matches) != 1 {
 		t.Fatalf("want one session log folder with %s, found %v", name, matches)
 	}

@@ -1,4 +1,4 @@
-package main
+package lifecycle
 
 import (
 	"bytes"
@@ -19,13 +19,15 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/vibedom/vibedom/e2e/clitest"
 )
 
 // startDetached runs `vibedom run --detach --json` and returns the name.
-func (c *cliRun) startDetached(t testing.TB, ws string, args ...string) string {
+func startDetached(t testing.TB, c *clitest.CLI, ws string, args ...string) string {
 	t.Helper()
 	all := append([]string{"run", ws, "--memory", "512M", "--no-network", "--preflight=off", "--detach", "--json"}, args...)
-	out, stderr, code := c.run(t, "", all...)
+	out, stderr, code := c.Run(t, "", all...)
 	if code != 0 {
 		t.Fatalf("run --detach: exit %d\n%s", code, stderr)
 	}
@@ -39,8 +41,8 @@ func (c *cliRun) startDetached(t testing.TB, ws string, args ...string) string {
 	t.Cleanup(func() {
 		if t.Failed() {
 			// What the session host said, for the failure's reader.
-			logs, _ := filepath.Glob(filepath.Join(c.home, "logs", "host-"+r.Name+".log"))
-			more, _ := filepath.Glob(filepath.Join(c.home, "logs", "session-*", "session.log"))
+			logs, _ := filepath.Glob(filepath.Join(c.Home, "logs", "host-"+r.Name+".log"))
+			more, _ := filepath.Glob(filepath.Join(c.Home, "logs", "session-*", "session.log"))
 			for _, p := range append(logs, more...) {
 				b, _ := os.ReadFile(p)
 				if len(b) > 8000 {
@@ -58,9 +60,9 @@ func (c *cliRun) startDetached(t testing.TB, ws string, args ...string) string {
 }
 
 // state reads a session's state.json.
-func (c *cliRun) state(t *testing.T, name string) map[string]any {
+func state(t *testing.T, c *clitest.CLI, name string) map[string]any {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join(c.home, "sessions", name, "state.json"))
+	b, err := os.ReadFile(filepath.Join(c.Home, "sessions", name, "state.json"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -72,9 +74,9 @@ func (c *cliRun) state(t *testing.T, name string) map[string]any {
 }
 
 // statusJSON is `vibedom status NAME --json`.
-func (c *cliRun) statusJSON(t *testing.T, name string) map[string]any {
+func statusJSON(t *testing.T, c *clitest.CLI, name string) map[string]any {
 	t.Helper()
-	out, stderr, code := c.run(t, "", "status", name, "--json")
+	out, stderr, code := c.Run(t, "", "status", name, "--json")
 	if code != 0 {
 		t.Fatalf("status: exit %d\n%s", code, stderr)
 	}
@@ -94,10 +96,10 @@ type attachRun struct {
 	err bytes.Buffer
 }
 
-func (c *cliRun) attach(t *testing.T, name string) *attachRun {
+func attach(t *testing.T, c *clitest.CLI, name string) *attachRun {
 	t.Helper()
-	a := &attachRun{cmd: exec.Command(vibedomBin(t), "attach", name)}
-	a.cmd.Env = c.env
+	a := &attachRun{cmd: exec.Command(clitest.Bin(t), "attach", name)}
+	a.cmd.Env = c.Env
 	var err error
 	if a.in, err = a.cmd.StdinPipe(); err != nil {
 		t.Fatal(err)
@@ -173,9 +175,9 @@ func lastTick(s string) int {
 }
 
 // guestClock returns the guest's uptime and wall clock (seconds).
-func (c *cliRun) guestClock(t *testing.T, name string) (uptime, wall float64) {
+func guestClock(t *testing.T, c *clitest.CLI, name string) (uptime, wall float64) {
 	t.Helper()
-	out, stderr, code := c.run(t, "", "exec", name, "--", "sh", "-c", "cut -d' ' -f1 /proc/uptime; date +%s")
+	out, stderr, code := c.Run(t, "", "exec", name, "--", "sh", "-c", "cut -d' ' -f1 /proc/uptime; date +%s")
 	if code != 0 {
 		t.Fatalf("exec: exit %d\n%s", code, stderr)
 	}
@@ -195,17 +197,17 @@ func (c *cliRun) guestClock(t *testing.T, name string) (uptime, wall float64) {
 // paused), resume (the clock is set from the host's), stop, and review
 // of the work.
 func TestDetachedSessionVM(t *testing.T) {
-	requireVM(t)
-	c := newCLI(t)
-	ws := sampleWorkspace(t)
-	name := c.startDetached(t, ws)
-	out, _, _ := c.run(t, "", "list")
+	clitest.RequireVM(t)
+	c := clitest.New(t)
+	ws := clitest.SampleWorkspace(t)
+	name := startDetached(t, c, ws)
+	out, _, _ := c.Run(t, "", "list")
 	if !regexp.MustCompile(name + `\s+running, detached`).MatchString(out) {
 		t.Errorf("list does not show the session as detached:\n%s", out)
 	}
 
 	// First attach: start a process on the agent's terminal, then detach.
-	a1 := c.attach(t, name)
+	a1 := attach(t, c, name)
 	io.WriteString(a1.in, "echo before-$((6*7)); echo from-attach > /work/attached.txt; (i=0; while [ $i -lt 100000 ]; do i=$((i+1)); echo tick-$i; sleep 0.2; done) &\n")
 	a1.waitFor(t, regexp.MustCompile(`tick-2\b`), 2*time.Minute)
 	a1.detach(t)
@@ -213,30 +215,30 @@ func TestDetachedSessionVM(t *testing.T) {
 
 	// Second attach: the earlier output is replayed and the process went on
 	// while nobody was attached.
-	a2 := c.attach(t, name)
+	a2 := attach(t, c, name)
 	a2.waitFor(t, regexp.MustCompile(`before-42`), time.Minute)
 	for end := time.Now().Add(time.Minute); lastTick(a2.text()) <= seen+5; time.Sleep(100 * time.Millisecond) {
 		if time.Now().After(end) {
 			t.Fatalf("no new ticks after re-attaching (last seen %d):\n%s", seen, a2.text())
 		}
 	}
-	st := c.statusJSON(t, name)
+	st := statusJSON(t, c, name)
 	if st["attached"] != float64(1) || st["status"] != "running" || st["detached"] != true {
 		t.Errorf("status while attached: %v", st)
 	}
 	a2.detach(t)
 
 	// exec beside the agent: streams and status come back.
-	out, errOut, code := c.run(t, "", "exec", name, "--", "sh", "-c", "echo out; echo err >&2; exit 3")
+	out, errOut, code := c.Run(t, "", "exec", name, "--", "sh", "-c", "echo out; echo err >&2; exit 3")
 	if out != "out\n" || errOut != "err\n" || code != 3 {
 		t.Errorf("exec: stdout %q stderr %q code %d", out, errOut, code)
 	}
 
 	// Pause: nothing runs in the guest (its uptime stands still), the
 	// hypervisor and state.json say paused; resume sets the clock.
-	up1, _ := c.guestClock(t, name)
+	up1, _ := guestClock(t, c, name)
 	h1 := time.Now()
-	out, stderr, code := c.run(t, "", "pause", name, "--json")
+	out, stderr, code := c.Run(t, "", "pause", name, "--json")
 	if code != 0 {
 		t.Fatalf("pause: exit %d\n%s", code, stderr)
 	}
@@ -245,25 +247,25 @@ func TestDetachedSessionVM(t *testing.T) {
 	}
 	json.Unmarshal([]byte(out), &took)
 	t.Logf("pause took %d ms", took.TookMS)
-	st = c.statusJSON(t, name)
+	st = statusJSON(t, c, name)
 	if st["status"] != "paused" || st["vm"] != "paused" {
 		t.Errorf("status after pause: %v", st)
 	}
-	if s := c.state(t, name); s["status"] != "paused" || s["paused_at"] == nil {
+	if s := state(t, c, name); s["status"] != "paused" || s["paused_at"] == nil {
 		t.Errorf("state.json after pause: %v", s)
 	}
-	_, stderr, code = c.run(t, "", "exec", name, "--", "true")
+	_, stderr, code = c.Run(t, "", "exec", name, "--", "true")
 	if code == 0 || !strings.Contains(stderr, "vibedom resume") || strings.Count(strings.TrimSpace(stderr), "\n") > 0 {
 		t.Errorf("exec on a paused session: exit %d, %q", code, stderr)
 	}
 	time.Sleep(3 * time.Second)
-	out, stderr, code = c.run(t, "", "resume", name, "--json")
+	out, stderr, code = c.Run(t, "", "resume", name, "--json")
 	if code != 0 {
 		t.Fatalf("resume: exit %d\n%s", code, stderr)
 	}
 	json.Unmarshal([]byte(out), &took)
 	t.Logf("resume took %d ms", took.TookMS)
-	up2, wall := c.guestClock(t, name)
+	up2, wall := guestClock(t, c, name)
 	h2 := time.Now()
 	if ran, passed := up2-up1, h2.Sub(h1).Seconds(); ran > passed-2.5 {
 		t.Errorf("the guest ran %.1fs of the %.1fs that passed, though paused for 3s", ran, passed)
@@ -271,91 +273,57 @@ func TestDetachedSessionVM(t *testing.T) {
 	if d := wall - float64(h2.Unix()); d < -2 || d > 2 {
 		t.Errorf("after resume the guest's clock is %.1fs off the host's", d)
 	}
-	if s := c.state(t, name); s["status"] != "running" {
+	if s := state(t, c, name); s["status"] != "running" {
 		t.Errorf("state.json after resume: %v", s["status"])
 	}
 
 	// Stop: the agent ends, the changes wait for review.
-	out, stderr, code = c.run(t, "", "stop", name)
+	out, stderr, code = c.Run(t, "", "stop", name)
 	if code != 0 || !strings.Contains(out, "vibedom review "+name) {
 		t.Fatalf("stop: exit %d\n%s\n%s", code, out, stderr)
 	}
-	out, _, _ = c.run(t, "", "list", "--json")
+	out, _, _ = c.Run(t, "", "list", "--json")
 	if !strings.Contains(out, `"patch_pending": true`) {
 		t.Errorf("list after stop: %s", out)
 	}
 	// Every command on a stopped session: a one-line error saying what to do.
 	for _, args := range [][]string{{"attach", name}, {"pause", name}, {"resume", name}, {"exec", name, "--", "true"}, {"stop", name}} {
-		_, stderr, code := c.run(t, "", args...)
+		_, stderr, code := c.Run(t, "", args...)
 		msg := strings.TrimSpace(stderr)
 		if code == 0 || strings.Contains(msg, "\n") || !strings.Contains(msg, "vibedom review "+name) {
 			t.Errorf("%v on a stopped session: exit %d, %q", args[0], code, msg)
 		}
 	}
-	_, stderr, code = c.run(t, "", "review", name, "--apply")
+	_, stderr, code = c.Run(t, "", "review", name, "--apply")
 	if code != 0 {
 		t.Fatalf("review --apply: exit %d\n%s", code, stderr)
 	}
 	if b, err := os.ReadFile(filepath.Join(ws, "attached.txt")); err != nil || string(b) != "from-attach\n" {
 		t.Errorf("the work done through attach did not come back: %q %v", b, err)
 	}
-	c.assertNothingLeft(t)
-}
-
-// TestLifecycleErrors: commands on a session that does not exist, or whose
-// host is gone, give one line saying what to do.
-func TestLifecycleErrors(t *testing.T) {
-	c := newCLI(t)
-	for _, args := range [][]string{{"attach", "nope"}, {"status", "nope"}, {"exec", "nope", "--", "true"}, {"stop", "nope"}, {"pause", "nope"}, {"resume", "nope"}, {"recover", "nope"}} {
-		_, stderr, code := c.run(t, "", args...)
-		msg := strings.TrimSpace(stderr)
-		if code == 0 || strings.Contains(msg, "\n") || !strings.Contains(msg, "vibedom list") {
-			t.Errorf("%v: exit %d, %q", args, code, msg)
-		}
-	}
-	// A session whose state says running but whose process is gone.
-	dir := filepath.Join(c.home, "sessions", "ghost")
-	os.MkdirAll(dir, 0o700)
-	os.WriteFile(filepath.Join(dir, "scratch.img"), nil, 0o600)
-	st := fmt.Sprintf(`{"name":"ghost","workspace":%q,"created":"2026-01-01T00:00:00Z","status":"running","pid":2147483646,"log_dir":%q,"control":"/nonexistent/x.sock"}`, t.TempDir(), t.TempDir())
-	os.WriteFile(filepath.Join(dir, "state.json"), []byte(st), 0o600)
-	out, _, _ := c.run(t, "", "list")
-	if !strings.Contains(out, "crashed, recoverable") {
-		t.Errorf("list: %s", out)
-	}
-	for _, args := range [][]string{{"attach", "ghost"}, {"exec", "ghost", "--", "true"}, {"stop", "ghost"}, {"pause", "ghost"}, {"resume", "ghost"}} {
-		_, stderr, code := c.run(t, "", args...)
-		msg := strings.TrimSpace(stderr)
-		if code == 0 || strings.Contains(msg, "\n") || !strings.Contains(msg, "vibedom recover ghost") {
-			t.Errorf("%v on a crashed session: exit %d, %q", args, code, msg)
-		}
-	}
-	out, _, code := c.run(t, "", "status", "ghost")
-	if code != 0 || !strings.Contains(out, "vibedom recover ghost") {
-		t.Errorf("status of a crashed session: exit %d\n%s", code, out)
-	}
+	c.AssertNothingLeft(t)
 }
 
 // TestRecoverVM: the session host is killed (-9) mid-work; `vibedom
 // recover` boots a rescue VM on the scratch disk and the agent's work comes
 // back byte-exact.
 func TestRecoverVM(t *testing.T) {
-	requireVM(t)
-	c := newCLI(t)
-	ws := sampleWorkspace(t)
-	name := c.startDetached(t, ws)
-	out, stderr, code := c.run(t, "", "exec", name, "--", "sh", "-c",
+	clitest.RequireVM(t)
+	c := clitest.New(t)
+	ws := clitest.SampleWorkspace(t)
+	name := startDetached(t, c, ws)
+	out, stderr, code := c.Run(t, "", "exec", name, "--", "sh", "-c",
 		"head -c 2000000 /dev/urandom > /work/random.bin && mkdir -p /work/deep/er && echo work > /work/deep/er/f.txt && echo edited >> /work/notes.txt && sync && sha256sum /work/random.bin")
 	if code != 0 {
 		t.Fatalf("exec: exit %d\n%s", code, stderr)
 	}
 	want := strings.Fields(out)[0]
-	pid := int(c.state(t, name)["pid"].(float64))
+	pid := int(state(t, c, name)["pid"].(float64))
 	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
 	for end := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
-		out, _, _ = c.run(t, "", "list")
+		out, _, _ = c.Run(t, "", "list")
 		if strings.Contains(out, "crashed, recoverable") {
 			break
 		}
@@ -363,13 +331,13 @@ func TestRecoverVM(t *testing.T) {
 			t.Fatalf("list after kill -9:\n%s", out)
 		}
 	}
-	_, stderr, code = c.run(t, "", "attach", name)
+	_, stderr, code = c.Run(t, "", "attach", name)
 	if code == 0 || !strings.Contains(stderr, "vibedom recover "+name) {
 		t.Errorf("attach to a crashed session: exit %d, %q", code, stderr)
 	}
 	// The dead host's VM goes with it, but not at once.
 	for end := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
-		if err := exec.Command("pgrep", "-f", "qemu-system.*"+regexp.QuoteMeta(c.home)).Run(); err != nil {
+		if err := exec.Command("pgrep", "-f", "qemu-system.*"+regexp.QuoteMeta(c.Home)).Run(); err != nil {
 			break
 		}
 		if time.Now().After(end) {
@@ -377,8 +345,8 @@ func TestRecoverVM(t *testing.T) {
 		}
 	}
 	// While recover runs, list says so (it once said "running, detached").
-	rec := exec.Command(vibedomBin(t), "recover", name, "--apply")
-	rec.Env = c.env
+	rec := exec.Command(clitest.Bin(t), "recover", name, "--apply")
+	rec.Env = c.Env
 	var recErr bytes.Buffer
 	rec.Stderr = &recErr
 	if err := rec.Start(); err != nil {
@@ -395,7 +363,7 @@ func TestRecoverVM(t *testing.T) {
 				t.Fatalf("recover: %v\n%s", err, recErr.String())
 			}
 		default:
-			out, _, _ = c.run(t, "", "list")
+			out, _, _ = c.Run(t, "", "list")
 			if m := regexp.MustCompile(name + `\s+(\S[^\n]*?)\s{2,}`).FindStringSubmatch(out); m != nil {
 				during = append(during, m[1])
 			}
@@ -419,29 +387,29 @@ func TestRecoverVM(t *testing.T) {
 	if b, _ := os.ReadFile(filepath.Join(ws, "notes.txt")); string(b) != "one\ntwo\nthree\nedited\n" {
 		t.Errorf("notes.txt: %q", b)
 	}
-	out, _, _ = c.run(t, "", "status", name, "--json")
+	out, _, _ = c.Run(t, "", "status", name, "--json")
 	if !strings.Contains(out, `"status": "stopped"`) {
 		t.Errorf("status after recover: %s", out)
 	}
-	_, stderr, code = c.run(t, "", "recover", name)
+	_, stderr, code = c.Run(t, "", "recover", name)
 	if code == 0 || strings.Contains(strings.TrimSpace(stderr), "\n") {
 		t.Errorf("second recover: exit %d, %q", code, stderr)
 	}
-	c.assertNothingLeft(t)
+	c.AssertNothingLeft(t)
 }
 
 // TestPauseResumeLoopVM pauses and resumes a busy guest 20 times in a row:
 // a counter it appends to without pause loses nothing (every number once,
 // in order), and each pause and resume takes under a second.
 func TestPauseResumeLoopVM(t *testing.T) {
-	requireVM(t)
-	c := newCLI(t)
-	ws := sampleWorkspace(t)
-	name := c.startDetached(t, ws, "--", "sh", "-c", "i=0; while :; do i=$((i+1)); echo $i >> /work/count.txt; done")
+	clitest.RequireVM(t)
+	c := clitest.New(t)
+	ws := clitest.SampleWorkspace(t)
+	name := startDetached(t, c, ws, "--", "sh", "-c", "i=0; while :; do i=$((i+1)); echo $i >> /work/count.txt; done")
 	var pauses, resumes []time.Duration
 	for i := 0; i < 20; i++ {
 		for _, op := range []string{"pause", "resume"} {
-			out, stderr, code := c.run(t, "", op, name, "--json")
+			out, stderr, code := c.Run(t, "", op, name, "--json")
 			if code != 0 {
 				t.Fatalf("%s #%d: exit %d\n%s", op, i+1, code, stderr)
 			}
@@ -467,11 +435,11 @@ func TestPauseResumeLoopVM(t *testing.T) {
 	if med(pauses) >= time.Second || med(resumes) >= time.Second {
 		t.Errorf("pause/resume take a second or more (medians %v, %v)", med(pauses), med(resumes))
 	}
-	out, stderr, code := c.run(t, "", "stop", name)
+	out, stderr, code := c.Run(t, "", "stop", name)
 	if code != 0 {
 		t.Fatalf("stop: exit %d\n%s%s", code, out, stderr)
 	}
-	if _, stderr, code = c.run(t, "", "review", name, "--apply"); code != 0 {
+	if _, stderr, code = c.Run(t, "", "review", name, "--apply"); code != 0 {
 		t.Fatalf("review --apply: exit %d\n%s", code, stderr)
 	}
 	b, err := os.ReadFile(filepath.Join(ws, "count.txt"))
@@ -489,7 +457,7 @@ func TestPauseResumeLoopVM(t *testing.T) {
 		t.Errorf("the guest counted only to %d", len(lines))
 	}
 	t.Logf("the guest counted to %d", len(lines))
-	c.assertNothingLeft(t)
+	c.AssertNothingLeft(t)
 }
 
 func slicesMax(ds []time.Duration) time.Duration {
@@ -507,14 +475,14 @@ func slicesMax(ds []time.Duration) time.Duration {
 // the cheapest command that reaches the session host; the target for pause
 // and resume is one second.
 func BenchmarkSessionLifecycle(b *testing.B) {
-	requireVM(b)
-	c := newCLI(b)
-	ws := sampleWorkspace(b)
-	name := c.startDetached(b, ws)
+	clitest.RequireVM(b)
+	c := clitest.New(b)
+	ws := clitest.SampleWorkspace(b)
+	name := startDetached(b, c, ws)
 	timeCmd := func(args ...string) (time.Duration, string) {
 		t0 := time.Now()
-		cmd := exec.Command(vibedomBin(b), args...)
-		cmd.Env = c.env
+		cmd := exec.Command(clitest.Bin(b), args...)
+		cmd.Env = c.Env
 		out, err := cmd.Output()
 		if err != nil {
 			b.Fatalf("%v: %v", args, err)
@@ -539,8 +507,8 @@ func BenchmarkSessionLifecycle(b *testing.B) {
 			}
 		}
 		// attach: until the first byte of the terminal's replay.
-		cmd := exec.Command(vibedomBin(b), "attach", name)
-		cmd.Env = c.env
+		cmd := exec.Command(clitest.Bin(b), "attach", name)
+		cmd.Env = c.Env
 		in, _ := cmd.StdinPipe()
 		out, _ := cmd.StdoutPipe()
 		t0 := time.Now()
