@@ -547,27 +547,9 @@ func TestStreaming100MB(t *testing.T) {
 
 func TestSplice(t *testing.T) {
 	v := newTestEnv(t, testRules, func(c *EngineConfig) { c.ServerFirstWait = 50 * time.Millisecond })
-	// A server-speaks-first echo service (like SSH or SMTP).
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				io.WriteString(c, "SSH-2.0-test\r\n")
-				io.Copy(c, c)
-			}()
-		}
-	}()
-	v.addServer("ssh.test", 22, ln.Addr().String())
-	v.addServer("opaque.test", 7000, ln.Addr().String())
+	addr := serverFirstEcho(t)
+	v.addServer("ssh.test", 22, addr)
+	v.addServer("opaque.test", 7000, addr)
 
 	t.Run("server speaks first", func(t *testing.T) {
 		conn := v.guestConn("ssh.test", 22)
