@@ -35,7 +35,13 @@ func lockSession(sessionDir string) (unlock func(), err error) {
 		}
 		return nil, fmt.Errorf("lock session: %w", err)
 	}
-	return func() { f.Close() }, nil
+	// Unlocked explicitly, not only by the close: a child forked meanwhile
+	// (git, the pager) shares the open file until it execs, and would keep
+	// the lock past the close.
+	return func() {
+		unix.Flock(int(f.Fd()), unix.LOCK_UN)
+		f.Close()
+	}, nil
 }
 
 // cleanInterrupted removes the temporary files of applies and undos that
