@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/vibedom/vibedom/keys"
 	"github.com/vibedom/vibedom/netfilter"
@@ -63,6 +64,9 @@ func (s *sess) sshTap() func(netfilter.Target) netfilter.ConnTap {
 		files = append([]string{filepath.Join(h, ".ssh", "known_hosts")}, files...)
 	}
 	check, notes := sshagent.KnownHosts(files...)
+	if !anyFile(files) {
+		notes = append(notes, "no known_hosts file ("+strings.Join(files, ", ")+"): the agent signs for no server until the user's known_hosts lists its key")
+	}
 	for _, n := range notes {
 		s.log.Warn("SSH agent", "note", n)
 		s.progress("SSH agent: %s", n)
@@ -114,4 +118,14 @@ func DeployKey(h Home) (*DeployKeyInfo, error) {
 		return nil, fmt.Errorf("deploy key: %w", err)
 	}
 	return &DeployKeyInfo{PublicKey: dk.AuthorizedKey(), Fingerprint: dk.Fingerprint(), Path: dk.Path(), Created: created}, nil
+}
+
+// anyFile reports whether one of files exists.
+func anyFile(files []string) bool {
+	for _, f := range files {
+		if _, err := os.Stat(f); err == nil {
+			return true
+		}
+	}
+	return false
 }

@@ -357,14 +357,25 @@ func (c *Carried) claim(sessionID, hostKey []byte) (server string, hk ssh.Public
 		case hostKey != nil && !bytes.Equal(hostKey, cc.hostKey.Marshal()):
 			return "", nil, false, "the request names another server host key than the one " + cc.server + " signed its key exchange with"
 		}
-		if check != nil {
-			var err error
-			if known, err = check(cc.server, cc.hostKey); err != nil {
-				cc.signed = true // a connection to an impostor gets nothing later either
-				return "", nil, false, "the SSH server " + cc.server + " is not trusted: " + err.Error()
-			}
+		// The server's key must be one the user's known_hosts lists for
+		// that name. A valid signature over the session id alone proves
+		// nothing: an allowed server the attacker runs can replay another
+		// server's recorded key exchange, and the outsider whose exchange
+		// it was would log in with the signature.
+		cc.signed = true // refused or not, the connection's one chance is used
+		if check == nil {
+			return "", nil, false, "no known_hosts check is set: the agent signs only for a server whose host key the user's known_hosts lists"
 		}
-		cc.signed = true
+		var err error
+		if known, err = check(cc.server, cc.hostKey); err != nil {
+			return "", nil, false, "the SSH server " + cc.server + " is not trusted: " + err.Error()
+		}
+		if !known {
+			name, _, _ := strings.Cut(cc.server, ":")
+			return "", nil, false, "the SSH server " + cc.server + " showed host key " + ssh.FingerprintSHA256(cc.hostKey) +
+				", which no known_hosts file lists for that name: check that fingerprint with the host's owner, add the key to ~/.ssh/known_hosts (e.g. ssh-keyscan " +
+				name + " >> ~/.ssh/known_hosts), then retry"
+		}
 		return cc.server, cc.hostKey, known, ""
 	}
 	for _, cc := range closed {

@@ -63,6 +63,11 @@ func newSSHWorldWith(t *testing.T, deploy ssh.PublicKey, host ssh.Signer, kex ..
 	}
 	cfg.KeyExchanges = kex
 	cfg.AddHostKey(w.host)
+	// The user's known_hosts lists this server's key (TestAgentChecksKnownHosts
+	// replaces the check with real files).
+	w.carried.CheckHostKeys(func(_ string, k ssh.PublicKey) (bool, error) {
+		return bytes.Equal(k.Marshal(), w.host.PublicKey().Marshal()), nil
+	})
 	w.direct = serve(t, func(c net.Conn) {
 		defer c.Close()
 		sc, chans, reqs, err := ssh.NewServerConn(c, cfg)

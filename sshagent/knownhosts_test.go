@@ -13,11 +13,12 @@ import (
 	"golang.org/x/crypto/ssh/knownhosts"
 )
 
-// TestAgentChecksKnownHosts: when the user's known_hosts lists a key of the
-// server's type for the carried connection's name, the server's key must be
-// it (an impostor or an echoing "server" gets no signature); a name with no
-// such key, or listed with a key of another type only, is signed for and
-// logged as not known.
+// TestAgentChecksKnownHosts: the agent signs only when the user's
+// known_hosts lists the server's key for the carried connection's name. An
+// impostor or an echoing "server" (another key of the type), a revoked key,
+// a name listed with a key of another type only, a name not listed, or no
+// usable file: no signature (a server the attacker runs could replay another
+// server's recorded key exchange).
 func TestAgentChecksKnownHosts(t *testing.T) {
 	deploy := newSigner(t)
 	ek, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
@@ -32,9 +33,9 @@ func TestAgentChecksKnownHosts(t *testing.T) {
 		{"listed", "git.test", "", true},
 		{"another key of the type", "other", "is not the one known_hosts lists", false},
 		{"revoked", "revoked", "is revoked", false},
-		{"only another type listed", "ecdsa", "", false},
-		{"not listed", "none", "", false},
-		{"unreadable file", "garbage", "", false},
+		{"only another type listed", "ecdsa", "which no known_hosts file lists", false},
+		{"not listed", "none", "which no known_hosts file lists", false},
+		{"unreadable file", "garbage", "which no known_hosts file lists", false},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			w := newSSHWorld(t, deploy.PublicKey())

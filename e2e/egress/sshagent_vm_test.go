@@ -74,7 +74,7 @@ echo TAR-BEGIN; tar cf - /tmp /run /home 2>/dev/null || true; echo; echo TAR-END
 	cmd := exec.Command(bin, "run", ws, "--ssh-agent", "--no-review", "--preflight=off", "--memory", "512M",
 		"--allow", "gitserver.test:22", "--resolve", "gitserver.test:22:127.0.0.1:"+srv.port,
 		"--", "sh", "-c", script)
-	cmd.Env = c.Env
+	cmd.Env = append(c.Env, "HOME="+srv.userHome(t))
 	stdin, _ := cmd.StdinPipe()
 	stdoutR, _ := cmd.StdoutPipe()
 	var stderr lockedBuf
@@ -214,6 +214,7 @@ func TestGitPushSSHAgentDetachedVM(t *testing.T) {
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("build gitssh: %v\n%s", err, out)
 	}
+	c.Env = append(c.Env, "HOME="+srv.userHome(t))
 	push := `cd /work && GIT_SSH=/work/.gitssh GIT_SSH_VARIANT=simple GITSSH_HOSTKEY='` + srv.hostKey + `' git push ssh://git@gitserver.test/repo.git HEAD:`
 	// The agent's command waits for the exec's push, then pushes too.
 	kept := `while [ ! -e /tmp/exec-pushed ]; do sleep 0.2; done; ` + push + `kept > /tmp/kept.log 2>&1; echo $? > /tmp/kept.status; sleep 600`
@@ -474,17 +475,34 @@ func gitCmd(t *testing.T, dir string, args ...string) string {
 // public key and runs the real `git receive-pack` on one bare repository.
 type gitServer struct {
 	port, hostKey string
+	pub           ssh.PublicKey
 	mu            sync.Mutex
 	n             int
 }
 
 func (g *gitServer) logins() int { g.mu.Lock(); defer g.mu.Unlock(); return g.n }
 
+// userHome is a HOME whose ~/.ssh/known_hosts lists the server's key for
+// gitserver.test, as a user who has pushed there before has it: the agent
+// signs only for a server known_hosts lists.
+func (g *gitServer) userHome(t *testing.T) string {
+	t.Helper()
+	home := t.TempDir()
+	if err := os.Mkdir(filepath.Join(home, ".ssh"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	line := "gitserver.test " + string(ssh.MarshalAuthorizedKey(g.pub))
+	if err := os.WriteFile(filepath.Join(home, ".ssh", "known_hosts"), []byte(line), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return home
+}
+
 func newGitServer(t *testing.T, allowed ssh.PublicKey, bare string) *gitServer {
 	t.Helper()
 	_, hk, _ := ed25519.GenerateKey(rand.Reader)
 	hs, _ := ssh.NewSignerFromKey(hk)
-	g := &gitServer{hostKey: ssh.FingerprintSHA256(hs.PublicKey())}
+	g := &gitServer{hostKey: ssh.FingerprintSHA256(hs.PublicKey()), pub: hs.PublicKey()}
 	cfg := &ssh.ServerConfig{PublicKeyCallback: func(m ssh.ConnMetadata, k ssh.PublicKey) (*ssh.Permissions, error) {
 		if m.User() == "git" && bytes.Equal(k.Marshal(), allowed.Marshal()) {
 			return nil, nil
