@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -47,7 +48,7 @@ func findGitRepo(ws string) (*gitRepo, bool) {
 			case fi.IsDir():
 				r.gitDir = dot
 			case fi.Mode().IsRegular():
-				data, err := os.ReadFile(dot)
+				data, err := readSmallRegular(dot)
 				line, _, _ := strings.Cut(string(data), "\n")
 				target, ok := strings.CutPrefix(strings.TrimSpace(line), "gitdir:")
 				if err != nil || !ok {
@@ -62,7 +63,7 @@ func findGitRepo(ws string) (*gitRepo, bool) {
 				return nil, false
 			}
 			r.commonDir = r.gitDir
-			if data, err := os.ReadFile(filepath.Join(r.gitDir, "commondir")); err == nil {
+			if data, err := readSmallRegular(filepath.Join(r.gitDir, "commondir")); err == nil {
 				c := strings.TrimSpace(string(data))
 				if !filepath.IsAbs(c) {
 					c = filepath.Join(r.gitDir, c)
@@ -137,7 +138,7 @@ func runHostGit(ctx context.Context, dir, private string, extra []string, args .
 	}
 	cmd := exec.CommandContext(ctx, "git", append(append([]string{}, hostGitOverrides...), args...)...)
 	cmd.Dir = dir
-	cmd.Env = append(hostGitEnv(private), extra...)
+	cmd.Env = withoutUnset(append(hostGitEnv(private), extra...))
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
@@ -192,10 +193,57 @@ func repoHooksDir(ctx context.Context, ws string) (string, error) {
 		return "", fmt.Errorf("git: %w", err)
 	}
 	defer os.RemoveAll(private)
-	out, err := runHostGit(ctx, real, private, []string{"GIT_DIR=" + r.gitDir, "GIT_WORK_TREE=" + r.top},
+	// The user's own global and system config count here: a core.hooksPath
+	// set there is where git runs this repository's hooks from too.
+	user := []string{"GIT_DIR=" + r.gitDir, "GIT_WORK_TREE=" + r.top, "GIT_CONFIG_NOSYSTEM=", "GIT_CONFIG_GLOBAL="}
+	for _, k := range []string{"HOME", "XDG_CONFIG_HOME"} {
+		user = append(user, k+"="+os.Getenv(k))
+	}
+	out, err := runHostGit(ctx, real, private, user,
 		"rev-parse", "--path-format=absolute", "--git-path", "hooks")
 	if err != nil {
 		return "", err
 	}
 	return strings.TrimSuffix(string(out), "\n"), nil
+}
+
+// withoutUnset keeps the last value of each variable in env and drops the
+// variables whose last value is empty: an extra "NAME=" unsets what
+// hostGitEnv set (git takes an empty GIT_CONFIG_GLOBAL as a file name).
+func withoutUnset(env []string) []string {
+	last := map[string]string{}
+	var order []string
+	for _, kv := range env {
+		k, v, _ := strings.Cut(kv, "=")
+		if _, seen := last[k]; !seen {
+			order = append(order, k)
+		}
+		last[k] = v
+	}
+	out := make([]string, 0, len(order))
+	for _, k := range order {
+		if last[k] != "" {
+			out = append(out, k+"="+last[k])
+		}
+	}
+	return out
+}
+
+// readSmallRegular reads a file of git's discovery (".git" as a file,
+// commondir) only when it is a regular file of at most 4 KiB: a FIFO there
+// would block the session's start for good.
+func readSmallRegular(p string) ([]byte, error) {
+	fi, err := os.Stat(p)
+	if err != nil {
+		return nil, err
+	}
+	if !fi.Mode().IsRegular() || fi.Size() > 4<<10 {
+		return nil, fmt.Errorf("%s is not a small regular file", p)
+	}
+	f, err := os.Open(p)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return io.ReadAll(io.LimitReader(f, 4<<10))
 }
