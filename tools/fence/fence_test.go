@@ -69,7 +69,7 @@ var table = map[string][]string{
 		"atomicfile", "sshagent", "home",
 	},
 	"vm":          {"atomicfile"},
-	"vm/vz":       {"vm", "guest/proto"},
+	"vm/vz":       {"vm", "guest/proto", "childenv"},
 	"vm/qemu":     {"vm", "guest/proto", "childenv"},
 	"guest":       {"overlay", "guest/proto", "atomicfile"},
 	"guest/proto": {},

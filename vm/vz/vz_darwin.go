@@ -19,6 +19,8 @@ import (
 
 	vz "github.com/Code-Hex/vz/v3"
 
+	"github.com/vibedom/vibedom/childenv"
+
 	"github.com/vibedom/vibedom/vm"
 )
 
@@ -99,7 +101,9 @@ func entitlementCheck(ctx context.Context) vm.Check {
 		c.Status, c.Detail = vm.CheckWarn, "cannot find this binary: "+err.Error()
 		return c
 	}
-	out, err := exec.CommandContext(ctx, "codesign", "-d", "--entitlements", "-", exe).CombinedOutput()
+	cmd := exec.CommandContext(ctx, "codesign", "-d", "--entitlements", "-", exe)
+	cmd.Env = childenv.Environ()
+	out, err := cmd.CombinedOutput()
 	switch {
 	case err != nil && len(out) == 0:
 		c.Status, c.Detail = vm.CheckWarn, "codesign did not run: "+err.Error()
