@@ -145,8 +145,10 @@ func (cc *CarriedConn) observe(s *sshStream, p []byte) {
 		s.buf = nil
 	case len(s.buf) > maxPreKexPacket+maxVersionLine+2:
 		cc.fail("the key exchange is longer than vibedom reads")
-	default:
-		s.buf = append([]byte(nil), s.buf...) // do not pin a large read
+	case cap(s.buf) > 2*len(s.buf)+4096:
+		// Do not pin a large read; copying only then keeps a packet fed a
+		// byte at a time linear, not quadratic.
+		s.buf = append([]byte(nil), s.buf...)
 	}
 }
 
