@@ -231,6 +231,10 @@ const (
 	tcpBufDefault = 256 << 10 // TCP send and receive buffers, per connection, to start with
 	tcpBufMax     = 4 << 20   // … and at most, once auto-tuning has grown them
 	txQueueLen    = 1024      // frames waiting for the socket
+	// handshakeTimeout bounds a guest's TCP handshake: the SYN-ACK is
+	// sent again after 1 s and 3 s, and a guest on a virtual link that
+	// answers none of them in 5 s is not completing it.
+	handshakeTimeout = 5 * time.Second
 )
 
 // NewStack builds the stack for cfg. Admitted connections go to engine;
@@ -579,7 +583,21 @@ func (s *Stack) admit(ctx context.Context, r *tcp.ForwarderRequest) {
 	}
 	defer s.conns.Add(-1)
 	var wq waiter.Queue
+	// A handshake the guest never completes (SYN-ACKs it does not answer,
+	// not even with an RST) would hold its MaxInFlight slot for gVisor's
+	// whole SYN-ACK retransmission schedule, 127 s: a few seconds of SYN
+	// flood would then leave every new connection dropped for two
+	// minutes. Abort it after handshakeTimeout instead.
+	abort := time.AfterFunc(handshakeTimeout, func() {
+		if ep := s.st.FindTransportEndpoint(ipv4.ProtocolNumber, tcp.ProtocolNumber, id, nicID); ep != nil {
+			ep.Abort()
+		}
+	})
 	ep, terr := r.CreateEndpoint(&wq)
+	if !abort.Stop() && terr == nil {
+		ep.Close() // completed just as it was aborted
+		terr = &tcpip.ErrTimeout{}
+	}
 	r.Complete(false)
 	if terr != nil {
 		s.log.Debug("guest connection failed during the handshake", "dst", dst.String(), "err", terr.String())
