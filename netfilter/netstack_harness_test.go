@@ -208,36 +208,13 @@ func startNSNet(t testing.TB, cfg StackConfig, pol StackPolicy, eng *nsEngine) *
 	if eng == nil {
 		eng = newNSEngine()
 	}
-	n := &nsNet{engine: eng, events: &nsEvents{}}
+	var resolver *nsResolver
 	if cfg.Resolver == nil {
-		n.resolver = &nsResolver{exists: map[string]bool{}, fail: map[string]bool{}}
-		cfg.Resolver = n.resolver
+		resolver = &nsResolver{exists: map[string]bool{}, fail: map[string]bool{}}
+		cfg.Resolver = resolver
 	}
-	host, vmFile, err := SocketPair()
-	if err != nil {
-		t.Fatal(err)
-	}
-	vm, err := net.FileConn(vmFile)
-	vmFile.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := NewStack(cfg, eng, pol, n.events, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	n.stack, n.vm = s, vm
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- s.Serve(ctx, host) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Serve: %v", err)
-		}
-		host.Close()
-		vm.Close()
-	})
+	n := startEngineNet(t, cfg, pol, eng)
+	n.engine, n.resolver = eng, resolver
 	return n
 }
 

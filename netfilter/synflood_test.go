@@ -15,8 +15,9 @@ import (
 	"gvisor.dev/gvisor/pkg/tcpip/header"
 )
 
-// startEngineNet is startNSNet with a real engine behind the stack.
-func startEngineNet(t *testing.T, cfg StackConfig, pol StackPolicy, eng Engine) *nsNet {
+// startEngineNet serves a stack with eng behind it on one end of a socket
+// pair; the guest's end is n.vm.
+func startEngineNet(t testing.TB, cfg StackConfig, pol StackPolicy, eng Engine) *nsNet {
 	t.Helper()
 	n := &nsNet{events: &nsEvents{}}
 	host, vmFile, err := SocketPair()
