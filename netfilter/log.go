@@ -1,6 +1,8 @@
 package netfilter
 
 import (
+	"github.com/vibedom/vibedom/netfilter/egress"
+
 	"bufio"
 	"context"
 	"encoding/json"
@@ -48,24 +50,6 @@ type logLimits struct {
 
 var defaultLogLimits = logLimits{burst: logBurst, rate: logRate, netCap: maxNetworkLog, alertsCap: maxAlertsLog}
 
-// EventSinkFunc adapts a function to EventSink. The function must be safe
-// for concurrent use and return quickly.
-type EventSinkFunc func(Event)
-
-// Record implements EventSink.
-func (f EventSinkFunc) Record(e Event) { f(e) }
-
-// discardEvents is the EventSink used when none is configured.
-type discardEvents struct{}
-
-func (discardEvents) Record(Event) {}
-
-// IsAlert reports whether e belongs in alerts.jsonl: a denial, or an event
-// whose request was changed by a filter.
-func IsAlert(e Event) bool {
-	return e.Decision == "deny" || e.Decision == "scrub" || len(e.Findings) > 0
-}
-
 // Causes of a "dropped" line.
 const (
 	DropQueue = "queue" // the writer fell behind
@@ -78,7 +62,7 @@ const (
 // for a rate limit, the kind/decision that was limited. A line with
 // Dropped 0 says limiting starts.
 type droppedLine struct {
-	Event
+	egress.Event
 	Dropped int64  `json:"dropped"`
 	Cause   string `json:"cause"`
 	Of      string `json:"of,omitempty"`
@@ -86,7 +70,7 @@ type droppedLine struct {
 
 func newDroppedLine(n int64, cause, of, reason string) *droppedLine {
 	return &droppedLine{
-		Event:   Event{Time: time.Now().UTC(), Kind: "dropped", Decision: "error", Reason: reason},
+		Event:   egress.Event{Time: time.Now().UTC(), Kind: "dropped", Decision: "error", Reason: reason},
 		Dropped: n, Cause: cause, Of: of,
 	}
 }
@@ -94,7 +78,7 @@ func newDroppedLine(n int64, cause, of, reason string) *droppedLine {
 // logItem is one queued line: an event, or a dropped line (alert: it goes
 // to alerts.jsonl too).
 type logItem struct {
-	e     Event
+	e     egress.Event
 	meta  *droppedLine
 	alert bool
 }
@@ -138,7 +122,7 @@ type LogWriter struct {
 	closeErr      error
 }
 
-var _ EventSink = (*LogWriter)(nil)
+var _ egress.EventSink = (*LogWriter)(nil)
 
 // NewLogWriter opens (appending, creating 0600) the two log files and starts
 // the writer. Close it to flush.
@@ -190,7 +174,7 @@ func fileSize(w io.Writer) int64 {
 // Record queues e. It sets e.Time when zero. It never blocks; after Close,
 // when the queue is full or when e's kind is over its rate, the event is
 // counted as dropped.
-func (w *LogWriter) Record(e Event) {
+func (w *LogWriter) Record(e egress.Event) {
 	if e.Time.IsZero() {
 		e.Time = w.now()
 	}
@@ -202,7 +186,7 @@ func (w *LogWriter) Record(e Event) {
 	}
 	pre, ok := w.admit(e)
 	if pre != nil {
-		w.enqueue(logItem{meta: pre, alert: IsAlert(e)})
+		w.enqueue(logItem{meta: pre, alert: egress.IsAlert(e)})
 	}
 	if ok {
 		w.enqueue(logItem{e: e})
@@ -228,7 +212,7 @@ func (w *LogWriter) enqueue(it logItem) {
 // admit takes a token from e's bucket. It returns whether e may be written
 // and the dropped line to write first, if any: the start of a run of drops,
 // or the count of one that just ended.
-func (w *LogWriter) admit(e Event) (*droppedLine, bool) {
+func (w *LogWriter) admit(e egress.Event) (*droppedLine, bool) {
 	if w.lim.burst <= 0 {
 		return nil, true
 	}
@@ -247,7 +231,7 @@ func (w *LogWriter) admit(e Event) (*droppedLine, bool) {
 	b.last = now
 	if b.tokens < 1 {
 		b.dropped++
-		b.alert = b.alert || IsAlert(e)
+		b.alert = b.alert || egress.IsAlert(e)
 		w.total.Add(1)
 		if b.dropped == 1 {
 			return newDroppedLine(0, DropRate, key, fmt.Sprintf("rate limit: %q lines over %g a second are dropped and counted from now on", key, w.lim.rate)), false
@@ -312,7 +296,7 @@ func (w *LogWriter) write(it logItem) {
 		e = redactEvent(*r, e)
 	}
 	e.Time = e.Time.UTC()
-	w.writeLine(e, IsAlert(e), false)
+	w.writeLine(e, egress.IsAlert(e), false)
 }
 
 func (w *LogWriter) reportDrops() {
@@ -451,7 +435,7 @@ type Redactor func(s string) string
 
 // redactEvent runs every free-text field of e through r. Kind, Decision,
 // Time and numbers are the host's own.
-func redactEvent(r Redactor, e Event) Event {
+func redactEvent(r Redactor, e egress.Event) egress.Event {
 	for _, f := range []*string{&e.Name, &e.Src, &e.Dst, &e.Method, &e.URL, &e.Rule, &e.Reason} {
 		if *f != "" {
 			*f = r(*f)

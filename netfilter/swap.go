@@ -1,6 +1,8 @@
 package netfilter
 
 import (
+	"github.com/vibedom/vibedom/netfilter/egress"
+
 	"bytes"
 	"context"
 	"errors"
@@ -66,7 +68,7 @@ type swapFilter struct {
 	scrub *keyScrubber
 }
 
-func (f *swapFilter) FilterRequest(ctx context.Context, dest Destination, r *http.Request) (func() []Finding, error) {
+func (f *swapFilter) FilterRequest(ctx context.Context, dest Destination, r *http.Request) (func() []egress.Finding, error) {
 	var do *Swap
 	for name, vals := range r.Header {
 		for _, v := range vals {
@@ -238,7 +240,7 @@ func (b *lazyDecode) Read(p []byte) (int, error) {
 	if b.r == nil && b.err == nil {
 		dec, err := decodeBody(b.ce, b.src)
 		if err != nil {
-			b.err = fmt.Errorf("a provider's response in Content-Encoding %q cannot be scanned for the credential: %w", shorten(b.ce), err)
+			b.err = fmt.Errorf("a provider's response in Content-Encoding %q cannot be scanned for the credential: %w", egress.Shorten(b.ce), err)
 		}
 		b.r = dec
 	}

@@ -1,6 +1,8 @@
 package netfilter
 
 import (
+	"github.com/vibedom/vibedom/netfilter/egress"
+
 	"bufio"
 	"bytes"
 	"crypto/tls"
@@ -199,7 +201,7 @@ func TestSwapOnlyOverVerifiedTLS(t *testing.T) {
 				}
 			})
 		}
-		v.events.wait(t, "plain-HTTP refusal", func(e Event) bool {
+		v.events.wait(t, "plain-HTTP refusal", func(e egress.Event) bool {
 			return e.Decision == "deny" && e.Name == "api.test" && e.Port == 443
 		})
 		if kind == "go" {
@@ -215,7 +217,7 @@ func TestSwapOnlyOverVerifiedTLS(t *testing.T) {
 			if len(srv.seen()) != before {
 				t.Errorf("plain HTTP reached the provider's :443: %q", srv.seen()[before:])
 			}
-			v.events.waitCount(t, "plain-HTTP alerts", 6, func(e Event) bool {
+			v.events.waitCount(t, "plain-HTTP alerts", 6, func(e egress.Event) bool {
 				return e.Decision == "deny" && strings.Contains(e.Reason, "plain HTTP to port 443")
 			})
 		}

@@ -1,6 +1,8 @@
 package netfilter
 
 import (
+	"github.com/vibedom/vibedom/netfilter/egress"
+
 	"io"
 	"net/http"
 	"os"
@@ -144,7 +146,7 @@ func testCredentialSwap(t *testing.T, kind string, filter RequestFilter, eng *dl
 			if all != "" {
 				t.Errorf("refused requests reached the API: %q", all)
 			}
-			v.events.wait(t, "placeholder alert", func(e Event) bool {
+			v.events.wait(t, "placeholder alert", func(e egress.Event) bool {
 				return e.Decision == "deny" && strings.Contains(e.Reason, "credential placeholder")
 			})
 			// Nothing logged holds the key or the placeholder.

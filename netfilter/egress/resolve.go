@@ -1,7 +1,6 @@
-package netfilter
+package egress
 
 import (
-	"context"
 	"fmt"
 	"net/netip"
 	"strconv"
@@ -55,29 +54,4 @@ func ParseResolve(spec string) (Resolve, error) {
 		return bad("bad upstream port")
 	}
 	return r, nil
-}
-
-// ResolveResolver answers that the names in rs exist and asks next
-// (SystemResolver when nil) about the rest.
-func ResolveResolver(rs []Resolve, next Resolver) Resolver {
-	if next == nil {
-		next = SystemResolver{}
-	}
-	names := map[string]bool{}
-	for _, r := range rs {
-		names[r.Name] = true
-	}
-	return resolveResolver{names: names, next: next}
-}
-
-type resolveResolver struct {
-	names map[string]bool
-	next  Resolver
-}
-
-func (r resolveResolver) Exists(ctx context.Context, name string) (bool, error) {
-	if r.names[name] {
-		return true, nil
-	}
-	return r.next.Exists(ctx, name)
 }
