@@ -1,6 +1,7 @@
 package netfilter
 
 import (
+	"github.com/vibedom/vibedom/logredact"
 	"github.com/vibedom/vibedom/netfilter/egress"
 
 	"bufio"
@@ -35,7 +36,7 @@ func TestRefusedRequestSecretsNotLogged(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	redact := LogRedactor(eng)
+	redact := logredact.LogRedactor(eng)
 
 	dir := t.TempDir()
 	slogFile, err := os.OpenFile(filepath.Join(dir, "session.log"), os.O_WRONLY|os.O_CREATE, 0o600)
@@ -43,7 +44,7 @@ func TestRefusedRequestSecretsNotLogged(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer slogFile.Close()
-	rh := NewRedactHandler(slog.NewTextHandler(slogFile, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	rh := logredact.NewRedactHandler(slog.NewTextHandler(slogFile, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	logger := slog.New(rh).With("session", "t")
 	rh.SetRedactor(redact)
 

@@ -1,6 +1,7 @@
 package netfilter
 
 import (
+	"github.com/vibedom/vibedom/logredact"
 	"github.com/vibedom/vibedom/netfilter/egress"
 
 	"io"
@@ -42,7 +43,7 @@ func testCredentialSwap(t *testing.T, kind string, filter RequestFilter, eng *dl
 			v := newEngineEnv(t, kind, testRules, func(c *EngineConfig) { c.Filter = filter })
 			// As a session does: logs go through the DLP's known values,
 			// the placeholder among them.
-			v.log.SetRedactor(LogRedactor(eng))
+			v.log.SetRedactor(logredact.LogRedactor(eng))
 			var mu sync.Mutex
 			seen := map[string][]string{} // host -> x-api-key values, bodies
 			record := func(host string) http.Handler {
