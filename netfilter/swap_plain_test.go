@@ -1,6 +1,7 @@
 package netfilter
 
 import (
+	"github.com/vibedom/vibedom/credentials"
 	"github.com/vibedom/vibedom/netfilter/egress"
 
 	"bufio"
@@ -130,7 +131,7 @@ func TestSwapOnlyOverVerifiedTLS(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	filter := NewSwapFilter(&DLPFilter{Engine: eng}, []Swap{{Name: "anthropic", Host: "api.test", Header: "x-api-key", Placeholder: ph, Value: real, Token: ph}})
+	filter := NewSwapFilter(&DLPFilter{Engine: eng}, []credentials.Swap{{Name: "anthropic", Host: "api.test", Header: "x-api-key", Placeholder: ph, Value: real, Token: ph}})
 	forEngines(t, func(t *testing.T, kind string) {
 		v := newEngineEnv(t, kind, testRules, func(c *EngineConfig) { c.Filter = filter })
 		srv := newSniffServer(t, "api.test", v.upCA, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

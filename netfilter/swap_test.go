@@ -1,6 +1,7 @@
 package netfilter
 
 import (
+	"github.com/vibedom/vibedom/credentials"
 	"github.com/vibedom/vibedom/logredact"
 	"github.com/vibedom/vibedom/netfilter/egress"
 
@@ -27,7 +28,7 @@ func TestCredentialSwap(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	filter := NewSwapFilter(&DLPFilter{Engine: eng}, []Swap{{Name: "anthropic", Host: "api.test", Header: "x-api-key", Placeholder: ph, Value: real, Token: ph}})
+	filter := NewSwapFilter(&DLPFilter{Engine: eng}, []credentials.Swap{{Name: "anthropic", Host: "api.test", Header: "x-api-key", Placeholder: ph, Value: real, Token: ph}})
 	forEngines(t, func(t *testing.T, kind string) {
 		testCredentialSwap(t, kind, filter, eng, real, ph)
 	})

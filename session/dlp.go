@@ -154,7 +154,7 @@ func (s *sess) setupDLP() error {
 		s.log.Error("DLP audit log", "err", err)
 	}}
 	if s.creds != nil {
-		o.Egress.Filter = s.creds.Filter(o.Egress.Filter)
+		o.Egress.Filter = netfilter.NewSwapFilter(o.Egress.Filter, s.creds.Swaps())
 	}
 	s.log.Info("dlp ready", "known_values", e.KnownValues(), "patterns", e.Patterns(), "allowlist", cfg.Allow.String())
 	return nil

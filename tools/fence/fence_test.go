@@ -38,7 +38,7 @@ const anything = "*"
 // package except those whose list is closed: the three that import nothing
 // of ours (dlp, termtext, atomicfile), vm and keys (atomicfile only: vm
 // writes the record of a saved machine state), preflight and overlay
-// (termtext and atomicfile only), netfilter (its rooms, dlp, keys and
+// (termtext and atomicfile only), netfilter (its rooms, logredact, credentials, dlp, keys and
 // atomicfile only) and its rooms.
 // termtext, the one sanitizer of text printed on a terminal, may be
 // imported by any package that prints; atomicfile, the one writer of whole
@@ -88,13 +88,13 @@ var table = map[string][]string{
 	"image/alpine/alpinetest":   {"image/alpine"},
 	"image/ext4":                {},
 	"image/rootfs":              {"image/alpine", "image/ext4", "atomicfile"},
-	"credentials":               {"dlp", "netfilter", "atomicfile", "childenv"},
+	"credentials":               {"dlp", "atomicfile", "childenv"},
 	"atomicfile":                {},
 	"childenv":                  {},
 	"home":                      {},
 	"progress":                  {},
 	"keys":                      {"atomicfile"},
-	"netfilter":                 {"netfilter/egress", "logredact", "dlp", "keys", "atomicfile", "childenv"},
+	"netfilter":                 {"netfilter/egress", "logredact", "credentials", "dlp", "keys", "atomicfile", "childenv"},
 	"netfilter/egress":          {},
 	"netfilter/internal/nftest": {},
 	"logredact":                 {"dlp"},
