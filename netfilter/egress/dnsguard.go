@@ -43,6 +43,7 @@ type wildBucket struct {
 	seen   map[string]struct{}
 }
 
+// NewWildcardGuard makes a guard with its own buckets; now nil is time.Now.
 func NewWildcardGuard(now func() time.Time) *WildcardGuard {
 	if now == nil {
 		now = time.Now
@@ -177,6 +178,8 @@ func (w *WildcardLimited) limit(name string, d Decision) Decision {
 	return d
 }
 
+// WildcardRefusal is the reason a deny names when the guard refused a new
+// name under rule.
 func WildcardRefusal(rule string) string {
 	return fmt.Sprintf("more than %d new names a burst (%g a second) under wildcard %s: refused, as DNS exfiltration", WildcardBurst, wildRate, rule)
 }

@@ -24,11 +24,11 @@ var ErrUpstreamAddress = errors.New("upstream address refused")
 // net.Resolver.LookupNetIP(ctx, "ip", name).
 type LookupFunc func(ctx context.Context, name string) ([]netip.Addr, error)
 
-// addrClass is what the dial guard makes of an address.
-type addrClass int
+// AddrClass is what the dial guard makes of an address.
+type AddrClass int
 
 const (
-	addrPublic  addrClass = iota
+	addrPublic  AddrClass = iota
 	AddrPrivate           // RFC 1918, ULA, CGNAT, site-local, local-use NAT64: needs an allow-private rule
 	addrHost              // one of the host's own interface addresses: never
 	addrNever             // loopback, unspecified, link-local, multicast, broadcast, reserved: never
@@ -88,7 +88,7 @@ func embeddedV4(a netip.Addr) []netip.Addr {
 
 // ClassifyAddr says what kind of address a is, looking through the IPv6
 // forms that embed an IPv4 address; the most restrictive class wins.
-func ClassifyAddr(a netip.Addr, host func(netip.Addr) bool) addrClass {
+func ClassifyAddr(a netip.Addr, host func(netip.Addr) bool) AddrClass {
 	a = a.WithZone("")
 	if a.Is4In6() {
 		a = a.Unmap()
@@ -123,7 +123,8 @@ func NeverReachable(a netip.Addr) bool {
 	return ClassifyAddr(a, nil) == addrNever
 }
 
-func (c addrClass) String() string {
+// String names the class in messages.
+func (c AddrClass) String() string {
 	switch c {
 	case AddrPrivate:
 		return "a private address (RFC 1918, ULA or CGNAT)"
@@ -163,7 +164,7 @@ const hostAddrTTL = 5 * time.Second
 type pinnedKey struct{}
 
 // GuardConfig is what the dial guard needs from an engine's configuration;
-// the fields mean what EngineConfig's fields of the same names mean.
+// the fields mean what netfilter.EngineConfig's fields of the same names mean.
 type GuardConfig struct {
 	Dial         DialFunc
 	LookupIP     LookupFunc
@@ -172,6 +173,8 @@ type GuardConfig struct {
 	HostAddrs    func() ([]netip.Addr, error)
 }
 
+// NewDialGuard makes the dial guard of one engine: events get its
+// refusals, log its diagnostics.
 func NewDialGuard(cfg GuardConfig, events EventSink, log *slog.Logger) *DialGuard {
 	g := &DialGuard{lookup: cfg.LookupIP, raw: cfg.Dial, private: cfg.AllowPrivate, events: events, log: log,
 		hostFn: cfg.HostAddrs, pins: map[string]netip.AddrPort{}}
@@ -198,6 +201,7 @@ func (g *DialGuard) Pin(name string, port uint16, addr netip.AddrPort) {
 	g.pins[HostPort(name, port)] = addr
 }
 
+// InterfaceAddrs lists the host's own interface addresses, never dialled.
 func InterfaceAddrs() ([]netip.Addr, error) {
 	as, err := net.InterfaceAddrs()
 	if err != nil {
@@ -236,7 +240,7 @@ func (g *DialGuard) isHost(a netip.Addr) bool {
 
 // Check returns nil when a may be dialled, or an error wrapping
 // ErrUpstreamAddress that says why not and what to do.
-func (g *DialGuard) Check(a netip.Addr) (addrClass, error) {
+func (g *DialGuard) Check(a netip.Addr) (AddrClass, error) {
 	a = a.Unmap().WithZone("")
 	c := ClassifyAddr(a, g.isHost)
 	switch c {
@@ -438,7 +442,7 @@ func (g *DialGuard) dialIP(ctx context.Context, network string, ap netip.AddrPor
 // refused records a refused address: a deny (an alert) when the guest
 // named it or when it is the host's own or a private address, an error
 // when a name merely resolved to loopback or the like.
-func (g *DialGuard) refused(name string, port uint16, a netip.Addr, class addrClass, err error) {
+func (g *DialGuard) refused(name string, port uint16, a netip.Addr, class AddrClass, err error) {
 	// Every refusal is an alert, a name that resolves to loopback or the
 	// metadata address included: that is how a request to the host's own
 	// services looks (red team: such refusals had been logged as errors,

@@ -20,7 +20,7 @@ func TestClassifyAddr(t *testing.T) {
 	host := func(a netip.Addr) bool { return a == netip.MustParseAddr("203.0.113.9") }
 	for _, tt := range []struct {
 		addr string
-		want addrClass
+		want AddrClass
 	}{
 		{"127.0.0.1", addrNever},
 		{"127.255.0.9", addrNever},

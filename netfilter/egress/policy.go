@@ -275,6 +275,7 @@ func ParseRule(text, source string) (Rule, error) {
 	return r, nil
 }
 
+// Shorten cuts s to 80 bytes (and an ellipsis) for a log line or a message.
 func Shorten(s string) string {
 	const max = 80
 	if len(s) > max {
@@ -643,6 +644,7 @@ func (p *Policy) DecideName(name string) Decision {
 	return Decision{Reason: "no rule allows this name on any port"}
 }
 
+// HostPort joins a host name or IP literal and a port ("[::1]:443").
 func HostPort(h string, port uint16) string {
 	if strings.Contains(h, ":") {
 		return "[" + h + "]:" + strconv.Itoa(int(port))

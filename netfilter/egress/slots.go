@@ -19,6 +19,8 @@ type ConnSlots struct {
 	flush func() // closes idle pooled connections to free slots
 }
 
+// NewConnSlots bounds open upstream connections to n; flush closes idle
+// pooled connections when none is free.
 func NewConnSlots(n int, flush func()) *ConnSlots {
 	return &ConnSlots{sem: make(chan struct{}, n), flush: flush}
 }
