@@ -4,10 +4,13 @@ VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev
 LDFLAGS  := -s -w -X main.version=$(VERSION)
 HOST_OS  := $(shell $(GO) env GOOS)
 BIN      := bin
+# The guest agents a release binary carries (the vibedom_embedguest tag).
+EMBED    := image/assets/guestbin
+SHA256   := $(shell command -v sha256sum >/dev/null 2>&1 && echo sha256sum || echo 'shasum -a 256')
 
 export PATH := $(PATH):/usr/local/go/bin
 
-.PHONY: help build guest test e2e e2e-arm64 check-darwin vet check setup assets demo bench clean
+.PHONY: help build guest embed-guest release test e2e e2e-arm64 check-darwin vet check setup assets demo bench clean
 
 help: ## list the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | sort
@@ -21,6 +24,11 @@ endif
 guest: ## build the static in-VM agent for linux/amd64 and linux/arm64
 	CGO_ENABLED=0 GOOS=linux GOARCH=amd64 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/vibedom-guest-linux-amd64 ./cmd/vibedom-guest
 	CGO_ENABLED=0 GOOS=linux GOARCH=arm64 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/vibedom-guest-linux-arm64 ./cmd/vibedom-guest
+
+embed-guest: guest ## copy the guest agents and their SHA256SUMS where a vibedom_embedguest build embeds them
+	mkdir -p $(EMBED)
+	cp $(BIN)/vibedom-guest-linux-amd64 $(BIN)/vibedom-guest-linux-arm64 $(EMBED)/
+	cd $(EMBED) && $(SHA256) vibedom-guest-linux-amd64 vibedom-guest-linux-arm64 > SHA256SUMS
 
 setup: ## install QEMU, busybox and tools (Debian/Ubuntu), fetch test kernels
 	scripts/setup.sh
@@ -52,4 +60,4 @@ demo: setup build ## a real session in a QEMU VM on examples/sample-app
 	scripts/demo.sh
 
 clean: ## remove build output (not the asset cache)
-	rm -rf $(BIN)
+	rm -rf $(BIN) $(EMBED) dist
