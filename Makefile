@@ -1,7 +1,11 @@
 # vibedom — build, test and demo targets. `make help` lists them.
 GO       ?= go
 VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
-LDFLAGS  := -s -w -X main.version=$(VERSION)
+COMMIT   ?= $(shell git rev-parse HEAD 2>/dev/null)
+# The commit's date, so that a build of one commit is the same build.
+BUILD_DATE ?= $(shell git log -1 --format=%cI 2>/dev/null)
+VZ_VERSION := $(shell $(GO) list -m -f '{{.Version}}' github.com/Code-Hex/vz/v3 2>/dev/null)
+LDFLAGS  := -s -w -X main.version=$(VERSION) -X main.commit=$(COMMIT) -X main.buildDate=$(BUILD_DATE) -X main.vzVersion=$(VZ_VERSION)
 HOST_OS  := $(shell $(GO) env GOOS)
 BIN      := bin
 # The guest agents a release binary carries (the vibedom_embedguest tag).

@@ -137,3 +137,18 @@ func fileSHA256(p string) string {
 	}
 	return hex.EncodeToString(h.Sum(nil))
 }
+
+// EmbeddedGuestSums returns the recorded sha256 (hex) of each guest agent
+// built into this binary, by arch; nil in a build without them.
+func EmbeddedGuestSums() map[vm.Arch]string {
+	if embeddedGuests == nil {
+		return nil
+	}
+	out := map[vm.Arch]string{}
+	for _, a := range []vm.Arch{vm.ArchAMD64, vm.ArchARM64} {
+		if s, err := embeddedSum(embeddedGuests, guestName(a)); err == nil {
+			out[a] = s
+		}
+	}
+	return out
+}
