@@ -34,6 +34,11 @@ embed-guest: guest ## copy the guest agents and their SHA256SUMS where a vibedom
 	cp $(BIN)/vibedom-guest-linux-amd64 $(BIN)/vibedom-guest-linux-arm64 $(EMBED)/
 	cd $(EMBED) && $(SHA256) vibedom-guest-linux-amd64 vibedom-guest-linux-arm64 > SHA256SUMS
 
+release: embed-guest ## dist/: Linux archives (+ darwin/arm64, signed, on a Mac), SBOMs, SHA256SUMS, verified
+	rm -rf dist
+	$(GO) run ./tools/release -out dist -version '$(VERSION)' -date '$(BUILD_DATE)' -ldflags '$(LDFLAGS)'
+	cd dist && $(SHA256) -c SHA256SUMS
+
 setup: ## install QEMU, busybox and tools (Debian/Ubuntu), fetch test kernels
 	scripts/setup.sh
 
