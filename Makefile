@@ -14,7 +14,7 @@ SHA256   := $(shell command -v sha256sum >/dev/null 2>&1 && echo sha256sum || ec
 
 export PATH := $(PATH):/usr/local/go/bin
 
-.PHONY: help build guest embed-guest release test e2e e2e-arm64 check-darwin vet check setup assets demo bench clean
+.PHONY: help build guest embed-guest release release-check release-lint test e2e e2e-arm64 check-darwin vet check setup assets demo bench clean
 
 help: ## list the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | sort
@@ -38,6 +38,14 @@ release: embed-guest ## dist/: Linux archives (+ darwin/arm64, signed, on a Mac)
 	rm -rf dist
 	$(GO) run ./tools/release -out dist -version '$(VERSION)' -date '$(BUILD_DATE)' -ldflags '$(LDFLAGS)'
 	cd dist && $(SHA256) -c SHA256SUMS
+
+release-check: release ## the release acceptance test: dist/ against SHA256SUMS; the Linux archive alone runs init and a session
+	scripts/release-check.sh dist
+
+ACTIONLINT := github.com/rhysd/actionlint/cmd/actionlint@v1.7.12
+release-lint: ## actionlint the workflows; ruby -c the Homebrew formula (when ruby is installed)
+	$(GO) run $(ACTIONLINT) .github/workflows/*.yml
+	@if command -v ruby >/dev/null; then ruby -wc packaging/homebrew/vibedom.rb; else echo "release-lint: no ruby, formula not checked"; fi
 
 setup: ## install QEMU, busybox and tools (Debian/Ubuntu), fetch test kernels
 	scripts/setup.sh
@@ -63,7 +71,7 @@ e2e-arm64: guest ## boot the arm64 guest under qemu-system-aarch64 (TCG) and exe
 bench: guest ## run the benchmarks recorded in docs/performance.md
 	$(GO) test -run '^$$' -bench . -benchtime 1x ./...
 
-check: setup vet check-darwin test e2e-arm64 ## everything CI runs (the README's test command)
+check: setup vet check-darwin release-lint test e2e-arm64 release-check ## everything CI runs (the README's test command)
 
 demo: setup build ## a real session in a QEMU VM on examples/sample-app
 	scripts/demo.sh
