@@ -38,8 +38,8 @@ const anything = "*"
 // package except those whose list is closed: the three that import nothing
 // of ours (dlp, termtext, atomicfile), vm and keys (atomicfile only: vm
 // writes the record of a saved machine state), preflight and overlay
-// (termtext and atomicfile only), netfilter (its rooms, logredact, credentials, dlp, keys and
-// atomicfile only) and its rooms.
+// (termtext and atomicfile only), netfilter (its rooms, logredact,
+// credentials, dlp, keys and atomicfile only) and its rooms.
 // termtext, the one sanitizer of text printed on a terminal, may be
 // imported by any package that prints; atomicfile, the one writer of whole
 // files (and bounded reader of small ones), by any package that replaces
@@ -81,30 +81,32 @@ var table = map[string][]string{
 		"vm", "guest/proto", "image/alpine", "image/rootfs", "image/kernel", "image/initramfs",
 		"image/assets", "home", "progress", "atomicfile",
 	},
-	"image/kernel":              {"vm", "childenv"},
-	"image/assets":              {"vm", "image/kernel", "home"},
-	"image/initramfs":           {},
-	"image/alpine":              {"progress", "atomicfile"},
-	"image/alpine/alpinetest":   {"image/alpine"},
-	"image/ext4":                {},
-	"image/rootfs":              {"image/alpine", "image/ext4", "atomicfile"},
-	"credentials":               {"dlp", "atomicfile", "childenv"},
-	"atomicfile":                {},
-	"childenv":                  {},
-	"home":                      {},
-	"progress":                  {},
-	"keys":                      {"atomicfile"},
-	"netfilter":                 {"netfilter/egress", "logredact", "credentials", "dlp", "keys", "atomicfile", "childenv"},
+	"image/kernel":            {"vm", "childenv"},
+	"image/assets":            {"vm", "image/kernel", "home", "atomicfile"},
+	"image/initramfs":         {},
+	"image/alpine":            {"progress", "atomicfile"},
+	"image/alpine/alpinetest": {"image/alpine"},
+	"image/ext4":              {},
+	"image/rootfs":            {"image/alpine", "image/ext4", "atomicfile"},
+	"credentials":             {"dlp", "atomicfile", "childenv"},
+	"atomicfile":              {},
+	"childenv":                {},
+	"home":                    {},
+	"progress":                {},
+	"keys":                    {"atomicfile"},
+	"netfilter":               {"netfilter/egress", "logredact", "credentials", "dlp", "keys", "atomicfile", "childenv"},
+	"dlp":                     {},
+	"sshagent":                {},
+	"preflight":               {"termtext", "atomicfile"},
+	"overlay":                 {"termtext", "atomicfile", "childenv"},
+	"review":                  {"overlay", "guest/proto", "termtext", "childenv"},
+	"termtext":                {},
+	"tools/...":               {anything},
+
+	// netfilter's rooms (netfilter itself wires them) and the log redactor.
 	"netfilter/egress":          {},
 	"netfilter/internal/nftest": {},
 	"logredact":                 {"dlp"},
-	"dlp":                       {},
-	"sshagent":                  {},
-	"preflight":                 {"termtext", "atomicfile"},
-	"overlay":                   {"termtext", "atomicfile", "childenv"},
-	"review":                    {"overlay", "guest/proto", "termtext", "childenv"},
-	"termtext":                  {},
-	"tools/...":                 {anything},
 	// e2e/clitest drives the built command; the e2e packages hold only
 	// tests, which drive that binary (their imports are test imports).
 	"e2e":         {},
