@@ -16,6 +16,7 @@ import (
 	"github.com/vibedom/vibedom/agents"
 	"github.com/vibedom/vibedom/atomicfile"
 	"github.com/vibedom/vibedom/guest/proto"
+	"github.com/vibedom/vibedom/home"
 	"github.com/vibedom/vibedom/image/ext4"
 )
 
@@ -110,7 +111,7 @@ type layerDisk struct {
 // agentLayer returns the agent's layer image, <dir>.ext4 beside its
 // directory, building it when it is missing or older than the directory's
 // manifest. Its content comes from the verified, read-only directory.
-func agentLayer(h Home, inst *agents.Installed) (string, error) {
+func agentLayer(h home.Home, inst *agents.Installed) (string, error) {
 	img := inst.Dir + ".ext4"
 	mf, err := os.Stat(filepath.Join(inst.Dir, agents.ManifestFile))
 	if err != nil {

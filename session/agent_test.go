@@ -3,6 +3,8 @@ package session
 import (
 	"strings"
 	"testing"
+
+	"github.com/vibedom/vibedom/home"
 )
 
 func TestSanitizeAgentSettings(t *testing.T) {
@@ -43,7 +45,7 @@ func TestSanitizeAgentSettings(t *testing.T) {
 }
 
 func TestReadConfig(t *testing.T) {
-	h := Home(t.TempDir())
+	h := home.Home(t.TempDir())
 	c, err := ReadConfig(h)
 	if err != nil || c.Agent != "" {
 		t.Fatalf("missing config: %+v %v", c, err)

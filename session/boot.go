@@ -134,7 +134,7 @@ func (s *sess) prepare(ctx context.Context) error {
 	if err := o.Driver.Available(ctx, o.Arch); err != nil {
 		return err
 	}
-	choice, err := chooseImage(o.Home, o.Arch)
+	choice, err := image.Choose(o.Home, o.Arch)
 	if err != nil {
 		return err
 	}
@@ -206,7 +206,7 @@ func (s *sess) prepare(ctx context.Context) error {
 
 	// Image.
 	s.progress("preparing the %s image", o.Arch)
-	s.img, s.rootImage, s.guestLibc, err = prepareImage(ctx, o.Home, o.Arch, choice)
+	s.img, s.rootImage, s.guestLibc, err = choice.Prepare(ctx, o.Home, o.Arch, testKeyring())
 	if err != nil {
 		return fmt.Errorf("prepare the VM image: %w", err)
 	}

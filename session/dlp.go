@@ -11,6 +11,7 @@ import (
 
 	"github.com/vibedom/vibedom/credentials"
 	"github.com/vibedom/vibedom/dlp"
+	"github.com/vibedom/vibedom/home"
 	"github.com/vibedom/vibedom/keys"
 	"github.com/vibedom/vibedom/netfilter"
 	"github.com/vibedom/vibedom/overlay"
@@ -33,7 +34,7 @@ type DLPOptions struct {
 // destination classes (~/.vibedom/dlp_classes.txt) and the allowlists
 // (<workspace>/.vibedom/dlp_allowlist.txt and the options). preflightSecrets
 // may be nil. It reports what it loaded in notes, for the user.
-func DLPConfig(h Home, workspace string, preflightSecrets []string, o DLPOptions) (dlp.Config, []string, error) {
+func DLPConfig(h home.Home, workspace string, preflightSecrets []string, o DLPOptions) (dlp.Config, []string, error) {
 	var cfg dlp.Config
 	var notes []string
 	// .env values first: their sources (file, line, name) are the more
@@ -162,7 +163,7 @@ func (s *sess) setupDLP() error {
 // WorkspaceDLPConfig is DLPConfig for a workspace as a session would see
 // it, the preflight's gitleaks scan included (quiet, cached) unless
 // noScan.
-func WorkspaceDLPConfig(ctx context.Context, h Home, workspace string, noScan bool, o DLPOptions) (dlp.Config, []string, error) {
+func WorkspaceDLPConfig(ctx context.Context, h home.Home, workspace string, noScan bool, o DLPOptions) (dlp.Config, []string, error) {
 	ws, err := CheckWorkspace(workspace)
 	if err != nil {
 		return dlp.Config{}, nil, err

@@ -8,14 +8,6 @@ import (
 	"github.com/vibedom/vibedom/preflight"
 )
 
-// Home is the vibedom state directory; its layout lives in package home.
-// The alias stays while the session files still spell session.Home (the
-// lead removes it once every branch is merged); new code names home.Home.
-type Home = home.Home
-
-// DefaultHome returns $VIBEDOM_HOME when set, else ~/.vibedom (home.Default).
-func DefaultHome() (Home, error) { return home.Default() }
-
 // ensureDir makes dir (and its parents) with mode 0700 and checks that an
 // existing dir is not group- or world-writable.
 func ensureDir(dir string) error {
@@ -34,7 +26,7 @@ func ensureDir(dir string) error {
 
 // ScanOptions are the secrets scan's options for workspace, with h's
 // gitleaks config, cache and approval key.
-func ScanOptions(h Home, workspace string) preflight.Options {
+func ScanOptions(h home.Home, workspace string) preflight.Options {
 	return preflight.Options{
 		Workspace:       workspace,
 		UserConfig:      h.GitleaksConfig(),

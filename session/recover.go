@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/vibedom/vibedom/guest/proto"
+	"github.com/vibedom/vibedom/home"
 	"github.com/vibedom/vibedom/image"
 	"github.com/vibedom/vibedom/keys"
 	"github.com/vibedom/vibedom/netfilter"
@@ -31,7 +32,7 @@ const recoverLock = ".recover.lock"
 
 // RecoverOptions configure a recovery.
 type RecoverOptions struct {
-	Home Home
+	Home home.Home
 	// Name is the crashed session.
 	Name string
 	// Driver runs the rescue VM; nil picks the platform's default.
@@ -57,7 +58,7 @@ var ErrNotRecoverable = errors.New("cannot recover")
 // Recover collects a crashed session's changes from its scratch disk.
 func Recover(ctx context.Context, ro RecoverOptions) (*Result, error) {
 	if ro.Home == "" {
-		h, err := DefaultHome()
+		h, err := home.Default()
 		if err != nil {
 			return nil, err
 		}
@@ -182,12 +183,12 @@ func (s *sess) recover(ctx context.Context, info *Info) (*Result, error) {
 
 	// Any image boots the rescue: it runs only the guest agent's own
 	// collection, in the initramfs, so the root image is not attached.
-	choice, err := chooseImage(o.Home, o.Arch)
+	choice, err := image.Choose(o.Home, o.Arch)
 	if err != nil {
 		return nil, err
 	}
 	s.progress("preparing the rescue VM for %s", s.name)
-	if s.img, _, _, err = prepareImage(ctx, o.Home, o.Arch, choice); err != nil {
+	if s.img, _, _, err = choice.Prepare(ctx, o.Home, o.Arch, testKeyring()); err != nil {
 		return nil, fmt.Errorf("prepare the VM image: %w", err)
 	}
 	if s.keys, err = keys.NewSession(); err != nil {
@@ -257,13 +258,13 @@ func isRuntimeDir(control string) bool {
 // checkOwnFolders refuses a state.json whose log folder is not one of the
 // home's own (logs/session-…, a real folder or absent), so a recovery
 // creates and writes nothing outside the vibedom home.
-func checkOwnFolders(home Home, info *Info) error {
+func checkOwnFolders(hm home.Home, info *Info) error {
 	ld := info.LogDir
-	if ld == "" || !filepath.IsAbs(ld) || filepath.Clean(ld) != ld || filepath.Dir(ld) != filepath.Clean(home.Logs()) ||
+	if ld == "" || !filepath.IsAbs(ld) || filepath.Clean(ld) != ld || filepath.Dir(ld) != filepath.Clean(hm.Logs()) ||
 		!strings.HasPrefix(filepath.Base(ld), "session-") {
-		return fmt.Errorf("%w: session %s records the log folder %q, which is not under %s", ErrNotRecoverable, info.Name, ld, home.Logs())
+		return fmt.Errorf("%w: session %s records the log folder %q, which is not under %s", ErrNotRecoverable, info.Name, ld, hm.Logs())
 	}
-	if err := ensureDir(home.Logs()); err != nil {
+	if err := ensureDir(hm.Logs()); err != nil {
 		return err
 	}
 	if fi, err := os.Lstat(ld); err == nil && !fi.IsDir() {

@@ -15,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/vibedom/vibedom/home"
 	"github.com/vibedom/vibedom/overlay"
 	"github.com/vibedom/vibedom/vm"
 )
@@ -29,7 +30,7 @@ var (
 // Options configures one session.
 type Options struct {
 	// Home is the vibedom state folder.
-	Home Home
+	Home home.Home
 	// Workspace is the project folder the agent works on (read-only to it).
 	Workspace string
 	// Name is the session name; empty derives one from the workspace.
@@ -124,7 +125,7 @@ type Timings struct {
 
 func (o *Options) setDefaults() error {
 	if o.Home == "" {
-		h, err := DefaultHome()
+		h, err := home.Default()
 		if err != nil {
 			return err
 		}

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/vibedom/vibedom/dlp"
+	"github.com/vibedom/vibedom/home"
 	"github.com/vibedom/vibedom/netfilter"
 	"github.com/vibedom/vibedom/overlay"
 )
@@ -103,7 +104,7 @@ func (t *WorkspaceTrust) NeedsApproval() []TrustFile {
 // symlink, at most 1 MiB each, regular files only) and compares each with
 // the approvals stored in h. A file that cannot be read safely or parsed
 // is an error that names it: nothing from it applies.
-func LoadWorkspaceTrust(h Home, workspace string) (*WorkspaceTrust, error) {
+func LoadWorkspaceTrust(h home.Home, workspace string) (*WorkspaceTrust, error) {
 	store, err := readApprovals(h)
 	if err != nil {
 		return nil, err
@@ -178,7 +179,7 @@ func (f *TrustFile) classify(workspace string) error {
 // ApproveWorkspace records the current content of every file of t that
 // needs approval, so that what it widens applies from the next session on.
 // A file that changes afterwards needs approval again.
-func ApproveWorkspace(h Home, t *WorkspaceTrust) error {
+func ApproveWorkspace(h home.Home, t *WorkspaceTrust) error {
 	if err := ensureDir(string(h)); err != nil {
 		return err
 	}
@@ -207,9 +208,9 @@ type approvalStore struct {
 }
 
 // readApprovals reads the store; a missing store is empty. The store is
-// the user's own file under Home, but it is still refused when it is not a
+// the user's own file under home.Home, but it is still refused when it is not a
 // regular file or is writable by others.
-func readApprovals(h Home) (*approvalStore, error) {
+func readApprovals(h home.Home) (*approvalStore, error) {
 	path := h.WorkspaceApprovals()
 	s := &approvalStore{Version: 1}
 	fi, err := os.Lstat(path)
@@ -251,7 +252,7 @@ func (s *approvalStore) set(a approval) {
 	}
 }
 
-func (s *approvalStore) write(h Home) error {
+func (s *approvalStore) write(h home.Home) error {
 	data, err := json.MarshalIndent(s, "", "  ")
 	if err != nil {
 		return err
@@ -263,7 +264,7 @@ func (s *approvalStore) write(h Home) error {
 // built-in rules, the user's file, the workspace's file (its allow rules
 // only when approved: see LoadWorkspaceTrust) and allow (--allow). notes
 // tell the user what was left out and how to approve it.
-func EgressPolicy(h Home, t *WorkspaceTrust, allow []string) (*netfilter.Policy, []string, error) {
+func EgressPolicy(h home.Home, t *WorkspaceTrust, allow []string) (*netfilter.Policy, []string, error) {
 	cfg := netfilter.PolicyConfig{UserFile: h.TrustedDomains(), Allow: allow}
 	if f := t.File(WorkspacePolicyRel); f != nil && f.Present {
 		cfg.Workspace = &netfilter.WorkspaceScope{

@@ -16,6 +16,7 @@ import (
 	"github.com/urfave/cli/v3"
 	"golang.org/x/term"
 
+	"github.com/vibedom/vibedom/home"
 	"github.com/vibedom/vibedom/netfilter"
 	"github.com/vibedom/vibedom/session"
 	"github.com/vibedom/vibedom/termtext"
@@ -68,7 +69,7 @@ func init() {
 
 // loadTrust reads the trust state of the workspace named by the command's
 // first argument (the current folder when none).
-func loadTrust(c *cli.Command) (session.Home, *session.WorkspaceTrust, error) {
+func loadTrust(c *cli.Command) (home.Home, *session.WorkspaceTrust, error) {
 	if c.Args().Len() > 1 {
 		return "", nil, fmt.Errorf("give at most one WORKSPACE")
 	}
@@ -80,7 +81,7 @@ func loadTrust(c *cli.Command) (session.Home, *session.WorkspaceTrust, error) {
 	if err != nil {
 		return "", nil, err
 	}
-	h, err := session.DefaultHome()
+	h, err := home.Default()
 	if err != nil {
 		return "", nil, err
 	}
@@ -217,7 +218,7 @@ func policyCheck(_ context.Context, c *cli.Command) error {
 	if err != nil {
 		return err
 	}
-	home, err := session.DefaultHome()
+	home, err := home.Default()
 	if err != nil {
 		return err
 	}

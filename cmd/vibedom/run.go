@@ -14,6 +14,7 @@ import (
 
 	"github.com/vibedom/vibedom/agents"
 	"github.com/vibedom/vibedom/credentials"
+	"github.com/vibedom/vibedom/home"
 	"github.com/vibedom/vibedom/image"
 	"github.com/vibedom/vibedom/netfilter"
 	"github.com/vibedom/vibedom/preflight"
@@ -105,7 +106,7 @@ func runAction(ctx context.Context, c *cli.Command) error {
 	}
 	if engine == "" {
 		engine = "go"
-		if h, err := session.DefaultHome(); err == nil {
+		if h, err := home.Default(); err == nil {
 			cfg, err := session.ReadConfig(h)
 			if err != nil {
 				return err
@@ -122,7 +123,7 @@ func runAction(ctx context.Context, c *cli.Command) error {
 		// Fail before anything boots, with the version found and needed:
 		// the release `vibedom init --with-mitmproxy` installed, else PATH's.
 		mitmdump := ""
-		if h, err := session.DefaultHome(); err == nil {
+		if h, err := home.Default(); err == nil {
 			mitmdump = netfilter.PreferredMitmdump(filepath.Join(string(h), netfilter.MitmproxyDirName))
 		}
 		if _, err := netfilter.MitmdumpVersion(ctx, mitmdump); err != nil {
@@ -138,16 +139,16 @@ func runAction(ctx context.Context, c *cli.Command) error {
 	if err != nil {
 		return fmt.Errorf("--preflight: %w", err)
 	}
-	home, err := session.DefaultHome()
+	hm, err := home.Default()
 	if err != nil {
 		return err
 	}
-	agent, err := chooseAgent(c.String("agent"), home)
+	agent, err := chooseAgent(c.String("agent"), hm)
 	if err != nil {
 		return err
 	}
 	o := session.Options{
-		Home:      home,
+		Home:      hm,
 		Workspace: ws,
 		Name:      c.String("name"),
 		CPUs:      int(c.Int("cpus")),
@@ -172,11 +173,11 @@ func runAction(ctx context.Context, c *cli.Command) error {
 		o.Agent = &session.AgentOptions{Name: agent, Args: command}
 		o.Command = nil
 		if agent != session.AgentShell {
-			if err := checkAgentInstalled(agent, home, o.Arch); err != nil {
+			if err := checkAgentInstalled(agent, hm, o.Arch); err != nil {
 				return err
 			}
 			if !c.Bool("no-network") {
-				if err := checkAgentKey(agent, home); err != nil {
+				if err := checkAgentKey(agent, hm); err != nil {
 					return err
 				}
 			}
@@ -238,10 +239,10 @@ func parseSize(s string) (int64, error) {
 }
 
 // chooseAgent is --agent, else the config's default agent, else "".
-func chooseAgent(flag string, home session.Home) (string, error) {
+func chooseAgent(flag string, hm home.Home) (string, error) {
 	name := flag
 	if name == "" {
-		cfg, err := session.ReadConfig(home)
+		cfg, err := session.ReadConfig(hm)
 		if err != nil {
 			return "", err
 		}
@@ -261,7 +262,7 @@ func chooseAgent(flag string, home session.Home) (string, error) {
 
 // checkAgentInstalled refuses, before anything starts, an agent that
 // `vibedom init --agents` has not fetched for this guest.
-func checkAgentInstalled(name string, home session.Home, arch vm.Arch) error {
+func checkAgentInstalled(name string, hm home.Home, arch vm.Arch) error {
 	if arch == "" {
 		arch = session.HostArch()
 	}
@@ -269,11 +270,11 @@ func checkAgentInstalled(name string, home session.Home, arch vm.Arch) error {
 	if err != nil {
 		return err
 	}
-	libc := image.GuestLibc(home, arch)
+	libc := image.GuestLibc(hm, arch)
 	if libc == "" {
 		return fmt.Errorf("--agent %s needs the guest image: run `vibedom init --agents %s`", name, name)
 	}
-	_, err = agents.FindAgent(string(home), name, a, libc)
+	_, err = agents.FindAgent(string(hm), name, a, libc)
 	return err
 }
 
@@ -282,8 +283,8 @@ var agentProviders = map[string][]string{"claude": {"anthropic"}, "codex": {"ope
 
 // checkAgentKey refuses, before anything starts, an agent with network and
 // no API key for it on the host (the guest never gets one of its own).
-func checkAgentKey(agent string, home session.Home) error {
-	ks, err := credentials.Load(string(home), os.Getenv)
+func checkAgentKey(agent string, hm home.Home) error {
+	ks, err := credentials.Load(string(hm), os.Getenv)
 	if err != nil {
 		return err
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/urfave/cli/v3"
 
 	"github.com/vibedom/vibedom/dlp"
+	"github.com/vibedom/vibedom/home"
 	"github.com/vibedom/vibedom/netfilter"
 	"github.com/vibedom/vibedom/session"
 	"github.com/vibedom/vibedom/termtext"
@@ -102,7 +103,7 @@ func scrubAction(ctx context.Context, c *cli.Command) error {
 	if err != nil {
 		return err
 	}
-	h, err := session.DefaultHome()
+	h, err := home.Default()
 	if err != nil {
 		return err
 	}
