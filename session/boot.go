@@ -14,6 +14,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/vibedom/vibedom/atomicfile"
 	"github.com/vibedom/vibedom/boot"
 	"github.com/vibedom/vibedom/credentials"
 	"github.com/vibedom/vibedom/guest/proto"
@@ -24,7 +25,6 @@ import (
 	"github.com/vibedom/vibedom/keys"
 	"github.com/vibedom/vibedom/netfilter"
 	"github.com/vibedom/vibedom/overlay"
-	"github.com/vibedom/vibedom/preflight"
 	"github.com/vibedom/vibedom/sshagent"
 	"github.com/vibedom/vibedom/termtext"
 	"github.com/vibedom/vibedom/vm"
@@ -71,7 +71,7 @@ type sess struct {
 	client    *guestlink.Client
 	egress    *egress
 	carried   *sshagent.Carried // SSH connections the agent signs for (--ssh-agent)
-	secrets   *preflight.Report
+	secrets   *scanResult       // nil when the preflight was off
 	cleanup   cleanups
 	timings   Timings
 	// keepScratch: the scratch disk may hold work not yet collected into a
@@ -139,12 +139,18 @@ func (s *sess) prepare(ctx context.Context) error {
 		return err
 	}
 	// The secrets scan comes before anything is made: a cancel leaves no
-	// trace.
-	rep, err := s.runPreflight(ctx)
-	if err != nil {
-		return err
+	// trace. A detached session's parent ran it already.
+	if o.scanned != nil {
+		s.secrets = o.scanned
+	} else {
+		rep, err := s.runPreflight(ctx)
+		if err != nil {
+			return err
+		}
+		if s.secrets, err = newScanResult(rep); err != nil {
+			return err
+		}
 	}
-	s.secrets = rep
 
 	// Folders: the session folder and its log folder.
 	if err := ensureDir(string(o.Home)); err != nil {
@@ -160,7 +166,12 @@ func (s *sess) prepare(ctx context.Context) error {
 		return err
 	}
 	s.dir = o.Home.Session(s.name)
-	if err := os.Mkdir(s.dir, 0o700); err != nil {
+	if o.reserved {
+		// detach made it, empty but for the options the host has read.
+		if err := checkReserved(s.dir); err != nil {
+			return err
+		}
+	} else if err := os.Mkdir(s.dir, 0o700); err != nil {
 		if errors.Is(err, os.ErrExist) {
 			return fmt.Errorf("a session named %q already exists: pick another --name or remove %s", s.name, s.dir)
 		}
@@ -190,8 +201,8 @@ func (s *sess) prepare(ctx context.Context) error {
 		CPUs: o.CPUs, MemoryMiB: o.MemoryMiB, Command: o.Command, Detached: o.Detached,
 	}
 	s.saveState()
-	if rep != nil {
-		if err := rep.WriteJSON(filepath.Join(s.logDir, "gitleaks_report.json")); err != nil {
+	if s.secrets != nil {
+		if err := atomicfile.WriteFile(filepath.Join(s.logDir, "gitleaks_report.json"), s.secrets.report, 0o600); err != nil {
 			s.log.Warn("write gitleaks report", "err", err)
 		}
 	}

@@ -115,7 +115,7 @@ func (s *sess) setupDLP() error {
 	}
 	var found []string
 	if s.secrets != nil {
-		found = s.secrets.Secrets()
+		found = s.secrets.secrets
 	}
 	cfg, notes, err := DLPConfig(o.Home, o.Workspace, found, o.DLP)
 	if err != nil {

@@ -49,20 +49,3 @@ func (s *sess) runPreflight(ctx context.Context) (*preflight.Report, error) {
 		return rep, fmt.Errorf("%w: nothing was started", ErrCancelled)
 	}
 }
-
-// Preflight runs only the secrets preflight of a session with these
-// options, on o.Terminal when set: `vibedom run --detach` asks here,
-// before the session host starts in the background.
-func Preflight(ctx context.Context, o Options) error {
-	if err := o.setDefaults(); err != nil {
-		return err
-	}
-	ws, err := CheckWorkspace(o.Workspace)
-	if err != nil {
-		return err
-	}
-	o.Workspace = ws
-	s := &sess{opts: o}
-	_, err = s.runPreflight(ctx)
-	return err
-}

@@ -97,6 +97,12 @@ type Options struct {
 	// Log receives the session's own debug log besides session.log; nil
 	// writes only session.log.
 	Log *slog.Logger
+
+	// reserved: detach (run --detach) made the session folder (empty) for this host.
+	reserved bool
+	// scanned is the secrets preflight's result when detach ran it; the
+	// session then does not scan again.
+	scanned *scanResult
 }
 
 // CollectIdleEnv names the variable that sets Options.CollectIdle.
@@ -111,6 +117,9 @@ type Result struct {
 	// 128+N when killed by signal N.
 	ExitCode int
 	Timings  Timings
+	// Host is set when the session was detached (StartOptions.Detach): it runs on in
+	// the background.
+	Host *HostInfo
 }
 
 // Timings splits the time to a ready guest into host-side work and guest
