@@ -21,6 +21,7 @@ import (
 	"github.com/vibedom/vibedom/atomicfile"
 	"github.com/vibedom/vibedom/home"
 	"github.com/vibedom/vibedom/netfilter"
+	"github.com/vibedom/vibedom/policy"
 	"github.com/vibedom/vibedom/preflight"
 	"github.com/vibedom/vibedom/termtext"
 	"github.com/vibedom/vibedom/vm"
@@ -69,19 +70,19 @@ func HostLogName(name string) string { return "host-" + name + ".log" }
 // be written down. The host trusts it no more than a flag: it is decoded
 // strictly and checked as Start checks the flags.
 type hostFile struct {
-	Version   int           `json:"version"`
-	Name      string        `json:"name"`
-	Workspace string        `json:"workspace"`
-	CPUs      int           `json:"cpus"`
-	MemoryMiB int           `json:"memory_mib"`
-	Arch      vm.Arch       `json:"arch"`
-	Command   []string      `json:"command,omitempty"`
-	Agent     *AgentOptions `json:"agent,omitempty"`
-	AsRoot    bool          `json:"as_root,omitempty"`
-	Egress    hostEgress    `json:"egress"`
-	DLP       DLPOptions    `json:"dlp"`
-	Review    hostReview    `json:"review"`
-	SSHAgent  bool          `json:"ssh_agent,omitempty"`
+	Version   int               `json:"version"`
+	Name      string            `json:"name"`
+	Workspace string            `json:"workspace"`
+	CPUs      int               `json:"cpus"`
+	MemoryMiB int               `json:"memory_mib"`
+	Arch      vm.Arch           `json:"arch"`
+	Command   []string          `json:"command,omitempty"`
+	Agent     *AgentOptions     `json:"agent,omitempty"`
+	AsRoot    bool              `json:"as_root,omitempty"`
+	Egress    hostEgress        `json:"egress"`
+	DLP       policy.DLPOptions `json:"dlp"`
+	Review    hostReview        `json:"review"`
+	SSHAgent  bool              `json:"ssh_agent,omitempty"`
 	// Preflight is the mode the parent scanned with; Report the scan's
 	// report (secrets redacted), absent when the mode was off.
 	Preflight string          `json:"preflight"`

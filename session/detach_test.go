@@ -11,6 +11,7 @@ import (
 
 	"github.com/vibedom/vibedom/home"
 	"github.com/vibedom/vibedom/netfilter"
+	"github.com/vibedom/vibedom/policy"
 	"github.com/vibedom/vibedom/preflight"
 )
 
@@ -34,7 +35,7 @@ func TestHostFileRoundTrip(t *testing.T) {
 		Agent: &AgentOptions{Name: "claude", Args: []string{"-p", "fix it"}}, AsRoot: true,
 		Egress: EgressOptions{Allow: []string{"example.com"}, CAFiles: []string{"/ca.pem"}, ProxyEngine: "go",
 			Resolve: []netfilter.Resolve{{Name: "api.example.com", Port: 443, Addr: netip.MustParseAddrPort("[::1]:8443")}}},
-		DLP:       DLPOptions{AllowPatterns: []string{"Pearl St"}, AllowContexts: []string{"internal_ips"}},
+		DLP:       policy.DLPOptions{AllowPatterns: []string{"Pearl St"}, AllowContexts: []string{"internal_ips"}},
 		Review:    ReviewOptions{Skip: true},
 		SSHAgent:  SSHAgentOptions{Enabled: true},
 		Preflight: PreflightOptions{Mode: preflight.ModeStrict},

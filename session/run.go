@@ -17,6 +17,7 @@ import (
 
 	"github.com/vibedom/vibedom/home"
 	"github.com/vibedom/vibedom/overlay"
+	"github.com/vibedom/vibedom/policy"
 	"github.com/vibedom/vibedom/vm"
 )
 
@@ -69,7 +70,7 @@ type Options struct {
 	// Egress configures the guest's network.
 	Egress EgressOptions
 	// DLP configures the scrubbing of what the agent sends out.
-	DLP DLPOptions
+	DLP policy.DLPOptions
 	// Review decides what happens to the agent's changes at the end.
 	Review ReviewOptions
 	// Detached runs the session without a terminal (the host of `vibedom

@@ -18,8 +18,10 @@ import (
 
 	"github.com/vibedom/vibedom/home"
 	"github.com/vibedom/vibedom/netfilter"
+	"github.com/vibedom/vibedom/policy"
 	"github.com/vibedom/vibedom/session"
 	"github.com/vibedom/vibedom/termtext"
+	"github.com/vibedom/vibedom/wstrust"
 )
 
 func init() {
@@ -69,7 +71,7 @@ func init() {
 
 // loadTrust reads the trust state of the workspace named by the command's
 // first argument (the current folder when none).
-func loadTrust(c *cli.Command) (home.Home, *session.WorkspaceTrust, error) {
+func loadTrust(c *cli.Command) (home.Home, *wstrust.Trust, error) {
 	if c.Args().Len() > 1 {
 		return "", nil, fmt.Errorf("give at most one WORKSPACE")
 	}
@@ -85,7 +87,7 @@ func loadTrust(c *cli.Command) (home.Home, *session.WorkspaceTrust, error) {
 	if err != nil {
 		return "", nil, err
 	}
-	t, err := session.LoadWorkspaceTrust(h, ws)
+	t, err := policy.LoadTrust(h, ws)
 	return h, t, err
 }
 
@@ -136,10 +138,10 @@ func policyApprove(_ context.Context, c *cli.Command) error {
 			return exitCode(1)
 		}
 	}
-	if err := session.ApproveWorkspace(h, t); err != nil {
+	if err := wstrust.Approve(h, t); err != nil {
 		return err
 	}
-	if t, err = session.LoadWorkspaceTrust(h, t.Workspace); err != nil {
+	if t, err = policy.LoadTrust(h, t.Workspace); err != nil {
 		return err
 	}
 	if c.Bool("json") {
@@ -159,14 +161,14 @@ func policyApprove(_ context.Context, c *cli.Command) error {
 
 // writeTrust prints each trust file's state and entries. Entries come from
 // the workspace: they are printed only through printable.
-func writeTrust(w io.Writer, t *session.WorkspaceTrust) {
+func writeTrust(w io.Writer, t *wstrust.Trust) {
 	fmt.Fprintf(w, "workspace %s\n", printable(t.Workspace))
 	for _, f := range t.Files {
 		switch {
 		case !f.Present:
 			fmt.Fprintf(w, "  %-30s  absent\n", f.Rel)
 			continue
-		case f.State == session.TrustNone:
+		case f.State == wstrust.None:
 			fmt.Fprintf(w, "  %-30s  nothing to approve (allows nothing)\n", f.Rel)
 		default:
 			fmt.Fprintf(w, "  %-30s  %s\n", f.Rel, f.State)
@@ -218,11 +220,11 @@ func policyCheck(_ context.Context, c *cli.Command) error {
 	if err != nil {
 		return err
 	}
-	home, err := home.Default()
+	hm, err := home.Default()
 	if err != nil {
 		return err
 	}
-	trust := &session.WorkspaceTrust{}
+	trust := &wstrust.Trust{}
 	ws, err := session.CheckWorkspace(c.String("workspace"))
 	switch {
 	case err != nil && c.IsSet("workspace"):
@@ -230,11 +232,11 @@ func policyCheck(_ context.Context, c *cli.Command) error {
 	case err == nil:
 		// Without --workspace, the current folder is the workspace when it
 		// can be one (not "/").
-		if trust, err = session.LoadWorkspaceTrust(home, ws); err != nil {
+		if trust, err = policy.LoadTrust(hm, ws); err != nil {
 			return err
 		}
 	}
-	pol, notes, err := session.EgressPolicy(home, trust, c.StringSlice("allow"))
+	pol, notes, err := policy.EgressPolicy(hm, trust, c.StringSlice("allow"))
 	if err != nil {
 		return err
 	}

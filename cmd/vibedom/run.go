@@ -8,6 +8,7 @@ import (
 
 	"github.com/urfave/cli/v3"
 
+	"github.com/vibedom/vibedom/policy"
 	"github.com/vibedom/vibedom/session"
 	"github.com/vibedom/vibedom/termtext"
 	"github.com/vibedom/vibedom/vm"
@@ -76,7 +77,7 @@ func runAction(ctx context.Context, c *cli.Command) error {
 			Progress:  os.Stderr,
 			Egress: session.EgressOptions{Disabled: c.Bool("no-network"), Allow: c.StringSlice("allow"),
 				CAFiles: c.StringSlice("ca-file"), ProxyEngine: c.String("proxy-engine"), Inspect: c.Bool("inspect")},
-			DLP:      session.DLPOptions{AllowPatterns: c.StringSlice("allow-pattern"), AllowContexts: c.StringSlice("allow-context")},
+			DLP:      policy.DLPOptions{AllowPatterns: c.StringSlice("allow-pattern"), AllowContexts: c.StringSlice("allow-context")},
 			Review:   session.ReviewOptions{ApplyAll: c.Bool("apply"), Skip: c.Bool("no-review")},
 			AsRoot:   c.Bool("root"),
 			SSHAgent: session.SSHAgentOptions{Enabled: c.Bool("ssh-agent")},

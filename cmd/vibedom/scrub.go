@@ -19,6 +19,7 @@ import (
 	"github.com/vibedom/vibedom/dlp"
 	"github.com/vibedom/vibedom/home"
 	"github.com/vibedom/vibedom/netfilter"
+	"github.com/vibedom/vibedom/policy"
 	"github.com/vibedom/vibedom/session"
 	"github.com/vibedom/vibedom/termtext"
 )
@@ -107,13 +108,13 @@ func scrubAction(ctx context.Context, c *cli.Command) error {
 	if err != nil {
 		return err
 	}
-	o := session.DLPOptions{AllowPatterns: c.StringSlice("allow-pattern"), AllowContexts: c.StringSlice("allow-context")}
+	o := policy.DLPOptions{AllowPatterns: c.StringSlice("allow-pattern"), AllowContexts: c.StringSlice("allow-context")}
 	var cfg dlp.Config
 	var notes []string
 	if ws := c.String("workspace"); ws != "" {
 		cfg, notes, err = session.WorkspaceDLPConfig(ctx, h, ws, c.Bool("no-preflight"), o)
 	} else {
-		cfg, notes, err = session.DLPConfig(h, "", nil, o)
+		cfg, notes, err = policy.DLPConfig(h, "", nil, o)
 	}
 	if err != nil {
 		return err

@@ -1,4 +1,4 @@
-package session
+package policy
 
 import (
 	"os"
@@ -9,6 +9,7 @@ import (
 
 	"github.com/vibedom/vibedom/dlp"
 	"github.com/vibedom/vibedom/home"
+	"github.com/vibedom/vibedom/wstrust"
 )
 
 func j(parts ...string) string { return strings.Join(parts, "") }
@@ -81,11 +82,11 @@ func TestDLPConfig(t *testing.T) {
 		!strings.Contains(notes[0], "vibedom policy approve") {
 		t.Errorf("notes: %q", notes)
 	}
-	trust, err := LoadWorkspaceTrust(hm, ws)
+	trust, err := LoadTrust(hm, ws)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := ApproveWorkspace(hm, trust); err != nil {
+	if err := wstrust.Approve(hm, trust); err != nil {
 		t.Fatal(err)
 	}
 	cfg, notes, err = DLPConfig(hm, ws, []string{j("ghp_", "R8mKq2Lx7Vn4Tp9Wz3Yb6Hc1Jf5Gd0Se8Ua1")},

@@ -1,7 +1,17 @@
-package session
+// Package wstrust is a workspace's say over its own sessions: the files
+// under <workspace>/.vibedom/ that may widen what the guest can do (allow
+// rules, DLP allowlist entries), read from the host's copy of the workspace
+// and never through a symlink, and the user's approvals of their content,
+// recorded by hash in ~/.vibedom (home.WorkspaceApprovals). A cloned
+// repository is the agent's input: what a file widens applies only while
+// its approved content is unchanged; what it narrows applies always.
+//
+// It does not parse rules or allowlists (the rooms that apply the files,
+// the egress policy and the DLP, hand Load their parsers), and it decides
+// nothing about a connection or a request: it says what the user approved.
+package wstrust
 
 import (
-	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -12,21 +22,24 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
-	"github.com/vibedom/vibedom/dlp"
+	"github.com/vibedom/vibedom/atomicfile"
 	"github.com/vibedom/vibedom/home"
-	"github.com/vibedom/vibedom/netfilter"
 	"github.com/vibedom/vibedom/overlay"
 )
 
 // Workspace files that may widen what the guest can do, relative to the
 // workspace. A cloned repository can hold them, so what they allow takes
-// effect only once the user approved their content (ApproveWorkspace).
+// effect only once the user approved their content (Approve).
 const (
-	WorkspacePolicyRel       = ".vibedom/trusted_domains.txt"
-	WorkspaceDLPAllowlistRel = ".vibedom/dlp_allowlist.txt"
+	PolicyRel       = ".vibedom/trusted_domains.txt"
+	DLPAllowlistRel = ".vibedom/dlp_allowlist.txt"
 )
+
+// Files are the trust files, in the order Load lists them.
+var Files = []string{PolicyRel, DLPAllowlistRel}
 
 // maxTrustFile bounds how much of a workspace trust file is read: a larger
 // file is refused.
@@ -35,32 +48,32 @@ const maxTrustFile = 1 << 20
 // maxApprovals bounds the store: the oldest approvals are forgotten first.
 const maxApprovals = 4096
 
-// TrustState says whether a workspace file's widening part is in effect.
-type TrustState string
+// State says whether a workspace file's widening part is in effect.
+type State string
 
 const (
-	// TrustNone: the file is missing or widens nothing (e.g. only deny
+	// None: the file is missing or widens nothing (e.g. only deny
 	// rules); nothing needs approval.
-	TrustNone TrustState = "none"
-	// TrustApproved: the user approved exactly this content.
-	TrustApproved TrustState = "approved"
-	// TrustUnapproved: never approved for this workspace.
-	TrustUnapproved TrustState = "unapproved"
-	// TrustChanged: an earlier content was approved, this one was not.
-	TrustChanged TrustState = "changed"
+	None State = "none"
+	// Approved: the user approved exactly this content.
+	Approved State = "approved"
+	// Unapproved: never approved for this workspace.
+	Unapproved State = "unapproved"
+	// Changed: an earlier content was approved, this one was not.
+	Changed State = "changed"
 )
 
-// TrustFile is one workspace file that may widen the session, as read from
+// File is one workspace file that may widen the session, as read from
 // the host's copy of the workspace.
-type TrustFile struct {
-	// Rel is the file, relative to the workspace (WorkspacePolicyRel …).
+type File struct {
+	// Rel is the file, relative to the workspace (PolicyRel …).
 	Rel string `json:"file"`
 	// Present is false when the file does not exist.
 	Present bool `json:"present"`
 	// SHA256 is the hex sha256 of the content.
 	SHA256 string `json:"sha256,omitempty"`
 	// State tells whether what the file widens is in effect.
-	State TrustState `json:"state"`
+	State State `json:"state"`
 	// Widening lists the entries that need approval (allow rules, allowlist
 	// entries), as written; Narrowing the entries that apply regardless
 	// (deny rules).
@@ -71,16 +84,20 @@ type TrustFile struct {
 }
 
 // Approved reports whether what the file widens is in effect.
-func (f TrustFile) Approved() bool { return f.State == TrustApproved }
+func (f File) Approved() bool { return f.State == Approved }
 
-// WorkspaceTrust is the trust state of a workspace's files.
-type WorkspaceTrust struct {
-	Workspace string      `json:"workspace"`
-	Files     []TrustFile `json:"files"`
+// Data is the file's content as read (nil when absent): what the room
+// applying the file parses, so that it applies what was approved.
+func (f File) Data() []byte { return f.data }
+
+// Trust is the trust state of a workspace's files.
+type Trust struct {
+	Workspace string `json:"workspace"`
+	Files     []File `json:"files"`
 }
 
 // File returns the entry for rel.
-func (t *WorkspaceTrust) File(rel string) *TrustFile {
+func (t *Trust) File(rel string) *File {
 	for i := range t.Files {
 		if t.Files[i].Rel == rel {
 			return &t.Files[i]
@@ -90,28 +107,40 @@ func (t *WorkspaceTrust) File(rel string) *TrustFile {
 }
 
 // NeedsApproval lists the files whose widening entries are not in effect.
-func (t *WorkspaceTrust) NeedsApproval() []TrustFile {
-	var out []TrustFile
+func (t *Trust) NeedsApproval() []File {
+	var out []File
 	for _, f := range t.Files {
-		if f.State == TrustUnapproved || f.State == TrustChanged {
+		if f.State == Unapproved || f.State == Changed {
 			out = append(out, f)
 		}
 	}
 	return out
 }
 
-// LoadWorkspaceTrust reads the workspace's trust files (never through a
-// symlink, at most 1 MiB each, regular files only) and compares each with
-// the approvals stored in h. A file that cannot be read safely or parsed
-// is an error that names it: nothing from it applies.
-func LoadWorkspaceTrust(h home.Home, workspace string) (*WorkspaceTrust, error) {
+// Parse sorts the entries of one trust file into those that widen what
+// the guest may do (they apply only once approved) and those that narrow
+// it (they apply regardless); an error refuses the file. source names the
+// file in messages. The room that applies a file provides its Parse: this
+// room knows no rule or allowlist syntax.
+type Parse func(data []byte, source string) (widening, narrowing []string, err error)
+
+// Load reads the workspace's trust files (never through a symlink, at most
+// 1 MiB each, regular files only), sorts their entries with parse (one
+// Parse for each of Files) and compares each file with the approvals
+// stored in h. A file that cannot be read safely or parsed is an error
+// that names it: nothing from it applies.
+func Load(h home.Home, workspace string, parse map[string]Parse) (*Trust, error) {
 	store, err := readApprovals(h)
 	if err != nil {
 		return nil, err
 	}
-	t := &WorkspaceTrust{Workspace: workspace}
-	for _, rel := range []string{WorkspacePolicyRel, WorkspaceDLPAllowlistRel} {
-		f := TrustFile{Rel: rel, State: TrustNone}
+	t := &Trust{Workspace: workspace}
+	for _, rel := range Files {
+		p := parse[rel]
+		if p == nil {
+			return nil, fmt.Errorf("workspace file %s: no parser for it", rel)
+		}
+		f := File{Rel: rel, State: None}
 		data, err := overlay.ReadWorkspaceFile(workspace, rel, maxTrustFile)
 		switch {
 		case errors.Is(err, fs.ErrNotExist):
@@ -123,17 +152,18 @@ func LoadWorkspaceTrust(h home.Home, workspace string) (*WorkspaceTrust, error) 
 		f.Present, f.data = true, data
 		sum := sha256.Sum256(data)
 		f.SHA256 = hex.EncodeToString(sum[:])
-		if err := f.classify(workspace); err != nil {
+		f.Widening, f.Narrowing, err = p(data, filepath.Join(workspace, filepath.FromSlash(rel)))
+		if err != nil {
 			return nil, err
 		}
 		if len(f.Widening) > 0 {
 			switch prev, ok := store.lookup(workspace, rel); {
 			case ok && prev == f.SHA256:
-				f.State = TrustApproved
+				f.State = Approved
 			case ok:
-				f.State = TrustChanged
+				f.State = Changed
 			default:
-				f.State = TrustUnapproved
+				f.State = Unapproved
 			}
 		}
 		t.Files = append(t.Files, f)
@@ -141,47 +171,17 @@ func LoadWorkspaceTrust(h home.Home, workspace string) (*WorkspaceTrust, error) 
 	return t, nil
 }
 
-// classify parses the file and sorts its entries into widening and
-// narrowing ones.
-func (f *TrustFile) classify(workspace string) error {
-	source := filepath.Join(workspace, filepath.FromSlash(f.Rel))
-	switch f.Rel {
-	case WorkspacePolicyRel:
-		rules, err := netfilter.ParseRules(bytes.NewReader(f.data), source)
-		if err != nil {
-			return fmt.Errorf("workspace egress rules: %w", err)
-		}
-		for _, r := range rules {
-			if r.Deny {
-				f.Narrowing = append(f.Narrowing, r.Text)
-			} else {
-				f.Widening = append(f.Widening, r.Text)
-			}
-		}
-	case WorkspaceDLPAllowlistRel:
-		a, err := dlp.ParseAllowlist(bytes.NewReader(f.data), source)
-		if err != nil {
-			return fmt.Errorf("DLP allowlist: %w (fix the file or remove it)", err)
-		}
-		for _, v := range a.Values {
-			f.Widening = append(f.Widening, v)
-		}
-		for _, p := range a.Patterns {
-			f.Widening = append(f.Widening, "re:"+p.String())
-		}
-		for _, c := range a.Categories {
-			f.Widening = append(f.Widening, "context:"+c.String())
-		}
+// Approve records the current content of every file of t that needs
+// approval, so that what it widens applies from the next session on. A
+// file that changes afterwards needs approval again.
+func Approve(h home.Home, t *Trust) error {
+	if err := os.MkdirAll(string(h), 0o700); err != nil {
+		return fmt.Errorf("create %s: %w", h, err)
 	}
-	return nil
-}
-
-// ApproveWorkspace records the current content of every file of t that
-// needs approval, so that what it widens applies from the next session on.
-// A file that changes afterwards needs approval again.
-func ApproveWorkspace(h home.Home, t *WorkspaceTrust) error {
-	if err := ensureDir(string(h)); err != nil {
+	if fi, err := os.Stat(string(h)); err != nil {
 		return err
+	} else if fi.Mode().Perm()&0o022 != 0 {
+		return fmt.Errorf("%s is writable by other users (mode %v): run chmod go-w %s", h, fi.Mode().Perm(), h)
 	}
 	store, err := readApprovals(h)
 	if err != nil {
@@ -208,7 +208,7 @@ type approvalStore struct {
 }
 
 // readApprovals reads the store; a missing store is empty. The store is
-// the user's own file under home.Home, but it is still refused when it is not a
+// the user's own file under the home, but it is still refused when it is not a
 // regular file or is writable by others.
 func readApprovals(h home.Home) (*approvalStore, error) {
 	path := h.WorkspaceApprovals()
@@ -257,39 +257,15 @@ func (s *approvalStore) write(h home.Home) error {
 	if err != nil {
 		return err
 	}
-	return writeFileAtomic(h.WorkspaceApprovals(), append(data, '\n'), 0o600)
+	return atomicfile.WriteFile(h.WorkspaceApprovals(), append(data, '\n'), 0o600)
 }
 
-// EgressPolicy merges the session's egress policy as a session would:
-// built-in rules, the user's file, the workspace's file (its allow rules
-// only when approved: see LoadWorkspaceTrust) and allow (--allow). notes
-// tell the user what was left out and how to approve it.
-func EgressPolicy(h home.Home, t *WorkspaceTrust, allow []string) (*netfilter.Policy, []string, error) {
-	cfg := netfilter.PolicyConfig{UserFile: h.TrustedDomains(), Allow: allow}
-	if f := t.File(WorkspacePolicyRel); f != nil && f.Present {
-		cfg.Workspace = &netfilter.WorkspaceScope{
-			Data:          f.data,
-			Source:        filepath.Join(t.Workspace, filepath.FromSlash(f.Rel)),
-			AllowApproved: f.Approved(),
-		}
-	}
-	pol, err := netfilter.LoadPolicy(cfg)
-	if err != nil {
-		return nil, nil, err
-	}
-	var notes []string
-	if n := len(pol.Ignored()); n > 0 {
-		notes = append(notes, ignoredNote(t, WorkspacePolicyRel, n, "allow rule", "allow rules"))
-	}
-	return pol, notes, nil
-}
-
-// ignoredNote is the one-line notice for a file whose n widening entries
+// IgnoredNote is the one-line notice for a file whose n widening entries
 // were left out.
-func ignoredNote(t *WorkspaceTrust, rel string, n int, one, many string) string {
+func IgnoredNote(t *Trust, rel string, n int, one, many string) string {
 	what := many
 	state := "not approved"
-	if f := t.File(rel); f != nil && f.State == TrustChanged {
+	if f := t.File(rel); f != nil && f.State == Changed {
 		state = "changed since approved"
 	}
 	if n == 1 {
@@ -308,5 +284,10 @@ func printableArg(p string) string {
 			return strconv.Quote(p)
 		}
 	}
-	return shellQuote([]string{p})
+	if p != "" && strings.IndexFunc(p, func(r rune) bool {
+		return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("-_./=:,+@%", r))
+	}) < 0 {
+		return p
+	}
+	return "'" + strings.ReplaceAll(p, "'", `'\''`) + "'"
 }
