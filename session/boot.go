@@ -28,6 +28,7 @@ import (
 	"github.com/vibedom/vibedom/sshagent"
 	"github.com/vibedom/vibedom/termtext"
 	"github.com/vibedom/vibedom/vm"
+	"github.com/vibedom/vibedom/wstrust"
 )
 
 // SessionLogFile is the session's own log in its log folder.
@@ -116,7 +117,7 @@ func (s *sess) snapshotState() State {
 // prepare does everything before the VM starts.
 func (s *sess) prepare(ctx context.Context) error {
 	o := &s.opts
-	ws, err := CheckWorkspace(o.Workspace)
+	ws, err := wstrust.CheckWorkspace(o.Workspace)
 	if err != nil {
 		return err
 	}

@@ -25,6 +25,7 @@ import (
 	"github.com/vibedom/vibedom/preflight"
 	"github.com/vibedom/vibedom/termtext"
 	"github.com/vibedom/vibedom/vm"
+	"github.com/vibedom/vibedom/wstrust"
 )
 
 // `vibedom run --detach`: detach checks what it can on the user's terminal
@@ -139,7 +140,7 @@ func detach(ctx context.Context, o Options, relay bool) (*Result, error) {
 		return nil, err
 	}
 	o.Home = home.Home(abs)
-	ws, err := CheckWorkspace(o.Workspace)
+	ws, err := wstrust.CheckWorkspace(o.Workspace)
 	if err != nil {
 		return nil, err
 	}

@@ -1,7 +1,6 @@
 package session
 
 import (
-	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -9,11 +8,9 @@ import (
 
 	"github.com/vibedom/vibedom/credentials"
 	"github.com/vibedom/vibedom/dlp"
-	"github.com/vibedom/vibedom/home"
 	"github.com/vibedom/vibedom/keys"
 	"github.com/vibedom/vibedom/netfilter"
 	"github.com/vibedom/vibedom/policy"
-	"github.com/vibedom/vibedom/preflight"
 	"github.com/vibedom/vibedom/termtext"
 )
 
@@ -69,25 +66,6 @@ func (s *sess) setupDLP() error {
 	}
 	s.log.Info("dlp ready", "known_values", e.KnownValues(), "patterns", e.Patterns(), "allowlist", cfg.Allow.String())
 	return nil
-}
-
-// WorkspaceDLPConfig is DLPConfig for a workspace as a session would see
-// it, the preflight's gitleaks scan included (quiet, cached) unless
-// noScan.
-func WorkspaceDLPConfig(ctx context.Context, h home.Home, workspace string, noScan bool, o policy.DLPOptions) (dlp.Config, []string, error) {
-	ws, err := CheckWorkspace(workspace)
-	if err != nil {
-		return dlp.Config{}, nil, err
-	}
-	var found []string
-	if !noScan {
-		rep, err := preflight.Scan(ctx, ScanOptions(h, ws))
-		if err != nil {
-			return dlp.Config{}, nil, fmt.Errorf("secrets preflight: %w", err)
-		}
-		found = rep.Secrets()
-	}
-	return policy.DLPConfig(h, ws, found, o)
 }
 
 // setupCredentials loads the host's API keys (the environment, then

@@ -3,9 +3,6 @@ package session
 import (
 	"fmt"
 	"os"
-
-	"github.com/vibedom/vibedom/home"
-	"github.com/vibedom/vibedom/preflight"
 )
 
 // ensureDir makes dir (and its parents) with mode 0700 and checks that an
@@ -22,15 +19,4 @@ func ensureDir(dir string) error {
 		return fmt.Errorf("%s is writable by other users (mode %v): run chmod go-w %s", dir, fi.Mode().Perm(), dir)
 	}
 	return nil
-}
-
-// ScanOptions are the secrets scan's options for workspace, with h's
-// gitleaks config, cache and approval key.
-func ScanOptions(h home.Home, workspace string) preflight.Options {
-	return preflight.Options{
-		Workspace:       workspace,
-		UserConfig:      h.GitleaksConfig(),
-		CacheDir:        h.PreflightCache(),
-		ApprovalKeyPath: h.PreflightApprovalKey(),
-	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/vibedom/vibedom/policy"
 	"github.com/vibedom/vibedom/preflight"
 	"github.com/vibedom/vibedom/termtext"
 )
@@ -32,7 +33,7 @@ func (s *sess) runPreflight(ctx context.Context) (*preflight.Report, error) {
 		return nil, err
 	}
 	s.progress("scanning %s for secrets (gitleaks)", termtext.Line(o.Workspace))
-	rep, err := preflight.Scan(ctx, ScanOptions(o.Home, o.Workspace))
+	rep, err := preflight.Scan(ctx, policy.ScanOptions(o.Home, o.Workspace))
 	if err != nil {
 		return nil, fmt.Errorf("secrets preflight: %w", err)
 	}

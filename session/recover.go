@@ -18,6 +18,7 @@ import (
 	"github.com/vibedom/vibedom/netfilter"
 	"github.com/vibedom/vibedom/overlay"
 	"github.com/vibedom/vibedom/vm"
+	"github.com/vibedom/vibedom/wstrust"
 )
 
 // Crash recovery: when a session's host dies (kill -9, a host reboot, power
@@ -134,7 +135,7 @@ func Recover(ctx context.Context, ro RecoverOptions) (*Result, error) {
 
 func (s *sess) recover(ctx context.Context, info *Info) (*Result, error) {
 	o := &s.opts
-	ws, err := CheckWorkspace(info.Workspace)
+	ws, err := wstrust.CheckWorkspace(info.Workspace)
 	if err != nil {
 		return nil, fmt.Errorf("%w (the session's workspace): the patch needs it", err)
 	}

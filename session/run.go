@@ -11,19 +11,16 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"path/filepath"
 	"strings"
 	"time"
 
 	"github.com/vibedom/vibedom/home"
-	"github.com/vibedom/vibedom/overlay"
 	"github.com/vibedom/vibedom/policy"
 	"github.com/vibedom/vibedom/vm"
 )
 
 // Errors a user can act on. Each is wrapped with the details.
 var (
-	ErrWorkspace  = errors.New("bad workspace")
 	ErrLowMemory  = errors.New("not enough memory")
 	ErrBootFailed = errors.New("the VM did not come up")
 )
@@ -178,39 +175,6 @@ func (o *Options) setDefaults() error {
 		o.Progress = io.Discard
 	}
 	return nil
-}
-
-// CheckWorkspace resolves path to an absolute, symlink-free directory path
-// or says what is wrong with it.
-func CheckWorkspace(path string) (string, error) {
-	if path == "" {
-		return "", fmt.Errorf("%w: no workspace given: run `vibedom run PATH`", ErrWorkspace)
-	}
-	abs, err := filepath.Abs(path)
-	if err != nil {
-		return "", fmt.Errorf("%w: %v", ErrWorkspace, err)
-	}
-	real, err := filepath.EvalSymlinks(abs)
-	if err != nil {
-		if errors.Is(err, os.ErrNotExist) {
-			return "", fmt.Errorf("%w: %s does not exist: check the path", ErrWorkspace, path)
-		}
-		return "", fmt.Errorf("%w: %v", ErrWorkspace, err)
-	}
-	fi, err := os.Stat(real)
-	if err != nil {
-		return "", fmt.Errorf("%w: %v", ErrWorkspace, err)
-	}
-	if !fi.IsDir() {
-		return "", fmt.Errorf("%w: %s is a file, not a directory: give the project folder", ErrWorkspace, path)
-	}
-	if real == "/" {
-		return "", fmt.Errorf("%w: refusing to share the whole filesystem: give a project folder", ErrWorkspace)
-	}
-	if err := overlay.CheckNotHome(real, ""); err != nil {
-		return "", fmt.Errorf("%w: %v", ErrWorkspace, err)
-	}
-	return real, nil
 }
 
 // CheckMemory refuses a VM bigger than the host can give.

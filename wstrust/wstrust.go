@@ -1,4 +1,5 @@
-// Package wstrust is a workspace's say over its own sessions: the files
+// Package wstrust is the workspace as the host trusts it: which folder may
+// be one (CheckWorkspace), and its say over its own sessions: the files
 // under <workspace>/.vibedom/ that may widen what the guest can do (allow
 // rules, DLP allowlist entries), read from the host's copy of the workspace
 // and never through a symlink, and the user's approvals of their content,
@@ -40,6 +41,43 @@ const (
 
 // Files are the trust files, in the order Load lists them.
 var Files = []string{PolicyRel, DLPAllowlistRel}
+
+// ErrWorkspace is a folder that cannot be a workspace; it is wrapped with
+// what is wrong and what to do.
+var ErrWorkspace = errors.New("bad workspace")
+
+// CheckWorkspace resolves path to an absolute, symlink-free directory path
+// or says what is wrong with it.
+func CheckWorkspace(path string) (string, error) {
+	if path == "" {
+		return "", fmt.Errorf("%w: no workspace given: run `vibedom run PATH`", ErrWorkspace)
+	}
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return "", fmt.Errorf("%w: %v", ErrWorkspace, err)
+	}
+	real, err := filepath.EvalSymlinks(abs)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return "", fmt.Errorf("%w: %s does not exist: check the path", ErrWorkspace, path)
+		}
+		return "", fmt.Errorf("%w: %v", ErrWorkspace, err)
+	}
+	fi, err := os.Stat(real)
+	if err != nil {
+		return "", fmt.Errorf("%w: %v", ErrWorkspace, err)
+	}
+	if !fi.IsDir() {
+		return "", fmt.Errorf("%w: %s is a file, not a directory: give the project folder", ErrWorkspace, path)
+	}
+	if real == "/" {
+		return "", fmt.Errorf("%w: refusing to share the whole filesystem: give a project folder", ErrWorkspace)
+	}
+	if err := overlay.CheckNotHome(real, ""); err != nil {
+		return "", fmt.Errorf("%w: %v", ErrWorkspace, err)
+	}
+	return real, nil
+}
 
 // maxTrustFile bounds how much of a workspace trust file is read: a larger
 // file is refused.

@@ -19,7 +19,6 @@ import (
 	"github.com/vibedom/vibedom/home"
 	"github.com/vibedom/vibedom/netfilter"
 	"github.com/vibedom/vibedom/policy"
-	"github.com/vibedom/vibedom/session"
 	"github.com/vibedom/vibedom/termtext"
 	"github.com/vibedom/vibedom/wstrust"
 )
@@ -79,7 +78,7 @@ func loadTrust(c *cli.Command) (home.Home, *wstrust.Trust, error) {
 	if arg == "" {
 		arg = "."
 	}
-	ws, err := session.CheckWorkspace(arg)
+	ws, err := wstrust.CheckWorkspace(arg)
 	if err != nil {
 		return "", nil, err
 	}
@@ -225,7 +224,7 @@ func policyCheck(_ context.Context, c *cli.Command) error {
 		return err
 	}
 	trust := &wstrust.Trust{}
-	ws, err := session.CheckWorkspace(c.String("workspace"))
+	ws, err := wstrust.CheckWorkspace(c.String("workspace"))
 	switch {
 	case err != nil && c.IsSet("workspace"):
 		return err

@@ -11,8 +11,8 @@ import (
 	"golang.org/x/term"
 
 	"github.com/vibedom/vibedom/home"
+	"github.com/vibedom/vibedom/policy"
 	"github.com/vibedom/vibedom/preflight"
-	"github.com/vibedom/vibedom/session"
 	"github.com/vibedom/vibedom/termtext"
 )
 
@@ -50,7 +50,7 @@ func preflightAction(ctx context.Context, c *cli.Command) error {
 	if err != nil {
 		return err
 	}
-	rep, err := preflight.Scan(ctx, session.ScanOptions(home, c.Args().First()))
+	rep, err := preflight.Scan(ctx, policy.ScanOptions(home, c.Args().First()))
 	if err != nil {
 		return err
 	}
