@@ -162,7 +162,7 @@ func detach(ctx context.Context, o Options, relay bool) (*Result, error) {
 		in, _ := o.Stdin.(*os.File)
 		errw, _ := o.Stderr.(*os.File)
 		o.Terminal = NewTerminal(in, errw)
-		rep, err := (&sess{opts: o}).runPreflight(ctx)
+		rep, err := (&sess{opts: o, plan: plan{workspace: ws}}).runPreflight(ctx)
 		if err != nil {
 			return nil, err
 		}

@@ -18,14 +18,14 @@ import (
 // plugs them into the proxy, unless a test gave a filter of its own.
 func (s *sess) setupDLP() error {
 	o := &s.opts
-	if o.Egress.Disabled || o.Egress.Filter != nil {
+	if o.Egress.Disabled || s.plan.filter != nil {
 		return nil
 	}
 	var found []string
 	if s.secrets != nil {
 		found = s.secrets.secrets
 	}
-	cfg, notes, err := policy.DLPConfig(o.Home, o.Workspace, found, o.DLP)
+	cfg, notes, err := policy.DLPConfig(o.Home, s.plan.workspace, found, o.DLP)
 	if err != nil {
 		return err
 	}
@@ -58,11 +58,11 @@ func (s *sess) setupDLP() error {
 	// request's host name, SNI or path is the guest's to choose.
 	s.redact = netfilter.LogRedactor(e)
 	s.logRed.SetRedactor(s.redact)
-	o.Egress.Filter = &netfilter.DLPFilter{Engine: e, Audit: audit, OnAuditError: func(err error) {
+	s.plan.filter = &netfilter.DLPFilter{Engine: e, Audit: audit, OnAuditError: func(err error) {
 		s.log.Error("DLP audit log", "err", err)
 	}}
 	if s.creds != nil {
-		o.Egress.Filter = s.creds.Filter(o.Egress.Filter)
+		s.plan.filter = s.creds.Filter(s.plan.filter)
 	}
 	s.log.Info("dlp ready", "known_values", e.KnownValues(), "patterns", e.Patterns(), "allowlist", cfg.Allow.String())
 	return nil

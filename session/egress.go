@@ -76,7 +76,7 @@ type egress struct {
 func (s *sess) setupEgress(ctx context.Context) error {
 	o := &s.opts
 	eo := o.Egress
-	trust, err := policy.LoadTrust(o.Home, o.Workspace)
+	trust, err := policy.LoadTrust(o.Home, s.plan.workspace)
 	if err != nil {
 		return fmt.Errorf("load the egress policy: %w", err)
 	}
@@ -122,7 +122,7 @@ func (s *sess) setupEgress(ctx context.Context) error {
 	// names under a wildcard are a channel to the host's resolver.
 	limited := netfilter.LimitWildcards(pol)
 	ecfg := netfilter.EngineConfig{
-		CA: ca, Policy: limited, Filter: eo.Filter, Events: events, Logger: s.log.With("part", "proxy"),
+		CA: ca, Policy: limited, Filter: s.plan.filter, Events: events, Logger: s.log.With("part", "proxy"),
 		Dial: eo.Dial, Resolve: eo.Resolve, AllowPrivate: pol.PrivateRanges(), ExtraRoots: roots,
 	}
 	switch eo.ProxyEngine {

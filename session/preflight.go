@@ -32,8 +32,8 @@ func (s *sess) runPreflight(ctx context.Context) (*preflight.Report, error) {
 		_, err := preflight.Review(ctx, nil, in, out, tty, preflight.ModeOff)
 		return nil, err
 	}
-	s.progress("scanning %s for secrets (gitleaks)", termtext.Line(o.Workspace))
-	rep, err := preflight.Scan(ctx, policy.ScanOptions(o.Home, o.Workspace))
+	s.progress("scanning %s for secrets (gitleaks)", termtext.Line(s.plan.workspace))
+	rep, err := preflight.Scan(ctx, policy.ScanOptions(o.Home, s.plan.workspace))
 	if err != nil {
 		return nil, fmt.Errorf("secrets preflight: %w", err)
 	}

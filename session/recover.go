@@ -145,19 +145,20 @@ func (s *sess) recover(ctx context.Context, info *Info) (*Result, error) {
 	if id := dirID(ws); info.WorkspaceID != "" && id != info.WorkspaceID {
 		return nil, fmt.Errorf("%w: %s is not the folder session %s started on (it was replaced since): put that folder back", ErrNotRecoverable, ws, info.Name)
 	}
-	o.Workspace = ws
+	s.plan.workspace = ws
 	// The dead host's runtime folder (sockets) is of no use now.
 	if isRuntimeDir(info.Control) {
 		_ = os.RemoveAll(filepath.Dir(info.Control))
 	}
-	if o.Driver == nil {
+	s.plan.driver = o.Driver
+	if s.plan.driver == nil {
 		d, err := DefaultDriver(o.Home)
 		if err != nil {
 			return nil, err
 		}
-		o.Driver = d
+		s.plan.driver = d
 	}
-	if err := o.Driver.Available(ctx, o.Arch); err != nil {
+	if err := s.plan.driver.Available(ctx, o.Arch); err != nil {
 		return nil, err
 	}
 	s.logDir = info.LogDir // checked by checkOwnFolders
@@ -201,8 +202,8 @@ func (s *sess) recover(ctx context.Context, info *Info) (*Result, error) {
 	}
 	bc := &proto.BootConfig{
 		Version: proto.Version, SessionID: s.name, Hostname: "vibedom-rescue",
-		Control:        controlFor(o.Driver),
-		Workspace:      proto.Workspace{Tag: workspaceTag, FSType: shareFSFor(o.Driver)},
+		Control:        controlFor(s.plan.driver),
+		Workspace:      proto.Workspace{Tag: workspaceTag, FSType: shareFSFor(s.plan.driver)},
 		Scratch:        proto.Scratch{Device: "/dev/vda"},
 		AuthorizedKeys: []string{s.keys.AuthorizedKey()},
 	}
