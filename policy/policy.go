@@ -18,7 +18,7 @@ import (
 
 	"github.com/vibedom/vibedom/dlp"
 	"github.com/vibedom/vibedom/home"
-	"github.com/vibedom/vibedom/netfilter"
+	nfegress "github.com/vibedom/vibedom/netfilter/egress"
 	"github.com/vibedom/vibedom/wstrust"
 )
 
@@ -26,7 +26,7 @@ import (
 // allow rules and DLP allowlist entries widen, deny rules narrow.
 var parsers = map[string]wstrust.Parse{
 	wstrust.PolicyRel: func(data []byte, source string) (widening, narrowing []string, err error) {
-		rules, err := netfilter.ParseRules(bytes.NewReader(data), source)
+		rules, err := nfegress.ParseRules(bytes.NewReader(data), source)
 		if err != nil {
 			return nil, nil, fmt.Errorf("workspace egress rules: %w", err)
 		}
@@ -65,16 +65,16 @@ func LoadTrust(h home.Home, workspace string) (*wstrust.Trust, error) {
 // built-in rules, the user's file, the workspace's file (its allow rules
 // only when approved: see LoadTrust) and allow (--allow). notes
 // tell the user what was left out and how to approve it.
-func EgressPolicy(h home.Home, t *wstrust.Trust, allow []string) (*netfilter.Policy, []string, error) {
-	cfg := netfilter.PolicyConfig{UserFile: h.TrustedDomains(), Allow: allow}
+func EgressPolicy(h home.Home, t *wstrust.Trust, allow []string) (*nfegress.Policy, []string, error) {
+	cfg := nfegress.PolicyConfig{UserFile: h.TrustedDomains(), Allow: allow}
 	if f := t.File(wstrust.PolicyRel); f != nil && f.Present {
-		cfg.Workspace = &netfilter.WorkspaceScope{
+		cfg.Workspace = &nfegress.WorkspaceScope{
 			Data:          f.Data(),
 			Source:        filepath.Join(t.Workspace, filepath.FromSlash(f.Rel)),
 			AllowApproved: f.Approved(),
 		}
 	}
-	pol, err := netfilter.LoadPolicy(cfg)
+	pol, err := nfegress.LoadPolicy(cfg)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/vibedom/vibedom/dlp"
 	"github.com/vibedom/vibedom/home"
 	"github.com/vibedom/vibedom/netfilter"
+	nfegress "github.com/vibedom/vibedom/netfilter/egress"
 	"github.com/vibedom/vibedom/preflight"
 	"github.com/vibedom/vibedom/wstrust"
 )
@@ -229,7 +230,7 @@ func scrubRequest(rawURL string, headers []string, host string) (*http.Request, 
 }
 
 // findingOf turns the proxy's logged finding back into a report finding.
-func findingOf(f netfilter.Finding) dlp.Finding {
+func findingOf(f nfegress.Finding) dlp.Finding {
 	c, _ := dlp.ParseCategory(f.Category)
 	a := dlp.Redact
 	if f.Action == "log" {

@@ -20,7 +20,7 @@ import (
 
 	"github.com/vibedom/vibedom/atomicfile"
 	"github.com/vibedom/vibedom/home"
-	"github.com/vibedom/vibedom/netfilter"
+	nfegress "github.com/vibedom/vibedom/netfilter/egress"
 	"github.com/vibedom/vibedom/policy"
 	"github.com/vibedom/vibedom/preflight"
 	"github.com/vibedom/vibedom/termtext"
@@ -464,7 +464,7 @@ func checkHostOptions(o *Options, resolve []string) error {
 		}
 	}
 	for _, spec := range resolve {
-		r, err := netfilter.ParseResolve(spec)
+		r, err := nfegress.ParseResolve(spec)
 		if err != nil {
 			return err
 		}
@@ -474,7 +474,7 @@ func checkHostOptions(o *Options, resolve []string) error {
 }
 
 // resolveSpec writes r as ParseResolve reads it.
-func resolveSpec(r netfilter.Resolve) string {
+func resolveSpec(r nfegress.Resolve) string {
 	return fmt.Sprintf("%s:%d:%s", r.Name, r.Port, r.Addr)
 }
 

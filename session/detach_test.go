@@ -10,7 +10,7 @@ import (
 	"testing"
 
 	"github.com/vibedom/vibedom/home"
-	"github.com/vibedom/vibedom/netfilter"
+	nfegress "github.com/vibedom/vibedom/netfilter/egress"
 	"github.com/vibedom/vibedom/policy"
 	"github.com/vibedom/vibedom/preflight"
 )
@@ -34,7 +34,7 @@ func TestHostFileRoundTrip(t *testing.T) {
 		Home: h, Name: "app-1234", Workspace: t.TempDir(), CPUs: 3, MemoryMiB: 1024, Arch: "amd64",
 		Agent: &AgentOptions{Name: "claude", Args: []string{"-p", "fix it"}}, AsRoot: true,
 		Egress: EgressOptions{Allow: []string{"example.com"}, CAFiles: []string{"/ca.pem"}, ProxyEngine: "go",
-			Resolve: []netfilter.Resolve{{Name: "api.example.com", Port: 443, Addr: netip.MustParseAddrPort("[::1]:8443")}}},
+			Resolve: []nfegress.Resolve{{Name: "api.example.com", Port: 443, Addr: netip.MustParseAddrPort("[::1]:8443")}}},
 		DLP:       policy.DLPOptions{AllowPatterns: []string{"Pearl St"}, AllowContexts: []string{"internal_ips"}},
 		Review:    ReviewOptions{Skip: true},
 		SSHAgent:  SSHAgentOptions{Enabled: true},

@@ -9,6 +9,7 @@ import (
 	"github.com/vibedom/vibedom/credentials"
 	"github.com/vibedom/vibedom/dlp"
 	"github.com/vibedom/vibedom/keys"
+	"github.com/vibedom/vibedom/logredact"
 	"github.com/vibedom/vibedom/netfilter"
 	"github.com/vibedom/vibedom/policy"
 	"github.com/vibedom/vibedom/termtext"
@@ -56,13 +57,13 @@ func (s *sess) setupDLP() error {
 	// Every string logged from here on (session.log, network.jsonl,
 	// alerts.jsonl) goes through the same known values first: a refused
 	// request's host name, SNI or path is the guest's to choose.
-	s.redact = netfilter.LogRedactor(e)
+	s.redact = logredact.LogRedactor(e)
 	s.logRed.SetRedactor(s.redact)
 	s.plan.filter = &netfilter.DLPFilter{Engine: e, Audit: audit, OnAuditError: func(err error) {
 		s.log.Error("DLP audit log", "err", err)
 	}}
 	if s.creds != nil {
-		s.plan.filter = s.creds.Filter(s.plan.filter)
+		s.plan.filter = netfilter.NewSwapFilter(s.plan.filter, s.creds.Swaps())
 	}
 	s.log.Info("dlp ready", "known_values", e.KnownValues(), "patterns", e.Patterns(), "allowlist", cfg.Allow.String())
 	return nil

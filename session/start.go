@@ -15,6 +15,7 @@ import (
 	"github.com/vibedom/vibedom/home"
 	"github.com/vibedom/vibedom/image"
 	"github.com/vibedom/vibedom/netfilter"
+	nfegress "github.com/vibedom/vibedom/netfilter/egress"
 	"github.com/vibedom/vibedom/preflight"
 	"github.com/vibedom/vibedom/vm"
 )
@@ -89,7 +90,7 @@ func (so StartOptions) complete(ctx context.Context) (Options, error) {
 	}
 	o.Egress.Resolve = nil
 	for _, spec := range so.Resolve {
-		r, err := netfilter.ParseResolve(spec)
+		r, err := nfegress.ParseResolve(spec)
 		if err != nil {
 			return o, err
 		}
