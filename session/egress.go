@@ -15,6 +15,7 @@ import (
 	"github.com/vibedom/vibedom/netfilter"
 	nfegress "github.com/vibedom/vibedom/netfilter/egress"
 	"github.com/vibedom/vibedom/netfilter/netstack"
+	"github.com/vibedom/vibedom/policy"
 )
 
 // EgressOptions configures the session's network. The zero value gives the
@@ -77,11 +78,11 @@ type egress struct {
 func (s *sess) setupEgress(ctx context.Context) error {
 	o := &s.opts
 	eo := o.Egress
-	trust, err := LoadWorkspaceTrust(o.Home, o.Workspace)
+	trust, err := policy.LoadTrust(o.Home, s.plan.workspace)
 	if err != nil {
 		return fmt.Errorf("load the egress policy: %w", err)
 	}
-	policy, notes, err := EgressPolicy(o.Home, trust, eo.Allow)
+	pol, notes, err := policy.EgressPolicy(o.Home, trust, eo.Allow)
 	if err != nil {
 		return fmt.Errorf("load the egress policy: %w", err)
 	}
@@ -98,7 +99,7 @@ func (s *sess) setupEgress(ctx context.Context) error {
 		return err
 	}
 	events.SetRedactor(s.redact)
-	e := &egress{policy: policy, events: events, caPEM: ca.CertPEM(), mac: guestMAC}
+	e := &egress{policy: pol, events: events, caPEM: ca.CertPEM(), mac: guestMAC}
 	s.cleanup.add("close network log", events.Close)
 	roots := append([]*x509.Certificate{}, eo.ExtraRoots...)
 	for _, f := range eo.CAFiles {
@@ -121,10 +122,10 @@ func (s *sess) setupEgress(ctx context.Context) error {
 	}
 	// One wildcard guard for the DNS server and the explicit proxy: new
 	// names under a wildcard are a channel to the host's resolver.
-	limited := nfegress.LimitWildcards(policy)
+	limited := nfegress.LimitWildcards(pol)
 	ecfg := netfilter.EngineConfig{
-		CA: ca, Policy: limited, Filter: eo.Filter, Events: events, Logger: s.log.With("part", "proxy"),
-		Dial: eo.Dial, Resolve: eo.Resolve, AllowPrivate: policy.PrivateRanges(), ExtraRoots: roots,
+		CA: ca, Policy: limited, Filter: s.plan.filter, Events: events, Logger: s.log.With("part", "proxy"),
+		Dial: eo.Dial, Resolve: eo.Resolve, AllowPrivate: pol.PrivateRanges(), ExtraRoots: roots,
 	}
 	switch eo.ProxyEngine {
 	case "", "go":
