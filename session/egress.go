@@ -14,6 +14,7 @@ import (
 	"github.com/vibedom/vibedom/keys"
 	"github.com/vibedom/vibedom/netfilter"
 	nfegress "github.com/vibedom/vibedom/netfilter/egress"
+	"github.com/vibedom/vibedom/netfilter/mitmproxy"
 	"github.com/vibedom/vibedom/netfilter/netstack"
 	"github.com/vibedom/vibedom/policy"
 )
@@ -133,7 +134,7 @@ func (s *sess) setupEgress(ctx context.Context) error {
 	case "mitmproxy":
 		mitmdump := eo.Mitmdump
 		if mitmdump == "" {
-			mitmdump = netfilter.PreferredMitmdump(filepath.Join(string(o.Home), netfilter.MitmproxyDirName))
+			mitmdump = mitmproxy.PreferredMitmdump(filepath.Join(string(o.Home), mitmproxy.DirName))
 		}
 		if eo.Inspect {
 			s.progress("egress: starting mitmweb (--proxy-engine mitmproxy --inspect)")
