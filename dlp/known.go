@@ -81,14 +81,27 @@ type knownSet struct {
 const knownStride = 4
 
 // windowIndex tests 8-byte windows of the text, one every stride bytes,
-// against a bitmap of the windows its patterns hold at offsets 0 to
+// against a filter of the windows its patterns hold at offsets 0 to
 // stride-1 (so a pattern always covers one sampled window); the rare hits
-// are looked up and checked.
+// are looked up and checked. The filter is a blocked Bloom filter: each
+// key sets two bits of one 64-bit word, so a test is one memory access
+// and false hits are about the square of the words' fill (0.4 % for
+// 17,000 patterns, against 3 % with one bit a key).
 type windowIndex struct {
 	stride int
-	bitmap []uint64 // a power of two of bits, at most 2^32
+	bitmap []uint64 // a power of two of words
+	shift  uint     // 64 - log2(len(bitmap))
 	byKey  map[uint64][]knownCand
 	n      int
+}
+
+// bloomWord returns the word and the two bits a 64-bit key sets in a
+// blocked Bloom filter of 1<<(64-shift) words. The word comes from the
+// product's top bits (which every byte of the key reaches), the bits
+// from two lower 6-bit fields.
+func bloomWord(key uint64, shift uint) (uint64, uint64) {
+	h := key * hashMul
+	return h >> shift, 1<<(h>>26&63) | 1<<(h>>40&63)
 }
 
 // knownCand is a pattern whose window at offset off has a given key.
@@ -102,18 +115,19 @@ const hashMul = 0x9E3779B97F4A7C15
 func (w *windowIndex) build(pats []knownPattern, idx []int32, stride int) {
 	w.stride, w.n = stride, len(idx)
 	w.byKey = map[uint64][]knownCand{}
-	// About 32 bits a window keeps false hits near 3 %.
+	// About 32 bits a window (at most 256 KiB).
 	logBits := uint(10)
 	for logBits < 21 && 1<<logBits < 32*stride*len(idx) {
 		logBits++
 	}
 	w.bitmap = make([]uint64, 1<<logBits/64)
+	w.shift = 64 - (logBits - 6)
 	for _, i := range idx {
 		p := pats[i].b
 		for off := 0; off < stride; off++ {
 			key := binary.LittleEndian.Uint64(p[off:])
-			h := (key * hashMul >> 32) & uint64(1<<logBits-1)
-			w.bitmap[h>>6] |= 1 << (h & 63)
+			wd, m := bloomWord(key, w.shift)
+			w.bitmap[wd] |= m
 			w.byKey[key] = append(w.byKey[key], knownCand{i, int32(off)})
 		}
 	}
@@ -124,16 +138,14 @@ func (w *windowIndex) scan(k *knownSet, buf []byte, from, n int, out []match) []
 		return out
 	}
 	buf = buf[:n]
-	bm := w.bitmap
-	mask := uint64(len(bm)*64 - 1)
+	bm, shift := w.bitmap, w.shift
 	stride := w.stride
 	// Start early enough that a pattern starting at from is covered;
 	// matches starting before from are dropped. The loop is kept small
 	// (the rare hits are checked out of line).
 	for i := max(0, from-stride+1); i <= len(buf)-8; i += stride {
 		key := binary.LittleEndian.Uint64(buf[i:])
-		h := (key * hashMul >> 32) & mask
-		if bm[h>>6]&(1<<(h&63)) != 0 {
+		if wd, m := bloomWord(key, shift); bm[wd]&m == m {
 			out = w.check(k, buf, i, from, key, out)
 		}
 	}

@@ -206,6 +206,29 @@ func (j *jsonLayer) Write(p []byte) (int, error) {
 				j.endString()
 				continue
 			}
+			// The common short escapes (\n, \t, \") in one step.
+			if i < len(p) {
+				if d, ok := jsonShortEscape(p[i]); ok {
+					j.str.writeEsc1(d, p[k:i+1])
+					if !j.keyLong {
+						j.keep([]byte{d})
+					}
+					i++
+					// Escapes often come in pairs (\n\t).
+					for i+1 < len(p) && p[i] == '\\' {
+						d, ok := jsonShortEscape(p[i+1])
+						if !ok {
+							break
+						}
+						j.str.writeEsc1(d, p[i:i+2])
+						if !j.keyLong {
+							j.keep([]byte{d})
+						}
+						i += 2
+					}
+					continue
+				}
+			}
 			j.esc = append(j.esc[:0], '\\')
 			j.state = jsEscape
 		case jsEscape:

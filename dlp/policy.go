@@ -189,6 +189,16 @@ func (p Policy) With(c Category, a Action) Policy {
 // active reports whether the policy records or redacts c.
 func (p *Policy) active(c Category) bool { return p.act[c] != Pass }
 
+// anyOf reports whether the policy records or redacts one of cats.
+func (p *Policy) anyOf(cats []Category) bool {
+	for _, c := range cats {
+		if p.act[c] != Pass {
+			return true
+		}
+	}
+	return false
+}
+
 // any reports whether the policy records or redacts anything.
 func (p *Policy) any() bool {
 	for _, a := range p.act {

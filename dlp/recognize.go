@@ -122,6 +122,9 @@ func (s *scanner) run() {
 	x := s.e.anchors
 	buf := s.buf[:s.n]
 	bm := &x.bitmap
+	if !s.pol.anyOf(x.cats) {
+		goto unanchored
+	}
 	// Anchors are looked for in the emitted context too: an anchor may
 	// come before its match (the name of an assignment, "Bearer ", a home
 	// folder), and a match starting at from or later may follow an anchor
@@ -134,6 +137,7 @@ func (s *scanner) run() {
 			s.anchorAt(i)
 		}
 	}
+unanchored:
 	if s.pol.active(CatEmail) || s.pol.active(CatCredentials) {
 		for i := s.from; i < len(buf); {
 			k := bytes.IndexByte(buf[i:], '@')
@@ -157,7 +161,35 @@ func (s *scanner) run() {
 				i += 8
 				continue
 			}
-			i = s.digitRun(i + bits.TrailingZeros64(m)/8)
+			p := i + bits.TrailingZeros64(m)/8
+			j := p + 1
+			for j < len(buf) && isDigit(buf[j]) {
+				j++
+			}
+			var prev, next byte = ' ', ' '
+			if p > 0 {
+				prev = buf[p-1]
+			}
+			if j < len(buf) {
+				next = buf[j]
+			}
+			switch {
+			case digitGlued[prev] && !(prev >= 'A' && prev <= 'Z' && p >= 2 && buf[p-2] >= 'A' && buf[p-2] <= 'Z'),
+				prev != '+' && prev != '(' && !digitGlued[prev] && !numberStart(j-p, next):
+				// Glued to a word (a SHA, a UUID, v1.2, x86), or a
+				// plain number (42, 1024, :8080) too short for a card
+				// and followed by nothing an address, SSN or phone
+				// number goes on with: no number recognizer starts
+				// here, nor at the runs glued to this one (the rest of
+				// the SHA), up to an upper-case letter (an IBAN's
+				// country) or a byte that ends the word.
+				for j < len(buf) && digitSkip[buf[j]] {
+					j++
+				}
+				i = j
+			default:
+				i = s.digitRun(p)
+			}
 		}
 		for ; i < len(buf); i++ {
 			if isDigit(buf[i]) {
@@ -166,6 +198,44 @@ func (s *scanner) run() {
 		}
 	}
 }
+
+// numberStart reports whether a run of l digits followed by next may
+// start a card (13 or more digits, or 4 then a separator), an address (1
+// to 3 digits then a dot), an SSN or a national phone number (3 digits
+// then a separator): what digitRun looks at.
+func numberStart(l int, next byte) bool {
+	switch {
+	case l >= 13:
+		return true
+	case l <= 3 && next == '.':
+		return true
+	case l == 3:
+		return next == '-' || next == ' '
+	case l == 4:
+		return next == '-' || next == ' ' || next == '.'
+	}
+	return false
+}
+
+// digitGlued marks the bytes after which a run of digits starts no card,
+// address, SSN or phone number (each of those wants a token edge before
+// it): letters, '_', '-' and '.'. A run after two upper-case letters may
+// still be an IBAN (the caller checks).
+var digitGlued = func() (t [256]bool) {
+	for c := range t {
+		t[c] = c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c == '_' || c == '-' || c == '.'
+	}
+	return t
+}()
+
+// digitSkip marks the bytes over which the digit pass skips after a run
+// it has ruled out: every run among them is glued to the one before.
+var digitSkip = func() (t [256]bool) {
+	for c := range t {
+		t[c] = c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '_' || c == '-' || c == '.'
+	}
+	return t
+}()
 
 // digitMask has the high bit of each byte of x that is an ASCII digit set
 // (the classic "has a byte between m and n" test, exact per byte for

@@ -125,6 +125,18 @@ func (g *segment) writeEsc(d, r []byte) {
 	g.total += len(d)
 }
 
+// writeEsc1 is writeEsc for one decoded byte (a JSON short escape).
+func (g *segment) writeEsc1(d byte, r []byte) {
+	if g.pending() >= g.e.window || !g.mapped {
+		g.writeEsc([]byte{d}, r)
+		return
+	}
+	g.esc = append(g.esc, escape{d: int32(len(g.dec)), r: int32(len(g.raw)), dl: 1, rl: int32(len(r))})
+	g.dec = append(g.dec, d)
+	g.raw = append(g.raw, r...)
+	g.total++
+}
+
 // finish scrubs and emits everything pending; the segment ends.
 func (g *segment) finish() {
 	g.process(true)

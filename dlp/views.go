@@ -158,7 +158,7 @@ func triggers(kind viewKind, text []byte, at func(int) bool) {
 			}
 			i += k + 1
 			x := text[i]
-			if (x == '\n' || x == '\r' && text[i+1] == '\n' || x == '3' && text[i+1] == 'D') && !at(i-1) {
+			if (x == '\n' && qpSoftBreak(text, i+1) || x == '\r' && text[i+1] == '\n' && qpSoftBreak(text, i+2) || x == '3' && text[i+1] == 'D') && !at(i-1) {
 				return
 			}
 		}
@@ -205,6 +205,15 @@ func triggers(kind viewKind, text []byte, at func(int) bool) {
 			i = (e &^ 7) // the next block after the run
 		}
 	}
+}
+
+// qpSoftBreak reports whether the line that starts at text[i], after a
+// '=' ending the line before, goes on as quoted-printable does after a
+// soft break: at once, with no indentation (or the text ends there). Code
+// that breaks a line after an operator (x <=, a ==) indents the next one,
+// and a soft break inside an encoded value never does.
+func qpSoftBreak(text []byte, i int) bool {
+	return i >= len(text) || text[i] != ' ' && text[i] != '\t'
 }
 
 // wrapBreak looks at the line break at text[nl] == '\n': when it sits
