@@ -4,5 +4,5 @@ package dlp
 
 import "time"
 
-// threadCPU is not measured here (0).
-func threadCPU() time.Duration { return 0 }
+// processCPU is not measured here (0).
+func processCPU() time.Duration { return 0 }

@@ -33,7 +33,7 @@ func (b *base) newSegment() *segment {
 	}
 	g := &segment{e: b.e, pol: b.pol, rep: b.rep, out: &b.out, dec: getBuf()}
 	if sc, _ := scratchPool.Get().(*segScratch); sc != nil {
-		g.esc, g.ms, g.spans, g.views = sc.esc[:0], sc.ms[:0], sc.spans[:0], sc.views
+		g.esc, g.ms, g.rms, g.spans, g.views = sc.esc[:0], sc.ms[:0], sc.rms[:0], sc.spans[:0], sc.views
 	}
 	return g
 }
@@ -42,9 +42,9 @@ func (b *base) newSegment() *segment {
 // matches and views. It is recycled between bodies too: a 64 KB body of
 // escape-heavy JSON otherwise allocates ~100 KB of escapes alone.
 type segScratch struct {
-	esc       []escape
-	ms, spans []match
-	views     *viewSet
+	esc            []escape
+	ms, rms, spans []match
+	views          *viewSet
 }
 
 var scratchPool sync.Pool
@@ -66,6 +66,9 @@ func (b *base) release(segs ...*segment) {
 		if cap(g.ms) <= maxScratch {
 			sc.ms = g.ms[:0]
 		}
+		if cap(g.rms) <= maxScratch {
+			sc.rms = g.rms[:0]
+		}
 		if cap(g.spans) <= maxScratch {
 			sc.spans = g.spans[:0]
 		}
@@ -77,7 +80,7 @@ func (b *base) release(segs ...*segment) {
 				}
 			}
 		}
-		g.esc, g.ms, g.spans, g.views = nil, nil, nil, nil
+		g.esc, g.ms, g.rms, g.spans, g.views = nil, nil, nil, nil, nil
 		scratchPool.Put(sc)
 	}
 	putBuf(b.out)

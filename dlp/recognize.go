@@ -119,25 +119,10 @@ func (s *scanner) run() {
 	if *s.pemOpen {
 		s.continuePEM()
 	}
-	x := s.e.anchors
+	if s.pol.anyOf(s.e.anchors.cats) {
+		s.anchorPass()
+	}
 	buf := s.buf[:s.n]
-	bm := &x.bitmap
-	if !s.pol.anyOf(x.cats) {
-		goto unanchored
-	}
-	// Anchors are looked for in the emitted context too: an anchor may
-	// come before its match (the name of an assignment, "Bearer ", a home
-	// folder), and a match starting at from or later may follow an anchor
-	// before it. Matches starting before from were settled earlier and
-	// are dropped (see add). Sampling every second position covers a key
-	// of every literal; hits are checked out of line.
-	for i := max(0, s.from-lookbehind-1); i <= len(buf)-4; i += 2 {
-		h := anchorHash(binary.LittleEndian.Uint32(buf[i:]))
-		if bm[h>>6]&(1<<(h&63)) != 0 {
-			s.anchorAt(i)
-		}
-	}
-unanchored:
 	if s.pol.active(CatEmail) || s.pol.active(CatCredentials) {
 		for i := s.from; i < len(buf); {
 			k := bytes.IndexByte(buf[i:], '@')
@@ -154,41 +139,41 @@ unanchored:
 		}
 	}
 	if s.pol.active(CatCreditCard) || s.pol.active(CatInternalIP) || s.pol.active(CatSSN) || s.pol.active(CatIBAN) || s.pol.active(CatPhone) {
+		// Eight bytes at a time: the runs that start a number are the
+		// digits whose byte before is neither a digit nor glued to a
+		// word (a SHA, a UUID, v1.2, x86: no card, address, SSN or
+		// phone number starts there, each wants a token edge), so a
+		// word of code costs a few operations, not a call per run.
 		i := s.from
+		carry := i > 0 && gluedOrDigit[buf[i-1]]
 		for i+8 <= len(buf) {
-			m := digitMask(binary.LittleEndian.Uint64(buf[i : i+8]))
-			if m == 0 {
+			x := binary.LittleEndian.Uint64(buf[i : i+8])
+			d := digitMask(x)
+			if d == 0 {
+				carry = gluedOrDigit[buf[i+7]]
 				i += 8
 				continue
 			}
-			p := i + bits.TrailingZeros64(m)/8
-			j := p + 1
-			for j < len(buf) && isDigit(buf[j]) {
-				j++
+			g := d | gluedMask(x)
+			prevG := g << 8
+			if carry {
+				prevG |= 0x80
 			}
-			var prev, next byte = ' ', ' '
-			if p > 0 {
-				prev = buf[p-1]
-			}
-			if j < len(buf) {
-				next = buf[j]
-			}
-			switch {
-			case digitGlued[prev] && !(prev >= 'A' && prev <= 'Z' && p >= 2 && buf[p-2] >= 'A' && buf[p-2] <= 'Z'),
-				prev != '+' && prev != '(' && !digitGlued[prev] && !numberStart(j-p, next):
-				// Glued to a word (a SHA, a UUID, v1.2, x86), or a
-				// plain number (42, 1024, :8080) too short for a card
-				// and followed by nothing an address, SSN or phone
-				// number goes on with: no number recognizer starts
-				// here, nor at the runs glued to this one (the rest of
-				// the SHA), up to an upper-case letter (an IBAN's
-				// country) or a byte that ends the word.
-				for j < len(buf) && digitSkip[buf[j]] {
-					j++
+			starts := d &^ prevG
+			carry = g>>63 != 0
+			consumed := i
+			for starts != 0 {
+				p := i + bits.TrailingZeros64(starts)/8
+				starts &= starts - 1
+				if p >= consumed {
+					consumed = s.numberAt(p)
 				}
-				i = j
-			default:
-				i = s.digitRun(p)
+			}
+			if consumed > i+8 {
+				carry = gluedOrDigit[buf[consumed-1]]
+				i = consumed
+			} else {
+				i += 8
 			}
 		}
 		for ; i < len(buf); i++ {
@@ -197,6 +182,87 @@ unanchored:
 			}
 		}
 	}
+}
+
+// anchorPass finds the anchors of the recognizer table and runs their
+// checks.
+func (s *scanner) anchorPass() {
+	buf := s.buf[:s.n]
+	bm := &s.e.anchors.bitmap
+	// Anchors are looked for in the emitted context too: an anchor may
+	// come before its match (the name of an assignment, "Bearer ", a home
+	// folder), and a match starting at from or later may follow an anchor
+	// before it. Matches starting before from were settled earlier and
+	// are dropped (see add). Sampling every second position covers a key
+	// of every literal; hits are checked out of line.
+	i := max(0, s.from-lookbehind-1)
+	// Two samples from one 8-byte load.
+	for ; i+8 <= len(buf); i += 4 {
+		w := binary.LittleEndian.Uint64(buf[i:])
+		h0, h1 := anchorHash(uint32(w)), anchorHash(uint32(w>>16))
+		if bm[h0>>6]&(1<<(h0&63)) != 0 {
+			s.anchorAt(i)
+		}
+		if bm[h1>>6]&(1<<(h1&63)) != 0 {
+			s.anchorAt(i + 2)
+		}
+	}
+	for ; i <= len(buf)-4; i += 2 {
+		h := anchorHash(binary.LittleEndian.Uint32(buf[i:]))
+		if bm[h>>6]&(1<<(h&63)) != 0 {
+			s.anchorAt(i)
+		}
+	}
+}
+
+// numberAt looks at the run of digits starting at p (the byte before is
+// no digit nor glued to a word) and returns where scanning resumes.
+func (s *scanner) numberAt(p int) int {
+	buf := s.buf[:s.n]
+	j := p + 1
+	for j < len(buf) && isDigit(buf[j]) {
+		j++
+	}
+	var prev, next byte = ' ', ' '
+	if p > 0 {
+		prev = buf[p-1]
+	}
+	if j < len(buf) {
+		next = buf[j]
+	}
+	if prev != '+' && prev != '(' && !(prev >= 'A' && prev <= 'Z') && !numberStart(j-p, next) {
+		// A plain number (42, 1024, :8080) too short for a card and
+		// followed by nothing an address, SSN or phone number goes
+		// on with.
+		return j
+	}
+	return s.digitRun(p)
+}
+
+// gluedOrDigit marks the bytes after which a run of digits starts no
+// number recognizer: digits (the run goes on), lower-case letters, '_',
+// '-' and '.'. (After an upper-case letter a run may be an IBAN's.)
+var gluedOrDigit = func() (t [256]bool) {
+	for c := range t {
+		t[c] = c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '_' || c == '-' || c == '.'
+	}
+	return t
+}()
+
+// gluedMask has the high bit of each byte of x that is a lower-case
+// letter, '-', '.' or '_' set.
+func gluedMask(x uint64) uint64 {
+	const ones = 0x0101010101010101
+	eq := x ^ (ones * '_')
+	underscore := ^(((eq & (ones * 0x7f)) + ones*0x7f) | eq) & (ones * 0x80)
+	return between(x, 'a'-1, 'z'+1) | between(x, ',', '/') | underscore
+}
+
+// between has the high bit of each byte b of x with m < b < n set (m, n
+// at most 128; bytes with the high bit set never count).
+func between(x uint64, m, n uint64) uint64 {
+	const ones, highs = 0x0101010101010101, 0x8080808080808080
+	return ((ones*(127+n) - (x & (ones * 127))) &^ x & ((x & (ones * 127)) + ones*(127-m))) & highs
 }
 
 // numberStart reports whether a run of l digits followed by next may
@@ -216,26 +282,6 @@ func numberStart(l int, next byte) bool {
 	}
 	return false
 }
-
-// digitGlued marks the bytes after which a run of digits starts no card,
-// address, SSN or phone number (each of those wants a token edge before
-// it): letters, '_', '-' and '.'. A run after two upper-case letters may
-// still be an IBAN (the caller checks).
-var digitGlued = func() (t [256]bool) {
-	for c := range t {
-		t[c] = c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c == '_' || c == '-' || c == '.'
-	}
-	return t
-}()
-
-// digitSkip marks the bytes over which the digit pass skips after a run
-// it has ruled out: every run among them is glued to the one before.
-var digitSkip = func() (t [256]bool) {
-	for c := range t {
-		t[c] = c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '_' || c == '-' || c == '.'
-	}
-	return t
-}()
 
 // digitMask has the high bit of each byte of x that is an ASCII digit set
 // (the classic "has a byte between m and n" test, exact per byte for

@@ -193,7 +193,7 @@ func triggers(kind viewKind, text []byte, at func(int) bool) {
 			for e < len(text) && isHex(text[e]) {
 				e++
 			}
-			if e-s >= 16 && bytes.ContainsAny(text[s:e], "ABCDEF") {
+			if e-s >= 16 && hasUpperHex(text[s:e]) {
 				// A point every 16 bytes: the regions around them
 				// cover the whole run.
 				for p := s; p < e+16; p += 16 {
@@ -214,6 +214,16 @@ func triggers(kind viewKind, text []byte, at func(int) bool) {
 // and a soft break inside an encoded value never does.
 func qpSoftBreak(text []byte, i int) bool {
 	return i >= len(text) || text[i] != ' ' && text[i] != '\t'
+}
+
+// hasUpperHex reports an upper-case hex digit in b.
+func hasUpperHex(b []byte) bool {
+	for _, c := range b {
+		if c >= 'A' && c <= 'F' {
+			return true
+		}
+	}
+	return false
 }
 
 // wrapBreak looks at the line break at text[nl] == '\n': when it sits
