@@ -635,6 +635,9 @@ func placeholder(v []byte) bool {
 // list, AKIA…EXAMPLE), and tokens spelled out with placeholder words or
 // runs (sk-ant-xxxx…, <your-token>).
 func placeholderValue(c Category, v string) bool {
+	if docExample(c, v) || publicKey(v) {
+		return true
+	}
 	switch c {
 	case CatCloudKey:
 		if glPlaceholder("aws-access-token", v) || glPlaceholder("gcp-api-key", v) {
