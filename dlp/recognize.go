@@ -1136,7 +1136,22 @@ func secretValue(v []byte) bool {
 	// few repeated characters; test-token-123 or Password2024 have many.
 	want := 0.85 * math.Log2(float64(min(len(v), 64)))
 	want = min(max(want, 2.9), 4.5)
+	if len(v) >= 16 && allHex(v) {
+		// Hex carries 4 bits a character at most: a random hex token
+		// of 32 or 40 digits has about 3.8.
+		want = 0.85 * 4
+	}
 	return entropy(v) >= want
+}
+
+// allHex reports a value made of hex digits only.
+func allHex(v []byte) bool {
+	for _, c := range v {
+		if !isHex(c) {
+			return false
+		}
+	}
+	return true
 }
 
 // dottedIdent reports a.b.c identifiers (process.env.API_KEY).
