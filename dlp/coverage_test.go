@@ -28,6 +28,9 @@ func truePositives() []struct {
 		{"digitalocean", "do " + doToken + " ok", doToken, CatToken},
 		{"pypi", "password = " + pypi, pypi, CatToken},
 		{"ssn", "ssn: 219-09-" + "9999 on file", "219-09-9999", CatSSN},
+		{"ssn spaced", "SSN 219 09 " + "9999.", "219 09 9999", CatSSN},
+		{"ssn bare", `{"social_security_number":"219` + `099999"}`, "219099999", CatSSN},
+		{"ssn words", "Social Security No. 536-22-" + "1234", "536-22-1234", CatSSN},
 		{"iban grouped", "pay to DE89 3704 0044 " + "0532 0130 00 today", "DE89 3704 0044 0532 0130 00", CatIBAN},
 		{"iban compact", "iban=GB82WEST1234" + "5698765432;", "GB82WEST12345698765432", CatIBAN},
 		{"phone e164", "call +44 20 7946 " + "0958 now", "+44 20 7946 0958", CatPhone},
@@ -50,6 +53,9 @@ var falsePositives = []string{
 	"mysql://root:root@127.0.0.1/db",
 	"amqp://guest:guest@rabbitmq:5672/",
 	"version 1.2.3-456-7890 build 2024-11-23 id 123-45-6789 and 078-05-1120",
+	"order 219099999 and ref 219 09 9999 shipped", // nine digits without an SSN word
+	"ssn: 900-12-3456, 219-00-1234, 666-12-3456, 000-12-3456, 219-09-0000", // never issued
+	"SSN 219-09-99999 and x219-09-9999",
 	"ref DE00 1234 5678 9012 3456 78 is not an IBAN",
 	"order 415-555-2671 shipped; ticket (415) 555-2671",
 	"phone: 555-0123 and tel 415-555-0199",
@@ -75,8 +81,12 @@ func TestCoverageCorpus(t *testing.T) {
 				t.Errorf("public: findings %v", fs)
 			}
 			out, _ = scrubText(t, e, ClassExternal, tp.text)
-			if pii := tp.cat == CatSSN || tp.cat == CatIBAN || tp.cat == CatPhone; pii != (out == tp.text) {
+			if pii := tp.cat == CatIBAN || tp.cat == CatPhone; pii != (out == tp.text) {
 				t.Errorf("external: %q -> %q", tp.text, out)
+			}
+			// An SSN is redacted to every class, internal too.
+			if out, _ = scrubText(t, e, ClassInternal, tp.text); (tp.cat == CatSSN) != (out != tp.text) {
+				t.Errorf("internal: %q -> %q", tp.text, out)
 			}
 		})
 	}

@@ -229,9 +229,12 @@ func DefaultPolicy(c Class) Policy {
 			p.act[i] = Pass
 		}
 		p.act[CatSecret] = Log
+		// An SSN is redacted to every class: no service of yours
+		// needs the agent to send one.
+		p.act[CatSSN] = Redact
 	case ClassExternal:
 		p.act[CatHomePath] = Pass
-		p.act[CatSSN], p.act[CatIBAN], p.act[CatPhone] = Pass, Pass, Pass
+		p.act[CatIBAN], p.act[CatPhone] = Pass, Pass
 	}
 	return p
 }

@@ -268,7 +268,7 @@ func between(x uint64, m, n uint64) uint64 {
 // numberStart reports whether a run of l digits followed by next may
 // start a card (13 or more digits, or 4 then a separator), an address (1
 // to 3 digits then a dot), an SSN or a national phone number (3 digits
-// then a separator): what digitRun looks at.
+// then a separator, or 9 digits): what digitRun looks at.
 func numberStart(l int, next byte) bool {
 	switch {
 	case l >= 13:
@@ -279,6 +279,8 @@ func numberStart(l int, next byte) bool {
 		return next == '-' || next == ' '
 	case l == 4:
 		return next == '-' || next == ' ' || next == '.'
+	case l == 9:
+		return true // an SSN without dashes
 	}
 	return false
 }
@@ -810,7 +812,7 @@ func (s *scanner) digitRun(i int) int {
 			return end
 		}
 	}
-	if s.pol.active(CatSSN) && l == 3 && j < len(buf) && buf[j] == '-' {
+	if s.pol.active(CatSSN) && (l == 3 && j < len(buf) && (buf[j] == '-' || buf[j] == ' ') || l == 9) {
 		if end := s.ssn(i); end > 0 {
 			return end
 		}
@@ -1252,24 +1254,64 @@ func (s *scanner) tokenEdge(as, end int) bool {
 // published as examples (078-05-1120, 123-45-6789).
 func (s *scanner) ssn(as int) int {
 	b := s.buf
-	end := as + 11
-	if end > s.n || b[as+3] != '-' || b[as+6] != '-' {
-		return -1
-	}
-	for _, k := range []int{0, 1, 2, 4, 5, 7, 8, 9, 10} {
-		if !isDigit(b[as+k]) {
+	var v [9]byte
+	end, sep := as, byte(0)
+	for k := 0; k < 9; k++ {
+		if k == 3 || k == 5 {
+			c := byte(0)
+			if end < s.n {
+				c = b[end]
+			}
+			if k == 3 && (c == '-' || c == ' ') {
+				sep = c
+			}
+			if sep != 0 {
+				if c != sep {
+					return -1
+				}
+				end++
+			}
+		}
+		if end >= s.n || !isDigit(b[end]) {
 			return -1
 		}
+		v[k] = b[end]
+		end++
 	}
 	if !s.tokenEdge(as, end) {
 		return -1
 	}
-	v := string(b[as:end])
-	if v[:3] == "000" || v[:3] == "666" || v[0] == '9' || v[4:6] == "00" || v[7:] == "0000" || v == "078-05-1120" || v == "123-45-6789" {
+	d := string(v[:])
+	if d[:3] == "000" || d[:3] == "666" || d[0] == '9' || d[3:5] == "00" || d[5:] == "0000" || d == "078051120" || d == "123456789" {
+		return -1
+	}
+	// Written without dashes, nine digits are an SSN only next to a
+	// word that says so.
+	if sep != '-' && !s.ssnContext(as) {
 		return -1
 	}
 	s.add(as, end, CatSSN)
 	return end
+}
+
+// ssnWords are the words that, just before nine digits, say they are an
+// SSN.
+var ssnWords = []string{"ssn", "social security", "soc sec", "ss#", "ss #"}
+
+// ssnContext reports an SSN word within 32 bytes before as.
+func (s *scanner) ssnContext(as int) bool {
+	l := strings.Map(func(r rune) rune {
+		if r == '_' || r == '-' {
+			return ' '
+		}
+		return r
+	}, strings.ToLower(string(s.buf[max(0, as-32):as])))
+	for _, w := range ssnWords {
+		if strings.Contains(l, w) {
+			return true
+		}
+	}
+	return false
 }
 
 // ibanLengths are the IBAN lengths of the countries that use one.
