@@ -64,31 +64,39 @@ var sshKeyTypes = []string{"ssh-rsa", "ssh-dss", "ssh-ed25519", "ssh-ed448", "ec
 // SubjectPublicKeyInfo that parses). Private keys never parse as either.
 func publicKey(v string) bool {
 	for _, t := range sshKeyTypes {
-		if v == t || strings.HasPrefix(v, t+"-cert-v01@openssh.com") {
+		if strings.HasPrefix(v, t) && (len(v) == len(t) || strings.HasPrefix(v[len(t):], "-cert-v01@openssh.com")) {
 			return true
 		}
 	}
-	if len(v) < 24 || len(v) > 16<<10 {
+	// A blob starts with its type name's length (AAAA…); DER with a
+	// SEQUENCE (M…). Anything else is not decoded.
+	if len(v) < 24 || len(v) > 8<<10 || !strings.HasPrefix(v, "AAAA") && v[0] != 'M' {
 		return false
 	}
-	raw, err := base64.StdEncoding.DecodeString(v)
-	if err != nil {
-		if raw, err = base64.RawStdEncoding.DecodeString(strings.TrimRight(v, "=")); err != nil {
-			return false
-		}
+	var buf [6 << 10]byte
+	enc := base64.StdEncoding
+	if len(v)%4 != 0 {
+		enc = base64.RawStdEncoding
 	}
+	n, err := enc.Decode(buf[:], []byte(v))
+	if err != nil {
+		return false
+	}
+	raw := buf[:n]
 	if len(raw) > 4 {
 		if l := int(binary.BigEndian.Uint32(raw)); l >= 7 && l <= 64 && 4+l <= len(raw) {
-			name := string(raw[4 : 4+l])
+			name := raw[4 : 4+l]
 			for _, t := range sshKeyTypes {
-				if name == t || strings.HasPrefix(name, t+"-cert-") {
+				if bytes.HasPrefix(name, []byte(t)) && (len(name) == len(t) || bytes.HasPrefix(name[len(t):], []byte("-cert-"))) {
 					return true
 				}
 			}
 		}
 	}
-	if len(raw) > 32 && raw[0] == 0x30 && !bytes.Contains(raw[:min(len(raw), 64)], []byte("PRIVATE")) {
-		if _, err := x509.ParsePKIXPublicKey(raw); err == nil {
+	if len(raw) > 32 && raw[0] == 0x30 {
+		// (A copy: the parsed key may keep it, and buf stays on the
+		// stack.)
+		if _, err := x509.ParsePKIXPublicKey(bytes.Clone(raw)); err == nil {
 			return true
 		}
 	}
