@@ -53,7 +53,7 @@ var falsePositives = []string{
 	"mysql://root:root@127.0.0.1/db",
 	"amqp://guest:guest@rabbitmq:5672/",
 	"version 1.2.3-456-7890 build 2024-11-23 id 123-45-6789 and 078-05-1120",
-	"order 219099999 and ref 219 09 9999 shipped", // nine digits without an SSN word
+	"order 219099999 and ref 219 09 9999 shipped",                          // nine digits without an SSN word
 	"ssn: 900-12-3456, 219-00-1234, 666-12-3456, 000-12-3456, 219-09-0000", // never issued
 	"SSN 219-09-99999 and x219-09-9999",
 	"ref DE00 1234 5678 9012 3456 78 is not an IBAN",
