@@ -2,6 +2,7 @@ package dlp
 
 import (
 	"bytes"
+	"encoding/base32"
 	"encoding/base64"
 	"encoding/binary"
 	"encoding/hex"
@@ -9,6 +10,7 @@ import (
 	"fmt"
 	"math"
 	"net/url"
+	"strconv"
 	"strings"
 	"unicode/utf16"
 	"unicode/utf8"
@@ -52,9 +54,18 @@ const (
 	// formLine is one line (or one secret-like token of a line) of a
 	// multi-line value.
 	formLine
+	// Cheap obfuscations (obfuscatedForms).
+	formBase32
+	formRot13
+	formBase64Twice
+	formUTF16Base64
+	formByteEscapes
+	formCharCodes
+	formHalf
 )
 
-var formNames = [...]string{"raw", "base64", "base64url", "hex", "url", "json", "line"}
+var formNames = [...]string{"raw", "base64", "base64url", "hex", "url", "json", "line",
+	"base32", "rot13", "base64(base64)", "base64(utf-16le)", "byte escapes", "char codes", "half"}
 
 func (f form) String() string { return formNames[f] }
 
@@ -260,6 +271,7 @@ func encodedForms(s []byte) []encoded {
 		encoded{percentAll(s, upperHex), formURL},
 		encoded{percentAll(s, lowerHex), formURL},
 	)
+	out = append(out, obfuscatedForms(s)...)
 	if utf8.Valid(s) {
 		out = append(out, encoded{jsonEscaped(str, true), formJSON}, encoded{jsonEscaped(str, false), formJSON})
 		out = append(out, encoded{unicodeEscapeAll(str, lowerHex), formJSON},
@@ -268,6 +280,80 @@ func encodedForms(s []byte) []encoded {
 		if strings.Contains(str, "/") {
 			out = append(out, encoded{[]byte(strings.ReplaceAll(str, "/", `\/`)), formJSON})
 		}
+	}
+	return out
+}
+
+// obfuscatedForms are the forms cheap obfuscation gives a value, each
+// searched as it is: base32 (trimmed like base64, the value encoded
+// alone), rot13, base64 of its base64, base64 of its UTF-16LE (PowerShell's
+// -EncodedCommand, at each alignment), C/JS byte escapes (\xNN), hex
+// bytes spaced or listed (68 51, 0x68, 0x51), decimal char codes
+// (String.fromCharCode(104, 81), [104,81]), and each half of a value
+// of 32 or more bytes whose halves look secret.
+func obfuscatedForms(s []byte) []encoded {
+	b32 := base32.StdEncoding.EncodeToString(s)
+	out := []encoded{{[]byte(b32[:len(s)*8/5]), formBase32}, {[]byte(strings.ToLower(b32[:len(s)*8/5])), formBase32}}
+	if r := rot13(s); !bytes.Equal(r, s) {
+		out = append(out, encoded{r, formRot13})
+	}
+	inner := []byte(base64.StdEncoding.EncodeToString(s))
+	out = append(out, encoded{b64Aligned(base64.RawStdEncoding, inner, 0), formBase64Twice})
+	u := make([]byte, 0, 2*len(s))
+	for _, r := range string(s) {
+		if r >= 0x10000 {
+			a, b := utf16.EncodeRune(r)
+			u = append(u, byte(a), byte(a>>8), byte(b), byte(b>>8))
+			continue
+		}
+		u = append(u, byte(r), byte(r>>8))
+	}
+	for a := 0; a < 3; a++ {
+		out = append(out, encoded{b64Aligned(base64.RawStdEncoding, u, a), formUTF16Base64})
+	}
+	for _, digits := range []string{lowerHex, upperHex} {
+		var esc, spaced, list, listTight []byte
+		for i, c := range s {
+			esc = append(esc, '\\', 'x', digits[c>>4], digits[c&15])
+			if i > 0 {
+				spaced = append(spaced, ' ')
+				list = append(list, ',', ' ')
+				listTight = append(listTight, ',')
+			}
+			spaced = append(spaced, digits[c>>4], digits[c&15])
+			list = append(list, '0', 'x', digits[c>>4], digits[c&15])
+			listTight = append(listTight, '0', 'x', digits[c>>4], digits[c&15])
+		}
+		out = append(out, encoded{esc, formByteEscapes}, encoded{spaced, formByteEscapes},
+			encoded{list, formCharCodes}, encoded{listTight, formCharCodes})
+	}
+	var dec, decTight []byte
+	for i, c := range s {
+		if i > 0 {
+			dec = append(dec, ',', ' ')
+			decTight = append(decTight, ',')
+		}
+		dec = strconv.AppendInt(dec, int64(c), 10)
+		decTight = strconv.AppendInt(decTight, int64(c), 10)
+	}
+	out = append(out, encoded{dec, formCharCodes}, encoded{decTight, formCharCodes})
+	if h := len(s) / 2; h >= minPartLen && secretLike(string(s[:h])) && secretLike(string(s[h:])) {
+		out = append(out, encoded{s[:h], formHalf}, encoded{s[h:], formHalf})
+	}
+	return out
+}
+
+// rot13 rotates the letters of s by 13.
+func rot13(s []byte) []byte {
+	out := make([]byte, len(s))
+	for i, c := range s {
+		switch {
+		case c >= 'a' && c <= 'z':
+			c = 'a' + (c-'a'+13)%26
+		case c >= 'A' && c <= 'Z':
+			c = 'A' + (c-'A'+13)%26
+		}
+		out[i] = c
 	}
 	return out
 }
