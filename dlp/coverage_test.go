@@ -37,6 +37,11 @@ func truePositives() []struct {
 		{"phone e164 compact", `"tel":"+1415` + `5552671"`, "+14155552671", CatPhone},
 		{"phone nanp with context", "Phone: (415) 555-" + "2671", "(415) 555-2671", CatPhone},
 		{"phone nanp dashes", "mobile 415-555-" + "2671.", "415-555-2671", CatPhone},
+		{"phone nanp parentheses", "ring (646) 839-" + "2271 now", "(646) 839-2271", CatPhone},
+		{"phone nanp dots", "415.839." + "2271", "415.839.2271", CatPhone},
+		{"phone us international", "+1 415-839-" + "2271", "+1 415-839-2271", CatPhone},
+		{"phone berlin", "+49 30 901820" + "0 office", "+49 30 9018200", CatPhone},
+		{"card dots", "card 4556.7375.8689." + "9855 exp", "4556.7375.8689.9855", CatCreditCard},
 	}
 }
 
@@ -57,7 +62,8 @@ var falsePositives = []string{
 	"ssn: 900-12-3456, 219-00-1234, 666-12-3456, 000-12-3456, 219-09-0000", // never issued
 	"SSN 219-09-99999 and x219-09-9999",
 	"ref DE00 1234 5678 9012 3456 78 is not an IBAN",
-	"order 415-555-2671 shipped; ticket (415) 555-2671",
+	"order 415-555-2671 shipped; ticket 415-555-2671",
+	"version 415.55.2671 and 10.415.555.2671.1",
 	"phone: 555-0123 and tel 415-555-0199",
 	"timestamp +0100 offset, +1234 points",
 	"client_secret: ${CLIENT_SECRET}",

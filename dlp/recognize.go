@@ -817,7 +817,7 @@ func (s *scanner) digitRun(i int) int {
 			return end
 		}
 	}
-	if l >= 13 || (j < len(buf) && ((l <= 3 && buf[j] == '.') || (l == 4 && (buf[j] == ' ' || buf[j] == '-')))) {
+	if l >= 13 || (j < len(buf) && ((l <= 3 && buf[j] == '.') || (l == 4 && (buf[j] == ' ' || buf[j] == '-' || buf[j] == '.')))) {
 		return s.numeric(i)
 	}
 	return j
@@ -884,7 +884,7 @@ func (s *scanner) numeric(as int) int {
 		next = buf[end]
 	}
 	switch {
-	case sep == '.' && ng == 4 && s.pol.active(CatInternalIP):
+	case sep == '.' && ng == 4 && max(groups[0], groups[1], groups[2], groups[3]) <= 3 && s.pol.active(CatInternalIP):
 		if isAlnum(prev) || prev == '.' || prev == '-' || prev == '_' {
 			return end
 		}
@@ -910,7 +910,9 @@ func (s *scanner) numeric(as int) int {
 		if oct[0] == 10 || (oct[0] == 172 && oct[1] >= 16 && oct[1] <= 31) || (oct[0] == 192 && oct[1] == 168) {
 			s.add(as, end, CatInternalIP)
 		}
-	case sep != '.' && s.pol.active(CatCreditCard) && end-as >= 13:
+	case (sep != '.' || ng == 4 && groups[0] == 4 && groups[1] == 4 && groups[2] == 4 && groups[3] == 4) && s.pol.active(CatCreditCard) && end-as >= 13:
+		// (Dots only as 4111.1111.1111.1111: an address's groups are
+		// never four digits long.)
 		if isAlnum(prev) || prev == '.' || prev == '_' || prev == '-' || prev == '+' {
 			return end
 		}
@@ -1444,7 +1446,12 @@ func (s *scanner) phone(i int) int {
 	if digits != 10 || groups != 3 || first != [3]int{3, 3, 4} || b[i] < '2' || b[starts[1]] < '2' {
 		return -1
 	}
-	if !s.phoneContext(as) {
+	// "(415) 555-2671" and "415.839.2271" say they are phone numbers by
+	// themselves; 415-555-2671 (an order number as often) needs a phone
+	// word before it.
+	paren := b[as] == '(' && b[i+3] == ')'
+	dotted := b[i+3] == '.' && b[starts[1]+3] == '.'
+	if !paren && !dotted && !s.phoneContext(as) {
 		return -1
 	}
 	num := strings.Map(func(r rune) rune {
