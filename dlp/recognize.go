@@ -1477,3 +1477,107 @@ func (s *scanner) phoneContext(as int) bool {
 	}
 	return false
 }
+
+// atForms are the spellings of '@' in an address written to dodge a
+// scanner; dotForms those of '.'. A plain " at " counts only with a
+// spelled-out dot after it (look at github.com is English).
+var (
+	atForms  = []string{"[at]", "(at)", "{at}", "<at>", " at "}
+	dotForms = []string{"[dot]", "(dot)", "{dot}", "<dot>", " dot ", "[.]", "(.)", "{.}", "."}
+)
+
+// hasFoldAt reports whether buf[i:] starts with w, ignoring case.
+func hasFoldAt(buf []byte, i int, w string) bool {
+	return i >= 0 && i+len(w) <= len(buf) && bytes.EqualFold(buf[i:i+len(w)], []byte(w))
+}
+
+// dodgedEmail matches name at domain dot com, name[at]domain[.]com and
+// the like, from a hit on a bracketed at or on " dot ".
+func (s *scanner) dodgedEmail(h hit) {
+	buf := s.buf[:s.n]
+	// Find the at: the hit itself, or the last one up to 96 bytes before
+	// a " dot ".
+	atS, atE := -1, -1
+	if h.lit != " dot " {
+		atS, atE = h.as, h.ae
+	} else {
+		for k := h.as - 1; k >= max(0, h.as-96) && atS < 0; k-- {
+			for _, w := range atForms {
+				if hasFoldAt(buf, k, w) {
+					atS, atE = k, k+len(w)
+					break
+				}
+			}
+		}
+		if atS < 0 {
+			return
+		}
+	}
+	// The local part before it.
+	ls := atS
+	for ls > 0 && buf[ls-1] == ' ' && atS-ls < 2 {
+		ls--
+	}
+	le := ls
+	for ls > 0 && le-ls < 64 && class[buf[ls-1]]&cLocal != 0 {
+		ls--
+	}
+	if ls == le || (ls > 0 && class[buf[ls-1]]&cLocal != 0) || buf[ls] == '.' {
+		return
+	}
+	// The domain: labels joined by dots, plain or spelled out.
+	i := atE
+	for i < len(buf) && buf[i] == ' ' && i-atE < 2 {
+		i++
+	}
+	dodged := !bytes.EqualFold(bytes.TrimSpace(buf[atS:atE]), []byte("at"))
+	var dom []byte
+	labels, lastLabel, end := 0, 0, -1
+	for labels < 10 {
+		st := i
+		i = runOf(buf, i, len(buf), cDomain, 64)
+		if i == st {
+			break
+		}
+		labels++
+		lastLabel = len(dom)
+		dom = append(dom, buf[st:i]...)
+		end = i
+		matched := false
+		for _, w := range dotForms {
+			// A bracketed dot may have a blank either side.
+			j := i
+			if w[0] != ' ' && w != "." && j < len(buf) && buf[j] == ' ' {
+				j++
+			}
+			if !hasFoldAt(buf, j, w) {
+				continue
+			}
+			k := j + len(w)
+			if w[0] != ' ' && w != "." && k < len(buf) && buf[k] == ' ' {
+				k++
+			}
+			if k < len(buf) && class[buf[k]]&cDomain != 0 {
+				dodged = dodged || w != "."
+				i = k
+				dom = append(dom, '.')
+				matched = true
+				break
+			}
+		}
+		if !matched {
+			break
+		}
+	}
+	if labels < 2 || !dodged || end < 0 {
+		return
+	}
+	tld := dom[lastLabel:]
+	if len(tld) < 2 || len(tld) > 24 || !allLetters(tld) || (end < len(buf) && class[buf[end]]&cDomain != 0) {
+		return
+	}
+	if fileExtTLDs[strings.ToLower(string(tld))] || exemptDomain(string(dom)) {
+		return
+	}
+	s.add(ls, end, h.cat)
+}

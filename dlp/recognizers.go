@@ -135,6 +135,8 @@ var recognizers = []recognizer{
 	{name: "assignment", cat: CatPassword,
 		anchors: assignKeywords,
 		check:   (*scanner).assignment},
+	{name: "email-dodged", cat: CatEmail,
+		anchors: dodgedAtAnchors(), check: (*scanner).dodgedEmail},
 	{name: "gitleaks", cat: CatToken,
 		keywords: gitleaksKeywords,
 		check:    (*scanner).gitleaksAt},
@@ -148,6 +150,17 @@ var assignKeywords = []anchor{
 	{lit: "apikey", ci: true}, {lit: "api_key", off: 1, ci: true}, {lit: "api-key", off: 1, ci: true},
 	{lit: "access_key", off: 4, ci: true}, {lit: "accesskey", off: 4, ci: true},
 	{lit: "private_key", off: 5, ci: true}, {lit: "credential", ci: true},
+}
+
+// dodgedAtAnchors are the spelled-out '@' of an address written to dodge
+// a scanner, glued to the domain ("[at]" then a domain byte) or spaced
+// (" [at] "), and " dot " (for name at domain dot com).
+func dodgedAtAnchors() []anchor {
+	var out []anchor
+	for _, w := range []string{"[at]", "(at)", "{at}", "<at>"} {
+		out = append(out, anchor{lit: w, next: cDomain, ci: true}, anchor{lit: " " + w + " ", ci: true})
+	}
+	return append(out, anchor{lit: " dot ", ci: true})
 }
 
 // prefixed is the check of a prefixed token: the literal (as issued,
