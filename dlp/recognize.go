@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"math"
 	"math/bits"
+	"net/netip"
 	"slices"
 	"strings"
 )
@@ -1580,4 +1581,59 @@ func (s *scanner) dodgedEmail(h hit) {
 		return
 	}
 	s.add(ls, end, h.cat)
+}
+
+// internalSuffixes are the name suffixes of internal hosts (the names
+// DefaultClassRules treats as internal).
+var internalSuffixes = []string{".internal", ".corp", ".local"}
+
+// internalHost matches a host name under an internal suffix
+// (db1.prod.internal, build.corp, printer.local), from a hit on the
+// suffix: one or more labels before it, nothing of a name after it.
+func (s *scanner) internalHost(h hit) {
+	buf, as, ae := s.buf[:s.n], h.as, h.ae
+	if !hasFoldAt(buf, as, h.lit) {
+		return
+	}
+	if ae < len(buf) && (class[buf[ae]]&cDomain != 0 || buf[ae] == '_' || buf[ae] == '.' && ae+1 < len(buf) && class[buf[ae+1]]&cDomain != 0) {
+		return // localhost, .corporate, .internal.example.com
+	}
+	st := as
+	for st > 0 && as-st < 253 && (class[buf[st-1]]&cDomain != 0 || buf[st-1] == '.') {
+		st--
+	}
+	for st < as && (buf[st] == '.' || buf[st] == '-') {
+		st++
+	}
+	if st == as || buf[as-1] == '.' || buf[as-1] == '-' {
+		return
+	}
+	if st > 0 && (buf[st-1] == '_' || buf[st-1] == '@' || buf[st-1] == '$') {
+		return // an identifier (x_y.local), an address's domain, a variable
+	}
+	s.add(st, ae, h.cat)
+}
+
+// ulaAddress matches an IPv6 unique local address (fc00::/7, written
+// fdXX:…) from a hit on its first group.
+func (s *scanner) ulaAddress(h hit) {
+	buf, as := s.buf[:s.n], h.as
+	if as > 0 && (isHex(buf[as-1]) || buf[as-1] == ':' || class[buf[as-1]]&cAlnum != 0) {
+		return
+	}
+	e := as
+	for e < len(buf) && e-as < 45 && (isHex(buf[e]) || buf[e] == ':') {
+		e++
+	}
+	if e < len(buf) && (class[buf[e]]&cAlnum != 0 || buf[e] == '.') {
+		return
+	}
+	for e > as && buf[e-1] == ':' && !(e-as >= 2 && buf[e-2] == ':') {
+		e-- // a trailing colon (fd12::1: in prose)
+	}
+	a, err := netip.ParseAddr(string(buf[as:e]))
+	if err != nil || !a.Is6() || a.As16()[0]&0xFE != 0xFC {
+		return
+	}
+	s.add(as, e, h.cat)
 }

@@ -137,6 +137,11 @@ var recognizers = []recognizer{
 		check:   (*scanner).assignment},
 	{name: "email-dodged", cat: CatEmail,
 		anchors: dodgedAtAnchors(), check: (*scanner).dodgedEmail},
+	{name: "internal-host", cat: CatInternalIP,
+		anchors: []anchor{{lit: ".internal", off: 4, ci: true}, {lit: ".corp", ci: true}, {lit: ".local", off: 1, ci: true}},
+		check:   (*scanner).internalHost},
+	{name: "ipv6-ula", cat: CatInternalIP,
+		anchors: ulaAnchors(), check: (*scanner).ulaAddress},
 	{name: "gitleaks", cat: CatToken,
 		keywords: gitleaksKeywords,
 		check:    (*scanner).gitleaksAt},
@@ -150,6 +155,18 @@ var assignKeywords = []anchor{
 	{lit: "apikey", ci: true}, {lit: "api_key", off: 1, ci: true}, {lit: "api-key", off: 1, ci: true},
 	{lit: "access_key", off: 4, ci: true}, {lit: "accesskey", off: 4, ci: true},
 	{lit: "private_key", off: 5, ci: true}, {lit: "credential", ci: true},
+}
+
+// ulaAnchors are the first groups of IPv6 unique local addresses: fdXX:
+// in either case (fc00::/8 is not assigned).
+func ulaAnchors() []anchor {
+	var out []anchor
+	for _, digits := range []string{lowerHex, upperHex} {
+		for i := 0; i < 256; i++ {
+			out = append(out, anchor{lit: string([]byte{digits[15], digits[13], digits[i>>4], digits[i&15], ':'})})
+		}
+	}
+	return out
 }
 
 // dodgedAtAnchors are the spelled-out '@' of an address written to dodge
