@@ -330,7 +330,7 @@ func (g *segment) process(final bool) {
 
 // parallelMin is the smallest window whose known values are searched on
 // another goroutine (handing over costs a few microseconds).
-const parallelMin = 16 << 10
+const parallelMin = 32 << 10
 
 // knownJob is a window whose known values a worker searches.
 type knownJob struct {
