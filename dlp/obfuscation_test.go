@@ -76,9 +76,9 @@ func separated(v string, n int, sep string) string {
 }
 
 // TestKnownValueSeparators: a known value cut by a dash every N
-// characters or by zero-width characters is found (blanks, dots and line
-// breaks every N < 16 are not looked for: too common in code to check
-// each); the same renderings of a value that is not known, UUIDs and
+// characters, by zero-width characters, or folded at any width is found
+// (blanks and dots every N are not looked for: too common in code to
+// check each); the same renderings of a value that is not known, UUIDs and
 // prose pass byte for byte.
 func TestKnownValueSeparators(t *testing.T) {
 	t.Parallel()
@@ -87,10 +87,13 @@ func TestKnownValueSeparators(t *testing.T) {
 	e := mustEngine(t, Config{Secrets: []Secret{{Value: secret, Source: ".env:2 TOKEN"}}})
 	render := func(v string) map[string]string {
 		return map[string]string{
-			"dash every 4": "key: " + separated(v, 4, "-") + "\n",
-			"dash every 1": "key " + separated(v, 1, "-") + ".",
-			"zero-width":   "k=" + separated(v, 1, "\u200b") + " ok",
-			"soft hyphens": "k=" + separated(v, 5, "\u00ad") + " ok",
+			"dash every 4":      "key: " + separated(v, 4, "-") + "\n",
+			"dash every 1":      "key " + separated(v, 1, "-") + ".",
+			"zero-width":        "k=" + separated(v, 1, "\u200b") + " ok",
+			"soft hyphens":      "k=" + separated(v, 5, "\u00ad") + " ok",
+			"folded at 10":      "-----\n" + separated(v, 10, "\n") + "\n-----",
+			"folded at 5":       "data:\n  " + separated(v, 5, "\n  ") + "\n",
+			"folded at 12 crlf": separated(v, 12, "\r\n") + "\r\n",
 		}
 	}
 	for name, text := range render(secret) {

@@ -170,7 +170,8 @@ func triggers(kind viewKind, text []byte, at func(int) bool) {
 			if k < 0 {
 				return
 			}
-			if nl := i + k; nl >= 17 && (b64Tab[text[nl-1]] || text[nl-1] == '\r') && wrapBreak(text, nl) >= 0 && !at(nl) {
+			if nl := i + k; nl >= 2 && (b64Tab[text[nl-1]] || text[nl-1] == '\r') &&
+				(nl >= 17 && wrapBreak(text, nl) >= 0 || foldBreak(text, nl) >= 0) && !at(nl) {
 				return
 			}
 			i += k + 1
@@ -426,6 +427,88 @@ func wrapBreak(text []byte, nl int) int {
 	return -1
 }
 
+// foldBreak looks at the line break at text[nl] == '\n' for a value folded
+// at a width under 16 (every 10 characters, say), which wrapBreak leaves:
+// the line is a base64/hex run of 2 to 16 bytes from its indentation,
+// mixing cases or digits, the next line goes on with a run no longer than
+// it after at most 8 bytes of indentation, and the line before or the
+// line after has the same width. It returns the index of the next run
+// byte, else -1.
+func foldBreak(text []byte, nl int) int {
+	s := nl
+	if s > 0 && text[s-1] == '\r' {
+		s--
+	}
+	ls := s
+	for ls > 0 && s-ls <= 16 && b64Byte(text[ls-1]) {
+		ls--
+	}
+	w := s - ls
+	if w < 2 || w > 16 || classCount(text[ls:s]) < 2 || !lineStartAt(text, ls) {
+		return -1
+	}
+	e, ne := runLineAt(text, nl+1)
+	if e < 0 || ne-e > w || ne == e {
+		return -1
+	}
+	if ne-e == w && ne < len(text) && (text[ne] == '\n' || text[ne] == '\r') {
+		return e // the next line is as wide: the fold goes on
+	}
+	// The last line of the value: the line before must be as wide.
+	p := ls
+	for p > 0 && (text[p-1] == ' ' || text[p-1] == '\t') {
+		p--
+	}
+	if p == 0 || text[p-1] != '\n' {
+		return -1
+	}
+	q := p - 1
+	if q > 0 && text[q-1] == '\r' {
+		q--
+	}
+	pl := q
+	for pl > 0 && q-pl <= w && b64Byte(text[pl-1]) {
+		pl--
+	}
+	if q-pl == w && lineStartAt(text, pl) {
+		return e
+	}
+	return -1
+}
+
+// lineStartAt reports whether only indentation (up to 8 bytes) stands
+// between the line start and text[i].
+func lineStartAt(text []byte, i int) bool {
+	for k := 0; k <= 8; k++ {
+		if i == 0 || text[i-1] == '\n' {
+			return true
+		}
+		if text[i-1] != ' ' && text[i-1] != '\t' {
+			return false
+		}
+		i--
+	}
+	return false
+}
+
+// runLineAt skips up to 8 bytes of indentation from i and returns where
+// the base64/hex run there starts and ends, if it ends the line (or the
+// text); e is -1 otherwise.
+func runLineAt(text []byte, i int) (e, ne int) {
+	e = i
+	for e < len(text) && e-i < 8 && (text[e] == ' ' || text[e] == '\t') {
+		e++
+	}
+	ne = e
+	for ne < len(text) && ne-e <= 16 && b64Byte(text[ne]) {
+		ne++
+	}
+	if ne < len(text) && text[ne] != '\n' && text[ne] != '\r' && b64Byte(text[ne]) {
+		return -1, 0
+	}
+	return e, ne
+}
+
 // build renders text[a:b] (text at base in its parent) as a view of
 // kind, appending to v.
 func (v *view) build(kind viewKind, text []byte, a, b int) {
@@ -443,8 +526,14 @@ func (v *view) build(kind viewKind, text []byte, a, b int) {
 			}
 			nl := i + k
 			i = nl + 1
-			e := wrapBreak(text[:b], nl)
-			if e < 0 || nl-16 < a {
+			e := -1
+			if nl-16 >= a {
+				e = wrapBreak(text[:b], nl)
+			}
+			if e < 0 && nl-2 >= a {
+				e = foldBreak(text[:b], nl)
+			}
+			if e < 0 {
 				continue
 			}
 			s := nl
