@@ -16,6 +16,7 @@ func TestInternalHostsAndULA(t *testing.T) {
 		{"curl http://build.corp:8080/api", "build.corp"},
 		{`{"printer":"laser-3.LOCAL"}`, "laser-3.LOCAL"},
 		{"ssh git.eng.corp", "git.eng.corp"},
+		{"nas at http://nas.lan:5000/", "nas.lan"},
 		{"addr fd12:3456:789a:1::1 up", "fd12:3456:789a:1::1"},
 		{"[FD00::5]:443", "FD00::5"},
 	} {
@@ -37,6 +38,7 @@ func TestInternalHostsAndULA(t *testing.T) {
 		"var my_var.local = 1; ${HOST}.local",
 		"addr 2001:db8::1 and fe80::1 and fd is a flag; fdfd:",
 		"hash fd12ab34:",
+		"a plan, a clan. .lan is a suffix; x.lane y.landing",
 	} {
 		for _, class := range []Class{ClassExternal, ClassPublic} {
 			if out, rep := scrubText(t, e, class, in); out != in {

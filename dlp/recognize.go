@@ -1583,10 +1583,6 @@ func (s *scanner) dodgedEmail(h hit) {
 	s.add(ls, end, h.cat)
 }
 
-// internalSuffixes are the name suffixes of internal hosts (the names
-// DefaultClassRules treats as internal).
-var internalSuffixes = []string{".internal", ".corp", ".local"}
-
 // internalHost matches a host name under an internal suffix
 // (db1.prod.internal, build.corp, printer.local), from a hit on the
 // suffix: one or more labels before it, nothing of a name after it.
@@ -1594,6 +1590,9 @@ func (s *scanner) internalHost(h hit) {
 	buf, as, ae := s.buf[:s.n], h.as, h.ae
 	if !hasFoldAt(buf, as, h.lit) {
 		return
+	}
+	if l := h.lit[len(h.lit)-1]; class[l]&cAlnum == 0 {
+		ae-- // ".lan" and the byte that ends the name
 	}
 	if ae < len(buf) && (class[buf[ae]]&cDomain != 0 || buf[ae] == '_' || buf[ae] == '.' && ae+1 < len(buf) && class[buf[ae+1]]&cDomain != 0) {
 		return // localhost, .corporate, .internal.example.com

@@ -138,7 +138,7 @@ var recognizers = []recognizer{
 	{name: "email-dodged", cat: CatEmail,
 		anchors: dodgedAtAnchors(), check: (*scanner).dodgedEmail},
 	{name: "internal-host", cat: CatInternalIP,
-		anchors: []anchor{{lit: ".internal", off: 4, ci: true}, {lit: ".corp", ci: true}, {lit: ".local", off: 1, ci: true}},
+		anchors: internalHostAnchors(),
 		check:   (*scanner).internalHost},
 	{name: "ipv6-ula", cat: CatInternalIP,
 		anchors: ulaAnchors(), check: (*scanner).ulaAddress},
@@ -155,6 +155,17 @@ var assignKeywords = []anchor{
 	{lit: "apikey", ci: true}, {lit: "api_key", off: 1, ci: true}, {lit: "api-key", off: 1, ci: true},
 	{lit: "access_key", off: 4, ci: true}, {lit: "accesskey", off: 4, ci: true},
 	{lit: "private_key", off: 5, ci: true}, {lit: "credential", ci: true},
+}
+
+// internalHostAnchors are the internal name suffixes; ".lan", too short
+// for two keys of its own, is registered with each byte that may end a
+// name after it.
+func internalHostAnchors() []anchor {
+	out := []anchor{{lit: ".internal", off: 4, ci: true}, {lit: ".corp", ci: true}, {lit: ".local", off: 1, ci: true}}
+	for _, c := range " \t\r\n:/\"'`,;)]}>" {
+		out = append(out, anchor{lit: ".lan" + string(c), ci: true})
+	}
+	return out
 }
 
 // ulaAnchors are the first groups of IPv6 unique local addresses: fdXX:
