@@ -231,6 +231,18 @@ func (j *jsonLayer) Write(p []byte) (int, error) {
 					}
 					continue
 				}
+				// \uXXXX outside the surrogates in one step too
+				// (Go's encoder writes < > & so).
+				if p[i] == 'u' && i+4 < len(p) && isHex(p[i+1]) && isHex(p[i+2]) && isHex(p[i+3]) && isHex(p[i+4]) {
+					if r := rune(hexVal(p[i+1 : i+5])); !utf16.IsSurrogate(r) {
+						var buf [4]byte
+						d := buf[:utf8.EncodeRune(buf[:], r)]
+						j.str.writeEsc(d, p[k:i+5])
+						j.keep(d)
+						i += 5
+						continue
+					}
+				}
 			}
 			j.esc = append(j.esc[:0], '\\')
 			j.state = jsEscape

@@ -146,22 +146,19 @@ func (s *scanner) run() {
 		// phone number starts there, each wants a token edge), so a
 		// word of code costs a few operations, not a call per run.
 		i := s.from
-		carry := i > 0 && gluedOrDigit[buf[i-1]]
 		for i+8 <= len(buf) {
 			x := binary.LittleEndian.Uint64(buf[i : i+8])
 			d := digitMask(x)
 			if d == 0 {
-				carry = gluedOrDigit[buf[i+7]]
 				i += 8
 				continue
 			}
 			g := d | gluedMask(x)
 			prevG := g << 8
-			if carry {
+			if i > 0 && gluedOrDigit[buf[i-1]] {
 				prevG |= 0x80
 			}
 			starts := d &^ prevG
-			carry = g>>63 != 0
 			consumed := i
 			for starts != 0 {
 				p := i + bits.TrailingZeros64(starts)/8
@@ -170,12 +167,7 @@ func (s *scanner) run() {
 					consumed = s.numberAt(p)
 				}
 			}
-			if consumed > i+8 {
-				carry = gluedOrDigit[buf[consumed-1]]
-				i = consumed
-			} else {
-				i += 8
-			}
+			i = max(i+8, consumed)
 		}
 		for ; i < len(buf); i++ {
 			if isDigit(buf[i]) {
