@@ -929,3 +929,35 @@ func initName(i *Installed) string {
 	}
 	return i.Agent
 }
+
+// NodeRequest is what installing or finding a node agent needs: the
+// agent's name (Manifest.Agent), the package and version, and the root
+// tarball's pinned integrity ("" for npm:PACKAGE, pinned by the lock at
+// init). needVersion: an npm: agent must name its exact version (init).
+func NodeRequest(agent string, needVersion bool) (name string, spec NPMSpec, integrity string, err error) {
+	if a, ok := LookupNPMAgent(agent); ok {
+		return a.Agent, NPMSpec{Name: a.Package, Version: a.Version}, a.Integrity, nil
+	}
+	spec, err = ParseNPMSpec(agent, needVersion)
+	if err != nil {
+		return "", NPMSpec{}, "", err
+	}
+	return NPMPrefix + spec.Name, spec, "", nil
+}
+
+// FindNode finds an installed node agent by its --agent name ("gemini",
+// npm:PACKAGE or npm:PACKAGE@VERSION) and verifies it (VerifyNPM).
+func FindNode(home, agent string) (*Installed, error) {
+	name, spec, _, err := NodeRequest(agent, false)
+	if err != nil {
+		return nil, err
+	}
+	i, err := FindNPM(home, name, spec.Version)
+	if err != nil {
+		return nil, err
+	}
+	if err := VerifyNPM(i); err != nil {
+		return nil, err
+	}
+	return i, nil
+}
