@@ -276,13 +276,18 @@ func checkAgentInstalled(name string, h home.Home, arch vm.Arch) error {
 	if err != nil {
 		return err
 	}
+	if agents.IsNode(name) {
+		// Any guest architecture; the lockfile and files are checked now.
+		if _, err := agents.FindNode(string(h), name); err != nil {
+			return err
+		}
+	}
 	libc := image.GuestLibc(h, arch)
 	if libc == "" {
 		return fmt.Errorf("--agent %s needs the guest image: run `vibedom init --agents %s`", name, name)
 	}
 	if agents.IsNode(name) {
-		_, err = agents.FindNode(string(h), name)
-		return err
+		return nil
 	}
 	_, err = agents.FindAgent(string(h), name, a, libc)
 	return err
