@@ -38,8 +38,9 @@ var env = map[string]map[string]string{
 	// Every tool allowed without asking.
 	"opencode": {"OPENCODE_PERMISSION": `{"edit":"allow","bash":"allow","webfetch":"allow"}`},
 	// No second node started with a larger heap (the guest's memory is
-	// what it is).
-	"gemini": {"GEMINI_CLI_NO_RELAUNCH": "true"},
+	// what it is); /work trusted (otherwise --yolo is overridden and a
+	// headless run stops): the VM is the boundary.
+	"gemini": {"GEMINI_CLI_NO_RELAUNCH": "true", "GEMINI_CLI_TRUST_WORKSPACE": "true"},
 }
 
 // Flags are the agent's own flags vibedom passes first; ok is false for an
