@@ -478,9 +478,11 @@ func mapsKeys(m map[string]string) func(func(string) bool) {
 }
 
 // NPMDir is the directory name of a node agent: <agent>-<version>-node,
-// an npm: agent's name made a file name ("npm-google-gemini-cli").
+// an npm: agent's name made a file name ("npm:@google/gemini-cli" is
+// "npm-google+gemini-cli": '+' is in no npm name, so "npm:a-b" and
+// "npm:@a/b" do not meet).
 func NPMDir(agent, version string) string {
-	a := strings.NewReplacer("@", "", "/", "-", ":", "-").Replace(agent)
+	a := strings.NewReplacer("@", "", "/", "+", ":", "-").Replace(agent)
 	return a + "-" + version + "-" + RuntimeNode
 }
 

@@ -348,3 +348,14 @@ func TestSemverRanges(t *testing.T) {
 		}
 	}
 }
+
+func TestNPMDirsDistinct(t *testing.T) {
+	seen := map[string]string{}
+	for _, a := range []string{"gemini", "npm:a-b", "npm:@a/b", "npm:@google/gemini-cli", "npm:google-gemini-cli"} {
+		d := NPMDir(a, "1.0.0")
+		if o, ok := seen[d]; ok {
+			t.Errorf("%s and %s share %s", a, o, d)
+		}
+		seen[d] = a
+	}
+}
