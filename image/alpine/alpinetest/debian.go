@@ -198,8 +198,8 @@ func BuildDebianRepo(o DebianOptions) (*DebianRepo, error) {
 	}
 	extraKey, cacheDir := "", o.CacheDir
 	if o.Node != nil {
-		if extraKey = nodeKey(o.Arch); extraKey == "" {
-			_, err := NodePinFor(o.Arch)
+		var err error
+		if extraKey, err = nodeKey(o.Arch); err != nil {
 			return nil, err
 		}
 		if cacheDir != "" {

@@ -157,14 +157,14 @@ func nodeEntries(debArch string, node []byte, debs []*deb) ([]userlandEntry, []*
 
 // nodeKey is what the Node.js inputs add to the cache key: the pins, which
 // nodeInputs checked the files against.
-func nodeKey(arch string) string {
+func nodeKey(arch string) (string, error) {
 	pin, err := NodePinFor(arch)
 	if err != nil {
-		return ""
+		return "", err
 	}
 	parts := []string{"node", NodeVersion, pin.Integrity}
 	for _, name := range slices.Sorted(maps.Keys(pin.Debs)) {
 		parts = append(parts, name, pin.Debs[name])
 	}
-	return strings.Join(parts, "\x00")
+	return strings.Join(parts, "\x00"), nil
 }
