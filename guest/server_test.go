@@ -24,6 +24,7 @@ import (
 
 	"github.com/vibedom/vibedom/guestlink"
 	"github.com/vibedom/vibedom/keys"
+	"github.com/vibedom/vibedom/keys/keystest"
 )
 
 // testGuest is the real SSH server of the guest agent, run in-process on a
@@ -43,19 +44,9 @@ func withoutPoweroff() guestOption { return func(c *ServerConfig) { c.Poweroff =
 
 func startGuest(t *testing.T, opts ...guestOption) *testGuest {
 	t.Helper()
-	k, err := keys.NewSession()
-	if err != nil {
-		t.Fatal(err)
-	}
+	sk := keystest.New(t)
+	k, hostSigner := sk.Keys, sk.HostSigner
 	g := &testGuest{keys: k, workDir: t.TempDir()}
-	hostPEM, err := k.HostKeyPEM()
-	if err != nil {
-		t.Fatal(err)
-	}
-	hostSigner, err := ssh.ParsePrivateKey(hostPEM)
-	if err != nil {
-		t.Fatal(err)
-	}
 	cfg := ServerConfig{
 		HostKey:        hostSigner,
 		AuthorizedKeys: []ssh.PublicKey{k.ClientSigner().PublicKey()},
@@ -66,6 +57,7 @@ func startGuest(t *testing.T, opts ...guestOption) *testGuest {
 	for _, o := range opts {
 		o(&cfg)
 	}
+	var err error
 	g.srv, err = NewServer(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -962,12 +954,8 @@ func BenchmarkExecThroughput(b *testing.B) {
 }
 
 func benchGuest(b *testing.B) (*Server, *guestlink.Client) {
-	k, err := keys.NewSession()
-	if err != nil {
-		b.Fatal(err)
-	}
-	hostPEM, _ := k.HostKeyPEM()
-	hostSigner, _ := ssh.ParsePrivateKey(hostPEM)
+	sk := keystest.New(b)
+	k, hostSigner := sk.Keys, sk.HostSigner
 	srv, err := NewServer(ServerConfig{HostKey: hostSigner, AuthorizedKeys: []ssh.PublicKey{k.ClientSigner().PublicKey()}, WorkDir: b.TempDir()})
 	if err != nil {
 		b.Fatal(err)

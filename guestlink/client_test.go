@@ -13,6 +13,7 @@ import (
 
 	"github.com/vibedom/vibedom/guest/proto"
 	"github.com/vibedom/vibedom/keys"
+	"github.com/vibedom/vibedom/keys/keystest"
 )
 
 // fakeGuest is a minimal SSH server standing in for a guest that misbehaves:
@@ -24,21 +25,10 @@ type fakeGuest struct {
 
 func newFakeGuest(t *testing.T) *fakeGuest {
 	t.Helper()
-	k, err := keys.NewSession()
-	if err != nil {
-		t.Fatal(err)
-	}
-	hostPEM, err := k.HostKeyPEM()
-	if err != nil {
-		t.Fatal(err)
-	}
-	signer, err := ssh.ParsePrivateKey(hostPEM)
-	if err != nil {
-		t.Fatal(err)
-	}
+	sk := keystest.New(t)
 	cfg := &ssh.ServerConfig{PublicKeyCallback: func(ssh.ConnMetadata, ssh.PublicKey) (*ssh.Permissions, error) { return nil, nil }}
-	cfg.AddHostKey(signer)
-	return &fakeGuest{keys: k, cfg: cfg}
+	cfg.AddHostKey(sk.HostSigner)
+	return &fakeGuest{keys: sk.Keys, cfg: cfg}
 }
 
 // serve runs the fake guest on one end of a loopback connection, writing
