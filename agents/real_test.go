@@ -19,6 +19,7 @@ import (
 // The smallest real agent package, packed by npm, served by a local
 // registry and installed with its compiled-in pin.
 func TestInstallRealPackage(t *testing.T) {
+	t.Parallel()
 	arch, err := agents.GuestArch(runtime.GOARCH)
 	if err != nil {
 		t.Skip(err)
@@ -60,6 +61,7 @@ func TestInstallRealPackage(t *testing.T) {
 // Every real tarball already packed into .cache/npm installs with its pin
 // (the binary path in the table is right); none is fetched for this.
 func TestInstallPackedPackages(t *testing.T) {
+	t.Parallel()
 	if os.Getenv("VIBEDOM_TEST_ALL_AGENTS") == "" {
 		t.Skip("set VIBEDOM_TEST_ALL_AGENTS=1 to unpack every agent packed in .cache/npm (~16 s for three)")
 	}

@@ -22,6 +22,7 @@ func writeSession(t *testing.T, h Home, name string, st map[string]any) {
 }
 
 func TestSessionStore(t *testing.T) {
+	t.Parallel()
 	h := Home(t.TempDir())
 	if _, err := FindSession(h, ""); !errors.Is(err, ErrNoSession) {
 		t.Errorf("empty home: %v", err)

@@ -67,6 +67,7 @@ func served(t *testing.T, a agent.Agent) agent.ExtendedAgent {
 }
 
 func TestAgentSignsLogins(t *testing.T) {
+	t.Parallel()
 	signer := newSigner(t)
 	w := newSSHWorld(t, signer.PublicKey())
 	rec := &events{}
@@ -100,6 +101,7 @@ func TestAgentSignsLogins(t *testing.T) {
 // offer it with publickey-hostbound-v00@openssh.com and the server's host
 // key appended; the agent signs those and logs the host key.
 func TestAgentSignsHostboundLogins(t *testing.T) {
+	t.Parallel()
 	signer := newSigner(t)
 	w := newSSHWorld(t, signer.PublicKey())
 	host := w.host
@@ -135,6 +137,7 @@ func TestAgentSignsHostboundLogins(t *testing.T) {
 }
 
 func TestAgentRefuses(t *testing.T) {
+	t.Parallel()
 	signer := newSigner(t)
 	other := newSigner(t)
 	sid := []byte("0123456789abcdef")
@@ -223,6 +226,7 @@ func TestAgentRefuses(t *testing.T) {
 }
 
 func TestLog(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	l, err := OpenLog(dir)
 	if err != nil {
