@@ -104,10 +104,7 @@ func assertNothingInstalled(t *testing.T, home string, p Pin, cacheMayHold bool)
 
 func TestInstall(t *testing.T) {
 	t.Parallel()
-	tgz := goodTarball(t)
-	p := pinOf("@fake/agent-linux-x64", "1.2.3", tgz, "bin/agent")
-	reg := newRegistry(t)
-	reg.publish(p, tgz, "", "")
+	_, p, reg := publishedAgent(t, "@fake/agent-linux-x64", "1.2.3")
 	home := t.TempDir()
 	o := Options{Home: home, Registry: reg.URL}
 	res, err := Install(t.Context(), o, []Pin{p})
@@ -178,10 +175,7 @@ func TestInstallResumes(t *testing.T) {
 	old := retryDelay
 	retryDelay = 0
 	t.Cleanup(func() { retryDelay = old })
-	tgz := goodTarball(t)
-	p := pinOf("fake-agent-linux-x64", "1.0.0", tgz, "bin/agent")
-	reg := newRegistry(t)
-	reg.publish(p, tgz, "", "")
+	tgz, p, reg := publishedAgent(t, "fake-agent-linux-x64", "1.0.0")
 	first := true
 	reg.serve = func(w http.ResponseWriter, r *http.Request, body []byte) {
 		if first {
@@ -334,10 +328,7 @@ func TestTamper(t *testing.T) {
 // fetched again rather than unpacked.
 func TestTamperedCache(t *testing.T) {
 	t.Parallel()
-	tgz := goodTarball(t)
-	p := pinOf("fake-agent", "1.0.0", tgz, "bin/agent")
-	reg := newRegistry(t)
-	reg.publish(p, tgz, "", "")
+	tgz, p, reg := publishedAgent(t, "fake-agent", "1.0.0")
 	home := t.TempDir()
 	os.MkdirAll(CacheDir(home), 0o755)
 	bad := append([]byte{}, tgz...)
@@ -400,10 +391,7 @@ func TestInstalledNames(t *testing.T) {
 
 func TestInstallLocked(t *testing.T) {
 	t.Parallel()
-	tgz := goodTarball(t)
-	p := pinOf("fake-agent", "1.0.0", tgz, "bin/agent")
-	reg := newRegistry(t)
-	reg.publish(p, tgz, "", "")
+	_, p, reg := publishedAgent(t, "fake-agent", "1.0.0")
 	home := t.TempDir()
 	unlock, err := lockAgents(home)
 	if err != nil {

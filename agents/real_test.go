@@ -7,7 +7,6 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 
@@ -20,15 +19,7 @@ import (
 // registry and installed with its compiled-in pin.
 func TestInstallRealPackage(t *testing.T) {
 	t.Parallel()
-	arch, err := agents.GuestArch(runtime.GOARCH)
-	if err != nil {
-		t.Skip(err)
-	}
-	p, err := agentstest.SmallestPin(arch, agents.LibcMusl)
-	if err != nil {
-		t.Fatal(err)
-	}
-	reg := agentstest.Serve(t, map[agents.Pin]string{p: agentstest.Tarball(t, p)})
+	p, reg := agentstest.ServeSmallest(t)
 	home := t.TempDir()
 	var out bytes.Buffer
 	res, err := agents.Install(t.Context(), agents.Options{Home: home, Registry: reg.URL, Progress: progress.NewText(&out, false)}, []agents.Pin{p})
@@ -52,7 +43,7 @@ func TestInstallRealPackage(t *testing.T) {
 	if !strings.Contains(out.String(), p.String()) {
 		t.Errorf("progress: %q", out.String())
 	}
-	found, err := agents.FindAgent(home, p.Agent, arch, agents.LibcMusl)
+	found, err := agents.FindAgent(home, p.Agent, p.Arch, agents.LibcMusl)
 	if err != nil || found.BinaryPath() != i.BinaryPath() {
 		t.Errorf("FindAgent: %v %v", found, err)
 	}

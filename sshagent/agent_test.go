@@ -45,6 +45,12 @@ func newSigner(t *testing.T) ssh.Signer {
 
 // userAuthData is what an SSH client signs to log in with pub.
 func userAuthData(sessionID []byte, user, algo string, pub ssh.PublicKey) []byte {
+	return loginData(sessionID, user, "publickey", algo, pub)
+}
+
+// loginData is what an SSH client signs to log in with pub by method
+// (publickey, or publickey-hostbound-v00@openssh.com without its host key).
+func loginData(sessionID []byte, user, method, algo string, pub ssh.PublicKey) []byte {
 	return ssh.Marshal(struct {
 		SessionID []byte
 		Type      byte
@@ -54,7 +60,7 @@ func userAuthData(sessionID []byte, user, algo string, pub ssh.PublicKey) []byte
 		HasSig    bool
 		Algorithm string
 		PubKey    []byte
-	}{sessionID, msgUserAuthRequest, user, "ssh-connection", "publickey", true, algo, pub.Marshal()})
+	}{sessionID, msgUserAuthRequest, user, "ssh-connection", method, true, algo, pub.Marshal()})
 }
 
 // served returns an agent client talking to a over the agent protocol.
@@ -106,16 +112,7 @@ func TestAgentSignsHostboundLogins(t *testing.T) {
 	w := newSSHWorld(t, signer.PublicKey())
 	host := w.host
 	_, sid := w.probe(t)
-	base := ssh.Marshal(struct {
-		SessionID []byte
-		Type      byte
-		User      string
-		Service   string
-		Method    string
-		HasSig    bool
-		Algorithm string
-		PubKey    []byte
-	}{sid, msgUserAuthRequest, "git", "ssh-connection", methodHostbound, true, ssh.KeyAlgoED25519, signer.PublicKey().Marshal()})
+	base := loginData(sid, "git", methodHostbound, ssh.KeyAlgoED25519, signer.PublicKey())
 	rec := &events{}
 	c := served(t, New(signer, w.carried, rec))
 	data := append(append([]byte(nil), base...), ssh.Marshal(struct{ K []byte }{host.PublicKey().Marshal()})...)

@@ -314,18 +314,10 @@ func TestAgentHostboundNeedsTheCarriedHostKey(t *testing.T) {
 	}
 }
 
+// hostboundData is a hostbound login of git with pub to the server whose
+// host key is host.
 func hostboundData(sid []byte, pub, host ssh.PublicKey) []byte {
-	return ssh.Marshal(struct {
-		SessionID []byte
-		Type      byte
-		User      string
-		Service   string
-		Method    string
-		HasSig    bool
-		Algorithm string
-		PubKey    []byte
-		HostKey   []byte
-	}{sid, msgUserAuthRequest, "git", "ssh-connection", methodHostbound, true, ssh.KeyAlgoED25519, pub.Marshal(), host.Marshal()})
+	return append(loginData(sid, "git", methodHostbound, ssh.KeyAlgoED25519, pub), ssh.Marshal(struct{ HostKey []byte }{host.Marshal()})...)
 }
 
 // TestCarriedNotSSH: only port 22 is tracked; a stream that is not SSH,
