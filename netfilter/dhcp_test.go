@@ -50,6 +50,7 @@ func replyOptions(t *testing.T, r []byte) map[byte][]byte {
 }
 
 func TestDHCPReply(t *testing.T) {
+	t.Parallel()
 	other := testGateway.As4()
 	other[3] = 99
 	guest := testGuestIP.As4()

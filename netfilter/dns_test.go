@@ -46,6 +46,7 @@ func nsWireName(labels ...string) []byte {
 var typeAClassIN = []byte{0, dnsTypeA, 0, dnsClassIN}
 
 func TestParseDNSQuery(t *testing.T) {
+	t.Parallel()
 	long := strings.Repeat("a", 63)
 	tests := []struct {
 		name      string
@@ -130,6 +131,7 @@ func newTestDNS(t testing.TB, pol egress.StackPolicy, r Resolver) (*dnsServer, *
 }
 
 func TestDNSAnswer(t *testing.T) {
+	t.Parallel()
 	res := &nsResolver{exists: map[string]bool{"api.example.com": true}}
 	d, rec := newTestDNS(t, testPolicyAllow(), res)
 	src := netip.MustParseAddrPort("10.254.254.2:5353")
@@ -232,6 +234,7 @@ func FuzzDNSAnswer(f *testing.F) {
 }
 
 func TestSynthPool(t *testing.T) {
+	t.Parallel()
 	t.Run("stable and distinct", func(t *testing.T) {
 		p, err := newSynthPool(DefaultSyntheticRange)
 		if err != nil {
@@ -313,6 +316,7 @@ func (r *countingResolver) count(name string) int {
 }
 
 func TestExistenceCache(t *testing.T) {
+	t.Parallel()
 	t.Run("concurrent lookups of one name are merged", func(t *testing.T) {
 		r := &countingResolver{n: map[string]int{}, release: make(chan struct{})}
 		e := newExistence(r)
@@ -378,6 +382,7 @@ func TestExistenceCache(t *testing.T) {
 }
 
 func TestDNSReplyEchoesQuestion(t *testing.T) {
+	t.Parallel()
 	q, _, err := parseDNSQuery(nsRawQuery(0x0100, 1, 0, 0, 0, nsWireName("ApI", "Example", "com"), typeAClassIN))
 	if err != nil {
 		t.Fatal(err)

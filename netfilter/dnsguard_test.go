@@ -45,6 +45,7 @@ func (u *upstreamCounter) count() int {
 // rest are refused and alerted, and the names the guest used before keep
 // resolving; with time, new names resolve again.
 func TestDNSWildcardExfiltrationBounded(t *testing.T) {
+	t.Parallel()
 	rules, err := egress.ParseRules(strings.NewReader("*.example.test\napi.other.test\n"), "test")
 	if err != nil {
 		t.Fatal(err)
@@ -122,6 +123,7 @@ func TestDNSWildcardExfiltrationBounded(t *testing.T) {
 // CONNECT target through the host's resolver too, so the same guard bounds
 // new names under a wildcard there.
 func TestProxyWildcardExfiltrationBounded(t *testing.T) {
+	t.Parallel()
 	rs, err := egress.ParseRules(strings.NewReader(testRules), "test")
 	if err != nil {
 		t.Fatal(err)

@@ -9,6 +9,7 @@ import (
 )
 
 func TestEventLimiter(t *testing.T) {
+	t.Parallel()
 	rec := &nsEvents{}
 	l := newEventLimiter(rec)
 	now := time.Unix(1000, 0)

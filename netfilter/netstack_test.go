@@ -36,6 +36,7 @@ func testPolicyAllow() nsPolicy {
 }
 
 func TestStackConfig(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name    string
 		cfg     StackConfig
@@ -86,6 +87,7 @@ func TestStackConfig(t *testing.T) {
 }
 
 func TestStackServeOnce(t *testing.T) {
+	t.Parallel()
 	s, err := NewStack(StackConfig{}, newNSEngine(), nsPolicy{}, nil, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -244,6 +246,7 @@ func TestStackDHCP(t *testing.T) {
 }
 
 func TestStackDNS(t *testing.T) {
+	t.Parallel()
 	n := startNSNet(t, StackConfig{}, testPolicyAllow(), nil)
 	n.resolver.exists["api.example.com"] = true
 	n.resolver.exists["www.example.com"] = true
@@ -378,6 +381,7 @@ func TestStackDNS(t *testing.T) {
 }
 
 func TestStackTCPAdmission(t *testing.T) {
+	t.Parallel()
 	n := startNSNet(t, StackConfig{}, testPolicyAllow(), nil)
 	for _, name := range []string{"api.example.com", "www.example.com", "git.example.com"} {
 		n.resolver.exists[name] = true
@@ -537,6 +541,7 @@ func TestStackTCPAdmissionRaw(t *testing.T) {
 }
 
 func TestStackExplicitProxy(t *testing.T) {
+	t.Parallel()
 	n := startNSNet(t, StackConfig{}, nsPolicy{}, nil)
 	g := n.guest(t)
 	c, err := g.dial(t.Context(), netip.AddrPortFrom(testGateway, DefaultProxyPort))
@@ -811,6 +816,7 @@ func TestStackDropsForeignFrames(t *testing.T) {
 }
 
 func TestStackSurvivesGarbage(t *testing.T) {
+	t.Parallel()
 	n := startNSNet(t, StackConfig{}, testPolicyAllow(), nil)
 	n.resolver.exists["api.example.com"] = true
 	rng := rand.New(rand.NewPCG(1, 2))
@@ -932,6 +938,7 @@ func TestStackSYNFlood(t *testing.T) {
 }
 
 func TestStackConnLimit(t *testing.T) {
+	t.Parallel()
 	eng := newNSEngine()
 	eng.hold = make(chan struct{})
 	n := startNSNet(t, StackConfig{MaxConns: 2}, testPolicyAllow(), eng)
@@ -962,6 +969,7 @@ func TestStackConnLimit(t *testing.T) {
 
 // TestStackWithPolicy runs the stack with the real egress policy.
 func TestStackWithPolicy(t *testing.T) {
+	t.Parallel()
 	rules, err := egress.ParseRules(strings.NewReader("*.example.com\n!blocked.example.com\n"), "test")
 	if err != nil {
 		t.Fatal(err)
