@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"sync"
 )
 
 // Swap says where one secret the guest only has a placeholder for is put
@@ -24,7 +25,48 @@ type Swap struct {
 	// Token is the placeholder itself: seen anywhere else, the request is
 	// refused.
 	Token string
+	// Dynamic, when set, stands for Placeholder, Value and Token: a
+	// credential whose placeholders and real value change during the
+	// session (a subscription login the host refreshes). Header is the
+	// header its access placeholders go in, as "Bearer <placeholder>".
+	Dynamic DynamicCredential
 }
+
+// DynamicCredential is a credential the host refreshes (see Swap).
+type DynamicCredential interface {
+	// Placeholders are every placeholder handed to the guest so far.
+	Placeholders() []string
+	// IsAccessPlaceholder reports whether ph is one that gets swapped;
+	// the others (refresh tokens) are refused wherever they appear.
+	IsAccessPlaceholder(ph string) bool
+	// AccessToken is the real value now. An error that is an *Answer is
+	// sent to the guest in place of the request; another refuses it.
+	AccessToken(ctx context.Context) (string, error)
+	// Secrets are every real value held this session, scrubbed from
+	// responses.
+	Secrets() []string
+}
+
+// EndpointAnswerer is an optional capability of a DynamicCredential: a
+// host (its token endpoint) whose every request, on any port and path,
+// the swap filter answers with Answer, forwarding nothing.
+type EndpointAnswerer interface {
+	AnswersHost() string
+	Answer(r *http.Request) *Answer
+}
+
+// Answer is an error a RequestFilter returns to answer a request itself:
+// the engine sends Status, Header and Body to the guest, forwards
+// nothing, and logs Decision ("allow" or "deny") with Reason.
+type Answer struct {
+	Status   int
+	Header   http.Header
+	Body     []byte
+	Decision string
+	Reason   string
+}
+
+func (a *Answer) Error() string { return "answered by vibedom: " + a.Reason }
 
 // upstreamKind names how a request leaves, for messages.
 func upstreamKind(d Destination) string {
@@ -53,29 +95,102 @@ func NewSwapFilter(inner RequestFilter, swaps []Swap) RequestFilter {
 	if inner == nil {
 		inner = IdentityFilter{}
 	}
-	f := &swapFilter{inner: inner, swaps: swaps}
-	f.scrub = newKeyScrubber(f)
-	return f
+	return &swapFilter{inner: inner, swaps: swaps}
 }
 
 type swapFilter struct {
 	inner RequestFilter
 	swaps []Swap
-	// scrub finds the real keys in the DLP's encodings; nil when there is
-	// no key.
-	scrub *keyScrubber
+	// scrub finds the real keys in the DLP's encodings (nil when there is
+	// no key), built for the secrets counted in scrubFor; see scrubber.
+	mu       sync.Mutex
+	scrub    *keyScrubber
+	scrubFor int
+}
+
+// scrubber is the key scrubber for the real values as they stand (a
+// refreshed token adds one), nil when there is none.
+func (f *swapFilter) scrubber() *keyScrubber {
+	secrets := f.secrets()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.scrubFor != len(secrets) || (f.scrub == nil && len(secrets) > 0) {
+		f.scrub, f.scrubFor = newKeyScrubber(secrets), len(secrets)
+	}
+	return f.scrub
+}
+
+// swapSecret is one real value a response must not carry.
+type swapSecret struct {
+	name, value, token string
+}
+
+// secrets are the real values of every swap, static and dynamic, each
+// long enough to mean something.
+func (f *swapFilter) secrets() []swapSecret {
+	var out []swapSecret
+	for _, s := range f.swaps {
+		if s.Dynamic != nil {
+			phs := s.Dynamic.Placeholders()
+			tok := ""
+			if len(phs) > 0 {
+				tok = phs[0]
+			}
+			for _, v := range s.Dynamic.Secrets() {
+				if len(v) >= 8 {
+					out = append(out, swapSecret{s.Name, v, tok})
+				}
+			}
+			continue
+		}
+		key := s.Value
+		if i := strings.LastIndexByte(key, ' '); i >= 0 {
+			key = key[i+1:] // "Bearer <key>": the key
+		}
+		if len(key) >= 8 {
+			out = append(out, swapSecret{s.Name, key, s.Token})
+		}
+	}
+	return out
+}
+
+// current is the swaps as they stand: each dynamic credential expanded to
+// one swap per placeholder (refresh placeholders with no header, so they
+// are only refused).
+func (f *swapFilter) current() []Swap {
+	var out []Swap
+	for _, s := range f.swaps {
+		if s.Dynamic == nil {
+			out = append(out, s)
+			continue
+		}
+		for _, ph := range s.Dynamic.Placeholders() {
+			d := Swap{Name: s.Name, Host: s.Host, Token: ph, Dynamic: s.Dynamic}
+			if s.Dynamic.IsAccessPlaceholder(ph) {
+				d.Header, d.Placeholder = s.Header, "Bearer "+ph
+			}
+			out = append(out, d)
+		}
+	}
+	return out
 }
 
 func (f *swapFilter) FilterRequest(ctx context.Context, dest Destination, r *http.Request) (func() []Finding, error) {
+	for _, s := range f.swaps {
+		if ea, ok := s.Dynamic.(EndpointAnswerer); ok && strings.EqualFold(dest.Name, ea.AnswersHost()) {
+			return nil, ea.Answer(r)
+		}
+	}
 	var do *Swap
+	swaps := f.current()
 	for name, vals := range r.Header {
 		for _, v := range vals {
-			for i := range f.swaps {
-				s := &f.swaps[i]
+			for i := range swaps {
+				s := &swaps[i]
 				if !strings.Contains(v, s.Token) {
 					continue
 				}
-				if do == nil && dest.Port == 443 && strings.EqualFold(dest.Name, s.Host) && strings.EqualFold(name, s.Header) &&
+				if do == nil && s.Header != "" && dest.Port == 443 && strings.EqualFold(dest.Name, s.Host) && strings.EqualFold(name, s.Header) &&
 					len(vals) == 1 && v == s.Placeholder {
 					if !dest.SwapAllowed() {
 						return nil, fmt.Errorf("%w (%s's, to %s:%d over %s: the key goes only over TLS verified for the provider)",
@@ -90,13 +205,22 @@ func (f *swapFilter) FilterRequest(ctx context.Context, dest Destination, r *htt
 	}
 	for _, u := range []string{r.URL.String(), r.URL.RawQuery, r.URL.Path, r.Host} {
 		dec, _ := url.QueryUnescape(u)
-		for _, s := range f.swaps {
+		for _, s := range swaps {
 			if strings.Contains(u, s.Token) || strings.Contains(dec, s.Token) {
 				return nil, fmt.Errorf("%w (%s's, in the URL, to %s:%d)", ErrPlaceholder, s.Name, dest.Name, dest.Port)
 			}
 		}
 	}
+	value := ""
 	if do != nil {
+		value = do.Value
+		if do.Dynamic != nil {
+			tok, err := do.Dynamic.AccessToken(ctx)
+			if err != nil {
+				return nil, err
+			}
+			value = "Bearer " + tok
+		}
 		r.Header.Del(do.Header)
 	}
 	done, err := f.inner.FilterRequest(ctx, dest, r)
@@ -104,7 +228,7 @@ func (f *swapFilter) FilterRequest(ctx context.Context, dest Destination, r *htt
 		return nil, err
 	}
 	if do != nil {
-		r.Header.Set(do.Header, do.Value)
+		r.Header.Set(do.Header, value)
 	}
 	return done, nil
 }
@@ -141,12 +265,12 @@ func (f *swapFilter) FilterResponse(resp *http.Response) {
 		return
 	}
 	var body io.ReadCloser = resp.Body
-	if f.scrub != nil && f.fromProvider(resp) {
+	if sc := f.scrubber(); sc != nil && f.fromProvider(resp) {
 		if ce := resp.Header.Get("Content-Encoding"); ce != "" && !strings.EqualFold(ce, "identity") {
 			body = &lazyDecode{ce: ce, src: body}
 			resp.Header.Del("Content-Encoding")
 		}
-		body = f.scrub.reader(body, resp.Header.Get("Content-Type"))
+		body = sc.reader(body, resp.Header.Get("Content-Type"))
 	} else {
 		body = &replaceBody{src: body, vals: vals}
 	}
@@ -161,6 +285,7 @@ func (f *swapFilter) FilterResponse(resp *http.Response) {
 // replaced.
 func (f *swapFilter) ScrubResponseHeader(h http.Header) {
 	vals, _ := f.ResponseSecrets()
+	sc := f.scrubber()
 	for name, vs := range h {
 		if f.holdsKey(name) {
 			delete(h, name)
@@ -170,8 +295,8 @@ func (f *swapFilter) ScrubResponseHeader(h http.Header) {
 			for _, k := range vals {
 				v = strings.ReplaceAll(v, string(k), RedactedSecret)
 			}
-			if f.scrub != nil {
-				v = string(f.scrub.e.ScrubText(&f.scrub.pol, []byte(v), "response-header", nil))
+			if sc != nil {
+				v = string(sc.e.ScrubText(&sc.pol, []byte(v), "response-header", nil))
 			}
 			vs[i] = v
 		}
@@ -180,8 +305,8 @@ func (f *swapFilter) ScrubResponseHeader(h http.Header) {
 
 // holdsKey reports whether s holds a real key, in any case or DLP form.
 func (f *swapFilter) holdsKey(s string) bool {
-	if f.scrub != nil {
-		return f.scrub.e.ContainsKnownFold(s) || string(f.scrub.e.ScrubText(&f.scrub.pol, []byte(s), "", nil)) != s
+	if sc := f.scrubber(); sc != nil {
+		return sc.e.ContainsKnownFold(s) || string(sc.e.ScrubText(&sc.pol, []byte(s), "", nil)) != s
 	}
 	vals, _ := f.ResponseSecrets()
 	for _, k := range vals {
@@ -263,14 +388,8 @@ func (b errBody) Close() error             { return b.src.Close() }
 // swap's key (without a "Bearer " prefix), when it is long enough to mean
 // something.
 func (f *swapFilter) ResponseSecrets() (vals [][]byte, with []byte) {
-	for _, s := range f.swaps {
-		key := s.Value
-		if i := strings.LastIndexByte(key, ' '); i >= 0 {
-			key = key[i+1:] // "Bearer <key>": the key
-		}
-		if len(key) >= 8 {
-			vals = append(vals, []byte(key))
-		}
+	for _, s := range f.secrets() {
+		vals = append(vals, []byte(s.value))
 	}
 	return vals, []byte(RedactedSecret)
 }
