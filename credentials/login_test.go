@@ -2,12 +2,16 @@ package credentials
 
 import (
 	"bytes"
+	"context"
 	"errors"
+	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -415,5 +419,62 @@ func TestAnswerTokenRequest(t *testing.T) {
 				t.Errorf("the vendor's endpoint was called %d times for the guest's requests", e.calls())
 			}
 		})
+	}
+}
+
+// redactingHandler is a log handler that, as a session's does, runs every
+// message through the session's Redact.
+type redactingHandler struct {
+	slog.Handler
+	s   *Session
+	out *strings.Builder
+	mu  *sync.Mutex
+}
+
+func (h redactingHandler) Handle(ctx context.Context, r slog.Record) error {
+	line := r.Message
+	r.Attrs(func(a slog.Attr) bool { line += " " + a.String(); return true })
+	line = h.s.Redact(line)
+	h.mu.Lock()
+	h.out.WriteString(line + "\n")
+	h.mu.Unlock()
+	return nil
+}
+
+// TestLoginSessionLogsThroughRedact: the refresh logs through a handler
+// that redacts with the session's own tokens (as session.log does) without
+// deadlocking, and the log holds no token.
+func TestLoginSessionLogsThroughRedact(t *testing.T) {
+	claude, _ := LookupLogin("claude")
+	refresh := randTok("sk-ant-ort01-", 95)
+	e := newTokenEndpoint(t, claude, refresh)
+	l, _ := ParseLogin(claude, claudeDoc(randTok("sk-ant-oat01-", 95), refresh, time.Now()), "test")
+	cs, _ := NewSession(nil)
+	var out strings.Builder
+	h := redactingHandler{Handler: slog.NewTextHandler(io.Discard, nil), s: cs, out: &out, mu: &sync.Mutex{}}
+	s, err := NewLoginSession(t.TempDir(), l, &RefreshClient{HTTP: e.client}, slog.New(h))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs.AddLogin(s)
+	done := make(chan error, 1)
+	go func() { _, err := s.AccessToken(context.Background()); done <- err }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the refresh deadlocked on its own log line")
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if !strings.Contains(out.String(), "refreshed") {
+		t.Errorf("no log line: %q", out.String())
+	}
+	for _, v := range s.Secrets() {
+		if strings.Contains(out.String(), v) {
+			t.Errorf("the log holds a token")
+		}
 	}
 }

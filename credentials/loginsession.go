@@ -33,8 +33,11 @@ type LoginSession struct {
 	access  map[string]bool // access-token placeholders handed out
 	others  map[string]bool // refresh and id-token placeholders handed out
 	refresh map[string]bool // refresh placeholders handed out
-	held    []string        // every real value held this session
 	first   guestTokens     // the set in the guest's file
+	// heldMu guards held apart from mu: the session's log redactor reads
+	// it (Secrets), and may run while mu is held elsewhere.
+	heldMu sync.Mutex
+	held   []string // every real value held this session
 	file    []byte          // the guest's file, made once
 }
 
@@ -121,8 +124,8 @@ func (s *LoginSession) IsAccessPlaceholder(ph string) bool {
 // Secrets are every real token value the host held this session (the
 // ones it refreshed away included): scrubbed from responses and logs.
 func (s *LoginSession) Secrets() []string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	s.heldMu.Lock()
+	defer s.heldMu.Unlock()
 	return append([]string(nil), s.held...)
 }
 
@@ -134,36 +137,50 @@ var ErrLoginUnusable = errors.New("the subscription login cannot be used")
 // within refreshMargin. An error (ErrLoginUnusable) says what to run on
 // the host.
 func (s *LoginSession) AccessToken(ctx context.Context) (string, error) {
+	tok, n, saveErr, err := s.accessToken(ctx)
+	// Logged with mu released: the log's redactor reads Secrets.
+	switch {
+	case err != nil:
+		s.log.Warn("the host could not refresh the subscription login", "login", s.kind.Name, "err", err)
+	case n != nil:
+		s.log.Info("the host refreshed the subscription login", "login", n)
+	}
+	if saveErr != nil {
+		// The session goes on with the new tokens; the next one needs a
+		// new login if the vendor made the old refresh token single-use.
+		s.log.Error("the refreshed login could not be saved", "login", s.kind.Name, "err", saveErr)
+	}
+	return tok, err
+}
+
+// accessToken is AccessToken; n is the refreshed login when it
+// refreshed, saveErr why it could not be stored.
+func (s *LoginSession) accessToken(ctx context.Context) (tok string, n *Login, saveErr, err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	l := s.login
 	now := s.client.now()
 	if l.Expires.IsZero() || now.Add(refreshMargin).Before(l.Expires) {
-		return l.access, nil
+		return l.access, nil, nil, nil
 	}
-	n, err := s.client.Refresh(ctx, l)
+	n, err = s.client.Refresh(ctx, l)
 	if err != nil {
 		s.failed = err
-		s.log.Warn("the host could not refresh the subscription login", "login", s.kind.Name, "err", err)
 		if errors.Is(err, ErrRefreshRefused) {
-			return "", fmt.Errorf("%w: %v", ErrLoginUnusable, err)
+			return "", nil, nil, fmt.Errorf("%w: %v", ErrLoginUnusable, err)
 		}
-		return "", fmt.Errorf("%w: %v; if it persists, run `vibedom auth login %s` on the host", ErrLoginUnusable, err, s.kind.Name)
+		return "", nil, nil, fmt.Errorf("%w: %v; if it persists, run `vibedom auth login %s` on the host", ErrLoginUnusable, err, s.kind.Name)
 	}
 	s.failed = nil
 	s.login = n
+	s.heldMu.Lock()
 	for _, v := range n.Secrets() {
 		if !contains(s.held, v) {
 			s.held = append(s.held, v)
 		}
 	}
-	if err := SaveLogin(s.home, n); err != nil {
-		// The session goes on with the new tokens; the next one needs a
-		// new login if the vendor made the old refresh token single-use.
-		s.log.Error("the refreshed login could not be saved", "login", s.kind.Name, "err", err)
-	}
-	s.log.Info("the host refreshed the subscription login", "login", n)
-	return n.access, nil
+	s.heldMu.Unlock()
+	return n.access, n, SaveLogin(s.home, n), nil
 }
 
 // Refresh refreshes now when the access token is due (session start).
