@@ -38,7 +38,7 @@ type LoginSession struct {
 	// it (Secrets), and may run while mu is held elsewhere.
 	heldMu sync.Mutex
 	held   []string // every real value held this session
-	file    []byte          // the guest's file, made once
+	file   []byte   // the guest's file, made once
 }
 
 // NewLoginSession makes the session's first placeholders for l. home is

@@ -6,7 +6,6 @@ import (
 	"strings"
 
 	"github.com/vibedom/vibedom/dlp"
-	"github.com/vibedom/vibedom/netfilter"
 )
 
 // Session is one session's placeholders: for API keys, and for the
@@ -154,20 +153,77 @@ func (s *Session) Providers() []string {
 	return out
 }
 
-// Filter wraps the session's request filter (the DLP) with the swap.
-func (s *Session) Filter(inner netfilter.RequestFilter) netfilter.RequestFilter {
-	var swaps []netfilter.Swap
+// Swaps are the session's swap rules, one a key, for the proxy's request
+// filter (netfilter.NewSwapFilter wraps the DLP with them).
+func (s *Session) Swaps() []Swap {
+	var swaps []Swap
 	for _, e := range s.entries {
 		p := e.key.Provider
-		swaps = append(swaps, netfilter.Swap{Name: p.Name, Host: p.Host, Header: p.Header,
+		swaps = append(swaps, Swap{Name: p.Name, Host: p.Host, Header: p.Header,
 			Placeholder: authValue(p, e.placeholder), Value: authValue(p, e.key.value), Token: e.placeholder})
 	}
 	for _, l := range s.logins {
-		swaps = append(swaps, netfilter.Swap{Name: l.kind.Name + " login", Host: l.kind.APIHost, Header: "authorization",
+		swaps = append(swaps, Swap{Name: l.kind.Name + " login", Host: l.kind.APIHost, Header: "authorization",
 			Dynamic: loginCred{l}})
 	}
-	return netfilter.NewSwapFilter(inner, swaps)
+	return swaps
 }
+
+// Swap says where one secret the guest only has a placeholder for is put
+// in: on requests to Host, port 443, sent upstream over verified TLS
+// (netfilter.Destination.SwapAllowed), a Header whose whole value is Placeholder
+// becomes Value.
+type Swap struct {
+	Name        string // for messages ("anthropic")
+	Host        string
+	Header      string
+	Placeholder string // the header value as the guest sends it
+	Value       string // the header value upstream gets
+	// Token is the placeholder itself: seen anywhere else, the request is
+	// refused.
+	Token string
+	// Dynamic, when set, stands for Placeholder, Value and Token: a
+	// credential whose placeholders and real value change during the
+	// session (a subscription login the host refreshes). Header is the
+	// header its access placeholders go in, as "Bearer <placeholder>".
+	Dynamic DynamicCredential
+}
+
+// DynamicCredential is a credential the host refreshes (see Swap).
+type DynamicCredential interface {
+	// Placeholders are every placeholder handed to the guest so far.
+	Placeholders() []string
+	// IsAccessPlaceholder reports whether ph is one that gets swapped;
+	// the others (refresh tokens) are refused wherever they appear.
+	IsAccessPlaceholder(ph string) bool
+	// AccessToken is the real value now. An error that is an *Answer is
+	// sent to the guest in place of the request; another refuses it.
+	AccessToken(ctx context.Context) (string, error)
+	// Secrets are every real value held this session, scrubbed from
+	// responses.
+	Secrets() []string
+}
+
+// EndpointAnswerer is an optional capability of a DynamicCredential: a
+// host (its token endpoint) whose every request, on any port and path,
+// the swap filter answers with Answer, forwarding nothing.
+type EndpointAnswerer interface {
+	AnswersHost() string
+	Answer(r *http.Request) *Answer
+}
+
+// Answer is an error a request filter returns to answer a request itself:
+// the proxy's engine sends Status, Header and Body to the guest, forwards
+// nothing, and logs Decision ("allow" or "deny") with Reason.
+type Answer struct {
+	Status   int
+	Header   http.Header
+	Body     []byte
+	Decision string
+	Reason   string
+}
+
+func (a *Answer) Error() string { return "answered by vibedom: " + a.Reason }
 
 // loginCred is a login as the swap filter's dynamic credential: a failed
 // refresh answers the agent with a 401 saying what to run on the host.
@@ -176,7 +232,7 @@ type loginCred struct{ *LoginSession }
 func (c loginCred) AccessToken(ctx context.Context) (string, error) {
 	tok, err := c.LoginSession.AccessToken(ctx)
 	if err != nil {
-		return "", &netfilter.Answer{Status: http.StatusUnauthorized, Decision: "deny",
+		return "", &Answer{Status: http.StatusUnauthorized, Decision: "deny",
 			Header: http.Header{"Content-Type": {"application/json"}}, Body: c.kind.UnusableAnswer(err),
 			Reason: "the host could not refresh the " + c.kind.Name + " subscription login: run `vibedom auth login " + c.kind.Name + "`"}
 	}
@@ -189,13 +245,13 @@ func (c loginCred) AccessToken(ctx context.Context) (string, error) {
 func (c loginCred) AnswersHost() string { return c.kind.TokenHost }
 
 // Answer answers one request to the token endpoint host.
-func (c loginCred) Answer(r *http.Request) *netfilter.Answer {
+func (c loginCred) Answer(r *http.Request) *Answer {
 	status, body, note := c.AnswerTokenRequest(r)
 	decision := "allow"
 	if status != http.StatusOK {
 		decision = "deny"
 	}
-	return &netfilter.Answer{Status: status, Header: http.Header{"Content-Type": {"application/json"}, "Cache-Control": {"no-store"}},
+	return &Answer{Status: status, Header: http.Header{"Content-Type": {"application/json"}, "Cache-Control": {"no-store"}},
 		Body: body, Decision: decision, Reason: note}
 }
 

@@ -1,6 +1,9 @@
 package netfilter
 
 import (
+	"github.com/vibedom/vibedom/credentials"
+	"github.com/vibedom/vibedom/netfilter/egress"
+
 	"bytes"
 	"context"
 	"errors"
@@ -12,61 +15,9 @@ import (
 	"sync"
 )
 
-// Swap says where one secret the guest only has a placeholder for is put
-// in: on requests to Host, port 443, sent upstream over verified TLS
-// (Destination.SwapAllowed), a Header whose whole value is Placeholder
-// becomes Value.
-type Swap struct {
-	Name        string // for messages ("anthropic")
-	Host        string
-	Header      string
-	Placeholder string // the header value as the guest sends it
-	Value       string // the header value upstream gets
-	// Token is the placeholder itself: seen anywhere else, the request is
-	// refused.
-	Token string
-	// Dynamic, when set, stands for Placeholder, Value and Token: a
-	// credential whose placeholders and real value change during the
-	// session (a subscription login the host refreshes). Header is the
-	// header its access placeholders go in, as "Bearer <placeholder>".
-	Dynamic DynamicCredential
-}
-
-// DynamicCredential is a credential the host refreshes (see Swap).
-type DynamicCredential interface {
-	// Placeholders are every placeholder handed to the guest so far.
-	Placeholders() []string
-	// IsAccessPlaceholder reports whether ph is one that gets swapped;
-	// the others (refresh tokens) are refused wherever they appear.
-	IsAccessPlaceholder(ph string) bool
-	// AccessToken is the real value now. An error that is an *Answer is
-	// sent to the guest in place of the request; another refuses it.
-	AccessToken(ctx context.Context) (string, error)
-	// Secrets are every real value held this session, scrubbed from
-	// responses.
-	Secrets() []string
-}
-
-// EndpointAnswerer is an optional capability of a DynamicCredential: a
-// host (its token endpoint) whose every request, on any port and path,
-// the swap filter answers with Answer, forwarding nothing.
-type EndpointAnswerer interface {
-	AnswersHost() string
-	Answer(r *http.Request) *Answer
-}
-
-// Answer is an error a RequestFilter returns to answer a request itself:
-// the engine sends Status, Header and Body to the guest, forwards
-// nothing, and logs Decision ("allow" or "deny") with Reason.
-type Answer struct {
-	Status   int
-	Header   http.Header
-	Body     []byte
-	Decision string
-	Reason   string
-}
-
-func (a *Answer) Error() string { return "answered by vibedom: " + a.Reason }
+// Answer is what the proxy sends the guest in place of a request a
+// filter answers itself (credentials.Answer; both engines send it).
+type Answer = credentials.Answer
 
 // upstreamKind names how a request leaves, for messages.
 func upstreamKind(d Destination) string {
@@ -91,7 +42,7 @@ var ErrPlaceholder = errors.New("a credential placeholder where vibedom does not
 // which knows the real value, never scrubs it there. A placeholder in any
 // other header (of any request) or in the URL refuses the request; in a
 // body the DLP finds it (give it the placeholders as known values).
-func NewSwapFilter(inner RequestFilter, swaps []Swap) RequestFilter {
+func NewSwapFilter(inner RequestFilter, swaps []credentials.Swap) RequestFilter {
 	if inner == nil {
 		inner = IdentityFilter{}
 	}
@@ -100,7 +51,7 @@ func NewSwapFilter(inner RequestFilter, swaps []Swap) RequestFilter {
 
 type swapFilter struct {
 	inner RequestFilter
-	swaps []Swap
+	swaps []credentials.Swap
 	// scrub finds the real keys in the DLP's encodings (nil when there is
 	// no key), built for the secrets counted in scrubFor; see scrubber.
 	mu       sync.Mutex
@@ -157,15 +108,15 @@ func (f *swapFilter) secrets() []swapSecret {
 // current is the swaps as they stand: each dynamic credential expanded to
 // one swap per placeholder (refresh placeholders with no header, so they
 // are only refused).
-func (f *swapFilter) current() []Swap {
-	var out []Swap
+func (f *swapFilter) current() []credentials.Swap {
+	var out []credentials.Swap
 	for _, s := range f.swaps {
 		if s.Dynamic == nil {
 			out = append(out, s)
 			continue
 		}
 		for _, ph := range s.Dynamic.Placeholders() {
-			d := Swap{Name: s.Name, Host: s.Host, Token: ph, Dynamic: s.Dynamic}
+			d := credentials.Swap{Name: s.Name, Host: s.Host, Token: ph, Dynamic: s.Dynamic}
 			if s.Dynamic.IsAccessPlaceholder(ph) {
 				d.Header, d.Placeholder = s.Header, "Bearer "+ph
 			}
@@ -175,13 +126,13 @@ func (f *swapFilter) current() []Swap {
 	return out
 }
 
-func (f *swapFilter) FilterRequest(ctx context.Context, dest Destination, r *http.Request) (func() []Finding, error) {
+func (f *swapFilter) FilterRequest(ctx context.Context, dest Destination, r *http.Request) (func() []egress.Finding, error) {
 	for _, s := range f.swaps {
-		if ea, ok := s.Dynamic.(EndpointAnswerer); ok && strings.EqualFold(dest.Name, ea.AnswersHost()) {
+		if ea, ok := s.Dynamic.(credentials.EndpointAnswerer); ok && strings.EqualFold(dest.Name, ea.AnswersHost()) {
 			return nil, ea.Answer(r)
 		}
 	}
-	var do *Swap
+	var do *credentials.Swap
 	swaps := f.current()
 	for name, vals := range r.Header {
 		for _, v := range vals {
@@ -363,7 +314,7 @@ func (b *lazyDecode) Read(p []byte) (int, error) {
 	if b.r == nil && b.err == nil {
 		dec, err := decodeBody(b.ce, b.src)
 		if err != nil {
-			b.err = fmt.Errorf("a provider's response in Content-Encoding %q cannot be scanned for the credential: %w", shorten(b.ce), err)
+			b.err = fmt.Errorf("a provider's response in Content-Encoding %q cannot be scanned for the credential: %w", egress.Shorten(b.ce), err)
 		}
 		b.r = dec
 	}

@@ -11,7 +11,10 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/vibedom/vibedom/credentials"
 	"github.com/vibedom/vibedom/dlp"
+	"github.com/vibedom/vibedom/logredact"
+	"github.com/vibedom/vibedom/netfilter/egress"
 )
 
 // fakeLogin is a DynamicCredential as credentials.LoginSession is one: the
@@ -96,13 +99,13 @@ func TestLoginSwap(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		filter := NewSwapFilter(&DLPFilter{Engine: eng}, []Swap{{Name: "claude login", Host: "api.test", Header: "authorization", Dynamic: cred}})
+		filter := NewSwapFilter(&DLPFilter{Engine: eng}, []credentials.Swap{{Name: "claude login", Host: "api.test", Header: "authorization", Dynamic: cred}})
 		v := newEngineEnv(t, kind, testRules, func(c *EngineConfig) { c.Filter = filter })
 		v.log.SetRedactor(func(s string) string {
 			for _, r := range []string{real1, real2} {
 				s = strings.ReplaceAll(s, r, "[R]")
 			}
-			return LogRedactor(eng)(s)
+			return logredact.LogRedactor(eng)(s)
 		})
 		var mu sync.Mutex
 		var seen []string
@@ -201,7 +204,7 @@ func TestLoginSwap(t *testing.T) {
 			t.Errorf("forwarded: API %d (want 3), token endpoint %d (want 0)", len(seen), tokenHits)
 		}
 		mu.Unlock()
-		v.events.wait(t, "answered refresh", func(e Event) bool {
+		v.events.wait(t, "answered refresh", func(e egress.Event) bool {
 			return strings.Contains(e.Reason, "answered by vibedom") && e.Status == 200
 		})
 		files, _ := filepath.Glob(filepath.Join(v.logDir, "*"))

@@ -15,7 +15,7 @@ import (
 
 	"github.com/vibedom/vibedom/credentials"
 	"github.com/vibedom/vibedom/guest/proto"
-	"github.com/vibedom/vibedom/netfilter"
+	nfegress "github.com/vibedom/vibedom/netfilter/egress"
 )
 
 // loadLogin returns the subscription login the session's agent uses (nil
@@ -43,7 +43,7 @@ func (s *sess) loadLogin() (*credentials.LoginSession, error) {
 // reaches the vendor's token endpoint as the proxy would (the session's
 // --resolve for that name and port, the system roots plus --ca-file),
 // always verifying TLS.
-func refreshClient(resolve []netfilter.Resolve, roots []*x509.Certificate) (*http.Client, error) {
+func refreshClient(resolve []nfegress.Resolve, roots []*x509.Certificate) (*http.Client, error) {
 	pool, err := x509.SystemCertPool()
 	if err != nil || pool == nil {
 		pool = x509.NewCertPool()
@@ -74,7 +74,7 @@ func refreshClient(resolve []netfilter.Resolve, roots []*x509.Certificate) (*htt
 // startLogins gives the session's logins their refresh client and
 // refreshes the tokens that are due before the agent starts: a refresh
 // token the vendor refuses stops the session with what to run.
-func (s *sess) startLogins(ctx context.Context, resolve []netfilter.Resolve, roots []*x509.Certificate) error {
+func (s *sess) startLogins(ctx context.Context, resolve []nfegress.Resolve, roots []*x509.Certificate) error {
 	if s.creds == nil || len(s.creds.Logins()) == 0 {
 		return nil
 	}
