@@ -167,7 +167,7 @@ func (s *LoginSession) accessToken(ctx context.Context) (tok string, n *Login, s
 	if err != nil {
 		s.failed = err
 		if errors.Is(err, ErrRefreshRefused) {
-			return "", nil, nil, fmt.Errorf("%w: %v", ErrLoginUnusable, err)
+			return "", nil, nil, fmt.Errorf("%w: %w", ErrLoginUnusable, err)
 		}
 		return "", nil, nil, fmt.Errorf("%w: %v; if it persists, run `vibedom auth login %s` on the host", ErrLoginUnusable, err, s.kind.Name)
 	}
