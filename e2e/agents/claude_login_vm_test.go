@@ -2,6 +2,7 @@ package agents
 
 import (
 	"crypto/rand"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -33,12 +34,23 @@ func oauthTok(prefix string) string {
 	return prefix + string(b)
 }
 
+// probeArg is a token fragment as the login probe takes it: base64 of the
+// fragment reversed.
+func probeArg(frag string) string {
+	r := []byte(frag)
+	for i, j := 0, len(r)-1; i < j; i, j = i+1, j-1 {
+		r[i], r[j] = r[j], r[i]
+	}
+	return base64.StdEncoding.EncodeToString(r)
+}
+
 // fakeClaudeCloud is Claude's API and token endpoint on one loopback TLS
 // server, told apart by Host. The token endpoint rotates tokens (each
 // refresh token valid once) and says every access token lasts 1 second,
 // so the host refreshes before every API call. The API scripts one Bash
 // tool call (the login probe) and records every Authorization it gets.
 type fakeClaudeCloud struct {
+	probeArgs  string // the fragments the probe looks for in the guest
 	mu         sync.Mutex
 	refresh    string          // the refresh token it accepts now
 	issued     map[string]bool // access tokens it issued
@@ -96,7 +108,7 @@ func (f *fakeClaudeCloud) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case strings.Contains(string(body), "LOGIN-ROUND-TRIP"):
 		stop = "tool_use"
 		block = map[string]any{"type": "tool_use", "id": "toolu_01", "name": "Bash",
-			"input": map[string]any{"command": "/work/loginprobe > /work/refresh-answer.json 2>&1", "description": "probe"}}
+			"input": map[string]any{"command": "/work/loginprobe " + f.probeArgs + " > /work/refresh-answer.json 2>&1", "description": "probe"}}
 	default:
 		block = map[string]any{"type": "text", "text": "ok"}
 	}
@@ -150,7 +162,8 @@ func TestClaudeSubscriptionLoginVM(t *testing.T) {
 	c, bin := clitest.GuestImageHome(t, "--agents", "claude", "--registry", reg.URL)
 
 	imported, importedRefresh := oauthTok("sk-ant-oat01-"), oauthTok("sk-ant-ort01-")
-	fake := &fakeClaudeCloud{refresh: importedRefresh, issued: map[string]bool{}}
+	fake := &fakeClaudeCloud{refresh: importedRefresh, issued: map[string]bool{},
+		probeArgs: probeArg(imported[13:40]) + " " + probeArg(importedRefresh[13:40])}
 	cfg, caPEM := fakeTLS(t, "api.anthropic.com", "platform.claude.com")
 	srv := httptest.NewUnstartedServer(fake)
 	srv.TLS = cfg
@@ -231,6 +244,9 @@ func TestClaudeSubscriptionLoginVM(t *testing.T) {
 	at, _ := a["access_token"].(string)
 	rt, _ := a["refresh_token"].(string)
 	sent, _ := a["probe_sent"].(string)
+	if found, _ := a["probe_found"].([]any); len(found) > 0 || a["probe_searched"] != float64(2) {
+		t.Errorf("the guest holds a real token: %v (searched %v)", found, a["probe_searched"])
+	}
 	if !strings.HasPrefix(at, "sk-ant-oat01-") || !strings.HasPrefix(rt, "sk-ant-ort01-") || issued[at] || rt == fake.refresh || sent == importedRefresh {
 		t.Errorf("the guest's refresh answer is not placeholders: %s", ans)
 	}

@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/klauspost/compress/zstd"
+
 	"github.com/vibedom/vibedom/agents"
 	"github.com/vibedom/vibedom/agents/agentstest"
 	"github.com/vibedom/vibedom/e2e/clitest"
@@ -37,13 +39,39 @@ type fakeChatGPT struct {
 	issued   map[string]bool
 	bodies   []string
 	accounts []string // ChatGPT-Account-Id of every API request
+	auths    []string // Authorization of every API request
+	paths    []string
 }
+
+// accountsCheck is the workspace discovery codex 0.169 waits for in
+// ChatGPT mode: one personal workspace, requests kept on chatgpt.com.
+const accountsCheck = `{"accounts":[{"id":"acct-123","account_id":"acct-123","structure":"personal","plan_type":"pro",` +
+	`"name":"dev","is_deactivated":false,"workspace_backend_origin":"NO_CONSTRAINT","account_routing_override":"NO_CONSTRAINT",` +
+	`"can_access_with_session":true}],"default_account_id":"acct-123","account_ordering":["acct-123"]}`
 
 func (f *fakeChatGPT) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if !strings.HasPrefix(r.Host, "auth.openai.com") {
 		f.mu.Lock()
 		f.accounts = append(f.accounts, r.Header.Get("ChatGPT-Account-Id"))
+		f.auths = append(f.auths, r.Header.Get("Authorization"))
+		f.paths = append(f.paths, r.Method+" "+r.URL.Path)
 		f.mu.Unlock()
+		if r.URL.Path == "/backend-api/wham/accounts/check" {
+			w.Header().Set("Content-Type", "application/json")
+			io.WriteString(w, accountsCheck)
+			return
+		}
+		if ce := r.Header.Get("Content-Encoding"); ce != "" {
+			// codex compresses its requests to the ChatGPT backend.
+			dec, err := zstd.NewReader(r.Body)
+			if ce != "zstd" || err != nil {
+				http.Error(w, "unknown content encoding "+ce, http.StatusBadRequest)
+				return
+			}
+			defer dec.Close()
+			r.Body = io.NopCloser(dec)
+			r.Header.Del("Content-Encoding")
+		}
 		f.api.ServeHTTP(w, r)
 		return
 	}
@@ -109,10 +137,11 @@ func TestCodexSubscriptionLoginVM(t *testing.T) {
 		"--resolve", "auth.openai.com:443:127.0.0.1:"+port, "--ca-file", caFile,
 		"--", "exec", "--skip-git-repo-check", "MAKE-THE-FILE in /work, then say done")
 	fake.api.mu.Lock()
-	auths, paths, toolDone := append([]string(nil), fake.api.auths...), append([]string(nil), fake.api.paths...), fake.api.toolDone
+	toolDone := fake.api.toolDone
 	fake.api.mu.Unlock()
 	fake.mu.Lock()
 	defer fake.mu.Unlock()
+	auths, paths := fake.auths, fake.paths
 	t.Logf("requests: %v\nhost refreshes: %d", paths, len(fake.bodies))
 	if code != 0 {
 		t.Fatalf("codex: exit %d\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
