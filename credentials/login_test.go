@@ -478,3 +478,59 @@ func TestLoginSessionLogsThroughRedact(t *testing.T) {
 		}
 	}
 }
+
+// TestSessionWithLogin: a session with an Anthropic API key and a claude
+// login gives the guest the login's placeholder file and no API key
+// variable (Claude Code would take the key over its login), knows the
+// login's tokens and the file's placeholders as DLP values, allows the
+// login's hosts, hands a dynamic swap rule down, and redacts the tokens.
+func TestSessionWithLogin(t *testing.T) {
+	a, _ := Lookup("anthropic")
+	o, _ := Lookup("openai")
+	claude, _ := LookupLogin("claude")
+	s, err := NewSession([]Key{{Provider: a, value: randTok("sk-ant-api03-", 95), Source: "test"}, {Provider: o, value: randTok("sk-proj-", 120), Source: "test"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, _ := ParseLogin(claude, claudeDoc(randTok("sk-ant-oat01-", 95), randTok("sk-ant-ort01-", 95), time.Now().Add(time.Hour)), "test")
+	ls, _ := NewLoginSession(t.TempDir(), l, nil, nil)
+	s.AddLogin(ls)
+	env := s.GuestEnv()
+	if _, ok := env["ANTHROPIC_API_KEY"]; ok || env["OPENAI_API_KEY"] == "" {
+		t.Errorf("guest env %v", env)
+	}
+	files := s.GuestFiles()
+	if len(files) != 1 || files[".claude/.credentials.json"] == nil {
+		t.Errorf("guest files %v", files)
+	}
+	known := map[string]bool{}
+	for _, k := range s.KnownValues() {
+		known[k.Value] = true
+	}
+	for _, v := range append(l.Secrets(), ls.FirstPlaceholders()...) {
+		if !known[v] {
+			t.Errorf("%.16s… is no DLP known value", v)
+		}
+	}
+	if r := strings.Join(s.AllowRules(), " "); r != "api.anthropic.com:443 platform.claude.com:443" {
+		t.Errorf("allow rules %q", r)
+	}
+	var dyn int
+	for _, sw := range s.Swaps() {
+		if sw.Dynamic != nil {
+			dyn++
+			if sw.Host != "api.anthropic.com" || sw.Header != "authorization" {
+				t.Errorf("login swap %+v", sw)
+			}
+			if ea, ok := sw.Dynamic.(EndpointAnswerer); !ok || ea.AnswersHost() != "platform.claude.com" {
+				t.Errorf("the login's swap does not answer its token endpoint")
+			}
+		}
+	}
+	if dyn != 1 {
+		t.Errorf("%d dynamic swaps", dyn)
+	}
+	if got := s.Redact("x " + l.access + " y"); strings.Contains(got, l.access) {
+		t.Errorf("Redact: %q", got)
+	}
+}
