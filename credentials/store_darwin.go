@@ -5,11 +5,14 @@ package credentials
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"io/fs"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -22,23 +25,34 @@ const keychainService = "vibedom"
 
 // newStore is the login Keychain through the `security` tool, the 0600
 // files of <home>/credentials read as a fallback (keys stored before the
-// Keychain was used) and used alone when `security` is missing.
+// Keychain was used) and used alone when `security` is missing or
+// $VIBEDOM_CREDENTIAL_STORE is "file" (tests). Items of a home other than
+// ~/.vibedom ($VIBEDOM_HOME) carry the home's hash in their account, so
+// two homes never share one.
 func newStore(home string) secretStore {
 	files := fileStore{dir: Dir(home)}
-	if _, err := exec.LookPath("security"); err != nil {
+	if _, err := exec.LookPath("security"); err != nil || os.Getenv("VIBEDOM_CREDENTIAL_STORE") == "file" {
 		return files
 	}
-	return keychainStore{files: files}
+	suffix := ""
+	if hd, err := os.UserHomeDir(); err != nil || filepath.Clean(home) != filepath.Join(hd, ".vibedom") {
+		sum := sha256.Sum256([]byte(filepath.Clean(home)))
+		suffix = "@" + hex.EncodeToString(sum[:])[:8]
+	}
+	return keychainStore{files: files, suffix: suffix}
 }
 
-type keychainStore struct{ files fileStore }
+type keychainStore struct {
+	files  fileStore
+	suffix string // "" for ~/.vibedom, else "@" and the home's hash
+}
 
 func (s keychainStore) where(name string) string {
-	return fmt.Sprintf("the login Keychain (service %q, account %q)", keychainService, name)
+	return fmt.Sprintf("the login Keychain (service %q, account %q)", keychainService, name+s.suffix)
 }
 
 func (s keychainStore) get(name string) ([]byte, error) {
-	b, err := findGenericPassword(keychainService, name)
+	b, err := findGenericPassword(keychainService, name+s.suffix)
 	if errors.Is(err, fs.ErrNotExist) {
 		return s.files.get(name)
 	}
@@ -48,7 +62,7 @@ func (s keychainStore) get(name string) ([]byte, error) {
 func (s keychainStore) put(name string, b []byte) error {
 	// -i reads the command from stdin, so the secret is never in an
 	// argument list (ps shows those); -X takes it hex-encoded.
-	cmd := fmt.Sprintf("add-generic-password -U -s %s -a %s -X %s\n", keychainService, name, hex.EncodeToString(b))
+	cmd := fmt.Sprintf("add-generic-password -U -s %s -a %s -X %s\n", keychainService, name+s.suffix, hex.EncodeToString(b))
 	if _, err := security(strings.NewReader(cmd), "-i"); err != nil {
 		return fmt.Errorf("store %s in the login Keychain: %w", name, err)
 	}
@@ -56,7 +70,7 @@ func (s keychainStore) put(name string, b []byte) error {
 }
 
 func (s keychainStore) del(name string) error {
-	_, err := security(nil, "delete-generic-password", "-s", keychainService, "-a", name)
+	_, err := security(nil, "delete-generic-password", "-s", keychainService, "-a", name+s.suffix)
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("delete %s from the login Keychain: %w", name, err)
 	}

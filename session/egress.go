@@ -15,6 +15,9 @@ import (
 	"github.com/vibedom/vibedom/keys"
 	"github.com/vibedom/vibedom/netfilter"
 	nfegress "github.com/vibedom/vibedom/netfilter/egress"
+	"github.com/vibedom/vibedom/netfilter/mitmproxy"
+	"github.com/vibedom/vibedom/netfilter/netstack"
+	"github.com/vibedom/vibedom/policy"
 )
 
 // EgressOptions configures the session's network. The zero value gives the
@@ -36,7 +39,7 @@ type EgressOptions struct {
 	// guard has passed (netfilter.EngineConfig.Dial).
 	Dial       nfegress.DialFunc
 	ExtraRoots []*x509.Certificate
-	Resolver   netfilter.Resolver
+	Resolver   netstack.Resolver
 	// ProxyEngine is "go" (the default when empty) or "mitmproxy": admitted
 	// connections are then handed to a mitmdump the session starts and
 	// owns (docs/network.md, "Proxy engines"). Mitmdump names the program
@@ -60,7 +63,7 @@ type egress struct {
 		netfilter.Engine
 		Close() error
 	}
-	stack    *netfilter.Stack
+	stack    *netstack.Stack
 	events   *netfilter.LogWriter
 	hostEnd  net.Conn
 	vmEnd    *os.File
@@ -77,7 +80,7 @@ type egress struct {
 func (s *sess) setupEgress(ctx context.Context) error {
 	o := &s.opts
 	eo := o.Egress
-	trust, err := LoadWorkspaceTrust(o.Home, o.Workspace)
+	trust, err := policy.LoadTrust(o.Home, s.plan.workspace)
 	if err != nil {
 		return fmt.Errorf("load the egress policy: %w", err)
 	}
@@ -85,7 +88,7 @@ func (s *sess) setupEgress(ctx context.Context) error {
 	if s.creds != nil {
 		allow = append(slices.Clip(allow), s.creds.AllowRules()...)
 	}
-	policy, notes, err := EgressPolicy(o.Home, trust, allow)
+	pol, notes, err := policy.EgressPolicy(o.Home, trust, allow)
 	if err != nil {
 		return fmt.Errorf("load the egress policy: %w", err)
 	}
@@ -102,7 +105,7 @@ func (s *sess) setupEgress(ctx context.Context) error {
 		return err
 	}
 	events.SetRedactor(s.redact)
-	e := &egress{policy: policy, events: events, caPEM: ca.CertPEM(), mac: guestMAC}
+	e := &egress{policy: pol, events: events, caPEM: ca.CertPEM(), mac: guestMAC}
 	s.cleanup.add("close network log", events.Close)
 	roots := append([]*x509.Certificate{}, eo.ExtraRoots...)
 	for _, f := range eo.CAFiles {
@@ -121,17 +124,17 @@ func (s *sess) setupEgress(ctx context.Context) error {
 		}
 	}
 	if resolver == nil {
-		resolver = netfilter.SystemResolver{}
+		resolver = netstack.SystemResolver{}
 	}
 	if err := s.startLogins(ctx, eo.Resolve, roots); err != nil {
 		return err
 	}
 	// One wildcard guard for the DNS server and the explicit proxy: new
 	// names under a wildcard are a channel to the host's resolver.
-	limited := nfegress.LimitWildcards(policy)
+	limited := nfegress.LimitWildcards(pol)
 	ecfg := netfilter.EngineConfig{
-		CA: ca, Policy: limited, Filter: eo.Filter, Events: events, Logger: s.log.With("part", "proxy"),
-		Dial: eo.Dial, Resolve: eo.Resolve, AllowPrivate: policy.PrivateRanges(), ExtraRoots: roots,
+		CA: ca, Policy: limited, Filter: s.plan.filter, Events: events, Logger: s.log.With("part", "proxy"),
+		Dial: eo.Dial, Resolve: eo.Resolve, AllowPrivate: pol.PrivateRanges(), ExtraRoots: roots,
 	}
 	switch eo.ProxyEngine {
 	case "", "go":
@@ -139,7 +142,7 @@ func (s *sess) setupEgress(ctx context.Context) error {
 	case "mitmproxy":
 		mitmdump := eo.Mitmdump
 		if mitmdump == "" {
-			mitmdump = netfilter.PreferredMitmdump(filepath.Join(string(o.Home), netfilter.MitmproxyDirName))
+			mitmdump = mitmproxy.PreferredMitmdump(filepath.Join(string(o.Home), mitmproxy.DirName))
 		}
 		if eo.Inspect {
 			s.progress("egress: starting mitmweb (--proxy-engine mitmproxy --inspect)")
@@ -171,13 +174,13 @@ func (s *sess) setupEgress(ctx context.Context) error {
 	if tap := s.sshTap(); tap != nil {
 		engine = netfilter.TapEngine(engine, tap)
 	}
-	e.stack, err = netfilter.NewStack(netfilter.StackConfig{GuestMAC: mac, Resolver: resolver}, engine, limited, events, s.log.With("part", "network"))
+	e.stack, err = netstack.NewStack(netstack.StackConfig{GuestMAC: mac, Resolver: resolver}, engine, limited, events, s.log.With("part", "network"))
 	if err != nil {
 		e.engine.Close()
 		return err
 	}
 	e.proxyURL = e.stack.ProxyURL()
-	e.hostEnd, e.vmEnd, err = netfilter.SocketPair()
+	e.hostEnd, e.vmEnd, err = netstack.SocketPair()
 	if err != nil {
 		e.stack.Close()
 		e.engine.Close()

@@ -14,11 +14,13 @@ import (
 	"math/big"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/vibedom/vibedom/credentials"
+	"github.com/vibedom/vibedom/home"
 	nfegress "github.com/vibedom/vibedom/netfilter/egress"
 )
 
@@ -55,7 +57,7 @@ func TestStartLoginsRefusesDeadLogin(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			calls = 0
-			home := t.TempDir()
+			hd := t.TempDir()
 			oauth := map[string]any{"accessToken": "sk-ant-oat01-" + strings.Repeat("a", 90), "refreshToken": "sk-ant-ort01-" + strings.Repeat("b", 90),
 				"expiresAt": time.Now().Add(-time.Minute).UnixMilli(), "scopes": []string{"user:inference"}}
 			if !c.refreshExpires.IsZero() {
@@ -66,10 +68,10 @@ func TestStartLoginsRefusesDeadLogin(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if err := credentials.SaveLogin(home, l); err != nil {
+			if err := credentials.SaveLogin(hd, l); err != nil {
 				t.Fatal(err)
 			}
-			s := &sess{opts: Options{Home: Home(home), Agent: &AgentOptions{Name: "claude"}, Progress: io.Discard},
+			s := &sess{opts: Options{Home: home.Home(hd), Agent: &AgentOptions{Name: "claude"}, Progress: io.Discard},
 				log: slog.New(slog.DiscardHandler)}
 			ls, err := s.loadLogin()
 			if err != nil || ls == nil {
@@ -111,4 +113,34 @@ func tokenHostTLS(t *testing.T, srv *httptest.Server, name string) *x509.Certifi
 	}
 	srv.TLS = &tls.Config{Certificates: []tls.Certificate{{Certificate: [][]byte{der}, PrivateKey: key}}}
 	return ca
+}
+
+// TestCheckAgentKeyLogin (issue 21): an agent runs on a subscription login
+// of its own kind; `--agent codex` with only a Claude login, or with a
+// damaged login record, is refused with one line saying what to run.
+func TestCheckAgentKeyLogin(t *testing.T) {
+	t.Setenv("ANTHROPIC_API_KEY", "")
+	t.Setenv("OPENAI_API_KEY", "")
+	hd := t.TempDir()
+	claude, _ := credentials.LookupLogin("claude")
+	doc, _ := json.Marshal(map[string]any{"claudeAiOauth": map[string]any{"accessToken": "sk-ant-oat01-" + strings.Repeat("a", 90),
+		"refreshToken": "sk-ant-ort01-" + strings.Repeat("b", 90), "expiresAt": time.Now().Add(time.Hour).UnixMilli()}})
+	l, err := credentials.ParseLogin(claude, doc, "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := credentials.SaveLogin(hd, l); err != nil {
+		t.Fatal(err)
+	}
+	if err := checkAgentKey("claude", home.Home(hd)); err != nil {
+		t.Errorf("claude with a claude login: %v", err)
+	}
+	err = checkAgentKey("codex", home.Home(hd))
+	if err == nil || !strings.Contains(err.Error(), "vibedom auth import codex") || !strings.Contains(err.Error(), "OPENAI_API_KEY") || strings.Contains(err.Error(), "\n") {
+		t.Errorf("codex with only a claude login: %v", err)
+	}
+	os.WriteFile(credentials.WhereLogin(hd, claude), []byte("{"), 0o600)
+	if err := checkAgentKey("claude", home.Home(hd)); err == nil || !strings.Contains(err.Error(), "vibedom auth import claude") {
+		t.Errorf("claude with a damaged login: %v", err)
+	}
 }

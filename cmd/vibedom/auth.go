@@ -16,6 +16,7 @@ import (
 
 	"github.com/vibedom/vibedom/childenv"
 	"github.com/vibedom/vibedom/credentials"
+	"github.com/vibedom/vibedom/home"
 	"github.com/vibedom/vibedom/session"
 )
 
@@ -33,7 +34,7 @@ func init() {
 					if err != nil {
 						return err
 					}
-					home, err := session.DefaultHome()
+					home, err := home.Default()
 					if err != nil {
 						return err
 					}
@@ -87,7 +88,7 @@ func init() {
 				Usage: "the API keys and subscription logins the host holds: provider, kind, expiry, a fingerprint (never a token)",
 				Flags: []cli.Flag{&cli.BoolFlag{Name: "json", Usage: "print the result as JSON"}},
 				Action: func(ctx context.Context, c *cli.Command) error {
-					home, err := session.DefaultHome()
+					home, err := home.Default()
 					if err != nil {
 						return err
 					}
@@ -156,7 +157,7 @@ func init() {
 				Usage: "print the deploy key's public half, to add as a deploy key on your git host (made on first use; used in the VM only through run --ssh-agent)",
 				Flags: []cli.Flag{&cli.BoolFlag{Name: "json", Usage: "print the result as JSON"}},
 				Action: func(ctx context.Context, c *cli.Command) error {
-					home, err := session.DefaultHome()
+					home, err := home.Default()
 					if err != nil {
 						return err
 					}
@@ -180,7 +181,7 @@ func init() {
 				Usage:     "forget a stored API key (anthropic, openai) or subscription login (claude, codex)",
 				ArgsUsage: "PROVIDER|claude|codex",
 				Action: func(ctx context.Context, c *cli.Command) error {
-					home, err := session.DefaultHome()
+					home, err := home.Default()
 					if err != nil {
 						return err
 					}
@@ -210,7 +211,7 @@ func authLogin(c *cli.Command) (credentials.LoginKind, error) {
 
 // importLogin takes the host CLI's login of kind k into vibedom's store.
 func importLogin(c *cli.Command, k credentials.LoginKind) error {
-	home, err := session.DefaultHome()
+	home, err := home.Default()
 	if err != nil {
 		return err
 	}
