@@ -8,7 +8,6 @@ import (
 	"io"
 	"math/big"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -164,14 +163,7 @@ func TestClaudeSubscriptionLoginVM(t *testing.T) {
 	imported, importedRefresh := oauthTok("sk-ant-oat01-"), oauthTok("sk-ant-ort01-")
 	fake := &fakeClaudeCloud{refresh: importedRefresh, issued: map[string]bool{},
 		probeArgs: probeArg(imported[13:40]) + " " + probeArg(importedRefresh[13:40])}
-	cfg, caPEM := fakeTLS(t, "api.anthropic.com", "platform.claude.com")
-	srv := httptest.NewUnstartedServer(fake)
-	srv.TLS = cfg
-	srv.StartTLS()
-	defer srv.Close()
-	caFile := filepath.Join(t.TempDir(), "fake-ca.pem")
-	os.WriteFile(caFile, caPEM, 0o644)
-	_, port, _ := strings.Cut(strings.TrimPrefix(srv.URL, "https://"), ":")
+	port, caFile := clitest.ServeTLS(t, fake, "api.anthropic.com", "platform.claude.com")
 
 	// The host's own Claude Code login, due for a refresh in a minute.
 	hostHome := t.TempDir()

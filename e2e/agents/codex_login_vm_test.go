@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -112,14 +111,7 @@ func TestCodexSubscriptionLoginVM(t *testing.T) {
 
 	imported, importedRefresh := chatgptJWT(time.Now().Add(time.Minute)), oauthTok("rt_")
 	fake := &fakeChatGPT{api: &fakeResponses{}, refresh: importedRefresh, issued: map[string]bool{}}
-	cfg, caPEM := fakeTLS(t, "chatgpt.com", "auth.openai.com")
-	srv := httptest.NewUnstartedServer(fake)
-	srv.TLS = cfg
-	srv.StartTLS()
-	defer srv.Close()
-	caFile := filepath.Join(t.TempDir(), "fake-ca.pem")
-	os.WriteFile(caFile, caPEM, 0o644)
-	_, port, _ := strings.Cut(strings.TrimPrefix(srv.URL, "https://"), ":")
+	port, caFile := clitest.ServeTLS(t, fake, "chatgpt.com", "auth.openai.com")
 
 	hostHome := t.TempDir()
 	doc, _ := json.Marshal(map[string]any{"OPENAI_API_KEY": nil, "tokens": map[string]any{"id_token": chatgptJWT(time.Now().Add(time.Hour)),
