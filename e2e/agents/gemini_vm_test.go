@@ -1,7 +1,6 @@
 package agents
 
 import (
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"slices"
@@ -26,14 +25,7 @@ func TestGeminiToolCallVM(t *testing.T) {
 	c, bin := clitest.GuestImageHomeNode(t, "--agents", "gemini", "--registry", reg.URL)
 
 	fake := &fakeGemini{file: "/work/made-by-gemini.txt"}
-	cfg, caPEM := fakeTLS(t, "generativelanguage.googleapis.com")
-	srv := httptest.NewUnstartedServer(fake)
-	srv.TLS = cfg
-	srv.StartTLS()
-	defer srv.Close()
-	caFile := filepath.Join(t.TempDir(), "fake-ca.pem")
-	os.WriteFile(caFile, caPEM, 0o644)
-	_, port, _ := strings.Cut(strings.TrimPrefix(srv.URL, "https://"), ":")
+	port, caFile := clitest.ServeTLS(t, fake, "generativelanguage.googleapis.com")
 
 	realKey := "AIzaSyREAL" + strings.Repeat("r", 29) // gitleaks:allow
 	c.Env = append(c.Env, "GEMINI_API_KEY="+realKey)
