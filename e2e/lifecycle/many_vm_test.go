@@ -131,7 +131,7 @@ func TestBalloonReturnsMemoryVM(t *testing.T) {
 	// Free page reporting works in the background (a 2 s delay, then
 	// batches): wait for the drop, with a deadline.
 	freed := time.Now()
-	want := full - 700
+	want := full - 512
 	var now float64
 	for end := time.Now().Add(2 * time.Minute); ; time.Sleep(200 * time.Millisecond) {
 		if now = rssMiB(t, qemu); now <= want {
