@@ -316,7 +316,7 @@ type HostOptions struct {
 // over fd 3, SIGINT and SIGTERM ask the session to stop (its changes are
 // collected) rather than abandon it.
 func Host(ctx context.Context, ho HostOptions) (*Result, error) {
-	ready := os.NewFile(3, "ready")
+	ready, secrets := hostPipes()
 	if ready == nil {
 		return nil, errors.New("the session host needs its readiness pipe: it is started by `vibedom run --detach` only")
 	}
@@ -330,9 +330,11 @@ func Host(ctx context.Context, ho HostOptions) (*Result, error) {
 		return fail(err)
 	}
 	if o.scanned != nil {
-		if o.scanned.secrets, err = readHostSecrets(os.NewFile(4, "secrets")); err != nil {
+		if o.scanned.secrets, err = readHostSecrets(secrets); err != nil {
 			return fail(err)
 		}
+	} else if secrets != nil {
+		secrets.Close()
 	}
 	o.Detached, o.Terminal = true, nil
 	o.Stdin = strings.NewReader("")
