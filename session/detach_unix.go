@@ -20,3 +20,9 @@ func hostPipes() (ready, secrets *os.File) {
 	syscall.CloseOnExec(4)
 	return os.NewFile(3, "ready"), os.NewFile(4, "secrets")
 }
+
+// openNoFollow opens path for reading, not through a symlink in its last
+// element and without waiting for a FIFO's writer.
+func openNoFollow(path string) (*os.File, error) {
+	return os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
+}
