@@ -119,18 +119,24 @@ func privateDir(dir string) error {
 	return nil
 }
 
-// fileSHA256 is the hex sha256 of the regular file at p (not followed
-// through a symlink), or "" when it cannot be read.
+// fileSHA256 is the hex sha256 of the file at p, or "" when it cannot be
+// read or is not a regular file that only this user can change: not a
+// symlink, not group- or world-writable, this user's, with no other hard
+// link (a link to a file elsewhere stays writable by whoever owns that
+// name). The checks and the hash are of one open descriptor.
 func fileSHA256(p string) string {
-	fi, err := os.Lstat(p)
-	if err != nil || !fi.Mode().IsRegular() {
-		return ""
-	}
-	f, err := os.Open(p)
+	f, err := os.OpenFile(p, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
 	if err != nil {
 		return ""
 	}
 	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil || !fi.Mode().IsRegular() || fi.Mode().Perm()&0o022 != 0 {
+		return ""
+	}
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok && (int(st.Uid) != os.Getuid() || st.Nlink != 1) {
+		return ""
+	}
 	h := sha256.New()
 	if _, err := io.Copy(h, f); err != nil {
 		return ""
