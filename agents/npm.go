@@ -256,7 +256,9 @@ func (r *resolver) pick(name, rng string) (pkgVersion, error) {
 	var bestS string
 	for s := range d.Versions {
 		v, ok := parseSemver(s)
-		if ok && want.match(v) && (bestS == "" || v.compare(best) > 0) {
+		// A key that is a version only once trimmed is no version: it
+		// would be a file name in the cache and a line in a message.
+		if ok && s == strings.TrimSpace(s) && want.match(v) && (bestS == "" || v.compare(best) > 0) {
 			best, bestS = v, s
 		}
 	}

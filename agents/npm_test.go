@@ -383,3 +383,21 @@ func TestNPMPackumentBudget(t *testing.T) {
 		t.Fatalf("err %v, want one about the packuments' total", err)
 	}
 }
+
+// TestNPMVersionKeyWhitespace: a packument version key that is a version
+// only once trimmed ("1.0.0\n") is not picked: it would become a file
+// name in the cache and a line break in the lock's messages.
+func TestNPMVersionKeyWhitespace(t *testing.T) {
+	r := newRegistry(t)
+	r.publishNPM(t, npmPkg{name: "ag", version: "1.0.0", bin: "cli.js", deps: map[string]string{"d": "^1.0.0"}},
+		npmPkg{name: "d", version: "1.0.0"}, npmPkg{name: "d", version: "1.9.0\n"})
+	lock, err := ResolveNPM(t.Context(), Options{Home: t.TempDir(), Registry: r.URL}, "", NPMSpec{Name: "ag", Version: "1.0.0"}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range lock.Packages {
+		if p.Name == "d" && p.Version != "1.0.0" {
+			t.Errorf("picked d@%q, want 1.0.0", p.Version)
+		}
+	}
+}
