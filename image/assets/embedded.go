@@ -116,7 +116,34 @@ func privateDir(dir string) error {
 			return fmt.Errorf("%w: make %s private: %v", ErrEmbeddedGuest, dir, err)
 		}
 	}
-	return nil
+	return safeParents(dir)
+}
+
+// safeParents checks that no one but this user and root can rename the
+// folders above dir (as resolved): each is this user's or root's, and not
+// group- or world-writable unless sticky (/tmp). Otherwise whoever can
+// write to one could swap the checked folder for their own before use.
+func safeParents(dir string) error {
+	real, err := filepath.EvalSymlinks(dir)
+	if err != nil {
+		return fmt.Errorf("%w: %v", ErrEmbeddedGuest, err)
+	}
+	for d := filepath.Dir(real); ; d = filepath.Dir(d) {
+		fi, err := os.Lstat(d)
+		if err != nil {
+			return fmt.Errorf("%w: %v", ErrEmbeddedGuest, err)
+		}
+		st, ok := fi.Sys().(*syscall.Stat_t)
+		if ok && int(st.Uid) != os.Getuid() && st.Uid != 0 {
+			return fmt.Errorf("%w: %s, above %s, belongs to uid %d: set VIBEDOM_HOME to a folder of yours", ErrEmbeddedGuest, d, dir, st.Uid)
+		}
+		if fi.Mode().Perm()&0o022 != 0 && fi.Mode()&fs.ModeSticky == 0 {
+			return fmt.Errorf("%w: %s, above %s, can be changed by other users (mode %v): run chmod go-w %s", ErrEmbeddedGuest, d, dir, fi.Mode().Perm(), d)
+		}
+		if d == filepath.Dir(d) {
+			return nil
+		}
+	}
 }
 
 // fileSHA256 is the hex sha256 of the file at p, or "" when it cannot be

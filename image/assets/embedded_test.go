@@ -147,6 +147,37 @@ func TestExtractGuest(t *testing.T) {
 		})
 	}
 
+	// A folder above the cache that someone else can write to lets them
+	// rename the checked cache folder away and put their own in its place
+	// before the agent is used.
+	for _, tc := range []struct {
+		name string
+		edit func(t *testing.T, shared string)
+		root bool
+	}{
+		{"writable by all", func(t *testing.T, shared string) { os.Chmod(shared, 0o777) }, false},
+		{"group-writable", func(t *testing.T, shared string) { os.Chmod(shared, 0o775) }, false},
+		{"another user's", func(t *testing.T, shared string) {
+			if err := os.Lchown(shared, os.Getuid()+4242, -1); err != nil {
+				t.Fatal(err)
+			}
+		}, true},
+	} {
+		t.Run("a parent folder "+tc.name+" is refused", func(t *testing.T) {
+			if tc.root && os.Getuid() != 0 {
+				t.Skip("giving a folder to another user needs root")
+			}
+			shared := filepath.Join(t.TempDir(), "shared")
+			os.Mkdir(shared, 0o755)
+			tc.edit(t, shared)
+			dir := filepath.Join(shared, "cache", "guest-agent")
+			_, err := extractGuest(guestFS(agent, ""), dir, vm.ArchAMD64)
+			if !errors.Is(err, ErrEmbeddedGuest) || !strings.Contains(err.Error(), shared) {
+				t.Errorf("err = %v, want ErrEmbeddedGuest naming %s", err, shared)
+			}
+		})
+	}
+
 	t.Run("a cache folder that is a symlink is refused", func(t *testing.T) {
 		tmp := t.TempDir()
 		elsewhere := filepath.Join(tmp, "elsewhere")
