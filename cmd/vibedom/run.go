@@ -54,6 +54,7 @@ what to apply (without a terminal nothing is applied unless --apply).`,
 			&cli.BoolFlag{Name: "quiet", Aliases: []string{"q"}, Usage: "print no progress lines"},
 			&cli.BoolFlag{Name: "detach", Aliases: []string{"d"}, Usage: "start the session in the background, print its name and return (vibedom attach NAME joins it)"},
 			&cli.BoolFlag{Name: "json", Usage: "with --detach: print the session's name, host pid and log as JSON"},
+			publishFlag(),
 		},
 		Action: runAction,
 	})
@@ -181,6 +182,9 @@ func runAction(ctx context.Context, c *cli.Command) error {
 				}
 			}
 		}
+	}
+	if o.Ports, err = publishedPorts(c); err != nil {
+		return err
 	}
 	if o.Arch != "" && o.Arch != vm.ArchAMD64 && o.Arch != vm.ArchARM64 {
 		return fmt.Errorf("--arch must be amd64 or arm64, got %q", o.Arch)
