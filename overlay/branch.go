@@ -208,7 +208,11 @@ func CommitBranch(ctx context.Context, pl *Plan, opts BranchOptions) (*BranchRes
 	if _, err := git(nil, "read-tree", base+"^{tree}"); err != nil {
 		return nil, fmt.Errorf("branch: read the base commit's tree: %w", err)
 	}
-	gitlinks, err := indexGitlinks(git)
+	gitlinks, tracked, err := indexEntries(git)
+	if err != nil {
+		return nil, err
+	}
+	ignored, err := ignoredPaths(ctx, r, private, prefix, pl, tracked)
 	if err != nil {
 		return nil, err
 	}
@@ -233,6 +237,10 @@ func CommitBranch(ctx context.Context, pl *Plan, opts BranchOptions) (*BranchRes
 		}
 		if sub := insideGitlink(prefix+pf.Path, gitlinks); sub != "" {
 			res.Report.Results[pf.Path] = "refused: inside the submodule " + DisplayPath(sub) + "; commit it in the submodule's own repository"
+			continue
+		}
+		if ignored[pf.Path] {
+			res.Report.Results[pf.Path] = "skipped: new, and .gitignore names it (`git add -f` it yourself if it belongs)"
 			continue
 		}
 		res.Report.Applied = append(res.Report.Applied, pf.Path)
@@ -331,20 +339,55 @@ func CommitBranch(ctx context.Context, pl *Plan, opts BranchOptions) (*BranchRes
 	return res, nil
 }
 
-// indexGitlinks lists the submodules (mode 160000) of the temporary index.
-func indexGitlinks(git func([]byte, ...string) ([]byte, error)) ([]string, error) {
+// indexEntries lists the submodules (mode 160000) and every path of the
+// temporary index.
+func indexEntries(git func([]byte, ...string) ([]byte, error)) (gitlinks []string, tracked map[string]bool, err error) {
 	out, err := git(nil, "ls-files", "-s", "-z")
 	if err != nil {
-		return nil, fmt.Errorf("branch: read the base commit's tree: %w", err)
+		return nil, nil, fmt.Errorf("branch: read the base commit's tree: %w", err)
 	}
-	var links []string
+	tracked = map[string]bool{}
 	for rec := range bytes.SplitSeq(out, []byte{0}) {
 		meta, p, ok := bytes.Cut(rec, []byte{'\t'})
-		if ok && bytes.HasPrefix(meta, []byte("160000 ")) {
-			links = append(links, string(p))
+		if !ok {
+			continue
+		}
+		tracked[string(p)] = true
+		if bytes.HasPrefix(meta, []byte("160000 ")) {
+			gitlinks = append(gitlinks, string(p))
 		}
 	}
-	return links, nil
+	return gitlinks, tracked, nil
+}
+
+// ignoredPaths are the plan's paths that the branch would add (not in the
+// base commit) and that the workspace's .gitignore files name, as `git add`
+// would leave them out (a dependency folder the agent installed). git reads
+// the .gitignore files of the work tree, and no config.
+func ignoredPaths(ctx context.Context, r *gitRepo, private, prefix string, pl *Plan, tracked map[string]bool) (map[string]bool, error) {
+	var in bytes.Buffer
+	for _, pf := range pl.Files {
+		if pf.newT != "" && !tracked[prefix+pf.Path] {
+			in.WriteString(prefix + pf.Path + "\x00")
+		}
+	}
+	if in.Len() == 0 {
+		return nil, nil
+	}
+	out, err := runHostGitInput(ctx, r.top, private, []string{
+		"GIT_DIR=" + filepath.Join(private, "git"),
+		"GIT_WORK_TREE=" + r.top,
+	}, &in, "check-ignore", "--no-index", "-z", "--stdin")
+	if err != nil && len(out) == 0 {
+		return nil, nil // exit 1: nothing is ignored
+	}
+	ignored := map[string]bool{}
+	for p := range bytes.SplitSeq(out, []byte{0}) {
+		if rel, ok := strings.CutPrefix(string(p), prefix); ok && len(p) > 0 {
+			ignored[rel] = true
+		}
+	}
+	return ignored, nil
 }
 
 // insideGitlink returns the submodule p is or is inside of, or "".

@@ -369,3 +369,31 @@ func TestBranchRunsNothingTheWorkspaceConfigures(t *testing.T) {
 		})
 	}
 }
+
+// TestBranchLeavesIgnoredNewFilesOff: as `git add -A` would, the branch
+// leaves out new files the workspace's .gitignore names (the dependencies
+// the agent installed), and keeps tracked ones whatever the patterns say.
+func TestBranchLeavesIgnoredNewFilesOff(t *testing.T) {
+	s := branchRepo(t, tree{".gitignore": "file:node_modules/\n*.log\n", "a.txt": "file:a\n"}, nil)
+	mustRun(t, s.ws, "sh", "-c", "echo kept > kept.log && git add -f kept.log && git -c user.name=t -c user.email=t@example.com commit -qm log")
+	os.RemoveAll(filepath.Join(s.dir, BaselineDir))
+	if _, err := TakeBaseline(t.Context(), s.ws, filepath.Join(s.dir, BaselineDir), BaselineOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	a := s.agentTree(t)
+	writeFile(t, filepath.Join(a, "node_modules/dep/index.js"), "module.exports = 1\n", 0o644)
+	writeFile(t, filepath.Join(a, "debug.log"), "noise\n", 0o644)
+	writeFile(t, filepath.Join(a, "kept.log"), "kept, changed\n", 0o644)
+	writeFile(t, filepath.Join(a, "src/new.js"), "x\n", 0o644)
+	s.finish(t, a)
+	res, err := Branch(t.Context(), BranchOptions{Apply: ApplyOptions{Workspace: s.ws, SessionDir: s.dir}, Branch: "b"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := gitOut(t, s.ws, "diff", "--name-only", "HEAD...b"); got != "kept.log\nsrc/new.js\n" {
+		t.Errorf("on the branch:\n%s", got)
+	}
+	if r := res.Report.Results["node_modules/dep/index.js"]; !strings.Contains(r, ".gitignore") {
+		t.Errorf("node_modules/dep/index.js: %q", r)
+	}
+}
