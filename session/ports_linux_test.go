@@ -175,3 +175,32 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// TestRunPortsBeforeBoot: the ports of run -p are bound before anything
+// boots: a taken one fails the start with one line; the session's cleanup
+// frees the ones it bound.
+func TestRunPortsBeforeBoot(t *testing.T) {
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	free := freePort(t)
+	takenPort := taken.Addr().(*net.TCPAddr).Port
+	s := &sess{ctl: newHostCtl(), opts: Options{Ports: []PortSpec{
+		{HostAddr: DefaultPortAddr, HostPort: free, GuestPort: 3000},
+		{HostAddr: DefaultPortAddr, HostPort: takenPort, GuestPort: 3001},
+	}}}
+	err = s.openPorts()
+	if err == nil || !strings.Contains(err.Error(), "is taken") || strings.Contains(err.Error(), "\n") {
+		t.Fatalf("a taken port: %v", err)
+	}
+	if err := s.cleanup.run(); err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(free))
+	if err != nil {
+		t.Fatalf("the session's end left port %d bound: %v", free, err)
+	}
+	ln.Close()
+}

@@ -147,3 +147,15 @@ func TestDiffStatNameOnly(t *testing.T) {
 		t.Errorf("--stat --name-only: exit %d, want 2", code)
 	}
 }
+
+// TestApplyBranchNotARepository: a workspace outside git: one line, exit 2,
+// the workspace untouched.
+func TestApplyBranchNotARepository(t *testing.T) {
+	_, ws := changesFixture(t)
+	if code, _ := capture(t, "apply", "--branch", "x"); code != 2 {
+		t.Errorf("apply --branch outside a repository: exit %d, want 2", code)
+	}
+	if data, _ := os.ReadFile(filepath.Join(ws, "a.txt")); string(data) != "a\n" {
+		t.Errorf("a.txt changed: %q", data)
+	}
+}
