@@ -25,9 +25,8 @@ func branchFlags() []cli.Flag {
 // workspace, its index and HEAD untouched. Exit 1 when some path stayed off
 // the branch, 2 when no branch was made.
 func applyBranch(ctx context.Context, c *cli.Command, si *review.SessionInfo, opts overlay.ApplyOptions) error {
-	if c.IsSet("on-conflict") {
-		return fmt.Errorf("--on-conflict does not go with --branch: a branch starts from the session's commit, so your edits since do not conflict with it")
-	}
+	// --on-conflict is not used: a branch starts from the session's commit,
+	// so the user's edits since do not conflict with it.
 	res, err := overlay.Branch(ctx, overlay.BranchOptions{Apply: opts, Branch: c.String("branch"), Message: branchMessage(c.String("message"), si.Name)})
 	color := changesIsTerminal(os.Stdout) && os.Getenv("NO_COLOR") == ""
 	if res != nil {

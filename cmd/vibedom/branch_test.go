@@ -83,7 +83,7 @@ func gitIn(t *testing.T, dir string, args ...string) string {
 // TestApplyBranchCLI: `vibedom apply --branch` commits what apply would
 // write (the protected .envrc left out: exit 1), touches nothing of the
 // workspace, and refuses a second time (the branch exists: exit 2, one
-// line); --on-conflict does not go with it.
+// line).
 func TestApplyBranchCLI(t *testing.T) {
 	ws := gitChangesFixture(t)
 	state := func() string {
@@ -122,10 +122,6 @@ func TestApplyBranchCLI(t *testing.T) {
 	}
 	if got := gitIn(t, ws, "log", "-1", "--format=%B", "all"); !strings.Contains(got, "vibedom session ws-0002") {
 		t.Errorf("default message: %q", got)
-	}
-	// (last: the CLI's flags keep their values between runs in one process)
-	if code, _ := capture(t, "apply", "--branch", "y", "--on-conflict", "agent"); code != 2 {
-		t.Errorf("--branch with --on-conflict: exit %d, want 2", code)
 	}
 }
 
