@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+	"time"
 
 	"github.com/vibedom/vibedom/guestlink"
 )
@@ -37,6 +38,10 @@ const (
 // MaxPortConns bounds the connections open at once through one published
 // port; more are closed as they arrive.
 const MaxPortConns = 128
+
+// portDialMax bounds the wait for the guest to take a connection (a
+// guest that never answers must not hold a port's slots for good).
+const portDialMax = 30 * time.Second
 
 // DefaultPortAddr is where a published port listens unless told otherwise.
 const DefaultPortAddr = "127.0.0.1"
@@ -320,7 +325,9 @@ func (t *portTable) forward(q *published, c net.Conn) {
 	case <-t.ctx.Done():
 		return
 	}
-	g, err := t.dial(t.ctx, q.spec.GuestPort)
+	dctx, cancel := context.WithTimeout(t.ctx, portDialMax)
+	g, err := t.dial(dctx, q.spec.GuestPort)
+	cancel()
 	if err != nil {
 		if errors.Is(err, guestlink.ErrPortClosed) {
 			t.log.Info("published port: nothing listens in the guest", "port", q.spec.String())
