@@ -81,7 +81,7 @@ var table = map[string][]string{
 		"image/assets", "home", "progress", "atomicfile",
 	},
 	"image/kernel":            {"vm", "childenv"},
-	"image/assets":            {"vm", "image/kernel", "home"},
+	"image/assets":            {"vm", "image/kernel", "home", "atomicfile"},
 	"image/initramfs":         {},
 	"image/alpine":            {"progress", "atomicfile"},
 	"image/alpine/alpinetest": {"image/alpine"},
