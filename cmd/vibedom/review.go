@@ -42,7 +42,7 @@ func init() {
 			if err != nil {
 				return err
 			}
-			if out == review.Applied && changesNotApplied(rep) > 0 {
+			if (out == review.Applied || out == review.Branched) && changesNotApplied(rep) > 0 {
 				return exitCode(1)
 			}
 			return nil
