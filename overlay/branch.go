@@ -76,7 +76,7 @@ func BaseCommit(sessionDir string) (string, error) {
 	}
 	defer bl.Close()
 	switch {
-	case bl.meta.Head != "":
+	case validBlobID(bl.meta.Head):
 		return bl.meta.Head, nil
 	case bl.meta.Repo:
 		return "", fmt.Errorf("%w: the repository had no commit when the session started; use `vibedom apply`", ErrNoBaseCommit)
