@@ -13,6 +13,8 @@ import (
 
 	"github.com/vibedom/vibedom/keys"
 	"github.com/vibedom/vibedom/netfilter"
+	nfegress "github.com/vibedom/vibedom/netfilter/egress"
+	"github.com/vibedom/vibedom/policy"
 )
 
 // EgressOptions configures the session's network. The zero value gives the
@@ -27,12 +29,12 @@ type EgressOptions struct {
 	// Resolve maps allowed names to the addresses the proxy connects to
 	// (--resolve); CAFiles are PEM files of extra roots trusted for
 	// upstreams (--ca-file), on top of the system's.
-	Resolve []netfilter.Resolve
+	Resolve []nfegress.Resolve
 	CAFiles []string
 	// Dial, ExtraRoots and Resolver replace how the proxy reaches
 	// upstreams; Dial is called only with an address the proxy's dial
 	// guard has passed (netfilter.EngineConfig.Dial).
-	Dial       netfilter.DialFunc
+	Dial       nfegress.DialFunc
 	ExtraRoots []*x509.Certificate
 	Resolver   netfilter.Resolver
 	// ProxyEngine is "go" (the default when empty) or "mitmproxy": admitted
@@ -53,7 +55,7 @@ var ProxyEngines = []string{"go", "mitmproxy"}
 const guestMAC = "02:76:64:00:00:02"
 
 type egress struct {
-	policy *netfilter.Policy
+	policy *nfegress.Policy
 	engine interface {
 		netfilter.Engine
 		Close() error
@@ -75,11 +77,11 @@ type egress struct {
 func (s *sess) setupEgress(ctx context.Context) error {
 	o := &s.opts
 	eo := o.Egress
-	trust, err := LoadWorkspaceTrust(o.Home, o.Workspace)
+	trust, err := policy.LoadTrust(o.Home, s.plan.workspace)
 	if err != nil {
 		return fmt.Errorf("load the egress policy: %w", err)
 	}
-	policy, notes, err := EgressPolicy(o.Home, trust, eo.Allow)
+	pol, notes, err := policy.EgressPolicy(o.Home, trust, eo.Allow)
 	if err != nil {
 		return fmt.Errorf("load the egress policy: %w", err)
 	}
@@ -96,7 +98,7 @@ func (s *sess) setupEgress(ctx context.Context) error {
 		return err
 	}
 	events.SetRedactor(s.redact)
-	e := &egress{policy: policy, events: events, caPEM: ca.CertPEM(), mac: guestMAC}
+	e := &egress{policy: pol, events: events, caPEM: ca.CertPEM(), mac: guestMAC}
 	s.cleanup.add("close network log", events.Close)
 	roots := append([]*x509.Certificate{}, eo.ExtraRoots...)
 	for _, f := range eo.CAFiles {
@@ -119,10 +121,10 @@ func (s *sess) setupEgress(ctx context.Context) error {
 	}
 	// One wildcard guard for the DNS server and the explicit proxy: new
 	// names under a wildcard are a channel to the host's resolver.
-	limited := netfilter.LimitWildcards(policy)
+	limited := nfegress.LimitWildcards(pol)
 	ecfg := netfilter.EngineConfig{
-		CA: ca, Policy: limited, Filter: eo.Filter, Events: events, Logger: s.log.With("part", "proxy"),
-		Dial: eo.Dial, Resolve: eo.Resolve, AllowPrivate: policy.PrivateRanges(), ExtraRoots: roots,
+		CA: ca, Policy: limited, Filter: s.plan.filter, Events: events, Logger: s.log.With("part", "proxy"),
+		Dial: eo.Dial, Resolve: eo.Resolve, AllowPrivate: pol.PrivateRanges(), ExtraRoots: roots,
 	}
 	switch eo.ProxyEngine {
 	case "", "go":

@@ -115,6 +115,21 @@ func ParsePortSpec(s string) (PortSpec, error) {
 	return p, nil
 }
 
+// checkPorts checks specs that did not come from ParsePortSpec (the
+// detached host's options file) as ParsePortSpec would.
+func checkPorts(ps []PortSpec) error {
+	for _, p := range ps {
+		q, err := ParsePortSpec(fmt.Sprintf("[%s]:%d:%d", p.HostAddr, p.HostPort, p.GuestPort))
+		if err != nil {
+			return err
+		}
+		if q != p {
+			return fmt.Errorf("port %s: not a port spec as parsed", p)
+		}
+	}
+	return nil
+}
+
 // Host is the address the host listens on.
 func (p PortSpec) Host() string { return net.JoinHostPort(p.HostAddr, strconv.Itoa(p.HostPort)) }
 

@@ -48,3 +48,16 @@ func TestParsePortSpec(t *testing.T) {
 		}
 	}
 }
+
+// TestCheckPorts: the detached host's options file is checked as the flags
+// were: a privileged or out-of-range port, or a name for an address, is refused.
+func TestCheckPorts(t *testing.T) {
+	if err := checkPorts([]PortSpec{{"127.0.0.1", 3000, 3000}, {"::1", 8080, 80}, {"0.0.0.0", 9000, 9000}}); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []PortSpec{{"127.0.0.1", 80, 80}, {"127.0.0.1", 3000, 0}, {"127.0.0.1", 70000, 3000}, {"example.com", 3000, 3000}, {"", 3000, 3000}} {
+		if err := checkPorts([]PortSpec{p}); err == nil {
+			t.Errorf("%+v accepted", p)
+		}
+	}
+}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/urfave/cli/v3"
 
+	"github.com/vibedom/vibedom/home"
 	"github.com/vibedom/vibedom/session"
 	"github.com/vibedom/vibedom/termtext"
 )
@@ -87,11 +88,11 @@ func portAction(ctx context.Context, c *cli.Command) error {
 	default:
 		return fmt.Errorf("vibedom port: %q is not add, rm or list", action)
 	}
-	home, err := session.DefaultHome()
+	h, err := home.Default()
 	if err != nil {
 		return err
 	}
-	i, err := session.FindSession(home, name)
+	i, err := session.FindSession(h, name)
 	if err != nil {
 		return err
 	}
