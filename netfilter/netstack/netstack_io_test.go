@@ -1,6 +1,8 @@
-package netfilter
+package netstack
 
 import (
+	"github.com/vibedom/vibedom/netfilter/internal/stacktest"
+
 	"context"
 	"errors"
 	"io"
@@ -32,7 +34,7 @@ func TestStackPortableIO(t *testing.T) {
 	}
 	defer vm.Close()
 	eng := newNSEngine()
-	res := &nsResolver{exists: map[string]bool{"api.example.com": true}}
+	res := &stacktest.Resolver{Known: map[string]bool{"api.example.com": true}}
 	s, err := NewStack(StackConfig{Resolver: res}, eng, testPolicyAllow(), nil, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -51,11 +53,11 @@ func TestStackPortableIO(t *testing.T) {
 	}()
 	n := &nsNet{stack: s, engine: eng, vm: nsPlainConn{vm}}
 	g := n.guest(t)
-	a, ok := answerA(g.lookup(t, "api.example.com.", dnsmessage.TypeA))
+	a, ok := stacktest.AnswerA(g.Lookup(t, "api.example.com.", dnsmessage.TypeA))
 	if !ok {
 		t.Fatal("no answer")
 	}
-	c, err := g.dial(t.Context(), netip.AddrPortFrom(a, 443))
+	c, err := g.Dial(t.Context(), netip.AddrPortFrom(a, 443))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,6 +1,8 @@
-package netfilter
+package netstack
 
 import (
+	"github.com/vibedom/vibedom/netfilter/internal/stacktest"
+
 	"bufio"
 	"bytes"
 	"context"
@@ -45,9 +47,9 @@ func TestStackLinuxGuest(t *testing.T) {
 	kernels, _ := filepath.Glob(filepath.Join(kernelDir, "boot", "vmlinuz-*"))
 
 	eng := &nsHTTPEngine{got: make(chan nsAccepted, 64)}
-	events := &nsEvents{}
-	res := &nsResolver{exists: map[string]bool{"api.example.com": true, "www.example.com": true}}
-	pol := nsPolicy{"api.example.com": {80}, "www.example.com": {80}}
+	events := &stacktest.Events{}
+	res := &stacktest.Resolver{Known: map[string]bool{"api.example.com": true, "www.example.com": true}}
+	pol := stacktest.Policy{"api.example.com": {80}, "www.example.com": {80}}
 	guestMAC := net.HardwareAddr{0x02, 0x76, 0x64, 0, 0, 0x02}
 	s, err := NewStack(StackConfig{Resolver: res, GuestMAC: guestMAC}, eng, pol, events, nil)
 	if err != nil {
@@ -150,7 +152,7 @@ func TestStackLinuxGuest(t *testing.T) {
 			{"udp", "8.8.8.8:53"},
 		} {
 			found := false
-			for _, e := range events.all() {
+			for _, e := range events.All() {
 				if e.Kind == want.kind && e.Decision == "deny" && (e.Name == want.what || e.Dst == want.what) {
 					found = true
 				}

@@ -1,4 +1,12 @@
-package netfilter
+// Package stacktest plays the guest against netfilter/netstack in tests: a
+// second gVisor stack on the VM's end of the socket pair (NewGuest, with
+// Dial, Lookup and UDPExchange), raw Ethernet/IPv4/UDP/TCP/ICMP frames for
+// a guest that misbehaves below TCP, DNS queries, a map policy, a
+// recording resolver and event sink, and the test network's addresses.
+//
+// It is imported by tests only, and does not import the stack: the caller
+// hands it the link (netstack.NewLink) and the serve function.
+package stacktest
 
 import (
 	"github.com/vibedom/vibedom/netfilter/egress"
@@ -6,7 +14,6 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
-	"io"
 	"log/slog"
 	"net"
 	"net/netip"
@@ -33,17 +40,17 @@ import (
 
 // The test network: the Stack's defaults.
 var (
-	testGateway = netip.MustParseAddr("10.254.254.1")
-	testGuestIP = netip.MustParseAddr("10.254.254.2")
-	testGuestHW = net.HardwareAddr{0x02, 0x00, 0x00, 0x00, 0x00, 0x02}
-	testGwHW, _ = net.ParseMAC(DefaultGatewayMAC)
+	Gateway      = netip.MustParseAddr("10.254.254.1")
+	GuestIP      = netip.MustParseAddr("10.254.254.2")
+	GuestHW      = net.HardwareAddr{0x02, 0x00, 0x00, 0x00, 0x00, 0x02}
+	GatewayHW, _ = net.ParseMAC("02:76:64:00:00:01") // netstack.DefaultGatewayMAC
 )
 
-// nsPolicy allows names (exact) on listed ports; an entry with no ports
+// Policy allows names (exact) on listed ports; an entry with no ports
 // allows 443 and 80. IP literals are names like any other here.
-type nsPolicy map[string][]uint16
+type Policy map[string][]uint16
 
-func (p nsPolicy) ports(name string) ([]uint16, bool) {
+func (p Policy) ports(name string) ([]uint16, bool) {
 	name = strings.TrimSuffix(strings.ToLower(name), ".")
 	ports, ok := p[name]
 	if ok && len(ports) == 0 {
@@ -52,7 +59,8 @@ func (p nsPolicy) ports(name string) ([]uint16, bool) {
 	return ports, ok
 }
 
-func (p nsPolicy) Decide(name string, port uint16) egress.Decision {
+// Decide implements egress.StackPolicy.
+func (p Policy) Decide(name string, port uint16) egress.Decision {
 	ports, ok := p.ports(name)
 	if !ok {
 		return egress.Decision{Reason: "no rule allows " + name}
@@ -65,168 +73,88 @@ func (p nsPolicy) Decide(name string, port uint16) egress.Decision {
 	return egress.Decision{Reason: name + ": other ports only"}
 }
 
-func (p nsPolicy) DecideName(name string) egress.Decision {
+// DecideName implements egress.StackPolicy.
+func (p Policy) DecideName(name string) egress.Decision {
 	if _, ok := p.ports(name); ok {
 		return egress.Decision{Allow: true, Rule: name, Source: "test", Reason: "allowed"}
 	}
 	return egress.Decision{Reason: "no rule allows " + name}
 }
 
-// nsResolver says the names in exists exist, fails for those in fail,
+// Resolver says the names in Known exist, fails for those in Fail,
 // and records every name it is asked about.
-type nsResolver struct {
-	exists map[string]bool
-	fail   map[string]bool
+type Resolver struct {
+	Known map[string]bool
+	Fail  map[string]bool
 
 	mu    sync.Mutex
 	asked []string
 }
 
-func (r *nsResolver) Exists(_ context.Context, name string) (bool, error) {
+// Exists implements netstack.Resolver.
+func (r *Resolver) Exists(_ context.Context, name string) (bool, error) {
 	r.mu.Lock()
 	r.asked = append(r.asked, name)
 	r.mu.Unlock()
-	if r.fail[name] {
+	if r.Fail[name] {
 		return false, errors.New("upstream timeout")
 	}
-	return r.exists[name], nil
+	return r.Known[name], nil
 }
 
-func (r *nsResolver) calls() []string {
+// Calls returns the names asked about, in order.
+func (r *Resolver) Calls() []string {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return append([]string(nil), r.asked...)
 }
 
-// nsAccepted is one connection the fake engine was handed.
-type nsAccepted struct {
-	target Target
-	proxy  bool
-	src    netip.AddrPort
-}
-
-// nsEngine records what it is handed and echoes (or, with discard,
-// reads and drops; with send, writes send bytes and closes).
-type nsEngine struct {
-	got     chan nsAccepted
-	discard bool
-	send    int64
-	hold    chan struct{} // when set, handlers wait for it before closing
-}
-
-func newNSEngine() *nsEngine { return &nsEngine{got: make(chan nsAccepted, 1024)} }
-
-func (e *nsEngine) HandleConn(ctx context.Context, conn net.Conn, t Target) {
-	defer conn.Close()
-	select {
-	case e.got <- nsAccepted{target: t}:
-	default:
-	}
-	e.serve(ctx, conn)
-}
-
-func (e *nsEngine) HandleProxyConn(ctx context.Context, conn net.Conn, src netip.AddrPort) {
-	defer conn.Close()
-	select {
-	case e.got <- nsAccepted{proxy: true, src: src}:
-	default:
-	}
-	e.serve(ctx, conn)
-}
-
-func (e *nsEngine) serve(ctx context.Context, conn net.Conn) {
-	stop := context.AfterFunc(ctx, func() { conn.Close() })
-	defer stop()
-	switch {
-	case e.hold != nil:
-		<-e.hold
-	case e.discard:
-		_, _ = io.Copy(io.Discard, conn)
-	case e.send > 0:
-		buf := make([]byte, 64<<10)
-		for left := e.send; left > 0; {
-			n := int64(len(buf))
-			if left < n {
-				n = left
-			}
-			w, err := conn.Write(buf[:n])
-			if err != nil {
-				return
-			}
-			left -= int64(w)
-		}
-	default:
-		_, _ = io.Copy(conn, conn)
-	}
-}
-
-// nsEvents is an EventSink that keeps everything.
-type nsEvents struct {
+// Events is an EventSink that keeps everything.
+type Events struct {
 	mu     sync.Mutex
 	events []egress.Event
 }
 
-func (r *nsEvents) Record(e egress.Event) {
+// Record implements egress.EventSink.
+func (r *Events) Record(e egress.Event) {
 	r.mu.Lock()
 	r.events = append(r.events, e)
 	r.mu.Unlock()
 }
 
-func (r *nsEvents) all() []egress.Event {
+// All returns the events recorded so far.
+func (r *Events) All() []egress.Event {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return append([]egress.Event(nil), r.events...)
 }
 
-// waitFor waits up to a few seconds for an event matching match.
-func (r *nsEvents) waitFor(t *testing.T, what string, match func(egress.Event) bool) egress.Event {
+// WaitFor waits up to a few seconds for an event matching match.
+func (r *Events) WaitFor(t *testing.T, what string, match func(egress.Event) bool) egress.Event {
 	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
 	for {
-		for _, e := range r.all() {
+		for _, e := range r.All() {
 			if match(e) {
 				return e
 			}
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("no event %s among %+v", what, r.all())
+			t.Fatalf("no event %s among %+v", what, r.All())
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
 }
 
-// nsNet is a Stack serving one end of a socket pair; the test holds the
-// other end, as the VM would.
-type nsNet struct {
-	stack    *Stack
-	engine   *nsEngine
-	events   *nsEvents
-	resolver *nsResolver
-	vm       net.Conn // the guest's end
-}
-
-func startNSNet(t testing.TB, cfg StackConfig, pol egress.StackPolicy, eng *nsEngine) *nsNet {
-	t.Helper()
-	if eng == nil {
-		eng = newNSEngine()
-	}
-	var resolver *nsResolver
-	if cfg.Resolver == nil {
-		resolver = &nsResolver{exists: map[string]bool{}, fail: map[string]bool{}}
-		cfg.Resolver = resolver
-	}
-	n := startEngineNet(t, cfg, pol, eng)
-	n.engine, n.resolver = eng, resolver
-	return n
-}
-
-// nsGuest is a second gVisor stack playing the guest on the VM's end of
+// Guest is a second gVisor stack playing the guest on the VM's end of
 // the socket pair, configured as DHCP would configure it.
-type nsGuest struct {
+type Guest struct {
 	st *stack.Stack
 }
 
-func (n *nsNet) guest(t testing.TB) *nsGuest {
+// NewGuest starts a guest stack on link (netstack.NewLink over vm), read
+// delivering vm's frames to it, until the test ends.
+func NewGuest(t testing.TB, vm net.Conn, link stack.LinkEndpoint, read func() error) *Guest {
 	t.Helper()
 	st := stack.New(stack.Options{
 		NetworkProtocols:   []stack.NetworkProtocolFactory{ipv4.NewProtocol, arp.NewProtocol},
@@ -234,65 +162,63 @@ func (n *nsNet) guest(t testing.TB) *nsGuest {
 	})
 	sack := tcpip.TCPSACKEnabled(true)
 	st.SetTransportProtocolOption(tcp.ProtocolNumber, &sack)
-	var stats linkStats
-	link := newFrameLink(uint32(n.stack.cfg.MTU), tcpip.LinkAddress(testGuestHW), &stats)
-	link.setConn(n.vm)
 	if err := st.CreateNICWithOptions(1, link, stack.NICOptions{QDisc: fifo.New(link, 1, 1024)}); err != nil {
 		t.Fatal(err)
 	}
 	if err := st.AddProtocolAddress(1, tcpip.ProtocolAddress{
 		Protocol:          ipv4.ProtocolNumber,
-		AddressWithPrefix: tcpip.AddressWithPrefix{Address: tcpip.AddrFrom4(testGuestIP.As4()), PrefixLen: 24},
+		AddressWithPrefix: tcpip.AddressWithPrefix{Address: tcpip.AddrFrom4(GuestIP.As4()), PrefixLen: 24},
 	}, stack.AddressProperties{}); err != nil {
 		t.Fatal(err)
 	}
 	sub, _ := tcpip.NewSubnet(tcpip.AddrFrom4([4]byte{10, 254, 254, 0}), tcpip.MaskFromBytes(net.CIDRMask(24, 32)))
 	st.SetRouteTable([]tcpip.Route{
 		{Destination: sub, NIC: 1},
-		{Destination: header.IPv4EmptySubnet, Gateway: tcpip.AddrFrom4(testGateway.As4()), NIC: 1},
+		{Destination: header.IPv4EmptySubnet, Gateway: tcpip.AddrFrom4(Gateway.As4()), NIC: 1},
 	})
 	stop := make(chan struct{})
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
 		for {
-			err := link.readFrames(nil)
+			err := read()
 			select {
 			case <-stop:
 				return
 			default:
 			}
-			if !isTimeout(err) {
+			if !errors.Is(err, os.ErrDeadlineExceeded) {
 				return
 			}
 		}
 	}()
 	t.Cleanup(func() {
 		close(stop)
-		n.vm.SetReadDeadline(time.Unix(1, 0))
+		vm.SetReadDeadline(time.Unix(1, 0))
 		<-done
 		st.Close()
 		st.Wait()
 	})
-	return &nsGuest{st: st}
+	return &Guest{st: st}
 }
 
-func fullAddr(ap netip.AddrPort) tcpip.FullAddress {
+// FullAddr is ap on the guest's NIC.
+func FullAddr(ap netip.AddrPort) tcpip.FullAddress {
 	return tcpip.FullAddress{NIC: 1, Addr: tcpip.AddrFrom4(ap.Addr().As4()), Port: ap.Port()}
 }
 
-// dial connects from the guest.
-func (g *nsGuest) dial(ctx context.Context, dst netip.AddrPort) (*gonet.TCPConn, error) {
+// Dial connects from the guest.
+func (g *Guest) Dial(ctx context.Context, dst netip.AddrPort) (*gonet.TCPConn, error) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	return gonet.DialContextTCP(ctx, g.st, fullAddr(dst), ipv4.ProtocolNumber)
+	return gonet.DialContextTCP(ctx, g.st, FullAddr(dst), ipv4.ProtocolNumber)
 }
 
-// udpExchange sends msg from the guest to dst and waits up to wait for one
+// UDPExchange sends msg from the guest to dst and waits up to wait for one
 // reply; it returns nil when none came.
-func (g *nsGuest) udpExchange(t *testing.T, dst netip.AddrPort, msg []byte, wait time.Duration) []byte {
+func (g *Guest) UDPExchange(t *testing.T, dst netip.AddrPort, msg []byte, wait time.Duration) []byte {
 	t.Helper()
-	c, err := gonet.DialUDP(g.st, nil, nsPtr(fullAddr(dst)), ipv4.ProtocolNumber)
+	c, err := gonet.DialUDP(g.st, nil, ptr(FullAddr(dst)), ipv4.ProtocolNumber)
 	if err != nil {
 		t.Fatalf("udp dial %s: %v", dst, err)
 	}
@@ -309,8 +235,8 @@ func (g *nsGuest) udpExchange(t *testing.T, dst netip.AddrPort, msg []byte, wait
 	return buf[:k]
 }
 
-// dnsQuery builds a query for name and type.
-func dnsQueryMsg(t testing.TB, id uint16, name string, typ dnsmessage.Type) []byte {
+// DNSQuery builds a query for name and type.
+func DNSQuery(t testing.TB, id uint16, name string, typ dnsmessage.Type) []byte {
 	t.Helper()
 	b := dnsmessage.NewBuilder(nil, dnsmessage.Header{ID: id, RecursionDesired: true})
 	b.EnableCompression()
@@ -327,10 +253,10 @@ func dnsQueryMsg(t testing.TB, id uint16, name string, typ dnsmessage.Type) []by
 	return msg
 }
 
-// lookup asks the gateway's DNS server over UDP from the guest.
-func (g *nsGuest) lookup(t *testing.T, name string, typ dnsmessage.Type) dnsmessage.Message {
+// Lookup asks the gateway's DNS server over UDP from the guest.
+func (g *Guest) Lookup(t *testing.T, name string, typ dnsmessage.Type) dnsmessage.Message {
 	t.Helper()
-	reply := g.udpExchange(t, netip.AddrPortFrom(testGateway, 53), dnsQueryMsg(t, 0x1234, name, typ), 5*time.Second)
+	reply := g.UDPExchange(t, netip.AddrPortFrom(Gateway, 53), DNSQuery(t, 0x1234, name, typ), 5*time.Second)
 	if reply == nil {
 		t.Fatalf("no DNS reply for %s %v", name, typ)
 	}
@@ -344,8 +270,8 @@ func (g *nsGuest) lookup(t *testing.T, name string, typ dnsmessage.Type) dnsmess
 	return m
 }
 
-// answerA returns the A record of m, if any.
-func answerA(m dnsmessage.Message) (netip.Addr, bool) {
+// AnswerA returns the A record of m, if any.
+func AnswerA(m dnsmessage.Message) (netip.Addr, bool) {
 	for _, a := range m.Answers {
 		if r, ok := a.Body.(*dnsmessage.AResource); ok {
 			return netip.AddrFrom4(r.A), true
@@ -356,15 +282,17 @@ func answerA(m dnsmessage.Message) (netip.Addr, bool) {
 
 // Raw frames, for the tests that play a guest misbehaving below TCP.
 
-func nsEthFrame(dst, src net.HardwareAddr, typ uint16, payload []byte) []byte {
-	f := make([]byte, ethHeaderLen, ethHeaderLen+len(payload))
+// EthFrame is an Ethernet frame from src to dst of EtherType typ.
+func EthFrame(dst, src net.HardwareAddr, typ uint16, payload []byte) []byte {
+	f := make([]byte, header.EthernetMinimumSize, header.EthernetMinimumSize+len(payload))
 	copy(f[0:6], dst)
 	copy(f[6:12], src)
 	binary.BigEndian.PutUint16(f[12:], typ)
 	return append(f, payload...)
 }
 
-func ipv4Packet(src, dst netip.Addr, proto uint8, l4 []byte) []byte {
+// IPv4Packet is an IPv4 packet of protocol proto around l4.
+func IPv4Packet(src, dst netip.Addr, proto uint8, l4 []byte) []byte {
 	p := make([]byte, header.IPv4MinimumSize+len(l4))
 	ip := header.IPv4(p)
 	ip.Encode(&header.IPv4Fields{
@@ -379,7 +307,8 @@ func ipv4Packet(src, dst netip.Addr, proto uint8, l4 []byte) []byte {
 	return p
 }
 
-func udpSegment(src, dst netip.AddrPort, data []byte) []byte {
+// UDPSegment is a UDP datagram from src to dst.
+func UDPSegment(src, dst netip.AddrPort, data []byte) []byte {
 	u := make([]byte, header.UDPMinimumSize+len(data))
 	h := header.UDP(u)
 	h.Encode(&header.UDPFields{SrcPort: src.Port(), DstPort: dst.Port(), Length: uint16(len(u))})
@@ -390,7 +319,8 @@ func udpSegment(src, dst netip.AddrPort, data []byte) []byte {
 	return u
 }
 
-func tcpSYN(src, dst netip.AddrPort, seq uint32) []byte {
+// TCPSYN is a TCP SYN from src to dst with sequence number seq.
+func TCPSYN(src, dst netip.AddrPort, seq uint32) []byte {
 	b := make([]byte, header.TCPMinimumSize)
 	h := header.TCP(b)
 	h.Encode(&header.TCPFields{SrcPort: src.Port(), DstPort: dst.Port(), SeqNum: seq,
@@ -401,7 +331,8 @@ func tcpSYN(src, dst netip.AddrPort, seq uint32) []byte {
 	return b
 }
 
-func icmpEcho(id uint16) []byte {
+// ICMPEcho is an ICMP echo request.
+func ICMPEcho(id uint16) []byte {
 	b := make([]byte, header.ICMPv4MinimumSize+8)
 	h := header.ICMPv4(b)
 	h.SetType(header.ICMPv4Echo)
@@ -411,13 +342,13 @@ func icmpEcho(id uint16) []byte {
 	return b
 }
 
-// guestIPFrame is an IPv4 frame from the guest to the gateway's MAC.
-func guestIPFrame(src, dst netip.Addr, proto uint8, l4 []byte) []byte {
-	return nsEthFrame(testGwHW, testGuestHW, etherIPv4, ipv4Packet(src, dst, proto, l4))
+// GuestIPFrame is an IPv4 frame from the guest to the gateway's MAC.
+func GuestIPFrame(src, dst netip.Addr, proto uint8, l4 []byte) []byte {
+	return EthFrame(GatewayHW, GuestHW, uint16(ipv4.ProtocolNumber), IPv4Packet(src, dst, proto, l4))
 }
 
-// nsReadFrames collects frames arriving on the VM's end for wait.
-func nsReadFrames(t *testing.T, vm net.Conn, wait time.Duration, until func([]byte) bool) [][]byte {
+// ReadFrames collects frames arriving on the VM's end for wait.
+func ReadFrames(t *testing.T, vm net.Conn, wait time.Duration, until func([]byte) bool) [][]byte {
 	t.Helper()
 	var out [][]byte
 	deadline := time.Now().Add(wait)
@@ -438,21 +369,22 @@ func nsReadFrames(t *testing.T, vm net.Conn, wait time.Duration, until func([]by
 	}
 }
 
-// ipv4Of returns the IPv4 packet in an Ethernet frame, or nil.
-func ipv4Of(f []byte) header.IPv4 {
-	if len(f) < ethHeaderLen+header.IPv4MinimumSize || binary.BigEndian.Uint16(f[12:]) != etherIPv4 {
+// IPv4Of returns the IPv4 packet in an Ethernet frame, or nil.
+func IPv4Of(f []byte) header.IPv4 {
+	if len(f) < header.EthernetMinimumSize+header.IPv4MinimumSize || binary.BigEndian.Uint16(f[12:]) != uint16(ipv4.ProtocolNumber) {
 		return nil
 	}
-	return header.IPv4(f[ethHeaderLen:])
+	return header.IPv4(f[header.EthernetMinimumSize:])
 }
 
-func gonetDialUDP(g *nsGuest, dst netip.AddrPort) (net.Conn, error) {
-	return gonet.DialUDP(g.st, nil, nsPtr(fullAddr(dst)), ipv4.ProtocolNumber)
+// DialUDP opens a UDP socket from the guest to dst.
+func DialUDP(g *Guest, dst netip.AddrPort) (net.Conn, error) {
+	return gonet.DialUDP(g.st, nil, ptr(FullAddr(dst)), ipv4.ProtocolNumber)
 }
 
-// nsDrain reads and discards frames arriving on the VM's end until stop is
+// Drain reads and discards frames arriving on the VM's end until stop is
 // called, so a test that floods the stack is not blocked by its answers.
-func nsDrain(vm net.Conn) (stop func()) {
+func Drain(vm net.Conn) (stop func()) {
 	var quit atomic.Bool
 	done := make(chan struct{})
 	go func() {
@@ -478,29 +410,58 @@ func nsDrain(vm net.Conn) (stop func()) {
 	}
 }
 
-// nsAnnounce plays the guest asking ARP for the gateway, which also teaches
+// Announce plays the guest asking ARP for the gateway, which also teaches
 // the gateway the guest's MAC, so raw-frame tests get answers without
 // answering ARP themselves.
-func nsAnnounce(t *testing.T, vm net.Conn) {
+func Announce(t *testing.T, vm net.Conn) {
 	t.Helper()
 	p := make([]byte, 28)
 	binary.BigEndian.PutUint16(p[0:], 1)
-	binary.BigEndian.PutUint16(p[2:], etherIPv4)
+	binary.BigEndian.PutUint16(p[2:], uint16(ipv4.ProtocolNumber))
 	p[4], p[5] = 6, 4
 	binary.BigEndian.PutUint16(p[6:], 1)
-	copy(p[8:14], testGuestHW)
-	g, gw := testGuestIP.As4(), testGateway.As4()
+	copy(p[8:14], GuestHW)
+	g, gw := GuestIP.As4(), Gateway.As4()
 	copy(p[14:18], g[:])
 	copy(p[24:28], gw[:])
-	if _, err := vm.Write(nsEthFrame(broadcastMAC, testGuestHW, etherARP, p)); err != nil {
+	if _, err := vm.Write(EthFrame(broadcastHW, GuestHW, uint16(arp.ProtocolNumber), p)); err != nil {
 		t.Fatal(err)
 	}
-	got := nsReadFrames(t, vm, 5*time.Second, func(f []byte) bool {
-		return binary.BigEndian.Uint16(f[12:]) == etherARP
+	got := ReadFrames(t, vm, 5*time.Second, func(f []byte) bool {
+		return binary.BigEndian.Uint16(f[12:]) == uint16(arp.ProtocolNumber)
 	})
 	if len(got) == 0 {
 		t.Fatal("the gateway did not answer ARP")
 	}
 }
 
-func nsDiscardLogger() *slog.Logger { return slog.New(slog.DiscardHandler) }
+// DiscardLogger logs nothing.
+func DiscardLogger() *slog.Logger { return slog.New(slog.DiscardHandler) }
+
+var broadcastHW = net.HardwareAddr{0xff, 0xff, 0xff, 0xff, 0xff, 0xff}
+
+func ptr[T any](v T) *T { return &v }
+
+// Serve serves host, the stack's end of a socket pair, with serve until
+// the test ends (serve must return nil once its context is cancelled), and
+// returns the guest's end made from vmFile.
+func Serve(t testing.TB, host net.Conn, vmFile *os.File, serve func(ctx context.Context, host net.Conn) error) net.Conn {
+	t.Helper()
+	vm, err := net.FileConn(vmFile)
+	vmFile.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- serve(ctx, host) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Serve: %v", err)
+		}
+		host.Close()
+		vm.Close()
+	})
+	return vm
+}

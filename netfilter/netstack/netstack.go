@@ -1,4 +1,4 @@
-package netfilter
+package netstack
 
 import (
 	"github.com/vibedom/vibedom/netfilter/egress"
@@ -531,6 +531,9 @@ type StackStats struct {
 	WriteErrors, WriteNoBufs uint64
 	// ConnsOpen is the number of connections the Engine holds now.
 	ConnsOpen int64
+	// HandshakeDrops counts guest SYNs dropped because every handshake
+	// slot (MaxInFlight) was taken.
+	HandshakeDrops uint64
 }
 
 // Stats returns a snapshot of the counters.
@@ -543,7 +546,8 @@ func (s *Stack) Stats() StackStats {
 		IPv6: st.ipv6.Load(), OtherProto: st.otherProto.Load(), Fragments: st.fragments.Load(),
 		UDP: st.udp.Load(), ICMP: st.icmp.Load(), Multicast: st.multicast.Load(), Martians: st.martians.Load(),
 		WriteErrors: st.writeErrors.Load(), WriteNoBufs: st.writeNoBufs.Load(),
-		ConnsOpen: s.conns.Load(),
+		ConnsOpen:      s.conns.Load(),
+		HandshakeDrops: s.st.Stats().TCP.ForwardMaxInFlightDrop.Value(),
 	}
 }
 

@@ -1,4 +1,4 @@
-package netfilter
+package mitmproxy
 
 import (
 	"github.com/vibedom/vibedom/netfilter/egress"
@@ -25,24 +25,24 @@ import (
 	"github.com/vibedom/vibedom/atomicfile"
 )
 
-// MitmproxyRelease is the mitmproxy standalone release `vibedom init
+// Release is the mitmproxy standalone release `vibedom init
 // --with-mitmproxy` installs (the official tarballs from
 // downloads.mitmproxy.org, verified against mitmproxyBuilds).
-const MitmproxyRelease = "12.2.1"
+const Release = "12.2.1"
 
-// DefaultMitmproxyMirror is where the release tarballs are fetched from:
+// DefaultMirror is where the release tarballs are fetched from:
 // <mirror>/<version>/mitmproxy-<version>-<platform>.tar.gz.
-const DefaultMitmproxyMirror = "https://downloads.mitmproxy.org"
+const DefaultMirror = "https://downloads.mitmproxy.org"
 
-// MitmproxyMirrorEnv names the environment variable that replaces
-// DefaultMitmproxyMirror when no mirror is given (`vibedom init
+// MirrorEnv names the environment variable that replaces
+// DefaultMirror when no mirror is given (`vibedom init
 // --mitmproxy-mirror`). The tarball is checked against the pinned SHA-256
 // whichever mirror serves it.
-const MitmproxyMirrorEnv = "VIBEDOM_MITMPROXY_MIRROR"
+const MirrorEnv = "VIBEDOM_MITMPROXY_MIRROR"
 
-// MitmproxyDirName is the folder of the vibedom home the releases are
+// DirName is the folder of the vibedom home the releases are
 // installed in, one subfolder per version.
-const MitmproxyDirName = "mitmproxy"
+const DirName = "mitmproxy"
 
 // installedFile marks a complete install; it is written last.
 const installedFile = "vibedom-installed.json"
@@ -77,11 +77,11 @@ const (
 	maxMitmproxyEntries = 100_000
 )
 
-// MitmproxyInstall says where and how to install the pinned release.
-type MitmproxyInstall struct {
-	// Root is the folder releases go in (<vibedom home>/MitmproxyDirName).
+// InstallOptions says where and how to install the pinned release.
+type InstallOptions struct {
+	// Root is the folder releases go in (<vibedom home>/DirName).
 	Root string
-	// Mirror replaces DefaultMitmproxyMirror ("" means $VIBEDOM_MITMPROXY_MIRROR,
+	// Mirror replaces DefaultMirror ("" means $VIBEDOM_MITMPROXY_MIRROR,
 	// else the default). Whatever it serves is checked against the pinned
 	// SHA-256.
 	Mirror string
@@ -97,8 +97,8 @@ type MitmproxyInstall struct {
 	maxTree int64
 }
 
-// InstalledMitmproxy is a release installed by InstallMitmproxy.
-type InstalledMitmproxy struct {
+// Installed is a release installed by Install.
+type Installed struct {
 	Version  string `json:"version"`
 	Platform string `json:"platform"`
 	SHA256   string `json:"sha256"`
@@ -119,10 +119,10 @@ type installedMeta struct {
 	Mitmweb  string `json:"mitmweb"`
 }
 
-// ErrMitmproxyInstall marks every refused or failed install.
-var ErrMitmproxyInstall = errors.New("mitmproxy install")
+// ErrInstall marks every refused or failed install.
+var ErrInstall = errors.New("mitmproxy install")
 
-func (o MitmproxyInstall) build() (mitmproxyBuild, string, error) {
+func (o InstallOptions) build() (mitmproxyBuild, string, error) {
 	goos, goarch := o.GOOS, o.GOARCH
 	if goos == "" {
 		goos = runtime.GOOS
@@ -142,32 +142,32 @@ func (o MitmproxyInstall) build() (mitmproxyBuild, string, error) {
 		}
 		if sum == "" {
 			return b, "", fmt.Errorf("%w: this vibedom pins no checksum for the mitmproxy %s %s tarball yet, so it installs none: install mitmproxy %d.%d or later yourself (e.g. apt-get install mitmproxy) and put mitmdump on PATH",
-				ErrMitmproxyInstall, MitmproxyRelease, b.platform, MinMitmdumpMajor, MinMitmdumpMinor)
+				ErrInstall, Release, b.platform, MinMitmdumpMajor, MinMitmdumpMinor)
 		}
 		return b, strings.ToLower(sum), nil
 	}
 	return mitmproxyBuild{}, "", fmt.Errorf("%w: no mitmproxy standalone build is pinned for %s-%s: install mitmproxy %d.%d or later yourself and put mitmdump on PATH",
-		ErrMitmproxyInstall, goos, goarch, MinMitmdumpMajor, MinMitmdumpMinor)
+		ErrInstall, goos, goarch, MinMitmdumpMajor, MinMitmdumpMinor)
 }
 
-// LookupMitmproxy returns the pinned release installed under root, if a
+// Lookup returns the pinned release installed under root, if a
 // complete install is there.
-func LookupMitmproxy(root string) (InstalledMitmproxy, bool) {
-	dir := filepath.Join(root, MitmproxyRelease)
+func Lookup(root string) (Installed, bool) {
+	dir := filepath.Join(root, Release)
 	b, err := os.ReadFile(filepath.Join(dir, installedFile))
 	if err != nil {
-		return InstalledMitmproxy{}, false
+		return Installed{}, false
 	}
 	var m installedMeta
-	if json.Unmarshal(b, &m) != nil || m.Version != MitmproxyRelease ||
+	if json.Unmarshal(b, &m) != nil || m.Version != Release ||
 		!filepath.IsLocal(filepath.FromSlash(m.Mitmdump)) || !filepath.IsLocal(filepath.FromSlash(m.Mitmweb)) {
-		return InstalledMitmproxy{}, false
+		return Installed{}, false
 	}
-	in := InstalledMitmproxy{Version: m.Version, Platform: m.Platform, SHA256: m.SHA256, Dir: dir,
+	in := Installed{Version: m.Version, Platform: m.Platform, SHA256: m.SHA256, Dir: dir,
 		Mitmdump: filepath.Join(dir, filepath.FromSlash(m.Mitmdump)), Mitmweb: filepath.Join(dir, filepath.FromSlash(m.Mitmweb))}
 	for _, p := range []string{in.Mitmdump, in.Mitmweb} {
 		if fi, err := os.Lstat(p); err != nil || !fi.Mode().IsRegular() {
-			return InstalledMitmproxy{}, false
+			return Installed{}, false
 		}
 	}
 	return in, true
@@ -177,88 +177,88 @@ func LookupMitmproxy(root string) (InstalledMitmproxy, bool) {
 // release installed under root when there is one, else "" (mitmdump on
 // PATH).
 func PreferredMitmdump(root string) string {
-	if in, ok := LookupMitmproxy(root); ok {
+	if in, ok := Lookup(root); ok {
 		return in.Mitmdump
 	}
 	return ""
 }
 
-// InstallMitmproxy fetches the pinned standalone release for this platform,
+// Install fetches the pinned standalone release for this platform,
 // checks its SHA-256 against the pinned one and unpacks it into
 // Root/<version>, refusing entries that would land outside it (absolute
 // paths, "..", symlinks out of the tree or through other symlinks, hard
 // links, devices) and trees over the size limits. Nothing is left in Root
 // when it fails. An install already there is returned as it is.
-func InstallMitmproxy(ctx context.Context, o MitmproxyInstall) (InstalledMitmproxy, error) {
+func Install(ctx context.Context, o InstallOptions) (Installed, error) {
 	b, sum, err := o.build()
 	if err != nil {
-		return InstalledMitmproxy{}, err
+		return Installed{}, err
 	}
-	if in, ok := LookupMitmproxy(o.Root); ok && in.SHA256 == sum {
+	if in, ok := Lookup(o.Root); ok && in.SHA256 == sum {
 		return in, nil
 	}
 	mirror := o.Mirror
 	if mirror == "" {
-		mirror = os.Getenv(MitmproxyMirrorEnv)
+		mirror = os.Getenv(MirrorEnv)
 	}
 	if mirror == "" {
-		mirror = DefaultMitmproxyMirror
+		mirror = DefaultMirror
 	}
 	mu, err := url.Parse(mirror)
 	if err != nil || (mu.Scheme != "https" && mu.Scheme != "http") || mu.Host == "" {
-		return InstalledMitmproxy{}, fmt.Errorf("%w: the mirror must be an http(s) URL, got %q", ErrMitmproxyInstall, mirror)
+		return Installed{}, fmt.Errorf("%w: the mirror must be an http(s) URL, got %q", ErrInstall, mirror)
 	}
-	name := fmt.Sprintf("mitmproxy-%s-%s.tar.gz", MitmproxyRelease, b.platform)
-	src := strings.TrimSuffix(mirror, "/") + "/" + MitmproxyRelease + "/" + name
+	name := fmt.Sprintf("mitmproxy-%s-%s.tar.gz", Release, b.platform)
+	src := strings.TrimSuffix(mirror, "/") + "/" + Release + "/" + name
 	if err := os.MkdirAll(o.Root, 0o700); err != nil {
-		return InstalledMitmproxy{}, fmt.Errorf("%w: %v", ErrMitmproxyInstall, err)
+		return Installed{}, fmt.Errorf("%w: %v", ErrInstall, err)
 	}
 	tmp, err := os.CreateTemp(o.Root, ".download-*")
 	if err != nil {
-		return InstalledMitmproxy{}, fmt.Errorf("%w: %v", ErrMitmproxyInstall, err)
+		return Installed{}, fmt.Errorf("%w: %v", ErrInstall, err)
 	}
 	defer os.Remove(tmp.Name())
 	defer tmp.Close()
 	if err := download(ctx, o.Client, src, tmp, sum); err != nil {
-		return InstalledMitmproxy{}, fmt.Errorf("%w: %s: %v", ErrMitmproxyInstall, name, err)
+		return Installed{}, fmt.Errorf("%w: %s: %v", ErrInstall, name, err)
 	}
 	staging, err := os.MkdirTemp(o.Root, ".unpack-*")
 	if err != nil {
-		return InstalledMitmproxy{}, fmt.Errorf("%w: %v", ErrMitmproxyInstall, err)
+		return Installed{}, fmt.Errorf("%w: %v", ErrInstall, err)
 	}
 	defer os.RemoveAll(staging)
 	if _, err := tmp.Seek(0, io.SeekStart); err != nil {
-		return InstalledMitmproxy{}, err
+		return Installed{}, err
 	}
 	maxTree := o.maxTree
 	if maxTree == 0 {
 		maxTree = maxMitmproxyTree
 	}
 	if err := untar(tmp, staging, maxTree); err != nil {
-		return InstalledMitmproxy{}, fmt.Errorf("%w: %s: %v; nothing was installed", ErrMitmproxyInstall, name, err)
+		return Installed{}, fmt.Errorf("%w: %s: %v; nothing was installed", ErrInstall, name, err)
 	}
-	in := installedMeta{Version: MitmproxyRelease, Platform: b.platform, SHA256: sum,
+	in := installedMeta{Version: Release, Platform: b.platform, SHA256: sum,
 		Mitmdump: path.Join(b.bin, "mitmdump"), Mitmweb: path.Join(b.bin, "mitmweb")}
 	for _, p := range []string{in.Mitmdump, in.Mitmweb} {
 		fi, err := os.Lstat(filepath.Join(staging, filepath.FromSlash(p)))
 		if err != nil || !fi.Mode().IsRegular() || fi.Mode().Perm()&0o100 == 0 {
-			return InstalledMitmproxy{}, fmt.Errorf("%w: %s has no executable %s; nothing was installed", ErrMitmproxyInstall, name, p)
+			return Installed{}, fmt.Errorf("%w: %s has no executable %s; nothing was installed", ErrInstall, name, p)
 		}
 	}
 	meta, _ := json.MarshalIndent(in, "", "  ")
 	if err := atomicfile.WriteNew(filepath.Join(staging, installedFile), meta, 0o644); err != nil {
-		return InstalledMitmproxy{}, fmt.Errorf("%w: %v", ErrMitmproxyInstall, err)
+		return Installed{}, fmt.Errorf("%w: %v", ErrInstall, err)
 	}
-	dest := filepath.Join(o.Root, MitmproxyRelease)
+	dest := filepath.Join(o.Root, Release)
 	if err := os.RemoveAll(dest); err != nil { // an incomplete or other install
-		return InstalledMitmproxy{}, fmt.Errorf("%w: %v", ErrMitmproxyInstall, err)
+		return Installed{}, fmt.Errorf("%w: %v", ErrInstall, err)
 	}
 	if err := os.Rename(staging, dest); err != nil {
-		return InstalledMitmproxy{}, fmt.Errorf("%w: %v", ErrMitmproxyInstall, err)
+		return Installed{}, fmt.Errorf("%w: %v", ErrInstall, err)
 	}
-	out, ok := LookupMitmproxy(o.Root)
+	out, ok := Lookup(o.Root)
 	if !ok {
-		return InstalledMitmproxy{}, fmt.Errorf("%w: the install in %s is incomplete", ErrMitmproxyInstall, dest)
+		return Installed{}, fmt.Errorf("%w: the install in %s is incomplete", ErrInstall, dest)
 	}
 	out.Fresh = true
 	return out, nil
@@ -296,7 +296,7 @@ func download(ctx context.Context, c *http.Client, src string, w io.Writer, want
 	return nil
 }
 
-// untar unpacks a gzipped tar into dir (see InstallMitmproxy for what is
+// untar unpacks a gzipped tar into dir (see Install for what is
 // refused). Every write goes through an os.Root on dir.
 func untar(r io.Reader, dir string, maxTree int64) error {
 	zr, err := gzip.NewReader(r)

@@ -1,6 +1,6 @@
 //go:build !vibedom_testkeys
 
-package netfilter
+package mitmproxy
 
 // testMitmproxySHA256 is the checksum a test build expects of the
 // mitmproxy tarball instead of the pinned one: none in a release build,

@@ -1,4 +1,4 @@
-package netfilter
+package mitmproxy
 
 import (
 	"archive/tar"
@@ -24,7 +24,7 @@ type tarEntry struct {
 }
 
 // fakeMitmproxyScript prints a version like mitmdump does.
-const fakeMitmproxyScript = "#!/bin/sh\necho 'Mitmproxy: " + MitmproxyRelease + "'\necho 'Python:    3.12.0'\n"
+const fakeMitmproxyScript = "#!/bin/sh\necho 'Mitmproxy: " + Release + "'\necho 'Python:    3.12.0'\n"
 
 // goodMitmproxyTree is a linux-x86_64 tarball's layout, with fake
 // programs.
@@ -78,7 +78,7 @@ func mitmproxyMirror(t *testing.T, tarball []byte, hits *atomic.Int64) string {
 
 func platformMirror(t *testing.T, platform string, tarball []byte, hits *atomic.Int64) string {
 	t.Helper()
-	want := "/" + MitmproxyRelease + "/mitmproxy-" + MitmproxyRelease + "-" + platform + ".tar.gz"
+	want := "/" + Release + "/mitmproxy-" + Release + "-" + platform + ".tar.gz"
 	s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path != want {
 			http.NotFound(w, r)
@@ -111,32 +111,32 @@ func installLeftovers(t *testing.T, root string) []string {
 func TestMitmproxyInstall(t *testing.T) {
 	tarball := makeTarball(t, goodMitmproxyTree())
 	var hits atomic.Int64
-	root := filepath.Join(t.TempDir(), MitmproxyDirName)
-	o := MitmproxyInstall{Root: root, Mirror: mitmproxyMirror(t, tarball, &hits), GOOS: "linux", GOARCH: "amd64", sha256: sha256Hex(tarball)}
+	root := filepath.Join(t.TempDir(), DirName)
+	o := InstallOptions{Root: root, Mirror: mitmproxyMirror(t, tarball, &hits), GOOS: "linux", GOARCH: "amd64", sha256: sha256Hex(tarball)}
 	if PreferredMitmdump(root) != "" {
 		t.Fatal("an install before installing")
 	}
-	in, err := InstallMitmproxy(t.Context(), o)
+	in, err := Install(t.Context(), o)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !in.Fresh || in.Version != MitmproxyRelease || in.Mitmdump != filepath.Join(root, MitmproxyRelease, "mitmdump") ||
-		in.Mitmweb != filepath.Join(root, MitmproxyRelease, "mitmweb") {
+	if !in.Fresh || in.Version != Release || in.Mitmdump != filepath.Join(root, Release, "mitmdump") ||
+		in.Mitmweb != filepath.Join(root, Release, "mitmweb") {
 		t.Errorf("installed %+v", in)
 	}
 	if got := PreferredMitmdump(root); got != in.Mitmdump {
 		t.Errorf("PreferredMitmdump = %q, want %q", got, in.Mitmdump)
 	}
-	if v, err := MitmdumpVersion(t.Context(), in.Mitmdump); err != nil || v != MitmproxyRelease {
+	if v, err := MitmdumpVersion(t.Context(), in.Mitmdump); err != nil || v != Release {
 		t.Errorf("the installed mitmdump: %q %v", v, err)
 	}
 	if got := MitmwebProgram(in.Mitmdump, ""); got != in.Mitmweb {
 		t.Errorf("mitmweb beside the installed mitmdump: %q", got)
 	}
-	if left := installLeftovers(t, root); len(left) != 1 || left[0] != MitmproxyRelease {
+	if left := installLeftovers(t, root); len(left) != 1 || left[0] != Release {
 		t.Errorf("root holds %v", left)
 	}
-	again, err := InstallMitmproxy(t.Context(), o)
+	again, err := Install(t.Context(), o)
 	if err != nil || again.Fresh || hits.Load() != 1 {
 		t.Errorf("second install: fresh=%v err=%v downloads=%d", again.Fresh, err, hits.Load())
 	}
@@ -154,13 +154,13 @@ func TestMitmproxyInstallMacOS(t *testing.T) {
 		{name: "mitmproxy.app/Contents/Frameworks/lib.so", typ: tar.TypeSymlink, link: "../Resources/lib.so"},
 	})
 	var hits atomic.Int64
-	root := filepath.Join(t.TempDir(), MitmproxyDirName)
-	in, err := InstallMitmproxy(t.Context(), MitmproxyInstall{Root: root, Mirror: platformMirror(t, "macos-arm64", tarball, &hits),
+	root := filepath.Join(t.TempDir(), DirName)
+	in, err := Install(t.Context(), InstallOptions{Root: root, Mirror: platformMirror(t, "macos-arm64", tarball, &hits),
 		GOOS: "darwin", GOARCH: "arm64", sha256: sha256Hex(tarball)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if in.Mitmdump != filepath.Join(root, MitmproxyRelease, filepath.FromSlash(bin), "mitmdump") || PreferredMitmdump(root) != in.Mitmdump {
+	if in.Mitmdump != filepath.Join(root, Release, filepath.FromSlash(bin), "mitmdump") || PreferredMitmdump(root) != in.Mitmdump {
 		t.Errorf("installed %+v", in)
 	}
 	if b, err := os.ReadFile(filepath.Join(in.Dir, "mitmproxy.app", "Contents", "Frameworks", "lib.so")); err != nil || string(b) != "lib" {
@@ -197,14 +197,14 @@ func TestMitmproxyInstallRefused(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			tarball := makeTarball(t, tt.entries)
 			var hits atomic.Int64
-			root := filepath.Join(t.TempDir(), MitmproxyDirName)
+			root := filepath.Join(t.TempDir(), DirName)
 			sum := sha256Hex(tarball)
 			if tt.badSum {
 				sum = sha256Hex([]byte("something else"))
 			}
-			_, err := InstallMitmproxy(t.Context(), MitmproxyInstall{Root: root, Mirror: mitmproxyMirror(t, tarball, &hits),
+			_, err := Install(t.Context(), InstallOptions{Root: root, Mirror: mitmproxyMirror(t, tarball, &hits),
 				GOOS: "linux", GOARCH: "amd64", sha256: sum, maxTree: tt.maxTree})
-			if !errors.Is(err, ErrMitmproxyInstall) || !strings.Contains(err.Error(), tt.want) {
+			if !errors.Is(err, ErrInstall) || !strings.Contains(err.Error(), tt.want) {
 				t.Fatalf("got %v, want an error with %q", err, tt.want)
 			}
 			if strings.Contains(err.Error(), "\n") {
@@ -236,7 +236,7 @@ func TestMitmproxyInstallPlatforms(t *testing.T) {
 			if tt.want == "pins no checksum" && mitmproxyBuilds[1].sha256 != "" {
 				t.Skip("the linux-x86_64 checksum is pinned")
 			}
-			_, err := InstallMitmproxy(t.Context(), MitmproxyInstall{Root: t.TempDir(), Mirror: mirror, GOOS: tt.goos, GOARCH: tt.goarch})
+			_, err := Install(t.Context(), InstallOptions{Root: t.TempDir(), Mirror: mirror, GOOS: tt.goos, GOARCH: tt.goarch})
 			if err == nil || !strings.Contains(err.Error(), tt.want) {
 				t.Errorf("got %v, want %q", err, tt.want)
 			}

@@ -1,6 +1,6 @@
 //go:build !linux
 
-package netfilter
+package netstack
 
 import "net"
 

@@ -1,4 +1,4 @@
-package netfilter
+package netstack
 
 import (
 	"io"
@@ -32,7 +32,7 @@ func BenchmarkStackTCP(b *testing.B) {
 				b.ResetTimer()
 				start := time.Now()
 				for range b.N {
-					c, err := g.dial(b.Context(), netip.AddrPortFrom(api, 443))
+					c, err := g.Dial(b.Context(), netip.AddrPortFrom(api, 443))
 					if err != nil {
 						b.Fatal(err)
 					}

@@ -1,6 +1,6 @@
 //go:build vibedom_testkeys
 
-package netfilter
+package mitmproxy
 
 import "os"
 

@@ -1,6 +1,8 @@
-package netfilter
+package netstack
 
 import (
+	"github.com/vibedom/vibedom/netfilter/internal/stacktest"
+
 	"bytes"
 	"net"
 	"net/netip"
@@ -10,8 +12,8 @@ import (
 
 func testDHCPServer(mtu int) *dhcpServer {
 	return &dhcpServer{
-		gateway: testGateway, guest: testGuestIP, mask: net.CIDRMask(24, 32),
-		mtu: mtu, lease: time.Hour, log: nsDiscardLogger(),
+		gateway: stacktest.Gateway, guest: stacktest.GuestIP, mask: net.CIDRMask(24, 32),
+		mtu: mtu, lease: time.Hour, log: stacktest.DiscardLogger(),
 	}
 }
 
@@ -25,7 +27,7 @@ func dhcpMsg(ciaddr netip.Addr, opts ...byte) []byte {
 		a := ciaddr.As4()
 		copy(b[12:16], a[:])
 	}
-	copy(b[28:34], testGuestHW)
+	copy(b[28:34], stacktest.GuestHW)
 	b = append(b, dhcpMagic...)
 	return append(b, opts...)
 }
@@ -50,9 +52,9 @@ func replyOptions(t *testing.T, r []byte) map[byte][]byte {
 }
 
 func TestDHCPReply(t *testing.T) {
-	other := testGateway.As4()
+	other := stacktest.Gateway.As4()
 	other[3] = 99
-	guest := testGuestIP.As4()
+	guest := stacktest.GuestIP.As4()
 	tests := []struct {
 		name     string
 		mtu      int
@@ -62,22 +64,22 @@ func TestDHCPReply(t *testing.T) {
 		wantOpt  map[byte]bool // options that must (true) or must not (false) be present
 	}{
 		{name: "discover", mtu: 1500, msg: dhcpMsg(netip.Addr{}, optMsgType, 1, dhcpDiscover, optEnd),
-			wantType: dhcpOffer, wantYI: testGuestIP, wantOpt: map[byte]bool{optLeaseTime: true, optMTU: false}},
+			wantType: dhcpOffer, wantYI: stacktest.GuestIP, wantOpt: map[byte]bool{optLeaseTime: true, optMTU: false}},
 		{name: "discover with a large MTU", mtu: 9000, msg: dhcpMsg(netip.Addr{}, optMsgType, 1, dhcpDiscover, optEnd),
-			wantType: dhcpOffer, wantYI: testGuestIP, wantOpt: map[byte]bool{optMTU: true}},
-		{name: "renewal by ciaddr", mtu: 1500, msg: dhcpMsg(testGuestIP, optMsgType, 1, dhcpRequest, optEnd),
-			wantType: dhcpAck, wantYI: testGuestIP},
+			wantType: dhcpOffer, wantYI: stacktest.GuestIP, wantOpt: map[byte]bool{optMTU: true}},
+		{name: "renewal by ciaddr", mtu: 1500, msg: dhcpMsg(stacktest.GuestIP, optMsgType, 1, dhcpRequest, optEnd),
+			wantType: dhcpAck, wantYI: stacktest.GuestIP},
 		{name: "request with our server id", mtu: 1500, msg: dhcpMsg(netip.Addr{}, optMsgType, 1, dhcpRequest,
 			optRequestedIP, 4, guest[0], guest[1], guest[2], guest[3], optServerID, 4, 10, 254, 254, 1, optEnd),
-			wantType: dhcpAck, wantYI: testGuestIP},
+			wantType: dhcpAck, wantYI: stacktest.GuestIP},
 		{name: "request for another server", mtu: 1500, msg: dhcpMsg(netip.Addr{}, optMsgType, 1, dhcpRequest,
 			optServerID, 4, other[0], other[1], other[2], other[3], optEnd)},
 		{name: "request for another address", mtu: 1500, msg: dhcpMsg(netip.Addr{}, optMsgType, 1, dhcpRequest,
 			optRequestedIP, 4, 10, 254, 254, 50, optEnd), wantType: dhcpNak, wantYI: netip.IPv4Unspecified(),
 			wantOpt: map[byte]bool{optRouter: false, optLeaseTime: false}},
-		{name: "inform", mtu: 1500, msg: dhcpMsg(testGuestIP, optMsgType, 1, dhcpInform, optEnd),
+		{name: "inform", mtu: 1500, msg: dhcpMsg(stacktest.GuestIP, optMsgType, 1, dhcpInform, optEnd),
 			wantType: dhcpAck, wantYI: netip.IPv4Unspecified(), wantOpt: map[byte]bool{optLeaseTime: false, optDNS: true}},
-		{name: "release", mtu: 1500, msg: dhcpMsg(testGuestIP, optMsgType, 1, dhcpRelease, optEnd)},
+		{name: "release", mtu: 1500, msg: dhcpMsg(stacktest.GuestIP, optMsgType, 1, dhcpRelease, optEnd)},
 		{name: "no message type", mtu: 1500, msg: dhcpMsg(netip.Addr{}, optEnd)},
 		{name: "option past the end", mtu: 1500, msg: dhcpMsg(netip.Addr{}, optMsgType, 1, dhcpDiscover, 12, 200, 'x')},
 		{name: "option length byte missing", mtu: 1500, msg: dhcpMsg(netip.Addr{}, optMsgType, 1, dhcpDiscover, 12)},
@@ -112,7 +114,7 @@ func TestDHCPReply(t *testing.T) {
 			if got := netip.AddrFrom4([4]byte(r[16:20])); got != tt.wantYI {
 				t.Errorf("yiaddr: got %v, want %v", got, tt.wantYI)
 			}
-			if !bytes.Equal(r[4:8], tt.msg[4:8]) || !bytes.Equal(r[28:34], testGuestHW) {
+			if !bytes.Equal(r[4:8], tt.msg[4:8]) || !bytes.Equal(r[28:34], stacktest.GuestHW) {
 				t.Errorf("xid or chaddr not echoed: %x %x", r[4:8], r[28:34])
 			}
 			for code, want := range tt.wantOpt {
@@ -128,7 +130,7 @@ func TestDHCPReply(t *testing.T) {
 // that leases nothing but the guest address.
 func FuzzDHCPReply(f *testing.F) {
 	f.Add(dhcpMsg(netip.Addr{}, optMsgType, 1, dhcpDiscover, optEnd))
-	f.Add(dhcpMsg(testGuestIP, optMsgType, 1, dhcpRequest, optEnd))
+	f.Add(dhcpMsg(stacktest.GuestIP, optMsgType, 1, dhcpRequest, optEnd))
 	f.Add(dhcpMsg(netip.Addr{}, optMsgType, 1, dhcpDiscover, 12, 255))
 	d := testDHCPServer(1500)
 	f.Fuzz(func(t *testing.T, msg []byte) {
@@ -138,7 +140,7 @@ func FuzzDHCPReply(f *testing.F) {
 		}
 		opts := replyOptions(t, r)
 		yi := netip.AddrFrom4([4]byte(r[16:20]))
-		if yi != testGuestIP && yi != netip.IPv4Unspecified() {
+		if yi != stacktest.GuestIP && yi != netip.IPv4Unspecified() {
 			t.Fatalf("leased %v", yi)
 		}
 		if len(opts[optMsgType]) != 1 {

@@ -1,7 +1,8 @@
-package netfilter
+package netstack
 
 import (
 	"github.com/vibedom/vibedom/netfilter/egress"
+	"github.com/vibedom/vibedom/netfilter/internal/stacktest"
 
 	"bytes"
 	"context"
@@ -115,14 +116,14 @@ func TestParseDNSQuery(t *testing.T) {
 }
 
 // newTestDNS is a dnsServer without a network around it.
-func newTestDNS(t testing.TB, pol egress.StackPolicy, r Resolver) (*dnsServer, *nsEvents) {
+func newTestDNS(t testing.TB, pol egress.StackPolicy, r Resolver) (*dnsServer, *stacktest.Events) {
 	t.Helper()
 	pool, err := newSynthPool(DefaultSyntheticRange)
 	if err != nil {
 		t.Fatal(err)
 	}
-	rec := &nsEvents{}
-	d := &dnsServer{policy: pol, pool: pool, events: newEventLimiter(rec), log: nsDiscardLogger()}
+	rec := &stacktest.Events{}
+	d := &dnsServer{policy: pol, pool: pool, events: newEventLimiter(rec), log: stacktest.DiscardLogger()}
 	if r != nil {
 		d.exist = newExistence(r)
 	}
@@ -130,7 +131,7 @@ func newTestDNS(t testing.TB, pol egress.StackPolicy, r Resolver) (*dnsServer, *
 }
 
 func TestDNSAnswer(t *testing.T) {
-	res := &nsResolver{exists: map[string]bool{"api.example.com": true}}
+	res := &stacktest.Resolver{Known: map[string]bool{"api.example.com": true}}
 	d, rec := newTestDNS(t, testPolicyAllow(), res)
 	src := netip.MustParseAddrPort("10.254.254.2:5353")
 	tests := []struct {
@@ -142,19 +143,19 @@ func TestDNSAnswer(t *testing.T) {
 		wantEvent string
 		oddName   bool // dnsmessage cannot parse the echoed question
 	}{
-		{name: "allowed A", msg: dnsQueryMsg(t, 1, "api.example.com.", dnsmessage.TypeA), wantRCode: dnsmessage.RCodeSuccess, wantAns: 1},
+		{name: "allowed A", msg: stacktest.DNSQuery(t, 1, "api.example.com.", dnsmessage.TypeA), wantRCode: dnsmessage.RCodeSuccess, wantAns: 1},
 		{name: "class CHAOS refused", msg: nsRawQuery(0, 1, 0, 0, 0, nsWireName("version", "bind"), []byte{0, 16, 0, 3}),
 			wantRCode: dnsmessage.RCodeRefused, wantEvent: "deny"},
 		{name: "invalid characters", msg: nsRawQuery(0, 1, 0, 0, 0, nsWireName("api.example", "com"), typeAClassIN),
 			wantRCode: dnsmessage.RCodeNameError, wantEvent: "deny", oddName: true},
 		{name: "malformed gets FORMERR", msg: nsRawQuery(0, 2, 0, 0, 0, nsWireName("a", "com"), typeAClassIN),
 			wantRCode: dnsmessage.RCodeFormatError, wantEvent: "deny"},
-		{name: "ANY gets no data", msg: dnsQueryMsg(t, 2, "api.example.com.", dnsmessage.TypeALL), wantRCode: dnsmessage.RCodeSuccess},
+		{name: "ANY gets no data", msg: stacktest.DNSQuery(t, 2, "api.example.com.", dnsmessage.TypeALL), wantRCode: dnsmessage.RCodeSuccess},
 		{name: "responses get nothing", msg: nsRawQuery(0x8000, 1, 0, 0, 0, nsWireName("a", "com"), typeAClassIN), wantNil: true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			before := len(rec.all())
+			before := len(rec.All())
 			reply := d.answer(t.Context(), tt.msg, src)
 			if tt.wantNil {
 				if reply != nil {
@@ -171,7 +172,7 @@ func TestDNSAnswer(t *testing.T) {
 				t.Errorf("header: got %+v, want a response with id %#x and rcode %v", h, binary.BigEndian.Uint16(tt.msg), tt.wantRCode)
 			}
 			if tt.wantEvent != "" {
-				evs := rec.all()[before:]
+				evs := rec.All()[before:]
 				if len(evs) == 0 || evs[len(evs)-1].Decision != tt.wantEvent || evs[len(evs)-1].Kind != "dns" {
 					t.Errorf("events: got %+v, want a dns %s", evs, tt.wantEvent)
 				}
@@ -191,7 +192,7 @@ func TestDNSAnswer(t *testing.T) {
 			}
 		})
 	}
-	if got := res.calls(); len(got) != 1 || got[0] != "api.example.com" {
+	if got := res.Calls(); len(got) != 1 || got[0] != "api.example.com" {
 		t.Errorf("resolver calls: got %v, want only api.example.com", got)
 	}
 }
@@ -205,7 +206,7 @@ func FuzzDNSAnswer(f *testing.F) {
 	f.Add(nsRawQuery(0, 1, 0, 0, 0, []byte{1, 'a', 0xc0, 12}, typeAClassIN))
 	f.Add(nsRawQuery(0, 0xffff, 0xffff, 0xffff, 0xffff))
 	f.Add(nsRawQuery(0, 1, 0, 0, 0, nsWireName(strings.Repeat("x", 63), strings.Repeat("y", 63), "evil", "net"), []byte{0, 16, 0, 1}))
-	res := &nsResolver{exists: map[string]bool{"api.example.com": true}}
+	res := &stacktest.Resolver{Known: map[string]bool{"api.example.com": true}}
 	pol := testPolicyAllow()
 	d, _ := newTestDNS(f, pol, res)
 	src := netip.MustParseAddrPort("10.254.254.2:5353")
@@ -223,7 +224,7 @@ func FuzzDNSAnswer(f *testing.F) {
 			// The question is echoed as it came (dnsmessage refuses some
 			// names a client may send), so only the header is checked.
 		}
-		for _, name := range res.calls() {
+		for _, name := range res.Calls() {
 			if !pol.DecideName(name).Allow {
 				t.Fatalf("resolver asked about a denied name %q", name)
 			}
@@ -390,7 +391,7 @@ func TestDNSReplyEchoesQuestion(t *testing.T) {
 	if err := m.Unpack(r); err != nil {
 		t.Fatal(err)
 	}
-	a, ok := answerA(m)
+	a, ok := stacktest.AnswerA(m)
 	if !ok || a != netip.MustParseAddr("198.18.0.9") || !m.RecursionDesired || m.Answers[0].Header.TTL != dnsAnswerTTL {
 		t.Errorf("reply: got %+v", m)
 	}

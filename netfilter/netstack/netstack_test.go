@@ -1,7 +1,8 @@
-package netfilter
+package netstack
 
 import (
 	"github.com/vibedom/vibedom/netfilter/egress"
+	"github.com/vibedom/vibedom/netfilter/internal/stacktest"
 
 	"bytes"
 	"context"
@@ -22,8 +23,8 @@ import (
 	"gvisor.dev/gvisor/pkg/tcpip/header"
 )
 
-func testPolicyAllow() nsPolicy {
-	return nsPolicy{
+func testPolicyAllow() stacktest.Policy {
+	return stacktest.Policy{
 		"api.example.com":   {443},
 		"www.example.com":   nil, // 443 and 80
 		"git.example.com":   {22},
@@ -54,7 +55,7 @@ func TestStackConfig(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			s, err := NewStack(tt.cfg, newNSEngine(), nsPolicy{}, nil, nil)
+			s, err := NewStack(tt.cfg, newNSEngine(), stacktest.Policy{}, nil, nil)
 			if s != nil {
 				defer s.Close()
 			}
@@ -70,13 +71,13 @@ func TestStackConfig(t *testing.T) {
 		})
 	}
 	t.Run("defaults", func(t *testing.T) {
-		s, err := NewStack(StackConfig{}, newNSEngine(), nsPolicy{}, nil, nil)
+		s, err := NewStack(StackConfig{}, newNSEngine(), stacktest.Policy{}, nil, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer s.Close()
 		c := s.Config()
-		if c.Gateway != testGateway || c.Guest != testGuestIP || c.MTU != 1500 || c.ProxyPort != 3128 {
+		if c.Gateway != stacktest.Gateway || c.Guest != stacktest.GuestIP || c.MTU != 1500 || c.ProxyPort != 3128 {
 			t.Errorf("defaults: got gateway %v guest %v MTU %d proxy %d", c.Gateway, c.Guest, c.MTU, c.ProxyPort)
 		}
 		if got, want := s.ProxyURL(), "http://10.254.254.1:3128"; got != want {
@@ -86,7 +87,7 @@ func TestStackConfig(t *testing.T) {
 }
 
 func TestStackServeOnce(t *testing.T) {
-	s, err := NewStack(StackConfig{}, newNSEngine(), nsPolicy{}, nil, nil)
+	s, err := NewStack(StackConfig{}, newNSEngine(), stacktest.Policy{}, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -116,7 +117,7 @@ func TestStackServeOnce(t *testing.T) {
 
 func TestStackDHCP(t *testing.T) {
 	t.Parallel()
-	n := startNSNet(t, StackConfig{GuestMAC: testGuestHW}, nsPolicy{}, nil)
+	n := startNSNet(t, StackConfig{GuestMAC: stacktest.GuestHW}, stacktest.Policy{}, nil)
 	bootp := func(typ byte, mac net.HardwareAddr, requested netip.Addr) []byte {
 		b := make([]byte, dhcpFixedLen)
 		b[0], b[1], b[2] = 1, 1, 6
@@ -133,7 +134,7 @@ func TestStackDHCP(t *testing.T) {
 	send := func(t *testing.T, mac net.HardwareAddr, msg []byte) {
 		src := netip.AddrPortFrom(netip.IPv4Unspecified(), 68)
 		dst := netip.AddrPortFrom(netip.AddrFrom4([4]byte{255, 255, 255, 255}), 67)
-		f := nsEthFrame(broadcastMAC, mac, etherIPv4, ipv4Packet(src.Addr(), dst.Addr(), protoUDP, udpSegment(src, dst, msg)))
+		f := stacktest.EthFrame(broadcastMAC, mac, etherIPv4, stacktest.IPv4Packet(src.Addr(), dst.Addr(), protoUDP, stacktest.UDPSegment(src, dst, msg)))
 		if _, err := n.vm.Write(f); err != nil {
 			t.Fatal(err)
 		}
@@ -141,8 +142,8 @@ func TestStackDHCP(t *testing.T) {
 	// reply waits for a DHCP reply and returns its BOOTP message.
 	reply := func(t *testing.T, wait time.Duration) []byte {
 		var msg []byte
-		nsReadFrames(t, n.vm, wait, func(f []byte) bool {
-			ip := ipv4Of(f)
+		stacktest.ReadFrames(t, n.vm, wait, func(f []byte) bool {
+			ip := stacktest.IPv4Of(f)
 			if ip == nil || ip.Protocol() != protoUDP {
 				return false
 			}
@@ -171,7 +172,7 @@ func TestStackDHCP(t *testing.T) {
 		}
 		return opts
 	}
-	gw := testGateway.As4()
+	gw := stacktest.Gateway.As4()
 	tests := []struct {
 		name      string
 		mac       net.HardwareAddr
@@ -180,9 +181,9 @@ func TestStackDHCP(t *testing.T) {
 		wantType  byte // 0: no reply
 		wantAddr  netip.Addr
 	}{
-		{"discover gets an offer", testGuestHW, dhcpDiscover, netip.Addr{}, dhcpOffer, testGuestIP},
-		{"request for the offered address gets an ack", testGuestHW, dhcpRequest, testGuestIP, dhcpAck, testGuestIP},
-		{"request for another address gets a nak", testGuestHW, dhcpRequest, netip.MustParseAddr("10.254.254.9"), dhcpNak, netip.IPv4Unspecified()},
+		{"discover gets an offer", stacktest.GuestHW, dhcpDiscover, netip.Addr{}, dhcpOffer, stacktest.GuestIP},
+		{"request for the offered address gets an ack", stacktest.GuestHW, dhcpRequest, stacktest.GuestIP, dhcpAck, stacktest.GuestIP},
+		{"request for another address gets a nak", stacktest.GuestHW, dhcpRequest, netip.MustParseAddr("10.254.254.9"), dhcpNak, netip.IPv4Unspecified()},
 		{"another client gets nothing", net.HardwareAddr{2, 0, 0, 0, 0, 9}, dhcpDiscover, netip.Addr{}, 0, netip.Addr{}},
 	}
 	for _, tt := range tests {
@@ -245,13 +246,13 @@ func TestStackDHCP(t *testing.T) {
 
 func TestStackDNS(t *testing.T) {
 	n := startNSNet(t, StackConfig{}, testPolicyAllow(), nil)
-	n.resolver.exists["api.example.com"] = true
-	n.resolver.exists["www.example.com"] = true
-	n.resolver.fail["flaky.example.com"] = true
+	n.resolver.Known["api.example.com"] = true
+	n.resolver.Known["www.example.com"] = true
+	n.resolver.Fail["flaky.example.com"] = true
 	g := n.guest(t)
 
-	first := g.lookup(t, "api.example.com.", dnsmessage.TypeA)
-	apiAddr, ok := answerA(first)
+	first := g.Lookup(t, "api.example.com.", dnsmessage.TypeA)
+	apiAddr, ok := stacktest.AnswerA(first)
 	if !ok || first.RCode != dnsmessage.RCodeSuccess {
 		t.Fatalf("api.example.com: got rcode %v answers %v, want one A record", first.RCode, first.Answers)
 	}
@@ -282,12 +283,12 @@ func TestStackDNS(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			before := len(n.resolver.calls())
-			m := g.lookup(t, tt.qname, tt.qtype)
+			before := len(n.resolver.Calls())
+			m := g.Lookup(t, tt.qname, tt.qtype)
 			if m.RCode != tt.wantRCode {
 				t.Errorf("rcode: got %v, want %v", m.RCode, tt.wantRCode)
 			}
-			a, ok := answerA(m)
+			a, ok := stacktest.AnswerA(m)
 			if tt.wantA.IsValid() {
 				if !ok || a != tt.wantA {
 					t.Errorf("answer: got %v (%v), want %v", a, ok, tt.wantA)
@@ -298,13 +299,13 @@ func TestStackDNS(t *testing.T) {
 			if len(m.Questions) != 1 || !strings.EqualFold(m.Questions[0].Name.String(), tt.qname) {
 				t.Errorf("question not echoed: %v", m.Questions)
 			}
-			asked := n.resolver.calls()[before:]
+			asked := n.resolver.Calls()[before:]
 			if got := len(asked) > 0; got != tt.wantAsked {
 				t.Errorf("resolver asked: got %v, want %v", asked, tt.wantAsked)
 			}
 			if tt.wantEvent != "" {
 				name := strings.ToLower(strings.TrimSuffix(tt.qname, "."))
-				n.events.waitFor(t, "dns "+tt.wantEvent+" "+name, func(e egress.Event) bool {
+				n.events.WaitFor(t, "dns "+tt.wantEvent+" "+name, func(e egress.Event) bool {
 					return e.Kind == "dns" && e.Name == name && e.Decision == tt.wantEvent
 				})
 			}
@@ -312,20 +313,20 @@ func TestStackDNS(t *testing.T) {
 	}
 
 	t.Run("denied names never reach the resolver", func(t *testing.T) {
-		for _, name := range n.resolver.calls() {
+		for _, name := range n.resolver.Calls() {
 			if d := testPolicyAllow().DecideName(name); !d.Allow {
 				t.Errorf("resolver was asked about the denied name %q", name)
 			}
 		}
 	})
 	t.Run("distinct names get distinct addresses", func(t *testing.T) {
-		a, _ := answerA(g.lookup(t, "www.example.com.", dnsmessage.TypeA))
+		a, _ := stacktest.AnswerA(g.Lookup(t, "www.example.com.", dnsmessage.TypeA))
 		if a == apiAddr || !a.IsValid() {
 			t.Errorf("www.example.com: got %v, api.example.com has %v", a, apiAddr)
 		}
 	})
 	t.Run("over TCP", func(t *testing.T) {
-		c, err := g.dial(t.Context(), netip.AddrPortFrom(testGateway, 53))
+		c, err := g.Dial(t.Context(), netip.AddrPortFrom(stacktest.Gateway, 53))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -334,7 +335,7 @@ func TestStackDNS(t *testing.T) {
 			name  string
 			rcode dnsmessage.RCode
 		}{{"api.example.com.", dnsmessage.RCodeSuccess}, {"evil.example.net.", dnsmessage.RCodeNameError}} {
-			msg := dnsQueryMsg(t, 7, q.name, dnsmessage.TypeA)
+			msg := stacktest.DNSQuery(t, 7, q.name, dnsmessage.TypeA)
 			if _, err := c.Write(append(binary.BigEndian.AppendUint16(nil, uint16(len(msg))), msg...)); err != nil {
 				t.Fatal(err)
 			}
@@ -353,7 +354,7 @@ func TestStackDNS(t *testing.T) {
 			if m.RCode != q.rcode {
 				t.Errorf("%s over TCP: got %v, want %v", q.name, m.RCode, q.rcode)
 			}
-			if a, _ := answerA(m); q.rcode == dnsmessage.RCodeSuccess && a != apiAddr {
+			if a, _ := stacktest.AnswerA(m); q.rcode == dnsmessage.RCodeSuccess && a != apiAddr {
 				t.Errorf("%s over TCP: got %v, want %v", q.name, a, apiAddr)
 			}
 		}
@@ -361,9 +362,9 @@ func TestStackDNS(t *testing.T) {
 	t.Run("Go resolver", func(t *testing.T) {
 		r := &net.Resolver{PreferGo: true, Dial: func(ctx context.Context, network, _ string) (net.Conn, error) {
 			if strings.HasPrefix(network, "tcp") {
-				return g.dial(ctx, netip.AddrPortFrom(testGateway, 53))
+				return g.Dial(ctx, netip.AddrPortFrom(stacktest.Gateway, 53))
 			}
-			return gonetDialUDP(g, netip.AddrPortFrom(testGateway, 53))
+			return stacktest.DialUDP(g, netip.AddrPortFrom(stacktest.Gateway, 53))
 		}}
 		addrs, err := r.LookupNetIP(t.Context(), "ip4", "api.example.com.")
 		if err != nil || len(addrs) != 1 || addrs[0] != apiAddr {
@@ -380,11 +381,11 @@ func TestStackDNS(t *testing.T) {
 func TestStackTCPAdmission(t *testing.T) {
 	n := startNSNet(t, StackConfig{}, testPolicyAllow(), nil)
 	for _, name := range []string{"api.example.com", "www.example.com", "git.example.com"} {
-		n.resolver.exists[name] = true
+		n.resolver.Known[name] = true
 	}
 	g := n.guest(t)
 	addrOf := func(name string) netip.Addr {
-		a, ok := answerA(g.lookup(t, name+".", dnsmessage.TypeA))
+		a, ok := stacktest.AnswerA(g.Lookup(t, name+".", dnsmessage.TypeA))
 		if !ok {
 			t.Fatalf("no address for %s", name)
 		}
@@ -411,13 +412,13 @@ func TestStackTCPAdmission(t *testing.T) {
 		{"private IP", netip.MustParseAddrPort("192.168.1.1:443"), ""},
 		{"private IP 10/8", netip.MustParseAddrPort("10.0.0.1:22"), ""},
 		{"link-local metadata", netip.MustParseAddrPort("169.254.169.254:80"), ""},
-		{"gateway SSH even with a rule", netip.AddrPortFrom(testGateway, 22), ""},
-		{"gateway HTTP", netip.AddrPortFrom(testGateway, 80), ""},
-		{"gateway HTTPS", netip.AddrPortFrom(testGateway, 443), ""},
+		{"gateway SSH even with a rule", netip.AddrPortFrom(stacktest.Gateway, 22), ""},
+		{"gateway HTTP", netip.AddrPortFrom(stacktest.Gateway, 80), ""},
+		{"gateway HTTPS", netip.AddrPortFrom(stacktest.Gateway, 443), ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			c, err := g.dial(t.Context(), tt.dst)
+			c, err := g.Dial(t.Context(), tt.dst)
 			if tt.wantName == "" {
 				if err == nil {
 					c.Close()
@@ -426,7 +427,7 @@ func TestStackTCPAdmission(t *testing.T) {
 				if !strings.Contains(err.Error(), "refused") {
 					t.Errorf("dial %v: got %v, want connection refused", tt.dst, err)
 				}
-				n.events.waitFor(t, "connect deny to "+tt.dst.String(), func(e egress.Event) bool {
+				n.events.WaitFor(t, "connect deny to "+tt.dst.String(), func(e egress.Event) bool {
 					return e.Kind == "connect" && e.Decision == "deny" && e.Dst == tt.dst.String() && e.Reason != ""
 				})
 				return
@@ -443,8 +444,8 @@ func TestStackTCPAdmission(t *testing.T) {
 			}
 			tg := got.target
 			if tg.Name != tt.wantName || tg.Port != tt.dst.Port() || !tg.Decision.Allow || tg.Dialled != tt.dst ||
-				tg.Guest.Addr() != testGuestIP {
-				t.Errorf("target: got %+v, want name %q port %d dialled %v from %v", tg, tt.wantName, tt.dst.Port(), tt.dst, testGuestIP)
+				tg.Guest.Addr() != stacktest.GuestIP {
+				t.Errorf("target: got %+v, want name %q port %d dialled %v from %v", tg, tt.wantName, tt.dst.Port(), tt.dst, stacktest.GuestIP)
 			}
 			msg := []byte("hello through the stack")
 			if _, err := c.Write(msg); err != nil {
@@ -469,7 +470,7 @@ func TestStackTCPAdmission(t *testing.T) {
 func TestStackTCPAdmissionRaw(t *testing.T) {
 	t.Parallel()
 	n := startNSNet(t, StackConfig{}, testPolicyAllow(), nil)
-	nsAnnounce(t, n.vm)
+	stacktest.Announce(t, n.vm)
 	tests := []struct {
 		name   string
 		dst    netip.AddrPort
@@ -478,14 +479,14 @@ func TestStackTCPAdmissionRaw(t *testing.T) {
 		{"loopback even with a rule", netip.MustParseAddrPort("127.0.0.1:443"), true},
 		{"loopback other", netip.MustParseAddrPort("127.0.0.53:53"), true},
 		{"another host on the guest network", netip.MustParseAddrPort("10.254.254.3:443"), false},
-		{"the guest itself", netip.AddrPortFrom(testGuestIP, 443), false},
+		{"the guest itself", netip.AddrPortFrom(stacktest.GuestIP, 443), false},
 		{"this network", netip.MustParseAddrPort("0.0.0.1:443"), false},
 		{"link-local", netip.MustParseAddrPort("169.254.169.254:80"), false},
 	}
 	for i, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			src := netip.AddrPortFrom(testGuestIP, uint16(20000+i))
-			if _, err := n.vm.Write(guestIPFrame(testGuestIP, tt.dst.Addr(), protoTCP, tcpSYN(src, tt.dst, 1000))); err != nil {
+			src := netip.AddrPortFrom(stacktest.GuestIP, uint16(20000+i))
+			if _, err := n.vm.Write(stacktest.GuestIPFrame(stacktest.GuestIP, tt.dst.Addr(), protoTCP, stacktest.TCPSYN(src, tt.dst, 1000))); err != nil {
 				t.Fatal(err)
 			}
 			var flags header.TCPFlags
@@ -493,8 +494,8 @@ func TestStackTCPAdmissionRaw(t *testing.T) {
 			if tt.silent {
 				wait = 200 * time.Millisecond
 			}
-			got := nsReadFrames(t, n.vm, wait, func(f []byte) bool {
-				ip := ipv4Of(f)
+			got := stacktest.ReadFrames(t, n.vm, wait, func(f []byte) bool {
+				ip := stacktest.IPv4Of(f)
 				if ip == nil || ip.Protocol() != protoTCP {
 					return false
 				}
@@ -511,21 +512,21 @@ func TestStackTCPAdmissionRaw(t *testing.T) {
 			case !tt.silent && (len(got) == 0 || !flags.Contains(header.TCPFlagRst) || flags.Contains(header.TCPFlagSyn)):
 				t.Fatalf("answer to a SYN to %v: got flags %v, want RST", tt.dst, flags)
 			}
-			n.events.waitFor(t, "connect deny to "+tt.dst.String(), func(e egress.Event) bool {
+			n.events.WaitFor(t, "connect deny to "+tt.dst.String(), func(e egress.Event) bool {
 				return e.Kind == "connect" && e.Decision == "deny" && e.Dst == tt.dst.String()
 			})
 		})
 	}
 	t.Run("UDP to the host loopback", func(t *testing.T) {
 		dst := netip.MustParseAddrPort("127.0.0.1:53")
-		src := netip.AddrPortFrom(testGuestIP, 5300)
-		if _, err := n.vm.Write(guestIPFrame(testGuestIP, dst.Addr(), protoUDP, udpSegment(src, dst, []byte("q")))); err != nil {
+		src := netip.AddrPortFrom(stacktest.GuestIP, 5300)
+		if _, err := n.vm.Write(stacktest.GuestIPFrame(stacktest.GuestIP, dst.Addr(), protoUDP, stacktest.UDPSegment(src, dst, []byte("q")))); err != nil {
 			t.Fatal(err)
 		}
-		if got := nsReadFrames(t, n.vm, 200*time.Millisecond, nil); len(got) != 0 {
+		if got := stacktest.ReadFrames(t, n.vm, 200*time.Millisecond, nil); len(got) != 0 {
 			t.Errorf("got %d frames in answer", len(got))
 		}
-		n.events.waitFor(t, "udp deny to "+dst.String(), func(e egress.Event) bool {
+		n.events.WaitFor(t, "udp deny to "+dst.String(), func(e egress.Event) bool {
 			return e.Kind == "udp" && e.Decision == "deny" && e.Dst == dst.String()
 		})
 	})
@@ -537,17 +538,17 @@ func TestStackTCPAdmissionRaw(t *testing.T) {
 }
 
 func TestStackExplicitProxy(t *testing.T) {
-	n := startNSNet(t, StackConfig{}, nsPolicy{}, nil)
+	n := startNSNet(t, StackConfig{}, stacktest.Policy{}, nil)
 	g := n.guest(t)
-	c, err := g.dial(t.Context(), netip.AddrPortFrom(testGateway, DefaultProxyPort))
+	c, err := g.Dial(t.Context(), netip.AddrPortFrom(stacktest.Gateway, DefaultProxyPort))
 	if err != nil {
 		t.Fatalf("dial the proxy: %v", err)
 	}
 	defer c.Close()
 	select {
 	case got := <-n.engine.got:
-		if !got.proxy || got.src.Addr() != testGuestIP {
-			t.Errorf("got %+v, want a proxy connection from %v", got, testGuestIP)
+		if !got.proxy || got.src.Addr() != stacktest.GuestIP {
+			t.Errorf("got %+v, want a proxy connection from %v", got, stacktest.GuestIP)
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("HandleProxyConn was not called")
@@ -564,9 +565,9 @@ func TestStackExplicitProxy(t *testing.T) {
 func TestStackUDPGoesNowhere(t *testing.T) {
 	t.Parallel()
 	n := startNSNet(t, StackConfig{}, testPolicyAllow(), nil)
-	n.resolver.exists["api.example.com"] = true
+	n.resolver.Known["api.example.com"] = true
 	g := n.guest(t)
-	query := dnsQueryMsg(t, 1, "api.example.com.", dnsmessage.TypeA)
+	query := stacktest.DNSQuery(t, 1, "api.example.com.", dnsmessage.TypeA)
 	tests := []struct {
 		name string
 		dst  netip.AddrPort
@@ -574,25 +575,25 @@ func TestStackUDPGoesNowhere(t *testing.T) {
 		{"outside resolver", netip.MustParseAddrPort("8.8.8.8:53")},
 		{"another outside resolver", netip.MustParseAddrPort("1.1.1.1:53")},
 		{"DNS over QUIC port", netip.MustParseAddrPort("9.9.9.9:853")},
-		{"gateway NTP", netip.AddrPortFrom(testGateway, 123)},
+		{"gateway NTP", netip.AddrPortFrom(stacktest.Gateway, 123)},
 		{"synthetic address", netip.MustParseAddrPort("198.18.0.1:443")},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			before := n.stack.Stats().UDP
-			if reply := g.udpExchange(t, tt.dst, query, 300*time.Millisecond); reply != nil {
+			if reply := g.UDPExchange(t, tt.dst, query, 300*time.Millisecond); reply != nil {
 				t.Fatalf("got a reply from %v: %x", tt.dst, reply)
 			}
 			if got := n.stack.Stats().UDP; got <= before {
 				t.Errorf("UDP drop counter: got %d, want more than %d", got, before)
 			}
-			n.events.waitFor(t, "udp deny to "+tt.dst.String(), func(e egress.Event) bool {
+			n.events.WaitFor(t, "udp deny to "+tt.dst.String(), func(e egress.Event) bool {
 				return e.Kind == "udp" && e.Decision == "deny" && e.Dst == tt.dst.String()
 			})
 		})
 	}
 	t.Run("the gateway still answers DNS", func(t *testing.T) {
-		if _, ok := answerA(g.lookup(t, "api.example.com.", dnsmessage.TypeA)); !ok {
+		if _, ok := stacktest.AnswerA(g.Lookup(t, "api.example.com.", dnsmessage.TypeA)); !ok {
 			t.Fatal("no answer")
 		}
 	})
@@ -600,14 +601,14 @@ func TestStackUDPGoesNowhere(t *testing.T) {
 
 func TestStackICMP(t *testing.T) {
 	t.Parallel()
-	n := startNSNet(t, StackConfig{}, nsPolicy{}, nil)
-	nsAnnounce(t, n.vm)
+	n := startNSNet(t, StackConfig{}, stacktest.Policy{}, nil)
+	stacktest.Announce(t, n.vm)
 	tests := []struct {
 		name      string
 		dst       netip.Addr
 		wantReply bool
 	}{
-		{"ping the gateway", testGateway, false},
+		{"ping the gateway", stacktest.Gateway, false},
 		{"ping the internet", netip.MustParseAddr("8.8.8.8"), false},
 		{"ping a synthetic address", netip.MustParseAddr("198.18.0.1"), false},
 		{"ping the host loopback", netip.MustParseAddr("127.0.0.1"), false},
@@ -615,7 +616,7 @@ func TestStackICMP(t *testing.T) {
 	for i, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			id := uint16(100 + i)
-			if _, err := n.vm.Write(guestIPFrame(testGuestIP, tt.dst, protoICMP, icmpEcho(id))); err != nil {
+			if _, err := n.vm.Write(stacktest.GuestIPFrame(stacktest.GuestIP, tt.dst, protoICMP, stacktest.ICMPEcho(id))); err != nil {
 				t.Fatal(err)
 			}
 			wait := 5 * time.Second
@@ -623,8 +624,8 @@ func TestStackICMP(t *testing.T) {
 				wait = 300 * time.Millisecond
 			}
 			var reply header.IPv4
-			nsReadFrames(t, n.vm, wait, func(f []byte) bool {
-				ip := ipv4Of(f)
+			stacktest.ReadFrames(t, n.vm, wait, func(f []byte) bool {
+				ip := stacktest.IPv4Of(f)
 				if ip == nil || ip.Protocol() != protoICMP {
 					return false
 				}
@@ -644,7 +645,7 @@ func TestStackICMP(t *testing.T) {
 				}
 				return
 			}
-			n.events.waitFor(t, "icmp deny to "+tt.dst.String(), func(e egress.Event) bool {
+			n.events.WaitFor(t, "icmp deny to "+tt.dst.String(), func(e egress.Event) bool {
 				return e.Kind == "icmp" && e.Decision == "deny" && e.Dst == tt.dst.String()
 			})
 		})
@@ -656,17 +657,17 @@ func TestStackICMP(t *testing.T) {
 func TestStackDropsForeignFrames(t *testing.T) {
 	t.Parallel()
 	n := startNSNet(t, StackConfig{}, testPolicyAllow(), nil)
-	n.resolver.exists["api.example.com"] = true
+	n.resolver.Known["api.example.com"] = true
 	synth := netip.MustParseAddr("198.18.0.1")
 	syn := func(src netip.Addr) []byte {
-		return tcpSYN(netip.AddrPortFrom(src, 40000), netip.AddrPortFrom(synth, 443), 1)
+		return stacktest.TCPSYN(netip.AddrPortFrom(src, 40000), netip.AddrPortFrom(synth, 443), 1)
 	}
-	fragment := ipv4Packet(testGuestIP, testGateway, protoUDP,
-		udpSegment(netip.AddrPortFrom(testGuestIP, 5000), netip.AddrPortFrom(testGateway, 53), []byte("x")))
+	fragment := stacktest.IPv4Packet(stacktest.GuestIP, stacktest.Gateway, protoUDP,
+		stacktest.UDPSegment(netip.AddrPortFrom(stacktest.GuestIP, 5000), netip.AddrPortFrom(stacktest.Gateway, 53), []byte("x")))
 	binary.BigEndian.PutUint16(fragment[6:], 0x2000) // more fragments
-	badIHL := ipv4Packet(testGuestIP, testGateway, protoTCP, syn(testGuestIP))
+	badIHL := stacktest.IPv4Packet(stacktest.GuestIP, stacktest.Gateway, protoTCP, syn(stacktest.GuestIP))
 	badIHL[0] = 0x4f
-	longTotal := ipv4Packet(testGuestIP, testGateway, protoTCP, syn(testGuestIP))
+	longTotal := stacktest.IPv4Packet(stacktest.GuestIP, stacktest.Gateway, protoTCP, syn(stacktest.GuestIP))
 	binary.BigEndian.PutUint16(longTotal[2:], 4000)
 	arpFor := func(sender, target netip.Addr, sha net.HardwareAddr) []byte {
 		p := make([]byte, 28)
@@ -685,52 +686,52 @@ func TestStackDropsForeignFrames(t *testing.T) {
 		frame   []byte
 		counter func(StackStats) uint64
 	}{
-		{"spoofed source IP", guestIPFrame(netip.MustParseAddr("10.254.254.77"), synth, protoTCP, syn(netip.MustParseAddr("10.254.254.77"))),
+		{"spoofed source IP", stacktest.GuestIPFrame(netip.MustParseAddr("10.254.254.77"), synth, protoTCP, syn(netip.MustParseAddr("10.254.254.77"))),
 			func(s StackStats) uint64 { return s.Spoofed }},
-		{"source IP of the gateway", guestIPFrame(testGateway, synth, protoTCP, syn(testGateway)),
+		{"source IP of the gateway", stacktest.GuestIPFrame(stacktest.Gateway, synth, protoTCP, syn(stacktest.Gateway)),
 			func(s StackStats) uint64 { return s.Spoofed }},
-		{"source IP loopback", guestIPFrame(netip.MustParseAddr("127.0.0.1"), synth, protoTCP, syn(netip.MustParseAddr("127.0.0.1"))),
+		{"source IP loopback", stacktest.GuestIPFrame(netip.MustParseAddr("127.0.0.1"), synth, protoTCP, syn(netip.MustParseAddr("127.0.0.1"))),
 			func(s StackStats) uint64 { return s.Spoofed }},
-		{"source MAC of the gateway", nsEthFrame(testGwHW, testGwHW, etherIPv4, ipv4Packet(testGuestIP, synth, protoTCP, syn(testGuestIP))),
+		{"source MAC of the gateway", stacktest.EthFrame(stacktest.GatewayHW, stacktest.GatewayHW, etherIPv4, stacktest.IPv4Packet(stacktest.GuestIP, synth, protoTCP, syn(stacktest.GuestIP))),
 			func(s StackStats) uint64 { return s.Spoofed }},
-		{"multicast source MAC", nsEthFrame(testGwHW, net.HardwareAddr{1, 0, 0x5e, 0, 0, 1}, etherIPv4, ipv4Packet(testGuestIP, synth, protoTCP, syn(testGuestIP))),
+		{"multicast source MAC", stacktest.EthFrame(stacktest.GatewayHW, net.HardwareAddr{1, 0, 0x5e, 0, 0, 1}, etherIPv4, stacktest.IPv4Packet(stacktest.GuestIP, synth, protoTCP, syn(stacktest.GuestIP))),
 			func(s StackStats) uint64 { return s.Spoofed }},
-		{"frame for another MAC", nsEthFrame(net.HardwareAddr{2, 9, 9, 9, 9, 9}, testGuestHW, etherIPv4, ipv4Packet(testGuestIP, synth, protoTCP, syn(testGuestIP))),
+		{"frame for another MAC", stacktest.EthFrame(net.HardwareAddr{2, 9, 9, 9, 9, 9}, stacktest.GuestHW, etherIPv4, stacktest.IPv4Packet(stacktest.GuestIP, synth, protoTCP, syn(stacktest.GuestIP))),
 			func(s StackStats) uint64 { return s.NotForUs }},
-		{"IPv6", nsEthFrame(testGwHW, testGuestHW, etherIPv6, make([]byte, 60)),
+		{"IPv6", stacktest.EthFrame(stacktest.GatewayHW, stacktest.GuestHW, etherIPv6, make([]byte, 60)),
 			func(s StackStats) uint64 { return s.IPv6 }},
-		{"IPv6 multicast", nsEthFrame(net.HardwareAddr{0x33, 0x33, 0, 0, 0, 2}, testGuestHW, etherIPv6, make([]byte, 60)),
+		{"IPv6 multicast", stacktest.EthFrame(net.HardwareAddr{0x33, 0x33, 0, 0, 0, 2}, stacktest.GuestHW, etherIPv6, make([]byte, 60)),
 			func(s StackStats) uint64 { return s.IPv6 }},
-		{"IPv4 to a multicast MAC", nsEthFrame(net.HardwareAddr{1, 0, 0x5e, 0, 0, 0xfb}, testGuestHW, etherIPv4, ipv4Packet(testGuestIP, synth, protoTCP, syn(testGuestIP))),
+		{"IPv4 to a multicast MAC", stacktest.EthFrame(net.HardwareAddr{1, 0, 0x5e, 0, 0, 0xfb}, stacktest.GuestHW, etherIPv4, stacktest.IPv4Packet(stacktest.GuestIP, synth, protoTCP, syn(stacktest.GuestIP))),
 			func(s StackStats) uint64 { return s.Multicast }},
-		{"unknown EtherType", nsEthFrame(testGwHW, testGuestHW, 0x88b5, []byte("local experimental")),
+		{"unknown EtherType", stacktest.EthFrame(stacktest.GatewayHW, stacktest.GuestHW, 0x88b5, []byte("local experimental")),
 			func(s StackStats) uint64 { return s.OtherProto }},
-		{"IP fragment", nsEthFrame(testGwHW, testGuestHW, etherIPv4, fragment),
+		{"IP fragment", stacktest.EthFrame(stacktest.GatewayHW, stacktest.GuestHW, etherIPv4, fragment),
 			func(s StackStats) uint64 { return s.Fragments }},
-		{"GRE", guestIPFrame(testGuestIP, netip.MustParseAddr("8.8.8.8"), 47, make([]byte, 8)),
+		{"GRE", stacktest.GuestIPFrame(stacktest.GuestIP, netip.MustParseAddr("8.8.8.8"), 47, make([]byte, 8)),
 			func(s StackStats) uint64 { return s.OtherProto }},
-		{"bad header length", nsEthFrame(testGwHW, testGuestHW, etherIPv4, badIHL),
+		{"bad header length", stacktest.EthFrame(stacktest.GatewayHW, stacktest.GuestHW, etherIPv4, badIHL),
 			func(s StackStats) uint64 { return s.Malformed }},
-		{"total length past the frame", nsEthFrame(testGwHW, testGuestHW, etherIPv4, longTotal),
+		{"total length past the frame", stacktest.EthFrame(stacktest.GatewayHW, stacktest.GuestHW, etherIPv4, longTotal),
 			func(s StackStats) uint64 { return s.Malformed }},
 		{"runt frame", []byte{1, 2, 3},
 			func(s StackStats) uint64 { return s.Malformed }},
-		{"oversized datagram", nsEthFrame(testGwHW, testGuestHW, etherIPv4, make([]byte, 70000)),
+		{"oversized datagram", stacktest.EthFrame(stacktest.GatewayHW, stacktest.GuestHW, etherIPv4, make([]byte, 70000)),
 			func(s StackStats) uint64 { return s.Malformed }},
-		{"ARP about another address in the guest network", nsEthFrame(broadcastMAC, testGuestHW, etherARP, arpFor(testGuestIP, netip.MustParseAddr("10.254.254.9"), testGuestHW)),
+		{"ARP about another address in the guest network", stacktest.EthFrame(broadcastMAC, stacktest.GuestHW, etherARP, arpFor(stacktest.GuestIP, netip.MustParseAddr("10.254.254.9"), stacktest.GuestHW)),
 			func(s StackStats) uint64 { return s.OtherProto }},
-		{"ARP about a loopback address", nsEthFrame(broadcastMAC, testGuestHW, etherARP, arpFor(testGuestIP, netip.MustParseAddr("127.0.0.1"), testGuestHW)),
+		{"ARP about a loopback address", stacktest.EthFrame(broadcastMAC, stacktest.GuestHW, etherARP, arpFor(stacktest.GuestIP, netip.MustParseAddr("127.0.0.1"), stacktest.GuestHW)),
 			func(s StackStats) uint64 { return s.OtherProto }},
-		{"ARP from a forged sender", nsEthFrame(broadcastMAC, testGuestHW, etherARP, arpFor(netip.MustParseAddr("10.254.254.9"), testGateway, testGuestHW)),
+		{"ARP from a forged sender", stacktest.EthFrame(broadcastMAC, stacktest.GuestHW, etherARP, arpFor(netip.MustParseAddr("10.254.254.9"), stacktest.Gateway, stacktest.GuestHW)),
 			func(s StackStats) uint64 { return s.Spoofed }},
-		{"ARP whose sender MAC disagrees", nsEthFrame(broadcastMAC, testGuestHW, etherARP, arpFor(testGuestIP, testGateway, net.HardwareAddr{2, 1, 1, 1, 1, 1})),
+		{"ARP whose sender MAC disagrees", stacktest.EthFrame(broadcastMAC, stacktest.GuestHW, etherARP, arpFor(stacktest.GuestIP, stacktest.Gateway, net.HardwareAddr{2, 1, 1, 1, 1, 1})),
 			func(s StackStats) uint64 { return s.Spoofed }},
-		{"IGMP report", guestIPFrame(testGuestIP, netip.MustParseAddr("224.0.0.22"), 2, make([]byte, 8)),
+		{"IGMP report", stacktest.GuestIPFrame(stacktest.GuestIP, netip.MustParseAddr("224.0.0.22"), 2, make([]byte, 8)),
 			func(s StackStats) uint64 { return s.Multicast }},
-		{"ICMP port unreachable to the gateway", guestIPFrame(testGuestIP, testGateway, protoICMP, append([]byte{3, 3, 0, 0}, make([]byte, 32)...)),
+		{"ICMP port unreachable to the gateway", stacktest.GuestIPFrame(stacktest.GuestIP, stacktest.Gateway, protoICMP, append([]byte{3, 3, 0, 0}, make([]byte, 32)...)),
 			func(s StackStats) uint64 { return s.ICMP }},
-		{"multicast UDP", guestIPFrame(testGuestIP, netip.MustParseAddr("224.0.0.251"), protoUDP,
-			udpSegment(netip.AddrPortFrom(testGuestIP, 5353), netip.MustParseAddrPort("224.0.0.251:5353"), []byte("mdns"))),
+		{"multicast UDP", stacktest.GuestIPFrame(stacktest.GuestIP, netip.MustParseAddr("224.0.0.251"), protoUDP,
+			stacktest.UDPSegment(netip.AddrPortFrom(stacktest.GuestIP, 5353), netip.MustParseAddrPort("224.0.0.251:5353"), []byte("mdns"))),
 			func(s StackStats) uint64 { return s.Multicast }},
 	}
 	for _, tt := range tests {
@@ -750,7 +751,7 @@ func TestStackDropsForeignFrames(t *testing.T) {
 				time.Sleep(2 * time.Millisecond)
 			}
 			// Nothing answers a dropped frame.
-			if got := nsReadFrames(t, n.vm, 50*time.Millisecond, nil); len(got) != 0 {
+			if got := stacktest.ReadFrames(t, n.vm, 50*time.Millisecond, nil); len(got) != 0 {
 				t.Errorf("got %d frames in answer to a dropped frame", len(got))
 			}
 		})
@@ -761,50 +762,50 @@ func TestStackDropsForeignFrames(t *testing.T) {
 	default:
 	}
 	// Local chatter and errors are counted, not alerted on.
-	for _, e := range n.events.all() {
-		if strings.HasPrefix(e.Dst, "224.") || e.Dst == testGateway.String() {
+	for _, e := range n.events.All() {
+		if strings.HasPrefix(e.Dst, "224.") || e.Dst == stacktest.Gateway.String() {
 			t.Errorf("event for local chatter: %+v", e)
 		}
 	}
 	t.Run("ARP reply for the gateway only", func(t *testing.T) {
 		// A probe for the guest's own address must not be answered by the
 		// gateway (a DHCP client would decline its lease).
-		probe := nsEthFrame(broadcastMAC, testGuestHW, etherARP, arpFor(netip.IPv4Unspecified(), testGuestIP, testGuestHW))
+		probe := stacktest.EthFrame(broadcastMAC, stacktest.GuestHW, etherARP, arpFor(netip.IPv4Unspecified(), stacktest.GuestIP, stacktest.GuestHW))
 		if _, err := n.vm.Write(probe); err != nil {
 			t.Fatal(err)
 		}
-		if got := nsReadFrames(t, n.vm, 100*time.Millisecond, nil); len(got) != 0 {
+		if got := stacktest.ReadFrames(t, n.vm, 100*time.Millisecond, nil); len(got) != 0 {
 			t.Errorf("got %d frames in answer to an ARP probe for the guest's address", len(got))
 		}
-		ask := nsEthFrame(broadcastMAC, testGuestHW, etherARP, arpFor(testGuestIP, testGateway, testGuestHW))
+		ask := stacktest.EthFrame(broadcastMAC, stacktest.GuestHW, etherARP, arpFor(stacktest.GuestIP, stacktest.Gateway, stacktest.GuestHW))
 		if _, err := n.vm.Write(ask); err != nil {
 			t.Fatal(err)
 		}
-		got := nsReadFrames(t, n.vm, 5*time.Second, func(f []byte) bool {
+		got := stacktest.ReadFrames(t, n.vm, 5*time.Second, func(f []byte) bool {
 			return binary.BigEndian.Uint16(f[12:]) == etherARP
 		})
 		if len(got) == 0 {
 			t.Fatal("the gateway did not answer ARP for itself")
 		}
 		f := got[len(got)-1][ethHeaderLen:]
-		if !bytes.Equal(f[8:14], testGwHW) || netip.AddrFrom4([4]byte(f[14:18])) != testGateway {
+		if !bytes.Equal(f[8:14], stacktest.GatewayHW) || netip.AddrFrom4([4]byte(f[14:18])) != stacktest.Gateway {
 			t.Errorf("ARP reply: got sender %x %v", f[8:14], f[14:18])
 		}
 		// An outside address is answered too (an on-link default route
 		// still leads to the gateway).
 		outside := netip.MustParseAddr("198.18.0.1")
-		ask = nsEthFrame(broadcastMAC, testGuestHW, etherARP, arpFor(testGuestIP, outside, testGuestHW))
+		ask = stacktest.EthFrame(broadcastMAC, stacktest.GuestHW, etherARP, arpFor(stacktest.GuestIP, outside, stacktest.GuestHW))
 		if _, err := n.vm.Write(ask); err != nil {
 			t.Fatal(err)
 		}
-		got = nsReadFrames(t, n.vm, 5*time.Second, func(f []byte) bool {
+		got = stacktest.ReadFrames(t, n.vm, 5*time.Second, func(f []byte) bool {
 			return binary.BigEndian.Uint16(f[12:]) == etherARP
 		})
 		if len(got) == 0 {
 			t.Fatal("the gateway did not answer ARP for an outside address")
 		}
 		f = got[len(got)-1][ethHeaderLen:]
-		if !bytes.Equal(f[8:14], testGwHW) || netip.AddrFrom4([4]byte(f[14:18])) != outside {
+		if !bytes.Equal(f[8:14], stacktest.GatewayHW) || netip.AddrFrom4([4]byte(f[14:18])) != outside {
 			t.Errorf("ARP reply: got sender %x %v", f[8:14], f[14:18])
 		}
 	})
@@ -812,7 +813,7 @@ func TestStackDropsForeignFrames(t *testing.T) {
 
 func TestStackSurvivesGarbage(t *testing.T) {
 	n := startNSNet(t, StackConfig{}, testPolicyAllow(), nil)
-	n.resolver.exists["api.example.com"] = true
+	n.resolver.Known["api.example.com"] = true
 	rng := rand.New(rand.NewPCG(1, 2))
 	var frames [][]byte
 	for i := range 2000 {
@@ -823,22 +824,22 @@ func TestStackSurvivesGarbage(t *testing.T) {
 		}
 		switch i % 4 {
 		case 0: // random bytes behind a valid Ethernet header to the gateway
-			frames = append(frames, nsEthFrame(testGwHW, testGuestHW, etherIPv4, b))
+			frames = append(frames, stacktest.EthFrame(stacktest.GatewayHW, stacktest.GuestHW, etherIPv4, b))
 		case 1: // an IPv4 header from the guest with random contents
-			p := ipv4Packet(testGuestIP, testGateway, uint8(rng.IntN(256)), b)
+			p := stacktest.IPv4Packet(stacktest.GuestIP, stacktest.Gateway, uint8(rng.IntN(256)), b)
 			p[rng.IntN(20)] ^= byte(1 << rng.IntN(8))
-			frames = append(frames, nsEthFrame(testGwHW, testGuestHW, etherIPv4, p))
+			frames = append(frames, stacktest.EthFrame(stacktest.GatewayHW, stacktest.GuestHW, etherIPv4, p))
 		case 2: // a random DNS payload to the gateway
-			frames = append(frames, guestIPFrame(testGuestIP, testGateway, protoUDP,
-				udpSegment(netip.AddrPortFrom(testGuestIP, 3000), netip.AddrPortFrom(testGateway, 53), b)))
+			frames = append(frames, stacktest.GuestIPFrame(stacktest.GuestIP, stacktest.Gateway, protoUDP,
+				stacktest.UDPSegment(netip.AddrPortFrom(stacktest.GuestIP, 3000), netip.AddrPortFrom(stacktest.Gateway, 53), b)))
 		default: // random TCP segment to a synthetic address
-			seg := tcpSYN(netip.AddrPortFrom(testGuestIP, 3001), netip.MustParseAddrPort("198.18.0.1:443"), rng.Uint32())
+			seg := stacktest.TCPSYN(netip.AddrPortFrom(stacktest.GuestIP, 3001), netip.MustParseAddrPort("198.18.0.1:443"), rng.Uint32())
 			seg = append(seg, b...)
 			seg[13] = byte(rng.Uint32())
-			frames = append(frames, guestIPFrame(testGuestIP, netip.MustParseAddr("198.18.0.1"), protoTCP, seg))
+			frames = append(frames, stacktest.GuestIPFrame(stacktest.GuestIP, netip.MustParseAddr("198.18.0.1"), protoTCP, seg))
 		}
 	}
-	stop := nsDrain(n.vm) // answers: RSTs, FORMERR
+	stop := stacktest.Drain(n.vm) // answers: RSTs, FORMERR
 	for _, f := range frames {
 		if _, err := n.vm.Write(f); err != nil {
 			t.Fatal(err)
@@ -855,13 +856,13 @@ func TestStackSurvivesGarbage(t *testing.T) {
 	g := n.guest(t)
 	var reply []byte
 	for try := 0; try < 3 && reply == nil; try++ {
-		reply = g.udpExchange(t, netip.AddrPortFrom(testGateway, 53), dnsQueryMsg(t, 0x1234, "api.example.com.", dnsmessage.TypeA), 3*time.Second)
+		reply = g.UDPExchange(t, netip.AddrPortFrom(stacktest.Gateway, 53), stacktest.DNSQuery(t, 0x1234, "api.example.com.", dnsmessage.TypeA), 3*time.Second)
 	}
 	var m dnsmessage.Message
 	if reply == nil || m.Unpack(reply) != nil {
 		t.Fatal("DNS no longer answers after the garbage")
 	}
-	if _, ok := answerA(m); !ok {
+	if _, ok := stacktest.AnswerA(m); !ok {
 		t.Fatal("DNS no longer answers after the garbage")
 	}
 }
@@ -870,7 +871,7 @@ func TestStackSYNFlood(t *testing.T) {
 	cfg := StackConfig{MaxInFlight: 64}
 	n := startNSNet(t, cfg, testPolicyAllow(), nil)
 	api, _ := n.stack.dns.pool.addr("api.example.com") // as if the guest had asked
-	stop := nsDrain(n.vm)
+	stop := stacktest.Drain(n.vm)
 	defer stop()
 	base := runtime.NumGoroutine()
 	start := time.Now()
@@ -884,8 +885,8 @@ func TestStackSYNFlood(t *testing.T) {
 		if i%2 == 1 {
 			dst = netip.MustParseAddrPort("93.184.216.34:443")
 		}
-		src := netip.AddrPortFrom(testGuestIP, uint16(10000+i))
-		if _, err := n.vm.Write(guestIPFrame(testGuestIP, dst.Addr(), protoTCP, tcpSYN(src, dst, uint32(i)))); err != nil {
+		src := netip.AddrPortFrom(stacktest.GuestIP, uint16(10000+i))
+		if _, err := n.vm.Write(stacktest.GuestIPFrame(stacktest.GuestIP, dst.Addr(), protoTCP, stacktest.TCPSYN(src, dst, uint32(i)))); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -918,10 +919,10 @@ func TestStackSYNFlood(t *testing.T) {
 	// the bucket refilled while the flood lasted (and a summary line).
 	// The bound is measured to the moment of counting: the bucket goes on
 	// refilling while a loaded machine is still working through the flood.
-	n.events.waitFor(t, "connect deny", func(e egress.Event) bool { return e.Kind == "connect" && e.Decision == "deny" })
+	n.events.WaitFor(t, "connect deny", func(e egress.Event) bool { return e.Kind == "connect" && e.Decision == "deny" })
 	elapsed := time.Since(start)
 	denies := 0
-	for _, e := range n.events.all() {
+	for _, e := range n.events.All() {
 		if e.Kind == "connect" && e.Decision == "deny" {
 			denies++
 		}
@@ -936,23 +937,23 @@ func TestStackConnLimit(t *testing.T) {
 	eng.hold = make(chan struct{})
 	n := startNSNet(t, StackConfig{MaxConns: 2}, testPolicyAllow(), eng)
 	defer close(eng.hold)
-	n.resolver.exists["api.example.com"] = true
+	n.resolver.Known["api.example.com"] = true
 	g := n.guest(t)
-	api, _ := answerA(g.lookup(t, "api.example.com.", dnsmessage.TypeA))
+	api, _ := stacktest.AnswerA(g.Lookup(t, "api.example.com.", dnsmessage.TypeA))
 	dst := netip.AddrPortFrom(api, 443)
 	for i := range 2 {
-		c, err := g.dial(t.Context(), dst)
+		c, err := g.Dial(t.Context(), dst)
 		if err != nil {
 			t.Fatalf("connection %d: %v", i, err)
 		}
 		defer c.Close()
 		<-eng.got
 	}
-	if c, err := g.dial(t.Context(), dst); err == nil {
+	if c, err := g.Dial(t.Context(), dst); err == nil {
 		c.Close()
 		t.Fatal("third connection admitted over MaxConns 2")
 	}
-	n.events.waitFor(t, "too many connections", func(e egress.Event) bool {
+	n.events.WaitFor(t, "too many connections", func(e egress.Event) bool {
 		return e.Kind == "connect" && strings.Contains(e.Reason, "too many open connections")
 	})
 	if got := n.stack.Stats().ConnsOpen; got != 2 {
@@ -967,20 +968,20 @@ func TestStackWithPolicy(t *testing.T) {
 		t.Fatal(err)
 	}
 	n := startNSNet(t, StackConfig{}, egress.NewPolicy(rules), nil)
-	n.resolver.exists["a.example.com"] = true
+	n.resolver.Known["a.example.com"] = true
 	g := n.guest(t)
-	m := g.lookup(t, "a.example.com.", dnsmessage.TypeA)
-	a, ok := answerA(m)
+	m := g.Lookup(t, "a.example.com.", dnsmessage.TypeA)
+	a, ok := stacktest.AnswerA(m)
 	if !ok {
 		t.Fatalf("a.example.com: got %v, want an A record", m.RCode)
 	}
-	if m := g.lookup(t, "blocked.example.com.", dnsmessage.TypeA); m.RCode != dnsmessage.RCodeNameError {
+	if m := g.Lookup(t, "blocked.example.com.", dnsmessage.TypeA); m.RCode != dnsmessage.RCodeNameError {
 		t.Errorf("blocked.example.com: got %v, want NXDOMAIN", m.RCode)
 	}
-	if slices.Contains(n.resolver.calls(), "blocked.example.com") {
+	if slices.Contains(n.resolver.Calls(), "blocked.example.com") {
 		t.Errorf("the resolver was asked about a denied name")
 	}
-	c, err := g.dial(t.Context(), netip.AddrPortFrom(a, 443))
+	c, err := g.Dial(t.Context(), netip.AddrPortFrom(a, 443))
 	if err != nil {
 		t.Fatalf("dial a.example.com:443: %v", err)
 	}
@@ -988,7 +989,7 @@ func TestStackWithPolicy(t *testing.T) {
 	if got := <-n.engine.got; got.target.Name != "a.example.com" || got.target.Decision.Rule != "*.example.com" {
 		t.Errorf("target: got %+v", got.target)
 	}
-	if c, err := g.dial(t.Context(), netip.AddrPortFrom(a, 8080)); err == nil {
+	if c, err := g.Dial(t.Context(), netip.AddrPortFrom(a, 8080)); err == nil {
 		c.Close()
 		t.Errorf("a.example.com:8080 admitted")
 	}
@@ -998,11 +999,11 @@ func TestStackWithPolicy(t *testing.T) {
 // the gateway's stack: nothing may panic, whatever the guest sends.
 func FuzzStackFrames(f *testing.F) {
 	synth := netip.MustParseAddr("198.18.0.1")
-	f.Add(guestIPFrame(testGuestIP, synth, protoTCP, tcpSYN(netip.AddrPortFrom(testGuestIP, 1), netip.AddrPortFrom(synth, 443), 1)))
-	f.Add(guestIPFrame(testGuestIP, testGateway, protoUDP, udpSegment(netip.AddrPortFrom(testGuestIP, 1),
-		netip.AddrPortFrom(testGateway, 53), dnsQueryMsg(f, 1, "api.example.com.", dnsmessage.TypeA))))
-	f.Add(guestIPFrame(testGuestIP, testGateway, protoICMP, icmpEcho(1)))
-	f.Add(nsEthFrame(broadcastMAC, testGuestHW, etherARP, make([]byte, 28)))
+	f.Add(stacktest.GuestIPFrame(stacktest.GuestIP, synth, protoTCP, stacktest.TCPSYN(netip.AddrPortFrom(stacktest.GuestIP, 1), netip.AddrPortFrom(synth, 443), 1)))
+	f.Add(stacktest.GuestIPFrame(stacktest.GuestIP, stacktest.Gateway, protoUDP, stacktest.UDPSegment(netip.AddrPortFrom(stacktest.GuestIP, 1),
+		netip.AddrPortFrom(stacktest.Gateway, 53), stacktest.DNSQuery(f, 1, "api.example.com.", dnsmessage.TypeA))))
+	f.Add(stacktest.GuestIPFrame(stacktest.GuestIP, stacktest.Gateway, protoICMP, stacktest.ICMPEcho(1)))
+	f.Add(stacktest.EthFrame(broadcastMAC, stacktest.GuestHW, etherARP, make([]byte, 28)))
 	s, err := NewStack(StackConfig{}, newNSEngine(), testPolicyAllow(), nil, nil)
 	if err != nil {
 		f.Fatal(err)
@@ -1039,16 +1040,16 @@ func TestStackLeavesNoGoroutines(t *testing.T) {
 		}
 		defer vm.Close()
 		// Some traffic: a DNS query and a SYN that gets admitted.
-		nsAnnounce(t, vm)
-		q := udpSegment(netip.AddrPortFrom(testGuestIP, 4000), netip.AddrPortFrom(testGateway, 53),
-			dnsQueryMsg(t, 1, "api.example.com.", dnsmessage.TypeA))
-		vm.Write(guestIPFrame(testGuestIP, testGateway, protoUDP, q))
-		nsReadFrames(t, vm, 2*time.Second, func(f []byte) bool { return ipv4Of(f) != nil })
+		stacktest.Announce(t, vm)
+		q := stacktest.UDPSegment(netip.AddrPortFrom(stacktest.GuestIP, 4000), netip.AddrPortFrom(stacktest.Gateway, 53),
+			stacktest.DNSQuery(t, 1, "api.example.com.", dnsmessage.TypeA))
+		vm.Write(stacktest.GuestIPFrame(stacktest.GuestIP, stacktest.Gateway, protoUDP, q))
+		stacktest.ReadFrames(t, vm, 2*time.Second, func(f []byte) bool { return stacktest.IPv4Of(f) != nil })
 		// A half-open handshake is in progress when the stack closes.
 		dst := netip.MustParseAddrPort("198.18.0.1:443")
-		vm.Write(guestIPFrame(testGuestIP, dst.Addr(), protoTCP, tcpSYN(netip.AddrPortFrom(testGuestIP, 4001), dst, 1)))
-		synAck := nsReadFrames(t, vm, 2*time.Second, func(f []byte) bool {
-			ip := ipv4Of(f)
+		vm.Write(stacktest.GuestIPFrame(stacktest.GuestIP, dst.Addr(), protoTCP, stacktest.TCPSYN(netip.AddrPortFrom(stacktest.GuestIP, 4001), dst, 1)))
+		synAck := stacktest.ReadFrames(t, vm, 2*time.Second, func(f []byte) bool {
+			ip := stacktest.IPv4Of(f)
 			return ip != nil && ip.Protocol() == protoTCP && header.TCP(ip.Payload()).Flags().Contains(header.TCPFlagSyn|header.TCPFlagAck)
 		})
 		if len(synAck) == 0 {
