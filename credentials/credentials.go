@@ -37,6 +37,7 @@ type Provider struct {
 var Providers = []Provider{
 	{Name: "anthropic", Env: "ANTHROPIC_API_KEY", Host: "api.anthropic.com", Header: "x-api-key"},
 	{Name: "openai", Env: "OPENAI_API_KEY", Host: "api.openai.com", Header: "authorization"},
+	{Name: "gemini", Env: "GEMINI_API_KEY", Host: "generativelanguage.googleapis.com", Header: "x-goog-api-key"},
 }
 
 // Names lists the providers' names.
@@ -166,6 +167,7 @@ func Load(home string, getenv func(string) string) ([]Key, error) {
 var prefixes = map[string][]string{
 	"anthropic": {"sk-ant-admin01-", "sk-ant-api03-", "sk-ant-oat01-", "sk-ant-ort01-", "sk-ant-"},
 	"openai":    {"sk-svcacct-", "sk-admin-", "sk-proj-", "sk-None-", "sk-"},
+	"gemini":    {"AIza"},
 }
 
 // placeholderAlphabet is what follows the prefix: the characters both

@@ -130,7 +130,7 @@ func TestLoadAndStore(t *testing.T) {
 			t.Errorf("stored %q", bad)
 		}
 	}
-	if _, err := Lookup("gemini"); err == nil || !strings.Contains(err.Error(), "anthropic, openai") {
+	if _, err := Lookup("mistral"); err == nil || !strings.Contains(err.Error(), "anthropic, openai, gemini") {
 		t.Errorf("unknown provider: %v", err)
 	}
 	if err := Remove(home, a); err != nil {
@@ -164,5 +164,33 @@ func TestChildEnvStripsEveryProvider(t *testing.T) {
 		if !childenv.IsSecret(p.Env + "=x") {
 			t.Errorf("childenv.Secret lacks $%s (%s)", p.Env, p.Name)
 		}
+	}
+}
+
+// TestGeminiSwap: $GEMINI_API_KEY becomes a placeholder of its shape in
+// the guest, swapped in the x-goog-api-key header to the Gemini API only.
+func TestGeminiSwap(t *testing.T) {
+	key := "AIzaSyD" + strings.Repeat("q7Xk", 8)
+	ks, err := Load(t.TempDir(), func(k string) string {
+		if k == "GEMINI_API_KEY" {
+			return key
+		}
+		return ""
+	})
+	if err != nil || len(ks) != 1 || ks[0].Provider.Name != "gemini" {
+		t.Fatalf("load: %v %v", ks, err)
+	}
+	s, err := NewSession(ks)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ph := s.GuestEnv()["GEMINI_API_KEY"]
+	if !strings.HasPrefix(ph, "AIza") || len(ph) != len(key) || ph == key {
+		t.Fatalf("placeholder %q for a key of %d characters", ph, len(key))
+	}
+	sw := s.Swaps()
+	if len(sw) != 1 || sw[0].Host != "generativelanguage.googleapis.com" || sw[0].Header != "x-goog-api-key" ||
+		sw[0].Placeholder != ph || sw[0].Value != key {
+		t.Fatalf("swap %+v", sw)
 	}
 }

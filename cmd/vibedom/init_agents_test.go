@@ -99,7 +99,7 @@ func TestInitAgentsBadInput(t *testing.T) {
 		args []string
 		want []string
 	}{
-		{"unknown agent", []string{"--agents", "claude,gpt"}, []string{`unknown agent "gpt"`, "claude, codex, opencode"}},
+		{"unknown agent", []string{"--agents", "claude,gpt"}, []string{`unknown agent "gpt"`, "claude, codex, gemini, opencode"}},
 		{"unknown libc", []string{"--agents", "claude", "--agent-libc", "uclibc"}, []string{"no claude build pinned"}},
 		{"integrity mismatch", []string{"--agents", "opencode", "--registry", srv.URL}, []string{"integrity mismatch", p.String(), wrong, p.Integrity, "nothing installed"}},
 		{"bad registry", []string{"--agents", "opencode", "--registry", "ftp://example.invalid"}, []string{"want an http(s) URL"}},

@@ -273,8 +273,8 @@ func TestLoadPolicyFailsClosed(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got := len(p.Rules()); got != 2 {
-			t.Errorf("rules: got %d, want the 2 builtins", got)
+		if got := len(p.Rules()); got != 3 {
+			t.Errorf("rules: got %d, want the 3 builtins", got)
 		}
 	})
 	t.Run("no builtins", func(t *testing.T) {
