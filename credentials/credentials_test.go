@@ -12,6 +12,7 @@ import (
 )
 
 func TestPlaceholderShape(t *testing.T) {
+	t.Parallel()
 	a, _ := Lookup("anthropic")
 	o, _ := Lookup("openai")
 	for _, c := range []struct {
@@ -50,6 +51,7 @@ func TestPlaceholderShape(t *testing.T) {
 // characters of the key's secret part (what follows that prefix) appears
 // in it, for many random keys of each kind, and its length is the key's.
 func TestPlaceholderHoldsNoKeyCharacters(t *testing.T) {
+	t.Parallel()
 	const alpha = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_"
 	kinds := []struct {
 		provider, prefix string
@@ -90,6 +92,7 @@ func TestPlaceholderHoldsNoKeyCharacters(t *testing.T) {
 }
 
 func TestLoadAndStore(t *testing.T) {
+	t.Parallel()
 	home := t.TempDir()
 	env := map[string]string{}
 	getenv := func(k string) string { return env[k] }
@@ -142,6 +145,7 @@ func TestLoadAndStore(t *testing.T) {
 }
 
 func TestSessionEnvAndKnownValues(t *testing.T) {
+	t.Parallel()
 	k := Key{Provider: Providers[1], value: "sk-proj-" + strings.Repeat("v", 40), Source: "$OPENAI_API_KEY"} // gitleaks:allow
 	s, err := NewSession([]Key{k})
 	if err != nil {
@@ -160,6 +164,7 @@ func TestSessionEnvAndKnownValues(t *testing.T) {
 // TestChildEnvStripsEveryProvider: every variable a provider's key is read
 // from is one childenv strips from the programs vibedom starts.
 func TestChildEnvStripsEveryProvider(t *testing.T) {
+	t.Parallel()
 	for _, p := range Providers {
 		if !childenv.IsSecret(p.Env + "=x") {
 			t.Errorf("childenv.Secret lacks $%s (%s)", p.Env, p.Name)

@@ -298,7 +298,8 @@ func checkAgentInstalled(name string, h home.Home, arch vm.Arch) error {
 var agentProviders = map[string][]string{"claude": {"anthropic"}, "codex": {"openai"}, "opencode": {"anthropic", "openai"}, "gemini": {"gemini"}}
 
 // checkAgentKey refuses, before anything starts, an agent with network and
-// no API key for it on the host (the guest never gets one of its own).
+// neither an API key nor a subscription login for it on the host (the
+// guest never gets one of its own).
 func checkAgentKey(agent string, h home.Home) error {
 	ks, err := credentials.Load(string(h), os.Getenv)
 	if err != nil {
@@ -318,5 +319,15 @@ func checkAgentKey(agent string, h home.Home) error {
 		p, _ := credentials.Lookup(name)
 		how = append(how, "$"+p.Env+" or `vibedom auth set "+name+"`")
 	}
-	return fmt.Errorf("--agent %s needs an API key on the host (%s); the VM only ever gets a placeholder, and subscription logins are not carried into it", agent, strings.Join(how, ", or "))
+	if lk, err := credentials.LookupLogin(agent); err == nil {
+		_, err := credentials.LoadLogin(string(h), lk)
+		if err == nil {
+			return nil
+		}
+		if !errors.Is(err, credentials.ErrNoLogin) {
+			return err
+		}
+		how = append(how, "a subscription login: `vibedom auth import "+agent+"` or `vibedom auth login "+agent+"`")
+	}
+	return fmt.Errorf("--agent %s needs an API key or a subscription login on the host (%s); the VM only ever gets placeholders", agent, strings.Join(how, ", or "))
 }

@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -155,4 +156,20 @@ func SmallestPin(arch, libc string) (agents.Pin, error) {
 		return best, ErrNoPin
 	}
 	return best, nil
+}
+
+// ServeSmallest serves the smallest real package for this host's guest
+// arch (musl build) from a Registry, skipping t where the host's arch has
+// no guest. It returns the pin and the registry.
+func ServeSmallest(t testing.TB) (agents.Pin, *Registry) {
+	t.Helper()
+	arch, err := agents.GuestArch(runtime.GOARCH)
+	if err != nil {
+		t.Skip(err)
+	}
+	p, err := SmallestPin(arch, agents.LibcMusl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p, Serve(t, map[agents.Pin]string{p: Tarball(t, p)})
 }

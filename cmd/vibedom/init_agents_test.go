@@ -19,15 +19,7 @@ import (
 // registry, and a later init needs no registry at all.
 func TestInitAgents(t *testing.T) {
 	t.Parallel()
-	arch, err := agents.GuestArch(runtime.GOARCH)
-	if err != nil {
-		t.Skip(err)
-	}
-	p, err := agentstest.SmallestPin(arch, agents.LibcMusl)
-	if err != nil {
-		t.Fatal(err)
-	}
-	reg := agentstest.Serve(t, map[agents.Pin]string{p: agentstest.Tarball(t, p)})
+	p, reg := agentstest.ServeSmallest(t)
 	c := clitest.New(t)
 	stdout, stderr, code := c.Run(t, "", "init", "--json", "--agents", p.Agent, "--registry", reg.URL)
 	if code != 0 && code != 1 {

@@ -4,10 +4,10 @@ import (
 	"bufio"
 	"encoding/json"
 	"fmt"
+	"github.com/vibedom/vibedom/e2e/clitest"
 	"io"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -156,14 +156,8 @@ func TestGeminiToolCallHost(t *testing.T) {
 	}
 	work := t.TempDir()
 	fake := &fakeGemini{file: filepath.Join(work, "made-by-gemini.txt")}
-	cfg, caPEM := fakeTLS(t, "generativelanguage.googleapis.com")
-	srv := httptest.NewUnstartedServer(fake)
-	srv.TLS = cfg
-	srv.StartTLS()
-	defer srv.Close()
-	caFile := filepath.Join(t.TempDir(), "ca.pem")
-	os.WriteFile(caFile, caPEM, 0o644)
-	proxy := connectTo(t, strings.TrimPrefix(srv.URL, "https://"))
+	port, caFile := clitest.ServeTLS(t, fake, "generativelanguage.googleapis.com")
+	proxy := connectTo(t, "127.0.0.1:"+port)
 
 	key := "AIzaSyFAKE" + strings.Repeat("k", 29)
 	cmd := exec.CommandContext(t.Context(), node, res.BinaryPath(), "--yolo", "-p", "MAKE-THE-FILE here, then say done")
