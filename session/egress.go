@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 
 	"github.com/vibedom/vibedom/keys"
@@ -83,7 +84,11 @@ func (s *sess) setupEgress(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("load the egress policy: %w", err)
 	}
-	pol, notes, err := policy.EgressPolicy(o.Home, trust, eo.Allow)
+	allow := eo.Allow
+	if s.creds != nil {
+		allow = append(slices.Clip(allow), s.creds.AllowRules()...)
+	}
+	pol, notes, err := policy.EgressPolicy(o.Home, trust, allow)
 	if err != nil {
 		return fmt.Errorf("load the egress policy: %w", err)
 	}
@@ -120,6 +125,9 @@ func (s *sess) setupEgress(ctx context.Context) error {
 	}
 	if resolver == nil {
 		resolver = netstack.SystemResolver{}
+	}
+	if err := s.startLogins(ctx, eo.Resolve, roots); err != nil {
+		return err
 	}
 	// One wildcard guard for the DNS server and the explicit proxy: new
 	// names under a wildcard are a channel to the host's resolver.
