@@ -318,7 +318,7 @@ type HostOptions struct {
 // over fd 3, SIGINT and SIGTERM ask the session to stop (its changes are
 // collected) rather than abandon it.
 func Host(ctx context.Context, ho HostOptions) (*Result, error) {
-	ready := os.NewFile(3, "ready")
+	ready, secrets := hostPipes()
 	if ready == nil {
 		return nil, errors.New("the session host needs its readiness pipe: it is started by `vibedom run --detach` only")
 	}
@@ -332,9 +332,11 @@ func Host(ctx context.Context, ho HostOptions) (*Result, error) {
 		return fail(err)
 	}
 	if o.scanned != nil {
-		if o.scanned.secrets, err = readHostSecrets(os.NewFile(4, "secrets")); err != nil {
+		if o.scanned.secrets, err = readHostSecrets(secrets); err != nil {
 			return fail(err)
 		}
+	} else if secrets != nil {
+		secrets.Close()
 	}
 	o.Detached, o.Terminal = true, nil
 	o.Stdin = strings.NewReader("")
@@ -375,6 +377,11 @@ func readHostFile(dir string) (Options, error) {
 	if !filepath.IsAbs(dir) || !ValidName(name) || h.Session(name) != dir {
 		return o, fmt.Errorf("session host: %q is not a session folder", dir)
 	}
+	// Both detach made, 0700 and 0600: anything else (a home under a
+	// folder another user can write to) was swapped in by someone else.
+	if fi, err := os.Lstat(dir); err != nil || !fi.IsDir() || fi.Mode().Perm() != 0o700 || !ownFile(fi) {
+		return o, fmt.Errorf("session host: %s is not a private folder of yours (run the session again)", dir)
+	}
 	path := filepath.Join(dir, hostFileName)
 	fi, err := os.Lstat(path)
 	if err != nil {
@@ -383,7 +390,7 @@ func readHostFile(dir string) (Options, error) {
 	if !fi.Mode().IsRegular() {
 		return o, fmt.Errorf("session host: %s is not a regular file", path)
 	}
-	b, err := atomicfile.ReadLimited(path, maxHostFile)
+	b, err := readHostOptions(path)
 	if err != nil {
 		return o, fmt.Errorf("session host: read its options: %w", err)
 	}
@@ -438,6 +445,38 @@ func readHostFile(dir string) (Options, error) {
 		return o, fmt.Errorf("session host: %w", err)
 	}
 	return o, nil
+}
+
+// readHostOptions reads the host file at path through one descriptor
+// (not through a symlink, never waiting on a FIFO swapped in after the
+// Lstat) that must be a regular file of this user's, mode 0600 or less.
+func readHostOptions(path string) ([]byte, error) {
+	f, err := openNoFollow(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if !fi.Mode().IsRegular() || fi.Mode().Perm()&0o077 != 0 || !ownFile(fi) {
+		return nil, fmt.Errorf("%s is not a private file of yours (mode %v)", path, fi.Mode())
+	}
+	b, err := io.ReadAll(io.LimitReader(f, maxHostFile+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(b) > maxHostFile {
+		return nil, fmt.Errorf("%s is larger than %d bytes", path, maxHostFile)
+	}
+	return b, nil
+}
+
+// ownFile: fi's file is this user's (or its owner is not known here).
+func ownFile(fi fs.FileInfo) bool {
+	uid, ok := fileUID(fi)
+	return !ok || uid == os.Getuid()
 }
 
 // checkHostOptions checks the host's options as Start checked the flags
