@@ -36,6 +36,7 @@ const (
 	OpStop   = "stop"
 	OpExec   = "exec"
 	OpAttach = "attach"
+	OpEgress = "egress" // live egress policy: allow, deny, show, check (egress_live.go)
 )
 
 // ControlRequest is a client's request.
@@ -51,6 +52,8 @@ type ControlRequest struct {
 	Term string `json:"term,omitempty"`
 	Cols int    `json:"cols,omitempty"`
 	Rows int    `json:"rows,omitempty"`
+	// Egress is OpEgress's request.
+	Egress *EgressRequest `json:"egress,omitempty"`
 }
 
 // ControlReply is the host's reply.
@@ -61,6 +64,8 @@ type ControlReply struct {
 	Status *HostStatus `json:"status,omitempty"`
 	// Took is how long pause or resume took.
 	Took time.Duration `json:"took_ns,omitempty"`
+	// Egress is set by OpEgress.
+	Egress *EgressReply `json:"egress,omitempty"`
 }
 
 // HostStatus is what a session host reports about its session.

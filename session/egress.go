@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"time"
 
 	"github.com/vibedom/vibedom/keys"
 	"github.com/vibedom/vibedom/netfilter"
@@ -54,6 +55,8 @@ const guestMAC = "02:76:64:00:00:02"
 
 type egress struct {
 	policy *netfilter.Policy
+	live   *livePolicy // the policy as it stands now (live rules)
+	conns  *connSet    // transparent connections, for a live deny to close
 	engine interface {
 		netfilter.Engine
 		Close() error
@@ -119,7 +122,8 @@ func (s *sess) setupEgress(ctx context.Context) error {
 	}
 	// One wildcard guard for the DNS server and the explicit proxy: new
 	// names under a wildcard are a channel to the host's resolver.
-	limited := netfilter.LimitWildcards(policy)
+	e.live, e.conns = newLivePolicy(o.Home, policy, time.Now()), newConnSet()
+	limited := netfilter.LimitWildcards(e.live)
 	ecfg := netfilter.EngineConfig{
 		CA: ca, Policy: limited, Filter: eo.Filter, Events: events, Logger: s.log.With("part", "proxy"),
 		Dial: eo.Dial, Resolve: eo.Resolve, AllowPrivate: policy.PrivateRanges(), ExtraRoots: roots,
@@ -158,7 +162,7 @@ func (s *sess) setupEgress(ctx context.Context) error {
 		return err
 	}
 	mac, _ := net.ParseMAC(guestMAC)
-	var engine netfilter.Engine = e.engine
+	var engine netfilter.Engine = &trackEngine{inner: e.engine, set: e.conns}
 	if tap := s.sshTap(); tap != nil {
 		engine = netfilter.TapEngine(engine, tap)
 	}

@@ -121,6 +121,8 @@ func (s *sess) serveControl(c net.Conn) {
 	case OpResume:
 		took, err := s.resume(ctx)
 		writeReply(c, replyFor(err, took))
+	case OpEgress:
+		writeReply(c, s.serveEgress(req.Egress))
 	case OpStop:
 		s.ctl.requestStop()
 		writeReply(c, ControlReply{OK: true})

@@ -1,0 +1,183 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/urfave/cli/v3"
+
+	"github.com/vibedom/vibedom/session"
+	"github.com/vibedom/vibedom/termtext"
+)
+
+// The live egress commands: allow and deny change a running session's
+// policy through its host's control socket (session/egress_live.go);
+// `policy show NAME` and `policy check --session NAME` read it.
+
+func init() {
+	saveFlag := &cli.BoolFlag{Name: "save", Usage: "also append the rules to ~/.vibedom/trusted_domains.txt (user scope, later sessions too)"}
+	jsonFlag := &cli.BoolFlag{Name: "json", Usage: "print JSON"}
+	commands = append(commands,
+		&cli.Command{
+			Name:      "allow",
+			Usage:     "let a running session reach more names (new connections see it at once)",
+			ArgsUsage: "SESSION RULE…",
+			Description: `Adds allow rules to the running session's egress policy, session scope
+(with --save also user scope). RULE is written as in trusted_domains.txt:
+example.com, *.example.com, example.com:8443, example.com:*, 192.0.2.7.
+Deny rules still beat allow rules; no rule makes loopback, link-local
+(metadata), the host's own or private addresses reachable.`,
+			Flags:  []cli.Flag{saveFlag, jsonFlag},
+			Action: liveRuleAction(session.EgressAllow),
+		},
+		&cli.Command{
+			Name:      "deny",
+			Usage:     "stop a running session reaching names; its open connections to them are closed",
+			ArgsUsage: "SESSION RULE…",
+			Description: `Adds deny rules (example.com, *.example.com, example.com:80; the "!" is
+optional) to the running session's egress policy. New connections and DNS
+questions are refused at once, and open connections the rules cover are
+closed.`,
+			Flags:  []cli.Flag{saveFlag, jsonFlag},
+			Action: liveRuleAction(session.EgressDeny),
+		},
+	)
+}
+
+// egressDo sends one OpEgress request to the session named name.
+func egressDo(name string, req session.EgressRequest) (*session.EgressReply, error) {
+	home, err := session.DefaultHome()
+	if err != nil {
+		return nil, err
+	}
+	i, err := session.FindSession(home, name)
+	if err != nil {
+		return nil, err
+	}
+	conn, err := session.DialControl(i)
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close()
+	rep, err := conn.Do(session.ControlRequest{Op: session.OpEgress, Egress: &req}, 30*time.Second)
+	if err != nil {
+		return nil, fmt.Errorf("session %s: %w", i.Name, err)
+	}
+	if rep.Egress == nil {
+		return nil, fmt.Errorf("session %s: its host does not know live egress rules (it runs an older vibedom): stop it and start a new one", i.Name)
+	}
+	return rep.Egress, nil
+}
+
+func liveRuleAction(action string) cli.ActionFunc {
+	return func(_ context.Context, c *cli.Command) error {
+		if c.Args().Len() < 2 {
+			return fmt.Errorf("give a session and at least one rule: `vibedom %s SESSION RULE…` (`vibedom list` shows sessions)", action)
+		}
+		rep, err := egressDo(c.Args().First(), session.EgressRequest{Action: action, Rules: c.Args().Slice()[1:], Save: c.Bool("save")})
+		if err != nil {
+			return err
+		}
+		out := cmdOut(c)
+		if c.Bool("json") {
+			return writeJSON(out, rep)
+		}
+		verb := map[string]string{session.EgressAllow: "allowed", session.EgressDeny: "denied"}[action]
+		for _, r := range rep.Rules {
+			fmt.Fprintf(out, "session %s: %s %s (%s scope): new connections see it now\n",
+				termtext.Line(rep.Session), verb, termtext.Line(r.Rule), r.Scope)
+		}
+		if rep.Saved != "" {
+			fmt.Fprintf(out, "saved to %s\n", termtext.Line(rep.Saved))
+		}
+		if action == session.EgressDeny {
+			fmt.Fprintf(out, "closed %d open connection%s it covers\n", rep.Closed, plural(rep.Closed))
+		}
+		return nil
+	}
+}
+
+func plural(n int) string {
+	if n == 1 {
+		return ""
+	}
+	return "s"
+}
+
+// policyShowSession prints a running session's rules in effect.
+func policyShowSession(c *cli.Command, name string) error {
+	rep, err := egressDo(name, session.EgressRequest{Action: session.EgressShow})
+	if err != nil {
+		return err
+	}
+	out := cmdOut(c)
+	if c.Bool("json") {
+		return writeJSON(out, rep)
+	}
+	writeLiveRules(out, rep)
+	return nil
+}
+
+func writeLiveRules(w io.Writer, rep *session.EgressReply) {
+	fmt.Fprintf(w, "session %s: egress rules in effect (a deny rule beats any allow rule)\n", termtext.Line(rep.Session))
+	width := 0
+	for _, r := range rep.Rules {
+		width = max(width, len(r.Rule))
+	}
+	for _, r := range rep.Rules {
+		verdict := "allow"
+		if r.Deny {
+			verdict = "deny "
+		}
+		since := ""
+		if r.Live {
+			since = "  since " + r.Since.Local().Format("15:04:05")
+		}
+		// Rules and sources may come from the workspace's file.
+		fmt.Fprintf(w, "  %s  %-*s  %-9s  %s%s\n", verdict, width, termtext.Line(r.Rule), r.Scope, termtext.Line(r.Source), since)
+	}
+}
+
+// policyCheckSession decides HOST:PORT as the running session would now.
+func policyCheckSession(c *cli.Command, name, host string, port uint16) error {
+	rep, err := egressDo(name, session.EgressRequest{Action: session.EgressCheck, Name: host, Port: port})
+	if err != nil {
+		return err
+	}
+	d := rep.Check
+	if d == nil {
+		return fmt.Errorf("session %s gave no decision", termtext.Line(name))
+	}
+	out := cmdOut(c)
+	if c.Bool("json") {
+		if err := writeJSON(out, d); err != nil {
+			return err
+		}
+	} else {
+		verdict := "deny "
+		if d.Allow {
+			verdict = "allow"
+		}
+		target := d.Name + ":" + strconv.Itoa(int(d.Port))
+		if strings.Contains(d.Name, ":") {
+			target = "[" + d.Name + "]:" + strconv.Itoa(int(d.Port))
+		}
+		fmt.Fprintf(out, "%s  %s  (session %s, now)\n", verdict, termtext.Line(target), termtext.Line(rep.Session))
+		if d.Rule != "" {
+			fmt.Fprintf(out, "  rule    %s\n  source  %s\n  scope   %s\n  since   %s\n", termtext.Line(d.Rule), termtext.Line(d.Source),
+				d.Scope, d.Since.Local().Format(time.DateTime))
+		}
+		fmt.Fprintf(out, "  reason  %s\n", termtext.Line(d.Reason))
+		if !d.Allow {
+			fmt.Fprintf(out, "  allow it with `vibedom allow %s RULE`\n", termtext.Line(rep.Session))
+		}
+	}
+	if !d.Allow {
+		return exitCode(1)
+	}
+	return nil
+}

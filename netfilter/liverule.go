@@ -1,0 +1,73 @@
+package netfilter
+
+import (
+	"log/slog"
+	"net/netip"
+	"strings"
+)
+
+// What a caller outside this package needs to know about a rule to check it
+// before it joins a running session's policy (session: vibedom allow/deny).
+
+// AllowPrivate reports whether r is an allow-private rule (it opens a
+// private range and names no destination).
+func (r Rule) AllowPrivate() bool { return r.private.IsValid() }
+
+// Addr is the address an IP-literal rule names.
+func (r Rule) Addr() (netip.Addr, bool) { return r.ip, r.ip.IsValid() }
+
+// Host is the rule's normalised name (a wildcard's base without "*."), or
+// its IP literal; "" for allow-private.
+func (r Rule) Host() string { return r.host }
+
+// Wildcard reports whether r is a "*.base" rule.
+func (r Rule) Wildcard() bool { return r.wildcard }
+
+// Matches reports whether r covers name (normalised, or an IP literal) on
+// port, allow or deny alike.
+func (r Rule) Matches(name string, port uint16) bool {
+	if !r.matchesPort(port) {
+		return false
+	}
+	if ip, ok := ParseAddr(name); ok {
+		return r.ip.IsValid() && r.ip == ip
+	}
+	return r.matchesName(name)
+}
+
+// Example is one name and port the rule covers: its name (for a wildcard,
+// a name one label below its base) and its port (443 when it covers the
+// default ports or every port).
+func (r Rule) Example() (string, uint16) {
+	name := r.host
+	if r.wildcard {
+		name = "vibedom-example." + r.host
+	}
+	port := r.port
+	if port == 0 {
+		port = 443
+	}
+	return name, port
+}
+
+// GuardedAddr returns an error wrapping ErrUpstreamAddress when the dial
+// guard would never dial a: loopback, unspecified, link-local (metadata),
+// multicast, reserved, one of this host's own addresses, or a private
+// address no range of private covers. nil means a rule may name it.
+func GuardedAddr(a netip.Addr, private []netip.Prefix) error {
+	g := &dialGuard{private: private, hostFn: interfaceAddrs, log: slog.New(slog.DiscardHandler)}
+	_, err := g.check(a)
+	return err
+}
+
+// LocalName reports whether name (normalised) is one every resolver keeps
+// on the host itself (RFC 6761 localhost, .local, .internal metadata
+// names): a live rule naming it is refused.
+func LocalName(name string) bool {
+	for _, s := range []string{"localhost", "local", "internal", "localdomain", "home.arpa"} {
+		if name == s || strings.HasSuffix(name, "."+s) {
+			return true
+		}
+	}
+	return false
+}
