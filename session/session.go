@@ -168,6 +168,9 @@ func (s *sess) runAgent(ctx context.Context) (int, error) {
 	if err := s.copyAgentSettings(ctx); err != nil {
 		return 0, err
 	}
+	if err := s.writeSandboxNotes(ctx); err != nil {
+		s.log.Warn("the sandbox note", "err", err)
+	}
 	// A stop request from the control socket ends the agent: a hang-up on
 	// its terminal (or SIGTERM for a command without one), then, if it
 	// still runs 10 seconds later, the session goes on without it (the

@@ -89,7 +89,7 @@ func liveRuleAction(action string) cli.ActionFunc {
 		verb := map[string]string{session.EgressAllow: "allowed", session.EgressDeny: "denied"}[action]
 		for _, r := range rep.Rules {
 			fmt.Fprintf(out, "session %s: %s %s (%s scope): new connections see it now\n",
-				termtext.Line(rep.Session), verb, termtext.Line(r.Rule), r.Scope)
+				termtext.Line(rep.Session), verb, termtext.Line(strings.TrimPrefix(r.Rule, "!")), r.Scope)
 		}
 		if rep.Saved != "" {
 			fmt.Fprintf(out, "saved to %s\n", termtext.Line(rep.Saved))
