@@ -36,7 +36,8 @@ const (
 	OpStop   = "stop"
 	OpExec   = "exec"
 	OpAttach = "attach"
-	OpEgress = "egress" // live egress policy: allow, deny, show, check (egress_live.go)
+	OpEgress = "egress" // live egress policy: allow, deny, show, check, answer (egress_live.go)
+	OpWatch  = "watch"  // ask mode's questions, streamed (egress_ask.go)
 )
 
 // ControlRequest is a client's request.

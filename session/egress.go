@@ -45,6 +45,11 @@ type EgressOptions struct {
 	ProxyEngine string
 	Mitmdump    string
 	Inspect     bool
+	// Mode is EgressModeDeny (the default when empty) or EgressModeAsk: a
+	// name no rule decides is then held while the user is asked, for at
+	// most AskTimeout (DefaultAskTimeout when 0).
+	Mode       string
+	AskTimeout time.Duration
 }
 
 // ProxyEngines are the values of EgressOptions.ProxyEngine.
@@ -57,7 +62,9 @@ type egress struct {
 	policy *netfilter.Policy
 	live   *livePolicy // the policy as it stands now (live rules)
 	conns  *connSet    // transparent connections, for a live deny to close
-	engine interface {
+	// notices are the terminals told of ask mode's questions.
+	notices noticeHub
+	engine  interface {
 		netfilter.Engine
 		Close() error
 	}
@@ -123,6 +130,15 @@ func (s *sess) setupEgress(ctx context.Context) error {
 	// One wildcard guard for the DNS server and the explicit proxy: new
 	// names under a wildcard are a channel to the host's resolver.
 	e.live, e.conns = newLivePolicy(o.Home, policy, time.Now()), newConnSet()
+	switch eo.Mode {
+	case "", EgressModeDeny:
+	case EgressModeAsk:
+		e.live.ask = newAsker(eo.AskTimeout)
+		e.live.ask.notify, e.live.ask.onClear = s.notifyQuestion, e.notices.cleared
+		s.progress("egress: ask mode: names no rule decides are held while you are asked (`vibedom watch %s`; %v, then denied)", s.name, e.live.ask.timeout)
+	default:
+		return fmt.Errorf("--egress must be ask or deny, got %q", eo.Mode)
+	}
 	limited := netfilter.LimitWildcards(e.live)
 	ecfg := netfilter.EngineConfig{
 		CA: ca, Policy: limited, Filter: eo.Filter, Events: events, Logger: s.log.With("part", "proxy"),

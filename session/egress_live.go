@@ -11,6 +11,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -32,10 +33,11 @@ import (
 
 // Egress actions of an OpEgress request.
 const (
-	EgressAllow = "allow"
-	EgressDeny  = "deny"
-	EgressShow  = "show"
-	EgressCheck = "check"
+	EgressAllow  = "allow"
+	EgressDeny   = "deny"
+	EgressShow   = "show"
+	EgressCheck  = "check"
+	EgressAnswer = "answer" // an open question of ask mode
 )
 
 // EgressRequest is an OpEgress request.
@@ -49,6 +51,9 @@ type EgressRequest struct {
 	// Name and Port are check's destination.
 	Name string `json:"name,omitempty"`
 	Port uint16 `json:"port,omitempty"`
+	// ID and Answer answer a question of ask mode.
+	ID     int    `json:"id,omitempty"`
+	Answer string `json:"answer,omitempty"`
 }
 
 // EgressRule is one rule in effect in a running session.
@@ -85,6 +90,8 @@ type EgressReply struct {
 	// Saved is the user rule file the rules were appended to.
 	Saved string          `json:"saved,omitempty"`
 	Check *EgressDecision `json:"check,omitempty"`
+	// Answered is the question an answer closed.
+	Answered *Question `json:"answered,omitempty"`
 }
 
 // Scopes of EgressRule.
@@ -104,6 +111,7 @@ type livePolicy struct {
 	since   time.Time  // when the loaded rules took effect
 	home    Home
 	private []netip.Prefix // the loaded user scope's allow-private ranges
+	ask     *asker         // nil unless the session runs in ask mode
 }
 
 // policySnap is one immutable state of the policy.
@@ -126,14 +134,74 @@ func newLivePolicy(h Home, p *netfilter.Policy, since time.Time) *livePolicy {
 	return l
 }
 
-// Decide implements netfilter.StackPolicy.
+// Decide implements netfilter.StackPolicy. In ask mode a name no rule
+// decides is held until the user answers or the question times out.
 func (l *livePolicy) Decide(name string, port uint16) netfilter.Decision {
-	return l.cur.Load().p.Decide(name, port)
+	d := l.cur.Load().p.Decide(name, port)
+	if l.ask == nil || !undecided(d) {
+		return d
+	}
+	n, ok := askable(name)
+	if !ok {
+		return d
+	}
+	if l.ask.takePass(n) {
+		return onceDecision(n)
+	}
+	return l.afterAnswer(n, port, l.ask.ask(n, port, 0))
 }
 
-// DecideName implements netfilter.StackPolicy.
+// DecideName implements netfilter.StackPolicy. In ask mode a name no rule
+// decides is held at most dnsHold; still open, it is answered as pending
+// (a temporary failure the guest's resolver retries).
 func (l *livePolicy) DecideName(name string) netfilter.Decision {
-	return l.cur.Load().p.DecideName(name)
+	d := l.cur.Load().p.DecideName(name)
+	if l.ask == nil || !undecided(d) {
+		return d
+	}
+	n, ok := askable(name)
+	if !ok {
+		return d
+	}
+	if l.ask.hasPass(n) {
+		return onceDecision(n)
+	}
+	return l.afterAnswer(n, 0, l.ask.ask(n, 0, l.ask.dnsHold))
+}
+
+// askable returns the normalised name when ask mode may ask about it:
+// names only (not IP literals), never host-local ones.
+func askable(name string) (string, bool) {
+	if _, ok := netfilter.ParseAddr(name); ok {
+		return "", false
+	}
+	n, err := netfilter.NormalizeName(name)
+	if err != nil || netfilter.LocalName(n) {
+		return "", false
+	}
+	return n, true
+}
+
+func onceDecision(n string) netfilter.Decision {
+	return netfilter.Decision{Allow: true, Rule: n, Source: "answered once by the user", Reason: "the user allowed it once (ask mode)"}
+}
+
+// afterAnswer turns the answer to n's question into the decision for the
+// request that waited (port 0: a DNS question).
+func (l *livePolicy) afterAnswer(n string, port uint16, ans string) netfilter.Decision {
+	switch ans {
+	case AnswerOnce:
+		return onceDecision(n)
+	case answerTimeout:
+		return netfilter.Decision{Source: "ask mode", Reason: fmt.Sprintf("the user was asked and did not answer within %v", l.ask.timeout)}
+	case "":
+		return netfilter.Decision{Source: "ask mode", Reason: "waiting for the user's answer (ask mode): retry in a moment", Pending: true}
+	}
+	// session, always and deny answers added live rules.
+	if port == 0 {
+		return l.cur.Load().p.DecideName(n)
+	}
+	return l.cur.Load().p.Decide(n, port)
 }
 
 // scopeOf says which scope a loaded or live rule source belongs to.
@@ -403,57 +471,131 @@ func (s *sess) serveEgress(req *EgressRequest) ControlReply {
 		}
 		rep.Check = e.live.check(req.Name, req.Port)
 	case EgressAllow, EgressDeny:
-		at := time.Now()
-		scope := scopeSession
-		if req.Save {
-			scope = scopeUser
-		}
-		rules, err := e.live.parseLive(req.Action, req.Rules, scope, at)
-		if err != nil {
+		var err error
+		if rep, err = s.addLiveRules(req.Action, req.Rules, req.Save, ""); err != nil {
 			return ControlReply{Error: err.Error()}
 		}
-		var save func() error
-		if req.Save {
-			texts := make([]string, len(rules))
-			for i, r := range rules {
-				texts[i] = r.Text
-			}
-			save = func() error {
-				var err error
-				rep.Saved, err = saveUserRules(s.opts.Home, texts, req.Action, s.name, at)
-				return err
-			}
-		}
-		snap, err := e.live.change(req.Action, rules, scope, at, save)
-		if err != nil {
+	case EgressAnswer:
+		var err error
+		if rep, err = s.answerQuestion(req.ID, req.Answer); err != nil {
 			return ControlReply{Error: err.Error()}
-		}
-		for _, r := range rules {
-			sc, since, _ := e.live.scopeOf(snap, r.Source)
-			rep.Rules = append(rep.Rules, EgressRule{Rule: r.Text, Source: r.Source, Scope: sc, Deny: r.Deny, Live: true, Since: since})
-			s.log.Info("egress: live rule added", "action", req.Action, "rule", r.Text, "scope", sc, "saved", rep.Saved)
-			dec := "allow"
-			if r.Deny {
-				dec = "deny"
-			}
-			e.events.Record(netfilter.Event{Time: at, Kind: "policy", Decision: dec, Rule: r.Text,
-				Reason: fmt.Sprintf("live rule added by `vibedom %s` (%s scope)", req.Action, sc)})
-		}
-		if req.Action == EgressDeny {
-			rep.Closed = e.conns.closeMatching(func(name string, port uint16) bool {
-				for _, r := range rules {
-					if r.Matches(name, port) {
-						return true
-					}
-				}
-				return false
-			})
-			if rep.Closed > 0 {
-				s.log.Info("egress: connections closed by a live deny", "count", rep.Closed)
-			}
 		}
 	default:
 		return ControlReply{Error: fmt.Sprintf("egress: unknown action %q", req.Action)}
 	}
 	return ControlReply{OK: true, Egress: rep}
+}
+
+// addLiveRules adds allow or deny rules to the running policy (and to the
+// user's file with save), logs each, answers the open questions they
+// cover and, for deny, closes the connections they cover. why, when not
+// empty, says what asked for the change (an answer to a question).
+func (s *sess) addLiveRules(action string, texts []string, save bool, why string) (*EgressReply, error) {
+	e := s.egress
+	rep := &EgressReply{Session: s.name}
+	at := time.Now()
+	scope := scopeSession
+	if save {
+		scope = scopeUser
+	}
+	rules, err := e.live.parseLive(action, texts, scope, at)
+	if err != nil {
+		return nil, err
+	}
+	var saveFn func() error
+	if save {
+		texts := make([]string, len(rules))
+		for i, r := range rules {
+			texts[i] = r.Text
+		}
+		saveFn = func() error {
+			var err error
+			rep.Saved, err = saveUserRules(s.opts.Home, texts, action, s.name, at)
+			return err
+		}
+	}
+	snap, err := e.live.change(action, rules, scope, at, saveFn)
+	if err != nil {
+		return nil, err
+	}
+	if why == "" {
+		why = "`vibedom " + action + "`"
+	}
+	for _, r := range rules {
+		sc, since, _ := e.live.scopeOf(snap, r.Source)
+		rep.Rules = append(rep.Rules, EgressRule{Rule: r.Text, Source: r.Source, Scope: sc, Deny: r.Deny, Live: true, Since: since})
+		s.log.Info("egress: live rule added", "action", action, "rule", r.Text, "scope", sc, "by", why, "saved", rep.Saved)
+		dec := "allow"
+		if r.Deny {
+			dec = "deny"
+		}
+		e.events.Record(netfilter.Event{Time: at, Kind: "policy", Decision: dec, Rule: r.Text,
+			Reason: fmt.Sprintf("live rule added by %s (%s scope)", why, sc)})
+	}
+	covers := func(name string, port uint16) bool {
+		for _, r := range rules {
+			if r.Matches(name, port) {
+				return true
+			}
+		}
+		return false
+	}
+	if a := e.live.ask; a != nil {
+		ans := AnswerSession
+		if action == EgressDeny {
+			ans = AnswerDeny
+		}
+		for _, q := range a.covered(covers) {
+			if _, err := a.answer(q.ID, ans, nil); err == nil {
+				s.log.Info("egress: question answered by a live rule", "name", q.Name, "answer", ans)
+			}
+		}
+	}
+	if action == EgressDeny {
+		rep.Closed = e.conns.closeMatching(covers)
+		if rep.Closed > 0 {
+			s.log.Info("egress: connections closed by a live deny", "count", rep.Closed)
+		}
+	}
+	return rep, nil
+}
+
+// answerQuestion answers an open question: once lets the held requests
+// through; session, always and deny add the live rules rulesFor gives.
+func (s *sess) answerQuestion(id int, ans string) (*EgressReply, error) {
+	a := s.egress.live.ask
+	if a == nil {
+		return nil, fmt.Errorf("session %s does not ask (it runs with --egress deny): use `vibedom allow %s RULE`", s.name, s.name)
+	}
+	rep := &EgressReply{Session: s.name}
+	var apply func(q Question) error
+	switch ans {
+	case AnswerOnce:
+	case AnswerSession, AnswerAlways, AnswerDeny:
+		apply = func(q Question) error {
+			action := EgressAllow
+			if ans == AnswerDeny {
+				action = EgressDeny
+			}
+			r, err := s.addLiveRules(action, rulesFor(q, ans == AnswerDeny), ans == AnswerAlways, "the user's answer "+strconv.Quote(ans)+" to the question about "+q.Name)
+			if r != nil {
+				rep.Rules, rep.Saved, rep.Closed = r.Rules, r.Saved, r.Closed
+			}
+			return err
+		}
+	default:
+		return nil, fmt.Errorf("answer %q: want once, session, always or deny", ans)
+	}
+	q, err := a.answer(id, ans, apply)
+	if err != nil {
+		// A rule an answer added closed the question already.
+		if q.Name == "" || rep.Rules == nil {
+			return nil, err
+		}
+	}
+	s.log.Info("egress: question answered", "name", q.Name, "ports", q.Ports, "answer", ans)
+	s.egress.events.Record(netfilter.Event{Time: time.Now(), Kind: "policy", Name: q.Name, Decision: map[bool]string{true: "deny", false: "allow"}[ans == AnswerDeny],
+		Reason: "the user answered " + strconv.Quote(ans) + " (ask mode)"})
+	rep.Answered = &q
+	return rep, nil
 }

@@ -297,7 +297,9 @@ func (s *sess) shell(ctx context.Context, ko guestlink.ShellOptions) (guestlink.
 			}
 		}
 	}()
-	ko.Cols, ko.Rows, ko.Resize, ko.Stdout = size.Cols, size.Rows, resizes, t.Out
+	out, unnotice := s.noticeOut(t.Out)
+	defer unnotice()
+	ko.Cols, ko.Rows, ko.Resize, ko.Stdout = size.Cols, size.Rows, resizes, out
 	for {
 		in, stop := newInput(t.In)
 		ko.Stdin = in

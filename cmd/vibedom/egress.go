@@ -48,6 +48,48 @@ closed.`,
 	)
 }
 
+// run's egress flags (run.go lists them).
+var (
+	egressFlag     = &cli.StringFlag{Name: "egress", Usage: "what happens to a name no rule decides: deny (refused at once) or ask (held while you are asked: vibedom watch NAME, a bell and title on the attached terminal); default: egress = … in ~/.vibedom/config, else deny"}
+	askTimeoutFlag = &cli.DurationFlag{Name: "ask-timeout", Usage: "with --egress ask: how long a question waits for an answer before the request is denied (default: ask-timeout = … in ~/.vibedom/config, else 60s)"}
+)
+
+// egressMode fills o's ask mode from the flags and ~/.vibedom/config.
+func egressMode(c *cli.Command, o *session.EgressOptions) error {
+	mode, timeout := c.String("egress"), c.Duration("ask-timeout")
+	if mode == "" || timeout == 0 {
+		if h, err := session.DefaultHome(); err == nil {
+			cfg, err := session.ReadConfig(h)
+			if err != nil {
+				return err
+			}
+			if mode == "" {
+				mode = cfg.Egress
+			}
+			if timeout == 0 {
+				timeout = cfg.AskTimeout
+			}
+		}
+	}
+	switch mode {
+	case "", session.EgressModeDeny:
+		if c.IsSet("ask-timeout") {
+			return fmt.Errorf("--ask-timeout goes with --egress ask")
+		}
+	case session.EgressModeAsk:
+		if o.Disabled {
+			return fmt.Errorf("--egress ask asks about network names, and --no-network gives the VM none: drop one")
+		}
+	default:
+		return fmt.Errorf("--egress must be ask or deny, got %q", mode)
+	}
+	if timeout < 0 || c.IsSet("ask-timeout") && (timeout < time.Second || timeout > time.Hour) {
+		return fmt.Errorf("--ask-timeout must be from 1s to 1h, got %v", timeout)
+	}
+	o.Mode, o.AskTimeout = mode, timeout
+	return nil
+}
+
 // egressDo sends one OpEgress request to the session named name.
 func egressDo(name string, req session.EgressRequest) (*session.EgressReply, error) {
 	home, err := session.DefaultHome()
