@@ -2,7 +2,6 @@ package credentials
 
 import (
 	"github.com/vibedom/vibedom/dlp"
-	"github.com/vibedom/vibedom/netfilter"
 )
 
 // Session is one session's placeholders.
@@ -60,15 +59,31 @@ func (s *Session) Providers() []string {
 	return out
 }
 
-// Filter wraps the session's request filter (the DLP) with the swap.
-func (s *Session) Filter(inner netfilter.RequestFilter) netfilter.RequestFilter {
-	var swaps []netfilter.Swap
+// Swaps are the session's swap rules, one a key, for the proxy's request
+// filter (netfilter.NewSwapFilter wraps the DLP with them).
+func (s *Session) Swaps() []Swap {
+	var swaps []Swap
 	for _, e := range s.entries {
 		p := e.key.Provider
-		swaps = append(swaps, netfilter.Swap{Name: p.Name, Host: p.Host, Header: p.Header,
+		swaps = append(swaps, Swap{Name: p.Name, Host: p.Host, Header: p.Header,
 			Placeholder: authValue(p, e.placeholder), Value: authValue(p, e.key.value), Token: e.placeholder})
 	}
-	return netfilter.NewSwapFilter(inner, swaps)
+	return swaps
+}
+
+// Swap says where one secret the guest only has a placeholder for is put
+// in: on requests to Host, port 443, sent upstream over verified TLS
+// (netfilter.Destination.SwapAllowed), a Header whose whole value is Placeholder
+// becomes Value.
+type Swap struct {
+	Name        string // for messages ("anthropic")
+	Host        string
+	Header      string
+	Placeholder string // the header value as the guest sends it
+	Value       string // the header value upstream gets
+	// Token is the placeholder itself: seen anywhere else, the request is
+	// refused.
+	Token string
 }
 
 // authValue is the header value carrying key for p.

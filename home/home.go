@@ -50,6 +50,7 @@ const (
 	APKCacheDir          = "apk"                     // under cache/: verified Alpine packages
 	NPMCacheDir          = "npm"                     // under cache/: agent tarballs
 	PreflightCacheDir    = "preflight"               // under cache/: secrets scan results
+	GuestAgentCacheDir   = "guest-agent"             // under cache/: a release binary's guest agents, by hash
 	RootImagesDir        = "root"                    // under images/: root images by sha256
 	PreflightApprovalKey = "preflight_approvals.key" // under keys/
 	guestManifestSuffix  = ".json"                   // under guest/
@@ -118,6 +119,10 @@ func (h Home) NPMCache() string { return h.path(CacheDir, NPMCacheDir) }
 
 // PreflightCache is the secrets scan's cache folder.
 func (h Home) PreflightCache() string { return h.path(CacheDir, PreflightCacheDir) }
+
+// GuestAgentCache is the private folder a release binary extracts its
+// guest agents into.
+func (h Home) GuestAgentCache() string { return h.path(CacheDir, GuestAgentCacheDir) }
 
 // PreflightApprovalKey is the key that signs the user's secrets approvals.
 func (h Home) PreflightApprovalKey() string { return h.path(KeysDir, PreflightApprovalKey) }

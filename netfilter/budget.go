@@ -1,7 +1,6 @@
 package netfilter
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -9,7 +8,6 @@ import (
 	"net/http"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 )
 
@@ -44,9 +42,6 @@ const (
 	// port for each transport.
 	DefaultMaxUpstreamConns = 512
 	maxConnsPerHost         = 32
-	// upstreamSlotWait is how long a dial waits for a free upstream
-	// connection slot before it fails.
-	upstreamSlotWait = 15 * time.Second
 )
 
 // errBudget is returned when a session's memory budget cannot cover a
@@ -140,88 +135,6 @@ func (b *idleBody) Close() error {
 	return b.ReadCloser.Close()
 }
 
-// connSlots bounds a session's open upstream connections.
-type connSlots struct {
-	sem   chan struct{}
-	open  atomic.Int64
-	peak  atomic.Int64
-	flush func() // closes idle pooled connections to free slots
-}
-
-func newConnSlots(n int, flush func()) *connSlots {
-	return &connSlots{sem: make(chan struct{}, n), flush: flush}
-}
-
-// acquire waits for a slot (closing idle pooled connections first when
-// none is free) until ctx ends or upstreamSlotWait passes.
-func (s *connSlots) acquire(ctx context.Context) error {
-	select {
-	case s.sem <- struct{}{}:
-		s.opened()
-		return nil
-	default:
-	}
-	if s.flush != nil {
-		s.flush()
-	}
-	t := time.NewTimer(upstreamSlotWait)
-	defer t.Stop()
-	select {
-	case s.sem <- struct{}{}:
-		s.opened()
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return fmt.Errorf("too many upstream connections open (%d) in this session; close some and retry", cap(s.sem))
-	}
-}
-
-func (s *connSlots) opened() {
-	n := s.open.Add(1)
-	for {
-		p := s.peak.Load()
-		if n <= p || s.peak.CompareAndSwap(p, n) {
-			return
-		}
-	}
-}
-
-func (s *connSlots) release() {
-	s.open.Add(-1)
-	<-s.sem
-}
-
-// slotConn gives its slot back when closed.
-type slotConn struct {
-	net.Conn
-	once  sync.Once
-	slots *connSlots
-}
-
-func (c *slotConn) Close() error {
-	err := c.Conn.Close()
-	c.once.Do(c.slots.release)
-	return err
-}
-
-// SyscallConn exposes the socket, when there is one, so the upstream
-// reader can still read it directly.
-func (c *slotConn) SyscallConn() (syscall.RawConn, error) {
-	if sc, ok := c.Conn.(syscall.Conn); ok {
-		return sc.SyscallConn()
-	}
-	return nil, errors.New("no socket under this connection")
-}
-
-func (c *slotConn) CloseWrite() error {
-	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
-		return cw.CloseWrite()
-	}
-	return nil
-}
-
-// EngineStats are an engine's resource counters.
 type EngineStats struct {
 	// MemoryInUse and MemoryPeak are the bytes charged to the memory
 	// budget now and at most; BudgetRefusals counts requests refused
@@ -236,6 +149,6 @@ type EngineStats struct {
 func (e *GoEngine) Stats() EngineStats {
 	return EngineStats{
 		MemoryInUse: e.budget.inUse(), MemoryPeak: e.budget.peak.Load(), BudgetRefusals: e.budget.refused.Load(),
-		UpstreamConns: e.slots.open.Load(), UpstreamPeak: e.slots.peak.Load(),
+		UpstreamConns: e.slots.Open.Load(), UpstreamPeak: e.slots.Peak.Load(),
 	}
 }

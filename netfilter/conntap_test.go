@@ -1,6 +1,8 @@
 package netfilter
 
 import (
+	"github.com/vibedom/vibedom/netfilter/egress"
+
 	"context"
 	"io"
 	"net"
@@ -44,8 +46,8 @@ func TestTapEngine(t *testing.T) {
 		return r
 	})
 	for _, tgt := range []Target{
-		{Name: "git.test", Port: 22, Decision: Decision{Allow: true}},
-		{Name: "git.test", Port: 2222, Decision: Decision{Allow: true}},
+		{Name: "git.test", Port: 22, Decision: egress.Decision{Allow: true}},
+		{Name: "git.test", Port: 2222, Decision: egress.Decision{Allow: true}},
 		{Name: "git.test", Port: 22},
 	} {
 		g, h := net.Pipe()

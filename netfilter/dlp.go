@@ -1,6 +1,8 @@
 package netfilter
 
 import (
+	"github.com/vibedom/vibedom/netfilter/egress"
+
 	"bytes"
 	"context"
 	"errors"
@@ -92,7 +94,7 @@ var credentialHeaders = map[string]bool{
 }
 
 // FilterRequest implements RequestFilter.
-func (f *DLPFilter) FilterRequest(ctx context.Context, dest Destination, r *http.Request) (func() []Finding, error) {
+func (f *DLPFilter) FilterRequest(ctx context.Context, dest Destination, r *http.Request) (func() []egress.Finding, error) {
 	e := f.Engine
 	pol := e.PolicyFor(dest.Name)
 	rep := &dlp.Report{}
@@ -202,8 +204,8 @@ func (f *DLPFilter) FilterRequest(ctx context.Context, dest Destination, r *http
 	}
 
 	var once sync.Once
-	var findings []Finding
-	return func() []Finding {
+	var findings []egress.Finding
+	return func() []egress.Finding {
 		once.Do(func() {
 			if wait != nil {
 				wait()
@@ -217,23 +219,23 @@ func (f *DLPFilter) FilterRequest(ctx context.Context, dest Destination, r *http
 
 // report turns a request's findings into network-log findings and audit
 // records.
-func (f *DLPFilter) report(dest Destination, r *http.Request, start time.Time, rep *dlp.Report) []Finding {
+func (f *DLPFilter) report(dest Destination, r *http.Request, start time.Time, rep *dlp.Report) []egress.Finding {
 	fs := rep.Findings()
 	if len(fs) == 0 {
 		return nil
 	}
-	out := make([]Finding, 0, len(fs))
+	out := make([]egress.Finding, 0, len(fs))
 	recs := make([]dlp.AuditRecord, 0, len(fs))
 	u := redactURL(schemeOf(dest), r.Host, r.URL)
 	for _, fd := range fs {
-		out = append(out, Finding{Category: fd.Category.String(), Prefix: fd.Prefix, Length: fd.Length, Where: fd.Where,
+		out = append(out, egress.Finding{Category: fd.Category.String(), Prefix: fd.Prefix, Length: fd.Length, Where: fd.Where,
 			Action: fd.Action.String(), Form: fd.Form, Source: fd.Source})
-		recs = append(recs, dlp.AuditRecord{Time: start.UTC(), Dest: hostPort(dest.Name, dest.Port), Method: r.Method, URL: u,
+		recs = append(recs, dlp.AuditRecord{Time: start.UTC(), Dest: egress.HostPort(dest.Name, dest.Port), Method: r.Method, URL: u,
 			Category: fd.Category.String(), Action: fd.Action.String(), Where: fd.Where, Form: fd.Form, Source: fd.Source,
 			Value: fd.Value()})
 	}
 	if n := rep.Dropped(); n > 0 {
-		out = append(out, Finding{Category: "MORE", Where: fmt.Sprintf("%d more findings not listed", n), Action: "redact"})
+		out = append(out, egress.Finding{Category: "MORE", Where: fmt.Sprintf("%d more findings not listed", n), Action: "redact"})
 	}
 	if f.Audit != nil {
 		if err := f.Audit.Record(recs...); err != nil && f.OnAuditError != nil {
@@ -251,7 +253,7 @@ func schemeOf(d Destination) string {
 }
 
 // scrubDescription is the reason a scrubbed request's event carries.
-func scrubDescription(fs []Finding) string {
+func scrubDescription(fs []egress.Finding) string {
 	cats := map[string]bool{}
 	var names []string
 	for _, f := range fs {

@@ -1,6 +1,8 @@
 package netfilter
 
 import (
+	"github.com/vibedom/vibedom/netfilter/egress"
+
 	"bufio"
 	"bytes"
 	"crypto/tls"
@@ -247,7 +249,7 @@ func TestDLPFilterURLAndHeaders(t *testing.T) {
 	if !strings.Contains(got.url, dlpAWS) || got.header.Get("Authorization") != "Bearer "+dlpSecret {
 		t.Errorf("internal: %s %v", got.url, got.header)
 	}
-	ev := v.events.wait(t, "internal request", func(e Event) bool { return e.Kind == "request" && e.Name == "git.corp.internal" })
+	ev := v.events.wait(t, "internal request", func(e egress.Event) bool { return e.Kind == "request" && e.Name == "git.corp.internal" })
 	if ev.Decision != "allow" || len(ev.Findings) != 1 || ev.Findings[0].Action != "log" || ev.Findings[0].Where != "header:Authorization" {
 		t.Errorf("internal event: %s %+v", ev.Decision, ev.Findings)
 	}
@@ -270,7 +272,7 @@ func TestDLPFilterRefusesUndecodableBody(t *testing.T) {
 	if n := len(v.up["api.anthropic.com"].reqs); n != 0 {
 		t.Errorf("%d requests reached the upstream", n)
 	}
-	v.events.wait(t, "refused", func(e Event) bool { return e.Kind == "request" && e.Decision == "deny" })
+	v.events.wait(t, "refused", func(e egress.Event) bool { return e.Kind == "request" && e.Decision == "deny" })
 }
 
 // wsKey is RFC 6455's sample handshake nonce.
@@ -452,7 +454,7 @@ func TestDLPFilterWebSocket(t *testing.T) {
 		t.Errorf("unmasked frames %v, extension offer passed %q", up.unmasked, up.ext)
 	}
 	conn.Close()
-	ev := v.events.wait(t, "websocket request", func(e Event) bool { return e.Kind == "request" && e.Status == 101 })
+	ev := v.events.wait(t, "websocket request", func(e egress.Event) bool { return e.Kind == "request" && e.Status == 101 })
 	if ev.Decision != "scrub" || len(ev.Findings) < 5 {
 		t.Errorf("event: %s %+v", ev.Decision, ev.Findings)
 	}

@@ -1,6 +1,8 @@
 package netfilter
 
 import (
+	"github.com/vibedom/vibedom/netfilter/egress"
+
 	"context"
 	"encoding/binary"
 	"errors"
@@ -351,14 +353,14 @@ func (e *existence) lookup(ctx context.Context, name string) (bool, error) {
 // names the policy allows on some port, each with a synthetic address;
 // it never recurses and never forwards a query anywhere.
 type dnsServer struct {
-	policy StackPolicy
+	policy egress.StackPolicy
 	exist  *existence // nil: no upstream check
 	pool   *synthPool
 	events *eventLimiter
 	log    *slog.Logger
 
 	guardOnce sync.Once
-	guard     *wildcardGuard // new names under wildcards; made on first use unless set
+	guard     *egress.WildcardGuard // new names under wildcards; made on first use unless set
 }
 
 // answer returns the reply to msg, a query from src, or nil when msg gets
@@ -369,10 +371,10 @@ func (d *dnsServer) answer(ctx context.Context, msg []byte, src netip.AddrPort) 
 		return nil
 	}
 	if err != nil {
-		d.record(Event{Kind: "dns", Src: apString(src), Decision: "deny", Reason: "malformed query: " + err.Error()})
+		d.record(egress.Event{Kind: "dns", Src: apString(src), Decision: "deny", Reason: "malformed query: " + err.Error()})
 		return dnsReply(dnsQuery{id: q.id, rd: q.rd}, rcode, netip.Addr{})
 	}
-	ev := Event{Kind: "dns", Name: q.name, Src: apString(src)}
+	ev := egress.Event{Kind: "dns", Name: q.name, Src: apString(src)}
 	if q.qclass != dnsClassIN {
 		ev.Decision, ev.Reason = "deny", fmt.Sprintf("query class %d refused (only IN is served)", q.qclass)
 		d.record(ev)
@@ -390,20 +392,20 @@ func (d *dnsServer) answer(ctx context.Context, msg []byte, src netip.AddrPort) 
 		d.record(ev)
 		return dnsReply(q, rcodeNXDomain, netip.Addr{})
 	}
-	if _, limited := d.policy.(*WildcardLimited); !limited && strings.HasPrefix(dec.Rule, "*.") {
+	if _, limited := d.policy.(*egress.WildcardLimited); !limited && strings.HasPrefix(dec.Rule, "*.") {
 		d.guardOnce.Do(func() {
 			if d.guard == nil {
-				d.guard = newWildcardGuard(nil)
+				d.guard = egress.NewWildcardGuard(nil)
 			}
 		})
-		if !d.guard.admit(dec, q.name) {
-			ev.Decision, ev.Reason = "deny", wildcardRefusal(dec.Rule)
+		if !d.guard.Admit(dec, q.name) {
+			ev.Decision, ev.Reason = "deny", egress.WildcardRefusal(dec.Rule)
 			d.record(ev)
 			return dnsReply(q, rcodeRefused, netip.Addr{})
 		}
 	}
-	if part := wildcardPart(dec.Rule, q.name); strings.HasPrefix(dec.Rule, "*.") && suspiciousLabels(part) {
-		ev.Findings = []Finding{{Category: "dns_label", Prefix: firstN(part, 4), Length: len(part), Where: "dns", Action: "log"}}
+	if part := egress.WildcardPart(dec.Rule, q.name); strings.HasPrefix(dec.Rule, "*.") && egress.SuspiciousLabels(part) {
+		ev.Findings = []egress.Finding{{Category: "dns_label", Prefix: firstN(part, 4), Length: len(part), Where: "dns", Action: "log"}}
 	}
 	asked := false
 	if d.exist != nil {
@@ -438,7 +440,7 @@ func (d *dnsServer) answer(ctx context.Context, msg []byte, src netip.AddrPort) 
 	return dnsReply(q, rcodeNoError, a)
 }
 
-func (d *dnsServer) record(e Event) {
+func (d *dnsServer) record(e egress.Event) {
 	if d.events.record(e) && e.Decision != "allow" {
 		d.log.Debug("dns query refused", "name", e.Name, "src", e.Src, "reason", e.Reason)
 	}

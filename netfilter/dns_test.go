@@ -1,6 +1,8 @@
 package netfilter
 
 import (
+	"github.com/vibedom/vibedom/netfilter/egress"
+
 	"bytes"
 	"context"
 	"encoding/binary"
@@ -113,7 +115,7 @@ func TestParseDNSQuery(t *testing.T) {
 }
 
 // newTestDNS is a dnsServer without a network around it.
-func newTestDNS(t testing.TB, pol StackPolicy, r Resolver) (*dnsServer, *nsEvents) {
+func newTestDNS(t testing.TB, pol egress.StackPolicy, r Resolver) (*dnsServer, *nsEvents) {
 	t.Helper()
 	pool, err := newSynthPool(DefaultSyntheticRange)
 	if err != nil {

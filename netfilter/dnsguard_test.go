@@ -1,6 +1,8 @@
 package netfilter
 
 import (
+	"github.com/vibedom/vibedom/netfilter/egress"
+
 	"bufio"
 	"context"
 	"crypto/rand"
@@ -43,15 +45,15 @@ func (u *upstreamCounter) count() int {
 // rest are refused and alerted, and the names the guest used before keep
 // resolving; with time, new names resolve again.
 func TestDNSWildcardExfiltrationBounded(t *testing.T) {
-	rules, err := ParseRules(strings.NewReader("*.example.test\napi.other.test\n"), "test")
+	rules, err := egress.ParseRules(strings.NewReader("*.example.test\napi.other.test\n"), "test")
 	if err != nil {
 		t.Fatal(err)
 	}
 	up := &upstreamCounter{asked: map[string]int{}}
-	d, rec := newTestDNS(t, NewPolicy(rules), up)
+	d, rec := newTestDNS(t, egress.NewPolicy(rules), up)
 	var mu sync.Mutex
 	clock := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	d.guard = newWildcardGuard(func() time.Time { mu.Lock(); defer mu.Unlock(); return clock })
+	d.guard = egress.NewWildcardGuard(func() time.Time { mu.Lock(); defer mu.Unlock(); return clock })
 	guest := netip.MustParseAddrPort("10.254.254.2:5353")
 	ask := func(name string) dnsmessage.RCode {
 		t.Helper()
@@ -78,11 +80,11 @@ func TestDNSWildcardExfiltrationBounded(t *testing.T) {
 			refused++
 		}
 	}
-	if got := up.count(); got != wildBurst {
-		t.Errorf("names that reached the upstream resolver: %d, want the burst of %d", got, wildBurst)
+	if got := up.count(); got != egress.WildcardBurst {
+		t.Errorf("names that reached the upstream resolver: %d, want the burst of %d", got, egress.WildcardBurst)
 	}
-	if refused != flood-(wildBurst-len(ordinary)) {
-		t.Errorf("refused %d of %d flood names, want %d", refused, flood, flood-(wildBurst-len(ordinary)))
+	if refused != flood-(egress.WildcardBurst-len(ordinary)) {
+		t.Errorf("refused %d of %d flood names, want %d", refused, flood, flood-(egress.WildcardBurst-len(ordinary)))
 	}
 	for _, n := range append(ordinary, "api.other.test") {
 		if rc := ask(n); rc != dnsmessage.RCodeSuccess {
@@ -107,7 +109,7 @@ func TestDNSWildcardExfiltrationBounded(t *testing.T) {
 		case e.Decision == "allow" && len(e.Findings) > 0 && e.Findings[0].Category == "dns_label":
 			flagged++
 		}
-		if IsAlert(e) && e.Findings == nil && e.Decision != "deny" {
+		if egress.IsAlert(e) && e.Findings == nil && e.Decision != "deny" {
 			t.Errorf("unexpected alert %+v", e)
 		}
 	}
@@ -116,42 +118,16 @@ func TestDNSWildcardExfiltrationBounded(t *testing.T) {
 	}
 }
 
-func TestSuspiciousLabels(t *testing.T) {
-	for _, tt := range []struct {
-		part string
-		want bool
-	}{
-		{"www", false},
-		{"api.eu-west-1", false},
-		{"d1a2b3c4e5f6", false},
-		{"mail-server-backup", false},
-		{"mail-server-backup-primary", false},
-		{"staging-eu-west-1.internal-api", false},
-		{"objects.githubusercontent", false},
-		{strings.Repeat("a", 40), true},
-		{"k7q2x9zmv4pl8rt5ny3hc6bw", true},
-		{"aGVsbG8gd29ybGQhIQ.c2VjcmV0", true},
-	} {
-		if got := suspiciousLabels(tt.part); got != tt.want {
-			t.Errorf("suspiciousLabels(%q) = %v, want %v (entropy %.2f)", tt.part, got, tt.want, shannon(strings.ReplaceAll(tt.part, ".", "")))
-		}
-	}
-	if got := wildcardPart("*.example.test:443", "a.b.example.test"); got != "a.b" {
-		t.Errorf("wildcardPart: %q", got)
-	}
-}
-
 // TestProxyWildcardExfiltrationBounded: the explicit proxy resolves a
 // CONNECT target through the host's resolver too, so the same guard bounds
 // new names under a wildcard there.
 func TestProxyWildcardExfiltrationBounded(t *testing.T) {
-	rs, err := ParseRules(strings.NewReader(testRules), "test")
+	rs, err := egress.ParseRules(strings.NewReader(testRules), "test")
 	if err != nil {
 		t.Fatal(err)
 	}
-	limited := LimitWildcards(NewPolicy(rs))
 	clock := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	limited.g.now = func() time.Time { return clock }
+	limited := egress.LimitWildcardsClock(egress.NewPolicy(rs), func() time.Time { return clock })
 	var mu sync.Mutex
 	dialled := map[string]bool{}
 	v := newTestEnv(t, testRules, func(c *EngineConfig) {
@@ -186,8 +162,8 @@ func TestProxyWildcardExfiltrationBounded(t *testing.T) {
 			refused++
 		}
 	}
-	if refused != flood-wildBurst {
-		t.Errorf("refused %d of %d new names, want %d", refused, flood, flood-wildBurst)
+	if refused != flood-egress.WildcardBurst {
+		t.Errorf("refused %d of %d new names, want %d", refused, flood, flood-egress.WildcardBurst)
 	}
 	if connect("x0001.wild.test") == http.StatusForbidden {
 		t.Error("a name admitted before the flood was refused after it")
@@ -201,7 +177,7 @@ func TestProxyWildcardExfiltrationBounded(t *testing.T) {
 	defer mu.Unlock()
 	for addr := range dialled {
 		var n int
-		if _, err := fmt.Sscanf(addr, "x%04d.wild.test:443", &n); err == nil && n >= wildBurst {
+		if _, err := fmt.Sscanf(addr, "x%04d.wild.test:443", &n); err == nil && n >= egress.WildcardBurst {
 			t.Errorf("refused name dialled: %s", addr)
 		}
 	}

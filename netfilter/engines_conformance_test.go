@@ -7,6 +7,8 @@ package netfilter
 // explains it.
 
 import (
+	"github.com/vibedom/vibedom/netfilter/egress"
+
 	"bufio"
 	"bytes"
 	"crypto/tls"
@@ -54,12 +56,12 @@ func TestConformanceNames(t *testing.T) {
 		if n, err := conn.Read(make([]byte, 1)); err == nil {
 			t.Errorf("unadmitted connection answered %d bytes", n)
 		}
-		v.events.wait(t, "unadmitted", func(e Event) bool {
+		v.events.wait(t, "unadmitted", func(e egress.Event) bool {
 			return e.Kind == "connect" && e.Name == "evil.test" && e.Decision == "deny" && strings.Contains(e.Reason, "not admitted")
 		})
-		v.events.wait(t, "denied CONNECT", func(e Event) bool { return e.Kind == "proxy" && e.Name == "evil.test" && e.Decision == "deny" })
+		v.events.wait(t, "denied CONNECT", func(e egress.Event) bool { return e.Kind == "proxy" && e.Name == "evil.test" && e.Decision == "deny" })
 		c.CloseIdleConnections()
-		v.events.wait(t, "allowed connection", func(e Event) bool { return e.Kind == "connect" && e.Name == "api.test" && e.Decision == "allow" })
+		v.events.wait(t, "allowed connection", func(e egress.Event) bool { return e.Kind == "connect" && e.Name == "api.test" && e.Decision == "allow" })
 		if hits.Load() != 2 {
 			t.Errorf("upstream hits %d, want 2 (the allowed requests only)", hits.Load())
 		}
@@ -96,7 +98,7 @@ func TestConformanceSNIMismatch(t *testing.T) {
 				if kind == "go" && (err == nil || !strings.Contains(err.Error(), "access denied")) {
 					t.Errorf("handshake error %v: want a TLS access_denied alert", err)
 				}
-				v.events.wait(t, "SNI refusal", func(e Event) bool {
+				v.events.wait(t, "SNI refusal", func(e egress.Event) bool {
 					return e.Kind == "connect" && e.Decision == "deny" && strings.Contains(e.Reason, tt.reason)
 				})
 			})
@@ -172,7 +174,7 @@ func TestConformanceHostMismatch(t *testing.T) {
 		if hits.Load() != 2 {
 			t.Errorf("upstream hits %d, want 2 (/one and /ok)", hits.Load())
 		}
-		v.events.waitCount(t, "421", 7, func(e Event) bool { return e.Kind == "request" && e.Decision == "deny" && e.Status == 421 })
+		v.events.waitCount(t, "421", 7, func(e egress.Event) bool { return e.Kind == "request" && e.Decision == "deny" && e.Status == 421 })
 	})
 }
 
@@ -352,7 +354,7 @@ func TestConformanceWebSocket(t *testing.T) {
 			}
 		}
 		conn.Close()
-		ev := v.events.wait(t, "websocket request", func(e Event) bool { return e.Kind == "request" && e.Status == 101 })
+		ev := v.events.wait(t, "websocket request", func(e egress.Event) bool { return e.Kind == "request" && e.Status == 101 })
 		if ev.Decision != "scrub" || len(ev.Findings) < 3 {
 			t.Errorf("event: %s %+v", ev.Decision, ev.Findings)
 		}
@@ -404,7 +406,7 @@ func TestConformanceStreamingDownload(t *testing.T) {
 				t.Fatalf("h2=%v: read %d bytes (%v), want %d", h2, n, err, size)
 			}
 		}
-		ev := v.events.wait(t, "download", func(e Event) bool { return e.Kind == "request" && e.Status == 200 })
+		ev := v.events.wait(t, "download", func(e egress.Event) bool { return e.Kind == "request" && e.Status == 200 })
 		if ev.Decision != "allow" || !strings.HasPrefix(ev.URL, "https://api.test/big") || ev.BytesDn != size {
 			t.Errorf("event %+v", ev)
 		}

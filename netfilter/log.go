@@ -1,20 +1,19 @@
 package netfilter
 
 import (
+	"github.com/vibedom/vibedom/logredact"
+	"github.com/vibedom/vibedom/netfilter/egress"
+
 	"bufio"
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"os"
 	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"github.com/vibedom/vibedom/dlp"
 )
 
 // Log file names inside a session's log directory.
@@ -48,24 +47,6 @@ type logLimits struct {
 
 var defaultLogLimits = logLimits{burst: logBurst, rate: logRate, netCap: maxNetworkLog, alertsCap: maxAlertsLog}
 
-// EventSinkFunc adapts a function to EventSink. The function must be safe
-// for concurrent use and return quickly.
-type EventSinkFunc func(Event)
-
-// Record implements EventSink.
-func (f EventSinkFunc) Record(e Event) { f(e) }
-
-// discardEvents is the EventSink used when none is configured.
-type discardEvents struct{}
-
-func (discardEvents) Record(Event) {}
-
-// IsAlert reports whether e belongs in alerts.jsonl: a denial, or an event
-// whose request was changed by a filter.
-func IsAlert(e Event) bool {
-	return e.Decision == "deny" || e.Decision == "scrub" || len(e.Findings) > 0
-}
-
 // Causes of a "dropped" line.
 const (
 	DropQueue = "queue" // the writer fell behind
@@ -78,7 +59,7 @@ const (
 // for a rate limit, the kind/decision that was limited. A line with
 // Dropped 0 says limiting starts.
 type droppedLine struct {
-	Event
+	egress.Event
 	Dropped int64  `json:"dropped"`
 	Cause   string `json:"cause"`
 	Of      string `json:"of,omitempty"`
@@ -86,7 +67,7 @@ type droppedLine struct {
 
 func newDroppedLine(n int64, cause, of, reason string) *droppedLine {
 	return &droppedLine{
-		Event:   Event{Time: time.Now().UTC(), Kind: "dropped", Decision: "error", Reason: reason},
+		Event:   egress.Event{Time: time.Now().UTC(), Kind: "dropped", Decision: "error", Reason: reason},
 		Dropped: n, Cause: cause, Of: of,
 	}
 }
@@ -94,7 +75,7 @@ func newDroppedLine(n int64, cause, of, reason string) *droppedLine {
 // logItem is one queued line: an event, or a dropped line (alert: it goes
 // to alerts.jsonl too).
 type logItem struct {
-	e     Event
+	e     egress.Event
 	meta  *droppedLine
 	alert bool
 }
@@ -127,7 +108,7 @@ type LogWriter struct {
 	lmu     sync.Mutex
 	buckets map[string]*logBucket
 
-	redact atomic.Pointer[Redactor]
+	redact atomic.Pointer[logredact.Redactor]
 
 	net, alerts   io.WriteCloser
 	netW, alertsW *bufio.Writer
@@ -138,7 +119,7 @@ type LogWriter struct {
 	closeErr      error
 }
 
-var _ EventSink = (*LogWriter)(nil)
+var _ egress.EventSink = (*LogWriter)(nil)
 
 // NewLogWriter opens (appending, creating 0600) the two log files and starts
 // the writer. Close it to flush.
@@ -190,7 +171,7 @@ func fileSize(w io.Writer) int64 {
 // Record queues e. It sets e.Time when zero. It never blocks; after Close,
 // when the queue is full or when e's kind is over its rate, the event is
 // counted as dropped.
-func (w *LogWriter) Record(e Event) {
+func (w *LogWriter) Record(e egress.Event) {
 	if e.Time.IsZero() {
 		e.Time = w.now()
 	}
@@ -202,7 +183,7 @@ func (w *LogWriter) Record(e Event) {
 	}
 	pre, ok := w.admit(e)
 	if pre != nil {
-		w.enqueue(logItem{meta: pre, alert: IsAlert(e)})
+		w.enqueue(logItem{meta: pre, alert: egress.IsAlert(e)})
 	}
 	if ok {
 		w.enqueue(logItem{e: e})
@@ -228,7 +209,7 @@ func (w *LogWriter) enqueue(it logItem) {
 // admit takes a token from e's bucket. It returns whether e may be written
 // and the dropped line to write first, if any: the start of a run of drops,
 // or the count of one that just ended.
-func (w *LogWriter) admit(e Event) (*droppedLine, bool) {
+func (w *LogWriter) admit(e egress.Event) (*droppedLine, bool) {
 	if w.lim.burst <= 0 {
 		return nil, true
 	}
@@ -247,7 +228,7 @@ func (w *LogWriter) admit(e Event) (*droppedLine, bool) {
 	b.last = now
 	if b.tokens < 1 {
 		b.dropped++
-		b.alert = b.alert || IsAlert(e)
+		b.alert = b.alert || egress.IsAlert(e)
 		w.total.Add(1)
 		if b.dropped == 1 {
 			return newDroppedLine(0, DropRate, key, fmt.Sprintf("rate limit: %q lines over %g a second are dropped and counted from now on", key, w.lim.rate)), false
@@ -293,7 +274,7 @@ func (w *LogWriter) run() {
 // it is written (nil: none). Strings in a refused request come from the
 // guest: a secret it puts in a host name, SNI, CONNECT target or path must
 // not land in the logs in clear.
-func (w *LogWriter) SetRedactor(r Redactor) {
+func (w *LogWriter) SetRedactor(r logredact.Redactor) {
 	if r == nil {
 		w.redact.Store(nil)
 		return
@@ -312,7 +293,7 @@ func (w *LogWriter) write(it logItem) {
 		e = redactEvent(*r, e)
 	}
 	e.Time = e.Time.UTC()
-	w.writeLine(e, IsAlert(e), false)
+	w.writeLine(e, egress.IsAlert(e), false)
 }
 
 func (w *LogWriter) reportDrops() {
@@ -444,14 +425,9 @@ func syncFile(w io.Writer) error {
 	return nil
 }
 
-// Redactor replaces the secrets in a string logged from the guest's
-// traffic, returning s itself when there is none. It must be safe for
-// concurrent use.
-type Redactor func(s string) string
-
 // redactEvent runs every free-text field of e through r. Kind, Decision,
 // Time and numbers are the host's own.
-func redactEvent(r Redactor, e Event) Event {
+func redactEvent(r logredact.Redactor, e egress.Event) egress.Event {
 	for _, f := range []*string{&e.Name, &e.Src, &e.Dst, &e.Method, &e.URL, &e.Rule, &e.Reason} {
 		if *f != "" {
 			*f = r(*f)
@@ -465,123 +441,4 @@ func redactEvent(r Redactor, e Event) Event {
 		e.Findings = fs
 	}
 	return e
-}
-
-// RedactedKnown replaces a whole logged string that holds a known value in
-// a form the engine's scan does not see (a DNS name is lower-cased).
-const RedactedKnown = "[REDACTED:known value in a logged string]"
-
-// LogRedactor is the Redactor of a session's logs: known values in every
-// form the engine knows (raw, base64, hex, URL and JSON escapes), the
-// credential recognizers (tokens, keys, JWTs, URL passwords), and known
-// values in any letter case (the whole string is then replaced). PII is
-// kept: a log line's addresses and paths are what the user reads it for.
-func LogRedactor(e *dlp.Engine) Redactor {
-	pol := e.PolicyForClass(dlp.ClassPublic)
-	for _, c := range dlp.Categories() {
-		switch c {
-		case dlp.CatSecret, dlp.CatPrivateKey, dlp.CatCloudKey, dlp.CatToken, dlp.CatJWT, dlp.CatCredentials, dlp.CatPassword:
-			pol = pol.With(c, dlp.Redact)
-		default:
-			pol = pol.With(c, dlp.Pass)
-		}
-	}
-	return func(s string) string {
-		if s == "" {
-			return s
-		}
-		out := string(e.ScrubText(&pol, []byte(s), "log", &dlp.Report{}))
-		if e.ContainsKnownFold(out) {
-			return RedactedKnown
-		}
-		return out
-	}
-}
-
-// RedactHandler is a slog.Handler that runs the message and every string
-// (and error or Stringer) attribute through a Redactor before handing the
-// record on: the session log's choke point, as LogWriter is the network
-// log's. Until SetRedactor is called, records pass unchanged.
-type RedactHandler struct {
-	next slog.Handler
-	r    *atomic.Pointer[Redactor]
-}
-
-// NewRedactHandler wraps next.
-func NewRedactHandler(next slog.Handler) *RedactHandler {
-	return &RedactHandler{next: next, r: new(atomic.Pointer[Redactor])}
-}
-
-// SetRedactor sets the Redactor of h and of every handler derived from it
-// (WithAttrs, WithGroup) from now on.
-func (h *RedactHandler) SetRedactor(r Redactor) {
-	if r == nil {
-		h.r.Store(nil)
-		return
-	}
-	h.r.Store(&r)
-}
-
-// Enabled implements slog.Handler.
-func (h *RedactHandler) Enabled(ctx context.Context, l slog.Level) bool {
-	return h.next.Enabled(ctx, l)
-}
-
-// Handle implements slog.Handler.
-func (h *RedactHandler) Handle(ctx context.Context, rec slog.Record) error {
-	rp := h.r.Load()
-	if rp == nil {
-		return h.next.Handle(ctx, rec)
-	}
-	r := *rp
-	out := slog.NewRecord(rec.Time, rec.Level, r(rec.Message), rec.PC)
-	rec.Attrs(func(a slog.Attr) bool {
-		out.AddAttrs(redactAttr(r, a))
-		return true
-	})
-	return h.next.Handle(ctx, out)
-}
-
-// WithAttrs implements slog.Handler. Attributes given now are redacted now
-// when a Redactor is set (those of the session's start carry no guest data).
-func (h *RedactHandler) WithAttrs(as []slog.Attr) slog.Handler {
-	if rp := h.r.Load(); rp != nil {
-		as = slices.Clone(as)
-		for i := range as {
-			as[i] = redactAttr(*rp, as[i])
-		}
-	}
-	return &RedactHandler{next: h.next.WithAttrs(as), r: h.r}
-}
-
-// WithGroup implements slog.Handler.
-func (h *RedactHandler) WithGroup(name string) slog.Handler {
-	return &RedactHandler{next: h.next.WithGroup(name), r: h.r}
-}
-
-func redactAttr(r Redactor, a slog.Attr) slog.Attr {
-	v := a.Value.Resolve()
-	switch v.Kind() {
-	case slog.KindString:
-		return slog.String(a.Key, r(v.String()))
-	case slog.KindGroup:
-		g := v.Group()
-		out := make([]any, len(g))
-		for i, x := range g {
-			out[i] = redactAttr(r, x)
-		}
-		return slog.Group(a.Key, out...)
-	case slog.KindAny:
-		switch x := v.Any().(type) {
-		case error:
-			return slog.String(a.Key, r(x.Error()))
-		case fmt.Stringer:
-			return slog.String(a.Key, r(x.String()))
-		case []byte:
-			return slog.String(a.Key, r(string(x)))
-		default:
-			return slog.String(a.Key, r(fmt.Sprint(x)))
-		}
-	}
-	return slog.Attr{Key: a.Key, Value: v}
 }

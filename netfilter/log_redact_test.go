@@ -1,6 +1,9 @@
 package netfilter
 
 import (
+	"github.com/vibedom/vibedom/logredact"
+	"github.com/vibedom/vibedom/netfilter/egress"
+
 	"bufio"
 	"crypto/tls"
 	"encoding/base64"
@@ -33,7 +36,7 @@ func TestRefusedRequestSecretsNotLogged(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	redact := LogRedactor(eng)
+	redact := logredact.LogRedactor(eng)
 
 	dir := t.TempDir()
 	slogFile, err := os.OpenFile(filepath.Join(dir, "session.log"), os.O_WRONLY|os.O_CREATE, 0o600)
@@ -41,7 +44,7 @@ func TestRefusedRequestSecretsNotLogged(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer slogFile.Close()
-	rh := NewRedactHandler(slog.NewTextHandler(slogFile, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	rh := logredact.NewRedactHandler(slog.NewTextHandler(slogFile, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	logger := slog.New(rh).With("session", "t")
 	rh.SetRedactor(redact)
 
@@ -58,7 +61,7 @@ func TestRefusedRequestSecretsNotLogged(t *testing.T) {
 
 	// DNS: the raw secret and its hex form as labels under a refused name.
 	pool, _ := newSynthPool(netip.MustParsePrefix("198.18.0.0/15"))
-	d := &dnsServer{policy: v.policy, pool: pool, events: newEventLimiter(EventSinkFunc(func(e Event) { v.log.Record(e); v.events.Record(e) })), log: logger.With("part", "dns")}
+	d := &dnsServer{policy: v.policy, pool: pool, events: newEventLimiter(egress.EventSinkFunc(func(e egress.Event) { v.log.Record(e); v.events.Record(e) })), log: logger.With("part", "dns")}
 	guest := netip.MustParseAddrPort("10.0.2.15:5353")
 	for i, name := range []string{secret + ".evil.test", hx + ".evil.test", "x." + strings.ToUpper(secret) + ".evil.test", "a." + mixed + ".evil.test"} {
 		if r := d.answer(t.Context(), dnsQueryMsg(t, uint16(i+1), name+".", dnsmessage.TypeA), guest); r == nil {

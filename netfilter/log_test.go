@@ -1,6 +1,8 @@
 package netfilter
 
 import (
+	"github.com/vibedom/vibedom/netfilter/egress"
+
 	"bufio"
 	"bytes"
 	"encoding/json"
@@ -43,13 +45,13 @@ func TestLogWriter(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	events := []Event{
+	events := []egress.Event{
 		{Kind: "dns", Name: "api.anthropic.com", Decision: "allow", Rule: "api.anthropic.com:443"},
 		{Kind: "dns", Name: "evil.example", Decision: "deny", Reason: "no rule allows evil.example"},
 		{Kind: "request", Name: "api.anthropic.com", Port: 443, Method: "POST", URL: "https://api.anthropic.com/v1/messages", Decision: "scrub",
-			Findings: []Finding{{Category: "aws-key", Prefix: "AKIA", Length: 20, Where: "body"}}},
+			Findings: []egress.Finding{{Category: "aws-key", Prefix: "AKIA", Length: 20, Where: "body"}}},
 		{Kind: "request", Name: "x.example", Port: 443, Decision: "allow", Status: 200, BytesUp: 10, BytesDn: 20,
-			Findings: []Finding{{Category: "email", Prefix: "bob@", Length: 15, Where: "url"}}},
+			Findings: []egress.Finding{{Category: "email", Prefix: "bob@", Length: 15, Where: "url"}}},
 		{Kind: "request", Name: "x.example", Port: 443, Decision: "error", Status: 502},
 	}
 	for _, e := range events {
@@ -61,7 +63,7 @@ func TestLogWriter(t *testing.T) {
 	if err := w.Close(); err != nil {
 		t.Errorf("second Close: %v", err)
 	}
-	w.Record(Event{Kind: "dns", Decision: "deny"}) // after Close: dropped, no panic
+	w.Record(egress.Event{Kind: "dns", Decision: "deny"}) // after Close: dropped, no panic
 
 	network, alerts := readJSONL(t, np), readJSONL(t, ap)
 	if got, want := len(network), len(events); got != want {
@@ -104,7 +106,7 @@ func TestLogWriter(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		w.Record(Event{Kind: "dns", Decision: "allow"})
+		w.Record(egress.Event{Kind: "dns", Decision: "allow"})
 		w.Close()
 		if got, want := len(readJSONL(t, np)), len(events)+1; got != want {
 			t.Errorf("network.jsonl lines after reopening: got %d, want %d", got, want)
@@ -140,13 +142,13 @@ func TestLogWriterNeverBlocksAndCountsDrops(t *testing.T) {
 	w := newLogWriter(nw, aw, 4)
 	// Once the writer is stuck on its first flush, the queue of 4 fills and
 	// the rest are dropped, without blocking this goroutine.
-	w.Record(Event{Kind: "dns", Decision: "allow"})
+	w.Record(egress.Event{Kind: "dns", Decision: "allow"})
 	<-nw.entered
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
 		for range 99 {
-			w.Record(Event{Kind: "dns", Decision: "allow"})
+			w.Record(egress.Event{Kind: "dns", Decision: "allow"})
 		}
 	}()
 	select {
@@ -200,7 +202,7 @@ func TestLogWriterConcurrentClose(t *testing.T) {
 	for range 8 {
 		wg.Go(func() {
 			for range 1000 {
-				w.Record(Event{Kind: "request", Decision: "deny"})
+				w.Record(egress.Event{Kind: "request", Decision: "deny"})
 			}
 		})
 	}
@@ -226,7 +228,7 @@ func (failWriter) Close() error              { return nil }
 func TestLogWriterReportsWriteErrors(t *testing.T) {
 	w := newLogWriter(failWriter{}, failWriter{}, 16)
 	for range 1000 {
-		w.Record(Event{Kind: "dns", Decision: "deny"})
+		w.Record(egress.Event{Kind: "dns", Decision: "deny"})
 	}
 	err := w.Close()
 	if err == nil || !strings.Contains(err.Error(), "disk full") {
@@ -270,13 +272,13 @@ func TestLogWriterRateLimitFlood(t *testing.T) {
 	w := newLogWriterLimits(nf, af, 1024, logLimits{burst: 100, rate: 10}, now)
 	const flood = 50_000
 	for i := range flood {
-		w.Record(Event{Kind: "request", Decision: "deny", Name: "x.example", URL: "https://x.example/" + strings.Repeat("a", i%100)})
+		w.Record(egress.Event{Kind: "request", Decision: "deny", Name: "x.example", URL: "https://x.example/" + strings.Repeat("a", i%100)})
 	}
-	w.Record(Event{Kind: "dns", Decision: "allow", Name: "other.example"}) // another kind is not limited
+	w.Record(egress.Event{Kind: "dns", Decision: "allow", Name: "other.example"}) // another kind is not limited
 	mu.Lock()
 	clock = clock.Add(time.Second) // ten tokens back
 	mu.Unlock()
-	w.Record(Event{Kind: "request", Decision: "deny", Name: "after.example"})
+	w.Record(egress.Event{Kind: "request", Decision: "deny", Name: "after.example"})
 	if err := w.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -310,7 +312,7 @@ func TestLogWriterCap(t *testing.T) {
 		if i%2 == 0 {
 			d = "deny"
 		}
-		w.Record(Event{Kind: "request", Decision: d, Name: "x.example", URL: "https://x.example/" + strings.Repeat("b", 200)})
+		w.Record(egress.Event{Kind: "request", Decision: d, Name: "x.example", URL: "https://x.example/" + strings.Repeat("b", 200)})
 	}
 	if err := w.Close(); err != nil {
 		t.Fatal(err)

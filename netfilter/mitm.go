@@ -1,6 +1,8 @@
 package netfilter
 
 import (
+	"github.com/vibedom/vibedom/netfilter/egress"
+
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -23,18 +25,10 @@ import (
 	"github.com/vibedom/vibedom/keys"
 )
 
-// DialFunc opens an upstream connection, like net.Dialer.DialContext. addr
-// is "name:port" (or "[ip]:port").
-type DialFunc func(ctx context.Context, network, addr string) (net.Conn, error)
-
-// Decider decides whether a name (or IP literal) and port may be reached.
-// *Policy is the Decider; the explicit proxy asks it about every CONNECT
-// target and absolute-URI request.
-type Decider interface {
-	Decide(name string, port uint16) Decision
+// guardConfig is the part of c the dial guard reads.
+func (c EngineConfig) guardConfig() egress.GuardConfig {
+	return egress.GuardConfig{Dial: c.Dial, LookupIP: c.LookupIP, Resolve: c.Resolve, AllowPrivate: c.AllowPrivate, HostAddrs: c.HostAddrs}
 }
-
-var _ Decider = (*Policy)(nil)
 
 // EngineConfig configures the Go MITM engine.
 type EngineConfig struct {
@@ -43,13 +37,13 @@ type EngineConfig struct {
 	// Policy decides the explicit proxy's CONNECT targets and absolute-URI
 	// requests. Required for HandleProxyConn (without it every explicit
 	// proxy request is refused); HandleConn trusts Target.Decision.
-	Policy Decider
+	Policy egress.Decider
 	// Filter rewrites every request before it goes upstream; nil means
 	// IdentityFilter.
 	Filter RequestFilter
 	// Events receives one Event per connection and per request; nil
 	// discards them.
-	Events EventSink
+	Events egress.EventSink
 	// Logger receives diagnostics (never secret values); nil is silent.
 	Logger *slog.Logger
 	// Every upstream connection goes through one dial guard (see
@@ -59,14 +53,14 @@ type EngineConfig struct {
 	//
 	// Dial opens a TCP connection to an address the guard has passed; nil
 	// uses a net.Dialer whose Control function checks the address again.
-	Dial DialFunc
+	Dial egress.DialFunc
 	// LookupIP resolves upstream names; nil asks the host's resolver.
-	LookupIP LookupFunc
+	LookupIP egress.LookupFunc
 	// Resolve pins names and ports to addresses (--resolve). A pinned
 	// address is dialled for exactly that name and port even when it is
 	// loopback or private: the user named it on the command line. Nothing
 	// else reaches it.
-	Resolve []Resolve
+	Resolve []egress.Resolve
 	// AllowPrivate lists the private ranges (RFC 1918, ULA, CGNAT) a
 	// user-scope allow-private rule opened; other private addresses are
 	// refused.
@@ -118,7 +112,7 @@ type EngineConfig struct {
 type GoEngine struct {
 	cfg    EngineConfig
 	filter RequestFilter
-	events EventSink
+	events egress.EventSink
 	log    *slog.Logger
 	stdlog *log.Logger
 	leaves leafCache
@@ -127,10 +121,10 @@ type GoEngine struct {
 	transport1, transport2 *http.Transport
 	rp1, rp2               *httputil.ReverseProxy
 	h2                     *http2.Server
-	dial                   DialFunc
-	guard                  *dialGuard
+	dial                   egress.DialFunc
+	guard                  *egress.DialGuard
 	budget                 *budget
-	slots                  *connSlots
+	slots                  *egress.ConnSlots
 	// tunnel, when set, serves the explicit proxy's CONNECT tunnels instead
 	// of HandleConn (the mitmproxy engine hands them to mitmdump).
 	tunnel func(ctx context.Context, conn net.Conn, t Target)
@@ -148,7 +142,7 @@ func NewGoEngine(cfg EngineConfig) (*GoEngine, error) {
 		e.filter = IdentityFilter{}
 	}
 	if e.events == nil {
-		e.events = discardEvents{}
+		e.events = egress.DiscardEvents{}
 	}
 	if e.log == nil {
 		e.log = slog.New(slog.DiscardHandler)
@@ -196,19 +190,19 @@ func NewGoEngine(cfg EngineConfig) (*GoEngine, error) {
 		e.cfg.MaxUpstreamConns = DefaultMaxUpstreamConns
 	}
 	e.budget = newBudget(e.cfg.MemoryBudget)
-	e.slots = newConnSlots(e.cfg.MaxUpstreamConns, func() {
+	e.slots = egress.NewConnSlots(e.cfg.MaxUpstreamConns, func() {
 		e.transport1.CloseIdleConnections()
 		e.transport2.CloseIdleConnections()
 	})
-	e.guard = newDialGuard(cfg, e.events, e.log)
-	e.guard.slots = e.slots
+	e.guard = egress.NewDialGuard(cfg.guardConfig(), e.events, e.log)
+	e.guard.Slots = e.slots
 	e.dial = e.guard.DialContext
 	// Upstream speaks the protocol the guest chose: HTTP/1.1 for an HTTP/1.x
 	// guest, HTTP/2 (when the server offers it) for an h2 guest. Keeping the
 	// guest's protocol end to end keeps its semantics (Upgrade, framing)
 	// and spares an HTTP/1.1 response the h2 framing, flow-control updates
 	// and extra records on both sides.
-	tr := func(protos http.Protocols, dial DialFunc) *http.Transport {
+	tr := func(protos http.Protocols, dial egress.DialFunc) *http.Transport {
 		return &http.Transport{
 			Proxy:                 nil, // never the host's HTTP(S)_PROXY
 			DialContext:           dial,
@@ -345,7 +339,7 @@ func (e *GoEngine) HandleConn(ctx context.Context, conn net.Conn, t Target) {
 	start := time.Now()
 	out := e.handleConn(ctx, cc, t)
 	cc.Close()
-	ev := Event{
+	ev := egress.Event{
 		Time:     start,
 		Kind:     "connect",
 		Name:     t.Name,
@@ -488,19 +482,19 @@ func (e *GoEngine) serveTLS(ctx context.Context, pc *peekConn, t Target) connOut
 // the admitted name, or "" when it is.
 func sniMismatch(sni string, has bool, name string) string {
 	if !has {
-		if _, ok := ParseAddr(name); ok {
+		if _, ok := egress.ParseAddr(name); ok {
 			return ""
 		}
 		return fmt.Sprintf("TLS ClientHello without SNI to %s (a name needs SNI)", name)
 	}
 	var n string
-	if ip, ok := ParseAddr(sni); ok {
+	if ip, ok := egress.ParseAddr(sni); ok {
 		n = ip.String()
-	} else if nn, err := NormalizeName(sni); err == nil {
+	} else if nn, err := egress.NormalizeName(sni); err == nil {
 		n = nn
 	}
 	if n == "" || n != name {
-		return fmt.Sprintf("TLS SNI %q does not match the admitted name %s", shorten(sni), name)
+		return fmt.Sprintf("TLS SNI %q does not match the admitted name %s", egress.Shorten(sni), name)
 	}
 	return ""
 }
@@ -577,9 +571,9 @@ func (l *oneConnListener) Addr() net.Addr { return l.c.LocalAddr() }
 // splice copies bytes both ways between the guest and upstream until both
 // directions end.
 func (e *GoEngine) splice(ctx context.Context, pc *peekConn, t Target, mode string) connOutcome {
-	up, err := e.dial(ctx, "tcp", hostPort(t.Name, t.Port))
+	up, err := e.dial(ctx, "tcp", egress.HostPort(t.Name, t.Port))
 	if err != nil {
-		return connOutcome{"error", "connect upstream " + hostPort(t.Name, t.Port) + ": " + err.Error()}
+		return connOutcome{"error", "connect upstream " + egress.HostPort(t.Name, t.Port) + ": " + err.Error()}
 	}
 	defer up.Close()
 	stop := context.AfterFunc(ctx, func() { up.Close() })
@@ -624,5 +618,5 @@ func authority(name string, port uint16, scheme string) string {
 		}
 		return name
 	}
-	return hostPort(name, port)
+	return egress.HostPort(name, port)
 }

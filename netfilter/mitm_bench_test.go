@@ -1,6 +1,8 @@
 package netfilter
 
 import (
+	"github.com/vibedom/vibedom/netfilter/egress"
+
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -90,15 +92,15 @@ func newBenchEnv(b *testing.B, h http.Handler) *benchEnv {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { lw.Close() })
-	rules, _ := ParseRules(strings.NewReader(benchName+"\n"), "bench")
-	pol := NewPolicy(rules)
+	rules, _ := egress.ParseRules(strings.NewReader(benchName+"\n"), "bench")
+	pol := egress.NewPolicy(rules)
 	ecfg := EngineConfig{
 		CA:            v.ca,
 		Policy:        pol,
 		Events:        lw,
 		ExtraRoots:    []*x509.Certificate{v.upCA.Certificate()},
 		NoSystemRoots: true,
-		Resolve:       []Resolve{{Name: benchName, Port: 443, Addr: netip.MustParseAddrPort(v.upAddr)}},
+		Resolve:       []egress.Resolve{{Name: benchName, Port: 443, Addr: netip.MustParseAddrPort(v.upAddr)}},
 		LookupIP: func(_ context.Context, name string) ([]netip.Addr, error) {
 			return nil, fmt.Errorf("bench: no host %s", name)
 		},

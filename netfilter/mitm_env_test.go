@@ -1,6 +1,8 @@
 package netfilter
 
 import (
+	"github.com/vibedom/vibedom/netfilter/egress"
+
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -28,10 +30,10 @@ type testEnv struct {
 	t      *testing.T
 	ca     *keys.CA // the vibedom CA the guest trusts
 	upCA   *keys.CA // the upstream servers' CA (the engine trusts it as an extra root)
-	policy *Policy
+	policy *egress.Policy
 	engine *GoEngine // the Go engine (also the mitmproxy engine's front end)
 	eng    Engine    // the engine under test: engine, or a *MitmproxyEngine
-	guard  *dialGuard
+	guard  *egress.DialGuard
 	events *memSink
 	log    *LogWriter
 	logDir string
@@ -70,11 +72,11 @@ func newMitmEnv(t *testing.T, kind, rules string, mopt func(*MitmproxyConfig), o
 	if err != nil {
 		t.Fatal(err)
 	}
-	rs, err := ParseRules(strings.NewReader(rules), "test")
+	rs, err := egress.ParseRules(strings.NewReader(rules), "test")
 	if err != nil {
 		t.Fatal(err)
 	}
-	v := &testEnv{t: t, ca: ca, upCA: upCA, policy: NewPolicy(rs), events: &memSink{}, logDir: dir, dns: map[string][]netip.Addr{}}
+	v := &testEnv{t: t, ca: ca, upCA: upCA, policy: egress.NewPolicy(rs), events: &memSink{}, logDir: dir, dns: map[string][]netip.Addr{}}
 	v.log, err = NewLogWriter(filepath.Join(dir, NetworkLogFile), filepath.Join(dir, AlertsLogFile))
 	if err != nil {
 		t.Fatal(err)
@@ -83,7 +85,7 @@ func newMitmEnv(t *testing.T, kind, rules string, mopt func(*MitmproxyConfig), o
 	cfg := EngineConfig{
 		CA:            ca,
 		Policy:        v.policy,
-		Events:        EventSinkFunc(func(e Event) { v.log.Record(e); v.events.Record(e) }),
+		Events:        egress.EventSinkFunc(func(e egress.Event) { v.log.Record(e); v.events.Record(e) }),
 		Dial:          v.dialUpstream,
 		LookupIP:      v.lookup,
 		HostAddrs:     v.hostAddrs,
@@ -191,10 +193,10 @@ func (v *testEnv) upstreamPlain(name string, port uint16, h http.Handler) *httpt
 // addServer pins name:port to the loopback address addr, as --resolve does.
 func (v *testEnv) addServer(name string, port uint16, addr string) {
 	n := name
-	if ip, ok := ParseAddr(name); ok {
+	if ip, ok := egress.ParseAddr(name); ok {
 		n = ip.String()
 	}
-	v.guard.pin(n, port, netip.MustParseAddrPort(addr))
+	v.guard.Pin(n, port, netip.MustParseAddrPort(addr))
 }
 
 // tcpPair returns the two ends of a loopback TCP connection.
@@ -232,7 +234,7 @@ func (v *testEnv) guestConn(name string, port uint16) net.Conn {
 	t := Target{Name: name, Port: port, Decision: d,
 		Guest:   netip.MustParseAddrPort("10.0.2.15:40000"),
 		Dialled: netip.MustParseAddrPort("198.18.0.1:" + strconv.Itoa(int(port)))}
-	if ip, ok := ParseAddr(name); ok {
+	if ip, ok := egress.ParseAddr(name); ok {
 		t.Name = ip.String()
 	}
 	ctx := v.t.Context()
@@ -295,11 +297,11 @@ func (v *testEnv) alerts() []map[string]any {
 // memSink keeps events in memory and lets tests wait for one.
 type memSink struct {
 	mu     sync.Mutex
-	events []Event
+	events []egress.Event
 	cond   chan struct{}
 }
 
-func (m *memSink) Record(e Event) {
+func (m *memSink) Record(e egress.Event) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.events = append(m.events, e)
@@ -309,7 +311,7 @@ func (m *memSink) Record(e Event) {
 	}
 }
 
-func (m *memSink) all() []Event {
+func (m *memSink) all() []egress.Event {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return slices.Clone(m.events)
@@ -319,7 +321,7 @@ func (m *memSink) all() []Event {
 // (events are recorded when a request or connection ends, which can be just
 // after the client has its answer). It fails the test after a generous
 // guard time.
-func (m *memSink) wait(t *testing.T, what string, pred func(Event) bool) Event {
+func (m *memSink) wait(t *testing.T, what string, pred func(egress.Event) bool) egress.Event {
 	t.Helper()
 	return m.waitCount(t, what, 1, pred)[0]
 }
@@ -329,12 +331,12 @@ func (m *memSink) wait(t *testing.T, what string, pred func(Event) bool) Event {
 // is recorded when its connection's handler finishes, which can be after the
 // client has seen the refusal, and one recorded after the log is closed is
 // lost.
-func (m *memSink) waitCount(t *testing.T, what string, n int, pred func(Event) bool) []Event {
+func (m *memSink) waitCount(t *testing.T, what string, n int, pred func(egress.Event) bool) []egress.Event {
 	t.Helper()
 	deadline := time.After(20 * time.Second)
 	for {
 		m.mu.Lock()
-		var got []Event
+		var got []egress.Event
 		for _, e := range m.events {
 			if pred(e) {
 				got = append(got, e)
@@ -360,6 +362,6 @@ func (m *memSink) waitCount(t *testing.T, what string, n int, pred func(Event) b
 	}
 }
 
-func isKind(kind, decision string) func(Event) bool {
-	return func(e Event) bool { return e.Kind == kind && e.Decision == decision }
+func isKind(kind, decision string) func(egress.Event) bool {
+	return func(e egress.Event) bool { return e.Kind == kind && e.Decision == decision }
 }

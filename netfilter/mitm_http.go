@@ -1,6 +1,8 @@
 package netfilter
 
 import (
+	"github.com/vibedom/vibedom/netfilter/egress"
+
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -58,14 +60,14 @@ const plainOn443 = "plain HTTP to port 443 is refused: port 443 is HTTPS; use ht
 func authorityMismatch(r *http.Request, name string, port uint16, scheme string) string {
 	host, p, ok := splitAuthority(r.Host, defaultPort(scheme))
 	if !ok {
-		return fmt.Sprintf("Host %q is not a valid host[:port]", shorten(r.Host))
+		return fmt.Sprintf("Host %q is not a valid host[:port]", egress.Shorten(r.Host))
 	}
 	if host != name || p != port {
 		return fmt.Sprintf("Host %q does not match the admitted destination %s (refused: Host header or SNI spoofing)",
-			shorten(r.Host), hostPort(name, port))
+			egress.Shorten(r.Host), egress.HostPort(name, port))
 	}
 	if r.URL.Host != "" && r.URL.Host != r.Host {
-		return fmt.Sprintf("request URI host %q does not match Host %q", shorten(r.URL.Host), shorten(r.Host))
+		return fmt.Sprintf("request URI host %q does not match Host %q", egress.Shorten(r.URL.Host), egress.Shorten(r.Host))
 	}
 	return ""
 }
@@ -90,13 +92,13 @@ func splitAuthority(a string, def uint16) (string, uint16, bool) {
 	} else if strings.Contains(a, ":") {
 		return "", 0, false
 	}
-	if ip, ok := ParseAddr(host); ok {
+	if ip, ok := egress.ParseAddr(host); ok {
 		return ip.String(), port, true
 	}
 	if strings.HasPrefix(host, "[") {
 		return "", 0, false
 	}
-	n, err := NormalizeName(host)
+	n, err := egress.NormalizeName(host)
 	if err != nil {
 		return "", 0, false
 	}
@@ -108,7 +110,7 @@ type fwdTarget struct {
 	name     string
 	port     uint16
 	scheme   string
-	decision Decision
+	decision egress.Decision
 	src      netip.AddrPort
 }
 
@@ -150,7 +152,7 @@ func (e *GoEngine) refuseKeep(w http.ResponseWriter, r *http.Request, dest fwdTa
 	w.Header().Set("X-Vibedom", "refused")
 	w.WriteHeader(status)
 	fmt.Fprintf(w, "vibedom: %s\n", reason)
-	e.events.Record(Event{
+	e.events.Record(egress.Event{
 		Time:     time.Now(),
 		Kind:     "request",
 		Name:     dest.name,
@@ -184,7 +186,7 @@ func (e *GoEngine) forward(w http.ResponseWriter, r *http.Request, dest fwdTarge
 	out.Host = out.URL.Host
 	out.RequestURI = ""
 
-	ev := Event{
+	ev := egress.Event{
 		Time:   start,
 		Kind:   "request",
 		Name:   dest.name,
@@ -225,7 +227,7 @@ func (e *GoEngine) forward(w http.ResponseWriter, r *http.Request, dest fwdTarge
 		st.upgrade = func(w io.Writer) io.WriteCloser { return uf.UpgradeWriter(out, w) }
 	}
 	defer func() {
-		var findings []Finding
+		var findings []egress.Finding
 		if done != nil {
 			findings = done()
 		}
@@ -275,7 +277,7 @@ func (e *GoEngine) modifyResponse(resp *http.Response) error {
 	if resp.StatusCode == http.StatusSwitchingProtocols {
 		if !st.websocket || !strings.EqualFold(resp.Header.Get("Upgrade"), "websocket") {
 			return fmt.Errorf("%w: upstream switched to %q; only a WebSocket upgrade the proxy asked for is relayed",
-				errUpgradeRefused, shorten(resp.Header.Get("Upgrade")))
+				errUpgradeRefused, egress.Shorten(resp.Header.Get("Upgrade")))
 		}
 		if hs, ok := e.filter.(ResponseHeaderScrubber); ok {
 			hs.ScrubResponseHeader(resp.Header)
@@ -391,7 +393,7 @@ func describeUpstreamError(host string, err error) string {
 		return fmt.Sprintf("upstream %s refused the TLS handshake: %v", host, alertErr)
 	case errors.Is(err, errUpgradeRefused):
 		return err.Error()
-	case errors.Is(err, ErrUpstreamAddress):
+	case errors.Is(err, egress.ErrUpstreamAddress):
 		return fmt.Sprintf("%s: %v", host, err)
 	case errors.As(err, &dnsErr):
 		return fmt.Sprintf("could not resolve %s: %v", host, dnsErr.Err)

@@ -1,6 +1,8 @@
 package netfilter
 
 import (
+	"github.com/vibedom/vibedom/netfilter/egress"
+
 	"bufio"
 	"bytes"
 	"context"
@@ -100,7 +102,7 @@ func TestInterceptHTTP1AndHTTP2(t *testing.T) {
 			}
 		})
 	}
-	ev := v.events.wait(t, "request with query", func(e Event) bool { return e.Kind == "request" && strings.Contains(e.URL, "token") })
+	ev := v.events.wait(t, "request with query", func(e egress.Event) bool { return e.Kind == "request" && strings.Contains(e.URL, "token") })
 	if want := "https://api.test/hello?token=REDACTED&x=REDACTED"; ev.URL != want {
 		t.Errorf("logged URL: got %q, want %q", ev.URL, want)
 	}
@@ -214,7 +216,7 @@ func TestSNIRefused(t *testing.T) {
 			if !strings.Contains(err.Error(), "access denied") {
 				t.Errorf("handshake error %q: want a TLS access_denied alert", err)
 			}
-			v.events.wait(t, "refused connect", func(e Event) bool {
+			v.events.wait(t, "refused connect", func(e egress.Event) bool {
 				return e.Kind == "connect" && e.Decision == "deny" && strings.Contains(e.Reason, tt.reason)
 			})
 		})
@@ -227,7 +229,7 @@ func TestSNIRefused(t *testing.T) {
 			t.Fatalf("handshake: %v", err)
 		}
 	})
-	v.events.waitCount(t, "SNI refusal", len(tests), func(e Event) bool {
+	v.events.waitCount(t, "SNI refusal", len(tests), func(e egress.Event) bool {
 		return e.Kind == "connect" && e.Decision == "deny" && strings.Contains(e.Reason, "SNI")
 	})
 	alerts := v.alerts()
@@ -250,7 +252,7 @@ func TestGuestDistrustIsAnErrorNotAnAlert(t *testing.T) {
 	if err := tc.HandshakeContext(t.Context()); err == nil {
 		t.Fatal("handshake succeeded with a guest that does not trust the vibedom CA")
 	}
-	ev := v.events.wait(t, "connect", func(e Event) bool { return e.Kind == "connect" })
+	ev := v.events.wait(t, "connect", func(e egress.Event) bool { return e.Kind == "connect" })
 	if ev.Decision != "error" || !strings.Contains(ev.Reason, "handshake") {
 		t.Errorf("connect event: %+v, want decision error about the handshake", ev)
 	}
@@ -416,7 +418,7 @@ func TestWebSocketEcho(t *testing.T) {
 		}
 	}
 	ws.Close()
-	ev := v.events.wait(t, "websocket request", func(e Event) bool { return e.Kind == "request" && e.Status == 101 })
+	ev := v.events.wait(t, "websocket request", func(e egress.Event) bool { return e.Kind == "request" && e.Status == 101 })
 	if ev.BytesUp < 100000 || ev.BytesDn < 100000 {
 		t.Errorf("websocket bytes: up %d down %d, want both > 100000", ev.BytesUp, ev.BytesDn)
 	}
@@ -539,7 +541,7 @@ func TestStreaming100MB(t *testing.T) {
 			t.Logf("heap peak +%d kB", peak>>10)
 		})
 	}
-	ev := v.events.wait(t, "upload event", func(e Event) bool { return e.Kind == "request" && e.Method == "POST" })
+	ev := v.events.wait(t, "upload event", func(e egress.Event) bool { return e.Kind == "request" && e.Method == "POST" })
 	if ev.BytesUp != size {
 		t.Errorf("upload event bytes_up: got %d, want %d", ev.BytesUp, size)
 	}
@@ -565,7 +567,7 @@ func TestSplice(t *testing.T) {
 		}
 		conn.(*net.TCPConn).CloseWrite()
 		io.Copy(io.Discard, br)
-		ev := v.events.wait(t, "splice connect", func(e Event) bool { return e.Kind == "connect" && e.Name == "ssh.test" })
+		ev := v.events.wait(t, "splice connect", func(e egress.Event) bool { return e.Kind == "connect" && e.Name == "ssh.test" })
 		if ev.Decision != "allow" || !strings.Contains(ev.Reason, "spliced") || ev.BytesUp != 5 || ev.BytesDn != 14+5 {
 			t.Errorf("splice event: %+v", ev)
 		}
@@ -589,7 +591,7 @@ func TestSplice(t *testing.T) {
 		if n, _ := io.Copy(io.Discard, conn); n != 0 {
 			t.Errorf("got %d bytes back, want none", n)
 		}
-		v.events.wait(t, "refused opaque", func(e Event) bool {
+		v.events.wait(t, "refused opaque", func(e egress.Event) bool {
 			return e.Kind == "connect" && e.Decision == "deny" && strings.Contains(e.Reason, "neither TLS nor HTTP")
 		})
 	})
@@ -599,7 +601,7 @@ func TestSplice(t *testing.T) {
 // finding.
 type recordingFilter struct{ fail bool }
 
-func (f recordingFilter) FilterRequest(_ context.Context, d Destination, r *http.Request) (func() []Finding, error) {
+func (f recordingFilter) FilterRequest(_ context.Context, d Destination, r *http.Request) (func() []egress.Finding, error) {
 	if f.fail {
 		return nil, errors.New("policy says no")
 	}
@@ -620,11 +622,11 @@ func (f recordingFilter) FilterRequest(_ context.Context, d Destination, r *http
 		r.ContentLength = -1
 		r.Header.Del("Content-Length")
 	}
-	return func() []Finding {
+	return func() []egress.Finding {
 		if found.Load() == 0 {
 			return nil
 		}
-		return []Finding{{Category: "test-secret", Prefix: "SECR", Length: 6, Where: "body"}}
+		return []egress.Finding{{Category: "test-secret", Prefix: "SECR", Length: 6, Where: "body"}}
 	}, nil
 }
 
@@ -697,9 +699,9 @@ func TestUnadmittedTargetRefused(t *testing.T) {
 		name string
 		t    Target
 	}{
-		{"denied decision", Target{Name: "evil.test", Port: 443, Decision: Decision{Reason: "no rule"}}},
-		{"no name", Target{Port: 443, Decision: Decision{Allow: true}}},
-		{"no port", Target{Name: "api.test", Decision: Decision{Allow: true}}},
+		{"denied decision", Target{Name: "evil.test", Port: 443, Decision: egress.Decision{Reason: "no rule"}}},
+		{"no name", Target{Port: 443, Decision: egress.Decision{Allow: true}}},
+		{"no port", Target{Name: "api.test", Decision: egress.Decision{Allow: true}}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -1,6 +1,8 @@
 package netfilter
 
 import (
+	"github.com/vibedom/vibedom/netfilter/egress"
+
 	"bufio"
 	"context"
 	"crypto/rand"
@@ -109,11 +111,11 @@ type MitmproxyConfig struct {
 // from then on and an alert is recorded: nothing flows unfiltered.
 type MitmproxyEngine struct {
 	cfg     MitmproxyConfig
-	events  EventSink
+	events  egress.EventSink
 	log     *slog.Logger
 	filter  RequestFilter
 	front   *GoEngine // the explicit proxy's front end and the dial guard
-	guard   *dialGuard
+	guard   *egress.DialGuard
 	dir     string
 	port    int
 	auth    string // Proxy-Authorization vibedom sends to mitmdump
@@ -162,8 +164,8 @@ type reservation struct {
 
 type mitmFlow struct {
 	peer string
-	ev   Event
-	done func() []Finding
+	ev   egress.Event
+	done func() []egress.Finding
 	req  *http.Request
 	// status is set when the response headers came (a WebSocket's 101).
 	status int
@@ -572,7 +574,7 @@ func (e *MitmproxyEngine) readOutput(r io.ReadCloser, listening, webUp chan stru
 			line = line[:i] + "token=(hidden)"
 		}
 		if !strings.Contains(line, "WebSocket") {
-			e.log.Debug("mitmdump", "line", shorten(line))
+			e.log.Debug("mitmdump", "line", egress.Shorten(line))
 		}
 	}
 }
@@ -592,7 +594,7 @@ func (e *MitmproxyEngine) watch() {
 	}
 	reason := fmt.Sprintf("mitmdump exited unexpectedly (%v): every guest connection is refused from now on; end the session and start a new one", e.exitErr)
 	e.log.Error("mitmdump exited", "err", e.exitErr)
-	e.events.Record(Event{Time: time.Now(), Kind: "proxy", Decision: "deny", Reason: reason})
+	e.events.Record(egress.Event{Time: time.Now(), Kind: "proxy", Decision: "deny", Reason: reason})
 	e.mu.Lock()
 	for _, c := range e.conns {
 		c.guest.Close()
@@ -639,7 +641,7 @@ func (e *MitmproxyEngine) HandleConn(ctx context.Context, conn net.Conn, t Targe
 	start := time.Now()
 	decision, reason := e.handleConn(ctx, cc, t)
 	cc.Close()
-	ev := Event{Time: start, Kind: "connect", Name: t.Name, Port: t.Port, Decision: decision, Rule: t.Decision.Rule,
+	ev := egress.Event{Time: start, Kind: "connect", Name: t.Name, Port: t.Port, Decision: decision, Rule: t.Decision.Rule,
 		Reason: reason, BytesUp: cc.up.Load(), BytesDn: cc.down.Load(), Src: addrString(t.Guest)}
 	if t.Dialled.IsValid() {
 		ev.Dst = t.Dialled.String()
@@ -702,7 +704,7 @@ func (e *MitmproxyEngine) handleConn(ctx context.Context, cc *countConn, t Targe
 	e.mu.Unlock()
 	defer e.forget(key, c)
 	mc.SetDeadline(time.Now().Add(30 * time.Second))
-	fmt.Fprintf(mc, "CONNECT %s HTTP/1.1\r\nHost: %s\r\nProxy-Authorization: %s\r\n\r\n", hostPort(t.Name, t.Port), hostPort(t.Name, t.Port), e.auth)
+	fmt.Fprintf(mc, "CONNECT %s HTTP/1.1\r\nHost: %s\r\nProxy-Authorization: %s\r\n\r\n", egress.HostPort(t.Name, t.Port), egress.HostPort(t.Name, t.Port), e.auth)
 	br := bufio.NewReader(mc)
 	resp, err := http.ReadResponse(br, &http.Request{Method: http.MethodConnect})
 	if err != nil {
@@ -816,7 +818,7 @@ func (e *MitmproxyEngine) serveUpstream(w http.ResponseWriter, r *http.Request) 
 		rp.ServeHTTP(w, r)
 		return
 	}
-	up, err := e.guard.DialContext(r.Context(), "tcp", hostPort(name, port))
+	up, err := e.guard.DialContext(r.Context(), "tcp", egress.HostPort(name, port))
 	if err != nil {
 		http.Error(w, "vibedom: "+describeUpstreamError(hp, err), http.StatusBadGateway)
 		return

@@ -1,6 +1,8 @@
 package netfilter
 
 import (
+	"github.com/vibedom/vibedom/netfilter/egress"
+
 	"bufio"
 	"bytes"
 	"context"
@@ -279,7 +281,7 @@ func (e *MitmproxyEngine) request(m *ctlMsg) *ctlReply {
 	hadHost := false
 	for _, kv := range m.Headers {
 		if !httpguts.ValidHeaderFieldName(kv[0]) || !httpguts.ValidHeaderFieldValue(kv[1]) {
-			return e.refuseReq(m, dest, nil, http.StatusBadRequest, fmt.Sprintf("malformed header %q", shorten(kv[0])))
+			return e.refuseReq(m, dest, nil, http.StatusBadRequest, fmt.Sprintf("malformed header %q", egress.Shorten(kv[0])))
 		}
 		k := http.CanonicalHeaderKey(kv[0])
 		if k == "Host" {
@@ -301,7 +303,7 @@ func (e *MitmproxyEngine) request(m *ctlMsg) *ctlReply {
 	// mitmdump would follow: it must be the admitted one too.
 	if name, ok := normalTarget(m.DHost); !ok || name != t.Name || m.DPort != int(t.Port) {
 		return e.refuseReq(m, dest, r, http.StatusMisdirectedRequest,
-			fmt.Sprintf("request target %q does not match the admitted destination %s", shorten(hostPort(m.DHost, uint16(m.DPort))), hostPort(t.Name, t.Port)))
+			fmt.Sprintf("request target %q does not match the admitted destination %s", egress.Shorten(egress.HostPort(m.DHost, uint16(m.DPort))), egress.HostPort(t.Name, t.Port)))
 	}
 	ws := restrictUpgrade(r)
 	switch {
@@ -316,7 +318,7 @@ func (e *MitmproxyEngine) request(m *ctlMsg) *ctlReply {
 	}
 	ctx := context.Background()
 	r = r.WithContext(ctx)
-	ev := Event{Time: time.Now(), Kind: "request", Name: t.Name, Port: t.Port, Src: addrString(t.Guest), Method: m.Method, Rule: t.Decision.Rule}
+	ev := egress.Event{Time: time.Now(), Kind: "request", Name: t.Name, Port: t.Port, Src: addrString(t.Guest), Method: m.Method, Rule: t.Decision.Rule}
 	// "https" only after the checked handshake (above); mitmdump verifies
 	// upstream TLS (ssl_insecure=false): the swap's condition.
 	done, err := e.filter.FilterRequest(ctx, Destination{Name: t.Name, Port: t.Port, Scheme: scheme, Verified: scheme == "https"}, r)
@@ -390,7 +392,7 @@ func (e *MitmproxyEngine) refuseReq(m *ctlMsg, dest fwdTarget, r *http.Request, 
 	id := m.ID
 	e.release(id)
 	e.lastRefused.Store(&id)
-	ev := Event{Time: time.Now(), Kind: "request", Name: dest.name, Port: dest.port, Src: addrString(dest.src),
+	ev := egress.Event{Time: time.Now(), Kind: "request", Name: dest.name, Port: dest.port, Src: addrString(dest.src),
 		Method: m.Method, Decision: "deny", Rule: dest.decision.Rule, Reason: reason, Status: status}
 	if r != nil {
 		ev.URL = redactURL(dest.scheme, m.Host, r.URL)
@@ -404,7 +406,7 @@ func (e *MitmproxyEngine) finish(f *mitmFlow, status int, down int64, errText st
 	if f.stream != nil {
 		f.stream.close()
 	}
-	var findings []Finding
+	var findings []egress.Finding
 	if f.done != nil {
 		findings = f.done()
 	}
@@ -535,10 +537,10 @@ func wsPayloads(b []byte) ([]byte, error) {
 
 // normalTarget normalises a host name or IP literal as admission does.
 func normalTarget(h string) (string, bool) {
-	if ip, ok := ParseAddr(strings.Trim(h, "[]")); ok {
+	if ip, ok := egress.ParseAddr(strings.Trim(h, "[]")); ok {
 		return ip.String(), true
 	}
-	n, err := NormalizeName(h)
+	n, err := egress.NormalizeName(h)
 	return n, err == nil
 }
 
@@ -559,7 +561,7 @@ func (e *MitmproxyEngine) reserve(m *ctlMsg) *ctlReply {
 	}
 	rel, err := e.front.budget.take(requestCharge+3*n, true)
 	if err != nil {
-		e.events.Record(Event{Time: time.Now(), Kind: "request", Name: c.t.Name, Port: c.t.Port, Src: addrString(c.t.Guest),
+		e.events.Record(egress.Event{Time: time.Now(), Kind: "request", Name: c.t.Name, Port: c.t.Port, Src: addrString(c.t.Guest),
 			Method: m.Method, Decision: "deny", Rule: c.t.Decision.Rule, Reason: err.Error(), Status: http.StatusServiceUnavailable})
 		return deny(http.StatusServiceUnavailable, err.Error())
 	}

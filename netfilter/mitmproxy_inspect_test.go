@@ -1,6 +1,8 @@
 package netfilter
 
 import (
+	"github.com/vibedom/vibedom/netfilter/egress"
+
 	"context"
 	"crypto/tls"
 	"encoding/json"
@@ -37,11 +39,11 @@ func skipWithoutMitmweb(t testing.TB) {
 // secretScrubber stands in for the DLP: it rewrites the X-Secret header.
 type secretScrubber struct{}
 
-func (secretScrubber) FilterRequest(_ context.Context, _ Destination, r *http.Request) (func() []Finding, error) {
+func (secretScrubber) FilterRequest(_ context.Context, _ Destination, r *http.Request) (func() []egress.Finding, error) {
 	if r.Header.Get("X-Secret") != "" {
 		r.Header.Set("X-Secret", "[REDACTED]")
 	}
-	return func() []Finding { return nil }, nil
+	return func() []egress.Finding { return nil }, nil
 }
 
 // liveView is a mitmproxy engine running mitmweb, an upstream counting
@@ -215,7 +217,7 @@ func TestInspectLiveView(t *testing.T) {
 	}
 	code, body := lv.api(t, "GET", "/flows/"+*refused+"/request/content.data", "")
 	if strings.Contains(body, "hunter2") {
-		t.Errorf("the refused request's body is in the live view: %d %s", code, shorten(body))
+		t.Errorf("the refused request's body is in the live view: %d %s", code, egress.Shorten(body))
 	}
 	code, body = lv.api(t, "GET", "/flows/dump", "")
 	if code != 200 || strings.Contains(body, "hunter2") || strings.Contains(body, "/refused") {
@@ -242,12 +244,12 @@ func TestInspectLiveView(t *testing.T) {
 	} {
 		code, body := lv.api(t, w.method, w.path, w.body)
 		if code != http.StatusForbidden || !strings.Contains(body, "read-only") {
-			t.Errorf("%s %s: %s, want 403 read-only", w.method, w.path, shorten(body))
+			t.Errorf("%s %s: %s, want 403 read-only", w.method, w.path, egress.Shorten(body))
 		}
 	}
 	code, body = lv.api(t, "GET", "/options", "")
 	if code != 200 || strings.Contains(body, "vibedom:") || !strings.Contains(body, "(hidden by vibedom)") {
-		t.Errorf("GET /options shows the session's secrets: %s", shorten(body))
+		t.Errorf("GET /options shows the session's secrets: %s", egress.Shorten(body))
 	}
 	if n := lv.hits.Load(); n != 1 {
 		t.Errorf("the upstream got %d requests, want 1", n)
@@ -287,12 +289,12 @@ func TestInspectGuardsBehindUI(t *testing.T) {
 			ok = ok || c == code
 		}
 		if !ok {
-			t.Errorf("%s %s: %s, want one of %v", w.method, w.path, shorten(body), w.codes)
+			t.Errorf("%s %s: %s, want one of %v", w.method, w.path, egress.Shorten(body), w.codes)
 		}
 	}
 	if code, body := lv.api(t, "GET", "/options", ""); code != 200 || !strings.Contains(body, `"intercept": {`) ||
 		strings.Contains(body, `"value": "~q"`) {
-		t.Errorf("an option changed from the UI: %s", shorten(body))
+		t.Errorf("an option changed from the UI: %s", egress.Shorten(body))
 	}
 	// The replays ran (each ends killed) before the next guest request
 	// goes through; then the count is final.
@@ -371,7 +373,7 @@ func TestInspectViewLimit(t *testing.T) {
 // the addon reports as a replay, is refused.
 func TestMitmproxyRefusesReplays(t *testing.T) {
 	sink := &memSink{}
-	c := &mitmConn{t: Target{Name: "api.test", Port: 80, Decision: Decision{Allow: true}},
+	c := &mitmConn{t: Target{Name: "api.test", Port: 80, Decision: egress.Decision{Allow: true}},
 		flows: map[string]struct{}{}, seen: map[string]struct{}{}}
 	e := &MitmproxyEngine{cfg: MitmproxyConfig{BodyLimit: 1 << 20}, events: sink, filter: IdentityFilter{},
 		conns: map[string]*mitmConn{"127.0.0.1:5000": c}, flows: map[string]*mitmFlow{}}
@@ -524,7 +526,7 @@ func TestInspectNoRealKey(t *testing.T) {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("the live view never listed every flow and the ping:\n%s\n%s", shorten(flows), shorten(events))
+			t.Fatalf("the live view never listed every flow and the ping:\n%s\n%s", egress.Shorten(flows), egress.Shorten(events))
 		}
 	}
 	for _, p := range []string{"flows", "flows/dump", "events"} {

@@ -1,6 +1,8 @@
 package netfilter
 
 import (
+	"github.com/vibedom/vibedom/netfilter/egress"
+
 	"archive/tar"
 	"compress/gzip"
 	"context"
@@ -326,11 +328,11 @@ func untar(r io.Reader, dir string, maxTree int64) error {
 			continue
 		}
 		if strings.Contains(name, `\`) || !filepath.IsLocal(filepath.FromSlash(name)) || path.Clean(name) != name {
-			return fmt.Errorf("entry %q would land outside the install folder", shorten(h.Name))
+			return fmt.Errorf("entry %q would land outside the install folder", egress.Shorten(h.Name))
 		}
 		for p := path.Dir(name); p != "."; p = path.Dir(p) {
 			if links[p] {
-				return fmt.Errorf("entry %q goes through the symlink %q", shorten(name), shorten(p))
+				return fmt.Errorf("entry %q goes through the symlink %q", egress.Shorten(name), egress.Shorten(p))
 			}
 		}
 		fname := filepath.FromSlash(name)
@@ -368,7 +370,7 @@ func untar(r io.Reader, dir string, maxTree int64) error {
 			t := h.Linkname
 			if t == "" || strings.Contains(t, `\`) || path.IsAbs(t) ||
 				!filepath.IsLocal(filepath.FromSlash(path.Join(path.Dir(name), t))) {
-				return fmt.Errorf("symlink %q -> %q points outside the install folder", shorten(name), shorten(t))
+				return fmt.Errorf("symlink %q -> %q points outside the install folder", egress.Shorten(name), egress.Shorten(t))
 			}
 			if d := filepath.Dir(fname); d != "." {
 				if err := root.MkdirAll(d, 0o755); err != nil {
@@ -380,7 +382,7 @@ func untar(r io.Reader, dir string, maxTree int64) error {
 			}
 			links[name] = true
 		default:
-			return fmt.Errorf("entry %q is a %s, which an install never holds", shorten(name), typeName(h.Typeflag))
+			return fmt.Errorf("entry %q is a %s, which an install never holds", egress.Shorten(name), typeName(h.Typeflag))
 		}
 	}
 }

@@ -1,6 +1,8 @@
 package netfilter
 
 import (
+	"github.com/vibedom/vibedom/netfilter/egress"
+
 	"io"
 	"net/http"
 	"net/url"
@@ -42,7 +44,7 @@ func (e *MitmproxyEngine) respHead(m *ctlMsg) *ctlReply {
 	}
 	out := &ctlReply{Action: "allow"}
 	resp := &http.Response{StatusCode: m.Status, Header: h, ContentLength: -1, Trailer: http.Header{},
-		Request: &http.Request{Method: m.Method, URL: &url.URL{Scheme: "https", Host: hostPort(f.ev.Name, f.ev.Port)}}}
+		Request: &http.Request{Method: m.Method, URL: &url.URL{Scheme: "https", Host: egress.HostPort(f.ev.Name, f.ev.Port)}}}
 	rf, ok := e.filter.(ResponseFilter)
 	noBody := m.Status < 200 || m.Status == http.StatusNoContent || m.Status == http.StatusNotModified || m.Method == http.MethodHead
 	if ds, isSwap := e.filter.(deepScrubber); !ok || noBody || (isSwap && !ds.fromProvider(resp)) {

@@ -1,6 +1,8 @@
 package netfilter
 
 import (
+	"github.com/vibedom/vibedom/netfilter/egress"
+
 	"bufio"
 	"context"
 	"crypto/x509"
@@ -168,7 +170,7 @@ func TestMitmdumpCrash(t *testing.T) {
 	if err := m.cmd.Process.Kill(); err != nil {
 		t.Fatal(err)
 	}
-	ev := v.events.wait(t, "mitmdump exit", func(e Event) bool { return e.Kind == "proxy" && e.Decision == "deny" })
+	ev := v.events.wait(t, "mitmdump exit", func(e egress.Event) bool { return e.Kind == "proxy" && e.Decision == "deny" })
 	if !strings.Contains(ev.Reason, "mitmdump exited unexpectedly") {
 		t.Errorf("alert reason: %q", ev.Reason)
 	}
@@ -181,7 +183,7 @@ func TestMitmdumpCrash(t *testing.T) {
 			t.Fatalf("a request went through after mitmdump died: %d", resp.StatusCode)
 		}
 	}
-	v.events.wait(t, "refused connection", func(e Event) bool {
+	v.events.wait(t, "refused connection", func(e egress.Event) bool {
 		return e.Kind == "connect" && e.Decision == "deny" && strings.Contains(e.Reason, "mitmdump is not running")
 	})
 	if hits.Load() != before {
@@ -202,9 +204,9 @@ func TestMitmdumpCrash(t *testing.T) {
 // not Latin-1 (the addon cannot put it on the wire).
 type headerFilter struct{ value string }
 
-func (f headerFilter) FilterRequest(_ context.Context, _ Destination, r *http.Request) (func() []Finding, error) {
+func (f headerFilter) FilterRequest(_ context.Context, _ Destination, r *http.Request) (func() []egress.Finding, error) {
 	r.Header.Set("X-Filtered", f.value)
-	return func() []Finding { return nil }, nil
+	return func() []egress.Finding { return nil }, nil
 }
 
 // TestMitmproxyAddonFailsClosed: when the addon cannot apply vibedom's

@@ -9,30 +9,14 @@
 package netfilter
 
 import (
+	"github.com/vibedom/vibedom/netfilter/egress"
+
 	"context"
 	"io"
 	"net"
 	"net/http"
 	"net/netip"
-	"time"
 )
-
-// Decision is the outcome of a policy check.
-type Decision struct {
-	// Allow is true when the name and port may be reached.
-	Allow bool `json:"allow"`
-	// Rule is the rule text that decided, e.g. "*.example.com:443" or
-	// "!evil.example.com"; empty when no rule matched (default deny).
-	Rule string `json:"rule,omitempty"`
-	// Source says where the rule came from: "builtin", a file path with its
-	// line ("~/.vibedom/trusted_domains.txt:12"), or "--allow".
-	Source string `json:"source,omitempty"`
-	// Reason is a short human explanation, e.g. "no rule allows this name".
-	Reason string `json:"reason"`
-	// Pending: not allowed yet, because the user is being asked (ask
-	// mode); the DNS server answers SERVFAIL, a failure resolvers retry.
-	Pending bool `json:"pending,omitempty"`
-}
 
 // Target is what an admitted guest TCP connection was admitted for.
 type Target struct {
@@ -43,7 +27,7 @@ type Target struct {
 	// Port is the destination port the guest dialled.
 	Port uint16
 	// Decision is the policy decision that admitted the connection.
-	Decision Decision
+	Decision egress.Decision
 	// Guest is the guest's source address; Dialled the address it dialled
 	// (a synthetic address handed out by the DNS server).
 	Guest, Dialled netip.AddrPort
@@ -89,31 +73,13 @@ type Destination struct {
 // for: TLS to the upstream, verified.
 func (d Destination) SwapAllowed() bool { return d.Scheme == "https" && d.Verified }
 
-// Finding is one thing a RequestFilter changed, as it may be logged: never
-// the value itself.
-type Finding struct {
-	Category string `json:"category"`
-	// Prefix is at most the first 4 characters of the value.
-	Prefix string `json:"prefix"`
-	Length int    `json:"length"`
-	// Where is "body", "url" or "header:<name>".
-	Where string `json:"where"`
-	// Action is "redact" (replaced by a placeholder) or "log" (let
-	// through, recorded).
-	Action string `json:"action,omitempty"`
-	// Form is the encoding a known value was found in; Source where it
-	// came from (".env:3 API_KEY").
-	Form   string `json:"form,omitempty"`
-	Source string `json:"source,omitempty"`
-}
-
 // RequestFilter rewrites an outgoing request before the proxy sends it
 // upstream. It may replace r.Body with a streaming reader (it must not read
 // the whole body into memory), rewrite r.URL and headers, and must then fix
 // r.ContentLength (-1 when unknown). done is called once the body has been
 // fully sent (or the request abandoned) and returns what was changed.
 type RequestFilter interface {
-	FilterRequest(ctx context.Context, dest Destination, r *http.Request) (done func() []Finding, err error)
+	FilterRequest(ctx context.Context, dest Destination, r *http.Request) (done func() []egress.Finding, err error)
 }
 
 // UpgradeFilter is an optional capability of a RequestFilter: scrubbing
@@ -145,33 +111,6 @@ type ResponseSecrets interface {
 type IdentityFilter struct{}
 
 // FilterRequest implements RequestFilter.
-func (IdentityFilter) FilterRequest(context.Context, Destination, *http.Request) (func() []Finding, error) {
-	return func() []Finding { return nil }, nil
-}
-
-// Event is one line of network.jsonl; events whose Decision is "deny" (or
-// that carry Findings) are also written to alerts.jsonl. The schema is
-// documented in docs/logs.md.
-type Event struct {
-	Time     time.Time `json:"time"`
-	Kind     string    `json:"kind"` // "dns", "connect", "request", "udp", "icmp", "proxy"
-	Name     string    `json:"name,omitempty"`
-	Port     uint16    `json:"port,omitempty"`
-	Src      string    `json:"src,omitempty"`
-	Dst      string    `json:"dst,omitempty"`
-	Method   string    `json:"method,omitempty"`
-	URL      string    `json:"url,omitempty"` // query values redacted
-	Decision string    `json:"decision"`      // "allow", "deny", "scrub", "error"
-	Rule     string    `json:"rule,omitempty"`
-	Reason   string    `json:"reason,omitempty"`
-	Status   int       `json:"status,omitempty"`
-	BytesUp  int64     `json:"bytes_up,omitempty"`
-	BytesDn  int64     `json:"bytes_down,omitempty"`
-	Findings []Finding `json:"findings,omitempty"`
-}
-
-// EventSink records events. Implementations are safe for concurrent use and
-// never block the caller for long.
-type EventSink interface {
-	Record(Event)
+func (IdentityFilter) FilterRequest(context.Context, Destination, *http.Request) (func() []egress.Finding, error) {
+	return func() []egress.Finding { return nil }, nil
 }

@@ -1,6 +1,8 @@
 package netfilter
 
 import (
+	"github.com/vibedom/vibedom/netfilter/egress"
+
 	"context"
 	"errors"
 	"fmt"
@@ -54,18 +56,7 @@ const (
 // been closed: a Stack serves one link once.
 var ErrServed = errors.New("network stack already served or closed")
 
-// StackPolicy is what the network stack asks the egress policy. *Policy
-// implements it.
-type StackPolicy interface {
-	// Decide decides whether name (a host name or an IP literal) may be
-	// reached on port.
-	Decide(name string, port uint16) Decision
-	// DecideName decides whether name may be reached on any port: the DNS
-	// server's question.
-	DecideName(name string) Decision
-}
-
-var _ StackPolicy = (*Policy)(nil)
+var _ egress.StackPolicy = (*egress.Policy)(nil)
 
 // StackConfig describes the guest's virtual network. The zero value is
 // valid: every field has a default.
@@ -192,7 +183,7 @@ func (c StackConfig) withDefaults() (StackConfig, error) {
 type Stack struct {
 	cfg    StackConfig
 	engine Engine
-	policy StackPolicy
+	policy egress.StackPolicy
 	events *eventLimiter
 	log    *slog.Logger
 
@@ -242,7 +233,7 @@ const (
 // stack's events: DNS answers and refusals, refused connections, dropped
 // UDP and ICMP, all rate-limited per kind; log (nil: silent) receives
 // diagnostics. Nothing is served until Serve.
-func NewStack(cfg StackConfig, engine Engine, policy StackPolicy, sink EventSink, log *slog.Logger) (*Stack, error) {
+func NewStack(cfg StackConfig, engine Engine, policy egress.StackPolicy, sink egress.EventSink, log *slog.Logger) (*Stack, error) {
 	cfg, err := cfg.withDefaults()
 	if err != nil {
 		return nil, err
@@ -573,11 +564,11 @@ func (s *Stack) admit(ctx context.Context, r *tcp.ForwarderRequest) {
 	if ok && s.conns.Add(1) > int64(s.cfg.MaxConns) {
 		s.conns.Add(-1)
 		ok = false
-		t.Decision = Decision{Reason: fmt.Sprintf("too many open connections (%d); close some and retry", s.cfg.MaxConns)}
+		t.Decision = egress.Decision{Reason: fmt.Sprintf("too many open connections (%d); close some and retry", s.cfg.MaxConns)}
 	}
 	if !ok {
 		r.Complete(true)
-		s.refused(Event{Kind: "connect", Name: t.Name, Port: t.Port, Src: src.String(), Dst: dst.String(),
+		s.refused(egress.Event{Kind: "connect", Name: t.Name, Port: t.Port, Src: src.String(), Dst: dst.String(),
 			Decision: "deny", Rule: t.Decision.Rule, Reason: t.Decision.Reason})
 		return
 	}
@@ -617,7 +608,7 @@ func (s *Stack) decideConn(dst netip.AddrPort) (Target, bool) {
 	a, port := dst.Addr(), dst.Port()
 	t := Target{Port: port, Dialled: dst}
 	deny := func(reason string) (Target, bool) {
-		t.Decision = Decision{Reason: reason}
+		t.Decision = egress.Decision{Reason: reason}
 		return t, false
 	}
 	switch {
@@ -633,7 +624,7 @@ func (s *Stack) decideConn(dst netip.AddrPort) (Target, bool) {
 		return deny(fmt.Sprintf("the gateway serves only DNS (port 53) and the proxy (port %d)", s.cfg.ProxyPort))
 	case s.cfg.Subnet.Contains(a):
 		return deny("the guest network has no other hosts")
-	case neverReachable(a):
+	case egress.NeverReachable(a):
 		return deny(fmt.Sprintf("%s is never reachable from the guest", a))
 	default:
 		t.Name = a.String()
@@ -654,7 +645,7 @@ func (s *Stack) serveProxy(ctx context.Context) {
 		if s.conns.Add(1) > int64(s.cfg.MaxConns) {
 			s.conns.Add(-1)
 			c.Close()
-			s.refused(Event{Kind: "proxy", Src: src.String(), Port: s.cfg.ProxyPort, Decision: "deny",
+			s.refused(egress.Event{Kind: "proxy", Src: src.String(), Port: s.cfg.ProxyPort, Decision: "deny",
 				Reason: fmt.Sprintf("too many open connections (%d); close some and retry", s.cfg.MaxConns)})
 			continue
 		}
@@ -671,7 +662,7 @@ func (s *Stack) serveProxy(ctx context.Context) {
 
 // refused records a refusal, rate-limited, and logs it at debug level when
 // it was recorded.
-func (s *Stack) refused(e Event) {
+func (s *Stack) refused(e egress.Event) {
 	if s.events.record(e) {
 		s.log.Debug("refused guest traffic", "kind", e.Kind, "name", e.Name, "dst", e.Dst, "reason", e.Reason)
 	}

@@ -1,6 +1,8 @@
 package netfilter
 
 import (
+	"github.com/vibedom/vibedom/netfilter/egress"
+
 	"fmt"
 	"sync"
 	"time"
@@ -20,7 +22,7 @@ const (
 
 // eventLimiter records events to a sink through per-kind token buckets.
 type eventLimiter struct {
-	sink EventSink
+	sink egress.EventSink
 	now  func() time.Time
 
 	mu      sync.Mutex
@@ -35,16 +37,16 @@ type eventBucket struct {
 	since          time.Time
 }
 
-func newEventLimiter(sink EventSink) *eventLimiter {
+func newEventLimiter(sink egress.EventSink) *eventLimiter {
 	if sink == nil {
-		sink = discardEvents{}
+		sink = egress.DiscardEvents{}
 	}
 	return &eventLimiter{sink: sink, now: time.Now, buckets: map[string]*eventBucket{}}
 }
 
 // record records e unless its bucket is empty. It reports whether e was
 // recorded, so the caller can rate-limit its log lines the same way.
-func (l *eventLimiter) record(e Event) bool {
+func (l *eventLimiter) record(e egress.Event) bool {
 	now := l.now()
 	if e.Time.IsZero() {
 		e.Time = now
@@ -78,11 +80,11 @@ func (l *eventLimiter) record(e Event) bool {
 
 // takeSummary returns the summary event for what b suppressed, if
 // anything, and resets the count. Callers hold the limiter's lock.
-func (b *eventBucket) takeSummary(now time.Time) (Event, bool) {
+func (b *eventBucket) takeSummary(now time.Time) (egress.Event, bool) {
 	if b.suppressed == 0 {
-		return Event{}, false
+		return egress.Event{}, false
 	}
-	e := Event{
+	e := egress.Event{
 		Time:     now,
 		Kind:     b.kind,
 		Decision: b.decision,
@@ -96,7 +98,7 @@ func (b *eventBucket) takeSummary(now time.Time) (Event, bool) {
 // flush records the summaries of everything suppressed so far.
 func (l *eventLimiter) flush() {
 	now := l.now()
-	var out []Event
+	var out []egress.Event
 	l.mu.Lock()
 	for _, b := range l.buckets {
 		if e, ok := b.takeSummary(now); ok {

@@ -1,6 +1,8 @@
 package netfilter
 
 import (
+	"github.com/vibedom/vibedom/netfilter/egress"
+
 	"strings"
 	"testing"
 	"time"
@@ -11,7 +13,7 @@ func TestEventLimiter(t *testing.T) {
 	l := newEventLimiter(rec)
 	now := time.Unix(1000, 0)
 	l.now = func() time.Time { return now }
-	deny := Event{Kind: "udp", Decision: "deny", Dst: "8.8.8.8:53"}
+	deny := egress.Event{Kind: "udp", Decision: "deny", Dst: "8.8.8.8:53"}
 
 	for range 100 {
 		l.record(deny)
@@ -20,7 +22,7 @@ func TestEventLimiter(t *testing.T) {
 		t.Fatalf("after a burst of 100: got %d events, want %d", got, eventBurst)
 	}
 	// Another kind has its own bucket.
-	if !l.record(Event{Kind: "dns", Decision: "deny"}) {
+	if !l.record(egress.Event{Kind: "dns", Decision: "deny"}) {
 		t.Errorf("a dns event was suppressed by the udp bucket")
 	}
 	// A second later the bucket has refilled a little: the next event

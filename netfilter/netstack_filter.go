@@ -1,6 +1,8 @@
 package netfilter
 
 import (
+	"github.com/vibedom/vibedom/netfilter/egress"
+
 	"bytes"
 	"encoding/binary"
 	"fmt"
@@ -170,7 +172,7 @@ func (s *Stack) checkIPv4(p []byte) bool {
 		if dstAddr.IsLoopback() {
 			// gVisor drops these silently (martians); say so in the log.
 			st.martians.Add(1)
-			s.refused(Event{Kind: "connect", Port: dstPort, Src: netip.AddrPortFrom(srcAddr, srcPort).String(),
+			s.refused(egress.Event{Kind: "connect", Port: dstPort, Src: netip.AddrPortFrom(srcAddr, srcPort).String(),
 				Dst: netip.AddrPortFrom(dstAddr, dstPort).String(), Decision: "deny",
 				Reason: dstAddr.String() + " is never reachable from the guest"})
 			return false
@@ -185,7 +187,7 @@ func (s *Stack) checkIPv4(p []byte) bool {
 			return true
 		}
 		st.udp.Add(1)
-		s.refused(Event{Kind: "udp", Port: dstPort, Src: netip.AddrPortFrom(srcAddr, srcPort).String(),
+		s.refused(egress.Event{Kind: "udp", Port: dstPort, Src: netip.AddrPortFrom(srcAddr, srcPort).String(),
 			Dst: netip.AddrPortFrom(dstAddr, dstPort).String(), Decision: "deny",
 			Reason: "UDP goes nowhere but to the gateway's DNS server (port 53)"})
 		return false
@@ -198,12 +200,12 @@ func (s *Stack) checkIPv4(p []byte) bool {
 		if dst == s.gwIP && l4[0] != icmpEchoRequest {
 			return false // errors and the like about the gateway's own traffic: not worth an alert
 		}
-		s.refused(Event{Kind: "icmp", Src: srcAddr.String(), Dst: dstAddr.String(), Decision: "deny",
+		s.refused(egress.Event{Kind: "icmp", Src: srcAddr.String(), Dst: dstAddr.String(), Decision: "deny",
 			Reason: fmt.Sprintf("ICMP type %d dropped: ICMP goes nowhere, not even to the gateway", l4[0])})
 		return false
 	}
 	st.otherProto.Add(1)
-	s.refused(Event{Kind: "ip", Src: srcAddr.String(), Dst: dstAddr.String(), Decision: "deny",
+	s.refused(egress.Event{Kind: "ip", Src: srcAddr.String(), Dst: dstAddr.String(), Decision: "deny",
 		Reason: fmt.Sprintf("IP protocol %d is not carried (only TCP and DNS over UDP)", proto)})
 	return false
 }

@@ -1,6 +1,8 @@
 package netfilter
 
 import (
+	"github.com/vibedom/vibedom/netfilter/egress"
+
 	"context"
 	"encoding/binary"
 	"errors"
@@ -50,24 +52,24 @@ func (p nsPolicy) ports(name string) ([]uint16, bool) {
 	return ports, ok
 }
 
-func (p nsPolicy) Decide(name string, port uint16) Decision {
+func (p nsPolicy) Decide(name string, port uint16) egress.Decision {
 	ports, ok := p.ports(name)
 	if !ok {
-		return Decision{Reason: "no rule allows " + name}
+		return egress.Decision{Reason: "no rule allows " + name}
 	}
 	for _, pt := range ports {
 		if pt == port {
-			return Decision{Allow: true, Rule: name, Source: "test", Reason: "allowed"}
+			return egress.Decision{Allow: true, Rule: name, Source: "test", Reason: "allowed"}
 		}
 	}
-	return Decision{Reason: name + ": other ports only"}
+	return egress.Decision{Reason: name + ": other ports only"}
 }
 
-func (p nsPolicy) DecideName(name string) Decision {
+func (p nsPolicy) DecideName(name string) egress.Decision {
 	if _, ok := p.ports(name); ok {
-		return Decision{Allow: true, Rule: name, Source: "test", Reason: "allowed"}
+		return egress.Decision{Allow: true, Rule: name, Source: "test", Reason: "allowed"}
 	}
-	return Decision{Reason: "no rule allows " + name}
+	return egress.Decision{Reason: "no rule allows " + name}
 }
 
 // nsResolver says the names in exists exist, fails for those in fail,
@@ -161,23 +163,23 @@ func (e *nsEngine) serve(ctx context.Context, conn net.Conn) {
 // nsEvents is an EventSink that keeps everything.
 type nsEvents struct {
 	mu     sync.Mutex
-	events []Event
+	events []egress.Event
 }
 
-func (r *nsEvents) Record(e Event) {
+func (r *nsEvents) Record(e egress.Event) {
 	r.mu.Lock()
 	r.events = append(r.events, e)
 	r.mu.Unlock()
 }
 
-func (r *nsEvents) all() []Event {
+func (r *nsEvents) all() []egress.Event {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return append([]Event(nil), r.events...)
+	return append([]egress.Event(nil), r.events...)
 }
 
 // waitFor waits up to a few seconds for an event matching match.
-func (r *nsEvents) waitFor(t *testing.T, what string, match func(Event) bool) Event {
+func (r *nsEvents) waitFor(t *testing.T, what string, match func(egress.Event) bool) egress.Event {
 	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
 	for {
@@ -203,7 +205,7 @@ type nsNet struct {
 	vm       net.Conn // the guest's end
 }
 
-func startNSNet(t testing.TB, cfg StackConfig, pol StackPolicy, eng *nsEngine) *nsNet {
+func startNSNet(t testing.TB, cfg StackConfig, pol egress.StackPolicy, eng *nsEngine) *nsNet {
 	t.Helper()
 	if eng == nil {
 		eng = newNSEngine()

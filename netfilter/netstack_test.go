@@ -1,6 +1,8 @@
 package netfilter
 
 import (
+	"github.com/vibedom/vibedom/netfilter/egress"
+
 	"bytes"
 	"context"
 	"encoding/binary"
@@ -302,7 +304,7 @@ func TestStackDNS(t *testing.T) {
 			}
 			if tt.wantEvent != "" {
 				name := strings.ToLower(strings.TrimSuffix(tt.qname, "."))
-				n.events.waitFor(t, "dns "+tt.wantEvent+" "+name, func(e Event) bool {
+				n.events.waitFor(t, "dns "+tt.wantEvent+" "+name, func(e egress.Event) bool {
 					return e.Kind == "dns" && e.Name == name && e.Decision == tt.wantEvent
 				})
 			}
@@ -424,7 +426,7 @@ func TestStackTCPAdmission(t *testing.T) {
 				if !strings.Contains(err.Error(), "refused") {
 					t.Errorf("dial %v: got %v, want connection refused", tt.dst, err)
 				}
-				n.events.waitFor(t, "connect deny to "+tt.dst.String(), func(e Event) bool {
+				n.events.waitFor(t, "connect deny to "+tt.dst.String(), func(e egress.Event) bool {
 					return e.Kind == "connect" && e.Decision == "deny" && e.Dst == tt.dst.String() && e.Reason != ""
 				})
 				return
@@ -509,7 +511,7 @@ func TestStackTCPAdmissionRaw(t *testing.T) {
 			case !tt.silent && (len(got) == 0 || !flags.Contains(header.TCPFlagRst) || flags.Contains(header.TCPFlagSyn)):
 				t.Fatalf("answer to a SYN to %v: got flags %v, want RST", tt.dst, flags)
 			}
-			n.events.waitFor(t, "connect deny to "+tt.dst.String(), func(e Event) bool {
+			n.events.waitFor(t, "connect deny to "+tt.dst.String(), func(e egress.Event) bool {
 				return e.Kind == "connect" && e.Decision == "deny" && e.Dst == tt.dst.String()
 			})
 		})
@@ -523,7 +525,7 @@ func TestStackTCPAdmissionRaw(t *testing.T) {
 		if got := nsReadFrames(t, n.vm, 200*time.Millisecond, nil); len(got) != 0 {
 			t.Errorf("got %d frames in answer", len(got))
 		}
-		n.events.waitFor(t, "udp deny to "+dst.String(), func(e Event) bool {
+		n.events.waitFor(t, "udp deny to "+dst.String(), func(e egress.Event) bool {
 			return e.Kind == "udp" && e.Decision == "deny" && e.Dst == dst.String()
 		})
 	})
@@ -584,7 +586,7 @@ func TestStackUDPGoesNowhere(t *testing.T) {
 			if got := n.stack.Stats().UDP; got <= before {
 				t.Errorf("UDP drop counter: got %d, want more than %d", got, before)
 			}
-			n.events.waitFor(t, "udp deny to "+tt.dst.String(), func(e Event) bool {
+			n.events.waitFor(t, "udp deny to "+tt.dst.String(), func(e egress.Event) bool {
 				return e.Kind == "udp" && e.Decision == "deny" && e.Dst == tt.dst.String()
 			})
 		})
@@ -642,7 +644,7 @@ func TestStackICMP(t *testing.T) {
 				}
 				return
 			}
-			n.events.waitFor(t, "icmp deny to "+tt.dst.String(), func(e Event) bool {
+			n.events.waitFor(t, "icmp deny to "+tt.dst.String(), func(e egress.Event) bool {
 				return e.Kind == "icmp" && e.Decision == "deny" && e.Dst == tt.dst.String()
 			})
 		})
@@ -916,7 +918,7 @@ func TestStackSYNFlood(t *testing.T) {
 	// the bucket refilled while the flood lasted (and a summary line).
 	// The bound is measured to the moment of counting: the bucket goes on
 	// refilling while a loaded machine is still working through the flood.
-	n.events.waitFor(t, "connect deny", func(e Event) bool { return e.Kind == "connect" && e.Decision == "deny" })
+	n.events.waitFor(t, "connect deny", func(e egress.Event) bool { return e.Kind == "connect" && e.Decision == "deny" })
 	elapsed := time.Since(start)
 	denies := 0
 	for _, e := range n.events.all() {
@@ -950,7 +952,7 @@ func TestStackConnLimit(t *testing.T) {
 		c.Close()
 		t.Fatal("third connection admitted over MaxConns 2")
 	}
-	n.events.waitFor(t, "too many connections", func(e Event) bool {
+	n.events.waitFor(t, "too many connections", func(e egress.Event) bool {
 		return e.Kind == "connect" && strings.Contains(e.Reason, "too many open connections")
 	})
 	if got := n.stack.Stats().ConnsOpen; got != 2 {
@@ -960,11 +962,11 @@ func TestStackConnLimit(t *testing.T) {
 
 // TestStackWithPolicy runs the stack with the real egress policy.
 func TestStackWithPolicy(t *testing.T) {
-	rules, err := ParseRules(strings.NewReader("*.example.com\n!blocked.example.com\n"), "test")
+	rules, err := egress.ParseRules(strings.NewReader("*.example.com\n!blocked.example.com\n"), "test")
 	if err != nil {
 		t.Fatal(err)
 	}
-	n := startNSNet(t, StackConfig{}, NewPolicy(rules), nil)
+	n := startNSNet(t, StackConfig{}, egress.NewPolicy(rules), nil)
 	n.resolver.exists["a.example.com"] = true
 	g := n.guest(t)
 	m := g.lookup(t, "a.example.com.", dnsmessage.TypeA)

@@ -1,6 +1,8 @@
 package netfilter
 
 import (
+	"github.com/vibedom/vibedom/netfilter/egress"
+
 	"context"
 	"fmt"
 	"net"
@@ -42,14 +44,14 @@ type proxyHandler struct {
 // would refuse is refused here already, whatever a rule says, so the guest
 // learns it from the CONNECT's answer (the guard refuses it again at the
 // dial).
-func (h *proxyHandler) decide(name string, port uint16) Decision {
+func (h *proxyHandler) decide(name string, port uint16) egress.Decision {
 	if h.e.cfg.Policy == nil {
-		return Decision{Reason: "the explicit proxy has no policy"}
+		return egress.Decision{Reason: "the explicit proxy has no policy"}
 	}
 	d := h.e.cfg.Policy.Decide(name, port)
-	if ip, ok := ParseAddr(name); ok && d.Allow {
-		if _, err := h.e.guard.check(ip); err != nil {
-			return Decision{Rule: d.Rule, Source: sourceGuard, Reason: err.Error()}
+	if ip, ok := egress.ParseAddr(name); ok && d.Allow {
+		if _, err := h.e.guard.Check(ip); err != nil {
+			return egress.Decision{Rule: d.Rule, Source: sourceGuard, Reason: err.Error()}
 		}
 	}
 	return d
@@ -68,7 +70,7 @@ func (h *proxyHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	name, port, ok := splitAuthority(r.URL.Host, defaultPort(r.URL.Scheme))
 	if !ok {
 		h.e.refuse(w, r, fwdTarget{scheme: r.URL.Scheme, src: h.src}, http.StatusBadRequest,
-			fmt.Sprintf("%q is not a valid host[:port]", shorten(r.URL.Host)))
+			fmt.Sprintf("%q is not a valid host[:port]", egress.Shorten(r.URL.Host)))
 		return
 	}
 	d := h.decide(name, port)
@@ -85,8 +87,8 @@ func (h *proxyHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 func (h *proxyHandler) connect(w http.ResponseWriter, r *http.Request) {
-	ev := Event{Time: time.Now(), Kind: "proxy", Method: http.MethodConnect, Src: addrString(h.src)}
-	fail := func(status int, reason string, d Decision) {
+	ev := egress.Event{Time: time.Now(), Kind: "proxy", Method: http.MethodConnect, Src: addrString(h.src)}
+	fail := func(status int, reason string, d egress.Decision) {
 		ev.Decision, ev.Reason, ev.Status, ev.Rule = "deny", reason, status, d.Rule
 		h.e.events.Record(ev)
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
@@ -98,16 +100,16 @@ func (h *proxyHandler) connect(w http.ResponseWriter, r *http.Request) {
 	host, ps, err := net.SplitHostPort(r.Host)
 	pn, perr := strconv.ParseUint(ps, 10, 16)
 	if err != nil || perr != nil || pn == 0 {
-		ev.Name = shorten(r.Host)
-		fail(http.StatusBadRequest, fmt.Sprintf("CONNECT target %q is not host:port", shorten(r.Host)), Decision{})
+		ev.Name = egress.Shorten(r.Host)
+		fail(http.StatusBadRequest, fmt.Sprintf("CONNECT target %q is not host:port", egress.Shorten(r.Host)), egress.Decision{})
 		return
 	}
 	port := uint16(pn)
 	name, _, ok := splitAuthority(net.JoinHostPort(host, ps), port)
 	ev.Name, ev.Port = name, port
 	if !ok {
-		ev.Name = shorten(host)
-		fail(http.StatusBadRequest, fmt.Sprintf("CONNECT target %q is not a valid host name or IP address", shorten(host)), Decision{})
+		ev.Name = egress.Shorten(host)
+		fail(http.StatusBadRequest, fmt.Sprintf("CONNECT target %q is not a valid host name or IP address", egress.Shorten(host)), egress.Decision{})
 		return
 	}
 	d := h.decide(name, port)
@@ -146,11 +148,11 @@ func (h *proxyHandler) connect(w http.ResponseWriter, r *http.Request) {
 const sourceGuard = "the dial guard"
 
 // denialText is the body of a 403 from the explicit proxy.
-func denialText(name string, port uint16, d Decision) string {
+func denialText(name string, port uint16, d egress.Decision) string {
 	if d.Source == sourceGuard {
-		return fmt.Sprintf("%s is never reachable, whatever the rules say: %s", hostPort(name, port), d.Reason)
+		return fmt.Sprintf("%s is never reachable, whatever the rules say: %s", egress.HostPort(name, port), d.Reason)
 	}
-	s := fmt.Sprintf("%s is not allowed by the egress policy: %s", hostPort(name, port), d.Reason)
+	s := fmt.Sprintf("%s is not allowed by the egress policy: %s", egress.HostPort(name, port), d.Reason)
 	if d.Rule != "" {
 		return s + fmt.Sprintf(" (rule %q from %s; a deny rule beats any allow rule)", d.Rule, d.Source)
 	}

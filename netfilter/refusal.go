@@ -6,6 +6,8 @@ import (
 	"mime"
 	"net/http"
 	"strings"
+
+	"github.com/vibedom/vibedom/netfilter/egress"
 )
 
 // RefusedHeader is set on every answer the proxy gives instead of
@@ -55,7 +57,7 @@ func wantsJSON(accept string) bool {
 func refusal(accept, name string, port uint16, status int, reason, session string, allowable bool) (ctype, refused string, body []byte) {
 	refused = "-"
 	if name != "" {
-		refused = hostPort(name, port)
+		refused = egress.HostPort(name, port)
 	}
 	hint := ""
 	if allowable && name != "" {
@@ -65,7 +67,7 @@ func refusal(accept, name string, port uint16, status int, reason, session strin
 		}
 		rule := name
 		if port != 80 && port != 443 {
-			rule = hostPort(name, port)
+			rule = egress.HostPort(name, port)
 		}
 		hint = fmt.Sprintf("vibedom allow %s %s", s, rule)
 	}

@@ -1,6 +1,8 @@
 package netfilter
 
 import (
+	"github.com/vibedom/vibedom/netfilter/egress"
+
 	"bufio"
 	"io"
 	"net"
@@ -31,7 +33,7 @@ func TestConformanceServerFirst(t *testing.T) {
 		}
 		conn.(*net.TCPConn).CloseWrite()
 		io.Copy(io.Discard, br)
-		ev := v.events.wait(t, "splice connect", func(e Event) bool { return e.Kind == "connect" && e.Name == "ssh.test" })
+		ev := v.events.wait(t, "splice connect", func(e egress.Event) bool { return e.Kind == "connect" && e.Name == "ssh.test" })
 		if ev.Decision != "allow" || !strings.Contains(ev.Reason, "server speaks first") {
 			t.Errorf("event: %+v", ev)
 		}

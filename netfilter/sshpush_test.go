@@ -1,6 +1,8 @@
 package netfilter
 
 import (
+	"github.com/vibedom/vibedom/netfilter/egress"
+
 	"bytes"
 	"crypto/ed25519"
 	"crypto/rand"
@@ -82,7 +84,7 @@ func TestConformanceSSHPush(t *testing.T) {
 			t.Errorf("push answer: got %q, want %q", out, want)
 		}
 		client.Close()
-		ev := v.events.wait(t, "ssh connect", func(e Event) bool { return e.Kind == "connect" && e.Name == "ssh.test" })
+		ev := v.events.wait(t, "ssh connect", func(e egress.Event) bool { return e.Kind == "connect" && e.Name == "ssh.test" })
 		if ev.Decision != "allow" || !strings.Contains(ev.Reason, "spliced") || ev.BytesUp < int64(len(pack)) {
 			t.Errorf("event: %+v", ev)
 		}

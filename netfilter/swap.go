@@ -1,6 +1,9 @@
 package netfilter
 
 import (
+	"github.com/vibedom/vibedom/credentials"
+	"github.com/vibedom/vibedom/netfilter/egress"
+
 	"bytes"
 	"context"
 	"errors"
@@ -10,21 +13,6 @@ import (
 	"net/url"
 	"strings"
 )
-
-// Swap says where one secret the guest only has a placeholder for is put
-// in: on requests to Host, port 443, sent upstream over verified TLS
-// (Destination.SwapAllowed), a Header whose whole value is Placeholder
-// becomes Value.
-type Swap struct {
-	Name        string // for messages ("anthropic")
-	Host        string
-	Header      string
-	Placeholder string // the header value as the guest sends it
-	Value       string // the header value upstream gets
-	// Token is the placeholder itself: seen anywhere else, the request is
-	// refused.
-	Token string
-}
 
 // upstreamKind names how a request leaves, for messages.
 func upstreamKind(d Destination) string {
@@ -49,7 +37,7 @@ var ErrPlaceholder = errors.New("a credential placeholder where vibedom does not
 // which knows the real value, never scrubs it there. A placeholder in any
 // other header (of any request) or in the URL refuses the request; in a
 // body the DLP finds it (give it the placeholders as known values).
-func NewSwapFilter(inner RequestFilter, swaps []Swap) RequestFilter {
+func NewSwapFilter(inner RequestFilter, swaps []credentials.Swap) RequestFilter {
 	if inner == nil {
 		inner = IdentityFilter{}
 	}
@@ -60,14 +48,14 @@ func NewSwapFilter(inner RequestFilter, swaps []Swap) RequestFilter {
 
 type swapFilter struct {
 	inner RequestFilter
-	swaps []Swap
+	swaps []credentials.Swap
 	// scrub finds the real keys in the DLP's encodings; nil when there is
 	// no key.
 	scrub *keyScrubber
 }
 
-func (f *swapFilter) FilterRequest(ctx context.Context, dest Destination, r *http.Request) (func() []Finding, error) {
-	var do *Swap
+func (f *swapFilter) FilterRequest(ctx context.Context, dest Destination, r *http.Request) (func() []egress.Finding, error) {
+	var do *credentials.Swap
 	for name, vals := range r.Header {
 		for _, v := range vals {
 			for i := range f.swaps {
@@ -238,7 +226,7 @@ func (b *lazyDecode) Read(p []byte) (int, error) {
 	if b.r == nil && b.err == nil {
 		dec, err := decodeBody(b.ce, b.src)
 		if err != nil {
-			b.err = fmt.Errorf("a provider's response in Content-Encoding %q cannot be scanned for the credential: %w", shorten(b.ce), err)
+			b.err = fmt.Errorf("a provider's response in Content-Encoding %q cannot be scanned for the credential: %w", egress.Shorten(b.ce), err)
 		}
 		b.r = dec
 	}

@@ -1,6 +1,9 @@
 package netfilter
 
 import (
+	"github.com/vibedom/vibedom/credentials"
+	"github.com/vibedom/vibedom/netfilter/egress"
+
 	"bufio"
 	"bytes"
 	"crypto/tls"
@@ -128,7 +131,7 @@ func TestSwapOnlyOverVerifiedTLS(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	filter := NewSwapFilter(&DLPFilter{Engine: eng}, []Swap{{Name: "anthropic", Host: "api.test", Header: "x-api-key", Placeholder: ph, Value: real, Token: ph}})
+	filter := NewSwapFilter(&DLPFilter{Engine: eng}, []credentials.Swap{{Name: "anthropic", Host: "api.test", Header: "x-api-key", Placeholder: ph, Value: real, Token: ph}})
 	forEngines(t, func(t *testing.T, kind string) {
 		v := newEngineEnv(t, kind, testRules, func(c *EngineConfig) { c.Filter = filter })
 		srv := newSniffServer(t, "api.test", v.upCA, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -199,7 +202,7 @@ func TestSwapOnlyOverVerifiedTLS(t *testing.T) {
 				}
 			})
 		}
-		v.events.wait(t, "plain-HTTP refusal", func(e Event) bool {
+		v.events.wait(t, "plain-HTTP refusal", func(e egress.Event) bool {
 			return e.Decision == "deny" && e.Name == "api.test" && e.Port == 443
 		})
 		if kind == "go" {
@@ -215,7 +218,7 @@ func TestSwapOnlyOverVerifiedTLS(t *testing.T) {
 			if len(srv.seen()) != before {
 				t.Errorf("plain HTTP reached the provider's :443: %q", srv.seen()[before:])
 			}
-			v.events.waitCount(t, "plain-HTTP alerts", 6, func(e Event) bool {
+			v.events.waitCount(t, "plain-HTTP alerts", 6, func(e egress.Event) bool {
 				return e.Decision == "deny" && strings.Contains(e.Reason, "plain HTTP to port 443")
 			})
 		}

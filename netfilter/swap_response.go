@@ -1,6 +1,8 @@
 package netfilter
 
 import (
+	"github.com/vibedom/vibedom/netfilter/egress"
+
 	"bufio"
 	"bytes"
 	"compress/flate"
@@ -300,7 +302,7 @@ func decodeBody(ce string, body io.ReadCloser) (io.ReadCloser, error) {
 				r = d.IOReadCloser()
 			}
 		default:
-			return nil, fmt.Errorf("unsupported coding %q", shorten(codings[i]))
+			return nil, fmt.Errorf("unsupported coding %q", egress.Shorten(codings[i]))
 		}
 		if err != nil {
 			return nil, err

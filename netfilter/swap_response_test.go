@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vibedom/vibedom/credentials"
 	"github.com/vibedom/vibedom/dlp"
 )
 
@@ -42,7 +43,7 @@ func TestResponseScrubEverywhere(t *testing.T) {
 	leaks := func(s string) bool {
 		return strings.Contains(s, real[13:40]) || oracle.ContainsKnownFold(s) || string(oracle.ScrubText(&pol, []byte(s), "", nil)) != s
 	}
-	filter := NewSwapFilter(&DLPFilter{Engine: eng}, []Swap{{Name: "anthropic", Host: "api.test", Header: "x-api-key", Placeholder: ph, Value: real, Token: ph}})
+	filter := NewSwapFilter(&DLPFilter{Engine: eng}, []credentials.Swap{{Name: "anthropic", Host: "api.test", Header: "x-api-key", Placeholder: ph, Value: real, Token: ph}})
 
 	liveGot := make(chan struct{}, 4)
 	provider := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

@@ -1,6 +1,10 @@
 package netfilter
 
 import (
+	"github.com/vibedom/vibedom/credentials"
+	"github.com/vibedom/vibedom/logredact"
+	"github.com/vibedom/vibedom/netfilter/egress"
+
 	"io"
 	"net/http"
 	"os"
@@ -24,7 +28,7 @@ func TestCredentialSwap(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	filter := NewSwapFilter(&DLPFilter{Engine: eng}, []Swap{{Name: "anthropic", Host: "api.test", Header: "x-api-key", Placeholder: ph, Value: real, Token: ph}})
+	filter := NewSwapFilter(&DLPFilter{Engine: eng}, []credentials.Swap{{Name: "anthropic", Host: "api.test", Header: "x-api-key", Placeholder: ph, Value: real, Token: ph}})
 	forEngines(t, func(t *testing.T, kind string) {
 		testCredentialSwap(t, kind, filter, eng, real, ph)
 	})
@@ -40,7 +44,7 @@ func testCredentialSwap(t *testing.T, kind string, filter RequestFilter, eng *dl
 			v := newEngineEnv(t, kind, testRules, func(c *EngineConfig) { c.Filter = filter })
 			// As a session does: logs go through the DLP's known values,
 			// the placeholder among them.
-			v.log.SetRedactor(LogRedactor(eng))
+			v.log.SetRedactor(logredact.LogRedactor(eng))
 			var mu sync.Mutex
 			seen := map[string][]string{} // host -> x-api-key values, bodies
 			record := func(host string) http.Handler {
@@ -144,7 +148,7 @@ func testCredentialSwap(t *testing.T, kind string, filter RequestFilter, eng *dl
 			if all != "" {
 				t.Errorf("refused requests reached the API: %q", all)
 			}
-			v.events.wait(t, "placeholder alert", func(e Event) bool {
+			v.events.wait(t, "placeholder alert", func(e egress.Event) bool {
 				return e.Decision == "deny" && strings.Contains(e.Reason, "credential placeholder")
 			})
 			// Nothing logged holds the key or the placeholder.

@@ -1,6 +1,8 @@
 package netfilter
 
 import (
+	"github.com/vibedom/vibedom/netfilter/egress"
+
 	"context"
 	"crypto/tls"
 	"fmt"
@@ -17,7 +19,7 @@ import (
 
 // startEngineNet serves a stack with eng behind it on one end of a socket
 // pair; the guest's end is n.vm.
-func startEngineNet(t testing.TB, cfg StackConfig, pol StackPolicy, eng Engine) *nsNet {
+func startEngineNet(t testing.TB, cfg StackConfig, pol egress.StackPolicy, eng Engine) *nsNet {
 	t.Helper()
 	n := &nsNet{events: &nsEvents{}}
 	host, vmFile, err := SocketPair()

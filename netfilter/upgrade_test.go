@@ -1,6 +1,8 @@
 package netfilter
 
 import (
+	"github.com/vibedom/vibedom/netfilter/egress"
+
 	"bufio"
 	"crypto/tls"
 	"fmt"
@@ -124,7 +126,7 @@ func TestUnknownUpgradeRefused(t *testing.T) {
 			})
 		}
 	}
-	v.events.wait(t, "refused switch", func(e Event) bool {
+	v.events.wait(t, "refused switch", func(e egress.Event) bool {
 		return e.Kind == "request" && strings.Contains(e.Reason, "only a WebSocket upgrade")
 	})
 	ups, raw := up.seen(t)

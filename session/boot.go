@@ -22,7 +22,7 @@ import (
 	"github.com/vibedom/vibedom/image/ext4"
 	"github.com/vibedom/vibedom/image/rootfs"
 	"github.com/vibedom/vibedom/keys"
-	"github.com/vibedom/vibedom/netfilter"
+	"github.com/vibedom/vibedom/logredact"
 	"github.com/vibedom/vibedom/overlay"
 	"github.com/vibedom/vibedom/preflight"
 	"github.com/vibedom/vibedom/sshagent"
@@ -57,8 +57,8 @@ type sess struct {
 	ctl     *hostCtl
 	ctlUID  int // the only uid the control socket serves
 	log     *slog.Logger
-	logRed  *netfilter.RedactHandler // session.log's choke point; its Redactor is set once the DLP is ready
-	redact  netfilter.Redactor       // nil until setupDLP
+	logRed  *logredact.RedactHandler // session.log's choke point; its Redactor is set once the DLP is ready
+	redact  logredact.Redactor       // nil until setupDLP
 	keys    *keys.Session
 	img     *image.Image
 	// rootImage is the read-only root image ("" for the Debian test image).
@@ -182,7 +182,7 @@ func (s *sess) prepare(ctx context.Context) error {
 	if o.Log != nil {
 		h = teeHandler{h, o.Log.Handler()}
 	}
-	s.logRed = netfilter.NewRedactHandler(h)
+	s.logRed = logredact.NewRedactHandler(h)
 	s.log = slog.New(s.logRed).With("session", s.name)
 	s.state = State{
 		Name: s.name, Workspace: ws, WorkspaceID: dirID(ws), Created: time.Now().UTC().Truncate(time.Second), Status: StatusStarting,

@@ -12,6 +12,7 @@ import (
 	"github.com/vibedom/vibedom/credentials"
 	"github.com/vibedom/vibedom/dlp"
 	"github.com/vibedom/vibedom/keys"
+	"github.com/vibedom/vibedom/logredact"
 	"github.com/vibedom/vibedom/netfilter"
 	"github.com/vibedom/vibedom/overlay"
 	"github.com/vibedom/vibedom/preflight"
@@ -147,13 +148,13 @@ func (s *sess) setupDLP() error {
 	// Every string logged from here on (session.log, network.jsonl,
 	// alerts.jsonl) goes through the same known values first: a refused
 	// request's host name, SNI or path is the guest's to choose.
-	s.redact = netfilter.LogRedactor(e)
+	s.redact = logredact.LogRedactor(e)
 	s.logRed.SetRedactor(s.redact)
 	o.Egress.Filter = &netfilter.DLPFilter{Engine: e, Audit: audit, OnAuditError: func(err error) {
 		s.log.Error("DLP audit log", "err", err)
 	}}
 	if s.creds != nil {
-		o.Egress.Filter = s.creds.Filter(o.Egress.Filter)
+		o.Egress.Filter = netfilter.NewSwapFilter(o.Egress.Filter, s.creds.Swaps())
 	}
 	s.log.Info("dlp ready", "known_values", e.KnownValues(), "patterns", e.Patterns(), "allowlist", cfg.Allow.String())
 	return nil

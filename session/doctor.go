@@ -13,7 +13,7 @@ import (
 	"github.com/vibedom/vibedom/image/alpine"
 	"github.com/vibedom/vibedom/image/assets"
 	"github.com/vibedom/vibedom/keys"
-	"github.com/vibedom/vibedom/netfilter"
+	nfegress "github.com/vibedom/vibedom/netfilter/egress"
 	"github.com/vibedom/vibedom/vm"
 )
 
@@ -136,7 +136,7 @@ func allowlistCheck(h Home) vm.Check {
 		return c
 	}
 	defer f.Close()
-	rules, err := netfilter.ParseRules(f, h.TrustedDomains())
+	rules, err := nfegress.ParseRules(f, h.TrustedDomains())
 	if err != nil {
 		c.Status, c.Detail, c.Fix = vm.CheckFail, err.Error(), "fix the line it names in "+h.TrustedDomains()
 		return c

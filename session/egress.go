@@ -14,6 +14,7 @@ import (
 
 	"github.com/vibedom/vibedom/keys"
 	"github.com/vibedom/vibedom/netfilter"
+	nfegress "github.com/vibedom/vibedom/netfilter/egress"
 )
 
 // EgressOptions configures the session's network. The zero value gives the
@@ -28,12 +29,12 @@ type EgressOptions struct {
 	// Resolve maps allowed names to the addresses the proxy connects to
 	// (--resolve); CAFiles are PEM files of extra roots trusted for
 	// upstreams (--ca-file), on top of the system's.
-	Resolve []netfilter.Resolve
+	Resolve []nfegress.Resolve
 	CAFiles []string
 	// Dial, ExtraRoots and Resolver replace how the proxy reaches
 	// upstreams; Dial is called only with an address the proxy's dial
 	// guard has passed (netfilter.EngineConfig.Dial).
-	Dial       netfilter.DialFunc
+	Dial       nfegress.DialFunc
 	ExtraRoots []*x509.Certificate
 	Resolver   netfilter.Resolver
 	// ProxyEngine is "go" (the default when empty) or "mitmproxy": admitted
@@ -59,7 +60,7 @@ var ProxyEngines = []string{"go", "mitmproxy"}
 const guestMAC = "02:76:64:00:00:02"
 
 type egress struct {
-	policy *netfilter.Policy
+	policy *nfegress.Policy
 	live   *livePolicy // the policy as it stands now (live rules)
 	conns  *connSet    // transparent connections, for a live deny to close
 	// notices are the terminals told of ask mode's questions.
@@ -139,7 +140,7 @@ func (s *sess) setupEgress(ctx context.Context) error {
 	default:
 		return fmt.Errorf("--egress must be ask or deny, got %q", eo.Mode)
 	}
-	limited := netfilter.LimitWildcards(e.live)
+	limited := nfegress.LimitWildcards(e.live)
 	ecfg := netfilter.EngineConfig{
 		CA: ca, Policy: limited, Filter: eo.Filter, Events: events, Logger: s.log.With("part", "proxy"),
 		Dial: eo.Dial, Resolve: eo.Resolve, AllowPrivate: policy.PrivateRanges(), ExtraRoots: roots,

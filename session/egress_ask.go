@@ -11,7 +11,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/vibedom/vibedom/netfilter"
+	nfegress "github.com/vibedom/vibedom/netfilter/egress"
 )
 
 // Ask mode (run --egress ask): a connection or DNS question for a name no
@@ -268,7 +268,7 @@ func rulesFor(q Question, deny bool) []string {
 
 // undecided reports whether d is the policy's default deny (no rule
 // spoke about the name), the only case ask mode asks about.
-func undecided(d netfilter.Decision) bool { return !d.Allow && d.Rule == "" }
+func undecided(d nfegress.Decision) bool { return !d.Allow && d.Rule == "" }
 
 // serveWatch streams the ask state to a `vibedom watch` client: one JSON
 // line now and one at every change, until the client goes away or the

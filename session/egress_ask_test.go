@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vibedom/vibedom/netfilter"
+	nfegress "github.com/vibedom/vibedom/netfilter/egress"
 )
 
 // askHost is liveHost in ask mode.
@@ -38,8 +38,8 @@ func waitPending(t *testing.T, a *asker, name string) Question {
 
 // decideAsync runs Decide (port > 0) or DecideName (port 0) in the
 // background.
-func decideAsync(l *livePolicy, name string, port uint16) <-chan netfilter.Decision {
-	ch := make(chan netfilter.Decision, 1)
+func decideAsync(l *livePolicy, name string, port uint16) <-chan nfegress.Decision {
+	ch := make(chan nfegress.Decision, 1)
 	go func() {
 		if port == 0 {
 			ch <- l.DecideName(name)
@@ -57,7 +57,7 @@ func answer(t *testing.T, s *sess, id int, ans string) {
 	}
 }
 
-func got(t *testing.T, ch <-chan netfilter.Decision) netfilter.Decision {
+func got(t *testing.T, ch <-chan nfegress.Decision) nfegress.Decision {
 	t.Helper()
 	select {
 	case d := <-ch:
@@ -65,7 +65,7 @@ func got(t *testing.T, ch <-chan netfilter.Decision) netfilter.Decision {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the held request was not released")
 	}
-	return netfilter.Decision{}
+	return nfegress.Decision{}
 }
 
 func TestAskSessionAnswer(t *testing.T) {
@@ -83,7 +83,7 @@ func TestAskSessionAnswer(t *testing.T) {
 	default:
 	}
 	answer(t, s, q.ID, AnswerSession)
-	for _, ch := range []<-chan netfilter.Decision{first, second} {
+	for _, ch := range []<-chan nfegress.Decision{first, second} {
 		if d := got(t, ch); !d.Allow || d.Rule != "q.example" {
 			t.Errorf("after session: %+v", d)
 		}

@@ -19,6 +19,7 @@ import (
 
 	"github.com/vibedom/vibedom/atomicfile"
 	"github.com/vibedom/vibedom/netfilter"
+	nfegress "github.com/vibedom/vibedom/netfilter/egress"
 )
 
 // Live egress rules: `vibedom allow|deny SESSION RULE…` and `vibedom policy
@@ -73,7 +74,7 @@ type EgressRule struct {
 type EgressDecision struct {
 	Name string `json:"name"`
 	Port uint16 `json:"port"`
-	netfilter.Decision
+	nfegress.Decision
 	// Scope and Since describe the deciding rule (empty when none did).
 	Scope string    `json:"scope,omitempty"`
 	Since time.Time `json:"since,omitzero"`
@@ -103,7 +104,7 @@ const (
 )
 
 // livePolicy is the session's egress policy as it stands now. It
-// implements netfilter.StackPolicy for the stack and the proxy (through the
+// implements nfegress.StackPolicy for the stack and the proxy (through the
 // wildcard guard, so live wildcards keep the new-name budget).
 type livePolicy struct {
 	cur     atomic.Pointer[policySnap]
@@ -116,9 +117,9 @@ type livePolicy struct {
 
 // policySnap is one immutable state of the policy.
 type policySnap struct {
-	p     *netfilter.Policy
+	p     *nfegress.Policy
 	live  map[string]liveRule // by rule Source
-	rules []netfilter.Rule    // p's rules
+	rules []nfegress.Rule     // p's rules
 }
 
 type liveRule struct {
@@ -126,17 +127,17 @@ type liveRule struct {
 	added time.Time
 }
 
-var _ netfilter.StackPolicy = (*livePolicy)(nil)
+var _ nfegress.StackPolicy = (*livePolicy)(nil)
 
-func newLivePolicy(h Home, p *netfilter.Policy, since time.Time) *livePolicy {
+func newLivePolicy(h Home, p *nfegress.Policy, since time.Time) *livePolicy {
 	l := &livePolicy{since: since, home: h, private: p.PrivateRanges()}
 	l.cur.Store(&policySnap{p: p, live: map[string]liveRule{}, rules: p.Rules()})
 	return l
 }
 
-// Decide implements netfilter.StackPolicy. In ask mode a name no rule
+// Decide implements nfegress.StackPolicy. In ask mode a name no rule
 // decides is held until the user answers or the question times out.
-func (l *livePolicy) Decide(name string, port uint16) netfilter.Decision {
+func (l *livePolicy) Decide(name string, port uint16) nfegress.Decision {
 	d := l.cur.Load().p.Decide(name, port)
 	if l.ask == nil || !undecided(d) {
 		return d
@@ -151,10 +152,10 @@ func (l *livePolicy) Decide(name string, port uint16) netfilter.Decision {
 	return l.afterAnswer(n, port, l.ask.ask(n, port, 0))
 }
 
-// DecideName implements netfilter.StackPolicy. In ask mode a name no rule
+// DecideName implements nfegress.StackPolicy. In ask mode a name no rule
 // decides is held at most dnsHold; still open, it is answered as pending
 // (a temporary failure the guest's resolver retries).
-func (l *livePolicy) DecideName(name string) netfilter.Decision {
+func (l *livePolicy) DecideName(name string) nfegress.Decision {
 	d := l.cur.Load().p.DecideName(name)
 	if l.ask == nil || !undecided(d) {
 		return d
@@ -172,30 +173,30 @@ func (l *livePolicy) DecideName(name string) netfilter.Decision {
 // askable returns the normalised name when ask mode may ask about it:
 // names only (not IP literals), never host-local ones.
 func askable(name string) (string, bool) {
-	if _, ok := netfilter.ParseAddr(name); ok {
+	if _, ok := nfegress.ParseAddr(name); ok {
 		return "", false
 	}
-	n, err := netfilter.NormalizeName(name)
-	if err != nil || netfilter.LocalName(n) {
+	n, err := nfegress.NormalizeName(name)
+	if err != nil || nfegress.LocalName(n) {
 		return "", false
 	}
 	return n, true
 }
 
-func onceDecision(n string) netfilter.Decision {
-	return netfilter.Decision{Allow: true, Rule: n, Source: "answered once by the user", Reason: "the user allowed it once (ask mode)"}
+func onceDecision(n string) nfegress.Decision {
+	return nfegress.Decision{Allow: true, Rule: n, Source: "answered once by the user", Reason: "the user allowed it once (ask mode)"}
 }
 
 // afterAnswer turns the answer to n's question into the decision for the
 // request that waited (port 0: a DNS question).
-func (l *livePolicy) afterAnswer(n string, port uint16, ans string) netfilter.Decision {
+func (l *livePolicy) afterAnswer(n string, port uint16, ans string) nfegress.Decision {
 	switch ans {
 	case AnswerOnce:
 		return onceDecision(n)
 	case answerTimeout:
-		return netfilter.Decision{Source: "ask mode", Reason: fmt.Sprintf("the user was asked and did not answer within %v", l.ask.timeout)}
+		return nfegress.Decision{Source: "ask mode", Reason: fmt.Sprintf("the user was asked and did not answer within %v", l.ask.timeout)}
 	case "":
-		return netfilter.Decision{Source: "ask mode", Reason: "waiting for the user's answer (ask mode): retry in a moment", Pending: true}
+		return nfegress.Decision{Source: "ask mode", Reason: "waiting for the user's answer (ask mode): retry in a moment", Pending: true}
 	}
 	// session, always and deny answers added live rules.
 	if port == 0 {
@@ -210,9 +211,9 @@ func (l *livePolicy) scopeOf(snap *policySnap, source string) (string, time.Time
 		return lr.scope, lr.added, true
 	}
 	switch source {
-	case netfilter.SourceBuiltin:
+	case nfegress.SourceBuiltin:
 		return scopeBuiltin, l.since, false
-	case netfilter.SourceFlag:
+	case nfegress.SourceFlag:
 		return scopeSession, l.since, false
 	}
 	file := source
@@ -246,9 +247,9 @@ func (l *livePolicy) show() []EgressRule {
 func (l *livePolicy) check(name string, port uint16) *EgressDecision {
 	snap := l.cur.Load()
 	n := name
-	if ip, ok := netfilter.ParseAddr(name); ok {
+	if ip, ok := nfegress.ParseAddr(name); ok {
 		n = ip.String()
-	} else if nn, err := netfilter.NormalizeName(name); err == nil {
+	} else if nn, err := nfegress.NormalizeName(name); err == nil {
 		n = nn
 	}
 	c := &EgressDecision{Name: n, Port: port, Decision: snap.p.Decide(name, port)}
@@ -267,11 +268,11 @@ func liveSource(action, scope string, at time.Time, i int) string {
 // parseLive parses and checks the rules of an allow or deny: every rule
 // must parse, and an allow rule must not name what the dial guard never
 // dials. All problems are reported at once.
-func (l *livePolicy) parseLive(action string, texts []string, scope string, at time.Time) ([]netfilter.Rule, error) {
+func (l *livePolicy) parseLive(action string, texts []string, scope string, at time.Time) ([]nfegress.Rule, error) {
 	if len(texts) == 0 {
 		return nil, fmt.Errorf("no rule given: `vibedom %s SESSION RULE…` (e.g. example.com, *.example.com, example.com:8443)", action)
 	}
-	var rules []netfilter.Rule
+	var rules []nfegress.Rule
 	var errs []string
 	for i, text := range texts {
 		text = strings.TrimSpace(text)
@@ -282,9 +283,9 @@ func (l *livePolicy) parseLive(action string, texts []string, scope string, at t
 			errs = append(errs, fmt.Sprintf("%q is a deny rule: use `vibedom deny SESSION %s`", text, text[1:]))
 			continue
 		}
-		r, err := netfilter.ParseRule(text, liveSource(action, scope, at, i))
+		r, err := nfegress.ParseRule(text, liveSource(action, scope, at, i))
 		if err != nil {
-			var re *netfilter.RuleError
+			var re *nfegress.RuleError
 			if errors.As(err, &re) {
 				err = fmt.Errorf("%q: %s", re.Text, re.Reason)
 			}
@@ -297,11 +298,11 @@ func (l *livePolicy) parseLive(action string, texts []string, scope string, at t
 		}
 		if !r.Deny {
 			if a, ok := r.Addr(); ok {
-				if err := netfilter.GuardedAddr(a, l.private); err != nil {
-					errs = append(errs, fmt.Sprintf("%q names an address vibedom never connects to: %s", text, strings.TrimPrefix(err.Error(), netfilter.ErrUpstreamAddress.Error()+": ")))
+				if err := nfegress.GuardedAddr(a, l.private); err != nil {
+					errs = append(errs, fmt.Sprintf("%q names an address vibedom never connects to: %s", text, strings.TrimPrefix(err.Error(), nfegress.ErrUpstreamAddress.Error()+": ")))
 					continue
 				}
-			} else if netfilter.LocalName(r.Host()) {
+			} else if nfegress.LocalName(r.Host()) {
 				errs = append(errs, fmt.Sprintf("%q names a host-local name (localhost, .local, .internal …), which vibedom never connects to", text))
 				continue
 			}
@@ -317,12 +318,12 @@ func (l *livePolicy) parseLive(action string, texts []string, scope string, at t
 // change adds rules to the policy (after save, when the user asked to
 // keep them) and swaps the new snapshot in. An allow rule that a deny rule
 // still beats is refused, with nothing changed.
-func (l *livePolicy) change(action string, rules []netfilter.Rule, scope string, at time.Time, save func() error) (*policySnap, error) {
+func (l *livePolicy) change(action string, rules []nfegress.Rule, scope string, at time.Time, save func() error) (*policySnap, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	old := l.cur.Load()
-	all := append(append([]netfilter.Rule{}, old.rules...), rules...)
-	p := netfilter.NewPolicy(all)
+	all := append(append([]nfegress.Rule{}, old.rules...), rules...)
+	p := nfegress.NewPolicy(all)
 	if action == EgressAllow {
 		for _, r := range rules {
 			name, port := r.Example()
@@ -375,7 +376,7 @@ func saveUserRules(h Home, texts []string, action, sessName string, at time.Time
 	for _, t := range texts {
 		fmt.Fprintf(&b, "%s  # added by `vibedom %s --save` in session %s, %s\n", t, action, sessName, at.UTC().Format(time.RFC3339))
 	}
-	if _, err := netfilter.ParseRules(bytes.NewReader(b.Bytes()), path); err != nil {
+	if _, err := nfegress.ParseRules(bytes.NewReader(b.Bytes()), path); err != nil {
 		return "", fmt.Errorf("--save: %s would not load any more (fix it first): %w; nothing changed", path, err)
 	}
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
@@ -529,7 +530,7 @@ func (s *sess) addLiveRules(action string, texts []string, save bool, why string
 		if r.Deny {
 			dec = "deny"
 		}
-		e.events.Record(netfilter.Event{Time: at, Kind: "policy", Decision: dec, Rule: r.Text,
+		e.events.Record(nfegress.Event{Time: at, Kind: "policy", Decision: dec, Rule: r.Text,
 			Reason: fmt.Sprintf("live rule added by %s (%s scope)", why, sc)})
 	}
 	covers := func(name string, port uint16) bool {
@@ -594,7 +595,7 @@ func (s *sess) answerQuestion(id int, ans string) (*EgressReply, error) {
 		}
 	}
 	s.log.Info("egress: question answered", "name", q.Name, "ports", q.Ports, "answer", ans)
-	s.egress.events.Record(netfilter.Event{Time: time.Now(), Kind: "policy", Name: q.Name, Decision: map[bool]string{true: "deny", false: "allow"}[ans == AnswerDeny],
+	s.egress.events.Record(nfegress.Event{Time: time.Now(), Kind: "policy", Name: q.Name, Decision: map[bool]string{true: "deny", false: "allow"}[ans == AnswerDeny],
 		Reason: "the user answered " + strconv.Quote(ans) + " (ask mode)"})
 	rep.Answered = &q
 	return rep, nil

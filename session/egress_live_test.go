@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/vibedom/vibedom/netfilter"
+	nfegress "github.com/vibedom/vibedom/netfilter/egress"
 )
 
 // liveHost is a session host with a control socket and an egress policy
@@ -53,7 +54,7 @@ func egressAsk(t *testing.T, s *sess, req EgressRequest) (*EgressReply, error) {
 
 func TestLiveAllowDenyOverControl(t *testing.T) {
 	s := liveHost(t, "# mine\nuser.example\n")
-	limited := netfilter.LimitWildcards(s.egress.live) // what the stack and the proxy ask
+	limited := nfegress.LimitWildcards(s.egress.live) // what the stack and the proxy ask
 	if d := limited.Decide("new.example", 443); d.Allow {
 		t.Fatalf("new.example allowed before any live rule: %+v", d)
 	}
@@ -218,7 +219,7 @@ func TestLiveAllowSave(t *testing.T) {
 	if fi, _ := os.Stat(s.opts.Home.TrustedDomains()); fi.Mode().Perm() != 0o644 {
 		t.Errorf("mode %v, want the file's own 0644", fi.Mode().Perm())
 	}
-	if _, err := netfilter.LoadPolicy(netfilter.PolicyConfig{UserFile: s.opts.Home.TrustedDomains()}); err != nil {
+	if _, err := nfegress.LoadPolicy(nfegress.PolicyConfig{UserFile: s.opts.Home.TrustedDomains()}); err != nil {
 		t.Errorf("the saved file does not load: %v", err)
 	}
 	if d := s.egress.live.Decide("saved.example", 8443); !d.Allow {

@@ -14,7 +14,7 @@ import (
 	"github.com/vibedom/vibedom/guest/proto"
 	"github.com/vibedom/vibedom/image"
 	"github.com/vibedom/vibedom/keys"
-	"github.com/vibedom/vibedom/netfilter"
+	"github.com/vibedom/vibedom/logredact"
 	"github.com/vibedom/vibedom/overlay"
 	"github.com/vibedom/vibedom/vm"
 )
@@ -167,7 +167,7 @@ func (s *sess) recover(ctx context.Context, info *Info) (*Result, error) {
 		return nil, fmt.Errorf("open session log: %w", err)
 	}
 	s.cleanup.add("close session log", logf.Close)
-	s.logRed = netfilter.NewRedactHandler(slog.NewTextHandler(logf, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	s.logRed = logredact.NewRedactHandler(slog.NewTextHandler(logf, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	s.log = slog.New(s.logRed).With("session", s.name)
 	s.log.Info("recovery: rescue VM on the crashed session's scratch disk", "host_pid", info.PID)
 	s.updateState(func(st *State) {

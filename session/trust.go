@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/vibedom/vibedom/dlp"
-	"github.com/vibedom/vibedom/netfilter"
+	nfegress "github.com/vibedom/vibedom/netfilter/egress"
 	"github.com/vibedom/vibedom/overlay"
 )
 
@@ -146,7 +146,7 @@ func (f *TrustFile) classify(workspace string) error {
 	source := filepath.Join(workspace, filepath.FromSlash(f.Rel))
 	switch f.Rel {
 	case WorkspacePolicyRel:
-		rules, err := netfilter.ParseRules(bytes.NewReader(f.data), source)
+		rules, err := nfegress.ParseRules(bytes.NewReader(f.data), source)
 		if err != nil {
 			return fmt.Errorf("workspace egress rules: %w", err)
 		}
@@ -263,16 +263,16 @@ func (s *approvalStore) write(h Home) error {
 // built-in rules, the user's file, the workspace's file (its allow rules
 // only when approved: see LoadWorkspaceTrust) and allow (--allow). notes
 // tell the user what was left out and how to approve it.
-func EgressPolicy(h Home, t *WorkspaceTrust, allow []string) (*netfilter.Policy, []string, error) {
-	cfg := netfilter.PolicyConfig{UserFile: h.TrustedDomains(), Allow: allow}
+func EgressPolicy(h Home, t *WorkspaceTrust, allow []string) (*nfegress.Policy, []string, error) {
+	cfg := nfegress.PolicyConfig{UserFile: h.TrustedDomains(), Allow: allow}
 	if f := t.File(WorkspacePolicyRel); f != nil && f.Present {
-		cfg.Workspace = &netfilter.WorkspaceScope{
+		cfg.Workspace = &nfegress.WorkspaceScope{
 			Data:          f.data,
 			Source:        filepath.Join(t.Workspace, filepath.FromSlash(f.Rel)),
 			AllowApproved: f.Approved(),
 		}
 	}
-	pol, err := netfilter.LoadPolicy(cfg)
+	pol, err := nfegress.LoadPolicy(cfg)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/vibedom/vibedom/dlp"
 	"github.com/vibedom/vibedom/keys"
 	"github.com/vibedom/vibedom/netfilter"
+	"github.com/vibedom/vibedom/netfilter/egress"
 	"github.com/vibedom/vibedom/session"
 	"github.com/vibedom/vibedom/sshagent"
 	"github.com/vibedom/vibedom/termtext"
@@ -150,7 +151,7 @@ func printEvents(w io.Writer, path string, raw bool) error {
 			fmt.Fprintf(w, "%s\n", termtext.JSON(sc.Bytes()))
 			continue
 		}
-		var ev netfilter.Event
+		var ev egress.Event
 		if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
 			fmt.Fprintf(w, "(unreadable line: %s)\n", termtext.Inline(err.Error()))
 			continue
@@ -162,7 +163,7 @@ func printEvents(w io.Writer, path string, raw bool) error {
 
 // formatEvent is one event as text. Every string in it may be the guest's
 // (a DNS name, SNI, Host, URL, method) and is printed through termtext.Line.
-func formatEvent(ev netfilter.Event) string {
+func formatEvent(ev egress.Event) string {
 	l := termtext.Line
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s %-6s %-7s", ev.Time.Local().Format("15:04:05"), l(ev.Decision), l(ev.Kind))

@@ -16,7 +16,7 @@ import (
 	"github.com/urfave/cli/v3"
 	"golang.org/x/term"
 
-	"github.com/vibedom/vibedom/netfilter"
+	"github.com/vibedom/vibedom/netfilter/egress"
 	"github.com/vibedom/vibedom/session"
 	"github.com/vibedom/vibedom/termtext"
 )
@@ -229,7 +229,7 @@ type policyCheckResult struct {
 	Input string `json:"input"`
 	Name  string `json:"name"`
 	Port  uint16 `json:"port"`
-	netfilter.Decision
+	egress.Decision
 	// Ignored counts the workspace's allow rules left out until approved.
 	Ignored int      `json:"ignored_rules,omitempty"`
 	Notes   []string `json:"notes,omitempty"`
@@ -271,9 +271,9 @@ func policyCheck(_ context.Context, c *cli.Command) error {
 		return err
 	}
 	name := host
-	if ip, ok := netfilter.ParseAddr(host); ok {
+	if ip, ok := egress.ParseAddr(host); ok {
 		name = ip.String()
-	} else if n, err := netfilter.NormalizeName(host); err == nil {
+	} else if n, err := egress.NormalizeName(host); err == nil {
 		name = n
 	}
 	res := policyCheckResult{Input: input, Name: name, Port: port, Decision: pol.Decide(host, port), Ignored: len(pol.Ignored()), Notes: notes}

@@ -16,6 +16,7 @@ import (
 	"github.com/vibedom/vibedom/credentials"
 	"github.com/vibedom/vibedom/image"
 	"github.com/vibedom/vibedom/netfilter"
+	"github.com/vibedom/vibedom/netfilter/egress"
 	"github.com/vibedom/vibedom/preflight"
 	"github.com/vibedom/vibedom/session"
 	"github.com/vibedom/vibedom/vm"
@@ -79,9 +80,9 @@ func runAction(ctx context.Context, c *cli.Command) error {
 	if c.Int("cpus") < 1 || c.Int("cpus") > 64 {
 		return fmt.Errorf("--cpus must be between 1 and 64, got %d", c.Int("cpus"))
 	}
-	var resolves []netfilter.Resolve
+	var resolves []egress.Resolve
 	for _, spec := range c.StringSlice("resolve") {
-		r, err := netfilter.ParseResolve(spec)
+		r, err := egress.ParseResolve(spec)
 		if err != nil {
 			return err
 		}

@@ -18,6 +18,7 @@ import (
 
 	"github.com/vibedom/vibedom/dlp"
 	"github.com/vibedom/vibedom/netfilter"
+	"github.com/vibedom/vibedom/netfilter/egress"
 	"github.com/vibedom/vibedom/session"
 	"github.com/vibedom/vibedom/termtext"
 )
@@ -254,7 +255,7 @@ func scrubRequest(rawURL string, headers []string, host string) (*http.Request, 
 }
 
 // findingOf turns the proxy's logged finding back into a report finding.
-func findingOf(f netfilter.Finding) dlp.Finding {
+func findingOf(f egress.Finding) dlp.Finding {
 	c, _ := dlp.ParseCategory(f.Category)
 	a := dlp.Redact
 	if f.Action == "log" {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/vibedom/vibedom/e2e/clitest"
 	"github.com/vibedom/vibedom/netfilter"
+	"github.com/vibedom/vibedom/netfilter/egress"
 	"github.com/vibedom/vibedom/overlay"
 	"github.com/vibedom/vibedom/termtext"
 )
@@ -93,7 +94,7 @@ func hostileHome(t *testing.T) (home, ws, sessDir, logDir string) {
 	}
 
 	var events bytes.Buffer
-	for _, ev := range []netfilter.Event{
+	for _, ev := range []egress.Event{
 		{Time: time.Now(), Kind: "dns", Name: "evil\x1b[2J\u009b\u202e.example", Decision: "deny", Reason: "not allowed " + hostileBody},
 		{Time: time.Now(), Kind: "request", Name: "api.example", Port: 443, Method: "GET\x1b[H", URL: "https://api.example/\u2066x\U000e0041", Decision: "allow"},
 	} {
@@ -244,7 +245,7 @@ func TestOutputSurfacesEscapeHostileText(t *testing.T) {
 			want(t, "logs "+flag+" --json", out, `evil\u001b[2J\u009b\u202e.example`, `\udb40\udc41`)
 			n := 0
 			for _, line := range strings.Split(strings.TrimSpace(strings.ReplaceAll(out, "\r\n", "\n")), "\n") {
-				var ev netfilter.Event
+				var ev egress.Event
 				if err := json.Unmarshal([]byte(line), &ev); err != nil {
 					t.Fatalf("logs %s --json: %v: %q", flag, err, line)
 				}

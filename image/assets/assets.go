@@ -2,15 +2,19 @@
 // outside the image cache: the Linux test assets (an unpacked Debian kernel
 // package and a static busybox per arch, fetched by scripts/fetch-assets.sh
 // into .cache/assets or ~/.vibedom/assets) and the vibedom-guest binary
-// (`make guest`) that every image packs as /init.
+// that every image packs as /init: built into a release binary (the
+// vibedom_embedguest build tag, `make release`) or built by `make guest`.
 //
 // What it does: looks in the places Locate lists, first found wins, and
 // says in its errors (ErrNoAssets, ErrNoGuest) which command fetches or
-// builds what is missing.
+// builds what is missing. A release binary's guest agent is extracted,
+// checked against the hash recorded at build time, into a private folder
+// of the home (~/.vibedom/cache/guest-agent).
 //
-// What it does not do: it downloads, builds and verifies nothing beyond
-// "is a folder / a regular file" (the recipes in package image check
-// kernels and ELF machines), and logs nothing.
+// What it does not do: it downloads and builds nothing, and verifies
+// nothing beyond "is a folder / a regular file" and the embedded agent's
+// hash (the recipes in package image check kernels and ELF machines), and
+// logs nothing.
 package assets
 
 import (
@@ -63,8 +67,10 @@ type Assets struct {
 // in the current directory or one of its parents, then in the vibedom
 // executable's directory or one of its parents.
 //
-// Guest binary: $VIBEDOM_GUEST_BIN (when set it must exist);
-// vibedom-guest-linux-<arch> next to the vibedom executable;
+// Guest binary: $VIBEDOM_GUEST_BIN (when set it must exist); the agent
+// built into this binary (a release build), extracted into
+// $VIBEDOM_HOME/cache/guest-agent; vibedom-guest-linux-<arch> next to the
+// vibedom executable;
 // bin/vibedom-guest-linux-<arch> in the current directory or a parent, then
 // in the executable's directory or a parent.
 //
@@ -132,14 +138,25 @@ func LocateKernel(arch vm.Arch) (kdir, busybox string, err error) {
 		ErrNoAssets, arch, strings.Join(dedupe(looked), "; "), EnvAssets)
 }
 
-// LocateGuest finds the vibedom-guest binary for arch, as Locate does.
+// LocateGuest finds the vibedom-guest binary for arch, as Locate does. A
+// release binary's own agent wins over any bin/ folder, so that running it
+// inside a checkout (or a workspace holding a bin/vibedom-guest-linux-*)
+// never packs another build; a development build (no embedded agent) finds
+// the `make guest` output.
 func LocateGuest(arch vm.Arch) (string, error) {
-	name := "vibedom-guest-linux-" + string(arch)
+	name := guestName(arch)
 	if p := os.Getenv(EnvGuestBin); p != "" {
 		if isFile(p) {
 			return abs(p), nil
 		}
 		return "", fmt.Errorf("%w: $%s=%s does not exist: run `make guest` or unset %s", ErrNoGuest, EnvGuestBin, p, EnvGuestBin)
+	}
+	if embeddedGuests != nil {
+		h, err := home.Default()
+		if err != nil {
+			return "", fmt.Errorf("%w: %v", ErrEmbeddedGuest, err)
+		}
+		return extractGuest(embeddedGuests, h.GuestAgentCache(), arch)
 	}
 	var looked []string
 	if exe, err := os.Executable(); err == nil {

@@ -38,7 +38,8 @@ const anything = "*"
 // package except those whose list is closed: the three that import nothing
 // of ours (dlp, termtext, atomicfile), vm and keys (atomicfile only: vm
 // writes the record of a saved machine state), preflight and overlay
-// (termtext and atomicfile only) and netfilter (dlp, keys and atomicfile only).
+// (termtext and atomicfile only), netfilter (its rooms, logredact,
+// credentials, dlp, keys and atomicfile only) and its rooms.
 // termtext, the one sanitizer of text printed on a terminal, may be
 // imported by any package that prints; atomicfile, the one writer of whole
 // files (and bounded reader of small ones), by any package that replaces
@@ -66,7 +67,7 @@ var table = map[string][]string{
 		"preflight", "image", "keys", "vm", "vm/vz", "vm/qemu", "netfilter", "dlp",
 		"overlay", "guest", "boot", "guestlink", "guest/proto", "review", "termtext",
 		"image/alpine", "image/rootfs", "image/ext4", "image/assets", "agents", "credentials",
-		"atomicfile", "sshagent", "home",
+		"atomicfile", "sshagent", "home", "netfilter/egress", "logredact",
 	},
 	"vm":          {"atomicfile"},
 	"vm/vz":       {"vm", "guest/proto", "childenv"},
@@ -81,19 +82,19 @@ var table = map[string][]string{
 		"image/assets", "home", "progress", "atomicfile",
 	},
 	"image/kernel":            {"vm", "childenv"},
-	"image/assets":            {"vm", "image/kernel", "home"},
+	"image/assets":            {"vm", "image/kernel", "home", "atomicfile"},
 	"image/initramfs":         {},
 	"image/alpine":            {"progress", "atomicfile"},
 	"image/alpine/alpinetest": {"image/alpine"},
 	"image/ext4":              {},
 	"image/rootfs":            {"image/alpine", "image/ext4", "atomicfile"},
-	"credentials":             {"dlp", "netfilter", "atomicfile", "childenv"},
+	"credentials":             {"dlp", "atomicfile", "childenv"},
 	"atomicfile":              {},
 	"childenv":                {},
 	"home":                    {},
 	"progress":                {},
 	"keys":                    {"atomicfile"},
-	"netfilter":               {"dlp", "keys", "atomicfile", "childenv"},
+	"netfilter":               {"netfilter/egress", "logredact", "credentials", "dlp", "keys", "atomicfile", "childenv"},
 	"dlp":                     {},
 	"sshagent":                {},
 	"preflight":               {"termtext", "atomicfile"},
@@ -101,6 +102,11 @@ var table = map[string][]string{
 	"review":                  {"overlay", "guest/proto", "termtext", "childenv"},
 	"termtext":                {},
 	"tools/...":               {anything},
+
+	// netfilter's rooms (netfilter itself wires them) and the log redactor.
+	"netfilter/egress":          {},
+	"netfilter/internal/nftest": {},
+	"logredact":                 {"dlp"},
 	// e2e/clitest drives the built command; the e2e packages hold only
 	// tests, which drive that binary (their imports are test imports).
 	"e2e":         {},
@@ -109,7 +115,7 @@ var table = map[string][]string{
 }
 
 // neverVM lists the packages that must not depend on vm or vm/vz at all.
-var neverVM = []string{"dlp", "netfilter", "preflight", "overlay"}
+var neverVM = []string{"dlp", "netfilter", "netfilter/egress", "preflight", "overlay"}
 
 // pkg is what the fence needs of `go list -json`.
 type pkg struct {

@@ -1,4 +1,4 @@
-package netfilter
+package egress
 
 import (
 	"context"
@@ -24,12 +24,12 @@ var ErrUpstreamAddress = errors.New("upstream address refused")
 // net.Resolver.LookupNetIP(ctx, "ip", name).
 type LookupFunc func(ctx context.Context, name string) ([]netip.Addr, error)
 
-// addrClass is what the dial guard makes of an address.
-type addrClass int
+// AddrClass is what the dial guard makes of an address.
+type AddrClass int
 
 const (
-	addrPublic  addrClass = iota
-	addrPrivate           // RFC 1918, ULA, CGNAT, site-local, local-use NAT64: needs an allow-private rule
+	addrPublic  AddrClass = iota
+	AddrPrivate           // RFC 1918, ULA, CGNAT, site-local, local-use NAT64: needs an allow-private rule
 	addrHost              // one of the host's own interface addresses: never
 	addrNever             // loopback, unspecified, link-local, multicast, broadcast, reserved: never
 )
@@ -86,9 +86,9 @@ func embeddedV4(a netip.Addr) []netip.Addr {
 	return nil
 }
 
-// classifyAddr says what kind of address a is, looking through the IPv6
+// ClassifyAddr says what kind of address a is, looking through the IPv6
 // forms that embed an IPv4 address; the most restrictive class wins.
-func classifyAddr(a netip.Addr, host func(netip.Addr) bool) addrClass {
+func ClassifyAddr(a netip.Addr, host func(netip.Addr) bool) AddrClass {
 	a = a.WithZone("")
 	if a.Is4In6() {
 		a = a.Unmap()
@@ -108,24 +108,25 @@ func classifyAddr(a netip.Addr, host func(netip.Addr) bool) addrClass {
 	}
 	for _, p := range privateRanges {
 		if p.Contains(a) {
-			class = addrPrivate
+			class = AddrPrivate
 		}
 	}
 	for _, e := range embeddedV4(a) {
-		class = max(class, classifyAddr(e, host))
+		class = max(class, ClassifyAddr(e, host))
 	}
 	return class
 }
 
-// neverReachable reports whether no rule can make a reachable: the
+// NeverReachable reports whether no rule can make a reachable: the
 // addresses the transparent path drops before the policy is asked.
-func neverReachable(a netip.Addr) bool {
-	return classifyAddr(a, nil) == addrNever
+func NeverReachable(a netip.Addr) bool {
+	return ClassifyAddr(a, nil) == addrNever
 }
 
-func (c addrClass) String() string {
+// String names the class in messages.
+func (c AddrClass) String() string {
 	switch c {
-	case addrPrivate:
+	case AddrPrivate:
 		return "a private address (RFC 1918, ULA or CGNAT)"
 	case addrHost:
 		return "one of the host's own addresses"
@@ -135,13 +136,13 @@ func (c addrClass) String() string {
 	return "public"
 }
 
-// dialGuard is the single place every upstream connection of the engine is
+// DialGuard is the single place every upstream connection of the engine is
 // opened: the MITM's transports (HTTP/1, HTTP/2, WebSocket), the splice
 // path and the explicit proxy all dial through it. It resolves a name
 // itself and decides on each address actually dialled, so a name that
 // resolves to loopback is caught like the literal; the default dialer's
 // Control function decides again on the socket's address.
-type dialGuard struct {
+type DialGuard struct {
 	lookup  LookupFunc
 	raw     DialFunc // nil: the guard's own net.Dialer
 	private []netip.Prefix
@@ -149,7 +150,7 @@ type dialGuard struct {
 	log     *slog.Logger
 	hostFn  func() ([]netip.Addr, error)
 	dialer  net.Dialer
-	slots   *connSlots // nil: unbounded
+	Slots   *ConnSlots // nil: unbounded
 
 	mu       sync.Mutex
 	pins     map[string]netip.AddrPort // "name:port" → address (--resolve)
@@ -162,8 +163,20 @@ const hostAddrTTL = 5 * time.Second
 
 type pinnedKey struct{}
 
-func newDialGuard(cfg EngineConfig, events EventSink, log *slog.Logger) *dialGuard {
-	g := &dialGuard{lookup: cfg.LookupIP, raw: cfg.Dial, private: cfg.AllowPrivate, events: events, log: log,
+// GuardConfig is what the dial guard needs from an engine's configuration;
+// the fields mean what netfilter.EngineConfig's fields of the same names mean.
+type GuardConfig struct {
+	Dial         DialFunc
+	LookupIP     LookupFunc
+	Resolve      []Resolve
+	AllowPrivate []netip.Prefix
+	HostAddrs    func() ([]netip.Addr, error)
+}
+
+// NewDialGuard makes the dial guard of one engine: events get its
+// refusals, log its diagnostics.
+func NewDialGuard(cfg GuardConfig, events EventSink, log *slog.Logger) *DialGuard {
+	g := &DialGuard{lookup: cfg.LookupIP, raw: cfg.Dial, private: cfg.AllowPrivate, events: events, log: log,
 		hostFn: cfg.HostAddrs, pins: map[string]netip.AddrPort{}}
 	if g.lookup == nil {
 		g.lookup = func(ctx context.Context, name string) ([]netip.Addr, error) {
@@ -171,24 +184,25 @@ func newDialGuard(cfg EngineConfig, events EventSink, log *slog.Logger) *dialGua
 		}
 	}
 	if g.hostFn == nil {
-		g.hostFn = interfaceAddrs
+		g.hostFn = InterfaceAddrs
 	}
 	g.dialer = net.Dialer{Timeout: 15 * time.Second, KeepAlive: 30 * time.Second, ControlContext: g.control}
 	for _, r := range cfg.Resolve {
-		g.pin(r.Name, r.Port, r.Addr)
+		g.Pin(r.Name, r.Port, r.Addr)
 	}
 	return g
 }
 
-// pin maps name:port to addr, which is then dialled for that name and port
+// Pin maps name:port to addr, which is then dialled for that name and port
 // whatever it is (the user named it with --resolve).
-func (g *dialGuard) pin(name string, port uint16, addr netip.AddrPort) {
+func (g *DialGuard) Pin(name string, port uint16, addr netip.AddrPort) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	g.pins[hostPort(name, port)] = addr
+	g.pins[HostPort(name, port)] = addr
 }
 
-func interfaceAddrs() ([]netip.Addr, error) {
+// InterfaceAddrs lists the host's own interface addresses, never dialled.
+func InterfaceAddrs() ([]netip.Addr, error) {
 	as, err := net.InterfaceAddrs()
 	if err != nil {
 		return nil, err
@@ -204,7 +218,7 @@ func interfaceAddrs() ([]netip.Addr, error) {
 
 // isHost reports whether a is one of the host's own addresses (cached for
 // hostAddrTTL; an error reading them keeps the last list).
-func (g *dialGuard) isHost(a netip.Addr) bool {
+func (g *DialGuard) isHost(a netip.Addr) bool {
 	g.mu.Lock()
 	if time.Since(g.hostAt) > hostAddrTTL {
 		if l, err := g.hostFn(); err == nil {
@@ -224,15 +238,15 @@ func (g *dialGuard) isHost(a netip.Addr) bool {
 	return false
 }
 
-// check returns nil when a may be dialled, or an error wrapping
+// Check returns nil when a may be dialled, or an error wrapping
 // ErrUpstreamAddress that says why not and what to do.
-func (g *dialGuard) check(a netip.Addr) (addrClass, error) {
+func (g *DialGuard) Check(a netip.Addr) (AddrClass, error) {
 	a = a.Unmap().WithZone("")
-	c := classifyAddr(a, g.isHost)
+	c := ClassifyAddr(a, g.isHost)
 	switch c {
 	case addrPublic:
 		return c, nil
-	case addrPrivate:
+	case AddrPrivate:
 		for _, p := range g.private {
 			if p.Contains(a) {
 				return c, nil
@@ -245,7 +259,7 @@ func (g *dialGuard) check(a netip.Addr) (addrClass, error) {
 }
 
 // control is the default dialer's last word on the socket's address.
-func (g *dialGuard) control(ctx context.Context, _, address string, _ syscall.RawConn) error {
+func (g *DialGuard) control(ctx context.Context, _, address string, _ syscall.RawConn) error {
 	ap, err := netip.ParseAddrPort(address)
 	if err != nil {
 		return fmt.Errorf("%w: cannot parse %q", ErrUpstreamAddress, address)
@@ -253,14 +267,14 @@ func (g *dialGuard) control(ctx context.Context, _, address string, _ syscall.Ra
 	if pinned, ok := ctx.Value(pinnedKey{}).(netip.AddrPort); ok && pinned == ap {
 		return nil
 	}
-	_, err = g.check(ap.Addr())
+	_, err = g.Check(ap.Addr())
 	return err
 }
 
 // DialContext dials addr ("name:port" or "[ip]:port") if the guard allows
 // the address it leads to. A pinned name and port dial their pinned
 // address; a name is resolved and only its allowed addresses are tried.
-func (g *dialGuard) DialContext(ctx context.Context, network, addr string) (net.Conn, error) {
+func (g *DialGuard) DialContext(ctx context.Context, network, addr string) (net.Conn, error) {
 	host, ps, err := net.SplitHostPort(addr)
 	if err != nil {
 		return nil, err
@@ -279,7 +293,7 @@ func (g *dialGuard) DialContext(ctx context.Context, network, addr string) (net.
 		return nil, fmt.Errorf("dial %q: %w", addr, err)
 	}
 	g.mu.Lock()
-	pinned, isPinned := g.pins[hostPort(name, port)]
+	pinned, isPinned := g.pins[HostPort(name, port)]
 	g.mu.Unlock()
 	if isPinned {
 		g.log.Debug("dialling a --resolve address", "name", name, "port", port, "addr", pinned.String())
@@ -300,7 +314,7 @@ func (g *dialGuard) DialContext(ctx context.Context, network, addr string) (net.
 	var firstRefusal error
 	var allowed []netip.AddrPort
 	for _, a := range addrs {
-		class, err := g.check(a)
+		class, err := g.Check(a)
 		if err != nil {
 			if firstRefusal == nil {
 				firstRefusal = err
@@ -323,7 +337,7 @@ const fallbackDelay = 300 * time.Millisecond
 // dialAddrs dials the addresses of the first one's family in turn and,
 // after fallbackDelay or its failure, those of the other family beside
 // them; the first connection wins.
-func (g *dialGuard) dialAddrs(ctx context.Context, network string, addrs []netip.AddrPort) (net.Conn, error) {
+func (g *DialGuard) dialAddrs(ctx context.Context, network string, addrs []netip.AddrPort) (net.Conn, error) {
 	var primary, fallback []netip.AddrPort
 	for _, a := range addrs {
 		if a.Addr().Is4() == addrs[0].Addr().Is4() {
@@ -385,7 +399,7 @@ func (g *dialGuard) dialAddrs(ctx context.Context, network string, addrs []netip
 }
 
 // dialSerial tries addrs in turn until one connects.
-func (g *dialGuard) dialSerial(ctx context.Context, network string, addrs []netip.AddrPort) (net.Conn, error) {
+func (g *DialGuard) dialSerial(ctx context.Context, network string, addrs []netip.AddrPort) (net.Conn, error) {
 	var lastErr error
 	for _, a := range addrs {
 		c, err := g.dialIP(ctx, network, a)
@@ -402,9 +416,9 @@ func (g *dialGuard) dialSerial(ctx context.Context, network string, addrs []neti
 
 // dialIP opens the connection, holding one of the session's upstream
 // connection slots until it is closed.
-func (g *dialGuard) dialIP(ctx context.Context, network string, ap netip.AddrPort) (net.Conn, error) {
-	if g.slots != nil {
-		if err := g.slots.acquire(ctx); err != nil {
+func (g *DialGuard) dialIP(ctx context.Context, network string, ap netip.AddrPort) (net.Conn, error) {
+	if g.Slots != nil {
+		if err := g.Slots.acquire(ctx); err != nil {
 			return nil, err
 		}
 	}
@@ -415,20 +429,20 @@ func (g *dialGuard) dialIP(ctx context.Context, network string, ap netip.AddrPor
 	} else {
 		c, err = g.dialer.DialContext(ctx, network, ap.String())
 	}
-	if g.slots == nil {
+	if g.Slots == nil {
 		return c, err
 	}
 	if err != nil {
-		g.slots.release()
+		g.Slots.release()
 		return nil, err
 	}
-	return &slotConn{Conn: c, slots: g.slots}, nil
+	return &slotConn{Conn: c, slots: g.Slots}, nil
 }
 
 // refused records a refused address: a deny (an alert) when the guest
 // named it or when it is the host's own or a private address, an error
 // when a name merely resolved to loopback or the like.
-func (g *dialGuard) refused(name string, port uint16, a netip.Addr, class addrClass, err error) {
+func (g *DialGuard) refused(name string, port uint16, a netip.Addr, class AddrClass, err error) {
 	// Every refusal is an alert, a name that resolves to loopback or the
 	// metadata address included: that is how a request to the host's own
 	// services looks (red team: such refusals had been logged as errors,
@@ -437,3 +451,7 @@ func (g *dialGuard) refused(name string, port uint16, a netip.Addr, class addrCl
 		Dst: netip.AddrPortFrom(a, port).String(), Decision: "deny", Reason: err.Error()})
 	g.log.Debug("refused an upstream address", "name", name, "port", port, "addr", a.String(), "class", class.String())
 }
+
+// DialFunc opens an upstream connection, like net.Dialer.DialContext. addr
+// is "name:port" (or "[ip]:port").
+type DialFunc func(ctx context.Context, network, addr string) (net.Conn, error)

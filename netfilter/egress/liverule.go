@@ -1,4 +1,4 @@
-package netfilter
+package egress
 
 import (
 	"log/slog"
@@ -55,8 +55,8 @@ func (r Rule) Example() (string, uint16) {
 // multicast, reserved, one of this host's own addresses, or a private
 // address no range of private covers. nil means a rule may name it.
 func GuardedAddr(a netip.Addr, private []netip.Prefix) error {
-	g := &dialGuard{private: private, hostFn: interfaceAddrs, log: slog.New(slog.DiscardHandler)}
-	_, err := g.check(a)
+	g := NewDialGuard(GuardConfig{AllowPrivate: private}, nil, slog.New(slog.DiscardHandler))
+	_, err := g.Check(a)
 	return err
 }
 

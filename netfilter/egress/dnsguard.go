@@ -1,4 +1,4 @@
-package netfilter
+package egress
 
 import (
 	"fmt"
@@ -15,8 +15,8 @@ import (
 // distinct names, refilled at wildRate a second; names already answered
 // cost nothing. Past it, new names are refused (REFUSED) and alerted.
 const (
-	wildBurst = 32
-	wildRate  = 2.0
+	WildcardBurst = 32
+	wildRate      = 2.0
 	// wildSeen bounds the names remembered per rule; when full the set is
 	// forgotten and names cost a token again.
 	wildSeen = 4096
@@ -28,9 +28,9 @@ const (
 	longLabel       = 32
 )
 
-// wildcardGuard rate-limits new names under each allowing wildcard rule.
+// WildcardGuard rate-limits new names under each allowing wildcard rule.
 // Its zero value is not usable; newWildcardGuard makes one.
-type wildcardGuard struct {
+type WildcardGuard struct {
 	now func() time.Time
 
 	mu    sync.Mutex
@@ -43,17 +43,18 @@ type wildBucket struct {
 	seen   map[string]struct{}
 }
 
-func newWildcardGuard(now func() time.Time) *wildcardGuard {
+// NewWildcardGuard makes a guard with its own buckets; now nil is time.Now.
+func NewWildcardGuard(now func() time.Time) *WildcardGuard {
 	if now == nil {
 		now = time.Now
 	}
-	return &wildcardGuard{now: now, rules: map[string]*wildBucket{}}
+	return &WildcardGuard{now: now, rules: map[string]*wildBucket{}}
 }
 
-// admit reports whether name (allowed by the wildcard rule d) may be
+// Admit reports whether name (allowed by the wildcard rule d) may be
 // looked up: a name seen before always, a new one while the rule's bucket
 // has a token. Decisions by a rule that is no wildcard are always admitted.
-func (g *wildcardGuard) admit(d Decision, name string) bool {
+func (g *WildcardGuard) Admit(d Decision, name string) bool {
 	if !strings.HasPrefix(d.Rule, "*.") {
 		return true
 	}
@@ -63,14 +64,14 @@ func (g *wildcardGuard) admit(d Decision, name string) bool {
 	defer g.mu.Unlock()
 	b := g.rules[key]
 	if b == nil {
-		b = &wildBucket{tokens: wildBurst, last: now, seen: map[string]struct{}{}}
+		b = &wildBucket{tokens: WildcardBurst, last: now, seen: map[string]struct{}{}}
 		g.rules[key] = b
 	}
 	if _, ok := b.seen[name]; ok {
 		return true
 	}
 	if dt := now.Sub(b.last).Seconds(); dt > 0 {
-		b.tokens = min(wildBurst, b.tokens+dt*wildRate)
+		b.tokens = min(WildcardBurst, b.tokens+dt*wildRate)
 	}
 	b.last = now
 	if b.tokens < 1 {
@@ -84,9 +85,9 @@ func (g *wildcardGuard) admit(d Decision, name string) bool {
 	return true
 }
 
-// wildcardPart is the part of name the guest chose under the wildcard rule
+// WildcardPart is the part of name the guest chose under the wildcard rule
 // text (e.g. "a.b" of "a.b.example.com" under "*.example.com:443").
-func wildcardPart(rule, name string) string {
+func WildcardPart(rule, name string) string {
 	base := strings.TrimPrefix(rule, "*.")
 	if i := strings.LastIndexByte(base, ':'); i >= 0 && !strings.Contains(base, "]") {
 		base = base[:i]
@@ -94,10 +95,10 @@ func wildcardPart(rule, name string) string {
 	return strings.TrimSuffix(strings.TrimSuffix(name, base), ".")
 }
 
-// suspiciousLabels reports whether the guest-chosen part p looks like
+// SuspiciousLabels reports whether the guest-chosen part p looks like
 // encoded data rather than a host name: a label of longLabel bytes or
 // more, or a long run of near-random characters.
-func suspiciousLabels(p string) bool {
+func SuspiciousLabels(p string) bool {
 	for _, l := range strings.Split(p, ".") {
 		if len(l) >= longLabel {
 			return true
@@ -134,12 +135,18 @@ type WildcardLimited struct {
 		Decide(name string, port uint16) Decision
 		DecideName(name string) Decision
 	}
-	g *wildcardGuard
+	g *WildcardGuard
 }
 
 // LimitWildcards wraps p (usually a *Policy) with one wildcard guard.
 func LimitWildcards(p StackPolicy) *WildcardLimited {
-	return &WildcardLimited{p: p, g: newWildcardGuard(nil)}
+	return LimitWildcardsClock(p, nil)
+}
+
+// LimitWildcardsClock is LimitWildcards with the guard's clock (nil:
+// time.Now); tests pass their own.
+func LimitWildcardsClock(p StackPolicy, now func() time.Time) *WildcardLimited {
+	return &WildcardLimited{p: p, g: NewWildcardGuard(now)}
 }
 
 var (
@@ -165,12 +172,14 @@ func (w *WildcardLimited) limit(name string, d Decision) Decision {
 	if err != nil {
 		return d
 	}
-	if !w.g.admit(d, n) {
-		return Decision{Rule: d.Rule, Source: d.Source, Reason: wildcardRefusal(d.Rule)}
+	if !w.g.Admit(d, n) {
+		return Decision{Rule: d.Rule, Source: d.Source, Reason: WildcardRefusal(d.Rule)}
 	}
 	return d
 }
 
-func wildcardRefusal(rule string) string {
-	return fmt.Sprintf("more than %d new names a burst (%g a second) under wildcard %s: refused, as DNS exfiltration", wildBurst, wildRate, rule)
+// WildcardRefusal is the reason a deny names when the guard refused a new
+// name under rule.
+func WildcardRefusal(rule string) string {
+	return fmt.Sprintf("more than %d new names a burst (%g a second) under wildcard %s: refused, as DNS exfiltration", WildcardBurst, wildRate, rule)
 }

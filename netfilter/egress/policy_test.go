@@ -1,4 +1,4 @@
-package netfilter
+package egress
 
 import (
 	"errors"

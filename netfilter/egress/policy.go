@@ -1,4 +1,4 @@
-package netfilter
+package egress
 
 import (
 	"bufio"
@@ -191,7 +191,7 @@ func ParseAddr(s string) (netip.Addr, bool) {
 func ParseRule(text, source string) (Rule, error) {
 	r := Rule{Text: text, Source: source}
 	bad := func(reason string) (Rule, error) {
-		return Rule{}, &RuleError{Source: source, Text: shorten(text), Reason: reason}
+		return Rule{}, &RuleError{Source: source, Text: Shorten(text), Reason: reason}
 	}
 	if text == "" {
 		return bad("empty rule")
@@ -275,7 +275,8 @@ func ParseRule(text, source string) (Rule, error) {
 	return r, nil
 }
 
-func shorten(s string) string {
+// Shorten cuts s to 80 bytes (and an ellipsis) for a log line or a message.
+func Shorten(s string) string {
 	const max = 80
 	if len(s) > max {
 		return s[:max] + "…"
@@ -643,9 +644,30 @@ func (p *Policy) DecideName(name string) Decision {
 	return Decision{Reason: "no rule allows this name on any port"}
 }
 
-func hostPort(h string, port uint16) string {
+// HostPort joins a host name or IP literal and a port ("[::1]:443").
+func HostPort(h string, port uint16) string {
 	if strings.Contains(h, ":") {
 		return "[" + h + "]:" + strconv.Itoa(int(port))
 	}
 	return h + ":" + strconv.Itoa(int(port))
+}
+
+// Decider decides whether a name (or IP literal) and port may be reached.
+// *Policy is the Decider; the explicit proxy asks it about every CONNECT
+// target and absolute-URI request.
+type Decider interface {
+	Decide(name string, port uint16) Decision
+}
+
+var _ Decider = (*Policy)(nil)
+
+// StackPolicy is what the network stack asks the egress policy. *Policy
+// implements it.
+type StackPolicy interface {
+	// Decide decides whether name (a host name or an IP literal) may be
+	// reached on port.
+	Decide(name string, port uint16) Decision
+	// DecideName decides whether name may be reached on any port: the DNS
+	// server's question.
+	DecideName(name string) Decision
 }

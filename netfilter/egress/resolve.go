@@ -1,7 +1,6 @@
-package netfilter
+package egress
 
 import (
-	"context"
 	"fmt"
 	"net/netip"
 	"strconv"
@@ -14,7 +13,7 @@ import (
 // certificate must still be valid for it. The user names the address, so
 // it may be loopback or private (a staging server, a test server): the
 // engine's dial guard lets exactly this name and port reach exactly this
-// address (EngineConfig.Resolve), and nothing else reaches it.
+// address (netfilter.EngineConfig.Resolve), and nothing else reaches it.
 type Resolve struct {
 	Name string // normalised, no trailing dot
 	Port uint16
@@ -55,29 +54,4 @@ func ParseResolve(spec string) (Resolve, error) {
 		return bad("bad upstream port")
 	}
 	return r, nil
-}
-
-// ResolveResolver answers that the names in rs exist and asks next
-// (SystemResolver when nil) about the rest.
-func ResolveResolver(rs []Resolve, next Resolver) Resolver {
-	if next == nil {
-		next = SystemResolver{}
-	}
-	names := map[string]bool{}
-	for _, r := range rs {
-		names[r.Name] = true
-	}
-	return resolveResolver{names: names, next: next}
-}
-
-type resolveResolver struct {
-	names map[string]bool
-	next  Resolver
-}
-
-func (r resolveResolver) Exists(ctx context.Context, name string) (bool, error) {
-	if r.names[name] {
-		return true, nil
-	}
-	return r.next.Exists(ctx, name)
 }

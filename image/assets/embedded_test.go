@@ -1,0 +1,153 @@
+package assets
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"testing/fstest"
+
+	"github.com/vibedom/vibedom/vm"
+)
+
+// guestFS is an embedded-agents tree holding agent for amd64, with sums
+// as its SHA256SUMS ("" means the right hash).
+func guestFS(agent, sums string) fstest.MapFS {
+	if sums == "" {
+		sum := sha256.Sum256([]byte(agent))
+		sums = hex.EncodeToString(sum[:]) + "  vibedom-guest-linux-amd64\n"
+	}
+	return fstest.MapFS{
+		"vibedom-guest-linux-amd64": {Data: []byte(agent), Mode: 0o755},
+		EmbeddedSumsFile:            {Data: []byte(sums)},
+	}
+}
+
+func TestExtractGuest(t *testing.T) {
+	const agent = "\x7fELF the guest agent"
+	sum := sha256.Sum256([]byte(agent))
+	want := "vibedom-guest-linux-amd64-" + hex.EncodeToString(sum[:])
+
+	t.Run("extracts into a private folder, named by hash", func(t *testing.T) {
+		dir := filepath.Join(t.TempDir(), "cache", "guest-agent")
+		p, err := extractGuest(guestFS(agent, ""), dir, vm.ArchAMD64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p != filepath.Join(dir, want) {
+			t.Errorf("path %s, want %s", p, filepath.Join(dir, want))
+		}
+		if b, _ := os.ReadFile(p); string(b) != agent {
+			t.Errorf("content %q", b)
+		}
+		for path, mode := range map[string]os.FileMode{dir: 0o700, filepath.Dir(dir): 0o700, p: 0o700} {
+			if fi, err := os.Stat(path); err != nil || fi.Mode().Perm() != mode {
+				t.Errorf("%s: mode %v (%v), want %v", path, fi.Mode().Perm(), err, mode)
+			}
+		}
+		ents, _ := os.ReadDir(dir)
+		if len(ents) != 1 {
+			t.Errorf("folder holds %d entries, want the agent only", len(ents))
+		}
+	})
+
+	t.Run("a tampered copy is replaced", func(t *testing.T) {
+		dir := t.TempDir()
+		os.Chmod(dir, 0o755)
+		if err := os.WriteFile(filepath.Join(dir, want), []byte("evil"), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		p, err := extractGuest(guestFS(agent, ""), dir, vm.ArchAMD64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if b, _ := os.ReadFile(p); string(b) != agent {
+			t.Errorf("content %q, want the embedded agent", b)
+		}
+		if fi, _ := os.Stat(dir); fi.Mode().Perm() != 0o700 {
+			t.Errorf("folder mode %v, want 0700", fi.Mode().Perm())
+		}
+	})
+
+	t.Run("a symlink planted at the path is replaced, its target untouched", func(t *testing.T) {
+		dir := t.TempDir()
+		target := filepath.Join(t.TempDir(), "victim")
+		os.WriteFile(target, []byte("keep"), 0o600)
+		if err := os.Symlink(target, filepath.Join(dir, want)); err != nil {
+			t.Fatal(err)
+		}
+		p, err := extractGuest(guestFS(agent, ""), dir, vm.ArchAMD64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fi, _ := os.Lstat(p); !fi.Mode().IsRegular() {
+			t.Errorf("%s is %v, want a regular file", p, fi.Mode())
+		}
+		if b, _ := os.ReadFile(target); string(b) != "keep" {
+			t.Errorf("symlink target written: %q", b)
+		}
+	})
+
+	t.Run("a cache folder that is a symlink is refused", func(t *testing.T) {
+		tmp := t.TempDir()
+		elsewhere := filepath.Join(tmp, "elsewhere")
+		os.Mkdir(elsewhere, 0o700)
+		dir := filepath.Join(tmp, "guest-agent")
+		os.Symlink(elsewhere, dir)
+		_, err := extractGuest(guestFS(agent, ""), dir, vm.ArchAMD64)
+		if !errors.Is(err, ErrEmbeddedGuest) || !strings.Contains(err.Error(), "not a folder") {
+			t.Errorf("err = %v, want ErrEmbeddedGuest: not a folder", err)
+		}
+		if ents, _ := os.ReadDir(elsewhere); len(ents) != 0 {
+			t.Errorf("wrote through the symlink: %v", ents)
+		}
+	})
+
+	bad := []struct {
+		name, sums, arch, wantMsg string
+	}{
+		{"hash mismatch", strings.Repeat("0", 64) + "  vibedom-guest-linux-amd64\n", "amd64", "does not match its recorded hash"},
+		{"no line for the arch", "", "arm64", "no guest agent for arm64"},
+		{"malformed hash", "xyz  vibedom-guest-linux-amd64\n", "amd64", "no guest agent for amd64"},
+	}
+	for _, tc := range bad {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := filepath.Join(t.TempDir(), "g")
+			_, err := extractGuest(guestFS(agent, tc.sums), dir, vm.Arch(tc.arch))
+			if !errors.Is(err, ErrEmbeddedGuest) || !strings.Contains(err.Error(), tc.wantMsg) {
+				t.Errorf("err = %v, want ErrEmbeddedGuest containing %q", err, tc.wantMsg)
+			}
+			if _, err := os.Stat(dir); err == nil {
+				t.Errorf("%s made for a refused agent", dir)
+			}
+		})
+	}
+}
+
+// TestLocateGuestPrefersEmbedded: a binary carrying its agent uses it, not
+// a bin/vibedom-guest-linux-* found walking up from the current directory
+// (a checkout, or a workspace that plants one).
+func TestLocateGuestPrefersEmbedded(t *testing.T) {
+	const agent = "\x7fELF embedded"
+	tmp := t.TempDir()
+	touchFile(t, filepath.Join(tmp, "ws", "bin", "vibedom-guest-linux-amd64"))
+	t.Chdir(filepath.Join(tmp, "ws"))
+	t.Setenv(EnvHome, filepath.Join(tmp, "home"))
+	t.Setenv(EnvGuestBin, "")
+	old := embeddedGuests
+	embeddedGuests = guestFS(agent, "")
+	t.Cleanup(func() { embeddedGuests = old })
+	p, err := LocateGuest(vm.ArchAMD64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(p, filepath.Join(tmp, "home", "cache", "guest-agent")+string(filepath.Separator)) {
+		t.Errorf("LocateGuest = %s, want the extracted agent under the home", p)
+	}
+	if b, _ := os.ReadFile(p); string(b) != agent {
+		t.Errorf("content %q", b)
+	}
+}

@@ -1,0 +1,72 @@
+// Package nftest is test support shared by the tests of netfilter and its
+// rooms (egress, the network stack, the engines): loopback listeners that
+// count what reaches them, a host without addresses, a silent logger. It is
+// imported only by tests and holds no test of its own; it imports none of
+// the netfilter rooms, so any of their tests may use it.
+package nftest
+
+import (
+	"log/slog"
+	"net"
+	"net/netip"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// DiscardLog is a logger that writes nothing.
+var DiscardLog = slog.New(slog.DiscardHandler)
+
+// NoHostAddrs is a HostAddrs function for a host with no addresses of its own.
+func NoHostAddrs() ([]netip.Addr, error) { return nil, nil }
+
+// CountedListener counts the connections it accepts (and closes them).
+type CountedListener struct {
+	net.Listener
+	Count atomic.Int64
+}
+
+// CountingListener is a CountedListener on a free loopback port.
+func CountingListener(t *testing.T) *CountedListener {
+	t.Helper()
+	return CountingListenerOn(t, "127.0.0.1:0")
+}
+
+// CountingListenerOn is a CountedListener on addr, closed when the test ends.
+func CountingListenerOn(t *testing.T, addr string) *CountedListener {
+	t.Helper()
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	cl := &CountedListener{Listener: ln}
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			cl.Count.Add(1)
+			c.Close()
+		}
+	}()
+	return cl
+}
+
+// WaitCount waits until the listener has accepted n connections.
+func (l *CountedListener) WaitCount(t *testing.T, n int64) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for l.Count.Load() < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("listener accepted %d connections, want %d", l.Count.Load(), n)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func (l *CountedListener) Port() string {
+	_, p, _ := net.SplitHostPort(l.Addr().String())
+	return p
+}
