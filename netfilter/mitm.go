@@ -96,6 +96,12 @@ type EngineConfig struct {
 	// MaxUpstreamConns bounds the upstream connections open at once
 	// (DefaultMaxUpstreamConns when 0).
 	MaxUpstreamConns int
+	// Session names the session in refusals ("vibedom allow SESSION …").
+	Session string
+	// Track, when set, is told of every explicit-proxy CONNECT tunnel the
+	// engine serves, with its target; the returned function is called when
+	// the tunnel ends. Closing conn ends the tunnel (a live deny rule).
+	Track func(t Target, conn net.Conn) (done func())
 }
 
 // GoEngine is the default Engine: it terminates the guest's TLS with leaf

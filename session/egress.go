@@ -144,6 +144,7 @@ func (s *sess) setupEgress(ctx context.Context) error {
 	ecfg := netfilter.EngineConfig{
 		CA: ca, Policy: limited, Filter: eo.Filter, Events: events, Logger: s.log.With("part", "proxy"),
 		Dial: eo.Dial, Resolve: eo.Resolve, AllowPrivate: policy.PrivateRanges(), ExtraRoots: roots,
+		Session: s.name, Track: func(t netfilter.Target, c net.Conn) func() { return e.conns.add(t, c) },
 	}
 	switch eo.ProxyEngine {
 	case "", "go":

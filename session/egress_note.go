@@ -7,7 +7,6 @@ import (
 	"io"
 	"os"
 	"path"
-	"strings"
 
 	"github.com/vibedom/vibedom/guest/proto"
 )
@@ -53,10 +52,9 @@ func SandboxNote(name string) string {
 `, name, name)
 }
 
-// writeSandboxNotes puts the note in the guest: /etc/vibedom/README
-// (root's, read-only to the agent) and appended to the agent's
-// instructions file (created when the user has none).
-func (s *sess) writeSandboxNotes(ctx context.Context) error {
+// writeSandboxReadme puts the note in the guest's /etc/vibedom/README
+// (root's, read-only to the agent), before anything runs in the guest.
+func (s *sess) writeSandboxReadme(ctx context.Context) error {
 	if s.client == nil {
 		return nil
 	}
@@ -86,15 +84,26 @@ func (s *sess) writeSandboxNotes(ctx context.Context) error {
 		return fmt.Errorf("write the sandbox note: %w", err)
 	}
 	_ = sc.Chmod(readme, 0o644)
+	return nil
+}
 
+// writeSandboxNotes appends the note to the agent's instructions file
+// (created when the user has none), after the user's settings are copied.
+func (s *sess) writeSandboxNotes(ctx context.Context) error {
 	a := s.opts.Agent
 	if a == nil || s.rootImage == "" {
 		return nil
 	}
 	rel, ok := agentInstructions[a.Name]
-	if !ok {
+	if !ok || s.client == nil {
 		return nil
 	}
+	sc, err := s.client.SFTP()
+	if err != nil {
+		return fmt.Errorf("write the sandbox note: %w", err)
+	}
+	defer sc.Close()
+	note := SandboxNote(s.name)
 	guestHome := path.Join(proto.RootDir, "home", proto.RootAgentUser)
 	dst := path.Join(guestHome, rel)
 	var old []byte
@@ -120,7 +129,7 @@ func (s *sess) writeSandboxNotes(ctx context.Context) error {
 		}
 		defer func(d string) { _ = sc.Chown(d, 1000, 1000) }(d)
 	}
-	w, err = sc.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_TRUNC)
+	w, err := sc.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_TRUNC)
 	if err != nil {
 		return fmt.Errorf("write the sandbox note: %w", err)
 	}
@@ -133,6 +142,6 @@ func (s *sess) writeSandboxNotes(ctx context.Context) error {
 	}
 	_ = sc.Chown(dst, 1000, 1000)
 	_ = sc.Chmod(dst, 0o600)
-	s.log.Info("sandbox note written", "files", strings.Join([]string{sandboxNoteFile, "~/" + rel}, ", "))
+	s.log.Info("sandbox note written", "file", "~/"+rel)
 	return nil
 }

@@ -84,6 +84,9 @@ func (s *sess) run(ctx context.Context, start time.Time) (*Result, error) {
 		return s.result(), err
 	}
 	s.timings.Total = time.Since(start)
+	if err := s.writeSandboxReadme(ctx); err != nil {
+		s.log.Warn("the sandbox note", "err", err)
+	}
 	// Before the control socket serves: a vibedom exec may ask for the agent.
 	if err := s.startSSHAgent(); err != nil {
 		return s.result(), err

@@ -14,10 +14,16 @@ import (
 // background runs vibedom with args and returns a function that waits for
 // it (at most d) and returns its output.
 func (r *liveRig) background(t *testing.T, d time.Duration, args ...string) func() string {
+	wait, _ := r.backgroundBuf(t, d, args...)
+	return wait
+}
+
+// backgroundBuf is background that also returns the output so far.
+func (r *liveRig) backgroundBuf(t *testing.T, d time.Duration, args ...string) (func() string, *lockedBuf) {
 	t.Helper()
 	cmd := r.c.Command(t, nil, args...)
-	var b strings.Builder
-	cmd.Stdout, cmd.Stderr = &b, &b
+	b := &lockedBuf{}
+	cmd.Stdout, cmd.Stderr = b, b
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -34,7 +40,7 @@ func (r *liveRig) background(t *testing.T, d time.Duration, args ...string) func
 			t.Errorf("vibedom %v did not end within %v: %s", args, d, b.String())
 		}
 		return b.String()
-	}
+	}, b
 }
 
 // TestAskModeVM: a session in ask mode holds requests for names no rule
@@ -74,8 +80,15 @@ func TestAskModeVM(t *testing.T) {
 
 	// Transparent: the guest's resolver asks DNS, which is held; the
 	// client retries until the user answers "once".
-	retried := r.background(t, 3*time.Minute, "exec", r.name, "--", liveProbe, "retry", "120", "https://once.example.com/retry")
+	retried, progress := r.backgroundBuf(t, 3*time.Minute, "exec", r.name, "--", liveProbe, "retry", "120", "https://once.example.com/retry")
 	asked("once.example.com", 1)
+	// Answer only once the resolver got the temporary failure and the
+	// client tried again: nothing the guest saw was final.
+	for end := time.Now().Add(2 * time.Minute); !strings.Contains(progress.String(), "RETRY"); time.Sleep(100 * time.Millisecond) {
+		if time.Now().After(end) || strings.Contains(progress.String(), "final") {
+			t.Fatalf("the client never retried: %s", progress.String())
+		}
+	}
 	watch.File.Write([]byte("o"))
 	if got := retried(); !strings.Contains(got, "upstream saw host=once.example.com path=/retry") {
 		t.Errorf("the retrying client after \"once\": %s", got)

@@ -91,6 +91,7 @@ func main() {
 				fmt.Println("ERR", "tries="+strconv.Itoa(tries), oneLine(err.Error()))
 				return
 			}
+			fmt.Println("RETRY", tries, oneLine(err.Error()))
 			time.Sleep(200 * time.Millisecond)
 		}
 	default:
