@@ -2,6 +2,7 @@ package session
 
 import (
 	"bytes"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -246,4 +247,32 @@ func TestNoticeBetweenSequences(t *testing.T) {
 	if !strings.HasSuffix(out.String(), "\x1b[23;0t") {
 		t.Fatalf("title not given back: %q", out.String())
 	}
+}
+
+// BenchmarkAskAnswerToRelease measures how long a held request waits after
+// the user's answer (docs/policy.md: the answer releases it at once).
+func BenchmarkAskAnswerToRelease(b *testing.B) {
+	a := newAsker(time.Minute)
+	var total time.Duration
+	for i := 0; b.Loop(); i++ {
+		name := "b" + strconv.Itoa(i) + ".example"
+		done := make(chan time.Time, 1)
+		_, changed := a.state()
+		go func() { a.ask(name, 443, 0); done <- time.Now() }()
+		for {
+			<-changed
+			var st AskState
+			st, changed = a.state()
+			if len(st.Pending) > 0 {
+				break
+			}
+		}
+		st, _ := a.state()
+		t0 := time.Now()
+		if _, err := a.answer(st.Pending[0].ID, AnswerOnce, nil); err != nil {
+			b.Fatal(err)
+		}
+		total += (<-done).Sub(t0)
+	}
+	b.ReportMetric(float64(total.Microseconds())/float64(b.N), "µs-answer-to-release")
 }
