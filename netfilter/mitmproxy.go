@@ -2,6 +2,7 @@ package netfilter
 
 import (
 	"github.com/vibedom/vibedom/netfilter/egress"
+	"slices"
 
 	"bufio"
 	"context"
@@ -637,6 +638,12 @@ func (e *MitmproxyEngine) Close() error {
 // HandleConn implements Engine: the connection, admitted for t, is handed
 // to mitmdump through an authenticated CONNECT to t.
 func (e *MitmproxyEngine) HandleConn(ctx context.Context, conn net.Conn, t Target) {
+	if slices.Contains(e.cfg.NoMITM, t.Name) {
+		// Passed through, never to mitmdump: the Go front end checks
+		// the SNI and tunnels the TLS as it is.
+		e.front.HandleConn(ctx, conn, t)
+		return
+	}
 	cc := &countConn{Conn: conn}
 	start := time.Now()
 	decision, reason := e.handleConn(ctx, cc, t)

@@ -51,6 +51,10 @@ type EgressOptions struct {
 	// most AskTimeout (DefaultAskTimeout when 0).
 	Mode       string
 	AskTimeout time.Duration
+	// NoMITM names hosts whose TLS passes through uninspected (--no-mitm),
+	// for clients that pin certificates; never a model provider's host or
+	// one a credential is swapped for.
+	NoMITM []string
 }
 
 // ProxyEngines are the values of EgressOptions.ProxyEngine.
@@ -130,6 +134,10 @@ func (s *sess) setupEgress(ctx context.Context) error {
 	}
 	// One wildcard guard for the DNS server and the explicit proxy: new
 	// names under a wildcard are a channel to the host's resolver.
+	noMITM, err := s.checkNoMITM(eo.NoMITM)
+	if err != nil {
+		return err
+	}
 	e.live, e.conns = newLivePolicy(o.Home, policy, time.Now()), newConnSet()
 	switch eo.Mode {
 	case "", EgressModeDeny:
@@ -145,6 +153,7 @@ func (s *sess) setupEgress(ctx context.Context) error {
 		CA: ca, Policy: limited, Filter: eo.Filter, Events: events, Logger: s.log.With("part", "proxy"),
 		Dial: eo.Dial, Resolve: eo.Resolve, AllowPrivate: policy.PrivateRanges(), ExtraRoots: roots,
 		Session: s.name, Track: func(t netfilter.Target, c net.Conn) func() { return e.conns.add(t, c) },
+		NoMITM: noMITM,
 	}
 	switch eo.ProxyEngine {
 	case "", "go":

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/vibedom/vibedom/atomicfile"
+	"github.com/vibedom/vibedom/credentials"
 	"github.com/vibedom/vibedom/netfilter"
 	nfegress "github.com/vibedom/vibedom/netfilter/egress"
 )
@@ -599,4 +600,38 @@ func (s *sess) answerQuestion(id int, ans string) (*EgressReply, error) {
 		Reason: "the user answered " + strconv.Quote(ans) + " (ask mode)"})
 	rep.Answered = &q
 	return rep, nil
+}
+
+// checkNoMITM normalises the --no-mitm names and refuses what must stay
+// inspected: the model providers' hosts and every host a credential
+// placeholder is swapped for (the swap needs the MITM, and a tunnel there
+// would carry the placeholder out unswapped and unscrubbed), IP literals,
+// wildcards and host-local names.
+func (s *sess) checkNoMITM(names []string) ([]string, error) {
+	kept := map[string]bool{}
+	for _, p := range credentials.Providers {
+		kept[p.Host] = true
+	}
+	if s.creds != nil {
+		for _, sw := range s.creds.Swaps() {
+			kept[sw.Host] = true
+		}
+	}
+	var out []string
+	for _, raw := range names {
+		n, err := nfegress.NormalizeName(strings.TrimSpace(raw))
+		switch {
+		case strings.Contains(raw, "*"):
+			return nil, fmt.Errorf("--no-mitm %s: name one host, not a wildcard", raw)
+		case err != nil:
+			return nil, fmt.Errorf("--no-mitm %s: a host name, without port or scheme: %v", raw, err)
+		case kept[n]:
+			return nil, fmt.Errorf("--no-mitm %s: refused: vibedom must inspect a model provider's host and every host it swaps a credential for", raw)
+		case nfegress.LocalName(n):
+			return nil, fmt.Errorf("--no-mitm %s: a host-local name vibedom never connects to", raw)
+		}
+		s.log.Warn("egress: TLS to this name passes through uninspected (--no-mitm): the DLP sees none of it", "name", n)
+		out = append(out, n)
+	}
+	return out, nil
 }

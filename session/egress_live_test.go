@@ -274,3 +274,18 @@ func TestLivePolicyConcurrent(t *testing.T) {
 		t.Errorf("%d rules after 20 changes", n)
 	}
 }
+
+// TestNoMITMRefusesProviders: --no-mitm never covers a model provider's
+// host (a credential is swapped there), an IP, a wildcard or a local name.
+func TestNoMITMRefusesProviders(t *testing.T) {
+	s := liveHost(t, "")
+	for _, bad := range []string{"api.anthropic.com", "API.OpenAI.com.", "*.example.com", "192.0.2.7", "localhost", "pinned.example:443", "https://pinned.example"} {
+		if _, err := s.checkNoMITM([]string{"ok.example", bad}); err == nil || strings.Contains(err.Error(), "\n") {
+			t.Errorf("--no-mitm %s: %v", bad, err)
+		}
+	}
+	got, err := s.checkNoMITM([]string{"Pinned.Example."})
+	if err != nil || len(got) != 1 || got[0] != "pinned.example" {
+		t.Errorf("--no-mitm Pinned.Example.: %v %v", got, err)
+	}
+}

@@ -48,9 +48,10 @@ closed.`,
 	)
 }
 
-// run's egress flags (run.go lists them).
+// run's egress flags (run.go lists them): --egress, --ask-timeout, --no-mitm.
 var (
 	egressFlag     = &cli.StringFlag{Name: "egress", Usage: "what happens to a name no rule decides: deny (refused at once) or ask (held while you are asked: vibedom watch NAME, a bell and title on the attached terminal); default: egress = … in ~/.vibedom/config, else deny"}
+	noMITMFlag     = &cli.StringSliceFlag{Name: "no-mitm", Usage: "pass TLS to this allowed `HOST` through uninspected, for a client that pins its certificate (repeatable; the SNI must name it; never a model provider's host; logged as uninspected)"}
 	askTimeoutFlag = &cli.DurationFlag{Name: "ask-timeout", Usage: "with --egress ask: how long a question waits for an answer before the request is denied (default: ask-timeout = … in ~/.vibedom/config, else 60s)"}
 )
 
@@ -87,6 +88,10 @@ func egressMode(c *cli.Command, o *session.EgressOptions) error {
 		return fmt.Errorf("--ask-timeout must be from 1s to 1h, got %v", timeout)
 	}
 	o.Mode, o.AskTimeout = mode, timeout
+	o.NoMITM = c.StringSlice("no-mitm")
+	if len(o.NoMITM) > 0 && o.Disabled {
+		return fmt.Errorf("--no-mitm names a host, and --no-network gives the VM no network: drop one")
+	}
 	return nil
 }
 

@@ -66,6 +66,8 @@ func startLiveRig(t *testing.T, names []string, extra ...string) *liveRig {
 	t.Cleanup(tlsSrv.Close)
 	caFile := filepath.Join(t.TempDir(), "upstream-ca.pem")
 	os.WriteFile(caFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: tlsSrv.Certificate().Raw}), 0o644)
+	// The guest gets it too: a client that pins the upstream's certificate.
+	os.WriteFile(filepath.Join(ws, "upstream-ca.pem"), pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: tlsSrv.Certificate().Raw}), 0o644)
 	_, r.tlsPort, _ = strings.Cut(strings.TrimPrefix(tlsSrv.URL, "https://"), ":")
 
 	hostSvc := httptest.NewUnstartedServer(upstream)
@@ -293,5 +295,30 @@ func buildGuestTool(t *testing.T, ws, name string) {
 	build.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH="+runtime.GOARCH)
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("build %s: %v\n%s", name, err, out)
+	}
+}
+
+// TestNoMITMVM: a client in the guest that pins its server's certificate
+// (it trusts only that server's CA, not vibedom's) works through
+// --no-mitm, the log marks the connection uninspected, and other names are
+// still intercepted; --no-mitm of a model provider's host is refused.
+func TestNoMITMVM(t *testing.T) {
+	r := startLiveRig(t, []string{"pinned.example.com", "other.example.com"},
+		"--allow", "pinned.example.com", "--allow", "other.example.com", "--no-mitm", "pinned.example.com")
+	if got := r.probe(t, "pinned", "/mnt/workspace/upstream-ca.pem", "https://pinned.example.com/p"); !strings.Contains(got, "upstream saw host=pinned.example.com path=/p") {
+		t.Errorf("pinned client through --no-mitm: %s", got)
+	}
+	if got := r.probe(t, "pinned", "/mnt/workspace/upstream-ca.pem", "https://other.example.com/p"); strings.Contains(got, "upstream saw") {
+		t.Errorf("pinned client to an intercepted name: %s", got)
+	}
+	r.vibedom(t, 0, "stop", r.name)
+	if network := readSessionFile(t, r.c, "network.jsonl"); !strings.Contains(network, "tunnelled uninspected (no-mitm)") {
+		t.Errorf("network.jsonl does not mark the tunnel uninspected:\n%s", network)
+	}
+
+	ws := clitest.SampleWorkspace(t)
+	_, stderr, code := r.c.Run(t, "", "run", ws, "--preflight=off", "--no-review", "--no-mitm", "api.anthropic.com", "--", "true")
+	if code == 0 || !strings.Contains(stderr, "--no-mitm api.anthropic.com: refused") {
+		t.Errorf("--no-mitm api.anthropic.com: exit %d, %s", code, stderr)
 	}
 }

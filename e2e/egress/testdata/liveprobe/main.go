@@ -5,6 +5,7 @@
 //	pget URL      GET through $HTTPS_PROXY / $HTTP_PROXY
 //	stream URL    GET (transparent) and read the body until it ends
 //	pstream URL   the same through the proxy
+//	pinned CAFILE URL  GET (transparent) trusting only the CA in CAFILE
 //	retry SECS URL  GET (transparent) again and again until an answer or SECS,
 //	                as package managers do: a temporary DNS failure is retried,
 //	                "no such host" (NXDOMAIN) is final
@@ -15,6 +16,8 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -57,6 +60,25 @@ func main() {
 		defer resp.Body.Close()
 		body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
 		fmt.Printf("HTTP %d refused=%q ctype=%q body=%q\n", resp.StatusCode, resp.Header.Get("X-Vibedom-Refused"), resp.Header.Get("Content-Type"), body)
+	case "pinned":
+		pem, err := os.ReadFile(os.Args[2])
+		if err != nil {
+			fmt.Println("ERR", err)
+			return
+		}
+		pool := x509.NewCertPool()
+		pool.AppendCertsFromPEM(pem)
+		tr.TLSClientConfig = &tls.Config{RootCAs: pool}
+		ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+		defer cancel()
+		resp, err := get(ctx)
+		if err != nil {
+			fmt.Println("ERR", oneLine(err.Error()))
+			return
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+		fmt.Printf("HTTP %d body=%q\n", resp.StatusCode, body)
 	case "stream", "pstream":
 		resp, err := get(context.Background())
 		if err != nil {
