@@ -41,6 +41,7 @@ const (
 	AnswerAlways  = "always"
 	AnswerDeny    = "deny"
 	answerTimeout = "timeout"
+	answerTooMany = "too many" // not asked: maxPending questions are open
 )
 
 // DefaultAskTimeout is how long a question waits for the user.
@@ -53,6 +54,10 @@ const (
 	// passTTL is how long a once answer given to a DNS question waits for
 	// the connection that follows it.
 	passTTL = 10 * time.Second
+	// maxPending bounds the open questions: a guest asking about name
+	// after name must not flood the user (or the host); past it a new
+	// name is refused at once.
+	maxPending = 32
 )
 
 // Question is one name waiting for the user's answer.
@@ -150,6 +155,10 @@ func (a *asker) ask(name string, port uint16, hold time.Duration) string {
 	a.mu.Lock()
 	q := a.pending[name]
 	isNew := q == nil
+	if isNew && len(a.pending) >= maxPending {
+		a.mu.Unlock()
+		return answerTooMany
+	}
 	if isNew {
 		a.nextID++
 		now := time.Now()

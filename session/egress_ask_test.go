@@ -276,3 +276,23 @@ func BenchmarkAskAnswerToRelease(b *testing.B) {
 	}
 	b.ReportMetric(float64(total.Microseconds())/float64(b.N), "µs-answer-to-release")
 }
+
+// TestAskBounded: a guest asking about name after name gets at most
+// maxPending open questions; the next names are refused at once.
+func TestAskBounded(t *testing.T) {
+	s := askHost(t, time.Minute)
+	l := s.egress.live
+	for i := range maxPending {
+		decideAsync(l, "n"+strconv.Itoa(i)+".example", 443)
+	}
+	for {
+		st, changed := l.ask.state()
+		if len(st.Pending) == maxPending {
+			break
+		}
+		<-changed
+	}
+	if d := l.Decide("one-more.example", 443); d.Allow || d.Pending || !strings.Contains(d.Reason, "not asked") {
+		t.Errorf("past the bound: %+v", d)
+	}
+}
