@@ -14,6 +14,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/vibedom/vibedom/atomicfile"
 	"github.com/vibedom/vibedom/boot"
 	"github.com/vibedom/vibedom/credentials"
 	"github.com/vibedom/vibedom/guest/proto"
@@ -23,11 +24,12 @@ import (
 	"github.com/vibedom/vibedom/image/rootfs"
 	"github.com/vibedom/vibedom/keys"
 	"github.com/vibedom/vibedom/logredact"
+	"github.com/vibedom/vibedom/netfilter"
 	"github.com/vibedom/vibedom/overlay"
-	"github.com/vibedom/vibedom/preflight"
 	"github.com/vibedom/vibedom/sshagent"
 	"github.com/vibedom/vibedom/termtext"
 	"github.com/vibedom/vibedom/vm"
+	"github.com/vibedom/vibedom/wstrust"
 )
 
 // SessionLogFile is the session's own log in its log folder.
@@ -70,8 +72,9 @@ type sess struct {
 	machine   vm.Machine
 	client    *guestlink.Client
 	egress    *egress
+	plan      plan              // what prepare worked out from opts
 	carried   *sshagent.Carried // SSH connections the agent signs for (--ssh-agent)
-	secrets   *preflight.Report
+	secrets   *scanResult       // nil when the preflight was off
 	cleanup   cleanups
 	timings   Timings
 	// keepScratch: the scratch disk may hold work not yet collected into a
@@ -113,40 +116,105 @@ func (s *sess) snapshotState() State {
 	return s.state
 }
 
-// prepare does everything before the VM starts.
+// plan is what prepare works out from the options, which stay as the
+// caller gave them.
+type plan struct {
+	// workspace is Options.Workspace, resolved (wstrust.CheckWorkspace).
+	workspace string
+	// driver is Options.Driver, else the platform's.
+	driver vm.Driver
+	// image is the guest image chosen before anything is made.
+	image image.Choice
+	// command is what runs in the guest: Options.Command, or the agent's
+	// (prepareAgent).
+	command []string
+	// filter rewrites the guest's requests: Options.Egress.Filter, else
+	// the DLP and the placeholder swap (setupDLP).
+	filter netfilter.RequestFilter
+	// hostKeyPEM is the guest's host key as written to the session folder
+	// (makeKeys), for the initrd.
+	hostKeyPEM []byte
+}
+
+// prepare does everything before the VM starts, one named step after the
+// other; each leaves what it made in the session and registers its undoing
+// with the cleanups.
 func (s *sess) prepare(ctx context.Context) error {
+	s.plan.command = s.opts.Command
+	s.plan.filter = s.opts.Egress.Filter
+	for _, step := range []struct {
+		name string
+		run  func(context.Context) error
+	}{
+		// Checks and the secrets scan come before anything is made: a
+		// cancel leaves no trace.
+		{"check the host", s.checkHost},
+		{"scan for secrets", s.scanSecrets},
+		{"make the session folder", s.makeSessionDir},
+		{"make the runtime folder", s.makeRunDir},
+		{"prepare the image", s.prepareImage},
+		{"prepare the agent", s.prepareAgent},
+		{"make the session keys", s.makeKeys},
+		{"record the workspace baseline", s.takeBaseline},
+		{"make the scratch disk", s.makeScratchDisk},
+		{"set up the network", s.setupNetwork},
+		{"write the session initrd", s.writeInitrd},
+	} {
+		if err := step.run(ctx); err != nil {
+			if s.log != nil {
+				s.log.Debug("prepare failed", "step", step.name)
+			}
+			return err
+		}
+	}
+	return nil
+}
+
+// checkHost resolves the workspace, checks the host can give the VM its
+// memory, picks the driver and the image.
+func (s *sess) checkHost(ctx context.Context) error {
 	o := &s.opts
-	ws, err := CheckWorkspace(o.Workspace)
+	ws, err := wstrust.CheckWorkspace(o.Workspace)
 	if err != nil {
 		return err
 	}
-	o.Workspace = ws
+	s.plan.workspace = ws
 	if err := CheckMemory(o.MemoryMiB); err != nil {
 		return err
 	}
-	if o.Driver == nil {
-		d, err := DefaultDriver(o.Home)
-		if err != nil {
+	s.plan.driver = o.Driver
+	if s.plan.driver == nil {
+		if s.plan.driver, err = DefaultDriver(o.Home); err != nil {
 			return err
 		}
-		o.Driver = d
 	}
-	if err := o.Driver.Available(ctx, o.Arch); err != nil {
+	if err := s.plan.driver.Available(ctx, o.Arch); err != nil {
 		return err
 	}
-	choice, err := chooseImage(o.Home, o.Arch)
-	if err != nil {
-		return err
+	s.plan.image, err = image.Choose(o.Home, o.Arch)
+	return err
+}
+
+// scanSecrets runs the secrets preflight, unless run --detach's parent
+// ran it already.
+func (s *sess) scanSecrets(ctx context.Context) error {
+	if s.opts.scanned != nil {
+		s.secrets = s.opts.scanned
+		return nil
 	}
-	// The secrets scan comes before anything is made: a cancel leaves no
-	// trace.
 	rep, err := s.runPreflight(ctx)
 	if err != nil {
 		return err
 	}
-	s.secrets = rep
+	s.secrets, err = newScanResult(rep)
+	return err
+}
 
-	// Folders: the session folder and its log folder.
+// makeSessionDir makes (or, detached, takes) the session folder, the log
+// folder and session.log, and writes the first state.
+func (s *sess) makeSessionDir(context.Context) error {
+	o := &s.opts
+	ws := s.plan.workspace
 	if err := ensureDir(string(o.Home)); err != nil {
 		return err
 	}
@@ -160,7 +228,12 @@ func (s *sess) prepare(ctx context.Context) error {
 		return err
 	}
 	s.dir = o.Home.Session(s.name)
-	if err := os.Mkdir(s.dir, 0o700); err != nil {
+	if o.reserved {
+		// detach made it, empty but for the options the host has read.
+		if err := checkReserved(s.dir); err != nil {
+			return err
+		}
+	} else if err := os.Mkdir(s.dir, 0o700); err != nil {
 		if errors.Is(err, os.ErrExist) {
 			return fmt.Errorf("a session named %q already exists: pick another --name or remove %s", s.name, s.dir)
 		}
@@ -169,6 +242,7 @@ func (s *sess) prepare(ctx context.Context) error {
 	if err := ensureDir(o.Home.Logs()); err != nil {
 		return err
 	}
+	var err error
 	s.logDir, err = makeLogDir(o.Home.Logs(), time.Now())
 	if err != nil {
 		return err
@@ -184,38 +258,50 @@ func (s *sess) prepare(ctx context.Context) error {
 	}
 	s.logRed = logredact.NewRedactHandler(h)
 	s.log = slog.New(s.logRed).With("session", s.name)
+	d := s.plan.driver
 	s.state = State{
 		Name: s.name, Workspace: ws, WorkspaceID: dirID(ws), Created: time.Now().UTC().Truncate(time.Second), Status: StatusStarting,
-		LogDir: s.logDir, PID: os.Getpid(), PIDStart: procStart(os.Getpid()), Driver: o.Driver.Name(), Arch: string(o.Arch),
+		LogDir: s.logDir, PID: os.Getpid(), PIDStart: procStart(os.Getpid()), Driver: d.Name(), Arch: string(o.Arch),
 		CPUs: o.CPUs, MemoryMiB: o.MemoryMiB, Command: o.Command, Detached: o.Detached,
 	}
 	s.saveState()
-	if rep != nil {
-		if err := rep.WriteJSON(filepath.Join(s.logDir, "gitleaks_report.json")); err != nil {
+	if s.secrets != nil {
+		if err := atomicfile.WriteFile(filepath.Join(s.logDir, "gitleaks_report.json"), s.secrets.report, 0o600); err != nil {
 			s.log.Warn("write gitleaks report", "err", err)
 		}
 	}
-	s.log.Info("session starting", "workspace", ws, "driver", o.Driver.Name(), "arch", o.Arch, "cpus", o.CPUs, "memory_mib", o.MemoryMiB)
+	s.log.Info("session starting", "workspace", ws, "driver", d.Name(), "arch", o.Arch, "cpus", o.CPUs, "memory_mib", o.MemoryMiB)
+	return nil
+}
 
-	// Runtime folder for sockets: unix socket paths must stay short.
+// makeRunDir makes the runtime folder for sockets: unix socket paths must
+// stay short.
+func (s *sess) makeRunDir(context.Context) error {
+	var err error
 	s.runDir, err = os.MkdirTemp("", "vibedom-")
 	if err != nil {
 		return fmt.Errorf("create runtime folder: %w", err)
 	}
 	s.cleanup.add("remove runtime folder", func() error { return os.RemoveAll(s.runDir) })
+	return nil
+}
 
-	// Image.
+// prepareImage makes the chosen guest image ready.
+func (s *sess) prepareImage(ctx context.Context) error {
+	o := &s.opts
 	s.progress("preparing the %s image", o.Arch)
-	s.img, s.rootImage, s.guestLibc, err = prepareImage(ctx, o.Home, o.Arch, choice)
+	var err error
+	s.img, s.rootImage, s.guestLibc, err = s.plan.image.Prepare(ctx, o.Home, o.Arch, testKeyring())
 	if err != nil {
 		return fmt.Errorf("prepare the VM image: %w", err)
 	}
 	s.updateState(func(st *State) { st.RootImage, st.GuestLibc = s.rootImage, s.guestLibc })
-	if err := s.prepareAgent(); err != nil {
-		return err
-	}
+	return nil
+}
 
-	// Keys.
+// makeKeys makes the session's SSH keys and writes them to its folder.
+func (s *sess) makeKeys(context.Context) error {
+	var err error
 	s.keys, err = keys.NewSession()
 	if err != nil {
 		return err
@@ -234,16 +320,25 @@ func (s *sess) prepare(ctx context.Context) error {
 	if err := os.WriteFile(filepath.Join(s.dir, hostKey), hostPEM, 0o600); err != nil {
 		return fmt.Errorf("write guest host key: %w", err)
 	}
+	s.plan.hostKeyPEM = hostPEM
+	return nil
+}
 
-	// Baseline of the workspace, so the end of the session knows what the
-	// user changed meanwhile.
-	if _, err := overlay.TakeBaseline(ctx, ws, filepath.Join(s.dir, overlay.BaselineDir), overlay.BaselineOptions{Logger: s.log}); err != nil {
+// takeBaseline records the workspace as it is, so the end of the session
+// knows what the user changed meanwhile.
+func (s *sess) takeBaseline(ctx context.Context) error {
+	if _, err := overlay.TakeBaseline(ctx, s.plan.workspace, filepath.Join(s.dir, overlay.BaselineDir), overlay.BaselineOptions{Logger: s.log}); err != nil {
 		return fmt.Errorf("record the workspace baseline: %w", err)
 	}
+	return nil
+}
 
-	// Scratch disk: sparse, holds the overlay's upper layer.
+// makeScratchDisk makes the sparse scratch disk that holds the overlay's
+// upper layer; the session's end keeps it while it may hold uncollected
+// work.
+func (s *sess) makeScratchDisk(context.Context) error {
 	scratch := filepath.Join(s.dir, scratchFile)
-	if err := makeScratch(scratch, o.ScratchSize); err != nil {
+	if err := makeScratch(scratch, s.opts.ScratchSize); err != nil {
 		return err
 	}
 	s.cleanup.add("remove scratch disk", func() error {
@@ -253,23 +348,31 @@ func (s *sess) prepare(ctx context.Context) error {
 		}
 		return removeIfExists(scratch)
 	})
+	return nil
+}
 
-	if !o.Egress.Disabled {
-		if err := s.setupDLP(); err != nil {
-			return err
-		}
-		if err := s.setupEgress(ctx); err != nil {
-			return err
-		}
+// setupNetwork sets up the DLP and the guest's egress, unless the guest
+// has no network.
+func (s *sess) setupNetwork(ctx context.Context) error {
+	if s.opts.Egress.Disabled {
+		return nil
 	}
+	if err := s.setupDLP(); err != nil {
+		return err
+	}
+	return s.setupEgress(ctx)
+}
 
-	// Boot data.
+// writeInitrd writes the session's boot data (proto.BootConfig, the guest
+// host key, the MITM CA) into its initrd.
+func (s *sess) writeInitrd(context.Context) error {
+	d := s.plan.driver
 	bc := &proto.BootConfig{
 		Version:        proto.Version,
 		SessionID:      s.name,
 		Hostname:       "vibedom",
-		Control:        controlFor(o.Driver),
-		Workspace:      proto.Workspace{Tag: workspaceTag, FSType: shareFSFor(o.Driver)},
+		Control:        controlFor(d),
+		Workspace:      proto.Workspace{Tag: workspaceTag, FSType: shareFSFor(d)},
 		Scratch:        proto.Scratch{Device: "/dev/vda"},
 		Root:           s.rootConfig(),
 		Layers:         s.layerConfig(),
@@ -286,7 +389,7 @@ func (s *sess) prepare(ctx context.Context) error {
 		bc.Network = &proto.Network{Interface: "eth0", ProxyURL: s.egress.proxyURL, NoProxy: "localhost,127.0.0.1"}
 		caPEM = s.egress.caPEM
 	}
-	files, err := image.SessionFiles(bc, hostPEM, caPEM)
+	files, err := image.SessionFiles(bc, s.plan.hostKeyPEM, caPEM)
 	if err != nil {
 		return fmt.Errorf("session boot data: %w", err)
 	}
@@ -309,7 +412,7 @@ func (s *sess) boot(ctx context.Context) error {
 		Kernel:     s.img.Kernel,
 		Initrd:     filepath.Join(s.dir, initrdFile),
 		Cmdline:    "quiet",
-		Shares:     []vm.Share{{Tag: workspaceTag, HostPath: o.Workspace, ReadOnly: true}},
+		Shares:     []vm.Share{{Tag: workspaceTag, HostPath: s.plan.workspace, ReadOnly: true}},
 		Disks:      s.disks(),
 		ConsoleLog: filepath.Join(s.logDir, consoleFile),
 		StateDir:   s.runDir,
@@ -317,7 +420,7 @@ func (s *sess) boot(ctx context.Context) error {
 	if s.egress != nil {
 		cfg.Network = &vm.Network{Conn: s.egress.vmEnd, MAC: s.egress.mac}
 	}
-	s.progress("booting the VM (%s, %d CPUs, %d MiB)", o.Driver.Name(), o.CPUs, o.MemoryMiB)
+	s.progress("booting the VM (%s, %d CPUs, %d MiB)", s.plan.driver.Name(), o.CPUs, o.MemoryMiB)
 	started := func(m vm.Machine) {
 		s.machine = m
 		s.cleanup.add("stop the VM", func() error { return s.stopMachine() })
@@ -327,7 +430,7 @@ func (s *sess) boot(ctx context.Context) error {
 			}
 		})
 	}
-	_, c, t, err := boot.Start(ctx, o.Driver, cfg, boot.Options{Client: s.keys.ClientConfig(), Timeout: o.BootTimeout, Started: started})
+	_, c, t, err := boot.Start(ctx, s.plan.driver, cfg, boot.Options{Client: s.keys.ClientConfig(), Timeout: o.BootTimeout, Started: started})
 	s.timings.VMStart, s.timings.Ready, s.timings.Handshake = t.VMStart, t.Ready, t.Handshake
 	var be *boot.Error
 	switch {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/vibedom/vibedom/atomicfile"
+	"github.com/vibedom/vibedom/home"
 	"io/fs"
 	"strings"
 	"time"
@@ -27,7 +28,7 @@ type Config struct {
 // ReadConfig reads ~/.vibedom/config (h.Config(): "key = value" lines,
 // '#' comments); a missing file is the zero Config.
 // Unknown keys and malformed lines are errors naming the line.
-func ReadConfig(h Home) (*Config, error) {
+func ReadConfig(h home.Home) (*Config, error) {
 	b, err := atomicfile.ReadLimited(h.Config(), 64<<10)
 	if errors.Is(err, fs.ErrNotExist) {
 		return &Config{}, nil

@@ -153,7 +153,7 @@ func TestAttachFallingBehind(t *testing.T) {
 	s := controlHost(t, os.Getuid())
 	s.client = inProcessGuest(t)
 	s.state.Agent = "command"
-	s.opts.Command = []string{"sh", "-c", "i=0; while [ $i -lt 100 ]; do yes | head -c 1000000; sleep 0.1; i=$((i+1)); done"}
+	s.plan.command = []string{"sh", "-c", "i=0; while [ $i -lt 100 ]; do yes | head -c 1000000; sleep 0.1; i=$((i+1)); done"}
 	conn, err := DialControl(&Info{State: s.snapshotState(), Live: StatusRunning, Dir: s.dir})
 	if err != nil {
 		t.Fatal(err)

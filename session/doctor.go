@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 
+	"github.com/vibedom/vibedom/home"
 	"github.com/vibedom/vibedom/image"
 	"github.com/vibedom/vibedom/image/alpine"
 	"github.com/vibedom/vibedom/image/assets"
@@ -40,7 +41,7 @@ func (r *DoctorReport) Failed() bool {
 // of its keys, the user's allowlist, the hypervisor and what it offers, the
 // guest image, and the tools apply relies on. It changes nothing and never
 // fails on a finding: each is a Check with a fix.
-func Doctor(ctx context.Context, h Home) (*DoctorReport, error) {
+func Doctor(ctx context.Context, h home.Home) (*DoctorReport, error) {
 	r := &DoctorReport{Home: string(h), Arch: HostArch()}
 	add := func(c vm.Check) { r.Checks = append(r.Checks, c) }
 
@@ -80,7 +81,7 @@ func Doctor(ctx context.Context, h Home) (*DoctorReport, error) {
 
 // homeCheck: the home exists and only its owner can write it (the rule
 // ensureDir holds it to; the keys inside are 0600 themselves).
-func homeCheck(h Home) vm.Check {
+func homeCheck(h home.Home) vm.Check {
 	c := vm.Check{Name: "vibedom home"}
 	fi, err := os.Stat(string(h))
 	switch {
@@ -124,7 +125,7 @@ func secretFileCheck(name, path string) vm.Check {
 }
 
 // allowlistCheck: the user's allowlist parses.
-func allowlistCheck(h Home) vm.Check {
+func allowlistCheck(h home.Home) vm.Check {
 	c := vm.Check{Name: "allowlist"}
 	f, err := os.Open(h.TrustedDomains())
 	switch {
@@ -147,7 +148,7 @@ func allowlistCheck(h Home) vm.Check {
 
 // guestImageCheck: the guest image `vibedom init` built, its root image
 // hashed in full; else, on Linux, the Debian test image's assets.
-func guestImageCheck(h Home, arch vm.Arch) vm.Check {
+func guestImageCheck(h home.Home, arch vm.Arch) vm.Check {
 	c := vm.Check{Name: "guest image"}
 	a, err := alpine.GuestArch(string(arch))
 	if err != nil {

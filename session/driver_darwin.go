@@ -1,12 +1,13 @@
 package session
 
 import (
+	"github.com/vibedom/vibedom/home"
 	"github.com/vibedom/vibedom/vm"
 	"github.com/vibedom/vibedom/vm/vz"
 )
 
 // DefaultDriver is Apple's Virtualization.framework.
-func DefaultDriver(Home) (vm.Driver, error) {
+func DefaultDriver(home.Home) (vm.Driver, error) {
 	d, err := vz.New(nil)
 	if err != nil {
 		return nil, err

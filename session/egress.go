@@ -15,6 +15,7 @@ import (
 	"github.com/vibedom/vibedom/keys"
 	"github.com/vibedom/vibedom/netfilter"
 	nfegress "github.com/vibedom/vibedom/netfilter/egress"
+	"github.com/vibedom/vibedom/policy"
 )
 
 // EgressOptions configures the session's network. The zero value gives the
@@ -90,11 +91,11 @@ type egress struct {
 func (s *sess) setupEgress(ctx context.Context) error {
 	o := &s.opts
 	eo := o.Egress
-	trust, err := LoadWorkspaceTrust(o.Home, o.Workspace)
+	trust, err := policy.LoadTrust(o.Home, s.plan.workspace)
 	if err != nil {
 		return fmt.Errorf("load the egress policy: %w", err)
 	}
-	policy, notes, err := EgressPolicy(o.Home, trust, eo.Allow)
+	pol, notes, err := policy.EgressPolicy(o.Home, trust, eo.Allow)
 	if err != nil {
 		return fmt.Errorf("load the egress policy: %w", err)
 	}
@@ -111,7 +112,7 @@ func (s *sess) setupEgress(ctx context.Context) error {
 		return err
 	}
 	events.SetRedactor(s.redact)
-	e := &egress{policy: policy, events: events, caPEM: ca.CertPEM(), mac: guestMAC}
+	e := &egress{policy: pol, events: events, caPEM: ca.CertPEM(), mac: guestMAC}
 	s.cleanup.add("close network log", events.Close)
 	roots := append([]*x509.Certificate{}, eo.ExtraRoots...)
 	for _, f := range eo.CAFiles {
@@ -138,11 +139,11 @@ func (s *sess) setupEgress(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	e.live, e.conns = newLivePolicy(o.Home, policy, time.Now()), newConnSet()
+	e.live, e.conns = newLivePolicy(o.Home, pol, time.Now()), newConnSet()
 	switch eo.Mode {
 	case "", EgressModeDeny:
 	case EgressModeAsk:
-		e.live.ask = newAsker(eo.AskTimeout)
+		e.live.setAsk(newAsker(eo.AskTimeout))
 		e.live.ask.notify, e.live.ask.onClear = s.notifyQuestion, e.notices.cleared
 		s.progress("egress: ask mode: names no rule decides are held while you are asked (`vibedom watch %s`; %v, then denied)", s.name, e.live.ask.timeout)
 	default:
@@ -150,8 +151,8 @@ func (s *sess) setupEgress(ctx context.Context) error {
 	}
 	limited := nfegress.LimitWildcards(e.live)
 	ecfg := netfilter.EngineConfig{
-		CA: ca, Policy: limited, Filter: eo.Filter, Events: events, Logger: s.log.With("part", "proxy"),
-		Dial: eo.Dial, Resolve: eo.Resolve, AllowPrivate: policy.PrivateRanges(), ExtraRoots: roots,
+		CA: ca, Policy: limited, Filter: s.plan.filter, Events: events, Logger: s.log.With("part", "proxy"),
+		Dial: eo.Dial, Resolve: eo.Resolve, AllowPrivate: pol.PrivateRanges(), ExtraRoots: roots,
 		Session: s.name, Track: func(t netfilter.Target, c net.Conn) func() { return e.conns.add(t, c) },
 		NoMITM: noMITM,
 	}

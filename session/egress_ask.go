@@ -42,6 +42,7 @@ const (
 	AnswerDeny    = "deny"
 	answerTimeout = "timeout"
 	answerTooMany = "too many" // not asked: maxPending questions are open
+	answerDecided = "decided"  // not asked: a rule decides it now
 )
 
 // DefaultAskTimeout is how long a question waits for the user.
@@ -92,7 +93,11 @@ type asker struct {
 	timeout time.Duration
 	dnsHold time.Duration
 	notify  func(Question) // a new question (the attached terminal); may be nil
-	onClear func()         // no question is open any more; may be nil
+	// decided reports whether a rule decides name:port now (port 0: the
+	// name); checked before a new question opens, so a request that
+	// missed an answer's new rule is not asked again.
+	decided func(name string, port uint16) bool
+	onClear func() // no question is open any more; may be nil
 
 	mu      sync.Mutex
 	nextID  int
@@ -155,6 +160,10 @@ func (a *asker) ask(name string, port uint16, hold time.Duration) string {
 	a.mu.Lock()
 	q := a.pending[name]
 	isNew := q == nil
+	if isNew && a.decided != nil && a.decided(name, port) {
+		a.mu.Unlock()
+		return answerDecided
+	}
 	if isNew && len(a.pending) >= maxPending {
 		a.mu.Unlock()
 		return answerTooMany

@@ -14,7 +14,7 @@ import (
 func askHost(t *testing.T, timeout time.Duration) *sess {
 	t.Helper()
 	s := liveHost(t, "")
-	s.egress.live.ask = newAsker(timeout)
+	s.egress.live.setAsk(newAsker(timeout))
 	return s
 }
 

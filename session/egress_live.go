@@ -19,6 +19,7 @@ import (
 
 	"github.com/vibedom/vibedom/atomicfile"
 	"github.com/vibedom/vibedom/credentials"
+	"github.com/vibedom/vibedom/home"
 	"github.com/vibedom/vibedom/netfilter"
 	nfegress "github.com/vibedom/vibedom/netfilter/egress"
 )
@@ -111,7 +112,7 @@ type livePolicy struct {
 	cur     atomic.Pointer[policySnap]
 	mu      sync.Mutex // serialises changes
 	since   time.Time  // when the loaded rules took effect
-	home    Home
+	home    home.Home
 	private []netip.Prefix // the loaded user scope's allow-private ranges
 	ask     *asker         // nil unless the session runs in ask mode
 }
@@ -130,10 +131,22 @@ type liveRule struct {
 
 var _ nfegress.StackPolicy = (*livePolicy)(nil)
 
-func newLivePolicy(h Home, p *nfegress.Policy, since time.Time) *livePolicy {
+func newLivePolicy(h home.Home, p *nfegress.Policy, since time.Time) *livePolicy {
 	l := &livePolicy{since: since, home: h, private: p.PrivateRanges()}
 	l.cur.Store(&policySnap{p: p, live: map[string]liveRule{}, rules: p.Rules()})
 	return l
+}
+
+// setAsk turns ask mode on with a.
+func (l *livePolicy) setAsk(a *asker) {
+	a.decided = func(name string, port uint16) bool {
+		p := l.cur.Load().p
+		if port == 0 {
+			return !undecided(p.DecideName(name))
+		}
+		return !undecided(p.Decide(name, port))
+	}
+	l.ask = a
 }
 
 // Decide implements nfegress.StackPolicy. In ask mode a name no rule
@@ -354,7 +367,7 @@ func (l *livePolicy) change(action string, rules []nfegress.Rule, scope string, 
 
 // saveUserRules appends rules to the user's rule file, keeping what it
 // holds (comments included), atomically. The result must still parse.
-func saveUserRules(h Home, texts []string, action, sessName string, at time.Time) (string, error) {
+func saveUserRules(h home.Home, texts []string, action, sessName string, at time.Time) (string, error) {
 	path := h.TrustedDomains()
 	var old []byte
 	perm := fs.FileMode(0o600)

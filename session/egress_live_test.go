@@ -10,8 +10,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vibedom/vibedom/home"
 	"github.com/vibedom/vibedom/netfilter"
 	nfegress "github.com/vibedom/vibedom/netfilter/egress"
+	"github.com/vibedom/vibedom/policy"
+	"github.com/vibedom/vibedom/wstrust"
 )
 
 // liveHost is a session host with a control socket and an egress policy
@@ -19,11 +22,11 @@ import (
 func liveHost(t *testing.T, userRules string) *sess {
 	t.Helper()
 	s := controlHost(t, os.Getuid())
-	s.opts.Home = Home(t.TempDir())
+	s.opts.Home = home.Home(t.TempDir())
 	if userRules != "" {
 		os.WriteFile(s.opts.Home.TrustedDomains(), []byte(userRules), 0o644)
 	}
-	pol, _, err := EgressPolicy(s.opts.Home, &WorkspaceTrust{}, []string{"flag.example"})
+	pol, _, err := policy.EgressPolicy(s.opts.Home, &wstrust.Trust{}, []string{"flag.example"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -23,6 +23,9 @@ import (
 // already has it is left as it is.
 const sandboxNoteMark = "<!-- vibedom sandbox note -->"
 
+// maxNoteFile bounds the instructions file read back from the guest.
+const maxNoteFile = 1 << 20
+
 // sandboxNoteFile is the note's path in the guest's root.
 const sandboxNoteFile = "/etc/vibedom/README"
 
@@ -108,7 +111,7 @@ func (s *sess) writeSandboxNotes(ctx context.Context) error {
 	dst := path.Join(guestHome, rel)
 	var old []byte
 	if f, err := sc.Open(dst); err == nil {
-		old, _ = io.ReadAll(io.LimitReader(f, maxSettingsFile))
+		old, _ = io.ReadAll(io.LimitReader(f, maxNoteFile))
 		f.Close()
 	}
 	if bytes.Contains(old, []byte(sandboxNoteMark)) {

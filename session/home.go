@@ -3,18 +3,7 @@ package session
 import (
 	"fmt"
 	"os"
-
-	"github.com/vibedom/vibedom/home"
-	"github.com/vibedom/vibedom/preflight"
 )
-
-// Home is the vibedom state directory; its layout lives in package home.
-// The alias stays while the session files still spell session.Home (the
-// lead removes it once every branch is merged); new code names home.Home.
-type Home = home.Home
-
-// DefaultHome returns $VIBEDOM_HOME when set, else ~/.vibedom (home.Default).
-func DefaultHome() (Home, error) { return home.Default() }
 
 // ensureDir makes dir (and its parents) with mode 0700 and checks that an
 // existing dir is not group- or world-writable.
@@ -30,15 +19,4 @@ func ensureDir(dir string) error {
 		return fmt.Errorf("%s is writable by other users (mode %v): run chmod go-w %s", dir, fi.Mode().Perm(), dir)
 	}
 	return nil
-}
-
-// ScanOptions are the secrets scan's options for workspace, with h's
-// gitleaks config, cache and approval key.
-func ScanOptions(h Home, workspace string) preflight.Options {
-	return preflight.Options{
-		Workspace:       workspace,
-		UserConfig:      h.GitleaksConfig(),
-		CacheDir:        h.PreflightCache(),
-		ApprovalKeyPath: h.PreflightApprovalKey(),
-	}
 }

@@ -220,7 +220,7 @@ func (s *sess) pause(ctx context.Context, toDisk bool) (time.Duration, error) {
 	}
 	if toDisk {
 		if err := vm.SaveStateSupported(s.machine); err != nil {
-			return 0, fmt.Errorf("session %s runs on %s: %w", s.name, s.opts.Driver.Name(), err)
+			return 0, fmt.Errorf("session %s runs on %s: %w", s.name, s.plan.driver.Name(), err)
 		}
 		// The VM-level save and restore exist (vm.SaveToDisk,
 		// vm.RestoreFromDisk); re-attaching the network, the control
@@ -382,8 +382,8 @@ func (s *sess) rootEnv() map[string]string {
 // them starts the agent; later ones (attach) join it.
 func (s *sess) keptOptions() guestlink.ShellOptions {
 	o := guestlink.ShellOptions{Keep: keptAgent, Env: s.userEnv(), Term: TermName(), ForwardAgent: s.opts.SSHAgent.Enabled}
-	if len(s.opts.Command) > 0 {
-		o.Command = "exec " + shellQuote(s.opts.Command)
+	if len(s.plan.command) > 0 {
+		o.Command = "exec " + shellQuote(s.plan.command)
 	}
 	return o
 }

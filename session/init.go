@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 
+	"github.com/vibedom/vibedom/home"
 	"github.com/vibedom/vibedom/image"
 	"github.com/vibedom/vibedom/image/assets"
 	"github.com/vibedom/vibedom/keys"
@@ -55,7 +56,7 @@ const trustedTemplate = `# vibedom egress allowlist: one rule a line.
 // an allowlist file to edit. It is idempotent and never replaces a key. It
 // also checks the hypervisor and the guest image, reporting what is missing
 // rather than failing.
-func Init(ctx context.Context, h Home, o InitOptions) (*InitResult, error) {
+func Init(ctx context.Context, h home.Home, o InitOptions) (*InitResult, error) {
 	if err := ensureDir(string(h)); err != nil {
 		return nil, err
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/vibedom/vibedom/policy"
 	"github.com/vibedom/vibedom/preflight"
 	"github.com/vibedom/vibedom/termtext"
 )
@@ -31,8 +32,8 @@ func (s *sess) runPreflight(ctx context.Context) (*preflight.Report, error) {
 		_, err := preflight.Review(ctx, nil, in, out, tty, preflight.ModeOff)
 		return nil, err
 	}
-	s.progress("scanning %s for secrets (gitleaks)", termtext.Line(o.Workspace))
-	rep, err := preflight.Scan(ctx, ScanOptions(o.Home, o.Workspace))
+	s.progress("scanning %s for secrets (gitleaks)", termtext.Line(s.plan.workspace))
+	rep, err := preflight.Scan(ctx, policy.ScanOptions(o.Home, s.plan.workspace))
 	if err != nil {
 		return nil, fmt.Errorf("secrets preflight: %w", err)
 	}
@@ -48,21 +49,4 @@ func (s *sess) runPreflight(ctx context.Context) (*preflight.Report, error) {
 	default:
 		return rep, fmt.Errorf("%w: nothing was started", ErrCancelled)
 	}
-}
-
-// Preflight runs only the secrets preflight of a session with these
-// options, on o.Terminal when set: `vibedom run --detach` asks here,
-// before the session host starts in the background.
-func Preflight(ctx context.Context, o Options) error {
-	if err := o.setDefaults(); err != nil {
-		return err
-	}
-	ws, err := CheckWorkspace(o.Workspace)
-	if err != nil {
-		return err
-	}
-	o.Workspace = ws
-	s := &sess{opts: o}
-	_, err = s.runPreflight(ctx)
-	return err
 }

@@ -12,11 +12,13 @@ import (
 	"time"
 
 	"github.com/vibedom/vibedom/guest/proto"
+	"github.com/vibedom/vibedom/home"
 	"github.com/vibedom/vibedom/image"
 	"github.com/vibedom/vibedom/keys"
 	"github.com/vibedom/vibedom/logredact"
 	"github.com/vibedom/vibedom/overlay"
 	"github.com/vibedom/vibedom/vm"
+	"github.com/vibedom/vibedom/wstrust"
 )
 
 // Crash recovery: when a session's host dies (kill -9, a host reboot, power
@@ -31,7 +33,7 @@ const recoverLock = ".recover.lock"
 
 // RecoverOptions configure a recovery.
 type RecoverOptions struct {
-	Home Home
+	Home home.Home
 	// Name is the crashed session.
 	Name string
 	// Driver runs the rescue VM; nil picks the platform's default.
@@ -57,7 +59,7 @@ var ErrNotRecoverable = errors.New("cannot recover")
 // Recover collects a crashed session's changes from its scratch disk.
 func Recover(ctx context.Context, ro RecoverOptions) (*Result, error) {
 	if ro.Home == "" {
-		h, err := DefaultHome()
+		h, err := home.Default()
 		if err != nil {
 			return nil, err
 		}
@@ -133,7 +135,7 @@ func Recover(ctx context.Context, ro RecoverOptions) (*Result, error) {
 
 func (s *sess) recover(ctx context.Context, info *Info) (*Result, error) {
 	o := &s.opts
-	ws, err := CheckWorkspace(info.Workspace)
+	ws, err := wstrust.CheckWorkspace(info.Workspace)
 	if err != nil {
 		return nil, fmt.Errorf("%w (the session's workspace): the patch needs it", err)
 	}
@@ -143,19 +145,20 @@ func (s *sess) recover(ctx context.Context, info *Info) (*Result, error) {
 	if id := dirID(ws); info.WorkspaceID != "" && id != info.WorkspaceID {
 		return nil, fmt.Errorf("%w: %s is not the folder session %s started on (it was replaced since): put that folder back", ErrNotRecoverable, ws, info.Name)
 	}
-	o.Workspace = ws
+	s.plan.workspace = ws
 	// The dead host's runtime folder (sockets) is of no use now.
 	if isRuntimeDir(info.Control) {
 		_ = os.RemoveAll(filepath.Dir(info.Control))
 	}
-	if o.Driver == nil {
+	s.plan.driver = o.Driver
+	if s.plan.driver == nil {
 		d, err := DefaultDriver(o.Home)
 		if err != nil {
 			return nil, err
 		}
-		o.Driver = d
+		s.plan.driver = d
 	}
-	if err := o.Driver.Available(ctx, o.Arch); err != nil {
+	if err := s.plan.driver.Available(ctx, o.Arch); err != nil {
 		return nil, err
 	}
 	s.logDir = info.LogDir // checked by checkOwnFolders
@@ -182,12 +185,12 @@ func (s *sess) recover(ctx context.Context, info *Info) (*Result, error) {
 
 	// Any image boots the rescue: it runs only the guest agent's own
 	// collection, in the initramfs, so the root image is not attached.
-	choice, err := chooseImage(o.Home, o.Arch)
+	choice, err := image.Choose(o.Home, o.Arch)
 	if err != nil {
 		return nil, err
 	}
 	s.progress("preparing the rescue VM for %s", s.name)
-	if s.img, _, _, err = prepareImage(ctx, o.Home, o.Arch, choice); err != nil {
+	if s.img, _, _, err = choice.Prepare(ctx, o.Home, o.Arch, testKeyring()); err != nil {
 		return nil, fmt.Errorf("prepare the VM image: %w", err)
 	}
 	if s.keys, err = keys.NewSession(); err != nil {
@@ -199,8 +202,8 @@ func (s *sess) recover(ctx context.Context, info *Info) (*Result, error) {
 	}
 	bc := &proto.BootConfig{
 		Version: proto.Version, SessionID: s.name, Hostname: "vibedom-rescue",
-		Control:        controlFor(o.Driver),
-		Workspace:      proto.Workspace{Tag: workspaceTag, FSType: shareFSFor(o.Driver)},
+		Control:        controlFor(s.plan.driver),
+		Workspace:      proto.Workspace{Tag: workspaceTag, FSType: shareFSFor(s.plan.driver)},
 		Scratch:        proto.Scratch{Device: "/dev/vda"},
 		AuthorizedKeys: []string{s.keys.AuthorizedKey()},
 	}
@@ -257,13 +260,13 @@ func isRuntimeDir(control string) bool {
 // checkOwnFolders refuses a state.json whose log folder is not one of the
 // home's own (logs/session-…, a real folder or absent), so a recovery
 // creates and writes nothing outside the vibedom home.
-func checkOwnFolders(home Home, info *Info) error {
+func checkOwnFolders(hm home.Home, info *Info) error {
 	ld := info.LogDir
-	if ld == "" || !filepath.IsAbs(ld) || filepath.Clean(ld) != ld || filepath.Dir(ld) != filepath.Clean(home.Logs()) ||
+	if ld == "" || !filepath.IsAbs(ld) || filepath.Clean(ld) != ld || filepath.Dir(ld) != filepath.Clean(hm.Logs()) ||
 		!strings.HasPrefix(filepath.Base(ld), "session-") {
-		return fmt.Errorf("%w: session %s records the log folder %q, which is not under %s", ErrNotRecoverable, info.Name, ld, home.Logs())
+		return fmt.Errorf("%w: session %s records the log folder %q, which is not under %s", ErrNotRecoverable, info.Name, ld, hm.Logs())
 	}
-	if err := ensureDir(home.Logs()); err != nil {
+	if err := ensureDir(hm.Logs()); err != nil {
 		return err
 	}
 	if fi, err := os.Lstat(ld); err == nil && !fi.IsDir() {

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vibedom/vibedom/home"
 	"github.com/vibedom/vibedom/vm"
 )
 
@@ -35,10 +36,10 @@ func (unavailableDriver) Start(context.Context, vm.Config) (vm.Machine, error) {
 // folder, say) must not be removed.
 func TestRecoverRemovesOnlyItsRuntimeFolder(t *testing.T) {
 	root := t.TempDir()
-	home := Home(filepath.Join(root, "home"))
+	hm := home.Home(filepath.Join(root, "hm"))
 	ws := filepath.Join(root, "ws")
 	victim := filepath.Join(root, "code", "vibedom-website")
-	dir := home.Session("ws-0001")
+	dir := hm.Session("ws-0001")
 	for _, d := range []string{ws, victim, dir, filepath.Join(root, "logs")} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
 			t.Fatal(err)
@@ -51,11 +52,11 @@ func TestRecoverRemovesOnlyItsRuntimeFolder(t *testing.T) {
 		t.Fatal(err)
 	}
 	st, _ := json.Marshal(State{Name: "ws-0001", Workspace: ws, Created: time.Now().UTC(), Status: StatusRunning,
-		LogDir: filepath.Join(home.Logs(), "session-1"), PID: 0, Control: filepath.Join(victim, controlSocket)})
+		LogDir: filepath.Join(hm.Logs(), "session-1"), PID: 0, Control: filepath.Join(victim, controlSocket)})
 	if err := os.WriteFile(filepath.Join(dir, stateFile), st, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := Recover(t.Context(), RecoverOptions{Home: home, Name: "ws-0001", Driver: unavailableDriver{}}); err == nil {
+	if _, err := Recover(t.Context(), RecoverOptions{Home: hm, Name: "ws-0001", Driver: unavailableDriver{}}); err == nil {
 		t.Fatal("a recovery without a hypervisor succeeded")
 	}
 	if _, err := os.Stat(filepath.Join(victim, "index.html")); err != nil {
@@ -105,7 +106,7 @@ func TestRecoverRuntimeDir(t *testing.T) {
 // TestRecoverOneAtATime: while one recovery holds the session's lock, a
 // second is refused at once with a one-line error.
 func TestRecoverOneAtATime(t *testing.T) {
-	h := Home(t.TempDir())
+	h := home.Home(t.TempDir())
 	dir := h.Session("crashed")
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		t.Fatal(err)
@@ -145,7 +146,7 @@ func (availableDriver) Available(context.Context, vm.Arch) error { return nil }
 // temporary file a killed recovery left (.changes.patch.tmp-*) is removed.
 func TestRecoverTamperedState(t *testing.T) {
 	root := t.TempDir()
-	home := Home(filepath.Join(root, "home"))
+	hm := home.Home(filepath.Join(root, "hm"))
 	ws := filepath.Join(root, "ws")
 	other := filepath.Join(root, "other")
 	for _, d := range []string{ws, other} {
@@ -156,23 +157,23 @@ func TestRecoverTamperedState(t *testing.T) {
 	link := filepath.Join(root, "link")
 	os.Symlink(other, link)
 	outside := filepath.Join(root, "elsewhere", "logs")
-	ownLogs := filepath.Join(home.Logs(), "session-20260101-000000")
+	ownLogs := filepath.Join(hm.Logs(), "session-20260101-000000")
 	cases := []struct {
 		name   string
 		st     State
 		want   string
 		absent string // must not exist afterwards
 	}{
-		{"log folder outside the home", State{Workspace: ws, LogDir: outside}, "not under", outside},
-		{"log folder up and out", State{Workspace: ws, LogDir: filepath.Join(home.Logs(), "..", "..", "elsewhere", "x")}, "not under", filepath.Join(root, "elsewhere")},
-		{"log folder not a session's", State{Workspace: ws, LogDir: filepath.Join(home.Logs(), "keys")}, "not under", filepath.Join(home.Logs(), "keys")},
+		{"log folder outside the hm", State{Workspace: ws, LogDir: outside}, "not under", outside},
+		{"log folder up and out", State{Workspace: ws, LogDir: filepath.Join(hm.Logs(), "..", "..", "elsewhere", "x")}, "not under", filepath.Join(root, "elsewhere")},
+		{"log folder not a session's", State{Workspace: ws, LogDir: filepath.Join(hm.Logs(), "keys")}, "not under", filepath.Join(hm.Logs(), "keys")},
 		{"workspace through a symlink", State{Workspace: link, LogDir: ownLogs}, "now leads to", ""},
 		{"workspace replaced", State{Workspace: ws, WorkspaceID: "1:2", LogDir: ownLogs}, "is not the folder session", ""},
 	}
 	for i, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			name := fmt.Sprintf("tampered-%d", i)
-			dir := home.Session(name)
+			dir := hm.Session(name)
 			if err := os.MkdirAll(dir, 0o700); err != nil {
 				t.Fatal(err)
 			}
@@ -185,7 +186,7 @@ func TestRecoverTamperedState(t *testing.T) {
 			if err := os.WriteFile(filepath.Join(dir, stateFile), b, 0o600); err != nil {
 				t.Fatal(err)
 			}
-			_, err := Recover(t.Context(), RecoverOptions{Home: home, Name: name, Driver: availableDriver{}})
+			_, err := Recover(t.Context(), RecoverOptions{Home: hm, Name: name, Driver: availableDriver{}})
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Errorf("recover: %v, want it to say %q", err, tc.want)
 			}
@@ -207,7 +208,7 @@ func TestRecoverTamperedState(t *testing.T) {
 // TestRecoveringStatus: while recover runs, the session is "recovering"
 // (not "running"); when the recovering process is gone, it is crashed again.
 func TestRecoveringStatus(t *testing.T) {
-	h := Home(t.TempDir())
+	h := home.Home(t.TempDir())
 	dir := h.Session("r")
 	os.MkdirAll(dir, 0o700)
 	st := State{Name: "r", Workspace: t.TempDir(), Created: time.Now().UTC(), Status: StatusRecovering, PID: os.Getpid(), PIDStart: procStart(os.Getpid())}

@@ -11,17 +11,16 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"path/filepath"
 	"strings"
 	"time"
 
-	"github.com/vibedom/vibedom/overlay"
+	"github.com/vibedom/vibedom/home"
+	"github.com/vibedom/vibedom/policy"
 	"github.com/vibedom/vibedom/vm"
 )
 
 // Errors a user can act on. Each is wrapped with the details.
 var (
-	ErrWorkspace  = errors.New("bad workspace")
 	ErrLowMemory  = errors.New("not enough memory")
 	ErrBootFailed = errors.New("the VM did not come up")
 )
@@ -29,7 +28,7 @@ var (
 // Options configures one session.
 type Options struct {
 	// Home is the vibedom state folder.
-	Home Home
+	Home home.Home
 	// Workspace is the project folder the agent works on (read-only to it).
 	Workspace string
 	// Name is the session name; empty derives one from the workspace.
@@ -68,7 +67,7 @@ type Options struct {
 	// Egress configures the guest's network.
 	Egress EgressOptions
 	// DLP configures the scrubbing of what the agent sends out.
-	DLP DLPOptions
+	DLP policy.DLPOptions
 	// Review decides what happens to the agent's changes at the end.
 	Review ReviewOptions
 	// Detached runs the session without a terminal (the host of `vibedom
@@ -96,6 +95,12 @@ type Options struct {
 	// Log receives the session's own debug log besides session.log; nil
 	// writes only session.log.
 	Log *slog.Logger
+
+	// reserved: detach (run --detach) made the session folder (empty) for this host.
+	reserved bool
+	// scanned is the secrets preflight's result when detach ran it; the
+	// session then does not scan again.
+	scanned *scanResult
 }
 
 // CollectIdleEnv names the variable that sets Options.CollectIdle.
@@ -110,6 +115,9 @@ type Result struct {
 	// 128+N when killed by signal N.
 	ExitCode int
 	Timings  Timings
+	// Host is set when the session was detached (StartOptions.Detach): it runs on in
+	// the background.
+	Host *HostInfo
 }
 
 // Timings splits the time to a ready guest into host-side work and guest
@@ -124,7 +132,7 @@ type Timings struct {
 
 func (o *Options) setDefaults() error {
 	if o.Home == "" {
-		h, err := DefaultHome()
+		h, err := home.Default()
 		if err != nil {
 			return err
 		}
@@ -167,39 +175,6 @@ func (o *Options) setDefaults() error {
 		o.Progress = io.Discard
 	}
 	return nil
-}
-
-// CheckWorkspace resolves path to an absolute, symlink-free directory path
-// or says what is wrong with it.
-func CheckWorkspace(path string) (string, error) {
-	if path == "" {
-		return "", fmt.Errorf("%w: no workspace given: run `vibedom run PATH`", ErrWorkspace)
-	}
-	abs, err := filepath.Abs(path)
-	if err != nil {
-		return "", fmt.Errorf("%w: %v", ErrWorkspace, err)
-	}
-	real, err := filepath.EvalSymlinks(abs)
-	if err != nil {
-		if errors.Is(err, os.ErrNotExist) {
-			return "", fmt.Errorf("%w: %s does not exist: check the path", ErrWorkspace, path)
-		}
-		return "", fmt.Errorf("%w: %v", ErrWorkspace, err)
-	}
-	fi, err := os.Stat(real)
-	if err != nil {
-		return "", fmt.Errorf("%w: %v", ErrWorkspace, err)
-	}
-	if !fi.IsDir() {
-		return "", fmt.Errorf("%w: %s is a file, not a directory: give the project folder", ErrWorkspace, path)
-	}
-	if real == "/" {
-		return "", fmt.Errorf("%w: refusing to share the whole filesystem: give a project folder", ErrWorkspace)
-	}
-	if err := overlay.CheckNotHome(real, ""); err != nil {
-		return "", fmt.Errorf("%w: %v", ErrWorkspace, err)
-	}
-	return real, nil
 }
 
 // CheckMemory refuses a VM bigger than the host can give.

@@ -11,6 +11,7 @@ import (
 
 	"golang.org/x/crypto/ssh"
 
+	"github.com/vibedom/vibedom/agents"
 	"github.com/vibedom/vibedom/guest/proto"
 	"github.com/vibedom/vibedom/guestlink"
 	"github.com/vibedom/vibedom/overlay"
@@ -97,7 +98,7 @@ func (s *sess) run(ctx context.Context, start time.Time) (*Result, error) {
 	switch {
 	case o.Detached:
 		s.progress("ready in %.1fs", s.timings.Total.Seconds())
-	case len(o.Command) == 0:
+	case len(s.plan.command) == 0:
 		s.progress("ready in %.1fs; attaching a shell in %s (exit it to end the session)", s.timings.Total.Seconds(), proto.WorkDir)
 	default:
 		s.progress("ready in %.1fs", s.timings.Total.Seconds())
@@ -214,10 +215,10 @@ func (s *sess) runAgent(ctx context.Context) (int, error) {
 		} else {
 			st, err = s.shell(actx, ko)
 		}
-	case len(o.Command) > 0:
-		s.log.Info("exec", "argv", o.Command)
+	case len(s.plan.command) > 0:
+		s.log.Info("exec", "argv", s.plan.command)
 		in, stop := newInput(o.Stdin)
-		st, err = s.client.Exec(actx, "exec "+shellQuote(o.Command), guestlink.ExecOptions{
+		st, err = s.client.Exec(actx, "exec "+shellQuote(s.plan.command), guestlink.ExecOptions{
 			Stdin: in, Stdout: o.Stdout, Stderr: o.Stderr, Env: s.userEnv(), Signals: sigs,
 			ForwardAgent: o.SSHAgent.Enabled,
 		})
@@ -251,7 +252,7 @@ func (s *sess) userEnv() map[string]string {
 	}
 	env := map[string]string{proto.RunAsVar: as}
 	if a := s.opts.Agent; a != nil {
-		for k, v := range agentEnvFor(a.Name) {
+		for k, v := range agents.Env(a.Name) {
 			env[k] = v
 		}
 	}
@@ -263,7 +264,7 @@ func (s *sess) userEnv() map[string]string {
 // attach` can join.
 func (s *sess) keptMode() bool {
 	o := &s.opts
-	return o.Detached || (o.Terminal != nil && (len(o.Command) == 0 || s.agentTTY))
+	return o.Detached || (o.Terminal != nil && (len(s.plan.command) == 0 || s.agentTTY))
 }
 
 // agentLabel says what runs on the kept terminal, for status and list.
@@ -271,7 +272,7 @@ func (s *sess) agentLabel() string {
 	switch {
 	case s.opts.Agent != nil:
 		return s.opts.Agent.Name
-	case len(s.opts.Command) > 0:
+	case len(s.plan.command) > 0:
 		return "command"
 	}
 	return AgentShell
@@ -409,7 +410,7 @@ func (s *sess) interrupt() {
 func (s *sess) review(ctx context.Context) error {
 	o := &s.opts
 	ro := review.Options{
-		Apply:    overlay.ApplyOptions{Workspace: o.Workspace, SessionDir: s.dir},
+		Apply:    overlay.ApplyOptions{Workspace: s.plan.workspace, SessionDir: s.dir},
 		ApplyAll: o.Review.ApplyAll,
 		Color:    o.Review.Color,
 		Pager:    o.Review.Pager,

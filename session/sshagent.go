@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/vibedom/vibedom/home"
 	"github.com/vibedom/vibedom/keys"
 	"github.com/vibedom/vibedom/netfilter"
 	"github.com/vibedom/vibedom/sshagent"
@@ -112,7 +113,7 @@ type DeployKeyInfo struct {
 }
 
 // DeployKey returns the deploy key of h, making it on first use.
-func DeployKey(h Home) (*DeployKeyInfo, error) {
+func DeployKey(h home.Home) (*DeployKeyInfo, error) {
 	dk, created, err := keys.EnsureDeployKey(h.Keys())
 	if err != nil {
 		return nil, fmt.Errorf("deploy key: %w", err)

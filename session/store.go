@@ -10,6 +10,7 @@ import (
 	"slices"
 
 	"github.com/vibedom/vibedom/atomicfile"
+	"github.com/vibedom/vibedom/home"
 	"github.com/vibedom/vibedom/overlay"
 	"github.com/vibedom/vibedom/review"
 )
@@ -84,7 +85,7 @@ func readInfo(dir string) (*Info, error) {
 
 // ListSessions reads every session, newest first. Damaged ones are listed
 // (Live is StatusDamaged); folders without state.json are skipped.
-func ListSessions(h Home) ([]*Info, error) {
+func ListSessions(h home.Home) ([]*Info, error) {
 	ents, err := os.ReadDir(h.Sessions())
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
@@ -109,7 +110,7 @@ func ListSessions(h Home) ([]*Info, error) {
 
 // FindSession returns the session called name, or the newest one when name
 // is empty. Errors wrap ErrNoSession and say what to do.
-func FindSession(h Home, name string) (*Info, error) {
+func FindSession(h home.Home, name string) (*Info, error) {
 	if name == "" {
 		all, err := ListSessions(h)
 		if err != nil {

@@ -9,9 +9,11 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/vibedom/vibedom/home"
 )
 
-func writeSession(t *testing.T, h Home, name string, st map[string]any) {
+func writeSession(t *testing.T, h home.Home, name string, st map[string]any) {
 	t.Helper()
 	dir := h.Session(name)
 	os.MkdirAll(dir, 0o700)
@@ -22,7 +24,7 @@ func writeSession(t *testing.T, h Home, name string, st map[string]any) {
 }
 
 func TestSessionStore(t *testing.T) {
-	h := Home(t.TempDir())
+	h := home.Home(t.TempDir())
 	if _, err := FindSession(h, ""); !errors.Is(err, ErrNoSession) {
 		t.Errorf("empty home: %v", err)
 	}

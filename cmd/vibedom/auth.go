@@ -13,6 +13,7 @@ import (
 	"golang.org/x/term"
 
 	"github.com/vibedom/vibedom/credentials"
+	"github.com/vibedom/vibedom/home"
 	"github.com/vibedom/vibedom/session"
 )
 
@@ -30,7 +31,7 @@ func init() {
 					if err != nil {
 						return err
 					}
-					home, err := session.DefaultHome()
+					home, err := home.Default()
 					if err != nil {
 						return err
 					}
@@ -50,7 +51,7 @@ func init() {
 				Usage: "the keys the host holds: provider, where from, a fingerprint (never the key)",
 				Flags: []cli.Flag{&cli.BoolFlag{Name: "json", Usage: "print the result as JSON"}},
 				Action: func(ctx context.Context, c *cli.Command) error {
-					home, err := session.DefaultHome()
+					home, err := home.Default()
 					if err != nil {
 						return err
 					}
@@ -87,7 +88,7 @@ func init() {
 				Usage: "print the deploy key's public half, to add as a deploy key on your git host (made on first use; used in the VM only through run --ssh-agent)",
 				Flags: []cli.Flag{&cli.BoolFlag{Name: "json", Usage: "print the result as JSON"}},
 				Action: func(ctx context.Context, c *cli.Command) error {
-					home, err := session.DefaultHome()
+					home, err := home.Default()
 					if err != nil {
 						return err
 					}
@@ -115,7 +116,7 @@ func init() {
 					if err != nil {
 						return err
 					}
-					home, err := session.DefaultHome()
+					home, err := home.Default()
 					if err != nil {
 						return err
 					}

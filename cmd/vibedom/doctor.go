@@ -6,6 +6,7 @@ import (
 
 	"github.com/urfave/cli/v3"
 
+	"github.com/vibedom/vibedom/home"
 	"github.com/vibedom/vibedom/session"
 	"github.com/vibedom/vibedom/termtext"
 	"github.com/vibedom/vibedom/vm"
@@ -19,7 +20,7 @@ func init() {
 warnings (slower than it could be) do not change the exit status.`,
 		Flags: []cli.Flag{&cli.BoolFlag{Name: "json", Usage: "print the report as JSON"}},
 		Action: func(ctx context.Context, c *cli.Command) error {
-			home, err := session.DefaultHome()
+			home, err := home.Default()
 			if err != nil {
 				return err
 			}

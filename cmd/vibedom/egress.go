@@ -4,12 +4,14 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"os"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/urfave/cli/v3"
 
+	"github.com/vibedom/vibedom/home"
 	"github.com/vibedom/vibedom/session"
 	"github.com/vibedom/vibedom/termtext"
 )
@@ -59,7 +61,7 @@ var (
 func egressMode(c *cli.Command, o *session.EgressOptions) error {
 	mode, timeout := c.String("egress"), c.Duration("ask-timeout")
 	if mode == "" || timeout == 0 {
-		if h, err := session.DefaultHome(); err == nil {
+		if h, err := home.Default(); err == nil {
 			cfg, err := session.ReadConfig(h)
 			if err != nil {
 				return err
@@ -97,7 +99,7 @@ func egressMode(c *cli.Command, o *session.EgressOptions) error {
 
 // egressDo sends one OpEgress request to the session named name.
 func egressDo(name string, req session.EgressRequest) (*session.EgressReply, error) {
-	home, err := session.DefaultHome()
+	home, err := home.Default()
 	if err != nil {
 		return nil, err
 	}
@@ -227,4 +229,21 @@ func policyCheckSession(c *cli.Command, name, host string, port uint16) error {
 		return exitCode(1)
 	}
 	return nil
+}
+
+// policyShow lists a session's live rules when its argument names a
+// session, and is policyStatus otherwise (a folder: "." or a path).
+func policyShow(ctx context.Context, c *cli.Command) error {
+	arg := c.Args().First()
+	if c.Args().Len() == 1 && session.ValidName(arg) && !strings.ContainsAny(arg, `/\`) {
+		if h, err := home.Default(); err == nil {
+			if _, err := os.Stat(h.Session(arg)); err == nil {
+				return policyShowSession(c, arg)
+			}
+		}
+		if fi, err := os.Stat(arg); err != nil || !fi.IsDir() {
+			return fmt.Errorf("no session called %q (`vibedom list` shows them) and no folder of that name", arg)
+		}
+	}
+	return policyStatus(ctx, c)
 }

@@ -13,6 +13,7 @@ import (
 	"golang.org/x/term"
 
 	"github.com/vibedom/vibedom/agents"
+	"github.com/vibedom/vibedom/home"
 	"github.com/vibedom/vibedom/image"
 	"github.com/vibedom/vibedom/netfilter"
 	"github.com/vibedom/vibedom/progress"
@@ -53,7 +54,7 @@ func init() {
 			&cli.StringFlag{Name: "mitmproxy-mirror", Usage: "where --with-mitmproxy fetches from: `URL` (default $" + netfilter.MitmproxyMirrorEnv + ", else " + netfilter.DefaultMitmproxyMirror + "); checked against the pinned SHA-256 either way"},
 		},
 		Action: func(ctx context.Context, c *cli.Command) error {
-			home, err := session.DefaultHome()
+			home, err := home.Default()
 			if err != nil {
 				return err
 			}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/urfave/cli/v3"
 
+	"github.com/vibedom/vibedom/home"
 	"github.com/vibedom/vibedom/session"
 	"github.com/vibedom/vibedom/termtext"
 )
@@ -83,8 +84,8 @@ in the foreground asks on its own terminal).`,
 }
 
 // findSession reads the named session (one argument required).
-func findSession(c *cli.Command, optional bool) (session.Home, *session.Info, error) {
-	home, err := session.DefaultHome()
+func findSession(c *cli.Command, optional bool) (home.Home, *session.Info, error) {
+	home, err := home.Default()
 	if err != nil {
 		return "", nil, err
 	}
@@ -259,7 +260,7 @@ func stopAction(ctx context.Context, c *cli.Command) error {
 	if !c.Bool("json") {
 		fmt.Fprintf(os.Stderr, "vibedom: stopping %s: ending the agent, collecting its changes, powering off\n", termtext.Line(i.Name))
 	}
-	home, _ := session.DefaultHome()
+	home, _ := home.Default()
 	var last *session.Info
 	for end := time.Now().Add(15 * time.Minute); time.Now().Before(end); {
 		last, err = session.FindSession(home, i.Name)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/urfave/cli/v3"
 
+	"github.com/vibedom/vibedom/home"
 	"github.com/vibedom/vibedom/session"
 	"github.com/vibedom/vibedom/termtext"
 )
@@ -22,7 +23,7 @@ func init() {
 patch it wrote).`,
 		Flags: []cli.Flag{&cli.BoolFlag{Name: "json", Usage: "print a JSON array"}},
 		Action: func(ctx context.Context, c *cli.Command) error {
-			home, err := session.DefaultHome()
+			home, err := home.Default()
 			if err != nil {
 				return err
 			}

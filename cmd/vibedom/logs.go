@@ -14,6 +14,7 @@ import (
 	"github.com/urfave/cli/v3"
 
 	"github.com/vibedom/vibedom/dlp"
+	"github.com/vibedom/vibedom/home"
 	"github.com/vibedom/vibedom/keys"
 	"github.com/vibedom/vibedom/netfilter"
 	"github.com/vibedom/vibedom/netfilter/egress"
@@ -66,11 +67,11 @@ func logsAction(ctx context.Context, c *cli.Command) error {
 	if c.Args().Len() > 1 {
 		return fmt.Errorf("one SESSION at most (got %d arguments)", c.Args().Len())
 	}
-	home, err := session.DefaultHome()
+	hm, err := home.Default()
 	if err != nil {
 		return err
 	}
-	dir, err := logDir(home, c.Args().First())
+	dir, err := logDir(hm, c.Args().First())
 	if err != nil {
 		return err
 	}
@@ -86,7 +87,7 @@ func logsAction(ctx context.Context, c *cli.Command) error {
 	case c.Bool("ssh-agent"):
 		return printAgentLog(w, filepath.Join(dir, sshagent.LogFile), c.Bool("json"))
 	case c.Bool("decrypt"):
-		return printAudit(w, c.Root().ErrWriter, home, filepath.Join(dir, dlp.AuditFile), c.Bool("json"))
+		return printAudit(w, c.Root().ErrWriter, hm, filepath.Join(dir, dlp.AuditFile), c.Bool("json"))
 	}
 	f, err := os.Open(filepath.Join(dir, session.SessionLogFile))
 	if err != nil {
@@ -115,7 +116,7 @@ func logsAction(ctx context.Context, c *cli.Command) error {
 
 // logDir finds the log folder of a session name, a log folder path, or the
 // latest session.
-func logDir(home session.Home, arg string) (string, error) {
+func logDir(hm home.Home, arg string) (string, error) {
 	if arg != "" && (strings.ContainsAny(arg, `/\`) || arg == ".") {
 		fi, err := os.Stat(arg)
 		if err != nil || !fi.IsDir() {
@@ -123,7 +124,7 @@ func logDir(home session.Home, arg string) (string, error) {
 		}
 		return filepath.Abs(arg)
 	}
-	si, err := session.FindSession(home, arg)
+	si, err := session.FindSession(hm, arg)
 	if err != nil {
 		return "", err
 	}
@@ -194,8 +195,8 @@ func formatEvent(ev egress.Event) string {
 }
 
 // printAudit decrypts the DLP audit log with the home's audit key.
-func printAudit(w, errw io.Writer, home session.Home, path string, raw bool) error {
-	key, err := keys.LoadAuditKey(filepath.Join(home.Keys(), keys.AuditKeyName))
+func printAudit(w, errw io.Writer, hm home.Home, path string, raw bool) error {
+	key, err := keys.LoadAuditKey(filepath.Join(hm.Keys(), keys.AuditKeyName))
 	if err != nil {
 		return fmt.Errorf("the DLP audit key: %w", err)
 	}

@@ -16,9 +16,11 @@ import (
 	"github.com/urfave/cli/v3"
 	"golang.org/x/term"
 
+	"github.com/vibedom/vibedom/home"
 	"github.com/vibedom/vibedom/netfilter/egress"
-	"github.com/vibedom/vibedom/session"
+	"github.com/vibedom/vibedom/policy"
 	"github.com/vibedom/vibedom/termtext"
+	"github.com/vibedom/vibedom/wstrust"
 )
 
 func init() {
@@ -78,7 +80,7 @@ func init() {
 
 // loadTrust reads the trust state of the workspace named by the command's
 // first argument (the current folder when none).
-func loadTrust(c *cli.Command) (session.Home, *session.WorkspaceTrust, error) {
+func loadTrust(c *cli.Command) (home.Home, *wstrust.Trust, error) {
 	if c.Args().Len() > 1 {
 		return "", nil, fmt.Errorf("give at most one WORKSPACE")
 	}
@@ -86,33 +88,16 @@ func loadTrust(c *cli.Command) (session.Home, *session.WorkspaceTrust, error) {
 	if arg == "" {
 		arg = "."
 	}
-	ws, err := session.CheckWorkspace(arg)
+	ws, err := wstrust.CheckWorkspace(arg)
 	if err != nil {
 		return "", nil, err
 	}
-	h, err := session.DefaultHome()
+	h, err := home.Default()
 	if err != nil {
 		return "", nil, err
 	}
-	t, err := session.LoadWorkspaceTrust(h, ws)
+	t, err := policy.LoadTrust(h, ws)
 	return h, t, err
-}
-
-// policyShow lists a session's live rules when its argument names a
-// session, and is policyStatus otherwise (a folder: "." or a path).
-func policyShow(ctx context.Context, c *cli.Command) error {
-	arg := c.Args().First()
-	if c.Args().Len() == 1 && session.ValidName(arg) && !strings.ContainsAny(arg, `/\`) {
-		if h, err := session.DefaultHome(); err == nil {
-			if _, err := os.Stat(h.Session(arg)); err == nil {
-				return policyShowSession(c, arg)
-			}
-		}
-		if fi, err := os.Stat(arg); err != nil || !fi.IsDir() {
-			return fmt.Errorf("no session called %q (`vibedom list` shows them) and no folder of that name", arg)
-		}
-	}
-	return policyStatus(ctx, c)
 }
 
 func policyStatus(_ context.Context, c *cli.Command) error {
@@ -162,10 +147,10 @@ func policyApprove(_ context.Context, c *cli.Command) error {
 			return exitCode(1)
 		}
 	}
-	if err := session.ApproveWorkspace(h, t); err != nil {
+	if err := wstrust.Approve(h, t); err != nil {
 		return err
 	}
-	if t, err = session.LoadWorkspaceTrust(h, t.Workspace); err != nil {
+	if t, err = policy.LoadTrust(h, t.Workspace); err != nil {
 		return err
 	}
 	if c.Bool("json") {
@@ -185,14 +170,14 @@ func policyApprove(_ context.Context, c *cli.Command) error {
 
 // writeTrust prints each trust file's state and entries. Entries come from
 // the workspace: they are printed only through printable.
-func writeTrust(w io.Writer, t *session.WorkspaceTrust) {
+func writeTrust(w io.Writer, t *wstrust.Trust) {
 	fmt.Fprintf(w, "workspace %s\n", printable(t.Workspace))
 	for _, f := range t.Files {
 		switch {
 		case !f.Present:
 			fmt.Fprintf(w, "  %-30s  absent\n", f.Rel)
 			continue
-		case f.State == session.TrustNone:
+		case f.State == wstrust.None:
 			fmt.Fprintf(w, "  %-30s  nothing to approve (allows nothing)\n", f.Rel)
 		default:
 			fmt.Fprintf(w, "  %-30s  %s\n", f.Rel, f.State)
@@ -250,23 +235,23 @@ func policyCheck(_ context.Context, c *cli.Command) error {
 		}
 		return policyCheckSession(c, name, host, port)
 	}
-	home, err := session.DefaultHome()
+	hm, err := home.Default()
 	if err != nil {
 		return err
 	}
-	trust := &session.WorkspaceTrust{}
-	ws, err := session.CheckWorkspace(c.String("workspace"))
+	trust := &wstrust.Trust{}
+	ws, err := wstrust.CheckWorkspace(c.String("workspace"))
 	switch {
 	case err != nil && c.IsSet("workspace"):
 		return err
 	case err == nil:
 		// Without --workspace, the current folder is the workspace when it
 		// can be one (not "/").
-		if trust, err = session.LoadWorkspaceTrust(home, ws); err != nil {
+		if trust, err = policy.LoadTrust(hm, ws); err != nil {
 			return err
 		}
 	}
-	pol, notes, err := session.EgressPolicy(home, trust, c.StringSlice("allow"))
+	pol, notes, err := policy.EgressPolicy(hm, trust, c.StringSlice("allow"))
 	if err != nil {
 		return err
 	}

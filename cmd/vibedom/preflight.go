@@ -10,8 +10,9 @@ import (
 	"github.com/urfave/cli/v3"
 	"golang.org/x/term"
 
+	"github.com/vibedom/vibedom/home"
+	"github.com/vibedom/vibedom/policy"
 	"github.com/vibedom/vibedom/preflight"
-	"github.com/vibedom/vibedom/session"
 	"github.com/vibedom/vibedom/termtext"
 )
 
@@ -45,11 +46,11 @@ func preflightAction(ctx context.Context, c *cli.Command) error {
 	if c.Bool("json") && c.Bool("review") {
 		return errors.New("--json and --review exclude each other: drop one")
 	}
-	home, err := session.DefaultHome()
+	home, err := home.Default()
 	if err != nil {
 		return err
 	}
-	rep, err := preflight.Scan(ctx, session.ScanOptions(home, c.Args().First()))
+	rep, err := preflight.Scan(ctx, policy.ScanOptions(home, c.Args().First()))
 	if err != nil {
 		return err
 	}

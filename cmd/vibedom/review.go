@@ -8,6 +8,7 @@ import (
 	"github.com/urfave/cli/v3"
 	"golang.org/x/term"
 
+	"github.com/vibedom/vibedom/home"
 	"github.com/vibedom/vibedom/overlay"
 	"github.com/vibedom/vibedom/review"
 	"github.com/vibedom/vibedom/session"
@@ -61,7 +62,7 @@ func applySafetyFlags() []cli.Flag {
 // changesSession finds the session named by the first argument (latest when
 // none).
 func changesSession(c *cli.Command) (*review.SessionInfo, error) {
-	home, err := session.DefaultHome()
+	home, err := home.Default()
 	if err != nil {
 		return nil, err
 	}

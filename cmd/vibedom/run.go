@@ -5,20 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
-	"slices"
-	"strconv"
-	"strings"
 
 	"github.com/urfave/cli/v3"
 
-	"github.com/vibedom/vibedom/agents"
-	"github.com/vibedom/vibedom/credentials"
-	"github.com/vibedom/vibedom/image"
-	"github.com/vibedom/vibedom/netfilter"
-	"github.com/vibedom/vibedom/netfilter/egress"
-	"github.com/vibedom/vibedom/preflight"
+	"github.com/vibedom/vibedom/policy"
 	"github.com/vibedom/vibedom/session"
+	"github.com/vibedom/vibedom/termtext"
 	"github.com/vibedom/vibedom/vm"
 )
 
@@ -70,238 +62,58 @@ func runAction(ctx context.Context, c *cli.Command) error {
 	if len(command) > 0 && command[0] == "--" {
 		command = command[1:]
 	}
-	if c.Bool("shell") && len(command) > 0 {
-		return errors.New("--shell and a command exclude each other: drop one")
-	}
-	mem, err := parseSize(c.String("memory"))
-	if err != nil {
-		return fmt.Errorf("--memory: %w", err)
-	}
-	if c.Int("cpus") < 1 || c.Int("cpus") > 64 {
-		return fmt.Errorf("--cpus must be between 1 and 64, got %d", c.Int("cpus"))
-	}
-	var resolves []egress.Resolve
-	for _, spec := range c.StringSlice("resolve") {
-		r, err := egress.ParseResolve(spec)
-		if err != nil {
-			return err
-		}
-		resolves = append(resolves, r)
-	}
-	for _, f := range c.StringSlice("ca-file") {
-		if _, err := os.Stat(f); err != nil {
-			return fmt.Errorf("--ca-file: %w", err)
-		}
-	}
-	engine := c.String("proxy-engine")
-	if c.Bool("inspect") {
-		switch {
-		case c.Bool("no-network"):
-			return errors.New("--inspect shows the guest's network traffic, and --no-network gives it none: drop one")
-		case engine != "" && engine != "mitmproxy":
-			return fmt.Errorf("--inspect runs the mitmproxy engine; drop --proxy-engine %s", engine)
-		case c.Bool("quiet"):
-			return errors.New("--quiet would hide the live view's address, which --inspect prints as a progress line: drop --quiet")
-		}
-		engine = "mitmproxy"
-	}
-	if engine == "" {
-		engine = "go"
-		if h, err := session.DefaultHome(); err == nil {
-			cfg, err := session.ReadConfig(h)
-			if err != nil {
-				return err
-			}
-			if cfg.ProxyEngine != "" {
-				engine = cfg.ProxyEngine
-			}
-		}
-	}
-	if !slices.Contains(session.ProxyEngines, engine) {
-		return fmt.Errorf("--proxy-engine must be go or mitmproxy, got %q", engine)
-	}
-	if engine == "mitmproxy" && !c.Bool("no-network") {
-		// Fail before anything boots, with the version found and needed:
-		// the release `vibedom init --with-mitmproxy` installed, else PATH's.
-		mitmdump := ""
-		if h, err := session.DefaultHome(); err == nil {
-			mitmdump = netfilter.PreferredMitmdump(filepath.Join(string(h), netfilter.MitmproxyDirName))
-		}
-		if _, err := netfilter.MitmdumpVersion(ctx, mitmdump); err != nil {
-			return err
-		}
-		if c.Bool("inspect") {
-			if _, err := netfilter.MitmwebVersion(ctx, netfilter.MitmwebProgram(mitmdump, "")); err != nil {
-				return err
-			}
-		}
-	}
-	mode, err := preflight.ParseMode(c.String("preflight"))
-	if err != nil {
-		return fmt.Errorf("--preflight: %w", err)
-	}
-	home, err := session.DefaultHome()
-	if err != nil {
-		return err
-	}
-	agent, err := chooseAgent(c.String("agent"), home)
-	if err != nil {
-		return err
-	}
-	o := session.Options{
-		Home:      home,
-		Workspace: ws,
-		Name:      c.String("name"),
-		CPUs:      int(c.Int("cpus")),
-		MemoryMiB: int(mem >> 20),
-		Arch:      vm.Arch(c.String("arch")),
-		Command:   command,
-		Stdin:     os.Stdin,
-		Stdout:    os.Stdout,
-		Stderr:    os.Stderr,
-		Progress:  os.Stderr,
-		Egress: session.EgressOptions{Disabled: c.Bool("no-network"), Allow: c.StringSlice("allow"),
-			Resolve: resolves, CAFiles: c.StringSlice("ca-file"), ProxyEngine: engine, Inspect: c.Bool("inspect")},
-		Preflight: session.PreflightOptions{Mode: mode},
-		DLP:       session.DLPOptions{AllowPatterns: c.StringSlice("allow-pattern"), AllowContexts: c.StringSlice("allow-context")},
-		Review:    session.ReviewOptions{ApplyAll: c.Bool("apply"), Skip: c.Bool("no-review")},
-		AsRoot:    c.Bool("root"),
-		SSHAgent:  session.SSHAgentOptions{Enabled: c.Bool("ssh-agent")},
-	}
-	if agent != "" && !(c.String("agent") == "" && len(command) > 0) {
-		// An agent from the flag, or the configured default when no
-		// command was given: the words after -- are its arguments.
-		o.Agent = &session.AgentOptions{Name: agent, Args: command}
-		o.Command = nil
-		if agent != session.AgentShell {
-			if err := checkAgentInstalled(agent, home, o.Arch); err != nil {
-				return err
-			}
-			if !c.Bool("no-network") {
-				if err := checkAgentKey(agent, home); err != nil {
-					return err
-				}
-			}
-		}
-	}
-	if o.Arch != "" && o.Arch != vm.ArchAMD64 && o.Arch != vm.ArchARM64 {
-		return fmt.Errorf("--arch must be amd64 or arm64, got %q", o.Arch)
-	}
-	if err := egressMode(c, &o.Egress); err != nil {
-		return err
-	}
-	if c.Bool("quiet") {
-		o.Progress = nil
-	}
-	if os.Getenv(envHost) == "1" {
-		return runHost(o)
-	}
-	if c.Bool("detach") {
-		return detachRun(ctx, c, o)
-	}
-	if c.Bool("json") {
+	if c.Bool("json") && !c.Bool("detach") {
 		return errors.New("--json goes with --detach (a foreground session's output is its agent's)")
 	}
-	// On a terminal the review prompt asks at the end even when a command
-	// ran (without a TTY of its own); the terminal hosts the shell only
-	// when there is no command.
-	o.Terminal = session.NewTerminal(os.Stdin, os.Stdout)
-	o.Review.Color = o.Terminal != nil && os.Getenv("NO_COLOR") == ""
-	o.Interrupts = interrupts()
-	res, err := session.Run(ctx, o)
+	o := session.StartOptions{
+		Session: session.Options{
+			Workspace: ws,
+			Name:      c.String("name"),
+			CPUs:      int(c.Int("cpus")),
+			Arch:      vm.Arch(c.String("arch")),
+			Command:   command,
+			Stdin:     os.Stdin,
+			Stdout:    os.Stdout,
+			Stderr:    os.Stderr,
+			Progress:  os.Stderr,
+			Egress: session.EgressOptions{Disabled: c.Bool("no-network"), Allow: c.StringSlice("allow"),
+				CAFiles: c.StringSlice("ca-file"), ProxyEngine: c.String("proxy-engine"), Inspect: c.Bool("inspect")},
+			DLP:      policy.DLPOptions{AllowPatterns: c.StringSlice("allow-pattern"), AllowContexts: c.StringSlice("allow-context")},
+			Review:   session.ReviewOptions{ApplyAll: c.Bool("apply"), Skip: c.Bool("no-review")},
+			AsRoot:   c.Bool("root"),
+			SSHAgent: session.SSHAgentOptions{Enabled: c.Bool("ssh-agent")},
+		},
+		AgentName:     c.String("agent"),
+		Shell:         c.Bool("shell"),
+		Memory:        c.String("memory"),
+		Resolve:       c.StringSlice("resolve"),
+		PreflightMode: c.String("preflight"),
+		Quiet:         c.Bool("quiet"),
+		Detach:        c.Bool("detach"),
+		HostSilent:    c.Bool("json"),
+	}
+	if err := egressMode(c, &o.Session.Egress); err != nil {
+		return err
+	}
+	if !o.Detach {
+		o.Session.Interrupts = interrupts()
+	}
+	res, err := session.Start(ctx, o)
 	if err != nil {
 		if res != nil && res.LogDir != "" {
 			fmt.Fprintf(os.Stderr, "vibedom: logs are in %s\n", res.LogDir)
 		}
 		return err
 	}
+	if h := res.Host; h != nil {
+		w := c.Root().Writer
+		if c.Bool("json") {
+			return writeJSON(w, map[string]any{"name": res.Name, "pid": h.PID, "host_log": h.Log, "workspace": h.Workspace})
+		}
+		fmt.Fprintf(w, "%s\n", termtext.Line(res.Name))
+		fmt.Fprintf(os.Stderr, "vibedom: session %s runs in the background (host pid %d, its output in %s)\n", termtext.Line(res.Name), h.PID, termtext.Line(h.Log))
+		fmt.Fprintf(os.Stderr, "vibedom: vibedom attach %[1]s · vibedom status %[1]s · vibedom stop %[1]s\n", termtext.Line(res.Name))
+		return nil
+	}
 	return exitCode(res.ExitCode)
-}
-
-// parseSize reads sizes like 2G, 512M, 1536MiB or a plain number of MiB.
-func parseSize(s string) (int64, error) {
-	t := strings.TrimSpace(strings.ToUpper(s))
-	t = strings.TrimSuffix(strings.TrimSuffix(t, "B"), "I")
-	mult := int64(1 << 20)
-	switch {
-	case strings.HasSuffix(t, "G"):
-		mult, t = 1<<30, strings.TrimSuffix(t, "G")
-	case strings.HasSuffix(t, "M"):
-		t = strings.TrimSuffix(t, "M")
-	case strings.HasSuffix(t, "K"):
-		mult, t = 1<<10, strings.TrimSuffix(t, "K")
-	}
-	n, err := strconv.ParseFloat(t, 64)
-	if err != nil || n <= 0 || n > 1<<20 {
-		return 0, fmt.Errorf("%q is not a size: use e.g. 2G or 512M", s)
-	}
-	v := int64(n * float64(mult))
-	if v < 128<<20 {
-		return 0, fmt.Errorf("%q is too small: the VM needs at least 128M", s)
-	}
-	return v, nil
-}
-
-// chooseAgent is --agent, else the config's default agent, else "".
-func chooseAgent(flag string, home session.Home) (string, error) {
-	name := flag
-	if name == "" {
-		cfg, err := session.ReadConfig(home)
-		if err != nil {
-			return "", err
-		}
-		name = cfg.Agent
-	}
-	if name == "" {
-		return "", nil
-	}
-	if name == session.AgentShell {
-		return name, nil
-	}
-	if _, err := agents.ParseList(name); err != nil {
-		return "", fmt.Errorf("--agent: %w (or shell)", err)
-	}
-	return name, nil
-}
-
-// checkAgentInstalled refuses, before anything starts, an agent that
-// `vibedom init --agents` has not fetched for this guest.
-func checkAgentInstalled(name string, home session.Home, arch vm.Arch) error {
-	if arch == "" {
-		arch = session.HostArch()
-	}
-	a, err := agents.GuestArch(string(arch))
-	if err != nil {
-		return err
-	}
-	libc := image.GuestLibc(home, arch)
-	if libc == "" {
-		return fmt.Errorf("--agent %s needs the guest image: run `vibedom init --agents %s`", name, name)
-	}
-	_, err = agents.FindAgent(string(home), name, a, libc)
-	return err
-}
-
-// agentProviders are the providers whose key each agent can use.
-var agentProviders = map[string][]string{"claude": {"anthropic"}, "codex": {"openai"}, "opencode": {"anthropic", "openai"}}
-
-// checkAgentKey refuses, before anything starts, an agent with network and
-// no API key for it on the host (the guest never gets one of its own).
-func checkAgentKey(agent string, home session.Home) error {
-	ks, err := credentials.Load(string(home), os.Getenv)
-	if err != nil {
-		return err
-	}
-	want := agentProviders[agent]
-	for _, k := range ks {
-		if slices.Contains(want, k.Provider.Name) {
-			return nil
-		}
-	}
-	var how []string
-	for _, name := range want {
-		p, _ := credentials.Lookup(name)
-		how = append(how, "$"+p.Env+" or `vibedom auth set "+name+"`")
-	}
-	return fmt.Errorf("--agent %s needs an API key on the host (%s); the VM only ever gets a placeholder, and subscription logins are not carried into it", agent, strings.Join(how, ", or "))
 }

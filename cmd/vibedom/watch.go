@@ -14,6 +14,7 @@ import (
 	"github.com/urfave/cli/v3"
 	"golang.org/x/term"
 
+	"github.com/vibedom/vibedom/home"
 	"github.com/vibedom/vibedom/session"
 	"github.com/vibedom/vibedom/termtext"
 )
@@ -42,7 +43,7 @@ func watchAction(ctx context.Context, c *cli.Command) error {
 		return fmt.Errorf("watch one session: `vibedom watch SESSION` (`vibedom list` shows them)")
 	}
 	name := c.Args().First()
-	home, err := session.DefaultHome()
+	home, err := home.Default()
 	if err != nil {
 		return err
 	}

@@ -1,4 +1,4 @@
-package session
+package policy
 
 import (
 	"os"
@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	"github.com/vibedom/vibedom/dlp"
+	"github.com/vibedom/vibedom/home"
+	"github.com/vibedom/vibedom/wstrust"
 )
 
 func j(parts ...string) string { return strings.Join(parts, "") }
@@ -60,13 +62,13 @@ func TestWorkspaceEnvSecrets(t *testing.T) {
 }
 
 func TestDLPConfig(t *testing.T) {
-	home := Home(t.TempDir())
+	hm := home.Home(t.TempDir())
 	ws := t.TempDir()
 	os.MkdirAll(filepath.Join(ws, ".vibedom"), 0o755)
 	os.WriteFile(filepath.Join(ws, ".env"), []byte("API_KEY="+j("hQ7vZp2L", "xK9wR4tYq")+"\n"), 0o644)
 	os.WriteFile(WorkspaceDLPAllowlist(ws), []byte("Pearl St\ncontext:emails\n"), 0o644)
-	os.WriteFile(home.DLPClasses(), []byte("internal *.corp.example\n"), 0o600)
-	cfg, notes, err := DLPConfig(home, ws, []string{j("ghp_", "R8mKq2Lx7Vn4Tp9Wz3Yb6Hc1Jf5Gd0Se8Ua1")},
+	os.WriteFile(hm.DLPClasses(), []byte("internal *.corp.example\n"), 0o600)
+	cfg, notes, err := DLPConfig(hm, ws, []string{j("ghp_", "R8mKq2Lx7Vn4Tp9Wz3Yb6Hc1Jf5Gd0Se8Ua1")},
 		DLPOptions{AllowPatterns: []string{"re:^build-[0-9]+$"}, AllowContexts: []string{"internal_ips,cards"}})
 	if err != nil {
 		t.Fatal(err)
@@ -80,14 +82,14 @@ func TestDLPConfig(t *testing.T) {
 		!strings.Contains(notes[0], "vibedom policy approve") {
 		t.Errorf("notes: %q", notes)
 	}
-	trust, err := LoadWorkspaceTrust(home, ws)
+	trust, err := LoadTrust(hm, ws)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := ApproveWorkspace(home, trust); err != nil {
+	if err := wstrust.Approve(hm, trust); err != nil {
 		t.Fatal(err)
 	}
-	cfg, notes, err = DLPConfig(home, ws, []string{j("ghp_", "R8mKq2Lx7Vn4Tp9Wz3Yb6Hc1Jf5Gd0Se8Ua1")},
+	cfg, notes, err = DLPConfig(hm, ws, []string{j("ghp_", "R8mKq2Lx7Vn4Tp9Wz3Yb6Hc1Jf5Gd0Se8Ua1")},
 		DLPOptions{AllowPatterns: []string{"re:^build-[0-9]+$"}, AllowContexts: []string{"internal_ips,cards"}})
 	if err != nil {
 		t.Fatal(err)
@@ -102,12 +104,12 @@ func TestDLPConfig(t *testing.T) {
 		t.Errorf("notes: %q", notes)
 	}
 	// Bad files are errors that name the file and line, never ignored.
-	os.WriteFile(home.DLPClasses(), []byte("internal\n"), 0o600)
-	if _, _, err := DLPConfig(home, ws, nil, DLPOptions{}); err == nil || !strings.Contains(err.Error(), "dlp_classes.txt:1") {
+	os.WriteFile(hm.DLPClasses(), []byte("internal\n"), 0o600)
+	if _, _, err := DLPConfig(hm, ws, nil, DLPOptions{}); err == nil || !strings.Contains(err.Error(), "dlp_classes.txt:1") {
 		t.Errorf("bad class file: %v", err)
 	}
-	os.Remove(home.DLPClasses())
-	if _, _, err := DLPConfig(home, ws, nil, DLPOptions{AllowContexts: []string{"everything"}}); err == nil {
+	os.Remove(hm.DLPClasses())
+	if _, _, err := DLPConfig(hm, ws, nil, DLPOptions{AllowContexts: []string{"everything"}}); err == nil {
 		t.Error("an unknown --allow-context was accepted")
 	}
 }
