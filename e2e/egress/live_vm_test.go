@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/vibedom/vibedom/e2e/clitest"
+	"github.com/vibedom/vibedom/netfilter"
 )
 
 // liveRig is a detached session with network, its upstream servers (the
@@ -148,8 +149,18 @@ func oneLineError(t *testing.T, stderr, want string) {
 // connection; a deny refuses new connections and closes open ones; no live
 // rule makes the host's loopback or metadata reachable; bad input changes
 // nothing.
-func TestLiveRulesVM(t *testing.T) {
-	r := startLiveRig(t, []string{"new.example.com", "held.example.com"}, "--allow", "held.example.com")
+func TestLiveRulesVM(t *testing.T) { testLiveRules(t) }
+
+// TestLiveRulesVMMitmproxy is TestLiveRulesVM with --proxy-engine mitmproxy.
+func TestLiveRulesVMMitmproxy(t *testing.T) {
+	if _, err := netfilter.MitmdumpVersion(t.Context(), ""); err != nil {
+		t.Skipf("mitmproxy engine not tested: %v", err)
+	}
+	testLiveRules(t, "--proxy-engine", "mitmproxy")
+}
+
+func testLiveRules(t *testing.T, extra ...string) {
+	r := startLiveRig(t, []string{"new.example.com", "held.example.com"}, append([]string{"--allow", "held.example.com"}, extra...)...)
 
 	// The guest carries the sandbox note, outside the workspace.
 	out, stderr, code := r.c.Run(t, "", "exec", r.name, "--", "cat", "/etc/vibedom/README")
