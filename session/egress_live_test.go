@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -290,5 +291,27 @@ func TestNoMITMRefusesProviders(t *testing.T) {
 	got, err := s.checkNoMITM([]string{"Pinned.Example."})
 	if err != nil || len(got) != 1 || got[0] != "pinned.example" {
 		t.Errorf("--no-mitm Pinned.Example.: %v %v", got, err)
+	}
+}
+
+// TestLiveWildcardBudget: a live wildcard rule keeps the DNS wildcard
+// guard's budget of new names.
+func TestLiveWildcardBudget(t *testing.T) {
+	s := liveHost(t, "")
+	limited := nfegress.LimitWildcards(s.egress.live)
+	if _, err := egressAsk(t, s, EgressRequest{Action: EgressAllow, Rules: []string{"*.w.example"}}); err != nil {
+		t.Fatal(err)
+	}
+	refused := 0
+	for i := range 100 {
+		if d := limited.DecideName("n" + strconv.Itoa(i) + ".w.example"); !d.Allow {
+			refused++
+			if !strings.Contains(d.Reason, "DNS exfiltration") {
+				t.Fatalf("refused for another reason: %+v", d)
+			}
+		}
+	}
+	if refused == 0 {
+		t.Error("100 new names under a live wildcard at once: none refused")
 	}
 }
