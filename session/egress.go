@@ -150,8 +150,16 @@ func (s *sess) setupEgress(ctx context.Context) error {
 		return fmt.Errorf("--egress must be ask or deny, got %q", eo.Mode)
 	}
 	limited := nfegress.LimitWildcards(e.live)
+	// In ask mode vibedom watch also shows the guest's latest requests.
+	var sink nfegress.EventSink = events
+	if a := e.live.ask; a != nil {
+		sink = nfegress.EventSinkFunc(func(ev nfegress.Event) {
+			events.Record(ev)
+			a.record(ev, s.redact)
+		})
+	}
 	ecfg := netfilter.EngineConfig{
-		CA: ca, Policy: limited, Filter: s.plan.filter, Events: events, Logger: s.log.With("part", "proxy"),
+		CA: ca, Policy: limited, Filter: s.plan.filter, Events: sink, Logger: s.log.With("part", "proxy"),
 		Dial: eo.Dial, Resolve: eo.Resolve, AllowPrivate: pol.PrivateRanges(), ExtraRoots: roots,
 		Session: s.name, Track: func(t netfilter.Target, c net.Conn) func() { return e.conns.add(t, c) },
 		NoMITM: noMITM,
@@ -194,7 +202,7 @@ func (s *sess) setupEgress(ctx context.Context) error {
 	if tap := s.sshTap(); tap != nil {
 		engine = netfilter.TapEngine(engine, tap)
 	}
-	e.stack, err = netfilter.NewStack(netfilter.StackConfig{GuestMAC: mac, Resolver: resolver}, engine, limited, events, s.log.With("part", "network"))
+	e.stack, err = netfilter.NewStack(netfilter.StackConfig{GuestMAC: mac, Resolver: resolver}, engine, limited, sink, s.log.With("part", "network"))
 	if err != nil {
 		e.engine.Close()
 		return err

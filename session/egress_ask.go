@@ -73,12 +73,27 @@ type Question struct {
 	Answer string `json:"answer,omitempty"`
 }
 
+// FeedLine is one of the guest's requests (or refusals) as `vibedom
+// watch` shows it: names and reasons pass the session's log redactor.
+type FeedLine struct {
+	Seq      uint64    `json:"seq"`
+	Time     time.Time `json:"time"`
+	Kind     string    `json:"kind"`
+	Name     string    `json:"name,omitempty"`
+	Port     uint16    `json:"port,omitempty"`
+	Method   string    `json:"method,omitempty"`
+	Decision string    `json:"decision"`
+	Status   int       `json:"status,omitempty"`
+	Reason   string    `json:"reason,omitempty"`
+}
+
 // AskState is what `vibedom watch` shows: the open questions, oldest
-// first, and the latest answers.
+// first, the latest answers and the latest requests.
 type AskState struct {
-	Mode    string     `json:"mode"`
-	Pending []Question `json:"pending"`
-	Recent  []Question `json:"recent,omitempty"`
+	Mode     string     `json:"mode"`
+	Pending  []Question `json:"pending"`
+	Recent   []Question `json:"recent,omitempty"`
+	Requests []FeedLine `json:"requests,omitempty"`
 	// Seq grows with every change.
 	Seq uint64 `json:"seq"`
 }
@@ -106,6 +121,35 @@ type asker struct {
 	recent  []Question
 	passes  map[string]time.Time // once answers to DNS questions, by name
 	changed chan struct{}        // closed and replaced on every change
+	feed    []FeedLine           // the latest requests, oldest first
+	feedSeq uint64
+}
+
+// maxFeed is how many requests the watch state keeps.
+const maxFeed = 20
+
+// record adds a network event to the feed (redact scrubs its strings).
+func (a *asker) record(ev nfegress.Event, redact func(string) string) {
+	switch ev.Kind {
+	case "dns", "connect", "request", "proxy":
+	default:
+		return
+	}
+	if ev.Kind == "dns" && ev.Decision == "allow" {
+		return // the connection that follows says more
+	}
+	if redact == nil {
+		redact = func(s string) string { return s }
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.feedSeq++
+	a.feed = append(a.feed, FeedLine{Seq: a.feedSeq, Time: ev.Time, Kind: ev.Kind, Name: redact(ev.Name), Port: ev.Port,
+		Method: ev.Method, Decision: ev.Decision, Status: ev.Status, Reason: redact(ev.Reason)})
+	if len(a.feed) > maxFeed {
+		a.feed = a.feed[len(a.feed)-maxFeed:]
+	}
+	a.changedLocked()
 }
 
 func newAsker(timeout time.Duration) *asker {
@@ -126,7 +170,7 @@ func (a *asker) changedLocked() {
 func (a *asker) state() (AskState, <-chan struct{}) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	st := AskState{Mode: EgressModeAsk, Seq: a.seq, Recent: slices.Clone(a.recent)}
+	st := AskState{Mode: EgressModeAsk, Seq: a.seq, Recent: slices.Clone(a.recent), Requests: slices.Clone(a.feed)}
 	for _, q := range a.pending {
 		st.Pending = append(st.Pending, q.Question)
 	}
@@ -288,6 +332,9 @@ func rulesFor(q Question, deny bool) []string {
 // spoke about the name), the only case ask mode asks about.
 func undecided(d nfegress.Decision) bool { return !d.Allow && d.Rule == "" }
 
+// watchPace is the most often a watch gets a new state.
+const watchPace = 100 * time.Millisecond
+
 // serveWatch streams the ask state to a `vibedom watch` client: one JSON
 // line now and one at every change, until the client goes away or the
 // session ends.
@@ -318,6 +365,12 @@ func (s *sess) serveWatch(c net.Conn) {
 		case <-gone:
 			return
 		case <-s.ctl.stopReq:
+			return
+		}
+		// A guest's burst of requests is one update, not thousands.
+		select {
+		case <-time.After(watchPace):
+		case <-gone:
 			return
 		}
 	}

@@ -296,3 +296,24 @@ func TestAskBounded(t *testing.T) {
 		t.Errorf("past the bound: %+v", d)
 	}
 }
+
+// TestAskFeedRedacted: the watch's request feed keeps the latest requests,
+// their strings through the session's log redactor.
+func TestAskFeedRedacted(t *testing.T) {
+	a := newAsker(time.Minute)
+	redact := func(s string) string { return strings.ReplaceAll(s, "s3cr3t", "[REDACTED:SECRET]") }
+	for i := range maxFeed + 5 {
+		a.record(nfegress.Event{Kind: "request", Name: "s3cr3t.example", Port: 443, Method: "GET", Decision: "deny",
+			Status: 403, Reason: "no rule " + strconv.Itoa(i)}, redact)
+	}
+	a.record(nfegress.Event{Kind: "udp", Decision: "deny"}, redact)
+	st, _ := a.state()
+	if len(st.Requests) != maxFeed || st.Requests[maxFeed-1].Reason != "no rule "+strconv.Itoa(maxFeed+4) {
+		t.Fatalf("feed: %d lines, last %+v", len(st.Requests), st.Requests[len(st.Requests)-1])
+	}
+	for _, r := range st.Requests {
+		if strings.Contains(r.Name, "s3cr3t") || r.Kind == "udp" {
+			t.Errorf("feed line %+v", r)
+		}
+	}
+}

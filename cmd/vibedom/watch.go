@@ -25,10 +25,10 @@ import (
 func init() {
 	commands = append(commands, &cli.Command{
 		Name:      "watch",
-		Usage:     "answer a session's questions about names it wants to reach (run --egress ask), one key each",
+		Usage:     "watch a session's requests and answer its questions about names it wants to reach (run --egress ask), one key each",
 		ArgsUsage: "SESSION",
-		Description: `Lists the names the session's guest waits for, oldest first, and answers the
-oldest with one key: o once (this request only), s session (a rule for the
+		Description: `Shows the guest's requests as they happen and lists the names it waits for,
+oldest first, answering the oldest with one key: o once (this request only), s session (a rule for the
 rest of the session), a always (also saved to ~/.vibedom/trusted_domains.txt),
 d deny (for the session). q quits. Without a terminal, each line of standard
 input is one key. Unanswered questions are denied when they time out.`,
@@ -129,6 +129,7 @@ type watchView struct {
 	session string
 	seen    map[int]bool // printed (negative: answer printed)
 	pending []session.Question
+	feedSeq uint64 // the last request printed
 }
 
 func (w *watchView) printf(format string, args ...any) {
@@ -139,6 +140,30 @@ func (w *watchView) show(st session.AskState) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.pending = st.Pending
+	for _, r := range st.Requests {
+		if r.Seq <= w.feedSeq {
+			continue
+		}
+		w.feedSeq = r.Seq
+		what := r.Kind
+		if r.Method != "" {
+			what = r.Method
+		}
+		target := r.Name
+		if r.Port != 0 {
+			target += ":" + strconv.Itoa(int(r.Port))
+		}
+		status := ""
+		if r.Status != 0 {
+			status = " " + strconv.Itoa(r.Status)
+		}
+		reason := ""
+		if r.Decision != "allow" && r.Reason != "" {
+			reason = ": " + r.Reason
+		}
+		// Names and reasons come from the guest.
+		w.printf("  %-5s %s %s%s%s", r.Decision, termtext.Line(what), termtext.Line(target), status, termtext.Line(reason))
+	}
 	for _, q := range st.Recent {
 		if !w.seen[-q.ID] {
 			w.seen[-q.ID] = true

@@ -74,6 +74,10 @@ func TestAskModeVM(t *testing.T) {
 	if got := r.probe(t, "get", "https://ask.example.com/again"); !strings.Contains(got, "upstream saw host=ask.example.com path=/again") {
 		t.Errorf("the next request: %s", got)
 	}
+	// The watch shows the guest's requests as they happen.
+	if !watch.Seen(regexp.MustCompile(`allow\s+GET ask\.example\.com:443 200`), time.Minute) {
+		t.Errorf("watch does not show the request:\n%s", watch.Text())
+	}
 	if n := strings.Count(watch.Text(), "wants ask.example.com"); n != 1 {
 		t.Errorf("ask.example.com asked %d times after a session answer:\n%s", n, watch.Text())
 	}
