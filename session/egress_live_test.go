@@ -315,3 +315,23 @@ func TestLiveWildcardBudget(t *testing.T) {
 		t.Error("100 new names under a live wildcard at once: none refused")
 	}
 }
+
+// BenchmarkLiveDecide compares a decision through the live snapshot with
+// one on the loaded policy itself: the snapshot costs one atomic load.
+func BenchmarkLiveDecide(b *testing.B) {
+	pol, _, err := policy.EgressPolicy(home.Home(b.TempDir()), &wstrust.Trust{}, []string{"a.example", "*.w.example"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	l := newLivePolicy(home.Home(b.TempDir()), pol, time.Now())
+	b.Run("policy", func(b *testing.B) {
+		for b.Loop() {
+			pol.Decide("x.w.example", 443)
+		}
+	})
+	b.Run("live", func(b *testing.B) {
+		for b.Loop() {
+			l.Decide("x.w.example", 443)
+		}
+	})
+}
