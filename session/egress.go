@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"time"
 
@@ -135,7 +136,7 @@ func (s *sess) setupEgress(ctx context.Context) error {
 	}
 	// One wildcard guard for the DNS server and the explicit proxy: new
 	// names under a wildcard are a channel to the host's resolver.
-	noMITM, err := s.checkNoMITM(eo.NoMITM)
+	noMITM, err := s.checkNoMITM(append(slices.Clone(eo.NoMITM), pol.NoMITM()...))
 	if err != nil {
 		return err
 	}

@@ -308,8 +308,8 @@ func (l *livePolicy) parseLive(action string, texts []string, scope string, at t
 			errs = append(errs, err.Error())
 			continue
 		}
-		if r.AllowPrivate() {
-			errs = append(errs, fmt.Sprintf("%q: allow-private is not taken live: add it to %s and start a new session", text, l.home.TrustedDomains()))
+		if r.AllowPrivate() || r.NoMITM() != "" {
+			errs = append(errs, fmt.Sprintf("%q is not taken live: add it to %s and start a new session", text, l.home.TrustedDomains()))
 			continue
 		}
 		if !r.Deny {
@@ -637,13 +637,13 @@ func (s *sess) checkNoMITM(names []string) ([]string, error) {
 		n, err := nfegress.NormalizeName(strings.TrimSpace(raw))
 		switch {
 		case strings.Contains(raw, "*"):
-			return nil, fmt.Errorf("--no-mitm %s: name one host, not a wildcard", raw)
+			return nil, fmt.Errorf("no-mitm %s: name one host, not a wildcard", raw)
 		case err != nil:
-			return nil, fmt.Errorf("--no-mitm %s: a host name, without port or scheme: %v", raw, err)
+			return nil, fmt.Errorf("no-mitm %s: a host name, without port or scheme: %v", raw, err)
 		case kept[n]:
-			return nil, fmt.Errorf("--no-mitm %s: refused: vibedom must inspect a model provider's host and every host it swaps a credential for", raw)
+			return nil, fmt.Errorf("no-mitm %s: refused: vibedom must inspect a model provider's host and every host it swaps a credential for", raw)
 		case nfegress.LocalName(n):
-			return nil, fmt.Errorf("--no-mitm %s: a host-local name vibedom never connects to", raw)
+			return nil, fmt.Errorf("no-mitm %s: a host-local name vibedom never connects to", raw)
 		}
 		s.log.Warn("egress: TLS to this name passes through uninspected (--no-mitm): the DLP sees none of it", "name", n)
 		out = append(out, n)

@@ -329,7 +329,7 @@ func TestNoMITMVM(t *testing.T) {
 
 	ws := clitest.SampleWorkspace(t)
 	_, stderr, code := r.c.Run(t, "", "run", ws, "--preflight=off", "--no-review", "--no-mitm", "api.anthropic.com", "--", "true")
-	if code == 0 || !strings.Contains(stderr, "--no-mitm api.anthropic.com: refused") {
+	if code == 0 || !strings.Contains(stderr, "no-mitm api.anthropic.com: refused") {
 		t.Errorf("--no-mitm api.anthropic.com: exit %d, %s", code, stderr)
 	}
 }

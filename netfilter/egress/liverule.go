@@ -13,6 +13,9 @@ import (
 // private range and names no destination).
 func (r Rule) AllowPrivate() bool { return r.private.IsValid() }
 
+// NoMITM is a no-mitm rule's name ("" for any other rule).
+func (r Rule) NoMITM() string { return r.noMITM }
+
 // Addr is the address an IP-literal rule names.
 func (r Rule) Addr() (netip.Addr, bool) { return r.ip, r.ip.IsValid() }
 
