@@ -3,6 +3,7 @@ package dlp
 import (
 	"encoding/binary"
 	"fmt"
+	"slices"
 )
 
 // anchorDef is one literal registered in the anchor index: an anchor of
@@ -18,6 +19,9 @@ type anchorDef struct {
 type anchorIndex struct {
 	bitmap [1 << anchorBits / 64]uint64
 	byKey  map[uint32][]anchorRef
+	// cats are the categories of the rows (the pass is skipped when the
+	// policy acts on none of them).
+	cats []Category
 }
 
 type anchorRef struct {
@@ -70,6 +74,9 @@ func newAnchorIndex() *anchorIndex {
 	x := &anchorIndex{byKey: map[uint32][]anchorRef{}}
 	for i := range recognizers {
 		rec := &recognizers[i]
+		if !slices.Contains(x.cats, rec.cat) {
+			x.cats = append(x.cats, rec.cat)
+		}
 		for _, a := range rec.anchors {
 			x.registerAnchor(&anchorDef{a, rec})
 		}

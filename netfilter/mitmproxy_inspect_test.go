@@ -2,6 +2,7 @@ package netfilter
 
 import (
 	"github.com/vibedom/vibedom/netfilter/egress"
+	"github.com/vibedom/vibedom/netfilter/mitmproxy"
 
 	"context"
 	"crypto/tls"
@@ -30,7 +31,7 @@ var mitmwebCheck struct {
 func skipWithoutMitmweb(t testing.TB) {
 	t.Helper()
 	skipWithoutMitmdump(t)
-	mitmwebCheck.once.Do(func() { _, mitmwebCheck.err = MitmwebVersion(context.Background(), "") })
+	mitmwebCheck.once.Do(func() { _, mitmwebCheck.err = mitmproxy.MitmwebVersion(context.Background(), "") })
 	if mitmwebCheck.err != nil {
 		t.Skipf("live view not tested: %v", mitmwebCheck.err)
 	}

@@ -2,6 +2,7 @@ package netfilter
 
 import (
 	"github.com/vibedom/vibedom/netfilter/egress"
+	"github.com/vibedom/vibedom/netfilter/mitmproxy"
 
 	"bufio"
 	"context"
@@ -56,7 +57,7 @@ func TestMitmdumpTooOld(t *testing.T) {
 		version string
 		ok      bool
 	}{{"7.0.4", false}, {"8.0.0", false}, {"8.1.1", true}, {"10.2.0", true}} {
-		v, err := MitmdumpVersion(t.Context(), fakeMitmdump(t, tt.version))
+		v, err := mitmproxy.MitmdumpVersion(t.Context(), fakeMitmdump(t, tt.version))
 		if v != tt.version {
 			t.Errorf("%s: version read as %q", tt.version, v)
 		}

@@ -16,6 +16,8 @@ import (
 	"github.com/vibedom/vibedom/keys"
 	"github.com/vibedom/vibedom/netfilter"
 	nfegress "github.com/vibedom/vibedom/netfilter/egress"
+	"github.com/vibedom/vibedom/netfilter/mitmproxy"
+	"github.com/vibedom/vibedom/netfilter/netstack"
 	"github.com/vibedom/vibedom/policy"
 )
 
@@ -38,7 +40,7 @@ type EgressOptions struct {
 	// guard has passed (netfilter.EngineConfig.Dial).
 	Dial       nfegress.DialFunc
 	ExtraRoots []*x509.Certificate
-	Resolver   netfilter.Resolver
+	Resolver   netstack.Resolver
 	// ProxyEngine is "go" (the default when empty) or "mitmproxy": admitted
 	// connections are then handed to a mitmdump the session starts and
 	// owns (docs/network.md, "Proxy engines"). Mitmdump names the program
@@ -75,7 +77,7 @@ type egress struct {
 		netfilter.Engine
 		Close() error
 	}
-	stack    *netfilter.Stack
+	stack    *netstack.Stack
 	events   *netfilter.LogWriter
 	hostEnd  net.Conn
 	vmEnd    *os.File
@@ -132,7 +134,7 @@ func (s *sess) setupEgress(ctx context.Context) error {
 		}
 	}
 	if resolver == nil {
-		resolver = netfilter.SystemResolver{}
+		resolver = netstack.SystemResolver{}
 	}
 	// One wildcard guard for the DNS server and the explicit proxy: new
 	// names under a wildcard are a channel to the host's resolver.
@@ -171,7 +173,7 @@ func (s *sess) setupEgress(ctx context.Context) error {
 	case "mitmproxy":
 		mitmdump := eo.Mitmdump
 		if mitmdump == "" {
-			mitmdump = netfilter.PreferredMitmdump(filepath.Join(string(o.Home), netfilter.MitmproxyDirName))
+			mitmdump = mitmproxy.PreferredMitmdump(filepath.Join(string(o.Home), mitmproxy.DirName))
 		}
 		if eo.Inspect {
 			s.progress("egress: starting mitmweb (--proxy-engine mitmproxy --inspect)")
@@ -203,13 +205,13 @@ func (s *sess) setupEgress(ctx context.Context) error {
 	if tap := s.sshTap(); tap != nil {
 		engine = netfilter.TapEngine(engine, tap)
 	}
-	e.stack, err = netfilter.NewStack(netfilter.StackConfig{GuestMAC: mac, Resolver: resolver}, engine, limited, sink, s.log.With("part", "network"))
+	e.stack, err = netstack.NewStack(netstack.StackConfig{GuestMAC: mac, Resolver: resolver}, engine, limited, sink, s.log.With("part", "network"))
 	if err != nil {
 		e.engine.Close()
 		return err
 	}
 	e.proxyURL = e.stack.ProxyURL()
-	e.hostEnd, e.vmEnd, err = netfilter.SocketPair()
+	e.hostEnd, e.vmEnd, err = netstack.SocketPair()
 	if err != nil {
 		e.stack.Close()
 		e.engine.Close()

@@ -14,8 +14,8 @@ import (
 	"github.com/vibedom/vibedom/credentials"
 	"github.com/vibedom/vibedom/home"
 	"github.com/vibedom/vibedom/image"
-	"github.com/vibedom/vibedom/netfilter"
 	nfegress "github.com/vibedom/vibedom/netfilter/egress"
+	"github.com/vibedom/vibedom/netfilter/mitmproxy"
 	"github.com/vibedom/vibedom/preflight"
 	"github.com/vibedom/vibedom/vm"
 )
@@ -235,12 +235,12 @@ func chooseEngine(e EgressOptions, quiet bool, config func() (*Config, error)) (
 // needed: the release `vibedom init --with-mitmproxy` installed, else
 // PATH's.
 func probeMitmproxy(ctx context.Context, h home.Home, inspect bool) error {
-	mitmdump := netfilter.PreferredMitmdump(filepath.Join(string(h), netfilter.MitmproxyDirName))
-	if _, err := netfilter.MitmdumpVersion(ctx, mitmdump); err != nil {
+	mitmdump := mitmproxy.PreferredMitmdump(filepath.Join(string(h), mitmproxy.DirName))
+	if _, err := mitmproxy.MitmdumpVersion(ctx, mitmdump); err != nil {
 		return err
 	}
 	if inspect {
-		if _, err := netfilter.MitmwebVersion(ctx, netfilter.MitmwebProgram(mitmdump, "")); err != nil {
+		if _, err := mitmproxy.MitmwebVersion(ctx, mitmproxy.MitmwebProgram(mitmdump, "")); err != nil {
 			return err
 		}
 	}

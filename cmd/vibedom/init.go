@@ -15,7 +15,7 @@ import (
 	"github.com/vibedom/vibedom/agents"
 	"github.com/vibedom/vibedom/home"
 	"github.com/vibedom/vibedom/image"
-	"github.com/vibedom/vibedom/netfilter"
+	"github.com/vibedom/vibedom/netfilter/mitmproxy"
 	"github.com/vibedom/vibedom/progress"
 	"github.com/vibedom/vibedom/session"
 	"github.com/vibedom/vibedom/termtext"
@@ -25,8 +25,8 @@ import (
 // initJSON is `vibedom init --json`: the home's set-up and the agents.
 type initJSON struct {
 	*session.InitResult
-	Agents    []agentJSON                   `json:"agents,omitempty"`
-	Mitmproxy *netfilter.InstalledMitmproxy `json:"mitmproxy,omitempty"`
+	Agents    []agentJSON          `json:"agents,omitempty"`
+	Mitmproxy *mitmproxy.Installed `json:"mitmproxy,omitempty"`
 }
 
 type agentJSON struct {
@@ -50,8 +50,8 @@ func init() {
 			&cli.BoolFlag{Name: "update-agents", Usage: "install the agent versions this vibedom pins for every agent already installed"},
 			&cli.StringFlag{Name: "registry", Value: agents.DefaultRegistry, Usage: "npm registry to fetch agents from (tarballs must be on its host)"},
 			&cli.StringFlag{Name: "agent-libc", Value: agents.LibcMusl, Usage: "guest C library the agents are built for: musl (the Alpine guest) or glibc"},
-			&cli.BoolFlag{Name: "with-mitmproxy", Usage: "also fetch mitmproxy " + netfilter.MitmproxyRelease + " (standalone, checked against its pinned SHA-256) into ~/.vibedom/mitmproxy for --proxy-engine mitmproxy; preferred over mitmdump on PATH"},
-			&cli.StringFlag{Name: "mitmproxy-mirror", Usage: "where --with-mitmproxy fetches from: `URL` (default $" + netfilter.MitmproxyMirrorEnv + ", else " + netfilter.DefaultMitmproxyMirror + "); checked against the pinned SHA-256 either way"},
+			&cli.BoolFlag{Name: "with-mitmproxy", Usage: "also fetch mitmproxy " + mitmproxy.Release + " (standalone, checked against its pinned SHA-256) into ~/.vibedom/mitmproxy for --proxy-engine mitmproxy; preferred over mitmdump on PATH"},
+			&cli.StringFlag{Name: "mitmproxy-mirror", Usage: "where --with-mitmproxy fetches from: `URL` (default $" + mitmproxy.MirrorEnv + ", else " + mitmproxy.DefaultMirror + "); checked against the pinned SHA-256 either way"},
 		},
 		Action: func(ctx context.Context, c *cli.Command) error {
 			home, err := home.Default()
@@ -139,11 +139,11 @@ func init() {
 					return err
 				}
 			}
-			var mitm *netfilter.InstalledMitmproxy
+			var mitm *mitmproxy.Installed
 			if c.Bool("with-mitmproxy") {
-				fmt.Fprintf(ew, "Fetching mitmproxy %s…\n", netfilter.MitmproxyRelease)
-				in, err := netfilter.InstallMitmproxy(ctx, netfilter.MitmproxyInstall{
-					Root: filepath.Join(string(home), netfilter.MitmproxyDirName), Mirror: c.String("mitmproxy-mirror")})
+				fmt.Fprintf(ew, "Fetching mitmproxy %s…\n", mitmproxy.Release)
+				in, err := mitmproxy.Install(ctx, mitmproxy.InstallOptions{
+					Root: filepath.Join(string(home), mitmproxy.DirName), Mirror: c.String("mitmproxy-mirror")})
 				if err != nil {
 					return err
 				}

@@ -17,7 +17,7 @@ import (
 
 	"github.com/vibedom/vibedom/e2e/clitest"
 	"github.com/vibedom/vibedom/keys"
-	"github.com/vibedom/vibedom/netfilter"
+	"github.com/vibedom/vibedom/netfilter/mitmproxy"
 )
 
 // TestDLPVM plays a prompt-injected agent: as root in the guest it reads
@@ -31,7 +31,7 @@ func TestDLPVM(t *testing.T) { testDLPVM(t) }
 
 // TestDLPVMMitmproxy is TestDLPVM with --proxy-engine mitmproxy.
 func TestDLPVMMitmproxy(t *testing.T) {
-	if _, err := netfilter.MitmdumpVersion(t.Context(), ""); err != nil {
+	if _, err := mitmproxy.MitmdumpVersion(t.Context(), ""); err != nil {
 		t.Skipf("mitmproxy engine not tested: %v", err)
 	}
 	testDLPVM(t, "--proxy-engine", "mitmproxy")

@@ -16,7 +16,7 @@ import (
 	"testing"
 
 	"github.com/vibedom/vibedom/e2e/clitest"
-	"github.com/vibedom/vibedom/netfilter"
+	"github.com/vibedom/vibedom/netfilter/mitmproxy"
 )
 
 // TestEgressVM drives the egress boundary the way an agent running as root
@@ -28,7 +28,7 @@ func TestEgressVM(t *testing.T) { testEgressVM(t) }
 
 // TestEgressVMMitmproxy is TestEgressVM with --proxy-engine mitmproxy.
 func TestEgressVMMitmproxy(t *testing.T) {
-	if _, err := netfilter.MitmdumpVersion(t.Context(), ""); err != nil {
+	if _, err := mitmproxy.MitmdumpVersion(t.Context(), ""); err != nil {
 		t.Skipf("mitmproxy engine not tested: %v", err)
 	}
 	testEgressVM(t, "--proxy-engine", "mitmproxy")

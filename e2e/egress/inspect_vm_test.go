@@ -19,7 +19,7 @@ import (
 
 	"github.com/vibedom/vibedom/e2e/clitest"
 	"github.com/vibedom/vibedom/keys"
-	"github.com/vibedom/vibedom/netfilter"
+	"github.com/vibedom/vibedom/netfilter/mitmproxy"
 )
 
 // TestInspectVM: `vibedom run --inspect` prints the live view's URL; while
@@ -28,7 +28,7 @@ import (
 // cleanly.
 func TestInspectVM(t *testing.T) {
 	clitest.RequireVM(t)
-	if _, err := netfilter.MitmwebVersion(t.Context(), ""); err != nil {
+	if _, err := mitmproxy.MitmwebVersion(t.Context(), ""); err != nil {
 		t.Skipf("live view not tested: %v", err)
 	}
 	c := clitest.New(t)

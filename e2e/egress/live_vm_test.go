@@ -18,7 +18,7 @@ import (
 	"time"
 
 	"github.com/vibedom/vibedom/e2e/clitest"
-	"github.com/vibedom/vibedom/netfilter"
+	"github.com/vibedom/vibedom/netfilter/mitmproxy"
 )
 
 // liveRig is a detached session with network, its upstream servers (the
@@ -153,7 +153,7 @@ func TestLiveRulesVM(t *testing.T) { testLiveRules(t) }
 
 // TestLiveRulesVMMitmproxy is TestLiveRulesVM with --proxy-engine mitmproxy.
 func TestLiveRulesVMMitmproxy(t *testing.T) {
-	if _, err := netfilter.MitmdumpVersion(t.Context(), ""); err != nil {
+	if _, err := mitmproxy.MitmdumpVersion(t.Context(), ""); err != nil {
 		t.Skipf("mitmproxy engine not tested: %v", err)
 	}
 	testLiveRules(t, "--proxy-engine", "mitmproxy")
