@@ -716,7 +716,7 @@ func (e *MitmproxyEngine) serveUpstream(w http.ResponseWriter, r *http.Request) 
 		return
 	}
 	name, port, ok := splitAuthority(hp, 80)
-	if !ok || e.cfg.Policy == nil || !e.cfg.Policy.Decide(name, port).Allow {
+	if !ok || e.cfg.Policy == nil || !egress.Recheck(e.cfg.Policy, name, port).Allow {
 		http.Error(w, "vibedom: not an allowed destination", http.StatusForbidden)
 		return
 	}

@@ -120,9 +120,12 @@ type asker struct {
 	pending map[string]*question // by name
 	recent  []Question
 	passes  map[string]time.Time // once answers to DNS questions, by name
-	changed chan struct{}        // closed and replaced on every change
-	feed    []FeedLine           // the latest requests, oldest first
-	feedSeq uint64
+	// onceAdmitted: connections a once answer admitted, by name, for
+	// their own upstream dial (Recheck).
+	onceAdmitted map[string]time.Time
+	changed      chan struct{} // closed and replaced on every change
+	feed         []FeedLine    // the latest requests, oldest first
+	feedSeq      uint64
 }
 
 // maxFeed is how many requests the watch state keeps.
@@ -156,7 +159,8 @@ func newAsker(timeout time.Duration) *asker {
 	if timeout <= 0 {
 		timeout = DefaultAskTimeout
 	}
-	return &asker{timeout: timeout, dnsHold: dnsHold, pending: map[string]*question{}, passes: map[string]time.Time{}, changed: make(chan struct{})}
+	return &asker{timeout: timeout, dnsHold: dnsHold, pending: map[string]*question{}, passes: map[string]time.Time{},
+		onceAdmitted: map[string]time.Time{}, changed: make(chan struct{})}
 }
 
 // changedLocked wakes the watchers.
@@ -186,6 +190,23 @@ func (a *asker) takePass(name string) bool {
 	if ok {
 		delete(a.passes, name)
 	}
+	return ok && time.Now().Before(exp)
+}
+
+// noteOnce records that a connection to name was admitted by a once
+// answer: its own upstream dial (Recheck) may follow within passTTL.
+func (a *asker) noteOnce(name string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.onceAdmitted[name] = time.Now().Add(passTTL)
+}
+
+// admittedOnce reports whether a once answer admitted a connection to
+// name within passTTL.
+func (a *asker) admittedOnce(name string) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	exp, ok := a.onceAdmitted[name]
 	return ok && time.Now().Before(exp)
 }
 

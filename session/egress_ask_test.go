@@ -317,3 +317,25 @@ func TestAskFeedRedacted(t *testing.T) {
 		}
 	}
 }
+
+// TestAskRecheck: the recheck of an admitted connection (the mitmproxy
+// engine's upstream dial) never asks; a once answer's connection passes
+// it.
+func TestAskRecheck(t *testing.T) {
+	s := askHost(t, time.Minute)
+	l := s.egress.live
+	if d := nfegress.Recheck(nfegress.LimitWildcards(l), "never-asked.example", 443); d.Allow || d.Pending {
+		t.Errorf("recheck of an undecided name: %+v", d)
+	}
+	ch := decideAsync(l, "o.example", 443)
+	answer(t, s, waitPending(t, l.ask, "o.example").ID, AnswerOnce)
+	if d := got(t, ch); !d.Allow {
+		t.Fatalf("once: %+v", d)
+	}
+	if d := nfegress.Recheck(nfegress.LimitWildcards(l), "o.example", 443); !d.Allow {
+		t.Errorf("recheck after once: %+v", d)
+	}
+	if st, _ := l.ask.state(); len(st.Pending) != 0 {
+		t.Errorf("a recheck asked: %+v", st.Pending)
+	}
+}

@@ -161,6 +161,7 @@ func (l *livePolicy) Decide(name string, port uint16) nfegress.Decision {
 		return d
 	}
 	if l.ask.takePass(n) {
+		l.ask.noteOnce(n)
 		return onceDecision(n)
 	}
 	return l.afterAnswer(n, port, l.ask.ask(n, port, 0))
@@ -201,11 +202,28 @@ func onceDecision(n string) nfegress.Decision {
 	return nfegress.Decision{Allow: true, Rule: n, Source: "answered once by the user", Reason: "the user allowed it once (ask mode)"}
 }
 
+// Recheck implements nfegress.Rechecker: for a connection already
+// admitted (the mitmproxy engine's upstream dial), a name a once answer
+// let through in the last passTTL stays allowed, and nobody is asked.
+func (l *livePolicy) Recheck(name string, port uint16) nfegress.Decision {
+	d := l.cur.Load().p.Decide(name, port)
+	if l.ask == nil || !undecided(d) {
+		return d
+	}
+	if n, ok := askable(name); ok && l.ask.admittedOnce(n) {
+		return onceDecision(n)
+	}
+	return d
+}
+
 // afterAnswer turns the answer to n's question into the decision for the
 // request that waited (port 0: a DNS question).
 func (l *livePolicy) afterAnswer(n string, port uint16, ans string) nfegress.Decision {
 	switch ans {
 	case AnswerOnce:
+		if port != 0 {
+			l.ask.noteOnce(n)
+		}
 		return onceDecision(n)
 	case answerTimeout:
 		return nfegress.Decision{Source: "ask mode", Reason: fmt.Sprintf("the user was asked and did not answer within %v", l.ask.timeout)}

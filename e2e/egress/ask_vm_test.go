@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/vibedom/vibedom/e2e/clitest"
+	"github.com/vibedom/vibedom/netfilter/mitmproxy"
 )
 
 // background runs vibedom with args and returns a function that waits for
@@ -49,9 +50,20 @@ func (r *liveRig) backgroundBuf(t *testing.T, d time.Duration, args ...string) (
 // asks again next time; a lookup held with the guest's real resolver and a
 // retrying client goes through once answered; no answer within the
 // timeout gives the client the reason.
-func TestAskModeVM(t *testing.T) {
+func TestAskModeVM(t *testing.T) { testAskMode(t) }
+
+// TestAskModeVMMitmproxy is TestAskModeVM with --proxy-engine mitmproxy
+// (whose upstream dial decides once more: it must not ask again).
+func TestAskModeVMMitmproxy(t *testing.T) {
+	if _, err := mitmproxy.MitmdumpVersion(t.Context(), ""); err != nil {
+		t.Skipf("mitmproxy engine not tested: %v", err)
+	}
+	testAskMode(t, "--proxy-engine", "mitmproxy")
+}
+
+func testAskMode(t *testing.T, extra ...string) {
 	r := startLiveRig(t, []string{"ask.example.com", "once.example.com", "late.example.com"},
-		"--egress", "ask", "--ask-timeout", "25s")
+		append([]string{"--egress", "ask", "--ask-timeout", "25s"}, extra...)...)
 	watch := clitest.StartOnPTY(t, r.c.Command(t, nil, "watch", r.name), 40, 160)
 	if !watch.Seen(regexp.MustCompile(`watching session`), time.Minute) {
 		t.Fatalf("watch did not start:\n%s", watch.Text())

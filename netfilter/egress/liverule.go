@@ -74,3 +74,29 @@ func LocalName(name string) bool {
 	}
 	return false
 }
+
+// Rechecker is an optional capability of a Decider that may hold a
+// decision while the user is asked (ask mode): Recheck decides again, for
+// a connection already admitted (the mitmproxy engine's upstream dial),
+// without asking anyone.
+type Rechecker interface {
+	Recheck(name string, port uint16) Decision
+}
+
+// Recheck implements Rechecker: the wrapped policy's Recheck when it has
+// one, else Decide; the wildcard budget applies either way.
+func (w *WildcardLimited) Recheck(name string, port uint16) Decision {
+	if r, ok := w.p.(Rechecker); ok {
+		return w.limit(name, r.Recheck(name, port))
+	}
+	return w.Decide(name, port)
+}
+
+// Recheck decides name:port for an admitted connection: d, or the
+// Rechecker's answer when dec has one.
+func Recheck(dec Decider, name string, port uint16) Decision {
+	if r, ok := dec.(Rechecker); ok {
+		return r.Recheck(name, port)
+	}
+	return dec.Decide(name, port)
+}
