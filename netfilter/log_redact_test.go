@@ -31,6 +31,7 @@ import (
 // Host, path, query), raw and encoded. Not one byte of network.jsonl,
 // alerts.jsonl or the session log may hold it; the redaction marker must.
 func TestRefusedRequestSecretsNotLogged(t *testing.T) {
+	t.Parallel()
 	secret := strings.Join([]string{"q7zk4mv9", "xw2pl8rt", "5ny3hc6b"}, "") // a DNS-safe known value, built at run time
 	mixed := strings.Join([]string{"Zk4Mv9Xw", "2pL8rT5n"}, "")              // the DNS lower-cases it
 	eng, err := dlp.New(dlp.Config{Secrets: []dlp.Secret{{Value: secret, Source: "test"}, {Value: mixed, Source: "test"}}})

@@ -32,6 +32,7 @@ func mitmTestConfig(t *testing.T) MitmproxyConfig {
 }
 
 func TestMitmdumpMissing(t *testing.T) {
+	t.Parallel()
 	cfg := mitmTestConfig(t)
 	cfg.Mitmdump = filepath.Join(t.TempDir(), "mitmdump")
 	_, err := NewMitmproxyEngine(t.Context(), cfg)
@@ -53,6 +54,7 @@ func fakeMitmdump(t *testing.T, version string) string {
 }
 
 func TestMitmdumpTooOld(t *testing.T) {
+	t.Parallel()
 	for _, tt := range []struct {
 		version string
 		ok      bool

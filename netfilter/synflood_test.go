@@ -76,6 +76,7 @@ func (c *rstDropConn) Write(b []byte) (int, error) {
 // Half-open handshakes used to keep their slots for gVisor's whole SYN-ACK
 // retransmission schedule (127 s), dropping every new SYN meanwhile.
 func TestStackSYNFloodRecovers(t *testing.T) {
+	t.Parallel()
 	forEngines(t, func(t *testing.T, kind string) {
 		v := newEngineEnv(t, kind, testRules)
 		v.upstreamTLS("api.test", 443, v.upCA, http.HandlerFunc(echoInfo))

@@ -98,7 +98,11 @@ func (s *sess) setupEgress(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("load the egress policy: %w", err)
 	}
-	pol, notes, err := policy.EgressPolicy(o.Home, trust, eo.Allow)
+	allow := eo.Allow
+	if s.creds != nil {
+		allow = append(slices.Clip(allow), s.creds.AllowRules()...)
+	}
+	pol, notes, err := policy.EgressPolicy(o.Home, trust, allow)
 	if err != nil {
 		return fmt.Errorf("load the egress policy: %w", err)
 	}
@@ -135,6 +139,9 @@ func (s *sess) setupEgress(ctx context.Context) error {
 	}
 	if resolver == nil {
 		resolver = netstack.SystemResolver{}
+	}
+	if err := s.startLogins(ctx, eo.Resolve, roots); err != nil {
+		return err
 	}
 	// One wildcard guard for the DNS server and the explicit proxy: new
 	// names under a wildcard are a channel to the host's resolver.

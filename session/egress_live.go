@@ -645,6 +645,9 @@ func (s *sess) checkNoMITM(names []string) ([]string, error) {
 	for _, p := range credentials.Providers {
 		kept[p.Host] = true
 	}
+	for _, k := range credentials.LoginKinds {
+		kept[k.APIHost], kept[k.TokenHost] = true, true
+	}
 	if s.creds != nil {
 		for _, sw := range s.creds.Swaps() {
 			kept[sw.Host] = true

@@ -14,7 +14,8 @@ import (
 // The sandbox note: a short text the guest carries outside the workspace,
 // in /etc/vibedom/README and in the agent's own instructions file in its
 // home (Claude Code ~/.claude/CLAUDE.md, Codex ~/.codex/AGENTS.md,
-// OpenCode ~/.config/opencode/AGENTS.md), telling the agent what the
+// OpenCode ~/.config/opencode/AGENTS.md, Gemini CLI ~/.gemini/GEMINI.md),
+// telling the agent what the
 // sandbox is and that a refused name is the user's decision, to be asked
 // for rather than worked around. It is never written into the workspace,
 // so it never shows in the change set.
@@ -35,6 +36,7 @@ var agentInstructions = map[string]string{
 	"claude":   ".claude/CLAUDE.md",
 	"codex":    ".codex/AGENTS.md",
 	"opencode": ".config/opencode/AGENTS.md",
+	"gemini":   ".gemini/GEMINI.md",
 }
 
 // SandboxNote is the note for the session called name.

@@ -172,6 +172,9 @@ func (s *sess) runAgent(ctx context.Context) (int, error) {
 	if err := s.copyAgentSettings(ctx); err != nil {
 		return 0, err
 	}
+	if err := s.copyLoginFiles(); err != nil {
+		return 0, err
+	}
 	if err := s.writeSandboxNotes(ctx); err != nil {
 		s.log.Warn("the sandbox note", "err", err)
 	}

@@ -240,9 +240,16 @@ func readSessionFile(t *testing.T, c *clitest.CLI, name string) string {
 // (/mnt/workspace/probe in the VM).
 func buildProbe(t *testing.T, ws string) {
 	t.Helper()
-	build := exec.Command("go", "build", "-o", filepath.Join(ws, "probe"), "./testdata/egressprobe")
+	buildForGuest(t, "./testdata/egressprobe", filepath.Join(ws, "probe"))
+}
+
+// buildForGuest builds the Go package pkg, static, for the guest's Linux
+// on this arch, into out.
+func buildForGuest(t *testing.T, pkg, out string) {
+	t.Helper()
+	build := exec.Command("go", "build", "-o", out, pkg)
 	build.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH="+runtime.GOARCH)
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("build the probe: %v\n%s", err, out)
+	if b, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build %s: %v\n%s", pkg, err, b)
 	}
 }

@@ -109,6 +109,7 @@ func installLeftovers(t *testing.T, root string) []string {
 // is unpacked into root/<version> and preferred over PATH; a second
 // install downloads nothing.
 func TestMitmproxyInstall(t *testing.T) {
+	t.Parallel()
 	tarball := makeTarball(t, goodMitmproxyTree())
 	var hits atomic.Int64
 	root := filepath.Join(t.TempDir(), DirName)
@@ -145,6 +146,7 @@ func TestMitmproxyInstall(t *testing.T) {
 // TestMitmproxyInstallMacOS: the macOS tarball's layout (an app bundle,
 // with symlinks inside it) installs, and its programs are found in it.
 func TestMitmproxyInstallMacOS(t *testing.T) {
+	t.Parallel()
 	const bin = "mitmproxy.app/Contents/MacOS/"
 	tarball := makeTarball(t, []tarEntry{
 		{name: "mitmproxy.app/", typ: tar.TypeDir, mode: 0o755},
@@ -172,6 +174,7 @@ func TestMitmproxyInstallMacOS(t *testing.T) {
 // that would land outside the install folder, or one over the limits
 // installs nothing; the error is one line.
 func TestMitmproxyInstallRefused(t *testing.T) {
+	t.Parallel()
 	good := goodMitmproxyTree()
 	with := func(extra ...tarEntry) []tarEntry { return append(append([]tarEntry{}, good...), extra...) }
 	for _, tt := range []struct {
@@ -226,6 +229,7 @@ func TestMitmproxyInstallRefused(t *testing.T) {
 // TestMitmproxyInstallPlatforms: an unpinned platform, or a pinned one
 // without a checksum, is refused before anything is fetched.
 func TestMitmproxyInstallPlatforms(t *testing.T) {
+	t.Parallel()
 	var hits atomic.Int64
 	mirror := mitmproxyMirror(t, []byte("never served"), &hits)
 	for _, tt := range []struct{ goos, goarch, want string }{

@@ -22,6 +22,7 @@ type nsPlainConn struct{ net.Conn }
 
 // TestStackPortableIO runs DNS and a TCP echo over the portable frame I/O.
 func TestStackPortableIO(t *testing.T) {
+	t.Parallel()
 	host, vmFile, err := SocketPair()
 	if err != nil {
 		t.Fatal(err)
@@ -96,6 +97,7 @@ func (c *nobufsConn) Write(b []byte) (int, error) {
 }
 
 func TestConnIORetriesENOBUFS(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name      string
 		fails     int

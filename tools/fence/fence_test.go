@@ -78,7 +78,7 @@ var table = map[string][]string{
 	"guest/proto": {},
 	"guestlink":   {"keys", "guest/proto"},
 	"boot":        {"vm", "guestlink", "termtext"},
-	"boot/vmtest": {"boot", "guestlink", "image", "image/assets", "keys", "vm", "guest/proto"},
+	"boot/vmtest": {"boot", "guestlink", "image", "image/assets", "keys", "keys/keystest", "vm", "guest/proto"},
 	"image": {
 		"vm", "guest/proto", "image/alpine", "image/rootfs", "image/kernel", "image/initramfs",
 		"image/assets", "home", "progress", "atomicfile",
@@ -96,6 +96,7 @@ var table = map[string][]string{
 	"home":                    {},
 	"progress":                {},
 	"keys":                    {"atomicfile"},
+	"keys/keystest":           {"keys"},
 	"netfilter":               {"netfilter/egress", "netfilter/netstack", "netfilter/mitmproxy", "logredact", "credentials", "dlp", "keys", "atomicfile", "childenv"},
 	"dlp":                     {},
 	"sshagent":                {},
