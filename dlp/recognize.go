@@ -1218,7 +1218,7 @@ func secretKeyName(k []byte) bool {
 //go:noinline
 func (s *scanner) anchorAt(i int) {
 	buf := s.buf[:s.n]
-	for _, r := range s.e.anchors.byKey[binary.LittleEndian.Uint32(buf[i:])] {
+	for _, r := range s.e.anchors.table.lookup(binary.LittleEndian.Uint32(buf[i:])) {
 		as := i - r.off
 		if as >= 0 && s.pol.active(r.def.rec.cat) && matchLit(buf, as, r.def) {
 			r.def.rec.check(s, hit{lit: r.def.lit, as: as, ae: as + len(r.def.lit), cat: r.def.rec.cat})

@@ -55,6 +55,8 @@ type ControlRequest struct {
 	Rows int    `json:"rows,omitempty"`
 	// Egress is OpEgress's request.
 	Egress *EgressRequest `json:"egress,omitempty"`
+	// Port is OpPort's request (ports.go).
+	Port *PortRequest `json:"port,omitempty"`
 }
 
 // ControlReply is the host's reply.
@@ -67,6 +69,8 @@ type ControlReply struct {
 	Took time.Duration `json:"took_ns,omitempty"`
 	// Egress is set by OpEgress.
 	Egress *EgressReply `json:"egress,omitempty"`
+	// Ports is OpPort's answer: the published ports after the request.
+	Ports []PortInfo `json:"ports,omitempty"`
 }
 
 // HostStatus is what a session host reports about its session.
@@ -88,6 +92,8 @@ type HostStatus struct {
 	// PausedAt is when the VM was paused, zero when it runs.
 	PausedAt time.Time `json:"paused_at,omitzero"`
 	LogDir   string    `json:"log_dir"`
+	// Ports are the published ports.
+	Ports []PortInfo `json:"ports,omitempty"`
 }
 
 // Frame types.

@@ -77,6 +77,9 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 
 func (s *sess) run(ctx context.Context, start time.Time) (*Result, error) {
 	o := &s.opts
+	if err := s.openPorts(); err != nil {
+		return s.result(), err
+	}
 	if err := s.prepare(ctx); err != nil {
 		return s.result(), err
 	}
@@ -95,6 +98,7 @@ func (s *sess) run(ctx context.Context, start time.Time) (*Result, error) {
 	if err := s.startControl(); err != nil {
 		return s.result(), err
 	}
+	s.startPorts()
 	switch {
 	case o.Detached:
 		s.progress("ready in %.1fs", s.timings.Total.Seconds())

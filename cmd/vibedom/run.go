@@ -48,6 +48,7 @@ what to apply (without a terminal nothing is applied unless --apply).`,
 			&cli.BoolFlag{Name: "quiet", Aliases: []string{"q"}, Usage: "print no progress lines"},
 			&cli.BoolFlag{Name: "detach", Aliases: []string{"d"}, Usage: "start the session in the background, print its name and return (vibedom attach NAME joins it)"},
 			&cli.BoolFlag{Name: "json", Usage: "with --detach: print the session's name, host pid and log as JSON"},
+			publishFlag(),
 		},
 		Action: runAction,
 	})
@@ -64,6 +65,10 @@ func runAction(ctx context.Context, c *cli.Command) error {
 	}
 	if c.Bool("json") && !c.Bool("detach") {
 		return errors.New("--json goes with --detach (a foreground session's output is its agent's)")
+	}
+	ports, err := publishedPorts(c)
+	if err != nil {
+		return err
 	}
 	o := session.StartOptions{
 		Session: session.Options{
@@ -82,6 +87,7 @@ func runAction(ctx context.Context, c *cli.Command) error {
 			Review:   session.ReviewOptions{ApplyAll: c.Bool("apply"), Skip: c.Bool("no-review")},
 			AsRoot:   c.Bool("root"),
 			SSHAgent: session.SSHAgentOptions{Enabled: c.Bool("ssh-agent")},
+			Ports:    ports,
 		},
 		AgentName:     c.String("agent"),
 		Shell:         c.Bool("shell"),

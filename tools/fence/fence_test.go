@@ -116,7 +116,7 @@ var table = map[string][]string{
 	// e2e/clitest drives the built command; the e2e packages hold only
 	// tests, which drive that binary (their imports are test imports).
 	"e2e":         {},
-	"e2e/clitest": {"vm", "image/assets", "image/alpine", "image/alpine/alpinetest"},
+	"e2e/clitest": {"vm", "image/assets", "image/alpine", "image/alpine/alpinetest", "agents", "agents/agentstest"},
 	"e2e/...":     {"e2e/clitest"},
 }
 
