@@ -335,11 +335,19 @@ def _peer(conn):
     return "%s:%d" % (p[0], p[1]) if p else ""
 
 
-def _refuse(flow, status, reason):
+def _refuse(flow, status, reason, refusal=None):
+    # The Go side words the refusal (X-Vibedom-Refused, text or JSON as the
+    # request's Accept asks); a bare reason is the fallback.
+    refusal = refusal or {}
     flow.response = http.Response.make(
         status,
-        ("vibedom: %s\n" % reason).encode(),
-        {"Content-Type": "text/plain; charset=utf-8", "X-Vibedom": "refused", "Connection": "close"},
+        (refusal.get("text") or "vibedom: %s\n" % reason).encode(),
+        {
+            "Content-Type": refusal.get("ctype") or "text/plain; charset=utf-8",
+            "X-Vibedom": "refused",
+            "X-Vibedom-Refused": refusal.get("refused") or "-",
+            "Connection": "close",
+        },
     )
     # Marked on the flow, not read back from the header: upstream could
     # send that header too.
@@ -705,7 +713,7 @@ class Vibedom:
             _forget_request(flow)
             return
         if ans.get("action") != "allow":
-            _refuse(flow, int(ans.get("status") or 403), ans.get("reason") or "refused")
+            _refuse(flow, int(ans.get("status") or 403), ans.get("reason") or "refused", ans.get("refusal"))
             return
         _learn([base64.b64decode(v) for v in ans.get("scrub") or []], base64.b64decode(ans.get("scrub_with") or ""))
         guest = {k.lower(): v for k, v in req.headers.fields}

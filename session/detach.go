@@ -17,6 +17,7 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+	"time"
 
 	"github.com/vibedom/vibedom/atomicfile"
 	"github.com/vibedom/vibedom/home"
@@ -98,6 +99,10 @@ type hostEgress struct {
 	CAFiles     []string `json:"ca_files,omitempty"`
 	ProxyEngine string   `json:"proxy_engine"`
 	Inspect     bool     `json:"inspect,omitempty"`
+	// Live egress (egress_live.go, egress_ask.go).
+	Mode       string        `json:"mode,omitempty"`
+	AskTimeout time.Duration `json:"ask_timeout_ns,omitempty"`
+	NoMITM     []string      `json:"no_mitm,omitempty"`
 }
 
 type hostReview struct {
@@ -209,7 +214,8 @@ func writeHostFile(dir string, o Options, scan *scanResult) error {
 		Version: hostFileVersion, Name: o.Name, Workspace: o.Workspace, CPUs: o.CPUs, MemoryMiB: o.MemoryMiB,
 		Arch: o.Arch, Command: o.Command, Agent: o.Agent, AsRoot: o.AsRoot,
 		Egress: hostEgress{Disabled: o.Egress.Disabled, Allow: o.Egress.Allow, CAFiles: o.Egress.CAFiles,
-			ProxyEngine: o.Egress.ProxyEngine, Inspect: o.Egress.Inspect},
+			ProxyEngine: o.Egress.ProxyEngine, Inspect: o.Egress.Inspect,
+			Mode: o.Egress.Mode, AskTimeout: o.Egress.AskTimeout, NoMITM: o.Egress.NoMITM},
 		DLP:       o.DLP,
 		Review:    hostReview{Skip: o.Review.Skip, ApplyAll: o.Review.ApplyAll},
 		SSHAgent:  o.SSHAgent.Enabled,
@@ -421,7 +427,8 @@ func readHostFile(dir string) (Options, error) {
 		Home: h, Name: hf.Name, Workspace: hf.Workspace, CPUs: hf.CPUs, MemoryMiB: hf.MemoryMiB, Arch: hf.Arch,
 		Command: hf.Command, Agent: hf.Agent, AsRoot: hf.AsRoot,
 		Egress: EgressOptions{Disabled: hf.Egress.Disabled, Allow: hf.Egress.Allow, CAFiles: hf.Egress.CAFiles,
-			ProxyEngine: hf.Egress.ProxyEngine, Inspect: hf.Egress.Inspect},
+			ProxyEngine: hf.Egress.ProxyEngine, Inspect: hf.Egress.Inspect,
+			Mode: hf.Egress.Mode, AskTimeout: hf.Egress.AskTimeout, NoMITM: hf.Egress.NoMITM},
 		DLP:       hf.DLP,
 		Review:    ReviewOptions{Skip: hf.Review.Skip, ApplyAll: hf.Review.ApplyAll},
 		SSHAgent:  SSHAgentOptions{Enabled: hf.SSHAgent},

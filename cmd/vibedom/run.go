@@ -31,6 +31,7 @@ what to apply (without a terminal nothing is applied unless --apply).`,
 			&cli.BoolFlag{Name: "shell", Usage: "attach an interactive shell (the default without a command)"},
 			&cli.StringSliceFlag{Name: "allow", Usage: "also allow this egress rule for this session (repeatable), e.g. --allow registry.npmjs.org"},
 			&cli.BoolFlag{Name: "no-network", Usage: "give the VM no network interface at all"},
+			egressFlag, askTimeoutFlag, noMITMFlag, // egress.go
 			&cli.StringSliceFlag{Name: "resolve", Usage: "connect to this address for an allowed name, like curl's --resolve (repeatable): NAME:PORT:ADDRESS[:PORT]"},
 			&cli.StringFlag{Name: "proxy-engine", Usage: "the proxy that inspects the guest's traffic: go (built in) or mitmproxy (the mitmdump that vibedom init --with-mitmproxy installed, else a mitmdump ≥ 8.1 on PATH, that vibedom starts for the session); default: proxy-engine = … in ~/.vibedom/config, else go"},
 			&cli.BoolFlag{Name: "inspect", Usage: "watch the requests as sent upstream (after the DLP) in mitmweb's web UI, read-only, on 127.0.0.1 (its URL is printed); implies --proxy-engine mitmproxy"},
@@ -96,6 +97,9 @@ func runAction(ctx context.Context, c *cli.Command) error {
 		Quiet:         c.Bool("quiet"),
 		Detach:        c.Bool("detach"),
 		HostSilent:    c.Bool("json"),
+	}
+	if err := egressMode(c, &o.Session.Egress); err != nil {
+		return err
 	}
 	if !o.Detach {
 		o.Session.Interrupts = interrupts()
