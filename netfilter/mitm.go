@@ -105,7 +105,8 @@ type EngineConfig struct {
 	// nothing of those bytes (the connect event says so). The caller
 	// keeps model providers and hosts a credential is swapped for out.
 	NoMITM []string
-	// Track, when set, is told of every explicit-proxy CONNECT tunnel the
+	// Track, when set, is told of every explicit-proxy CONNECT tunnel (and
+	// absolute-URI request, for its duration) the
 	// engine serves, with its target; the returned function is called when
 	// the tunnel ends. Closing conn ends the tunnel (a live deny rule).
 	Track func(t Target, conn net.Conn) (done func())
