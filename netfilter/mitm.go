@@ -106,9 +106,8 @@ type EngineConfig struct {
 	// keeps model providers and hosts a credential is swapped for out.
 	NoMITM []string
 	// Track, when set, is told of every explicit-proxy CONNECT tunnel (and
-	// absolute-URI request, for its duration) the
-	// engine serves, with its target; the returned function is called when
-	// the tunnel ends. Closing conn ends the tunnel (a live deny rule).
+	// absolute-URI request, while it is served) the engine serves, with its
+	// target; the returned function is called when the tunnel ends. Closing conn ends the tunnel (a live deny rule).
 	Track func(t Target, conn net.Conn) (done func())
 }
 
