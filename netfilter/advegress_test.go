@@ -9,6 +9,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/vibedom/vibedom/netfilter/egress"
 )
 
 // TestExplicitProxyRequestTracked: a plain http:// request through the
@@ -69,5 +71,33 @@ func TestExplicitProxyRequestTracked(t *testing.T) {
 		if ne, ok := err.(net.Error); ok && ne.Timeout() {
 			t.Fatal("the stream goes on after its tracked connection was closed")
 		}
+	}
+}
+
+// TestNoMITMRefusesECH: a hello to a no-mitm name that carries an
+// encrypted ClientHello (ECH, or the older ESNI) names its real
+// destination in the encrypted part: the outer SNI only names the
+// front. Passed through, the provider's front end would route it to any
+// site it hosts, past the allowlist; it is refused.
+func TestNoMITMRefusesECH(t *testing.T) {
+	t.Parallel()
+	v := newTestEnv(t, testRules+"pinned.test\n", func(c *EngineConfig) { c.NoMITM = []string{"pinned.test"} })
+	v.upstreamTLS("pinned.test", 443, v.upCA, http.NotFoundHandler())
+	for _, typ := range []uint16{0xfe0d, 0xffce} {
+		conn := v.guestConn("pinned.test", 443)
+		hello := handshake(ext(0, sniData("pinned.test")), ext(typ, []byte{0, 1, 2, 3}))
+		if _, err := conn.Write(records(hello, 1<<14)); err != nil {
+			t.Fatal(err)
+		}
+		conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+		io.Copy(io.Discard, conn)
+		conn.Close()
+		ev := v.events.wait(t, "connect", func(e egress.Event) bool { return e.Kind == "connect" && e.Name == "pinned.test" })
+		if ev.Decision != "deny" || !strings.Contains(ev.Reason, "encrypted ClientHello") {
+			t.Errorf("extension %#x to a no-mitm name: %s, %q; want deny (encrypted ClientHello)", typ, ev.Decision, ev.Reason)
+		}
+		v.events.mu.Lock()
+		v.events.events = nil
+		v.events.mu.Unlock()
 	}
 }

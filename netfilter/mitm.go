@@ -461,6 +461,12 @@ func (e *GoEngine) serveTLS(ctx context.Context, pc *peekConn, t Target) connOut
 			tlsAlert(pc.Conn, alertAccessDenied)
 			return connOutcome{"deny", "no-mitm " + t.Name + ": a ClientHello without SNI is refused"}
 		}
+		if hello.ech {
+			// The outer SNI names only the front: passed through, the
+			// encrypted inner hello could reach any site behind it.
+			tlsAlert(pc.Conn, alertAccessDenied)
+			return connOutcome{"deny", "no-mitm " + t.Name + ": an encrypted ClientHello (ECH) is refused: its real destination is hidden"}
+		}
 		pc.Conn.SetReadDeadline(time.Time{})
 		return e.splice(ctx, pc, t, NoMITMReason)
 	}
