@@ -46,7 +46,15 @@ func NewSwapFilter(inner RequestFilter, swaps []credentials.Swap) RequestFilter 
 	if inner == nil {
 		inner = IdentityFilter{}
 	}
-	return &swapFilter{inner: inner, swaps: swaps}
+	f := &swapFilter{inner: inner, swaps: swaps, initial: map[string]bool{}}
+	for _, s := range swaps {
+		if s.Dynamic != nil {
+			for _, v := range s.Dynamic.Secrets() {
+				f.initial[v] = true
+			}
+		}
+	}
+	return f
 }
 
 type swapFilter struct {
@@ -57,7 +65,35 @@ type swapFilter struct {
 	mu       sync.Mutex
 	scrub    *keyScrubber
 	scrubFor int
+	// initial are the dynamic credentials' real values when the filter
+	// was built, the ones inner (the DLP) knows; learn finds the others
+	// (tokens the host refreshed since) in requests, built for the
+	// learnFor values it holds.
+	initial  map[string]bool
+	learn    *keyScrubber
+	learnFor int
 }
+
+// learned is a scrubber of the real values inner does not know (tokens
+// the host refreshed during the session), nil when there is none.
+func (f *swapFilter) learned() *keyScrubber {
+	var vals []swapSecret
+	for _, s := range f.secrets() {
+		if !f.initial[s.value] {
+			vals = append(vals, s)
+		}
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.learnFor != len(vals) {
+		f.learn, f.learnFor = newKeyScrubber(vals), len(vals)
+	}
+	return f.learn
+}
+
+// ErrRefreshedToken means a request carried a real token the host
+// refreshed during the session: the guest never gets one, so it leaks.
+var ErrRefreshedToken = errors.New("a real credential the host holds, outside the swap")
 
 // scrubber is the key scrubber for the real values as they stand (a
 // refreshed token adds one), nil when there is none.
@@ -160,6 +196,26 @@ func (f *swapFilter) FilterRequest(ctx context.Context, dest Destination, r *htt
 			if strings.Contains(u, s.Token) || strings.Contains(dec, s.Token) {
 				return nil, fmt.Errorf("%w (%s's, in the URL, to %s:%d)", ErrPlaceholder, s.Name, dest.Name, dest.Port)
 			}
+		}
+	}
+	if lk := f.learned(); lk != nil {
+		// The DLP's known values were fixed when the session began.
+		for name, vals := range r.Header {
+			for _, v := range vals {
+				if lk.holds(name) || lk.holds(v) {
+					return nil, fmt.Errorf("%w (in header %s, to %s:%d)", ErrRefreshedToken, strings.ToLower(name), dest.Name, dest.Port)
+				}
+			}
+		}
+		u := r.URL.String()
+		if dec, _ := url.QueryUnescape(u); lk.holds(u) || lk.holds(dec) || lk.holds(r.Host) {
+			return nil, fmt.Errorf("%w (in the URL, to %s:%d)", ErrRefreshedToken, dest.Name, dest.Port)
+		}
+		if r.Body != nil && r.Body != http.NoBody {
+			r.Body = lk.reader(r.Body, r.Header.Get("Content-Type"))
+			r.ContentLength = -1
+			r.Header.Del("Content-Length")
+			r.GetBody = nil
 		}
 	}
 	value := ""

