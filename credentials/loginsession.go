@@ -198,6 +198,11 @@ func contains(l []string, v string) bool {
 	return false
 }
 
+// maxGuestRefreshes bounds the placeholder sets a session hands out on
+// the guest's refreshes (the CLI refreshes about twice a day): each is
+// remembered, and checked on every request, for the whole session.
+const maxGuestRefreshes = 100
+
 // maxGuestRefresh bounds the body of a guest's request to the token
 // endpoint.
 const maxGuestRefresh = 64 << 10
@@ -243,6 +248,10 @@ func (s *LoginSession) AnswerTokenRequest(r *http.Request) (status int, body []b
 	// token says, whatever the real token's state; a host refresh that
 	// fails shows on the next API call as a 401 saying what to run.
 	s.mu.Lock()
+	if len(s.refresh) > maxGuestRefreshes {
+		s.mu.Unlock()
+		return refuse(http.StatusTooManyRequests, "invalid_request", "too many refreshes from the VM in one session: the placeholders it holds keep working")
+	}
 	g, err := s.issue()
 	l := s.login
 	s.mu.Unlock()
