@@ -240,13 +240,31 @@ func (f *swapFilter) FilterRequest(ctx context.Context, dest Destination, r *htt
 	return done, nil
 }
 
-// UpgradeWriter passes the inner filter's WebSocket scrubbing through.
+// UpgradeWriter passes the inner filter's WebSocket scrubbing through,
+// the guest's frames first scrubbed of the tokens inner does not know
+// (see learned).
 func (f *swapFilter) UpgradeWriter(r *http.Request, upstream io.Writer) io.WriteCloser {
+	var w io.WriteCloser
 	if uf, ok := f.inner.(UpgradeFilter); ok {
-		return uf.UpgradeWriter(r, upstream)
+		w = uf.UpgradeWriter(r, upstream)
 	}
-	return nil
+	lk := f.learned()
+	switch {
+	case lk == nil:
+		return w
+	case w == nil:
+		return newWSScrubber(upstream, lk.e, &lk.pol, nil)
+	}
+	return closeBoth{newWSScrubber(w, lk.e, &lk.pol, nil), w}
 }
+
+// closeBoth is a writer chained onto next: closing it closes both, in order.
+type closeBoth struct {
+	io.WriteCloser
+	next io.Closer
+}
+
+func (c closeBoth) Close() error { return errors.Join(c.WriteCloser.Close(), c.next.Close()) }
 
 // FilterResponse scrubs the real values from every response (a provider
 // echoing a key back, or anything else) before the guest reads it:

