@@ -24,7 +24,8 @@ import (
 // at the start, do not hold it) cannot send it anywhere: not in a header,
 // the URL, a body (raw or base64) or a WebSocket message, to another host or to the API host;
 // and a request to the token endpoint host spelled with a trailing dot or
-// in another case is answered by vibedom, never forwarded. Both engines.
+// in another case is answered by vibedom, never forwarded; a response
+// echoing it (header, gzip body, event stream) is scrubbed. Both engines.
 func TestLoginSwapAdversarial(t *testing.T) {
 	t.Parallel()
 	real1 := "sk-ant-oat01-" + strings.Repeat("Rea1", 20) + "AA" // gitleaks:allow
@@ -71,7 +72,23 @@ func TestLoginSwapAdversarial(t *testing.T) {
 			}
 			mu.Unlock()
 		})
-		v.upstreamTLS("api.test", 443, v.upCA, record)
+		v.upstreamTLS("api.test", 443, v.upCA, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			switch r.URL.Path {
+			case "/echo-gzip":
+				w.Header().Set("X-Echo", real2)
+				w.Header().Set("Content-Encoding", "gzip")
+				zw := gzip.NewWriter(w)
+				io.WriteString(zw, `{"token":"`+real2+`"}`)
+				zw.Close()
+			case "/echo-sse":
+				w.Header().Set("Content-Type", "text/event-stream")
+				io.WriteString(w, "event: a\ndata: {\"t\":\""+real2[:30]+"\"}\n\n")
+				w.(http.Flusher).Flush()
+				io.WriteString(w, "event: b\ndata: {\"t\":\""+real2+"\"}\n\n")
+			default:
+				record(w, r)
+			}
+		}))
 		v.upstreamTLS("x.wild.test", 443, v.upCA, record)
 		v.upstreamTLS("ws.wild.test", 443, v.upCA, websocket.Handler(func(ws *websocket.Conn) {
 			for {
@@ -150,6 +167,21 @@ func TestLoginSwapAdversarial(t *testing.T) {
 			if resp, err := c.Do(req); err == nil {
 				io.Copy(io.Discard, resp.Body)
 				resp.Body.Close()
+			}
+		}
+		// Responses echoing the refreshed token: a header, a gzip body, an
+		// event stream.
+		for _, path := range []string{"/echo-gzip", "/echo-sse"} {
+			req, _ := http.NewRequestWithContext(t.Context(), "GET", "https://api.test"+path, nil)
+			req.Header.Set("Authorization", "Bearer "+ph)
+			resp, err := c.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if strings.Contains(string(b), real2) || strings.Contains(resp.Header.Get("X-Echo"), real2) {
+				t.Errorf("%s: the refreshed token reached the guest", path)
 			}
 		}
 		mu.Lock()
