@@ -3,12 +3,14 @@ package credentials
 import (
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -98,5 +100,52 @@ func TestRefreshHostileEndpoint(t *testing.T) {
 				t.Errorf("the error quotes the endpoint: %q", err)
 			}
 		})
+	}
+}
+
+// TestLoginSessionRefreshBackoff (issue 21, adversarial): when the host's
+// refresh fails, the guest's next requests do not each send another one
+// (a guest looping on API calls would make the host hammer the vendor,
+// each attempt up to 30 s with the login locked): they get the failure
+// at once until refreshRetry has passed.
+func TestLoginSessionRefreshBackoff(t *testing.T) {
+	t.Parallel()
+	claude, _ := LookupLogin("claude")
+	var mu sync.Mutex
+	calls := 0
+	hc := hostileEndpoint(t, claude, func(w http.ResponseWriter, _ *http.Request) {
+		mu.Lock()
+		calls++
+		mu.Unlock()
+		w.WriteHeader(http.StatusBadGateway)
+	})
+	now := time.Now()
+	clock := func() time.Time {
+		mu.Lock()
+		defer mu.Unlock()
+		return now
+	}
+	l, _ := ParseLogin(claude, claudeDoc(randTok("sk-ant-oat01-", 95), randTok("sk-ant-ort01-", 95), now.Add(time.Minute)), "test")
+	s, err := NewLoginSession(t.TempDir(), l, &RefreshClient{HTTP: hc, Now: clock}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 20 {
+		if _, err := s.AccessToken(t.Context()); !errors.Is(err, ErrLoginUnusable) {
+			t.Fatalf("a failed refresh: %v", err)
+		}
+	}
+	mu.Lock()
+	got := calls
+	now = now.Add(refreshRetry + time.Second)
+	mu.Unlock()
+	if got != 1 {
+		t.Errorf("20 requests after a failed refresh sent %d refreshes, want 1", got)
+	}
+	s.AccessToken(t.Context())
+	mu.Lock()
+	defer mu.Unlock()
+	if calls != 2 {
+		t.Errorf("after the back-off, %d refreshes in all, want 2", calls)
 	}
 }
