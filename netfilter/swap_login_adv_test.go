@@ -169,6 +169,25 @@ func TestLoginSwapAdversarial(t *testing.T) {
 				resp.Body.Close()
 			}
 		}
+		// Over HTTP/2: the placeholder in another header is refused, in
+		// Authorization swapped.
+		c2 := &http.Client{Transport: v.guestTransport(true)}
+		for _, h := range []struct {
+			name string
+			want int
+		}{{"X-Other", http.StatusForbidden}, {"Authorization", http.StatusOK}} {
+			req, _ := http.NewRequestWithContext(t.Context(), "GET", "https://api.test/h2", nil)
+			req.Header.Set(h.name, "Bearer "+ph)
+			resp, err := c2.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != h.want || resp.ProtoMajor != 2 {
+				t.Errorf("HTTP/2, the placeholder in %s: %s %d, want %d", h.name, resp.Proto, resp.StatusCode, h.want)
+			}
+		}
 		// Responses echoing the refreshed token: a header, a gzip body, an
 		// event stream.
 		for _, path := range []string{"/echo-gzip", "/echo-sse"} {
