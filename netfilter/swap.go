@@ -202,7 +202,11 @@ func (f *swapFilter) FilterRequest(ctx context.Context, dest Destination, r *htt
 		// The DLP's known values were fixed when the session began.
 		for name, vals := range r.Header {
 			for _, v := range vals {
-				if lk.holds(name) || lk.holds(v) {
+				if lk.holds(name) {
+					// Not named: the log redactor would miss it lower-cased.
+					return nil, fmt.Errorf("%w (in a header's name, to %s:%d)", ErrRefreshedToken, dest.Name, dest.Port)
+				}
+				if lk.holds(v) {
 					return nil, fmt.Errorf("%w (in header %s, to %s:%d)", ErrRefreshedToken, strings.ToLower(name), dest.Name, dest.Port)
 				}
 			}

@@ -8,6 +8,8 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -16,6 +18,7 @@ import (
 
 	"github.com/vibedom/vibedom/credentials"
 	"github.com/vibedom/vibedom/dlp"
+	"github.com/vibedom/vibedom/logredact"
 	"golang.org/x/net/websocket"
 )
 
@@ -41,6 +44,12 @@ func TestLoginSwapAdversarial(t *testing.T) {
 		}
 		filter := NewSwapFilter(&DLPFilter{Engine: eng}, []credentials.Swap{{Name: "claude login", Host: "api.test", Header: "authorization", Dynamic: cred}})
 		v := newEngineEnv(t, kind, testRules, func(c *EngineConfig) { c.Filter = filter })
+		v.log.SetRedactor(func(s string) string { // as a session's: credentials.Session.Redact, then the DLP
+			for _, r := range cred.Secrets() {
+				s = strings.ReplaceAll(s, r, "[R]")
+			}
+			return logredact.LogRedactor(eng)(s)
+		})
 		var mu sync.Mutex
 		var leaked []string
 		var tokenHits int
@@ -128,6 +137,7 @@ func TestLoginSwapAdversarial(t *testing.T) {
 		b64 := base64.StdEncoding.EncodeToString([]byte(real2))
 		for _, r := range []struct{ name, url, hdr, body string }{
 			{"in a header to another host", "https://x.wild.test/h", "X-Leak: " + real2, "{}"},
+			{"as a header's name", "https://x.wild.test/hn", "X-" + real2 + ": 1", "{}"},
 			{"in a query to another host", "https://x.wild.test/q?t=" + url.QueryEscape(real2), "", "{}"},
 			{"in a body to another host", "https://x.wild.test/b", "", `{"t":"` + real2 + `"}`},
 			{"base64 in a body to another host", "https://x.wild.test/b64", "", `{"t":"` + b64 + `"}`},
@@ -201,6 +211,13 @@ func TestLoginSwapAdversarial(t *testing.T) {
 			resp.Body.Close()
 			if strings.Contains(string(b), real2) || strings.Contains(resp.Header.Get("X-Echo"), real2) {
 				t.Errorf("%s: the refreshed token reached the guest", path)
+			}
+		}
+		files, _ := filepath.Glob(filepath.Join(v.logDir, "*"))
+		for _, f := range files {
+			b, _ := os.ReadFile(f)
+			if strings.Contains(strings.ToLower(string(b)), strings.ToLower(real2)) {
+				t.Errorf("%s holds the refreshed token", f)
 			}
 		}
 		mu.Lock()
