@@ -1,6 +1,8 @@
 package credentials
 
 import (
+	"encoding/base64"
+	"encoding/hex"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -57,5 +59,37 @@ func TestAnswerTokenRequestAdversarial(t *testing.T) {
 	}
 	if n := len(s2.Placeholders()); n > 2*(maxGuestRefreshes+1)+1 || ok == 2000 {
 		t.Errorf("2000 guest refreshes: %d answered, %d placeholders held", ok, n)
+	}
+}
+
+// TestSessionRedactEncoded (issue 21, adversarial): a log line holding a
+// token the host refreshed during the session (no DLP known value) in
+// another form than as is (base64 in a refused request's URL, lower case
+// in a header name) is redacted too.
+func TestSessionRedactEncoded(t *testing.T) {
+	t.Parallel()
+	claude, _ := LookupLogin("claude")
+	refresh := randTok("sk-ant-ort01-", 95)
+	e := newTokenEndpoint(t, claude, refresh)
+	l, _ := ParseLogin(claude, claudeDoc(randTok("sk-ant-oat01-", 95), refresh, time.Now()), "test")
+	cs, _ := NewSession(nil)
+	s, err := NewLoginSession(t.TempDir(), l, &RefreshClient{HTTP: e.client}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs.AddLogin(s)
+	tok, err := s.AccessToken(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range []string{
+		"GET https://x.test/?t=" + base64.StdEncoding.EncodeToString([]byte(tok)),
+		"GET https://x.test/" + hex.EncodeToString([]byte(tok)),
+		"refused: header x-" + strings.ToLower(tok),
+	} {
+		out := cs.Redact(line)
+		if strings.Contains(strings.ToLower(out), strings.ToLower(tok[13:40])) || out == line {
+			t.Errorf("not redacted: %q", out)
+		}
 	}
 }
