@@ -465,7 +465,7 @@ func (e *GoEngine) serveTLS(ctx context.Context, pc *peekConn, t Target) connOut
 			// The outer SNI names only the front: passed through, the
 			// encrypted inner hello could reach any site behind it.
 			tlsAlert(pc.Conn, alertAccessDenied)
-			return connOutcome{"deny", "no-mitm " + t.Name + ": an encrypted ClientHello (ECH) is refused: its real destination is hidden"}
+			return connOutcome{"deny", "no-mitm " + t.Name + ": an encrypted ClientHello (ECH) is refused: its real destination is hidden; turn ECH off in the client"}
 		}
 		pc.Conn.SetReadDeadline(time.Time{})
 		return e.splice(ctx, pc, t, NoMITMReason)
