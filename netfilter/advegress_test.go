@@ -19,9 +19,13 @@ import (
 // CONNECT tunnels.
 func TestExplicitProxyRequestTracked(t *testing.T) {
 	t.Parallel()
+	forEngines(t, testExplicitProxyRequestTracked)
+}
+
+func testExplicitProxyRequestTracked(t *testing.T, kind string) {
 	var mu sync.Mutex
 	tracked := map[string][]net.Conn{}
-	v := newTestEnv(t, "stream.example\n", func(c *EngineConfig) {
+	v := newEngineEnv(t, kind, "stream.example\n", func(c *EngineConfig) {
 		c.Track = func(tg Target, conn net.Conn) func() {
 			mu.Lock()
 			defer mu.Unlock()
@@ -81,7 +85,11 @@ func TestExplicitProxyRequestTracked(t *testing.T) {
 // site it hosts, past the allowlist; it is refused.
 func TestNoMITMRefusesECH(t *testing.T) {
 	t.Parallel()
-	v := newTestEnv(t, testRules+"pinned.test\n", func(c *EngineConfig) { c.NoMITM = []string{"pinned.test"} })
+	forEngines(t, testNoMITMRefusesECH)
+}
+
+func testNoMITMRefusesECH(t *testing.T, kind string) {
+	v := newEngineEnv(t, kind, testRules+"pinned.test\n", func(c *EngineConfig) { c.NoMITM = []string{"pinned.test"} })
 	v.upstreamTLS("pinned.test", 443, v.upCA, http.NotFoundHandler())
 	for _, typ := range []uint16{0xfe0d, 0xffce} {
 		conn := v.guestConn("pinned.test", 443)
