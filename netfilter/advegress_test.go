@@ -2,9 +2,11 @@ package netfilter
 
 import (
 	"bufio"
+	"crypto/tls"
 	"io"
 	"net"
 	"net/http"
+	"net/netip"
 	"strings"
 	"sync"
 	"testing"
@@ -108,4 +110,43 @@ func testNoMITMRefusesECH(t *testing.T, kind string) {
 		v.events.events = nil
 		v.events.mu.Unlock()
 	}
+}
+
+// TestClosedGuestConnEndsUpstream: what a live deny does to a transparent
+// connection (it closes the engine's end of the guest's connection) ends
+// the upstream request too, on both engines: mitmdump must not keep
+// streaming from the denied host.
+func TestClosedGuestConnEndsUpstream(t *testing.T) {
+	t.Parallel()
+	forEngines(t, func(t *testing.T, kind string) {
+		v := newEngineEnv(t, kind, testRules)
+		started, ended := make(chan struct{}), make(chan struct{})
+		var once sync.Once
+		v.upstreamTLS("api.test", 443, v.upCA, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.WriteHeader(http.StatusOK)
+			io.WriteString(w, "data: first\n\n")
+			w.(http.Flusher).Flush()
+			once.Do(func() { close(started) })
+			<-r.Context().Done()
+			close(ended)
+		}))
+		c, s := tcpPair(t)
+		defer c.Close()
+		tg := Target{Name: "api.test", Port: 443, Decision: v.policy.Decide("api.test", 443),
+			Guest: netip.MustParseAddrPort("10.0.2.15:40001"), Dialled: netip.MustParseAddrPort("198.18.0.1:443")}
+		go v.eng.HandleConn(t.Context(), s, tg)
+		tc := tls.Client(c, &tls.Config{ServerName: "api.test", RootCAs: v.ca.Pool(), NextProtos: []string{"http/1.1"}})
+		io.WriteString(tc, "GET /events HTTP/1.1\r\nHost: api.test\r\n\r\n")
+		select {
+		case <-started:
+		case <-time.After(20 * time.Second):
+			t.Fatal("the upstream never got the request")
+		}
+		s.Close() // the live deny
+		select {
+		case <-ended:
+		case <-time.After(20 * time.Second):
+			t.Fatal("the upstream request goes on after the guest's connection was closed")
+		}
+	})
 }
