@@ -1,6 +1,7 @@
 package session
 
 import (
+	"strings"
 	"testing"
 	"time"
 )
@@ -50,5 +51,21 @@ func TestAskAnswerCoversShownPorts(t *testing.T) {
 				t.Errorf("port 22 allowed by a rule after the answer %s: %+v", ans, d)
 			}
 		})
+	}
+}
+
+// TestAskPortsBounded: one name's question takes at most maxQuestionPorts
+// ports; a guest joining it port after port is refused at once past that,
+// so neither the user's screen nor the rules an answer adds grow without
+// bound.
+func TestAskPortsBounded(t *testing.T) {
+	s := askHost(t, time.Minute)
+	l := s.egress.live
+	for i := range maxQuestionPorts {
+		decideAsync(l, "ports.example", uint16(1000+i))
+	}
+	waitPorts(t, l.ask, "ports.example", maxQuestionPorts)
+	if d := got(t, decideAsync(l, "ports.example", 2000)); d.Allow || d.Pending || !strings.Contains(d.Reason, "not asked") {
+		t.Errorf("a port past the bound: %+v", d)
 	}
 }

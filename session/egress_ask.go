@@ -42,6 +42,7 @@ const (
 	AnswerDeny    = "deny"
 	answerTimeout = "timeout"
 	answerTooMany = "too many" // not asked: maxPending questions are open
+	answerPorts   = "ports"    // not asked: the name's question has maxQuestionPorts ports
 	answerDecided = "decided"  // not asked: a rule decides it now
 )
 
@@ -59,6 +60,9 @@ const (
 	// after name must not flood the user (or the host); past it a new
 	// name is refused at once.
 	maxPending = 32
+	// maxQuestionPorts bounds the ports one question asks for: past it a
+	// request for another port of the name is refused at once.
+	maxQuestionPorts = 8
 )
 
 // Question is one name waiting for the user's answer.
@@ -246,6 +250,10 @@ func (a *asker) ask(name string, port uint16, hold time.Duration) string {
 		time.AfterFunc(a.timeout, func() { a.answer(q.ID, answerTimeout, nil, nil) })
 	}
 	if !slices.Contains(q.Ports, port) {
+		if len(q.Ports) >= maxQuestionPorts {
+			a.mu.Unlock()
+			return answerPorts
+		}
 		q.Ports = append(q.Ports, port)
 		slices.Sort(q.Ports)
 	}

@@ -233,6 +233,8 @@ func (l *livePolicy) afterAnswer(n string, port uint16, ans string) nfegress.Dec
 		return nfegress.Decision{Source: "ask mode", Reason: fmt.Sprintf("the user was asked and did not answer within %v", l.ask.timeout)}
 	case answerTooMany:
 		return nfegress.Decision{Source: "ask mode", Reason: fmt.Sprintf("not asked: %d other names wait for the user's answer already", maxPending)}
+	case answerPorts:
+		return nfegress.Decision{Source: "ask mode", Reason: fmt.Sprintf("not asked: the user is asked about %s on %d ports already", n, maxQuestionPorts)}
 	case "":
 		return nfegress.Decision{Source: "ask mode", Reason: "waiting for the user's answer (ask mode): retry in a moment", Pending: true}
 	}
