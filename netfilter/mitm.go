@@ -107,7 +107,8 @@ type EngineConfig struct {
 	NoMITM []string
 	// Track, when set, is told of every explicit-proxy CONNECT tunnel (and
 	// absolute-URI request, while it is served) the engine serves, with its
-	// target; the returned function is called when the tunnel ends. Closing conn ends the tunnel (a live deny rule).
+	// target; the returned function is called when the tunnel ends.
+	// Closing conn ends the tunnel (a live deny rule).
 	Track func(t Target, conn net.Conn) (done func())
 }
 
