@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -414,13 +415,25 @@ func indexEntries(git func([]byte, ...string) ([]byte, error)) (gitlinks []strin
 // the .gitignore files of the work tree, and no config.
 func ignoredPaths(ctx context.Context, r *gitRepo, private, prefix string, pl *Plan, tracked map[string]bool) (map[string]bool, error) {
 	var in bytes.Buffer
+	dirs := map[string]bool{}
 	for _, pf := range pl.Files {
 		if pf.newT != "" && !tracked[prefix+pf.Path] {
 			in.WriteString(prefix + pf.Path + "\x00")
+			for d := path.Dir(prefix + pf.Path); !dirs[d]; d = path.Dir(d) {
+				dirs[d] = true
+			}
 		}
 	}
 	if in.Len() == 0 {
 		return nil, nil
+	}
+	// git opens the .gitignore of every folder on the way and would wait
+	// for good on a FIFO there.
+	for d := range dirs {
+		gi := filepath.Join(r.top, filepath.FromSlash(d), ".gitignore")
+		if fi, err := os.Stat(gi); err == nil && !fi.Mode().IsRegular() {
+			return nil, fmt.Errorf("branch: %s is not a regular file; remove it, or use `vibedom apply`", DisplayPath(gi))
+		}
 	}
 	out, err := runHostGitInput(ctx, r.top, private, []string{
 		"GIT_DIR=" + filepath.Join(private, "git"),

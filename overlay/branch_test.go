@@ -3,12 +3,15 @@
 package overlay
 
 import (
+	"context"
 	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 )
 
 // branchRepo is a workspace that is a git repository on main (one commit of
@@ -504,6 +507,24 @@ func TestBranchOddRepositories(t *testing.T) {
 		}
 		if out := gitOut(t, s.ws, "branch", "--list", "a/*", "x"); out != "" {
 			t.Errorf("made: %s", out)
+		}
+	})
+	t.Run("fifo gitignore", func(t *testing.T) {
+		// git opens every .gitignore on a new path's way and would wait
+		// on a FIFO there for good.
+		s := branchRepo(t, tree{"a.txt": "file:a\n", "sub/k": "file:k\n"}, func(ws string) {
+			if err := syscall.Mkfifo(filepath.Join(ws, "sub/.gitignore"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		})
+		a := s.agentTree(t)
+		writeFile(t, filepath.Join(a, "sub/new.txt"), "new\n", 0o644)
+		s.finish(t, a)
+		ctx, cancel := context.WithTimeout(t.Context(), time.Minute) // a safety net, not a wait
+		defer cancel()
+		_, err := Branch(ctx, BranchOptions{Apply: ApplyOptions{Workspace: s.ws, SessionDir: s.dir}, Branch: "agent"})
+		if err == nil || errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), ".gitignore") || strings.Contains(err.Error(), "\n") {
+			t.Fatalf("err = %v, want one line naming the .gitignore", err)
 		}
 	})
 	t.Run("index.lock", func(t *testing.T) {
