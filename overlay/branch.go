@@ -355,6 +355,19 @@ func CommitBranch(ctx context.Context, pl *Plan, opts BranchOptions) (*BranchRes
 	if _, err := git(info.Bytes(), "update-index", "-z", "--replace", "--index-info"); err != nil {
 		return nil, fmt.Errorf("branch: build the tree: %w", err)
 	}
+	// update-index drops with a mere warning a path git never puts in a
+	// tree (a .git component in any case, git~1): such a path is refused,
+	// not reported as on the branch.
+	_, tracked, err = indexEntries(git)
+	if err != nil {
+		return nil, err
+	}
+	for _, p := range puts {
+		if !tracked[prefix+p.pf.Path] {
+			res.Report.Results[p.pf.Path] = "refused: git does not accept this path in a commit"
+			res.Report.Applied = slices.DeleteFunc(res.Report.Applied, func(a string) bool { return a == p.pf.Path })
+		}
+	}
 	out, err := git(nil, "write-tree")
 	if err != nil {
 		return nil, fmt.Errorf("branch: build the tree: %w", err)

@@ -544,3 +544,31 @@ func TestBranchOddRepositories(t *testing.T) {
 		}
 	})
 }
+
+// TestBranchReportsWhatGitLeftOut: git's update-index drops a path it
+// never puts in a tree (a .git component in any case, git~1) with only a
+// warning; allowed with --allow-protected, such a path must not be
+// reported as on the branch, and what the report lists is what the commit
+// holds.
+func TestBranchReportsWhatGitLeftOut(t *testing.T) {
+	s := branchRepo(t, tree{"a.txt": "file:a\n"}, nil)
+	a := s.agentTree(t)
+	writeFile(t, filepath.Join(a, "a.txt"), "A\n", 0o644)
+	odd := []string{"sub/.git/config", "x/.GIT/hooks/post-checkout", "git~1/config"}
+	for _, p := range odd {
+		writeFile(t, filepath.Join(a, p), "x\n", 0o644)
+	}
+	s.finish(t, a)
+	res, err := Branch(t.Context(), BranchOptions{Apply: ApplyOptions{Workspace: s.ws, SessionDir: s.dir, AllowProtected: odd}, Branch: "agent"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range odd {
+		if r := res.Report.Results[p]; !strings.HasPrefix(r, "refused") {
+			t.Errorf("%s: %q, want refused", p, r)
+		}
+	}
+	if got := strings.Join(res.Report.Applied, "\n") + "\n"; got != gitOut(t, s.ws, "diff", "--name-only", "main...agent") {
+		t.Errorf("reported %q, the commit holds %q", got, gitOut(t, s.ws, "diff", "--name-only", "main...agent"))
+	}
+}
