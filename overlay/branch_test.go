@@ -572,3 +572,40 @@ func TestBranchReportsWhatGitLeftOut(t *testing.T) {
 		t.Errorf("reported %q, the commit holds %q", got, gitOut(t, s.ws, "diff", "--name-only", "main...agent"))
 	}
 }
+
+// TestBranchIgnoresTheUsersGitEnvironment: GIT_DIR, GIT_WORK_TREE,
+// GIT_INDEX_FILE and config given in the environment (GIT_CONFIG_COUNT,
+// GIT_CONFIG_PARAMETERS) of the shell vibedom runs from neither redirect
+// the branch to another repository nor run anything.
+func TestBranchIgnoresTheUsersGitEnvironment(t *testing.T) {
+	s := branchRepo(t, tree{"a.txt": "file:a\n"}, nil)
+	other := branchRepo(t, tree{"o.txt": "file:o\n"}, nil)
+	a := s.agentTree(t)
+	writeFile(t, filepath.Join(a, "a.txt"), "A\n", 0o644)
+	s.finish(t, a)
+	mark := filepath.Join(t.TempDir(), "ran")
+	hooks := t.TempDir()
+	writeFile(t, filepath.Join(hooks, "reference-transaction"), "#!/bin/sh\ntouch "+mark+"\n", 0o755)
+	t.Setenv("GIT_DIR", filepath.Join(other.ws, ".git"))
+	t.Setenv("GIT_WORK_TREE", other.ws)
+	t.Setenv("GIT_INDEX_FILE", filepath.Join(other.ws, ".git/index"))
+	t.Setenv("GIT_CONFIG_COUNT", "1")
+	t.Setenv("GIT_CONFIG_KEY_0", "core.hooksPath")
+	t.Setenv("GIT_CONFIG_VALUE_0", hooks)
+	t.Setenv("GIT_CONFIG_PARAMETERS", "'core.hookspath'='"+hooks+"' 'hook.evil.command'='touch "+mark+"' 'hook.evil.event'='reference-transaction'")
+	if _, err := Branch(t.Context(), BranchOptions{Apply: ApplyOptions{Workspace: s.ws, SessionDir: s.dir}, Branch: "agent"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(mark); err == nil {
+		t.Error("a hook from the environment ran")
+	}
+	for _, k := range []string{"GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_CONFIG_COUNT", "GIT_CONFIG_PARAMETERS"} {
+		os.Unsetenv(k)
+	}
+	if got := gitOut(t, s.ws, "diff", "--name-only", "main...agent"); got != "a.txt\n" {
+		t.Errorf("branch: %q", got)
+	}
+	if out := gitOut(t, other.ws, "branch", "--list", "agent"); out != "" {
+		t.Errorf("the branch went to the other repository: %s", out)
+	}
+}
