@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path"
 	"path/filepath"
 	"slices"
@@ -430,7 +431,10 @@ func ignoredPaths(ctx context.Context, r *gitRepo, private, prefix string, pl *P
 	var in bytes.Buffer
 	dirs := map[string]bool{}
 	for _, pf := range pl.Files {
-		if pf.newT != "" && !tracked[prefix+pf.Path] {
+		// git stops at a path beyond a symlink of the work tree (the
+		// agent made a folder of it), and with it the whole check: such a
+		// path is not asked about, and is not ignored.
+		if pf.newT != "" && !tracked[prefix+pf.Path] && !beyondSymlink(r.top, prefix+pf.Path) {
 			in.WriteString(prefix + pf.Path + "\x00")
 			for d := path.Dir(prefix + pf.Path); !dirs[d]; d = path.Dir(d) {
 				dirs[d] = true
@@ -452,8 +456,10 @@ func ignoredPaths(ctx context.Context, r *gitRepo, private, prefix string, pl *P
 		"GIT_DIR=" + filepath.Join(private, "git"),
 		"GIT_WORK_TREE=" + r.top,
 	}, &in, "check-ignore", "--no-index", "-z", "--stdin")
-	if err != nil && len(out) == 0 {
-		return nil, nil // exit 1: nothing is ignored
+	if exit := (*exec.ExitError)(nil); errors.As(err, &exit) && exit.ExitCode() == 1 {
+		return nil, nil // nothing is ignored
+	} else if err != nil {
+		return nil, fmt.Errorf("branch: read the workspace's .gitignore files: %w", err)
 	}
 	ignored := map[string]bool{}
 	for p := range bytes.SplitSeq(out, []byte{0}) {
@@ -462,6 +468,17 @@ func ignoredPaths(ctx context.Context, r *gitRepo, private, prefix string, pl *P
 		}
 	}
 	return ignored, nil
+}
+
+// beyondSymlink says whether a folder on p's way (p relative to top, with
+// slashes) is a symlink in the work tree.
+func beyondSymlink(top, p string) bool {
+	for d := path.Dir(p); d != "." && d != "/"; d = path.Dir(d) {
+		if fi, err := os.Lstat(filepath.Join(top, filepath.FromSlash(d))); err == nil && fi.Mode()&os.ModeSymlink != 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // insideGitlink returns the submodule p is or is inside of, or "".

@@ -609,3 +609,26 @@ func TestBranchIgnoresTheUsersGitEnvironment(t *testing.T) {
 		t.Errorf("the branch went to the other repository: %s", out)
 	}
 }
+
+// TestBranchIgnoresBesideAReplacedSymlink: a new path under what is a
+// symlink in the work tree (the agent made the symlink a folder) stops git
+// check-ignore for every path; the ignored node_modules/ must still stay
+// off the branch.
+func TestBranchIgnoresBesideAReplacedSymlink(t *testing.T) {
+	s := branchRepo(t, tree{".gitignore": "file:node_modules/\n", "a.txt": "file:a\n", "link": "link:a.txt"}, nil)
+	a := s.agentTree(t)
+	os.Remove(filepath.Join(a, "link"))
+	writeFile(t, filepath.Join(a, "link/x.txt"), "x\n", 0o644)
+	writeFile(t, filepath.Join(a, "node_modules/dep/i.js"), "x\n", 0o644)
+	s.finish(t, a)
+	res, err := Branch(t.Context(), BranchOptions{Apply: ApplyOptions{Workspace: s.ws, SessionDir: s.dir}, Branch: "agent"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := res.Report.Results["node_modules/dep/i.js"]; !strings.Contains(r, ".gitignore") {
+		t.Errorf("node_modules/dep/i.js: %q", r)
+	}
+	if got := gitOut(t, s.ws, "diff", "--name-only", "main...agent"); got != "link\nlink/x.txt\n" {
+		t.Errorf("on the branch: %q", got)
+	}
+}
