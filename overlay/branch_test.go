@@ -284,7 +284,7 @@ func TestBranchRefusals(t *testing.T) {
 			t.Fatalf("err = %v, want ErrNoBaseCommit", err)
 		}
 	})
-	for _, name := range []string{"", "-x", "a..b", "a b", "x.lock", "HEAD"} {
+	for _, name := range []string{"", "-x", "a..b", "a b", "x.lock", "HEAD", "@{-1}", "x@{u}", "x/../y", ".hidden"} {
 		t.Run("name "+name, func(t *testing.T) {
 			s := branchRepo(t, tree{"a.txt": "file:a\n"}, nil)
 			agentEdit(t, s)
