@@ -3,11 +3,14 @@ package session
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync"
 	"time"
 	"unicode"
 	"unicode/utf8"
+
+	"github.com/vibedom/vibedom/home"
 )
 
 // A desktop notification for a question in ask mode when no terminal is
@@ -35,6 +38,7 @@ type deskNotifier struct {
 	post deskPost         // nil: deskPlatform
 	now  func() time.Time // nil: time.Now
 	log  func(err error)  // a notifier that failed; may be nil
+	off  bool             // notify = off in the user's config
 	// timeout bounds a notifier (0: deskTimeout).
 	timeout time.Duration
 
@@ -42,6 +46,16 @@ type deskNotifier struct {
 	seen map[string]bool
 	sent []time.Time // the last minute's notifications
 	wg   sync.WaitGroup
+}
+
+// init reads notify = off from the user's config (a config that does not
+// read leaves notifications on: the run already said why) and logs failed
+// notifications to log.
+func (d *deskNotifier) init(h home.Home, log *slog.Logger) {
+	if c, err := ReadConfig(h); err == nil && c.NoNotify {
+		d.off = true
+	}
+	d.log = func(err error) { log.Warn("egress: the desktop notification", "err", err) }
 }
 
 // asked posts a notification for the question about name in session,
@@ -53,7 +67,7 @@ func (d *deskNotifier) asked(session, name string, terminals int) bool {
 	if post == nil {
 		post = deskPlatform
 	}
-	if post == nil || terminals > 0 {
+	if post == nil || terminals > 0 || d.off {
 		return false
 	}
 	now := time.Now

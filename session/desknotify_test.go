@@ -3,10 +3,13 @@ package session
 import (
 	"context"
 	"io"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
 	"unicode"
+
+	"github.com/vibedom/vibedom/home"
 )
 
 type deskSent struct{ title, text string }
@@ -163,4 +166,27 @@ func TestAskNotifiesDesktop(t *testing.T) {
 	if len(sent) != 0 {
 		t.Errorf("a notification while a terminal is attached: %+v", <-sent)
 	}
+}
+
+// TestDeskNotifyOff: notify = off in ~/.vibedom/config turns the
+// notifications off; anything but on or off is an error naming the line.
+func TestDeskNotifyOff(t *testing.T) {
+	h := home.Home(t.TempDir())
+	post, _ := fakeDesk()
+	on := &deskNotifier{post: post}
+	on.init(h, slog.New(slog.DiscardHandler))
+	if !on.asked("proj", "a.example", 0) {
+		t.Error("no notification without a config")
+	}
+	writeFileAtomic(h.Config(), []byte("notify = off\n"), 0o600)
+	off := &deskNotifier{post: post}
+	off.init(h, slog.New(slog.DiscardHandler))
+	if off.asked("proj", "a.example", 0) {
+		t.Error("a notification with notify = off")
+	}
+	writeFileAtomic(h.Config(), []byte("notify = maybe\n"), 0o600)
+	if _, err := ReadConfig(h); err == nil || !strings.Contains(err.Error(), "config:1: notify must be on or off") {
+		t.Errorf("notify = maybe: %v", err)
+	}
+	on.wg.Wait()
 }

@@ -156,7 +156,7 @@ func (s *sess) setupEgress(ctx context.Context) error {
 	case EgressModeAsk:
 		e.live.setAsk(newAsker(eo.AskTimeout))
 		e.live.ask.notify, e.live.ask.onClear = s.notifyQuestion, e.notices.cleared
-		e.desk.log = func(err error) { s.log.Warn("egress: the desktop notification", "err", err) }
+		e.desk.init(o.Home, s.log)
 		s.progress("egress: ask mode: names no rule decides are held while you are asked (`vibedom watch %s`; %v, then denied)", s.name, e.live.ask.timeout)
 	default:
 		return fmt.Errorf("--egress must be ask or deny, got %q", eo.Mode)
