@@ -85,6 +85,7 @@ func (s *sess) run(ctx context.Context, start time.Time) (*Result, error) {
 		return s.result(), err
 	}
 	s.timings.Total = time.Since(start)
+	s.logTimings()
 	// Before the control socket serves: a vibedom exec may ask for the agent.
 	if err := s.startSSHAgent(); err != nil {
 		return s.result(), err
