@@ -181,10 +181,19 @@ func buildPlan(cfg *vm.Config, bin, accel string, share vm.ShareFS) (*plan, erro
 		a = append(a, "-M", "virt"+machineOpts)
 		console = "ttyAMA0"
 	}
-	if accel == "kvm" {
+	switch {
+	case accel == "kvm":
 		a = append(a, "-accel", "kvm", "-cpu", "host")
-	} else {
-		a = append(a, "-accel", "tcg,thread=multi", "-cpu", "max")
+	case cfg.Arch == vm.ArchAMD64:
+		// Without 5-level paging: under emulation every TLB miss walks
+		// the page tables in software, and the early boot maps all of
+		// the guest's memory (about a second less per boot for 2 GiB).
+		a = append(a, "-accel", "tcg,thread=multi", "-cpu", "max,la57=off")
+	default:
+		// Pointer authentication with QEMU's cheap implementation-defined
+		// algorithm instead of QARMA, which costs a great deal under
+		// emulation; the guest still signs and checks its pointers.
+		a = append(a, "-accel", "tcg,thread=multi", "-cpu", "max,pauth-impdef=on")
 	}
 	a = append(a,
 		"-smp", strconv.Itoa(cfg.CPUs),
