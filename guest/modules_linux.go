@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"time"
 
@@ -48,11 +49,15 @@ func parseModuleList(r io.Reader) ([]module, error) {
 	return out, sc.Err()
 }
 
+// laterModules are loaded once the agent runs: the power button (ACPI on
+// x86, GPIO keys on arm64 virt) and its event device, for a host's
+// graceful stop, and virtio MMIO for devices a platform may put there.
+var laterModules = []string{"button", "gpio_keys", "evdev", "virtio_mmio"}
+
 // neededModules names the modules this boot uses before the agent serves:
 // the disks, the filesystems, the workspace share, the control channel and
-// the network as the boot data configures them. The power button, virtio
-// MMIO and the transports this VM does not use wait (see loadModules).
-// Names the kernel has built in are simply not in the list.
+// the network as the boot data configures them. Names the kernel has built
+// in are simply not in the list.
 func neededModules(bc *proto.BootConfig) []string {
 	n := []string{"virtio_pci", "virtio_blk", "ext4", "overlay"}
 	switch bc.Control.Transport {
@@ -74,9 +79,10 @@ func neededModules(bc *proto.BootConfig) []string {
 }
 
 // splitModules returns the modules of list that the named ones need (they
-// and what they depend on, transitively), and the others, each in list
-// order. A list without dependencies (written before they were recorded)
-// is needed whole.
+// and what they depend on, transitively), then those laterModules need
+// besides, each in list order. Modules neither needs (the transports and
+// filesystems this VM does not use) are in neither. A list without
+// dependencies (written before they were recorded) is needed whole.
 func splitModules(list []module, names []string) (now, later []module) {
 	hasDeps := false
 	byRel := map[string]module{}
@@ -87,30 +93,36 @@ func splitModules(list []module, names []string) (now, later []module) {
 	if !hasDeps {
 		return list, nil
 	}
-	want := map[string]bool{}
-	for _, n := range names {
-		want[n] = true
-	}
-	need := map[string]bool{}
-	var mark func(rel string)
-	mark = func(rel string) {
-		if need[rel] {
-			return
+	closure := func(names []string, skip map[string]bool) map[string]bool {
+		want := map[string]bool{}
+		for _, n := range names {
+			want[n] = true
 		}
-		need[rel] = true
-		for _, d := range byRel[rel].deps {
-			mark(d)
+		need := map[string]bool{}
+		var mark func(rel string)
+		mark = func(rel string) {
+			if need[rel] || skip[rel] {
+				return
+			}
+			need[rel] = true
+			for _, d := range byRel[rel].deps {
+				mark(d)
+			}
 		}
+		for _, m := range list {
+			if want[m.name()] {
+				mark(m.rel)
+			}
+		}
+		return need
 	}
+	first := closure(names, nil)
+	second := closure(laterModules, first)
 	for _, m := range list {
-		if want[m.name()] {
-			mark(m.rel)
-		}
-	}
-	for _, m := range list {
-		if need[m.rel] {
+		switch {
+		case first[m.rel]:
 			now = append(now, m)
-		} else {
+		case second[m.rel]:
 			later = append(later, m)
 		}
 	}
@@ -142,11 +154,17 @@ func loadModules(log *slog.Logger, names []string) (later []module) {
 	return later
 }
 
-// loadLater loads the modules setup left for after the agent started.
+// loadLater loads the modules setup left for after the agent started, at
+// the lowest CPU priority: under emulation the VM's CPUs are scarce, and
+// the agent's start and the SSH handshake come first.
 func loadLater(log *slog.Logger, later []module) {
 	if len(later) == 0 {
 		return
 	}
+	// A module's loading and init run in the calling thread: lower only
+	// this one, and never hand it back to other goroutines.
+	runtime.LockOSThread()
+	_ = unix.Setpriority(unix.PRIO_PROCESS, unix.Gettid(), 19)
 	t := time.Now()
 	loadAll(log, later)
 	log.Debug("later kernel modules loaded", "count", len(later), "took", time.Since(t).Round(time.Millisecond))
