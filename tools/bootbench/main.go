@@ -72,7 +72,36 @@ func build(src, dir, arch string) (string, error) {
 type variant struct {
 	name, bin, home string
 	ready           []time.Duration
+	cpu             []time.Duration // CPU time of vibedom and its children (QEMU) at the ready line
 	parts           map[string][]time.Duration
+}
+
+// cpuTime is the user and system time of pid and of its children, read
+// from /proc (children are listed per thread).
+func cpuTime(pid int) time.Duration {
+	var total time.Duration
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	// Fields after the command's closing parenthesis: utime is the 12th, stime the 13th.
+	f := strings.Fields(string(data[strings.LastIndexByte(string(data), ')')+1:]))
+	if len(f) > 12 {
+		var u, s int64
+		fmt.Sscan(f[11], &u)
+		fmt.Sscan(f[12], &s)
+		total += time.Duration(u+s) * 10 * time.Millisecond // USER_HZ = 100
+	}
+	tasks, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/children", pid))
+	for _, t := range tasks {
+		b, _ := os.ReadFile(t)
+		for _, c := range strings.Fields(string(b)) {
+			var cp int
+			fmt.Sscan(c, &cp)
+			total += cpuTime(cp)
+		}
+	}
+	return total
 }
 
 var (
@@ -81,35 +110,37 @@ var (
 	guestKV   = regexp.MustCompile(`([a-z_]+) ([0-9.]+[a-zµ]+)`)
 )
 
-// once runs one session and returns the time to its ready line.
-func (v *variant) once(ws, memory, arch string) (time.Duration, error) {
+// once runs one session and returns the time to its ready line and the
+// CPU time spent by then.
+func (v *variant) once(ws, memory, arch string) (time.Duration, time.Duration, error) {
 	cmd := exec.Command(v.bin, "run", ws, "--arch", arch, "--memory", memory, "--no-network", "--preflight=off", "--no-review", "--", "true")
 	cmd.Env = append(os.Environ(), "VIBEDOM_HOME="+v.home, "NO_COLOR=1")
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	var out strings.Builder
 	start := time.Now()
 	if err := cmd.Start(); err != nil {
-		return 0, err
+		return 0, 0, err
 	}
-	var ready time.Duration
+	var ready, cpu time.Duration
 	sc := bufio.NewScanner(stderr)
 	for sc.Scan() {
 		if ready == 0 && readyLine.MatchString(sc.Text()) {
 			ready = time.Since(start)
+			cpu = cpuTime(cmd.Process.Pid)
 		}
 		out.WriteString(sc.Text() + "\n")
 	}
 	if err := cmd.Wait(); err != nil {
-		return 0, fmt.Errorf("%s run: %w\n%s", v.name, err, out.String())
+		return 0, 0, fmt.Errorf("%s run: %w\n%s", v.name, err, out.String())
 	}
 	if ready == 0 {
-		return 0, fmt.Errorf("%s run printed no ready line:\n%s", v.name, out.String())
+		return 0, 0, fmt.Errorf("%s run printed no ready line:\n%s", v.name, out.String())
 	}
 	v.readParts()
-	return ready, nil
+	return ready, cpu, nil
 }
 
 // readParts adds the last session's breakdown, when its log has one.
@@ -225,7 +256,7 @@ func run(base string, n int, memory, arch string, keep bool) error {
 			return err
 		}
 		// The first run builds the image; it is not counted.
-		if _, err := v.once(ws, memory, arch); err != nil {
+		if _, _, err := v.once(ws, memory, arch); err != nil {
 			return err
 		}
 		v.parts = map[string][]time.Duration{}
@@ -237,18 +268,22 @@ func run(base string, n int, memory, arch string, keep bool) error {
 			order = []*variant{vs[1], vs[0]}
 		}
 		for _, v := range order {
-			d, err := v.once(ws, memory, arch)
+			d, cpu, err := v.once(ws, memory, arch)
 			if err != nil {
 				return err
 			}
 			v.ready = append(v.ready, d)
-			fmt.Printf("run %d %-22s to ready %s\n", i+1, v.name, ms(d))
+			v.cpu = append(v.cpu, cpu)
+			fmt.Printf("run %d %-22s to ready %8s  CPU %8s\n", i+1, v.name, ms(d), ms(cpu))
 		}
 	}
 	fmt.Println("load after: ", uptime())
 	b, c := median(vs[0].ready), median(vs[1].ready)
 	fmt.Printf("\nmedian to ready (%d runs each, %s, %s guest, TCG unless KVM works):\n", n, memory, arch)
 	fmt.Printf("  %-22s %s\n  %-22s %s\n  ratio (before / now)   %.2fx\n", vs[0].name, ms(b), vs[1].name, ms(c), float64(b)/float64(c))
+	bc, cc := median(vs[0].cpu), median(vs[1].cpu)
+	fmt.Printf("median CPU time to ready (vibedom and QEMU; moves less with load than wall time):\n")
+	fmt.Printf("  %-22s %s\n  %-22s %s\n  ratio (before / now)   %.2fx\n", vs[0].name, ms(bc), vs[1].name, ms(cc), float64(bc)/float64(cc))
 	for _, v := range vs {
 		if len(v.parts) == 0 {
 			continue
