@@ -49,17 +49,19 @@ func parseModuleList(r io.Reader) ([]module, error) {
 	return out, sc.Err()
 }
 
-// laterModules are loaded once the agent runs: the power button (ACPI on
-// x86, GPIO keys on arm64 virt) and its event device, for a host's
-// graceful stop, and virtio MMIO for devices a platform may put there.
-var laterModules = []string{"button", "gpio_keys", "evdev", "virtio_mmio"}
+// laterModules are loaded once the agent runs: virtio MMIO, for devices a
+// platform may put there.
+var laterModules = []string{"virtio_mmio"}
 
 // neededModules names the modules this boot uses before the agent serves:
 // the disks, the filesystems, the workspace share, the control channel and
 // the network as the boot data configures them. Names the kernel has built
 // in are simply not in the list.
 func neededModules(bc *proto.BootConfig) []string {
-	n := []string{"virtio_pci", "virtio_blk", "ext4", "overlay"}
+	// The power button (ACPI on x86, GPIO keys on arm64 virt) and its
+	// event device come first too: a press before its driver is bound is
+	// lost, and a host may stop the guest right after it is ready.
+	n := []string{"virtio_pci", "virtio_blk", "ext4", "overlay", "button", "gpio_keys", "evdev"}
 	switch bc.Control.Transport {
 	case proto.TransportVsock:
 		n = append(n, "vsock", "vmw_vsock_virtio_transport")

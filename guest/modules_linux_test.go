@@ -53,14 +53,14 @@ func TestSplitModules(t *testing.T) {
 		now, later []string
 	}{
 		{"virtiofs, no network", proto.BootConfig{Workspace: proto.Workspace{FSType: proto.FSVirtiofs}},
-			slices.Concat(base, []string{"fuse", "virtiofs"}, fs),
-			[]string{"virtio_mmio", "button", "evdev"}},
+			slices.Concat(base, []string{"fuse", "virtiofs"}, fs, []string{"button", "evdev"}),
+			[]string{"virtio_mmio"}},
 		{"9p with network", proto.BootConfig{Workspace: proto.Workspace{FSType: proto.FS9P}, Network: &proto.Network{}},
-			slices.Concat(base, []string{"failover", "net_failover", "virtio_net"}, fs, []string{"9pnet", "9p", "9pnet_virtio"}),
-			[]string{"virtio_mmio", "button", "evdev"}},
+			slices.Concat(base, []string{"failover", "net_failover", "virtio_net"}, fs, []string{"9pnet", "9p", "9pnet_virtio", "button", "evdev"}),
+			[]string{"virtio_mmio"}},
 		{"vsock control", proto.BootConfig{Control: proto.Control{Transport: proto.TransportVsock}, Workspace: proto.Workspace{FSType: proto.FSVirtiofs}},
-			[]string{"virtio_ring", "virtio", "virtio_pci", "virtio_blk", "fuse", "virtiofs", "overlay", "crc32c_generic", "jbd2", "ext4", "vsock"},
-			[]string{"virtio_mmio", "button", "evdev"}},
+			[]string{"virtio_ring", "virtio", "virtio_pci", "virtio_blk", "fuse", "virtiofs", "overlay", "crc32c_generic", "jbd2", "ext4", "vsock", "button", "evdev"},
+			[]string{"virtio_mmio"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

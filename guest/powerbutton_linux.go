@@ -20,10 +20,8 @@ const (
 // key (the hypervisor's "power button": ACPI on x86, GPIO keys on arm64
 // virt), so a host's graceful stop powers the guest off cleanly.
 func watchPowerButton(ctx context.Context, log *slog.Logger, onPress func()) {
-	// Devices appear once their modules load, which PID 1 does beside the
-	// agent's start (loadLater): under emulation on a busy host that can
-	// take seconds.
-	deadline := time.Now().Add(20 * time.Second)
+	// Devices can appear a little after their modules load.
+	deadline := time.Now().Add(5 * time.Second)
 	watched := map[string]bool{}
 	for ctx.Err() == nil {
 		devs, _ := filepath.Glob("/dev/input/event*")
