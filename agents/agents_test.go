@@ -17,6 +17,7 @@ import (
 )
 
 func TestPinsTable(t *testing.T) {
+	t.Parallel()
 	if got := strings.Join(Names(), ","); got != "claude,codex,opencode" {
 		t.Fatalf("Names() = %s", got)
 	}
@@ -68,6 +69,7 @@ func TestPinsTable(t *testing.T) {
 }
 
 func TestPackumentURL(t *testing.T) {
+	t.Parallel()
 	for name, want := range map[string]string{
 		"@anthropic-ai/claude-code-linux-x64": "https://r.example/@anthropic-ai%2Fclaude-code-linux-x64",
 		"opencode-linux-x64":                  "https://r.example/opencode-linux-x64",
@@ -101,10 +103,8 @@ func assertNothingInstalled(t *testing.T, home string, p Pin, cacheMayHold bool)
 }
 
 func TestInstall(t *testing.T) {
-	tgz := goodTarball(t)
-	p := pinOf("@fake/agent-linux-x64", "1.2.3", tgz, "bin/agent")
-	reg := newRegistry(t)
-	reg.publish(p, tgz, "", "")
+	t.Parallel()
+	_, p, reg := publishedAgent(t, "@fake/agent-linux-x64", "1.2.3")
 	home := t.TempDir()
 	o := Options{Home: home, Registry: reg.URL}
 	res, err := Install(t.Context(), o, []Pin{p})
@@ -175,10 +175,7 @@ func TestInstallResumes(t *testing.T) {
 	old := retryDelay
 	retryDelay = 0
 	t.Cleanup(func() { retryDelay = old })
-	tgz := goodTarball(t)
-	p := pinOf("fake-agent-linux-x64", "1.0.0", tgz, "bin/agent")
-	reg := newRegistry(t)
-	reg.publish(p, tgz, "", "")
+	tgz, p, reg := publishedAgent(t, "fake-agent-linux-x64", "1.0.0")
 	first := true
 	reg.serve = func(w http.ResponseWriter, r *http.Request, body []byte) {
 		if first {
@@ -330,10 +327,8 @@ func TestTamper(t *testing.T) {
 // A tampered cache is found at the moment of use: the tarball is
 // fetched again rather than unpacked.
 func TestTamperedCache(t *testing.T) {
-	tgz := goodTarball(t)
-	p := pinOf("fake-agent", "1.0.0", tgz, "bin/agent")
-	reg := newRegistry(t)
-	reg.publish(p, tgz, "", "")
+	t.Parallel()
+	tgz, p, reg := publishedAgent(t, "fake-agent", "1.0.0")
 	home := t.TempDir()
 	os.MkdirAll(CacheDir(home), 0o755)
 	bad := append([]byte{}, tgz...)
@@ -356,6 +351,7 @@ func TestTamperedCache(t *testing.T) {
 }
 
 func TestBadRegistryURL(t *testing.T) {
+	t.Parallel()
 	for _, u := range []string{"ftp://r.example", "registry.npmjs.org", "https://user:pw@r.example", "https://r.example/?q=1"} {
 		if _, err := Install(t.Context(), Options{Home: t.TempDir(), Registry: u}, nil); err == nil {
 			t.Errorf("registry %q accepted", u)
@@ -364,6 +360,7 @@ func TestBadRegistryURL(t *testing.T) {
 }
 
 func TestInstalledNames(t *testing.T) {
+	t.Parallel()
 	tgz := goodTarball(t)
 	reg := newRegistry(t)
 	home := t.TempDir()
@@ -393,10 +390,8 @@ func TestInstalledNames(t *testing.T) {
 }
 
 func TestInstallLocked(t *testing.T) {
-	tgz := goodTarball(t)
-	p := pinOf("fake-agent", "1.0.0", tgz, "bin/agent")
-	reg := newRegistry(t)
-	reg.publish(p, tgz, "", "")
+	t.Parallel()
+	_, p, reg := publishedAgent(t, "fake-agent", "1.0.0")
 	home := t.TempDir()
 	unlock, err := lockAgents(home)
 	if err != nil {
@@ -442,6 +437,7 @@ func TestPackument(t *testing.T) {
 }
 
 func TestInstallRefusesBadPins(t *testing.T) {
+	t.Parallel()
 	good := pinOf("fake-agent", "1.0.0", goodTarball(t), "bin/agent")
 	for name, mod := range map[string]func(*Pin){
 		"version with a slash": func(p *Pin) { p.Version = "1/../../x" },

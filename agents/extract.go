@@ -31,6 +31,7 @@ const pkgDir = "package"
 type unpacked struct {
 	binarySHA256 string
 	binarySize   int64
+	total        int64 // bytes of regular files unpacked
 }
 
 // extract unpacks the gzip tarball r into root (an empty directory),
@@ -40,6 +41,15 @@ type unpacked struct {
 // only the owner-execute bit's meaning (0644 or 0755). binary (relative
 // to the package) must be a regular file; its SHA-256 is returned.
 func extract(r io.Reader, root *os.Root, p Pin, maxUnpacked int64) (unpacked, error) {
+	if err := root.Mkdir(pkgDir, 0o755); err != nil {
+		return unpacked{}, err
+	}
+	return extractTo(r, root, pkgDir, p, maxUnpacked)
+}
+
+// extractTo is extract into dir (a directory inside root that exists);
+// p.Binary "" checks no binary.
+func extractTo(r io.Reader, root *os.Root, dir string, p Pin, maxUnpacked int64) (unpacked, error) {
 	var res unpacked
 	bad := func(name, why string) error {
 		return fmt.Errorf("%w: %s: %q %s; nothing installed", ErrUnsafeEntry, p, name, why)
@@ -49,9 +59,6 @@ func extract(r io.Reader, root *os.Root, p Pin, maxUnpacked int64) (unpacked, er
 		return res, fmt.Errorf("%s: not a gzip tarball: %w", p, err)
 	}
 	tr := tar.NewReader(zr)
-	if err := root.Mkdir(pkgDir, 0o755); err != nil {
-		return res, err
-	}
 	top := ""
 	symlinks := map[string]string{} // path in the package -> target
 	seen := map[string]bool{}
@@ -104,7 +111,7 @@ func extract(r io.Reader, root *os.Root, p Pin, maxUnpacked int64) (unpacked, er
 			return res, bad(name, "appears twice")
 		}
 		seen[rest] = true
-		dst := pkgDir + "/" + rest
+		dst := dir + "/" + rest
 		switch h.Typeflag {
 		case tar.TypeDir:
 			if err := root.MkdirAll(dst, 0o755); err != nil {
@@ -128,7 +135,7 @@ func extract(r io.Reader, root *os.Root, p Pin, maxUnpacked int64) (unpacked, er
 			}
 			var sum hash.Hash
 			w := io.Writer(f)
-			if rest == p.Binary {
+			if rest == p.Binary && p.Binary != "" {
 				sum = sha256.New()
 				w = io.MultiWriter(f, sum)
 			}
@@ -185,7 +192,8 @@ func extract(r io.Reader, root *os.Root, p Pin, maxUnpacked int64) (unpacked, er
 			return res, bad(top+"/"+l, fmt.Sprintf("is a symlink to %q, outside the package", t))
 		}
 	}
-	if !found {
+	res.total = total
+	if !found && p.Binary != "" {
 		return res, fmt.Errorf("%s: the package has no binary at %s; nothing installed", p, p.Binary)
 	}
 	return res, nil

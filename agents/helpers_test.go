@@ -82,6 +82,16 @@ func pinOf(name, version string, tgz []byte, bin string) Pin {
 		Integrity: sri(sum[:]), Size: int64(len(tgz)), Binary: bin}
 }
 
+// publishedAgent is goodTarball pinned as name@version (binary
+// bin/agent) and published, alone, on a new registry.
+func publishedAgent(t *testing.T, name, version string) ([]byte, Pin, *registry) {
+	tgz := goodTarball(t)
+	p := pinOf(name, version, tgz, "bin/agent")
+	reg := newRegistry(t)
+	reg.publish(p, tgz, "", "")
+	return tgz, p, reg
+}
+
 // registry is a local npm registry on loopback.
 type registry struct {
 	*httptest.Server

@@ -40,6 +40,11 @@ type Manifest struct {
 	BinarySize   int64     `json:"binary_size"`
 	Registry     string    `json:"registry"`
 	Installed    time.Time `json:"installed"`
+	// Runtime is "node" for an npm agent the guest's node runs (Binary is
+	// then its script), "" for a native binary.
+	Runtime string `json:"runtime,omitempty"`
+	// LockSHA256 is the SHA-256 of a node agent's lockfile.
+	LockSHA256 string `json:"lock_sha256,omitempty"`
 }
 
 // Installed is an agent unpacked on the host.

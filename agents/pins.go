@@ -76,7 +76,7 @@ var Pins = []Pin{
 // ErrUnknownAgent is returned for an agent name no pin has.
 var ErrUnknownAgent = errors.New("unknown agent")
 
-// Names returns the known agents' names, sorted.
+// Names returns the native agents' names (those with Pins), sorted.
 func Names() []string {
 	var n []string
 	for _, p := range Pins {
@@ -88,8 +88,28 @@ func Names() []string {
 	return n
 }
 
+// AllNames returns every named agent, native and node (NPMAgents), sorted.
+func AllNames() []string {
+	n := Names()
+	for _, a := range NPMAgents {
+		n = append(n, a.Agent)
+	}
+	slices.Sort(n)
+	return n
+}
+
+// IsNode reports whether agent runs on the guest's node: a named node
+// agent or npm:PACKAGE.
+func IsNode(agent string) bool {
+	_, named := LookupNPMAgent(agent)
+	return named || strings.HasPrefix(agent, NPMPrefix)
+}
+
 // Lookup returns the pin of agent for a guest of arch and libc.
 func Lookup(agent, arch, libc string) (Pin, error) {
+	if IsNode(agent) {
+		return Pin{}, fmt.Errorf("%s runs on the guest's node: it has no native build (NodeRequest)", agent)
+	}
 	if !slices.Contains(Names(), agent) {
 		return Pin{}, fmt.Errorf("%w %q (known: %s)", ErrUnknownAgent, agent, strings.Join(Names(), ", "))
 	}
@@ -112,8 +132,12 @@ func ParseList(s string) ([]string, error) {
 		if f == "" || slices.Contains(out, f) {
 			continue
 		}
-		if !slices.Contains(Names(), f) {
-			return nil, fmt.Errorf("%w %q (known: %s)", ErrUnknownAgent, f, strings.Join(Names(), ", "))
+		if strings.HasPrefix(f, NPMPrefix) {
+			if _, err := ParseNPMSpec(f, false); err != nil {
+				return nil, err
+			}
+		} else if !slices.Contains(AllNames(), f) {
+			return nil, fmt.Errorf("%w %q (known: %s, or npm:PACKAGE@VERSION)", ErrUnknownAgent, f, strings.Join(AllNames(), ", "))
 		}
 		out = append(out, f)
 	}

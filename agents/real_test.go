@@ -7,7 +7,6 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 
@@ -19,15 +18,8 @@ import (
 // The smallest real agent package, packed by npm, served by a local
 // registry and installed with its compiled-in pin.
 func TestInstallRealPackage(t *testing.T) {
-	arch, err := agents.GuestArch(runtime.GOARCH)
-	if err != nil {
-		t.Skip(err)
-	}
-	p, err := agentstest.SmallestPin(arch, agents.LibcMusl)
-	if err != nil {
-		t.Fatal(err)
-	}
-	reg := agentstest.Serve(t, map[agents.Pin]string{p: agentstest.Tarball(t, p)})
+	t.Parallel()
+	p, reg := agentstest.ServeSmallest(t)
 	home := t.TempDir()
 	var out bytes.Buffer
 	res, err := agents.Install(t.Context(), agents.Options{Home: home, Registry: reg.URL, Progress: progress.NewText(&out, false)}, []agents.Pin{p})
@@ -51,7 +43,7 @@ func TestInstallRealPackage(t *testing.T) {
 	if !strings.Contains(out.String(), p.String()) {
 		t.Errorf("progress: %q", out.String())
 	}
-	found, err := agents.FindAgent(home, p.Agent, arch, agents.LibcMusl)
+	found, err := agents.FindAgent(home, p.Agent, p.Arch, agents.LibcMusl)
 	if err != nil || found.BinaryPath() != i.BinaryPath() {
 		t.Errorf("FindAgent: %v %v", found, err)
 	}
@@ -60,6 +52,7 @@ func TestInstallRealPackage(t *testing.T) {
 // Every real tarball already packed into .cache/npm installs with its pin
 // (the binary path in the table is right); none is fetched for this.
 func TestInstallPackedPackages(t *testing.T) {
+	t.Parallel()
 	if os.Getenv("VIBEDOM_TEST_ALL_AGENTS") == "" {
 		t.Skip("set VIBEDOM_TEST_ALL_AGENTS=1 to unpack every agent packed in .cache/npm (~16 s for three)")
 	}

@@ -24,6 +24,8 @@ var flags = map[string][]string{
 	// in the guest: "failed to read start time for pid-managed app server").
 	"codex":    {"--dangerously-bypass-approvals-and-sandbox", "--no-daemon"},
 	"opencode": nil, // permissions come from its config: see env
+	// --yolo: every tool call approved without asking.
+	"gemini": {"--yolo"},
 }
 
 // env is each agent's extra environment in the guest.
@@ -35,11 +37,18 @@ var env = map[string]map[string]string{
 	"codex": {"CODEX_SANDBOX_NETWORK_DISABLED": "0"},
 	// Every tool allowed without asking.
 	"opencode": {"OPENCODE_PERMISSION": `{"edit":"allow","bash":"allow","webfetch":"allow"}`},
+	// No second node started with a larger heap (the guest's memory is
+	// what it is); /work trusted (otherwise --yolo is overridden and a
+	// headless run stops): the VM is the boundary.
+	"gemini": {"GEMINI_CLI_NO_RELAUNCH": "true", "GEMINI_CLI_TRUST_WORKSPACE": "true"},
 }
 
 // Flags are the agent's own flags vibedom passes first; ok is false for an
 // agent it does not know.
 func Flags(agent string) (f []string, ok bool) {
+	if strings.HasPrefix(agent, NPMPrefix) {
+		return nil, true // an npm: agent gets only the words after --
+	}
 	f, ok = flags[agent]
 	return f, ok
 }

@@ -40,6 +40,7 @@ func readMode(t *testing.T, p string) (string, os.FileMode) {
 }
 
 func TestWriteFile(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	p := filepath.Join(dir, "state.json")
 	if err := WriteFile(p, []byte("one"), 0o600); err != nil {
@@ -79,6 +80,7 @@ func TestWriteFile(t *testing.T) {
 }
 
 func TestFile(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name   string
 		old    string // "" for no file before
@@ -145,6 +147,7 @@ func TestFile(t *testing.T) {
 }
 
 func TestCommitAfterAbort(t *testing.T) {
+	t.Parallel()
 	p := filepath.Join(t.TempDir(), "f")
 	f, err := New(p, 0o600)
 	if err != nil {
@@ -160,6 +163,7 @@ func TestCommitAfterAbort(t *testing.T) {
 }
 
 func TestCommitFails(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	p := filepath.Join(dir, "sub")
 	os.Mkdir(p, 0o755)
@@ -183,6 +187,7 @@ func TestCommitFails(t *testing.T) {
 // TestCrashBeforeCommit kills a writer half-way: the final path keeps its
 // old content, and only a temporary file of another name is left.
 func TestCrashBeforeCommit(t *testing.T) {
+	t.Parallel()
 	if p := os.Getenv("ATOMICFILE_CRASH"); p != "" {
 		f, err := New(p, 0o644)
 		if err != nil {
@@ -211,6 +216,7 @@ func TestCrashBeforeCommit(t *testing.T) {
 }
 
 func TestMove(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	part := filepath.Join(dir, "partial", "pkg.part")
 	final := filepath.Join(dir, "pkg")

@@ -10,6 +10,7 @@ import (
 )
 
 func TestReadLimited(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	p := filepath.Join(dir, "f")
 	if err := os.WriteFile(p, []byte("12345"), 0o600); err != nil {

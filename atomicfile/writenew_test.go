@@ -7,6 +7,7 @@ import (
 )
 
 func TestWriteNew(t *testing.T) {
+	t.Parallel()
 	p := filepath.Join(t.TempDir(), "f")
 	if err := WriteNew(p, []byte("one"), 0o640); err != nil {
 		t.Fatal(err)

@@ -14,7 +14,7 @@ import (
 	"golang.org/x/crypto/ssh"
 
 	"github.com/vibedom/vibedom/guest/proto"
-	"github.com/vibedom/vibedom/keys"
+	"github.com/vibedom/vibedom/keys/keystest"
 	"github.com/vibedom/vibedom/vm"
 )
 
@@ -112,22 +112,8 @@ func agent(t *testing.T, hostPEM []byte) func(context.Context) (net.Conn, error)
 }
 
 func TestStart(t *testing.T) {
-	k, err := keys.NewSession()
-	if err != nil {
-		t.Fatal(err)
-	}
-	hostPEM, err := k.HostKeyPEM()
-	if err != nil {
-		t.Fatal(err)
-	}
-	other, err := keys.NewSession()
-	if err != nil {
-		t.Fatal(err)
-	}
-	otherPEM, err := other.HostKeyPEM()
-	if err != nil {
-		t.Fatal(err)
-	}
+	sk, so := keystest.New(t), keystest.New(t)
+	k, hostPEM, otherPEM := sk.Keys, sk.HostPEM, so.HostPEM
 	startErr := errors.New("no hypervisor")
 	crashed := errors.New("the guest crashed")
 

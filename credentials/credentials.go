@@ -11,10 +11,8 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"github.com/vibedom/vibedom/atomicfile"
 	"io/fs"
 	"math/big"
-	"os"
 	"path/filepath"
 	"strings"
 )
@@ -37,6 +35,7 @@ type Provider struct {
 var Providers = []Provider{
 	{Name: "anthropic", Env: "ANTHROPIC_API_KEY", Host: "api.anthropic.com", Header: "x-api-key"},
 	{Name: "openai", Env: "OPENAI_API_KEY", Host: "api.openai.com", Header: "authorization"},
+	{Name: "gemini", Env: "GEMINI_API_KEY", Host: "generativelanguage.googleapis.com", Header: "x-goog-api-key"},
 }
 
 // Names lists the providers' names.
@@ -82,31 +81,25 @@ func CheckKey(k string) error {
 	return nil
 }
 
-// Store writes provider's key to <home>/credentials/<provider> (0600, the
-// folder 0700), replacing what was there.
+// Store keeps provider's key, replacing what was there: in
+// <home>/credentials/<provider> (0600, the folder 0700), or the login
+// Keychain on macOS.
 func Store(home string, p Provider, key string) error {
 	key = strings.TrimSpace(key)
 	if err := CheckKey(key); err != nil {
 		return err
 	}
-	dir := Dir(home)
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return err
-	}
-	if err := os.Chmod(dir, 0o700); err != nil {
-		return err
-	}
-	return atomicfile.WriteFile(filepath.Join(dir, p.Name), []byte(key+"\n"), 0o600)
+	return newStore(home).put(p.Name, []byte(key+"\n"))
 }
 
 // Remove deletes provider's stored key; a missing one is not an error.
 func Remove(home string, p Provider) error {
-	err := os.Remove(filepath.Join(Dir(home), p.Name))
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil
-	}
-	return err
+	return newStore(home).del(p.Name)
 }
+
+// Where says where provider's key is stored: a file, or the login
+// Keychain on macOS.
+func Where(home string, p Provider) string { return newStore(home).where(p.Name) }
 
 // Key is a provider's real key and where it came from.
 type Key struct {
@@ -136,18 +129,12 @@ func Load(home string, getenv func(string) string) ([]Key, error) {
 			out = append(out, Key{Provider: p, value: v, Source: "$" + p.Env})
 			continue
 		}
-		f := filepath.Join(Dir(home), p.Name)
-		fi, err := os.Lstat(f)
+		st := newStore(home)
+		f := st.where(p.Name)
+		b, err := st.get(p.Name)
 		if errors.Is(err, fs.ErrNotExist) {
 			continue
 		}
-		if err != nil {
-			return nil, err
-		}
-		if !fi.Mode().IsRegular() || fi.Mode().Perm()&0o077 != 0 {
-			return nil, fmt.Errorf("%s: must be a regular file only you can read (chmod 600 %s)", f, f)
-		}
-		b, err := os.ReadFile(f)
 		if err != nil {
 			return nil, err
 		}
@@ -166,6 +153,7 @@ func Load(home string, getenv func(string) string) ([]Key, error) {
 var prefixes = map[string][]string{
 	"anthropic": {"sk-ant-admin01-", "sk-ant-api03-", "sk-ant-oat01-", "sk-ant-ort01-", "sk-ant-"},
 	"openai":    {"sk-svcacct-", "sk-admin-", "sk-proj-", "sk-None-", "sk-"},
+	"gemini":    {"AIza"},
 }
 
 // placeholderAlphabet is what follows the prefix: the characters both

@@ -12,6 +12,7 @@ import (
 )
 
 func TestPlaceholderShape(t *testing.T) {
+	t.Parallel()
 	a, _ := Lookup("anthropic")
 	o, _ := Lookup("openai")
 	for _, c := range []struct {
@@ -50,6 +51,7 @@ func TestPlaceholderShape(t *testing.T) {
 // characters of the key's secret part (what follows that prefix) appears
 // in it, for many random keys of each kind, and its length is the key's.
 func TestPlaceholderHoldsNoKeyCharacters(t *testing.T) {
+	t.Parallel()
 	const alpha = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_"
 	kinds := []struct {
 		provider, prefix string
@@ -90,6 +92,7 @@ func TestPlaceholderHoldsNoKeyCharacters(t *testing.T) {
 }
 
 func TestLoadAndStore(t *testing.T) {
+	t.Parallel()
 	home := t.TempDir()
 	env := map[string]string{}
 	getenv := func(k string) string { return env[k] }
@@ -130,7 +133,7 @@ func TestLoadAndStore(t *testing.T) {
 			t.Errorf("stored %q", bad)
 		}
 	}
-	if _, err := Lookup("gemini"); err == nil || !strings.Contains(err.Error(), "anthropic, openai") {
+	if _, err := Lookup("mistral"); err == nil || !strings.Contains(err.Error(), "anthropic, openai, gemini") {
 		t.Errorf("unknown provider: %v", err)
 	}
 	if err := Remove(home, a); err != nil {
@@ -142,6 +145,7 @@ func TestLoadAndStore(t *testing.T) {
 }
 
 func TestSessionEnvAndKnownValues(t *testing.T) {
+	t.Parallel()
 	k := Key{Provider: Providers[1], value: "sk-proj-" + strings.Repeat("v", 40), Source: "$OPENAI_API_KEY"} // gitleaks:allow
 	s, err := NewSession([]Key{k})
 	if err != nil {
@@ -160,9 +164,38 @@ func TestSessionEnvAndKnownValues(t *testing.T) {
 // TestChildEnvStripsEveryProvider: every variable a provider's key is read
 // from is one childenv strips from the programs vibedom starts.
 func TestChildEnvStripsEveryProvider(t *testing.T) {
+	t.Parallel()
 	for _, p := range Providers {
 		if !childenv.IsSecret(p.Env + "=x") {
 			t.Errorf("childenv.Secret lacks $%s (%s)", p.Env, p.Name)
 		}
+	}
+}
+
+// TestGeminiSwap: $GEMINI_API_KEY becomes a placeholder of its shape in
+// the guest, swapped in the x-goog-api-key header to the Gemini API only.
+func TestGeminiSwap(t *testing.T) {
+	key := "AIzaSyD" + strings.Repeat("q7Xk", 8)
+	ks, err := Load(t.TempDir(), func(k string) string {
+		if k == "GEMINI_API_KEY" {
+			return key
+		}
+		return ""
+	})
+	if err != nil || len(ks) != 1 || ks[0].Provider.Name != "gemini" {
+		t.Fatalf("load: %v %v", ks, err)
+	}
+	s, err := NewSession(ks)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ph := s.GuestEnv()["GEMINI_API_KEY"]
+	if !strings.HasPrefix(ph, "AIza") || len(ph) != len(key) || ph == key {
+		t.Fatalf("placeholder %q for a key of %d characters", ph, len(key))
+	}
+	sw := s.Swaps()
+	if len(sw) != 1 || sw[0].Host != "generativelanguage.googleapis.com" || sw[0].Header != "x-goog-api-key" ||
+		sw[0].Placeholder != ph || sw[0].Value != key {
+		t.Fatalf("swap %+v", sw)
 	}
 }

@@ -3,6 +3,7 @@ package dlp
 import (
 	"encoding/binary"
 	"fmt"
+	"slices"
 )
 
 // anchorDef is one literal registered in the anchor index: an anchor of
@@ -17,7 +18,14 @@ type anchorDef struct {
 // to byte); the rare hits look the key up and compare the literal.
 type anchorIndex struct {
 	bitmap [1 << anchorBits / 64]uint64
-	byKey  map[uint32][]anchorRef
+	// byKey lists the refs of each key while the index is built (nil
+	// after); table holds the same for the scan, without a map's
+	// hashing and indirections.
+	byKey map[uint32][]anchorRef
+	table keyTable
+	// cats are the categories of the rows (the pass is skipped when the
+	// policy acts on none of them).
+	cats []Category
 }
 
 type anchorRef struct {
@@ -70,6 +78,9 @@ func newAnchorIndex() *anchorIndex {
 	x := &anchorIndex{byKey: map[uint32][]anchorRef{}}
 	for i := range recognizers {
 		rec := &recognizers[i]
+		if !slices.Contains(x.cats, rec.cat) {
+			x.cats = append(x.cats, rec.cat)
+		}
 		for _, a := range rec.anchors {
 			x.registerAnchor(&anchorDef{a, rec})
 		}
@@ -82,7 +93,63 @@ func newAnchorIndex() *anchorIndex {
 			}
 		}
 	}
+	x.table = newKeyTable(x.byKey)
+	x.byKey = nil
 	return x
+}
+
+// keyTable maps a 4-byte key to its refs: open addressing over a power
+// of two of slots (at most half used), each slot a key and its run of
+// refs in one array (one cache line read for a key).
+type keyTable struct {
+	slots []keySlot
+	refs  []anchorRef
+	shift uint
+}
+
+// keySlot is refs[start:end] for key; end == start: empty.
+type keySlot struct {
+	key        uint32
+	start, end int32
+}
+
+func newKeyTable(m map[uint32][]anchorRef) keyTable {
+	bits := uint(4)
+	for 1<<bits < 2*len(m) {
+		bits++
+	}
+	t := keyTable{slots: make([]keySlot, 1<<bits), shift: 32 - bits}
+	keys := make([]uint32, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys) // the same layout every run
+	for _, k := range keys {
+		i := t.slot(k)
+		for t.slots[i].end != t.slots[i].start {
+			i = (i + 1) & (len(t.slots) - 1)
+		}
+		s := int32(len(t.refs))
+		t.refs = append(t.refs, m[k]...)
+		t.slots[i] = keySlot{k, s, int32(len(t.refs))}
+	}
+	return t
+}
+
+func (t *keyTable) slot(k uint32) int { return int((k * anchorMul) >> t.shift) }
+
+// lookup returns the refs of key k (none when it is not an anchor key).
+func (t *keyTable) lookup(k uint32) []anchorRef {
+	mask := len(t.slots) - 1
+	for i := t.slot(k); ; i = (i + 1) & mask {
+		sl := &t.slots[i]
+		if sl.start == sl.end {
+			return nil
+		}
+		if sl.key == k {
+			return t.refs[sl.start:sl.end]
+		}
+	}
 }
 
 // registerAnchor registers the keys of d's literal at d.off and d.off+1.

@@ -28,12 +28,20 @@ func truePositives() []struct {
 		{"digitalocean", "do " + doToken + " ok", doToken, CatToken},
 		{"pypi", "password = " + pypi, pypi, CatToken},
 		{"ssn", "ssn: 219-09-" + "9999 on file", "219-09-9999", CatSSN},
+		{"ssn spaced", "SSN 219 09 " + "9999.", "219 09 9999", CatSSN},
+		{"ssn bare", `{"social_security_number":"219` + `099999"}`, "219099999", CatSSN},
+		{"ssn words", "Social Security No. 536-22-" + "1234", "536-22-1234", CatSSN},
 		{"iban grouped", "pay to DE89 3704 0044 " + "0532 0130 00 today", "DE89 3704 0044 0532 0130 00", CatIBAN},
 		{"iban compact", "iban=GB82WEST1234" + "5698765432;", "GB82WEST12345698765432", CatIBAN},
 		{"phone e164", "call +44 20 7946 " + "0958 now", "+44 20 7946 0958", CatPhone},
 		{"phone e164 compact", `"tel":"+1415` + `5552671"`, "+14155552671", CatPhone},
 		{"phone nanp with context", "Phone: (415) 555-" + "2671", "(415) 555-2671", CatPhone},
 		{"phone nanp dashes", "mobile 415-555-" + "2671.", "415-555-2671", CatPhone},
+		{"phone nanp parentheses", "ring (646) 839-" + "2271 now", "(646) 839-2271", CatPhone},
+		{"phone nanp dots", "415.839." + "2271", "415.839.2271", CatPhone},
+		{"phone us international", "+1 415-839-" + "2271", "+1 415-839-2271", CatPhone},
+		{"phone berlin", "+49 30 901820" + "0 office", "+49 30 9018200", CatPhone},
+		{"card dots", "card 4556.7375.8689." + "9855 exp", "4556.7375.8689.9855", CatCreditCard},
 	}
 }
 
@@ -50,8 +58,12 @@ var falsePositives = []string{
 	"mysql://root:root@127.0.0.1/db",
 	"amqp://guest:guest@rabbitmq:5672/",
 	"version 1.2.3-456-7890 build 2024-11-23 id 123-45-6789 and 078-05-1120",
+	"order 219099999 and ref 219 09 9999 shipped",                          // nine digits without an SSN word
+	"ssn: 900-12-3456, 219-00-1234, 666-12-3456, 000-12-3456, 219-09-0000", // never issued
+	"SSN 219-09-99999 and x219-09-9999",
 	"ref DE00 1234 5678 9012 3456 78 is not an IBAN",
-	"order 415-555-2671 shipped; ticket (415) 555-2671",
+	"order 415-555-2671 shipped; ticket 415-555-2671",
+	"version 415.55.2671 and 10.415.555.2671.1",
 	"phone: 555-0123 and tel 415-555-0199",
 	"timestamp +0100 offset, +1234 points",
 	"client_secret: ${CLIENT_SECRET}",
@@ -75,8 +87,12 @@ func TestCoverageCorpus(t *testing.T) {
 				t.Errorf("public: findings %v", fs)
 			}
 			out, _ = scrubText(t, e, ClassExternal, tp.text)
-			if pii := tp.cat == CatSSN || tp.cat == CatIBAN || tp.cat == CatPhone; pii != (out == tp.text) {
+			if pii := tp.cat == CatIBAN || tp.cat == CatPhone; pii != (out == tp.text) {
 				t.Errorf("external: %q -> %q", tp.text, out)
+			}
+			// An SSN is redacted to every class, internal too.
+			if out, _ = scrubText(t, e, ClassInternal, tp.text); (tp.cat == CatSSN) != (out != tp.text) {
+				t.Errorf("internal: %q -> %q", tp.text, out)
 			}
 		})
 	}

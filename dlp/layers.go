@@ -33,7 +33,7 @@ func (b *base) newSegment() *segment {
 	}
 	g := &segment{e: b.e, pol: b.pol, rep: b.rep, out: &b.out, dec: getBuf()}
 	if sc, _ := scratchPool.Get().(*segScratch); sc != nil {
-		g.esc, g.ms, g.spans, g.views = sc.esc[:0], sc.ms[:0], sc.spans[:0], sc.views
+		g.esc, g.ms, g.rms, g.spans, g.views = sc.esc[:0], sc.ms[:0], sc.rms[:0], sc.spans[:0], sc.views
 	}
 	return g
 }
@@ -42,9 +42,9 @@ func (b *base) newSegment() *segment {
 // matches and views. It is recycled between bodies too: a 64 KB body of
 // escape-heavy JSON otherwise allocates ~100 KB of escapes alone.
 type segScratch struct {
-	esc       []escape
-	ms, spans []match
-	views     *viewSet
+	esc            []escape
+	ms, rms, spans []match
+	views          *viewSet
 }
 
 var scratchPool sync.Pool
@@ -66,6 +66,9 @@ func (b *base) release(segs ...*segment) {
 		if cap(g.ms) <= maxScratch {
 			sc.ms = g.ms[:0]
 		}
+		if cap(g.rms) <= maxScratch {
+			sc.rms = g.rms[:0]
+		}
 		if cap(g.spans) <= maxScratch {
 			sc.spans = g.spans[:0]
 		}
@@ -77,7 +80,7 @@ func (b *base) release(segs ...*segment) {
 				}
 			}
 		}
-		g.esc, g.ms, g.spans, g.views = nil, nil, nil, nil
+		g.esc, g.ms, g.rms, g.spans, g.views = nil, nil, nil, nil, nil
 		scratchPool.Put(sc)
 	}
 	putBuf(b.out)
@@ -205,6 +208,41 @@ func (j *jsonLayer) Write(p []byte) (int, error) {
 			if p[k] == '"' {
 				j.endString()
 				continue
+			}
+			// The common short escapes (\n, \t, \") in one step.
+			if i < len(p) {
+				if d, ok := jsonShortEscape(p[i]); ok {
+					j.str.writeEsc1(d, p[k:i+1])
+					if !j.keyLong {
+						j.keep([]byte{d})
+					}
+					i++
+					// Escapes often come in pairs (\n\t).
+					for i+1 < len(p) && p[i] == '\\' {
+						d, ok := jsonShortEscape(p[i+1])
+						if !ok {
+							break
+						}
+						j.str.writeEsc1(d, p[i:i+2])
+						if !j.keyLong {
+							j.keep([]byte{d})
+						}
+						i += 2
+					}
+					continue
+				}
+				// \uXXXX outside the surrogates in one step too
+				// (Go's encoder writes < > & so).
+				if p[i] == 'u' && i+4 < len(p) && isHex(p[i+1]) && isHex(p[i+2]) && isHex(p[i+3]) && isHex(p[i+4]) {
+					if r := rune(hexVal(p[i+1 : i+5])); !utf16.IsSurrogate(r) {
+						var buf [4]byte
+						d := buf[:utf8.EncodeRune(buf[:], r)]
+						j.str.writeEsc(d, p[k:i+5])
+						j.keep(d)
+						i += 5
+						continue
+					}
+				}
 			}
 			j.esc = append(j.esc[:0], '\\')
 			j.state = jsEscape

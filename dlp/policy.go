@@ -189,6 +189,16 @@ func (p Policy) With(c Category, a Action) Policy {
 // active reports whether the policy records or redacts c.
 func (p *Policy) active(c Category) bool { return p.act[c] != Pass }
 
+// anyOf reports whether the policy records or redacts one of cats.
+func (p *Policy) anyOf(cats []Category) bool {
+	for _, c := range cats {
+		if p.act[c] != Pass {
+			return true
+		}
+	}
+	return false
+}
+
 // any reports whether the policy records or redacts anything.
 func (p *Policy) any() bool {
 	for _, a := range p.act {
@@ -219,9 +229,12 @@ func DefaultPolicy(c Class) Policy {
 			p.act[i] = Pass
 		}
 		p.act[CatSecret] = Log
+		// An SSN is redacted to every class: no service of yours
+		// needs the agent to send one.
+		p.act[CatSSN] = Redact
 	case ClassExternal:
 		p.act[CatHomePath] = Pass
-		p.act[CatSSN], p.act[CatIBAN], p.act[CatPhone] = Pass, Pass, Pass
+		p.act[CatIBAN], p.act[CatPhone] = Pass, Pass
 	}
 	return p
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"math"
 	"math/bits"
+	"net/netip"
 	"slices"
 	"strings"
 )
@@ -119,21 +120,10 @@ func (s *scanner) run() {
 	if *s.pemOpen {
 		s.continuePEM()
 	}
-	x := s.e.anchors
-	buf := s.buf[:s.n]
-	bm := &x.bitmap
-	// Anchors are looked for in the emitted context too: an anchor may
-	// come before its match (the name of an assignment, "Bearer ", a home
-	// folder), and a match starting at from or later may follow an anchor
-	// before it. Matches starting before from were settled earlier and
-	// are dropped (see add). Sampling every second position covers a key
-	// of every literal; hits are checked out of line.
-	for i := max(0, s.from-lookbehind-1); i <= len(buf)-4; i += 2 {
-		h := anchorHash(binary.LittleEndian.Uint32(buf[i:]))
-		if bm[h>>6]&(1<<(h&63)) != 0 {
-			s.anchorAt(i)
-		}
+	if s.pol.anyOf(s.e.anchors.cats) {
+		s.anchorPass()
 	}
+	buf := s.buf[:s.n]
 	if s.pol.active(CatEmail) || s.pol.active(CatCredentials) {
 		for i := s.from; i < len(buf); {
 			k := bytes.IndexByte(buf[i:], '@')
@@ -150,14 +140,34 @@ func (s *scanner) run() {
 		}
 	}
 	if s.pol.active(CatCreditCard) || s.pol.active(CatInternalIP) || s.pol.active(CatSSN) || s.pol.active(CatIBAN) || s.pol.active(CatPhone) {
+		// Eight bytes at a time: the runs that start a number are the
+		// digits whose byte before is neither a digit nor glued to a
+		// word (a SHA, a UUID, v1.2, x86: no card, address, SSN or
+		// phone number starts there, each wants a token edge), so a
+		// word of code costs a few operations, not a call per run.
 		i := s.from
 		for i+8 <= len(buf) {
-			m := digitMask(binary.LittleEndian.Uint64(buf[i : i+8]))
-			if m == 0 {
+			x := binary.LittleEndian.Uint64(buf[i : i+8])
+			d := digitMask(x)
+			if d == 0 {
 				i += 8
 				continue
 			}
-			i = s.digitRun(i + bits.TrailingZeros64(m)/8)
+			g := d | gluedMask(x)
+			prevG := g << 8
+			if i > 0 && gluedOrDigit[buf[i-1]] {
+				prevG |= 0x80
+			}
+			starts := d &^ prevG
+			consumed := i
+			for starts != 0 {
+				p := i + bits.TrailingZeros64(starts)/8
+				starts &= starts - 1
+				if p >= consumed {
+					consumed = s.numberAt(p)
+				}
+			}
+			i = max(i+8, consumed)
 		}
 		for ; i < len(buf); i++ {
 			if isDigit(buf[i]) {
@@ -165,6 +175,107 @@ func (s *scanner) run() {
 			}
 		}
 	}
+}
+
+// anchorPass finds the anchors of the recognizer table and runs their
+// checks.
+func (s *scanner) anchorPass() {
+	buf := s.buf[:s.n]
+	bm := &s.e.anchors.bitmap
+	// Anchors are looked for in the emitted context too: an anchor may
+	// come before its match (the name of an assignment, "Bearer ", a home
+	// folder), and a match starting at from or later may follow an anchor
+	// before it. Matches starting before from were settled earlier and
+	// are dropped (see add). Sampling every second position covers a key
+	// of every literal; hits are checked out of line.
+	i := max(0, s.from-lookbehind-1)
+	// Two samples from one 8-byte load.
+	for ; i+8 <= len(buf); i += 4 {
+		w := binary.LittleEndian.Uint64(buf[i:])
+		h0, h1 := anchorHash(uint32(w)), anchorHash(uint32(w>>16))
+		if bm[h0>>6]&(1<<(h0&63)) != 0 {
+			s.anchorAt(i)
+		}
+		if bm[h1>>6]&(1<<(h1&63)) != 0 {
+			s.anchorAt(i + 2)
+		}
+	}
+	for ; i <= len(buf)-4; i += 2 {
+		h := anchorHash(binary.LittleEndian.Uint32(buf[i:]))
+		if bm[h>>6]&(1<<(h&63)) != 0 {
+			s.anchorAt(i)
+		}
+	}
+}
+
+// numberAt looks at the run of digits starting at p (the byte before is
+// no digit nor glued to a word) and returns where scanning resumes.
+func (s *scanner) numberAt(p int) int {
+	buf := s.buf[:s.n]
+	j := p + 1
+	for j < len(buf) && isDigit(buf[j]) {
+		j++
+	}
+	var prev, next byte = ' ', ' '
+	if p > 0 {
+		prev = buf[p-1]
+	}
+	if j < len(buf) {
+		next = buf[j]
+	}
+	if prev != '+' && prev != '(' && !(prev >= 'A' && prev <= 'Z') && !numberStart(j-p, next) {
+		// A plain number (42, 1024, :8080) too short for a card and
+		// followed by nothing an address, SSN or phone number goes
+		// on with.
+		return j
+	}
+	return s.digitRun(p)
+}
+
+// gluedOrDigit marks the bytes after which a run of digits starts no
+// number recognizer: digits (the run goes on), lower-case letters, '_',
+// '-' and '.'. (After an upper-case letter a run may be an IBAN's.)
+var gluedOrDigit = func() (t [256]bool) {
+	for c := range t {
+		t[c] = c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '_' || c == '-' || c == '.'
+	}
+	return t
+}()
+
+// gluedMask has the high bit of each byte of x that is a lower-case
+// letter, '-', '.' or '_' set.
+func gluedMask(x uint64) uint64 {
+	const ones = 0x0101010101010101
+	eq := x ^ (ones * '_')
+	underscore := ^(((eq & (ones * 0x7f)) + ones*0x7f) | eq) & (ones * 0x80)
+	return between(x, 'a'-1, 'z'+1) | between(x, ',', '/') | underscore
+}
+
+// between has the high bit of each byte b of x with m < b < n set (m, n
+// at most 128; bytes with the high bit set never count).
+func between(x uint64, m, n uint64) uint64 {
+	const ones, highs = 0x0101010101010101, 0x8080808080808080
+	return ((ones*(127+n) - (x & (ones * 127))) &^ x & ((x & (ones * 127)) + ones*(127-m))) & highs
+}
+
+// numberStart reports whether a run of l digits followed by next may
+// start a card (13 or more digits, or 4 then a separator), an address (1
+// to 3 digits then a dot), an SSN or a national phone number (3 digits
+// then a separator, or 9 digits): what digitRun looks at.
+func numberStart(l int, next byte) bool {
+	switch {
+	case l >= 13:
+		return true
+	case l <= 3 && next == '.':
+		return true
+	case l == 3:
+		return next == '-' || next == ' '
+	case l == 4:
+		return next == '-' || next == ' ' || next == '.'
+	case l == 9:
+		return true // an SSN without dashes
+	}
+	return false
 }
 
 // digitMask has the high bit of each byte of x that is an ASCII digit set
@@ -519,6 +630,9 @@ func placeholder(v []byte) bool {
 // list, AKIA…EXAMPLE), and tokens spelled out with placeholder words or
 // runs (sk-ant-xxxx…, <your-token>).
 func placeholderValue(c Category, v string) bool {
+	if docExample(c, v) || publicKey(v) {
+		return true
+	}
 	switch c {
 	case CatCloudKey:
 		if glPlaceholder("aws-access-token", v) || glPlaceholder("gcp-api-key", v) {
@@ -691,12 +805,12 @@ func (s *scanner) digitRun(i int) int {
 			return end
 		}
 	}
-	if s.pol.active(CatSSN) && l == 3 && j < len(buf) && buf[j] == '-' {
+	if s.pol.active(CatSSN) && (l == 3 && j < len(buf) && (buf[j] == '-' || buf[j] == ' ') || l == 9) {
 		if end := s.ssn(i); end > 0 {
 			return end
 		}
 	}
-	if l >= 13 || (j < len(buf) && ((l <= 3 && buf[j] == '.') || (l == 4 && (buf[j] == ' ' || buf[j] == '-')))) {
+	if l >= 13 || (j < len(buf) && ((l <= 3 && buf[j] == '.') || (l == 4 && (buf[j] == ' ' || buf[j] == '-' || buf[j] == '.')))) {
 		return s.numeric(i)
 	}
 	return j
@@ -763,7 +877,7 @@ func (s *scanner) numeric(as int) int {
 		next = buf[end]
 	}
 	switch {
-	case sep == '.' && ng == 4 && s.pol.active(CatInternalIP):
+	case sep == '.' && ng == 4 && max(groups[0], groups[1], groups[2], groups[3]) <= 3 && s.pol.active(CatInternalIP):
 		if isAlnum(prev) || prev == '.' || prev == '-' || prev == '_' {
 			return end
 		}
@@ -789,7 +903,9 @@ func (s *scanner) numeric(as int) int {
 		if oct[0] == 10 || (oct[0] == 172 && oct[1] >= 16 && oct[1] <= 31) || (oct[0] == 192 && oct[1] == 168) {
 			s.add(as, end, CatInternalIP)
 		}
-	case sep != '.' && s.pol.active(CatCreditCard) && end-as >= 13:
+	case (sep != '.' || ng == 4 && groups[0] == 4 && groups[1] == 4 && groups[2] == 4 && groups[3] == 4) && s.pol.active(CatCreditCard) && end-as >= 13:
+		// (Dots only as 4111.1111.1111.1111: an address's groups are
+		// never four digits long.)
 		if isAlnum(prev) || prev == '.' || prev == '_' || prev == '-' || prev == '+' {
 			return end
 		}
@@ -1017,7 +1133,22 @@ func secretValue(v []byte) bool {
 	// few repeated characters; test-token-123 or Password2024 have many.
 	want := 0.85 * math.Log2(float64(min(len(v), 64)))
 	want = min(max(want, 2.9), 4.5)
+	if len(v) >= 16 && allHex(v) {
+		// Hex carries 4 bits a character at most: a random hex token
+		// of 32 or 40 digits has about 3.8.
+		want = 0.85 * 4
+	}
 	return entropy(v) >= want
+}
+
+// allHex reports a value made of hex digits only.
+func allHex(v []byte) bool {
+	for _, c := range v {
+		if !isHex(c) {
+			return false
+		}
+	}
+	return true
 }
 
 // dottedIdent reports a.b.c identifiers (process.env.API_KEY).
@@ -1087,7 +1218,7 @@ func secretKeyName(k []byte) bool {
 //go:noinline
 func (s *scanner) anchorAt(i int) {
 	buf := s.buf[:s.n]
-	for _, r := range s.e.anchors.byKey[binary.LittleEndian.Uint32(buf[i:])] {
+	for _, r := range s.e.anchors.table.lookup(binary.LittleEndian.Uint32(buf[i:])) {
 		as := i - r.off
 		if as >= 0 && s.pol.active(r.def.rec.cat) && matchLit(buf, as, r.def) {
 			r.def.rec.check(s, hit{lit: r.def.lit, as: as, ae: as + len(r.def.lit), cat: r.def.rec.cat})
@@ -1118,24 +1249,64 @@ func (s *scanner) tokenEdge(as, end int) bool {
 // published as examples (078-05-1120, 123-45-6789).
 func (s *scanner) ssn(as int) int {
 	b := s.buf
-	end := as + 11
-	if end > s.n || b[as+3] != '-' || b[as+6] != '-' {
-		return -1
-	}
-	for _, k := range []int{0, 1, 2, 4, 5, 7, 8, 9, 10} {
-		if !isDigit(b[as+k]) {
+	var v [9]byte
+	end, sep := as, byte(0)
+	for k := 0; k < 9; k++ {
+		if k == 3 || k == 5 {
+			c := byte(0)
+			if end < s.n {
+				c = b[end]
+			}
+			if k == 3 && (c == '-' || c == ' ') {
+				sep = c
+			}
+			if sep != 0 {
+				if c != sep {
+					return -1
+				}
+				end++
+			}
+		}
+		if end >= s.n || !isDigit(b[end]) {
 			return -1
 		}
+		v[k] = b[end]
+		end++
 	}
 	if !s.tokenEdge(as, end) {
 		return -1
 	}
-	v := string(b[as:end])
-	if v[:3] == "000" || v[:3] == "666" || v[0] == '9' || v[4:6] == "00" || v[7:] == "0000" || v == "078-05-1120" || v == "123-45-6789" {
+	d := string(v[:])
+	if d[:3] == "000" || d[:3] == "666" || d[0] == '9' || d[3:5] == "00" || d[5:] == "0000" || d == "078051120" || d == "123456789" {
+		return -1
+	}
+	// Written without dashes, nine digits are an SSN only next to a
+	// word that says so.
+	if sep != '-' && !s.ssnContext(as) {
 		return -1
 	}
 	s.add(as, end, CatSSN)
 	return end
+}
+
+// ssnWords are the words that, just before nine digits, say they are an
+// SSN.
+var ssnWords = []string{"ssn", "social security", "soc sec", "ss#", "ss #"}
+
+// ssnContext reports an SSN word within 32 bytes before as.
+func (s *scanner) ssnContext(as int) bool {
+	l := strings.Map(func(r rune) rune {
+		if r == '_' || r == '-' {
+			return ' '
+		}
+		return r
+	}, strings.ToLower(string(s.buf[max(0, as-32):as])))
+	for _, w := range ssnWords {
+		if strings.Contains(l, w) {
+			return true
+		}
+	}
+	return false
 }
 
 // ibanLengths are the IBAN lengths of the countries that use one.
@@ -1268,7 +1439,12 @@ func (s *scanner) phone(i int) int {
 	if digits != 10 || groups != 3 || first != [3]int{3, 3, 4} || b[i] < '2' || b[starts[1]] < '2' {
 		return -1
 	}
-	if !s.phoneContext(as) {
+	// "(415) 555-2671" and "415.839.2271" say they are phone numbers by
+	// themselves; 415-555-2671 (an order number as often) needs a phone
+	// word before it.
+	paren := b[as] == '(' && b[i+3] == ')'
+	dotted := b[i+3] == '.' && b[starts[1]+3] == '.'
+	if !paren && !dotted && !s.phoneContext(as) {
 		return -1
 	}
 	num := strings.Map(func(r rune) rune {
@@ -1293,4 +1469,162 @@ func (s *scanner) phoneContext(as int) bool {
 		}
 	}
 	return false
+}
+
+// atForms are the spellings of '@' in an address written to dodge a
+// scanner; dotForms those of '.'. A plain " at " counts only with a
+// spelled-out dot after it (look at github.com is English).
+var (
+	atForms  = []string{"[at]", "(at)", "{at}", "<at>", " at "}
+	dotForms = []string{"[dot]", "(dot)", "{dot}", "<dot>", " dot ", "[.]", "(.)", "{.}", "."}
+)
+
+// hasFoldAt reports whether buf[i:] starts with w, ignoring case.
+func hasFoldAt(buf []byte, i int, w string) bool {
+	return i >= 0 && i+len(w) <= len(buf) && bytes.EqualFold(buf[i:i+len(w)], []byte(w))
+}
+
+// dodgedEmail matches name at domain dot com, name[at]domain[.]com and
+// the like, from a hit on a bracketed at or on " dot ".
+func (s *scanner) dodgedEmail(h hit) {
+	buf := s.buf[:s.n]
+	// Find the at: the hit itself, or the last one up to 96 bytes before
+	// a " dot ".
+	atS, atE := -1, -1
+	if h.lit != " dot " {
+		atS, atE = h.as, h.ae
+	} else {
+		for k := h.as - 1; k >= max(0, h.as-96) && atS < 0; k-- {
+			for _, w := range atForms {
+				if hasFoldAt(buf, k, w) {
+					atS, atE = k, k+len(w)
+					break
+				}
+			}
+		}
+		if atS < 0 {
+			return
+		}
+	}
+	// The local part before it.
+	ls := atS
+	for ls > 0 && buf[ls-1] == ' ' && atS-ls < 2 {
+		ls--
+	}
+	le := ls
+	for ls > 0 && le-ls < 64 && class[buf[ls-1]]&cLocal != 0 {
+		ls--
+	}
+	if ls == le || (ls > 0 && class[buf[ls-1]]&cLocal != 0) || buf[ls] == '.' {
+		return
+	}
+	// The domain: labels joined by dots, plain or spelled out.
+	i := atE
+	for i < len(buf) && buf[i] == ' ' && i-atE < 2 {
+		i++
+	}
+	dodged := !bytes.EqualFold(bytes.TrimSpace(buf[atS:atE]), []byte("at"))
+	var dom []byte
+	labels, lastLabel, end := 0, 0, -1
+	for labels < 10 {
+		st := i
+		i = runOf(buf, i, len(buf), cDomain, 64)
+		if i == st {
+			break
+		}
+		labels++
+		lastLabel = len(dom)
+		dom = append(dom, buf[st:i]...)
+		end = i
+		matched := false
+		for _, w := range dotForms {
+			// A bracketed dot may have a blank either side.
+			j := i
+			if w[0] != ' ' && w != "." && j < len(buf) && buf[j] == ' ' {
+				j++
+			}
+			if !hasFoldAt(buf, j, w) {
+				continue
+			}
+			k := j + len(w)
+			if w[0] != ' ' && w != "." && k < len(buf) && buf[k] == ' ' {
+				k++
+			}
+			if k < len(buf) && class[buf[k]]&cDomain != 0 {
+				dodged = dodged || w != "."
+				i = k
+				dom = append(dom, '.')
+				matched = true
+				break
+			}
+		}
+		if !matched {
+			break
+		}
+	}
+	if labels < 2 || !dodged || end < 0 {
+		return
+	}
+	tld := dom[lastLabel:]
+	if len(tld) < 2 || len(tld) > 24 || !allLetters(tld) || (end < len(buf) && class[buf[end]]&cDomain != 0) {
+		return
+	}
+	if fileExtTLDs[strings.ToLower(string(tld))] || exemptDomain(string(dom)) {
+		return
+	}
+	s.add(ls, end, h.cat)
+}
+
+// internalHost matches a host name under an internal suffix
+// (db1.prod.internal, build.corp, printer.local), from a hit on the
+// suffix: one or more labels before it, nothing of a name after it.
+func (s *scanner) internalHost(h hit) {
+	buf, as, ae := s.buf[:s.n], h.as, h.ae
+	if !hasFoldAt(buf, as, h.lit) {
+		return
+	}
+	if l := h.lit[len(h.lit)-1]; class[l]&cAlnum == 0 {
+		ae-- // ".lan" and the byte that ends the name
+	}
+	if ae < len(buf) && (class[buf[ae]]&cDomain != 0 || buf[ae] == '_' || buf[ae] == '.' && ae+1 < len(buf) && class[buf[ae+1]]&cDomain != 0) {
+		return // localhost, .corporate, .internal.example.com
+	}
+	st := as
+	for st > 0 && as-st < 253 && (class[buf[st-1]]&cDomain != 0 || buf[st-1] == '.') {
+		st--
+	}
+	for st < as && (buf[st] == '.' || buf[st] == '-') {
+		st++
+	}
+	if st == as || buf[as-1] == '.' || buf[as-1] == '-' {
+		return
+	}
+	if st > 0 && (buf[st-1] == '_' || buf[st-1] == '@' || buf[st-1] == '$') {
+		return // an identifier (x_y.local), an address's domain, a variable
+	}
+	s.add(st, ae, h.cat)
+}
+
+// ulaAddress matches an IPv6 unique local address (fc00::/7, written
+// fdXX:…) from a hit on its first group.
+func (s *scanner) ulaAddress(h hit) {
+	buf, as := s.buf[:s.n], h.as
+	if as > 0 && (isHex(buf[as-1]) || buf[as-1] == ':' || class[buf[as-1]]&cAlnum != 0) {
+		return
+	}
+	e := as
+	for e < len(buf) && e-as < 45 && (isHex(buf[e]) || buf[e] == ':') {
+		e++
+	}
+	if e < len(buf) && (class[buf[e]]&cAlnum != 0 || buf[e] == '.') {
+		return
+	}
+	for e > as && buf[e-1] == ':' && !(e-as >= 2 && buf[e-2] == ':') {
+		e-- // a trailing colon (fd12::1: in prose)
+	}
+	a, err := netip.ParseAddr(string(buf[as:e]))
+	if err != nil || !a.Is6() || a.As16()[0]&0xFE != 0xFC {
+		return
+	}
+	s.add(as, e, h.cat)
 }

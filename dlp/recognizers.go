@@ -135,6 +135,13 @@ var recognizers = []recognizer{
 	{name: "assignment", cat: CatPassword,
 		anchors: assignKeywords,
 		check:   (*scanner).assignment},
+	{name: "email-dodged", cat: CatEmail,
+		anchors: dodgedAtAnchors(), check: (*scanner).dodgedEmail},
+	{name: "internal-host", cat: CatInternalIP,
+		anchors: internalHostAnchors(),
+		check:   (*scanner).internalHost},
+	{name: "ipv6-ula", cat: CatInternalIP,
+		anchors: ulaAnchors(), check: (*scanner).ulaAddress},
 	{name: "gitleaks", cat: CatToken,
 		keywords: gitleaksKeywords,
 		check:    (*scanner).gitleaksAt},
@@ -148,6 +155,40 @@ var assignKeywords = []anchor{
 	{lit: "apikey", ci: true}, {lit: "api_key", off: 1, ci: true}, {lit: "api-key", off: 1, ci: true},
 	{lit: "access_key", off: 4, ci: true}, {lit: "accesskey", off: 4, ci: true},
 	{lit: "private_key", off: 5, ci: true}, {lit: "credential", ci: true},
+}
+
+// internalHostAnchors are the internal name suffixes; ".lan", too short
+// for two keys of its own, is registered with each byte that may end a
+// name after it.
+func internalHostAnchors() []anchor {
+	out := []anchor{{lit: ".internal", off: 4, ci: true}, {lit: ".corp", ci: true}, {lit: ".local", off: 1, ci: true}}
+	for _, c := range " \t\r\n:/\"'`,;)]}>" {
+		out = append(out, anchor{lit: ".lan" + string(c), ci: true})
+	}
+	return out
+}
+
+// ulaAnchors are the first groups of IPv6 unique local addresses: fdXX:
+// in either case (fc00::/8 is not assigned).
+func ulaAnchors() []anchor {
+	var out []anchor
+	for _, digits := range []string{lowerHex, upperHex} {
+		for i := 0; i < 256; i++ {
+			out = append(out, anchor{lit: string([]byte{digits[15], digits[13], digits[i>>4], digits[i&15], ':'})})
+		}
+	}
+	return out
+}
+
+// dodgedAtAnchors are the spelled-out '@' of an address written to dodge
+// a scanner, glued to the domain ("[at]" then a domain byte) or spaced
+// (" [at] "), and " dot " (for name at domain dot com).
+func dodgedAtAnchors() []anchor {
+	var out []anchor
+	for _, w := range []string{"[at]", "(at)", "{at}", "<at>"} {
+		out = append(out, anchor{lit: w, next: cDomain, ci: true}, anchor{lit: " " + w + " ", ci: true})
+	}
+	return append(out, anchor{lit: " dot ", ci: true})
 }
 
 // prefixed is the check of a prefixed token: the literal (as issued,

@@ -2,6 +2,7 @@ package dlp
 
 import (
 	"encoding/binary"
+	"math/rand/v2"
 	"strings"
 	"testing"
 )
@@ -52,7 +53,7 @@ func TestRecognizerAnchorsIndexed(t *testing.T) {
 				text := []byte(strings.Repeat(" ", pad) + a.lit + "Zx8Qm2Lk7Vn4Tp9W")
 				found := false
 				for i := 0; i+4 <= len(text); i += 2 {
-					for _, r := range x.byKey[binary.LittleEndian.Uint32(text[i:])] {
+					for _, r := range x.table.lookup(binary.LittleEndian.Uint32(text[i:])) {
 						if r.def.rec.name == rec.name && r.def.lit == a.lit && i-r.off == pad {
 							found = true
 						}
@@ -63,5 +64,43 @@ func TestRecognizerAnchorsIndexed(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// TestKeyTable checks the anchor keys' table against the map it is built
+// from: every key gives its refs in order, other keys none, also where
+// keys collide on a slot.
+func TestKeyTable(t *testing.T) {
+	r := rand.New(rand.NewPCG(5, 6))
+	defs := make([]anchorDef, 8)
+	m := map[uint32][]anchorRef{}
+	for len(m) < 3000 {
+		k := r.Uint32()
+		if r.IntN(4) == 0 {
+			k &= 0xFF // many keys in few slots' neighbourhoods
+		}
+		for range 1 + r.IntN(3) {
+			m[k] = append(m[k], anchorRef{&defs[r.IntN(len(defs))], r.IntN(4)})
+		}
+	}
+	tab := newKeyTable(m)
+	for k, want := range m {
+		got := tab.lookup(k)
+		if len(got) != len(want) {
+			t.Fatalf("key %#x: %d refs, want %d", k, len(got), len(want))
+		}
+		for i := range got {
+			if got[i] != want[i] {
+				t.Fatalf("key %#x: ref %d differs", k, i)
+			}
+		}
+	}
+	for range 100000 {
+		if k := r.Uint32(); m[k] == nil && tab.lookup(k) != nil {
+			t.Fatalf("key %#x is not in the map but has refs", k)
+		}
+	}
+	if empty := newKeyTable(nil); empty.lookup(7) != nil {
+		t.Fatal("an empty table has refs")
 	}
 }

@@ -1,8 +1,10 @@
 package dlp
 
 import (
+	"runtime"
 	"slices"
 	"sort"
+	"sync"
 )
 
 // phCtx says how a placeholder is written into the raw output.
@@ -75,7 +77,10 @@ type segment struct {
 	// windows) adds no second placeholder.
 	redactedTo int
 	ms         []match
+	rms        []match // the recognizers' matches while ms takes known ones
 	spans      []match
+	wg         sync.WaitGroup
+	panicked   any
 	views      *viewSet
 	total      int // decoded bytes fed since reset
 }
@@ -123,6 +128,18 @@ func (g *segment) writeEsc(d, r []byte) {
 	g.dec = append(g.dec, d...)
 	g.raw = append(g.raw, r...)
 	g.total += len(d)
+}
+
+// writeEsc1 is writeEsc for one decoded byte (a JSON short escape).
+func (g *segment) writeEsc1(d byte, r []byte) {
+	if g.pending() >= g.e.window || !g.mapped {
+		g.writeEsc([]byte{d}, r)
+		return
+	}
+	g.esc = append(g.esc, escape{d: int32(len(g.dec)), r: int32(len(g.raw)), dl: 1, rl: int32(len(r))})
+	g.dec = append(g.dec, d)
+	g.raw = append(g.raw, r...)
+	g.total++
 }
 
 // finish scrubs and emits everything pending; the segment ends.
@@ -176,13 +193,33 @@ func (g *segment) process(final bool) {
 	sc := scanner{e: e, pol: pol, buf: g.dec, from: g.look, n: n, final: final, hold: n, pemOpen: &g.pemOpen, out: g.ms[:0],
 		full: n-g.look >= e.window}
 	if pol.active(CatSecret) {
-		sc.out = e.known.scan(g.dec, g.look, n, sc.out)
 		if g.views == nil {
 			g.views = &viewSet{}
 		}
-		sc.out = e.known.scanViews(g.dec, g.look, n, sc.out, g.views)
+		if n-g.look >= parallelMin && handOff(g, n) {
+			// Known values (and their views) on another core while
+			// this one runs the recognizers: the two read the window
+			// only and take about the same time. Known matches come
+			// first, as when run in turn, so the result is the same.
+			sc.out = g.rms[:0]
+			sc.run()
+			g.wg.Wait()
+			if p := g.panicked; p != nil {
+				// Where the caller can recover it, as if run here.
+				g.panicked = nil
+				panic(p)
+			}
+			g.rms = sc.out
+			sc.out = append(g.ms, sc.out...)
+		} else {
+			g.ms = g.ms[:0]
+			g.scanKnown(n)
+			sc.out = g.ms
+			sc.run()
+		}
+	} else {
+		sc.run()
 	}
-	sc.run()
 	if final && g.keyed && g.look == 0 && pol.active(CatPassword) && secretValue(g.dec[:n]) {
 		sc.add(0, n, CatPassword)
 	}
@@ -289,6 +326,61 @@ func (g *segment) process(final bool) {
 	if g.redactedTo -= keep; g.redactedTo < g.look {
 		g.redactedTo = -1
 	}
+}
+
+// parallelMin is the smallest window whose known values are searched on
+// another goroutine (handing over costs a few microseconds).
+const parallelMin = 32 << 10
+
+// knownJob is a window whose known values a worker searches.
+type knownJob struct {
+	g *segment
+	n int
+}
+
+// knownWorkers are goroutines, one per core but one, that search known
+// values while the caller runs the recognizers. They live as long as the
+// process (a few idle goroutines); a job is handed over without
+// allocating.
+var knownWorkers = sync.OnceValue(func() chan knownJob {
+	ch := make(chan knownJob)
+	for range runtime.GOMAXPROCS(0) - 1 {
+		go func() {
+			for j := range ch {
+				j.g.runKnown(j.n)
+			}
+		}()
+	}
+	return ch
+})
+
+// handOff gives g's known-value search to an idle worker, or reports
+// false when none is idle (many bodies at once keep every core busy: the
+// caller searches itself).
+func handOff(g *segment, n int) bool {
+	g.wg.Add(1)
+	select {
+	case knownWorkers() <- knownJob{g, n}:
+		return true
+	default:
+		g.wg.Done()
+		return false
+	}
+}
+
+// runKnown is scanKnown on a worker: a panic is kept for the caller.
+func (g *segment) runKnown(n int) {
+	defer g.wg.Done()
+	defer func() { g.panicked = recover() }()
+	g.scanKnown(n)
+}
+
+// scanKnown finds the known values (raw and in views) in dec[look:n] and
+// puts them in g.ms.
+func (g *segment) scanKnown(n int) {
+	k := g.e.known
+	ms := k.scan(g.dec, g.look, n, g.ms[:0])
+	g.ms = k.scanViews(g.dec, g.look, n, ms, g.views)
 }
 
 // valueOf is what a match stands for: a known secret's plaintext, else

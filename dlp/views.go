@@ -2,6 +2,7 @@ package dlp
 
 import (
 	"bytes"
+	"slices"
 	"sort"
 	"strings"
 	"unicode/utf16"
@@ -21,18 +22,19 @@ import (
 const (
 	maxViewDepth = 2
 	// maxViews bounds the views of one window.
-	maxViews = 8
+	maxViews = 12
 )
 
 // A viewKind is one formatting a view undoes.
 type viewKind uint8
 
 const (
-	viewJSON    viewKind = iota // \" \\ \/ \b \f \n \r \t \uXXXX
-	viewPercent                 // %XX
-	viewQP                      // =XX and soft line breaks (=\r\n)
-	viewWrap                    // line breaks (and indentation) inside base64/hex runs
-	viewHexFold                 // mixed- or upper-case hex runs, folded to lower case
+	viewJSON      viewKind = iota // \" \\ \/ \b \f \n \r \t \uXXXX
+	viewPercent                   // %XX
+	viewQP                        // =XX and soft line breaks (=\r\n)
+	viewWrap                      // line breaks (and indentation) inside base64/hex runs
+	viewHexFold                   // mixed- or upper-case hex runs, folded to lower case
+	viewSeparated                 // a dash or line break every N characters, zero-width characters
 	numViewKinds
 )
 
@@ -158,7 +160,7 @@ func triggers(kind viewKind, text []byte, at func(int) bool) {
 			}
 			i += k + 1
 			x := text[i]
-			if (x == '\n' || x == '\r' && text[i+1] == '\n' || x == '3' && text[i+1] == 'D') && !at(i-1) {
+			if (x == '\n' && qpSoftBreak(text, i+1) || x == '\r' && text[i+1] == '\n' && qpSoftBreak(text, i+2) || x == '3' && text[i+1] == 'D') && !at(i-1) {
 				return
 			}
 		}
@@ -168,7 +170,8 @@ func triggers(kind viewKind, text []byte, at func(int) bool) {
 			if k < 0 {
 				return
 			}
-			if nl := i + k; nl >= 17 && (b64Tab[text[nl-1]] || text[nl-1] == '\r') && wrapBreak(text, nl) >= 0 && !at(nl) {
+			if nl := i + k; nl >= 2 && (b64Tab[text[nl-1]] || text[nl-1] == '\r') &&
+				(nl >= 17 && wrapBreak(text, nl) >= 0 || foldBreak(text, nl) >= 0) && !at(nl) {
 				return
 			}
 			i += k + 1
@@ -193,7 +196,7 @@ func triggers(kind viewKind, text []byte, at func(int) bool) {
 			for e < len(text) && isHex(text[e]) {
 				e++
 			}
-			if e-s >= 16 && bytes.ContainsAny(text[s:e], "ABCDEF") {
+			if e-s >= 16 && hasUpperHex(text[s:e]) {
 				// A point every 16 bytes: the regions around them
 				// cover the whole run.
 				for p := s; p < e+16; p += 16 {
@@ -204,7 +207,175 @@ func triggers(kind viewKind, text []byte, at func(int) bool) {
 			}
 			i = (e &^ 7) // the next block after the run
 		}
+	case viewSeparated:
+		// A token cut into groups of equal length by dashes
+		// (Zx8Q-m2Lk-7Vn4-…), or holding zero-width characters. Each
+		// is found with a byte search (blanks, dots and line breaks
+		// are too common in code to look at each one: a value folded
+		// every 16 or more columns is joined by the wrap view), and
+		// the places are handed on in order.
+		var pts [64]int
+		found := pts[:0]
+		for _, c := range [...]byte{'-', 0xE2, 0xEF, 0xC2} {
+			for i := 0; len(found) < cap(found); {
+				k := bytes.IndexByte(text[i:], c)
+				if k < 0 {
+					break
+				}
+				i += k
+				if c >= 0xC2 {
+					if zeroWidth(text[i:]) > 0 {
+						found = append(found, i)
+					}
+				} else if end := separatedAt(text, i); end > 0 {
+					found = append(found, i)
+					i = end
+				}
+				i++
+			}
+		}
+		slices.Sort(found)
+		for _, p := range found {
+			if !at(p) {
+				return
+			}
+		}
 	}
+}
+
+// separatedAt looks at the separator text[i] for the token of equal
+// groups it cuts (separatedRun), returning its end or -1.
+func separatedAt(text []byte, i int) int {
+	c := text[i]
+	if c == '\n' && i > 0 && text[i-1] == '\r' {
+		i--
+		c = '\r'
+	}
+	run := 0
+	for run <= 16 && i-run > 0 && class[text[i-run-1]]&cAlnum != 0 {
+		run++
+	}
+	if run == 0 || run > 16 {
+		return -1
+	}
+	// The next group must end at the same width (one look) before the
+	// run is followed: most dashes are not cut so.
+	if c == '\n' || c == '\r' {
+		j := i + 1
+		if c == '\r' {
+			j++
+		}
+		for j < len(text) && j-i <= 10 && (text[j] == ' ' || text[j] == '\t') {
+			j++
+		}
+		if !(j+run < len(text) && (text[j+run] == '\n' || text[j+run] == '\r') && class[text[j+run-1]]&cAlnum != 0) {
+			return -1
+		}
+	} else if !(i+run+1 < len(text) && text[i+run+1] == c && class[text[i+run]]&cAlnum != 0) {
+		return -1
+	}
+	return separatedRun(text, i-run, run, c)
+}
+
+// sepByte marks what the separated view drops: the separators a value may
+// be cut by, and the indentation of folded lines.
+var sepByte = func() (t [256]bool) {
+	for _, c := range []byte("-\n\r \t") {
+		t[c] = true
+	}
+	return t
+}()
+
+// zeroWidth returns the length of the zero-width character (or soft
+// hyphen) UTF-8 encodes at the start of b, else 0: U+200B–U+200D, U+2060,
+// U+FEFF, U+00AD.
+func zeroWidth(b []byte) int {
+	switch {
+	case len(b) >= 3 && b[0] == 0xE2 && b[1] == 0x80 && b[2] >= 0x8B && b[2] <= 0x8D,
+		len(b) >= 3 && b[0] == 0xE2 && b[1] == 0x81 && b[2] == 0xA0,
+		len(b) >= 3 && b[0] == 0xEF && b[1] == 0xBB && b[2] == 0xBF:
+		return 3
+	case len(b) >= 2 && b[0] == 0xC2 && b[1] == 0xAD:
+		return 2
+	}
+	return 0
+}
+
+// separatedRun looks at text[start:] for groups of l alphanumerics, each
+// followed by sep (for a line break, CRLF too, after optional
+// indentation), at least four groups (three lines), the last one of 1 to
+// l, holding 12 or more characters in all; it returns the end of the last group, else -1. Groups longer than
+// 8 count only for line breaks (folding at any width), and the separator
+// must not also be inside the groups' neighbours (prose has words of
+// unequal length; this wants equal ones).
+func separatedRun(text []byte, start, l int, sep byte) int {
+	lines := sep == '\n' || sep == '\r'
+	if l > 8 && !lines {
+		return -1
+	}
+	if start > 0 && (class[text[start-1]]&cAlnum != 0 || text[start-1] == sep && !lines) {
+		return -1
+	}
+	i, groups, chars := start, 0, 0
+	for {
+		g := i
+		for i < len(text) && class[text[i]]&cAlnum != 0 && i-g <= l {
+			i++
+		}
+		n := i - g
+		if n == 0 || n > l {
+			return -1
+		}
+		groups++
+		chars += n
+		if n < l || i >= len(text) || text[i] != sep {
+			break // the last group
+		}
+		i++
+		if sep == '\r' {
+			if i >= len(text) || text[i] != '\n' {
+				return -1
+			}
+			i++
+		}
+		if lines {
+			for i < len(text) && (text[i] == ' ' || text[i] == '\t') && i-g <= l+9 {
+				i++
+			}
+		}
+	}
+	minGroups := 4
+	if lines {
+		minGroups = 3
+	}
+	if groups < minGroups || chars < 12 || (i < len(text) && class[text[i]]&cAlnum != 0) {
+		return -1
+	}
+	// A value mixes cases or digits; words of code or prose cut by
+	// blanks (err nil for int) mostly do not.
+	if classCount(text[start:i]) < 2 {
+		return -1
+	}
+	return i
+}
+
+// qpSoftBreak reports whether the line that starts at text[i], after a
+// '=' ending the line before, goes on as quoted-printable does after a
+// soft break: at once, with no indentation (or the text ends there). Code
+// that breaks a line after an operator (x <=, a ==) indents the next one,
+// and a soft break inside an encoded value never does.
+func qpSoftBreak(text []byte, i int) bool {
+	return i >= len(text) || text[i] != ' ' && text[i] != '\t'
+}
+
+// hasUpperHex reports an upper-case hex digit in b.
+func hasUpperHex(b []byte) bool {
+	for _, c := range b {
+		if c >= 'A' && c <= 'F' {
+			return true
+		}
+	}
+	return false
 }
 
 // wrapBreak looks at the line break at text[nl] == '\n': when it sits
@@ -256,6 +427,88 @@ func wrapBreak(text []byte, nl int) int {
 	return -1
 }
 
+// foldBreak looks at the line break at text[nl] == '\n' for a value folded
+// at a width under 16 (every 10 characters, say), which wrapBreak leaves:
+// the line is a base64/hex run of 2 to 16 bytes from its indentation,
+// mixing cases or digits, the next line goes on with a run no longer than
+// it after at most 8 bytes of indentation, and the line before or the
+// line after has the same width. It returns the index of the next run
+// byte, else -1.
+func foldBreak(text []byte, nl int) int {
+	s := nl
+	if s > 0 && text[s-1] == '\r' {
+		s--
+	}
+	ls := s
+	for ls > 0 && s-ls <= 16 && b64Byte(text[ls-1]) {
+		ls--
+	}
+	w := s - ls
+	if w < 2 || w > 16 || classCount(text[ls:s]) < 2 || !lineStartAt(text, ls) {
+		return -1
+	}
+	e, ne := runLineAt(text, nl+1)
+	if e < 0 || ne-e > w || ne == e {
+		return -1
+	}
+	if ne-e == w && ne < len(text) && (text[ne] == '\n' || text[ne] == '\r') {
+		return e // the next line is as wide: the fold goes on
+	}
+	// The last line of the value: the line before must be as wide.
+	p := ls
+	for p > 0 && (text[p-1] == ' ' || text[p-1] == '\t') {
+		p--
+	}
+	if p == 0 || text[p-1] != '\n' {
+		return -1
+	}
+	q := p - 1
+	if q > 0 && text[q-1] == '\r' {
+		q--
+	}
+	pl := q
+	for pl > 0 && q-pl <= w && b64Byte(text[pl-1]) {
+		pl--
+	}
+	if q-pl == w && lineStartAt(text, pl) {
+		return e
+	}
+	return -1
+}
+
+// lineStartAt reports whether only indentation (up to 8 bytes) stands
+// between the line start and text[i].
+func lineStartAt(text []byte, i int) bool {
+	for k := 0; k <= 8; k++ {
+		if i == 0 || text[i-1] == '\n' {
+			return true
+		}
+		if text[i-1] != ' ' && text[i-1] != '\t' {
+			return false
+		}
+		i--
+	}
+	return false
+}
+
+// runLineAt skips up to 8 bytes of indentation from i and returns where
+// the base64/hex run there starts and ends, if it ends the line (or the
+// text); e is -1 otherwise.
+func runLineAt(text []byte, i int) (e, ne int) {
+	e = i
+	for e < len(text) && e-i < 8 && (text[e] == ' ' || text[e] == '\t') {
+		e++
+	}
+	ne = e
+	for ne < len(text) && ne-e <= 16 && b64Byte(text[ne]) {
+		ne++
+	}
+	if ne < len(text) && text[ne] != '\n' && text[ne] != '\r' && b64Byte(text[ne]) {
+		return -1, 0
+	}
+	return e, ne
+}
+
 // build renders text[a:b] (text at base in its parent) as a view of
 // kind, appending to v.
 func (v *view) build(kind viewKind, text []byte, a, b int) {
@@ -273,8 +526,14 @@ func (v *view) build(kind viewKind, text []byte, a, b int) {
 			}
 			nl := i + k
 			i = nl + 1
-			e := wrapBreak(text[:b], nl)
-			if e < 0 || nl-16 < a {
+			e := -1
+			if nl-16 >= a {
+				e = wrapBreak(text[:b], nl)
+			}
+			if e < 0 && nl-2 >= a {
+				e = foldBreak(text[:b], nl)
+			}
+			if e < 0 {
 				continue
 			}
 			s := nl
@@ -284,6 +543,26 @@ func (v *view) build(kind viewKind, text []byte, a, b int) {
 			v.b = append(v.b, text[last:s]...)
 			v.edit(nil, s, e-s)
 			last = e
+		}
+		v.b = append(v.b, text[last:b]...)
+	case viewSeparated:
+		// Drop separators and zero-width characters: the view may join
+		// words, but it only ever adds known values.
+		last := a
+		for i := a; i < b; i++ {
+			l := 0
+			if c := text[i]; sepByte[c] {
+				l = 1
+			} else if c >= 0xC2 {
+				l = zeroWidth(text[i:b])
+			}
+			if l == 0 {
+				continue
+			}
+			v.b = append(v.b, text[last:i]...)
+			v.edit(nil, i, l)
+			i += l - 1
+			last = i + 1
 		}
 		v.b = append(v.b, text[last:b]...)
 	case viewHexFold:

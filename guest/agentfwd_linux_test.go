@@ -98,6 +98,7 @@ func loginServer(t *testing.T, key ssh.PublicKey) (port string, logins *atomic.I
 // SSH server with it (OpenSSH's ssh as the client); the socket is gone when
 // the session ends; without ForwardAgent there is no socket.
 func TestAgentForwarding(t *testing.T) {
+	t.Parallel()
 	for _, bin := range []string{"ssh", "ssh-add"} {
 		if _, err := exec.LookPath(bin); err != nil {
 			t.Skipf("%s not installed", bin)
@@ -174,6 +175,7 @@ ssh -F /dev/null -o BatchMode=yes -o StrictHostKeyChecking=no -o UserKnownHostsF
 // than the cap gets the extra ones closed at once, and closing the session
 // ends the ones in flight.
 func TestAgentForwardingBounded(t *testing.T) {
+	t.Parallel()
 	hold := make(chan struct{})
 	fc := &stuckConn{hold: hold}
 	f := &agentForward{conn: fc, log: startGuest(t).srv.log, conns: map[net.Conn]struct{}{}}
@@ -248,6 +250,7 @@ func between(s, a, b string) string {
 // TestAgentForwardingKept: a kept terminal started with ForwardAgent keeps
 // its agent socket after the channel that started it detaches.
 func TestAgentForwardingKept(t *testing.T) {
+	t.Parallel()
 	if _, err := exec.LookPath("ssh-add"); err != nil {
 		t.Skip("ssh-add not installed")
 	}

@@ -21,6 +21,7 @@ import (
 // file whole, larger than any one read or frame buffer, in path order;
 // files over the limit are listed only.
 func TestWriteCollection(t *testing.T) {
+	t.Parallel()
 	lower, upper := t.TempDir(), t.TempDir()
 	rng := rand.New(rand.NewPCG(1, 2))
 	content := map[string][]byte{}

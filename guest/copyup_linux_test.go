@@ -29,6 +29,7 @@ func sha(s string) string {
 // the version each agent copy started from, and unchanged copy-ups are no
 // change even though the lower moved on.
 func TestRecordBases(t *testing.T) {
+	t.Parallel()
 	if os.Geteuid() != 0 {
 		t.Skip("OverlayFS and fanotify permission events need root")
 	}

@@ -9,6 +9,7 @@ import (
 )
 
 func TestSessionEnv(t *testing.T) {
+	t.Parallel()
 	network := &proto.Network{Interface: "eth0", ProxyURL: "http://10.254.254.1:3128", NoProxy: "localhost,127.0.0.1"}
 	tests := []struct {
 		name    string
@@ -78,6 +79,7 @@ func TestSessionEnv(t *testing.T) {
 }
 
 func TestValidEnvName(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name string
 		want bool

@@ -51,6 +51,7 @@ func attachKept(t *testing.T, c *guestlink.Client, name, command string) (*syncB
 }
 
 func TestKeptTerminalSurvivesDetach(t *testing.T) {
+	t.Parallel()
 	g := startGuest(t)
 	c := g.dial(t)
 	script := `(i=0; while [ $i -lt 200 ]; do i=$((i+1)); echo tick-$i; sleep 0.02; done) & while read line; do echo got-$line; [ "$line" = quit ] && break; done; wait`
@@ -105,6 +106,7 @@ func TestKeptTerminalSurvivesDetach(t *testing.T) {
 }
 
 func TestKeptTerminalExitStatus(t *testing.T) {
+	t.Parallel()
 	g := startGuest(t)
 	c := g.dial(t)
 	st, err := c.Shell(context.Background(), guestlink.ShellOptions{Keep: "x", Command: "exit 7"})
@@ -114,6 +116,7 @@ func TestKeptTerminalExitStatus(t *testing.T) {
 }
 
 func TestKeptTerminalBadNames(t *testing.T) {
+	t.Parallel()
 	g := startGuest(t)
 	c := g.dial(t)
 	for _, name := range []string{"../x", "A", strings.Repeat("a", 33), "a b", "a\x00"} {

@@ -91,8 +91,9 @@ type runAs struct {
 // and window changes, and the poweroff global request. Commands run as the
 // server's own user (root in the guest). A session may ask for SSH agent
 // forwarding: its command then reaches the host's agent through a socket
-// in SSH_AUTH_SOCK (agentfwd_linux.go). Nothing else is served: no port
-// forwarding, no other channel types from the client.
+// in SSH_AUTH_SOCK (agentfwd_linux.go). direct-tcpip channels reach the
+// guest's own ports, and only those (published ports, portfwd_linux.go).
+// Nothing else is served: no remote forwarding, no other channel types.
 type Server struct {
 	cfg     ServerConfig
 	ssh     *ssh.ServerConfig
@@ -170,7 +171,12 @@ func (s *Server) ServeConn(ctx context.Context, conn net.Conn) error {
 	go s.globalRequests(reqs)
 	var wg sync.WaitGroup
 	slots := make(chan struct{}, maxChannels)
+	fwdSlots := make(chan struct{}, maxForwards)
 	for nc := range chans {
+		if nc.ChannelType() == ChannelDirectTCPIP {
+			s.directTCPIP(ctx, nc, fwdSlots, &wg) // published ports (portfwd_linux.go)
+			continue
+		}
 		if nc.ChannelType() != "session" {
 			_ = nc.Reject(ssh.UnknownChannelType, "only session channels are served")
 			continue

@@ -24,6 +24,7 @@ import (
 
 	"github.com/vibedom/vibedom/guestlink"
 	"github.com/vibedom/vibedom/keys"
+	"github.com/vibedom/vibedom/keys/keystest"
 )
 
 // testGuest is the real SSH server of the guest agent, run in-process on a
@@ -43,19 +44,9 @@ func withoutPoweroff() guestOption { return func(c *ServerConfig) { c.Poweroff =
 
 func startGuest(t *testing.T, opts ...guestOption) *testGuest {
 	t.Helper()
-	k, err := keys.NewSession()
-	if err != nil {
-		t.Fatal(err)
-	}
+	sk := keystest.New(t)
+	k, hostSigner := sk.Keys, sk.HostSigner
 	g := &testGuest{keys: k, workDir: t.TempDir()}
-	hostPEM, err := k.HostKeyPEM()
-	if err != nil {
-		t.Fatal(err)
-	}
-	hostSigner, err := ssh.ParsePrivateKey(hostPEM)
-	if err != nil {
-		t.Fatal(err)
-	}
 	cfg := ServerConfig{
 		HostKey:        hostSigner,
 		AuthorizedKeys: []ssh.PublicKey{k.ClientSigner().PublicKey()},
@@ -66,6 +57,7 @@ func startGuest(t *testing.T, opts ...guestOption) *testGuest {
 	for _, o := range opts {
 		o(&cfg)
 	}
+	var err error
 	g.srv, err = NewServer(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -192,6 +184,7 @@ func execIn(t *testing.T, c *guestlink.Client, cmd string, o guestlink.ExecOptio
 }
 
 func TestExec(t *testing.T) {
+	t.Parallel()
 	g := startGuest(t)
 	c := g.dial(t)
 	tests := []struct {
@@ -237,6 +230,7 @@ func TestExec(t *testing.T) {
 }
 
 func TestExecStreams(t *testing.T) {
+	t.Parallel()
 	g := startGuest(t)
 	c := g.dial(t)
 	const size = 4 << 20
@@ -285,6 +279,7 @@ func TestExecStreams(t *testing.T) {
 }
 
 func TestExecEnv(t *testing.T) {
+	t.Parallel()
 	g := startGuest(t)
 	c := g.dial(t)
 	ok := []struct {
@@ -346,6 +341,7 @@ func hugeEnv(n, size int) map[string]string {
 }
 
 func TestSignals(t *testing.T) {
+	t.Parallel()
 	g := startGuest(t)
 	c := g.dial(t)
 	tests := []struct {
@@ -401,6 +397,7 @@ func TestSignals(t *testing.T) {
 }
 
 func TestExecContextCancel(t *testing.T) {
+	t.Parallel()
 	g := startGuest(t)
 	c := g.dial(t)
 	ctx, cancel := context.WithCancel(t.Context())
@@ -419,6 +416,7 @@ func TestExecContextCancel(t *testing.T) {
 }
 
 func TestShellPTY(t *testing.T) {
+	t.Parallel()
 	g := startGuest(t)
 	c := g.dial(t)
 	t.Run("window-change reaches stty size", func(t *testing.T) {
@@ -510,6 +508,7 @@ func TestShellPTY(t *testing.T) {
 }
 
 func TestSFTP(t *testing.T) {
+	t.Parallel()
 	g := startGuest(t)
 	c := g.dial(t)
 	sc, err := c.SFTP()
@@ -551,6 +550,7 @@ func TestSFTP(t *testing.T) {
 // the client took the short read for the end of the file (1.1 MB came back
 // of every larger file).
 func TestSFTPLargeFile(t *testing.T) {
+	t.Parallel()
 	g := startGuest(t)
 	c := g.dial(t)
 	want := make([]byte, 3<<20+5)
@@ -580,6 +580,7 @@ func TestSFTPLargeFile(t *testing.T) {
 }
 
 func TestPoweroffRequest(t *testing.T) {
+	t.Parallel()
 	t.Run("accepted once", func(t *testing.T) {
 		g := startGuest(t)
 		c := g.dial(t)
@@ -604,6 +605,7 @@ func TestPoweroffRequest(t *testing.T) {
 }
 
 func TestAuthentication(t *testing.T) {
+	t.Parallel()
 	g := startGuest(t)
 	other, err := keys.NewSession()
 	if err != nil {
@@ -662,9 +664,10 @@ func TestAuthentication(t *testing.T) {
 }
 
 func TestOnlySessionChannels(t *testing.T) {
+	t.Parallel()
 	g := startGuest(t)
 	c := g.raw(t)
-	for _, typ := range []string{"direct-tcpip", "forwarded-tcpip", "x11", "auth-agent@openssh.com", "direct-streamlocal@openssh.com", "bogus"} {
+	for _, typ := range []string{"forwarded-tcpip", "x11", "auth-agent@openssh.com", "direct-streamlocal@openssh.com", "bogus"} {
 		t.Run("channel "+typ, func(t *testing.T) {
 			_, _, err := c.OpenChannel(typ, nil)
 			var oce *ssh.OpenChannelError
@@ -700,6 +703,7 @@ func TestOnlySessionChannels(t *testing.T) {
 }
 
 func TestMalformedRequests(t *testing.T) {
+	t.Parallel()
 	g := startGuest(t)
 	c := g.raw(t)
 	garbage := []byte{0xff, 0xff, 0xff, 0xff, 1}
@@ -790,6 +794,7 @@ func TestMalformedRequests(t *testing.T) {
 }
 
 func TestServeConnBadPeers(t *testing.T) {
+	t.Parallel()
 	g := startGuest(t)
 	tests := []struct {
 		name string
@@ -818,6 +823,7 @@ func TestServeConnBadPeers(t *testing.T) {
 }
 
 func TestManyChannels(t *testing.T) {
+	t.Parallel()
 	g := startGuest(t)
 	c := g.raw(t)
 	var sessions []*ssh.Session
@@ -853,6 +859,7 @@ func TestManyChannels(t *testing.T) {
 }
 
 func TestClientGoneEndsCommands(t *testing.T) {
+	t.Parallel()
 	g := startGuest(t)
 	tests := []struct {
 		name, cmd string
@@ -962,12 +969,8 @@ func BenchmarkExecThroughput(b *testing.B) {
 }
 
 func benchGuest(b *testing.B) (*Server, *guestlink.Client) {
-	k, err := keys.NewSession()
-	if err != nil {
-		b.Fatal(err)
-	}
-	hostPEM, _ := k.HostKeyPEM()
-	hostSigner, _ := ssh.ParsePrivateKey(hostPEM)
+	sk := keystest.New(b)
+	k, hostSigner := sk.Keys, sk.HostSigner
 	srv, err := NewServer(ServerConfig{HostKey: hostSigner, AuthorizedKeys: []ssh.PublicKey{k.ClientSigner().PublicKey()}, WorkDir: b.TempDir()})
 	if err != nil {
 		b.Fatal(err)

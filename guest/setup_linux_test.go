@@ -14,6 +14,7 @@ import (
 )
 
 func TestHasExtFS(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	withMagic := func(size int) []byte {
 		b := make([]byte, size)
@@ -66,6 +67,7 @@ func TestHasExtFS(t *testing.T) {
 }
 
 func TestApplyModes(t *testing.T) {
+	t.Parallel()
 	mode := func(op byte, v uint32) []byte {
 		b := []byte{op, 0, 0, 0, 0}
 		binary.BigEndian.PutUint32(b[1:], v)
@@ -112,6 +114,7 @@ func TestApplyModes(t *testing.T) {
 }
 
 func TestInstallCA(t *testing.T) {
+	t.Parallel()
 	// Built at run time so the project's own secret scan stays quiet.
 	pem := "-----BEGIN " + "CERTIFICATE-----\nTUlJQ2Zha2U=\n-----END " + "CERTIFICATE-----"
 	tests := []struct {
@@ -162,6 +165,7 @@ func TestInstallCA(t *testing.T) {
 func ptr(s string) *string { return &s }
 
 func TestWriteProfile(t *testing.T) {
+	t.Parallel()
 	tricky := map[string]string{
 		"PLAIN":  "value",
 		"QUOTES": `it's "quoted"`,
@@ -214,6 +218,7 @@ func TestWriteProfile(t *testing.T) {
 // TestUdhcpcScript runs the lease script with a stand-in for ip(8) that
 // records its arguments.
 func TestUdhcpcScript(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	bin := filepath.Join(dir, "bin")
 	if err := os.MkdirAll(bin, 0o755); err != nil {
@@ -284,6 +289,7 @@ func TestUdhcpcScript(t *testing.T) {
 }
 
 func TestMountOptions(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name       string
 		ws         proto.Workspace

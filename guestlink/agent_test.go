@@ -16,6 +16,7 @@ import (
 // TestBoundedFrames: agent messages up to the bound pass through whole; a
 // longer one fails at its header.
 func TestBoundedFrames(t *testing.T) {
+	t.Parallel()
 	frame := func(body []byte) []byte {
 		b := binary.BigEndian.AppendUint32(nil, uint32(len(body)))
 		return append(b, body...)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/vibedom/vibedom/guest/proto"
 	"github.com/vibedom/vibedom/keys"
+	"github.com/vibedom/vibedom/keys/keystest"
 )
 
 // fakeGuest is a minimal SSH server standing in for a guest that misbehaves:
@@ -24,21 +25,10 @@ type fakeGuest struct {
 
 func newFakeGuest(t *testing.T) *fakeGuest {
 	t.Helper()
-	k, err := keys.NewSession()
-	if err != nil {
-		t.Fatal(err)
-	}
-	hostPEM, err := k.HostKeyPEM()
-	if err != nil {
-		t.Fatal(err)
-	}
-	signer, err := ssh.ParsePrivateKey(hostPEM)
-	if err != nil {
-		t.Fatal(err)
-	}
+	sk := keystest.New(t)
 	cfg := &ssh.ServerConfig{PublicKeyCallback: func(ssh.ConnMetadata, ssh.PublicKey) (*ssh.Permissions, error) { return nil, nil }}
-	cfg.AddHostKey(signer)
-	return &fakeGuest{keys: k, cfg: cfg}
+	cfg.AddHostKey(sk.HostSigner)
+	return &fakeGuest{keys: sk.Keys, cfg: cfg}
 }
 
 // serve runs the fake guest on one end of a loopback connection, writing
@@ -128,6 +118,7 @@ func (f *fakeGuest) session(ch ssh.Channel, reqs <-chan *ssh.Request) {
 }
 
 func TestDial(t *testing.T) {
+	t.Parallel()
 	f := newFakeGuest(t)
 	tests := []struct {
 		name     string
@@ -166,6 +157,7 @@ func TestDial(t *testing.T) {
 // TestUntrustedStatus checks what a guest sends as a status is parsed
 // defensively.
 func TestUntrustedStatus(t *testing.T) {
+	t.Parallel()
 	f := newFakeGuest(t)
 	c, err := Dial(t.Context(), f.serve(t, proto.ReadyBanner), f.keys.ClientConfig())
 	if err != nil {
@@ -202,6 +194,7 @@ func TestUntrustedStatus(t *testing.T) {
 }
 
 func TestExitStatus(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		st      ExitStatus
 		code    int
@@ -232,6 +225,7 @@ func TestExitStatus(t *testing.T) {
 }
 
 func TestExitErrorMessage(t *testing.T) {
+	t.Parallel()
 	err := error(&ExitError{Status: ExitStatus{Code: 2}, Stderr: []byte("no such file\n")})
 	if got, want := err.Error(), "guest command failed: exit status 2: no such file"; got != want {
 		t.Errorf("got %q, want %q", got, want)
@@ -252,6 +246,7 @@ func TestExitErrorMessage(t *testing.T) {
 // (a stalled control port); Connect gives that attempt up after its bound,
 // closes it, dials again and gets a working client.
 func TestConnectRetriesAStalledAttempt(t *testing.T) {
+	t.Parallel()
 	f := newFakeGuest(t)
 	var dials []net.Conn
 	dial := func(context.Context) (net.Conn, error) {
@@ -290,6 +285,7 @@ func TestConnectRetriesAStalledAttempt(t *testing.T) {
 // TestConnectGivesUpWithTheContext: when every attempt stalls, Connect
 // returns once its context ends.
 func TestConnectGivesUpWithTheContext(t *testing.T) {
+	t.Parallel()
 	f := newFakeGuest(t)
 	n := 0
 	dial := func(context.Context) (net.Conn, error) { n++; return f.serve(t, ""), nil }

@@ -33,6 +33,7 @@ func TestDefault(t *testing.T) {
 // TestLayout pins the names on disk: a renamed constant would strand every
 // existing home's files.
 func TestLayout(t *testing.T) {
+	t.Parallel()
 	h := Home("/h")
 	tests := []struct{ got, want string }{
 		{h.Sessions(), "/h/sessions"},

@@ -94,6 +94,7 @@ func checkImage(t *testing.T, img *Image, content string) {
 }
 
 func TestEnsureCache(t *testing.T) {
+	t.Parallel()
 	root := t.TempDir()
 	r := newTestRecipe(t, "one")
 	ctx := t.Context()
@@ -188,6 +189,7 @@ func TestEnsureCache(t *testing.T) {
 // or a meddler would: every time the damage is detected and the image is
 // rebuilt, never handed out.
 func TestEnsureCorruption(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name   string
 		damage func(t *testing.T, img *Image)
@@ -292,6 +294,7 @@ func TestEnsureCorruption(t *testing.T) {
 // one builds, the others wait and use its result; nobody sees a partial
 // image.
 func TestEnsureConcurrent(t *testing.T) {
+	t.Parallel()
 	root := t.TempDir()
 	r := newTestRecipe(t, "shared")
 	started := make(chan struct{})
@@ -334,6 +337,7 @@ func TestEnsureConcurrent(t *testing.T) {
 // image (as on a filesystem without working locks): the second rename must
 // not corrupt the first one's result.
 func TestEnsureRacingInstall(t *testing.T) {
+	t.Parallel()
 	root := t.TempDir()
 	r := newTestRecipe(t, "racy")
 	img, err := Ensure(t.Context(), root, r)
@@ -365,6 +369,7 @@ func TestEnsureRacingInstall(t *testing.T) {
 // TestEnsureInputsChangeDuringBuild changes the input while it is built:
 // the result must not be cached under the old digest.
 func TestEnsureInputsChangeDuringBuild(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name      string
 		changes   int // how many builds change the input
@@ -401,6 +406,7 @@ func TestEnsureInputsChangeDuringBuild(t *testing.T) {
 }
 
 func TestEnsureCancelled(t *testing.T) {
+	t.Parallel()
 	r := newTestRecipe(t, "x")
 	ctx, cancel := context.WithCancel(t.Context())
 	cancel()
@@ -410,6 +416,7 @@ func TestEnsureCancelled(t *testing.T) {
 }
 
 func TestMemoRehashesChangedFiles(t *testing.T) {
+	t.Parallel()
 	root := t.TempDir()
 	p := filepath.Join(t.TempDir(), "f")
 	os.WriteFile(p, []byte("aaaa"), 0o644)
@@ -438,6 +445,7 @@ func TestMemoRehashesChangedFiles(t *testing.T) {
 // TestEnsureRemovesStaleBuilds leaves build directories behind as a
 // crashed builder would: the next build removes them.
 func TestEnsureRemovesStaleBuilds(t *testing.T) {
+	t.Parallel()
 	root := t.TempDir()
 	r := newTestRecipe(t, "x")
 	stale := filepath.Join(root, ".build-test-image.123")

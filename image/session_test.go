@@ -42,6 +42,7 @@ func testBootConfig() *proto.BootConfig {
 }
 
 func TestSessionFiles(t *testing.T) {
+	t.Parallel()
 	bad := testBootConfig()
 	bad.AuthorizedKeys = nil
 	tests := []struct {
@@ -96,6 +97,7 @@ func TestSessionFiles(t *testing.T) {
 // TestFileRedacts checks that the host key never reaches a log line or a
 // formatted value.
 func TestFileRedacts(t *testing.T) {
+	t.Parallel()
 	key := fakeHostKey()
 	f := initramfs.File{Path: proto.HostKeyPath, Mode: 0o600, Data: key}
 	var logged bytes.Buffer
@@ -144,6 +146,7 @@ func fakeBase(t *testing.T) *Image {
 }
 
 func TestWriteSessionInitrd(t *testing.T) {
+	t.Parallel()
 	base := fakeBase(t)
 	files, err := SessionFiles(testBootConfig(), fakeHostKey(), fakeCA())
 	if err != nil {

@@ -11,6 +11,7 @@ import (
 )
 
 func TestAuditKey(t *testing.T) {
+	t.Parallel()
 	dir := filepath.Join(t.TempDir(), "keys")
 	k, created, err := EnsureAuditKey(dir)
 	if err != nil || !created {

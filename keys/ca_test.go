@@ -15,6 +15,7 @@ import (
 )
 
 func TestEnsureCACreatesThenLoads(t *testing.T) {
+	t.Parallel()
 	dir := filepath.Join(t.TempDir(), "ca")
 	ca, err := EnsureCA(dir)
 	if err != nil {
@@ -63,6 +64,7 @@ func TestEnsureCACreatesThenLoads(t *testing.T) {
 }
 
 func TestEnsureCAConcurrent(t *testing.T) {
+	t.Parallel()
 	dir := filepath.Join(t.TempDir(), "ca")
 	const n = 8
 	fps := make([]string, n)
@@ -86,6 +88,7 @@ func TestEnsureCAConcurrent(t *testing.T) {
 }
 
 func TestEnsureCARefuses(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name    string
 		prepare func(t *testing.T, dir string)
@@ -167,6 +170,7 @@ func TestEnsureCARefuses(t *testing.T) {
 }
 
 func TestIssueLeaf(t *testing.T) {
+	t.Parallel()
 	ca, err := EnsureCA(filepath.Join(t.TempDir(), "ca"))
 	if err != nil {
 		t.Fatal(err)
@@ -212,6 +216,7 @@ func TestIssueLeaf(t *testing.T) {
 }
 
 func TestCARedacts(t *testing.T) {
+	t.Parallel()
 	ca, err := EnsureCA(filepath.Join(t.TempDir(), "ca"))
 	if err != nil {
 		t.Fatal(err)

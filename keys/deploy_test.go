@@ -8,6 +8,7 @@ import (
 )
 
 func TestEnsureDeployKey(t *testing.T) {
+	t.Parallel()
 	dir := filepath.Join(t.TempDir(), "keys")
 	k1, created, err := EnsureDeployKey(dir)
 	if err != nil {
@@ -46,6 +47,7 @@ func TestEnsureDeployKey(t *testing.T) {
 }
 
 func TestDeployKeyRefusesLoosePermissions(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	k, _, err := EnsureDeployKey(dir)
 	if err != nil {
@@ -61,6 +63,7 @@ func TestDeployKeyRefusesLoosePermissions(t *testing.T) {
 }
 
 func TestSessionKeysRoundTrip(t *testing.T) {
+	t.Parallel()
 	s, err := NewSession()
 	if err != nil {
 		t.Fatal(err)

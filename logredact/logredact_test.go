@@ -12,6 +12,7 @@ import (
 // grouped attributes, and attributes given to WithAttrs, all go through it,
 // also in handlers derived before it was set; before, records pass as they are.
 func TestRedactHandler(t *testing.T) {
+	t.Parallel()
 	var buf bytes.Buffer
 	h := NewRedactHandler(slog.NewTextHandler(&buf, nil))
 	log := slog.New(h)

@@ -36,6 +36,7 @@ func (r *recTap) Close()             { r.mu.Lock(); r.closed = true; r.mu.Unlock
 // before the engine is done, and the tap is closed after it; a target the
 // tap declines and a refused connection are not tapped.
 func TestTapEngine(t *testing.T) {
+	t.Parallel()
 	var taps []*recTap
 	e := TapEngine(echoEngine{}, func(t Target) ConnTap {
 		if t.Port != 22 {

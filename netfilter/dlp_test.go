@@ -119,6 +119,7 @@ func (v *dlpEnv) auditValues(t *testing.T) []string {
 }
 
 func TestDLPFilterJSONBody(t *testing.T) {
+	t.Parallel()
 	for _, h2 := range []bool{false, true} {
 		t.Run(map[bool]string{false: "http1", true: "h2"}[h2], func(t *testing.T) {
 			v := newDLPEnv(t, 0)
@@ -162,6 +163,7 @@ func TestDLPFilterJSONBody(t *testing.T) {
 }
 
 func TestDLPFilterCompressedAndStreamed(t *testing.T) {
+	t.Parallel()
 	v := newDLPEnv(t, 1024)
 	c := &http.Client{Transport: v.guestTransport(false)}
 
@@ -211,6 +213,7 @@ func TestDLPFilterCompressedAndStreamed(t *testing.T) {
 }
 
 func TestDLPFilterURLAndHeaders(t *testing.T) {
+	t.Parallel()
 	v := newDLPEnv(t, 0)
 	c := &http.Client{Transport: v.guestTransport(false)}
 	do := func(host string) seenReq {
@@ -256,6 +259,7 @@ func TestDLPFilterURLAndHeaders(t *testing.T) {
 }
 
 func TestDLPFilterRefusesUndecodableBody(t *testing.T) {
+	t.Parallel()
 	v := newDLPEnv(t, 0)
 	c := &http.Client{Transport: v.guestTransport(false)}
 	req, _ := http.NewRequest("POST", "https://api.anthropic.com/v1/x", strings.NewReader("not gzip at all "+dlpSecret))
@@ -405,6 +409,7 @@ func wsDial(t *testing.T, v *dlpEnv, extra string) (*wsUpstream, net.Conn, *tls.
 }
 
 func TestDLPFilterWebSocket(t *testing.T) {
+	t.Parallel()
 	v := newDLPEnv(t, 0)
 	up, conn, tc := wsDial(t, v, "Sec-WebSocket-Extensions: permessage-deflate\r\n")
 	mask := []byte{1, 2, 3, 4}
@@ -461,6 +466,7 @@ func TestDLPFilterWebSocket(t *testing.T) {
 }
 
 func TestDLPFilterWebSocketRefusesCompressedFrames(t *testing.T) {
+	t.Parallel()
 	v := newDLPEnv(t, 0)
 	up, _, tc := wsDial(t, v, "")
 	f := wsFrame(true, 1, []byte("compressed? "+dlpSecret), []byte{9, 9, 9, 9})

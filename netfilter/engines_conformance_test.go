@@ -364,6 +364,7 @@ func TestConformanceWebSocket(t *testing.T) {
 // TestConformanceWebSocketControlFrames: ping payloads and close reasons.
 // The Go engine scrubs them; mitmproxy 8.1 relays them with no addon hook.
 func TestConformanceWebSocketControlFrames(t *testing.T) {
+	t.Parallel()
 	forEngines(t, func(t *testing.T, kind string) {
 		if kind == "mitmproxy" {
 			t.Skip("mitmproxy cannot match: mitmdump 8.1 relays WebSocket ping/pong payloads and close reasons without any addon hook, so they are not scrubbed (docs/network.md, Proxy engines)")

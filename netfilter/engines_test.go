@@ -1,6 +1,8 @@
 package netfilter
 
 import (
+	"github.com/vibedom/vibedom/netfilter/mitmproxy"
+
 	"context"
 	"io"
 	"net/http"
@@ -17,7 +19,7 @@ var mitmdumpCheck struct {
 // no supported mitmdump is installed.
 func skipWithoutMitmdump(t testing.TB) {
 	t.Helper()
-	mitmdumpCheck.once.Do(func() { _, mitmdumpCheck.err = MitmdumpVersion(context.Background(), "") })
+	mitmdumpCheck.once.Do(func() { _, mitmdumpCheck.err = mitmproxy.MitmdumpVersion(context.Background(), "") })
 	if mitmdumpCheck.err != nil {
 		t.Skipf("mitmproxy engine not tested: %v", mitmdumpCheck.err)
 	}

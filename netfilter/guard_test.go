@@ -23,6 +23,7 @@ import (
 // named (`0.0.0.0:*` reached every loopback port) and names resolving to
 // loopback reached it through a rule naming the name.
 func TestDialGuardNeverDialsLocal(t *testing.T) {
+	t.Parallel()
 	target := nftest.CountingListener(t)
 	p := target.Port()
 	rules := strings.Join([]string{"0.0.0.0:*", "127.0.0.1:*", "[::1]:*", "[::ffff:127.0.0.1]:*",
@@ -129,6 +130,7 @@ func dialProxy(t *testing.T, addr string) net.Conn {
 // allow-private rule covering it, and that private answers are refused
 // (as alerts) unless a user rule opens their range.
 func TestDialGuardHostAndPrivate(t *testing.T) {
+	t.Parallel()
 	own := ownAddr(t)
 	target := nftest.CountingListenerOn(t, net.JoinHostPort(own.String(), "0"))
 	p := target.Port()

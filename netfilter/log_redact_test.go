@@ -3,6 +3,8 @@ package netfilter
 import (
 	"github.com/vibedom/vibedom/logredact"
 	"github.com/vibedom/vibedom/netfilter/egress"
+	"github.com/vibedom/vibedom/netfilter/internal/stacktest"
+	"github.com/vibedom/vibedom/netfilter/netstack"
 
 	"bufio"
 	"crypto/tls"
@@ -12,7 +14,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"net/netip"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -30,6 +31,7 @@ import (
 // Host, path, query), raw and encoded. Not one byte of network.jsonl,
 // alerts.jsonl or the session log may hold it; the redaction marker must.
 func TestRefusedRequestSecretsNotLogged(t *testing.T) {
+	t.Parallel()
 	secret := strings.Join([]string{"q7zk4mv9", "xw2pl8rt", "5ny3hc6b"}, "") // a DNS-safe known value, built at run time
 	mixed := strings.Join([]string{"Zk4Mv9Xw", "2pL8rT5n"}, "")              // the DNS lower-cases it
 	eng, err := dlp.New(dlp.Config{Secrets: []dlp.Secret{{Value: secret, Source: "test"}, {Value: mixed, Source: "test"}}})
@@ -60,13 +62,10 @@ func TestRefusedRequestSecretsNotLogged(t *testing.T) {
 	forbidden := []string{secret, b64, strings.TrimRight(b64, "="), b64url, hx, strings.ToUpper(hx), url.QueryEscape(b64), mixed}
 
 	// DNS: the raw secret and its hex form as labels under a refused name.
-	pool, _ := newSynthPool(netip.MustParsePrefix("198.18.0.0/15"))
-	d := &dnsServer{policy: v.policy, pool: pool, events: newEventLimiter(egress.EventSinkFunc(func(e egress.Event) { v.log.Record(e); v.events.Record(e) })), log: logger.With("part", "dns")}
-	guest := netip.MustParseAddrPort("10.0.2.15:5353")
-	for i, name := range []string{secret + ".evil.test", hx + ".evil.test", "x." + strings.ToUpper(secret) + ".evil.test", "a." + mixed + ".evil.test"} {
-		if r := d.answer(t.Context(), dnsQueryMsg(t, uint16(i+1), name+".", dnsmessage.TypeA), guest); r == nil {
-			t.Fatalf("no DNS answer for %s", name)
-		}
+	n := startEngineNet(t, netstack.StackConfig{Resolver: &stacktest.Resolver{}}, v.policy, v.eng, egress.EventSinkFunc(func(e egress.Event) { v.log.Record(e); v.events.Record(e) }), logger.With("part", "network"))
+	g := n.guest(t)
+	for _, name := range []string{secret + ".evil.test", hx + ".evil.test", "x." + strings.ToUpper(secret) + ".evil.test", "a." + mixed + ".evil.test"} {
+		g.Lookup(t, name+".", dnsmessage.TypeA)
 	}
 
 	// CONNECT target and absolute URI (path and query) through the explicit proxy.

@@ -39,6 +39,7 @@ func readJSONL(t *testing.T, path string) []map[string]any {
 }
 
 func TestLogWriter(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	np, ap := filepath.Join(dir, NetworkLogFile), filepath.Join(dir, AlertsLogFile)
 	w, err := NewLogWriter(np, ap)
@@ -137,6 +138,7 @@ func (g *gateWriter) Write(p []byte) (int, error) {
 func (g *gateWriter) Close() error { return nil }
 
 func TestLogWriterNeverBlocksAndCountsDrops(t *testing.T) {
+	t.Parallel()
 	nw := &gateWriter{open: make(chan struct{}), entered: make(chan struct{})}
 	aw := &gateWriter{open: nw.open}
 	w := newLogWriter(nw, aw, 4)
@@ -193,6 +195,7 @@ func TestLogWriterNeverBlocksAndCountsDrops(t *testing.T) {
 }
 
 func TestLogWriterConcurrentClose(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	w, err := NewLogWriter(filepath.Join(dir, "n"), filepath.Join(dir, "a"))
 	if err != nil {
@@ -226,6 +229,7 @@ func (failWriter) Write([]byte) (int, error) { return 0, errors.New("disk full")
 func (failWriter) Close() error              { return nil }
 
 func TestLogWriterReportsWriteErrors(t *testing.T) {
+	t.Parallel()
 	w := newLogWriter(failWriter{}, failWriter{}, 16)
 	for range 1000 {
 		w.Record(egress.Event{Kind: "dns", Decision: "deny"})
@@ -262,6 +266,7 @@ func floodLines(t *testing.T, path string) (plain int64, dropped map[string]int6
 // worth of lines, a line saying limiting starts, and one exact count when
 // it ends.
 func TestLogWriterRateLimitFlood(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	np, ap := filepath.Join(dir, NetworkLogFile), filepath.Join(dir, AlertsLogFile)
 	nf, _ := os.Create(np)
@@ -301,6 +306,7 @@ func TestLogWriterRateLimitFlood(t *testing.T) {
 // TestLogWriterCap: past its cap a file grows no more, and the count of
 // what it dropped is exact.
 func TestLogWriterCap(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	np, ap := filepath.Join(dir, NetworkLogFile), filepath.Join(dir, AlertsLogFile)
 	nf, _ := os.Create(np)

@@ -2,6 +2,7 @@ package netfilter
 
 import (
 	"github.com/vibedom/vibedom/netfilter/egress"
+	"github.com/vibedom/vibedom/netfilter/mitmproxy"
 
 	"context"
 	"crypto/tls"
@@ -46,7 +47,7 @@ type benchEnv struct {
 // startMitmEngine starts vibedom's mitmproxy engine on the same upstream,
 // or returns a reason to skip.
 func (v *benchEnv) startMitmEngine() string {
-	if _, err := MitmdumpVersion(context.Background(), ""); err != nil {
+	if _, err := mitmproxy.MitmdumpVersion(context.Background(), ""); err != nil {
 		return err.Error()
 	}
 	m, err := NewMitmproxyEngine(context.Background(), v.mitmCfg)

@@ -106,6 +106,7 @@ func peekBytes(t *testing.T, data []byte) (clientHello, error) {
 }
 
 func TestPeekClientHello(t *testing.T) {
+	t.Parallel()
 	real := realClientHello(t, "api.example.com", []string{"h2", "http/1.1"})
 	tests := []struct {
 		name    string
@@ -160,6 +161,7 @@ func TestPeekClientHello(t *testing.T) {
 }
 
 func TestParseClientHelloNeverPanics(t *testing.T) {
+	t.Parallel()
 	real := realClientHello(t, "api.example.com", []string{"h2"})[4:]
 	// Every truncation and every single-byte corruption of a real hello.
 	for i := range real {

@@ -167,6 +167,21 @@ func (e *GoEngine) refuseKeep(w http.ResponseWriter, r *http.Request, dest fwdTa
 	})
 }
 
+// answer sends a filter's own answer to the guest in place of the request
+// (nothing is forwarded) and records it.
+func (e *GoEngine) answer(w http.ResponseWriter, r *http.Request, dest fwdTarget, a *Answer) {
+	for k, vs := range a.Header {
+		w.Header()[k] = vs
+	}
+	w.Header().Set("Content-Length", strconv.Itoa(len(a.Body)))
+	w.Header().Set("X-Vibedom", "answered")
+	w.WriteHeader(a.Status)
+	w.Write(a.Body)
+	e.events.Record(egress.Event{Time: time.Now(), Kind: "request", Name: dest.name, Port: dest.port, Src: addrString(dest.src),
+		Method: r.Method, URL: redactURL(dest.scheme, r.Host, r.URL), Decision: a.Decision, Rule: dest.decision.Rule,
+		Reason: "answered by vibedom, not forwarded: " + a.Reason, Status: a.Status})
+}
+
 // forward runs r through the filter and sends it to dest, streaming the
 // response back, and records one Event. guest, when not nil, is the
 // HTTP/1 connection w writes to; the response body is then batched on it.
@@ -216,6 +231,11 @@ func (e *GoEngine) forward(w http.ResponseWriter, r *http.Request, dest fwdTarge
 	// The transports always verify upstream TLS (system roots plus
 	// ExtraRoots, never InsecureSkipVerify): https is verified.
 	done, err := e.filter.FilterRequest(ctx, Destination{Name: dest.name, Port: dest.port, Scheme: dest.scheme, Verified: dest.scheme == "https"}, out)
+	var ans *Answer
+	if errors.As(err, &ans) {
+		e.answer(w, r, dest, ans)
+		return
+	}
 	if err != nil {
 		e.refuse(w, r, dest, http.StatusForbidden, "request refused by the content filter: "+err.Error())
 		return

@@ -63,6 +63,7 @@ func (w *writeLog) joined() []byte {
 }
 
 func TestBatchConn(t *testing.T) {
+	t.Parallel()
 	rec := func(n int) []byte { return bytes.Repeat([]byte{byte('a' + n%26)}, 16406) }
 	tests := []struct {
 		name      string
@@ -123,6 +124,7 @@ func equalInts(a, b []int) bool {
 }
 
 func TestUpstreamConnReads(t *testing.T) {
+	t.Parallel()
 	if !canReadFD {
 		t.Skip("upstream connections are not wrapped on this platform")
 	}
@@ -172,6 +174,7 @@ func TestUpstreamConnReads(t *testing.T) {
 
 // An upstream read that waits has the guest sent what it holds.
 func TestUpstreamConnFlushesGuestWhileWaiting(t *testing.T) {
+	t.Parallel()
 	if !canReadFD {
 		t.Skip("upstream connections are not wrapped on this platform")
 	}
@@ -209,6 +212,7 @@ func TestUpstreamConnFlushesGuestWhileWaiting(t *testing.T) {
 // nothing back while upstream is silent (the upstream sends the next event
 // only once the guest has the previous one).
 func TestStreamedEventsAreNotHeld(t *testing.T) {
+	t.Parallel()
 	v := newTestEnv(t, testRules)
 	// One channel per subtest (by path), so a failed subtest's handler
 	// cannot take the next one's signals.

@@ -44,6 +44,7 @@ func echoInfo(w http.ResponseWriter, r *http.Request) {
 }
 
 func TestInterceptHTTP1AndHTTP2(t *testing.T) {
+	t.Parallel()
 	v := newTestEnv(t, testRules)
 	v.upstreamTLS("api.test", 443, v.upCA, http.HandlerFunc(echoInfo))
 	v.upstreamTLS("a.b.wild.test", 443, v.upCA, http.HandlerFunc(echoInfo))
@@ -127,6 +128,7 @@ func TestInterceptHTTP1AndHTTP2(t *testing.T) {
 }
 
 func TestPlainHTTP(t *testing.T) {
+	t.Parallel()
 	v := newTestEnv(t, testRules)
 	v.upstreamPlain("plain.test", 80, http.HandlerFunc(echoInfo))
 	c := &http.Client{Transport: v.guestTransport(false)}
@@ -146,6 +148,7 @@ func TestPlainHTTP(t *testing.T) {
 }
 
 func TestUpstreamCertificateErrors(t *testing.T) {
+	t.Parallel()
 	v := newTestEnv(t, testRules)
 	rogue, err := keys.EnsureCA(filepath.Join(t.TempDir(), "rogue"))
 	if err != nil {
@@ -192,6 +195,7 @@ func TestUpstreamCertificateErrors(t *testing.T) {
 }
 
 func TestSNIRefused(t *testing.T) {
+	t.Parallel()
 	v := newTestEnv(t, testRules)
 	v.upstreamTLS("api.test", 443, v.upCA, http.HandlerFunc(echoInfo))
 	tests := []struct {
@@ -245,6 +249,7 @@ func TestSNIRefused(t *testing.T) {
 }
 
 func TestGuestDistrustIsAnErrorNotAnAlert(t *testing.T) {
+	t.Parallel()
 	v := newTestEnv(t, testRules)
 	conn := v.guestConn("api.test", 443)
 	defer conn.Close()
@@ -262,6 +267,7 @@ func TestGuestDistrustIsAnErrorNotAnAlert(t *testing.T) {
 }
 
 func TestIPLiteralTargetWithoutSNI(t *testing.T) {
+	t.Parallel()
 	v := newTestEnv(t, testRules)
 	var hits atomic.Int32
 	v.upstreamPlain("192.0.2.10", 80, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { hits.Add(1) }))
@@ -278,6 +284,7 @@ func TestIPLiteralTargetWithoutSNI(t *testing.T) {
 }
 
 func TestHostRefused(t *testing.T) {
+	t.Parallel()
 	v := newTestEnv(t, testRules)
 	var hits atomic.Int32
 	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { hits.Add(1); echoInfo(w, r) })
@@ -384,6 +391,7 @@ func TestHostRefused(t *testing.T) {
 }
 
 func TestWebSocketEcho(t *testing.T) {
+	t.Parallel()
 	v := newTestEnv(t, testRules)
 	v.upstreamTLS("api.test", 443, v.upCA, websocket.Handler(func(ws *websocket.Conn) {
 		for {
@@ -548,6 +556,7 @@ func TestStreaming100MB(t *testing.T) {
 }
 
 func TestSplice(t *testing.T) {
+	t.Parallel()
 	v := newTestEnv(t, testRules, func(c *EngineConfig) { c.ServerFirstWait = 50 * time.Millisecond })
 	addr := serverFirstEcho(t)
 	v.addServer("ssh.test", 22, addr)
@@ -667,6 +676,7 @@ func TestRequestFilter(t *testing.T) {
 }
 
 func TestRedactURL(t *testing.T) {
+	t.Parallel()
 	tests := []struct{ raw, want string }{
 		{"/p", "https://h/p"},
 		{"/p?a=1&b=two", "https://h/p?a=REDACTED&b=REDACTED"},
@@ -694,6 +704,7 @@ func TestRedactURL(t *testing.T) {
 }
 
 func TestUnadmittedTargetRefused(t *testing.T) {
+	t.Parallel()
 	v := newTestEnv(t, testRules)
 	tests := []struct {
 		name string
@@ -716,12 +727,14 @@ func TestUnadmittedTargetRefused(t *testing.T) {
 }
 
 func TestEngineNeedsCA(t *testing.T) {
+	t.Parallel()
 	if _, err := NewGoEngine(EngineConfig{}); err == nil {
 		t.Error("NewGoEngine without a CA: got nil error")
 	}
 }
 
 func TestContextCancelClosesConnection(t *testing.T) {
+	t.Parallel()
 	v := newTestEnv(t, testRules)
 	c, s := tcpPair(t)
 	defer c.Close()

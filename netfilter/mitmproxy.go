@@ -2,6 +2,7 @@ package netfilter
 
 import (
 	"github.com/vibedom/vibedom/netfilter/egress"
+	"github.com/vibedom/vibedom/netfilter/mitmproxy"
 
 	"bufio"
 	"context"
@@ -22,7 +23,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -38,18 +38,12 @@ import (
 //go:embed mitmproxy_addon.py
 var mitmproxyAddon []byte
 
-// The oldest mitmdump the engine supports (its addon hooks and options).
-const (
-	MinMitmdumpMajor = 8
-	MinMitmdumpMinor = 1
-)
-
 // DefaultMitmBodyLimit is the largest request body the mitmproxy engine
 // passes: mitmdump buffers each request whole so the DLP can read it.
 const DefaultMitmBodyLimit = 64 << 20
 
 // ErrMitmdump marks every failure to find, start or keep mitmdump running.
-var ErrMitmdump = errors.New("mitmdump")
+var ErrMitmdump = mitmproxy.ErrMitmdump
 
 // MitmproxyConfig configures the mitmproxy engine. The embedded
 // EngineConfig means what it means for the Go engine: Policy, Filter,
@@ -174,85 +168,6 @@ type mitmFlow struct {
 	stream *respStream
 }
 
-var versionRE = regexp.MustCompile(`(?m)^Mitmproxy:\s*(\d+)\.(\d+)(\.\d+)?`)
-
-// MitmdumpVersion runs `mitmdump --version` and checks the version is
-// supported. It returns the version found; the error says what to do.
-func MitmdumpVersion(ctx context.Context, program string) (string, error) {
-	if program == "" {
-		program = "mitmdump"
-	}
-	path, err := exec.LookPath(program)
-	if err != nil {
-		return "", fmt.Errorf("%w not found (%s): install mitmproxy %d.%d or later (`vibedom init --with-mitmproxy`, or Debian: apt-get install mitmproxy) or use --proxy-engine go",
-			ErrMitmdump, program, MinMitmdumpMajor, MinMitmdumpMinor)
-	}
-	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
-	defer cancel()
-	vc := exec.CommandContext(ctx, path, "--version")
-	vc.Env = childenv.Environ()
-	out, err := vc.CombinedOutput()
-	if err != nil {
-		return "", fmt.Errorf("%w at %s: `mitmdump --version` failed (%v): reinstall mitmproxy %d.%d or later or use --proxy-engine go",
-			ErrMitmdump, path, err, MinMitmdumpMajor, MinMitmdumpMinor)
-	}
-	m := versionRE.FindSubmatch(out)
-	if m == nil {
-		return "", fmt.Errorf("%w at %s: `mitmdump --version` printed no version: install mitmproxy %d.%d or later or use --proxy-engine go",
-			ErrMitmdump, path, MinMitmdumpMajor, MinMitmdumpMinor)
-	}
-	major, _ := strconv.Atoi(string(m[1]))
-	minor, _ := strconv.Atoi(string(m[2]))
-	v := string(m[1]) + "." + string(m[2]) + string(m[3])
-	if major < MinMitmdumpMajor || (major == MinMitmdumpMajor && minor < MinMitmdumpMinor) {
-		return v, fmt.Errorf("%w at %s is version %s; vibedom needs %d.%d or later: upgrade mitmproxy or use --proxy-engine go",
-			ErrMitmdump, path, v, MinMitmdumpMajor, MinMitmdumpMinor)
-	}
-	return v, nil
-}
-
-// MitmwebProgram is the mitmweb a live view runs given
-// MitmproxyConfig.Mitmdump and .Mitmweb: mitmweb when set, else the one
-// beside mitmdump when that is a path, else "mitmweb" (on PATH).
-func MitmwebProgram(mitmdump, mitmweb string) string {
-	switch {
-	case mitmweb != "":
-		return mitmweb
-	case strings.ContainsRune(mitmdump, filepath.Separator):
-		return filepath.Join(filepath.Dir(mitmdump), "mitmweb")
-	}
-	return "mitmweb"
-}
-
-// MitmwebVersion is MitmdumpVersion for mitmweb (`vibedom run --inspect`):
-// a missing mitmweb is a one-line error saying what to do.
-func MitmwebVersion(ctx context.Context, program string) (string, error) {
-	if program == "" {
-		program = "mitmweb"
-	}
-	if _, err := exec.LookPath(program); err != nil {
-		return "", fmt.Errorf("%w: mitmweb not found (%s), which --inspect runs: install mitmproxy %d.%d or later (`vibedom init --with-mitmproxy`, or Debian: apt-get install mitmproxy) or drop --inspect",
-			ErrMitmdump, program, MinMitmdumpMajor, MinMitmdumpMinor)
-	}
-	v, err := MitmdumpVersion(ctx, program)
-	if err != nil {
-		return v, fmt.Errorf("mitmweb for --inspect: %w", err)
-	}
-	return v, nil
-}
-
-// versionAtLeast says whether a version MitmdumpVersion returned is at
-// least major.minor.
-func versionAtLeast(v string, major, minor int) bool {
-	parts := strings.SplitN(v, ".", 3)
-	if len(parts) < 2 {
-		return false
-	}
-	ma, _ := strconv.Atoi(parts[0])
-	mi, _ := strconv.Atoi(parts[1])
-	return ma > major || (ma == major && mi >= minor)
-}
-
 func randomSecret() string {
 	var b [24]byte
 	if _, err := rand.Read(b[:]); err != nil {
@@ -276,13 +191,13 @@ func NewMitmproxyEngine(ctx context.Context, cfg MitmproxyConfig) (_ *MitmproxyE
 	if program == "" {
 		program = "mitmdump"
 	}
-	version, err := MitmdumpVersion(ctx, cfg.Mitmdump)
+	version, err := mitmproxy.MitmdumpVersion(ctx, cfg.Mitmdump)
 	if err != nil {
 		return nil, err
 	}
 	if cfg.LiveView {
-		program = MitmwebProgram(cfg.Mitmdump, cfg.Mitmweb)
-		if version, err = MitmwebVersion(ctx, program); err != nil {
+		program = mitmproxy.MitmwebProgram(cfg.Mitmdump, cfg.Mitmweb)
+		if version, err = mitmproxy.MitmwebVersion(ctx, program); err != nil {
 			return nil, err
 		}
 	}
@@ -352,7 +267,7 @@ func NewMitmproxyEngine(ctx context.Context, cfg MitmproxyConfig) (_ *MitmproxyE
 	secret := randomSecret()
 	e.auth = basicAuth("vibedom", secret)
 	var mode any = "upstream:http://" + e.upLn.Addr().String()
-	if versionAtLeast(version, 9, 0) { // a list since 9.0
+	if mitmproxy.VersionAtLeast(version, 9, 0) { // a list since 9.0
 		mode = []any{mode}
 	}
 	opts := map[string]any{
@@ -405,7 +320,7 @@ func NewMitmproxyEngine(ctx context.Context, cfg MitmproxyConfig) (_ *MitmproxyE
 		// also check it as their own password; 8.1 has none.
 		token := randomSecret()
 		liveEnv = append(liveEnv, "VIBEDOM_VIEW_TOKEN="+token)
-		if versionAtLeast(version, 11, 1) {
+		if mitmproxy.VersionAtLeast(version, 11, 1) {
 			opts["web_password"] = token
 		}
 		e.webURL = fmt.Sprintf("http://127.0.0.1:%d/?token=%s", webPort, token)

@@ -613,6 +613,15 @@ class Vibedom:
             "headers": _fields(req.headers),
             "replay": bool(flow.is_replay),
         }, body=raw)
+        if ans.get("action") == "answer":
+            # vibedom answers this request itself; nothing is forwarded.
+            hdrs = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in ans.get("headers") or []]
+            hdrs.append((b"X-Vibedom", b"answered"))
+            flow.response = http.Response.make(int(ans.get("status") or 200), base64.b64decode(ans.get("body") or ""),
+                                               http.Headers(hdrs))
+            flow.metadata["vibedom_refused"] = True
+            _forget_request(flow)
+            return
         if ans.get("action") != "allow":
             _refuse(flow, int(ans.get("status") or 403), ans.get("reason") or "refused")
             return

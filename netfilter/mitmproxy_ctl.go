@@ -322,6 +322,10 @@ func (e *MitmproxyEngine) request(m *ctlMsg) *ctlReply {
 	// "https" only after the checked handshake (above); mitmdump verifies
 	// upstream TLS (ssl_insecure=false): the swap's condition.
 	done, err := e.filter.FilterRequest(ctx, Destination{Name: t.Name, Port: t.Port, Scheme: scheme, Verified: scheme == "https"}, r)
+	var ans *Answer
+	if errors.As(err, &ans) {
+		return e.answerReq(m, dest, r, ans)
+	}
 	if err != nil {
 		return e.refuseReq(m, dest, r, http.StatusForbidden, "request refused by the content filter: "+err.Error())
 	}
@@ -399,6 +403,24 @@ func (e *MitmproxyEngine) refuseReq(m *ctlMsg, dest fwdTarget, r *http.Request, 
 	}
 	e.events.Record(ev)
 	return deny(status, reason)
+}
+
+// answerReq has the addon answer the request with a filter's own answer
+// (nothing is forwarded) and records it.
+func (e *MitmproxyEngine) answerReq(m *ctlMsg, dest fwdTarget, r *http.Request, a *Answer) *ctlReply {
+	id := m.ID
+	e.release(id)
+	e.lastRefused.Store(&id)
+	e.events.Record(egress.Event{Time: time.Now(), Kind: "request", Name: dest.name, Port: dest.port, Src: addrString(dest.src),
+		Method: m.Method, URL: redactURL(dest.scheme, m.Host, r.URL), Decision: a.Decision, Rule: dest.decision.Rule,
+		Reason: "answered by vibedom, not forwarded: " + a.Reason, Status: a.Status})
+	out := &ctlReply{Action: "answer", Status: a.Status, Body: a.Body}
+	for k, vs := range a.Header {
+		for _, v := range vs {
+			out.Headers = append(out.Headers, [2]string{k, v})
+		}
+	}
+	return out
 }
 
 // finish records a request's event, as the Go engine does.

@@ -2,6 +2,7 @@ package netfilter
 
 import (
 	"github.com/vibedom/vibedom/netfilter/egress"
+	"github.com/vibedom/vibedom/netfilter/mitmproxy"
 
 	"context"
 	"crypto/tls"
@@ -30,7 +31,7 @@ var mitmwebCheck struct {
 func skipWithoutMitmweb(t testing.TB) {
 	t.Helper()
 	skipWithoutMitmdump(t)
-	mitmwebCheck.once.Do(func() { _, mitmwebCheck.err = MitmwebVersion(context.Background(), "") })
+	mitmwebCheck.once.Do(func() { _, mitmwebCheck.err = mitmproxy.MitmwebVersion(context.Background(), "") })
 	if mitmwebCheck.err != nil {
 		t.Skipf("live view not tested: %v", mitmwebCheck.err)
 	}
@@ -372,6 +373,7 @@ func TestInspectViewLimit(t *testing.T) {
 // admitted connection once; a second question about the same flow, or one
 // the addon reports as a replay, is refused.
 func TestMitmproxyRefusesReplays(t *testing.T) {
+	t.Parallel()
 	sink := &memSink{}
 	c := &mitmConn{t: Target{Name: "api.test", Port: 80, Decision: egress.Decision{Allow: true}},
 		flows: map[string]struct{}{}, seen: map[string]struct{}{}}
@@ -403,6 +405,7 @@ func TestMitmproxyRefusesReplays(t *testing.T) {
 // TestInspectMitmwebMissing: --inspect without mitmweb is a one-line error
 // that says what to do.
 func TestInspectMitmwebMissing(t *testing.T) {
+	t.Parallel()
 	cfg := mitmTestConfig(t)
 	cfg.Mitmdump = fakeMitmdump(t, "8.1.1")
 	cfg.LiveView = true

@@ -2,6 +2,7 @@ package netfilter
 
 import (
 	"github.com/vibedom/vibedom/netfilter/egress"
+	"github.com/vibedom/vibedom/netfilter/mitmproxy"
 
 	"bufio"
 	"context"
@@ -31,6 +32,7 @@ func mitmTestConfig(t *testing.T) MitmproxyConfig {
 }
 
 func TestMitmdumpMissing(t *testing.T) {
+	t.Parallel()
 	cfg := mitmTestConfig(t)
 	cfg.Mitmdump = filepath.Join(t.TempDir(), "mitmdump")
 	_, err := NewMitmproxyEngine(t.Context(), cfg)
@@ -52,11 +54,12 @@ func fakeMitmdump(t *testing.T, version string) string {
 }
 
 func TestMitmdumpTooOld(t *testing.T) {
+	t.Parallel()
 	for _, tt := range []struct {
 		version string
 		ok      bool
 	}{{"7.0.4", false}, {"8.0.0", false}, {"8.1.1", true}, {"10.2.0", true}} {
-		v, err := MitmdumpVersion(t.Context(), fakeMitmdump(t, tt.version))
+		v, err := mitmproxy.MitmdumpVersion(t.Context(), fakeMitmdump(t, tt.version))
 		if v != tt.version {
 			t.Errorf("%s: version read as %q", tt.version, v)
 		}

@@ -1,8 +1,10 @@
-// Package netfilter is the guest's only way out: a userspace TCP/IP stack in
-// the host process that the guest's NIC is wired to, a DNS server and a TCP
-// admission step that consult the egress policy, and the MITM proxy that
-// every admitted connection is handed to. Nothing it enforces depends on code
-// running in the guest.
+// Package netfilter is the guest's only way out, assembled: it hands the
+// connections the network stack (netfilter/netstack) admits to the MITM
+// proxy, one of two engines (the Go engine, or mitmdump with our addon),
+// which checks the TLS SNI or Host against the egress policy
+// (netfilter/egress), passes each request through the request filters
+// (DLP, placeholder swap) and writes the network logs. Nothing it enforces
+// depends on code running in the guest.
 //
 // It does not scrub bodies itself: a RequestFilter (the dlp engine, through an
 // adapter) is plugged into the proxy's request path.
@@ -10,41 +12,20 @@ package netfilter
 
 import (
 	"github.com/vibedom/vibedom/netfilter/egress"
+	"github.com/vibedom/vibedom/netfilter/netstack"
 
 	"context"
 	"io"
-	"net"
 	"net/http"
-	"net/netip"
 )
 
-// Target is what an admitted guest TCP connection was admitted for.
-type Target struct {
-	// Name is the normalised host name (lower case, punycode, no trailing
-	// dot) the connection was matched to, or an IP literal when a rule names
-	// the IP.
-	Name string
-	// Port is the destination port the guest dialled.
-	Port uint16
-	// Decision is the policy decision that admitted the connection.
-	Decision egress.Decision
-	// Guest is the guest's source address; Dialled the address it dialled
-	// (a synthetic address handed out by the DNS server).
-	Guest, Dialled netip.AddrPort
-}
+// Target is what an admitted guest TCP connection was admitted for
+// (netstack.Target).
+type Target = netstack.Target
 
-// Engine takes over guest TCP connections once they are admitted. It owns the
-// connection it is handed and closes it. Implementations enforce the second
-// half of the policy: the TLS SNI or HTTP Host header must agree with
-// Target.Name, and an explicit proxy's CONNECT target and inner SNI/Host must
-// all be allowed and agree.
-type Engine interface {
-	// HandleConn serves a transparently intercepted connection to t.
-	HandleConn(ctx context.Context, conn net.Conn, t Target)
-	// HandleProxyConn serves a connection to the explicit proxy (HTTP
-	// CONNECT and absolute-URI requests) from the guest address src.
-	HandleProxyConn(ctx context.Context, conn net.Conn, src netip.AddrPort)
-}
+// Engine takes over guest TCP connections once the stack admits them
+// (netstack.Engine).
+type Engine = netstack.Engine
 
 // Destination describes where a request is going, for request filters.
 type Destination struct {

@@ -16,6 +16,7 @@ import (
 // it: not another port of the name, not a name resolving to it, not the
 // address itself.
 func TestResolvePin(t *testing.T) {
+	t.Parallel()
 	ln := nftest.CountingListener(t)
 	r, err := egress.ParseResolve("svc.example.com:443:" + ln.Addr().String())
 	if err != nil {

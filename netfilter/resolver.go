@@ -1,13 +1,14 @@
 package netfilter
 
 import "github.com/vibedom/vibedom/netfilter/egress"
+import "github.com/vibedom/vibedom/netfilter/netstack"
 import "context"
 
 // ResolveResolver answers that the names in rs exist and asks next
 // (SystemResolver when nil) about the rest.
-func ResolveResolver(rs []egress.Resolve, next Resolver) Resolver {
+func ResolveResolver(rs []egress.Resolve, next netstack.Resolver) netstack.Resolver {
 	if next == nil {
-		next = SystemResolver{}
+		next = netstack.SystemResolver{}
 	}
 	names := map[string]bool{}
 	for _, r := range rs {
@@ -18,7 +19,7 @@ func ResolveResolver(rs []egress.Resolve, next Resolver) Resolver {
 
 type resolveResolver struct {
 	names map[string]bool
-	next  Resolver
+	next  netstack.Resolver
 }
 
 func (r resolveResolver) Exists(ctx context.Context, name string) (bool, error) {

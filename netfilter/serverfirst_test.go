@@ -16,6 +16,7 @@ import (
 // waits for the client's first bytes to choose a layer, so before the
 // mitmproxy engine spliced a silent guest, `git push` over SSH hung there.
 func TestConformanceServerFirst(t *testing.T) {
+	t.Parallel()
 	forEngines(t, func(t *testing.T, kind string) {
 		v := newEngineEnv(t, kind, testRules, func(c *EngineConfig) { c.ServerFirstWait = 100 * time.Millisecond })
 		v.addServer("ssh.test", 22, serverFirstEcho(t))

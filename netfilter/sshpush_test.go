@@ -22,6 +22,7 @@ import (
 // carrying a push-sized upload, the server's answer, its exit status and
 // the close all get through.
 func TestConformanceSSHPush(t *testing.T) {
+	t.Parallel()
 	forEngines(t, func(t *testing.T, kind string) {
 		v := newEngineEnv(t, kind, testRules)
 		_, hostPriv, _ := ed25519.GenerateKey(rand.Reader)

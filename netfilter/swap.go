@@ -12,7 +12,12 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"sync"
 )
+
+// Answer is what the proxy sends the guest in place of a request a
+// filter answers itself (credentials.Answer; both engines send it).
+type Answer = credentials.Answer
 
 // upstreamKind names how a request leaves, for messages.
 func upstreamKind(d Destination) string {
@@ -41,29 +46,102 @@ func NewSwapFilter(inner RequestFilter, swaps []credentials.Swap) RequestFilter 
 	if inner == nil {
 		inner = IdentityFilter{}
 	}
-	f := &swapFilter{inner: inner, swaps: swaps}
-	f.scrub = newKeyScrubber(f)
-	return f
+	return &swapFilter{inner: inner, swaps: swaps}
 }
 
 type swapFilter struct {
 	inner RequestFilter
 	swaps []credentials.Swap
-	// scrub finds the real keys in the DLP's encodings; nil when there is
-	// no key.
-	scrub *keyScrubber
+	// scrub finds the real keys in the DLP's encodings (nil when there is
+	// no key), built for the secrets counted in scrubFor; see scrubber.
+	mu       sync.Mutex
+	scrub    *keyScrubber
+	scrubFor int
+}
+
+// scrubber is the key scrubber for the real values as they stand (a
+// refreshed token adds one), nil when there is none.
+func (f *swapFilter) scrubber() *keyScrubber {
+	secrets := f.secrets()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.scrubFor != len(secrets) || (f.scrub == nil && len(secrets) > 0) {
+		f.scrub, f.scrubFor = newKeyScrubber(secrets), len(secrets)
+	}
+	return f.scrub
+}
+
+// swapSecret is one real value a response must not carry.
+type swapSecret struct {
+	name, value, token string
+}
+
+// secrets are the real values of every swap, static and dynamic, each
+// long enough to mean something.
+func (f *swapFilter) secrets() []swapSecret {
+	var out []swapSecret
+	for _, s := range f.swaps {
+		if s.Dynamic != nil {
+			phs := s.Dynamic.Placeholders()
+			tok := ""
+			if len(phs) > 0 {
+				tok = phs[0]
+			}
+			for _, v := range s.Dynamic.Secrets() {
+				if len(v) >= 8 {
+					out = append(out, swapSecret{s.Name, v, tok})
+				}
+			}
+			continue
+		}
+		key := s.Value
+		if i := strings.LastIndexByte(key, ' '); i >= 0 {
+			key = key[i+1:] // "Bearer <key>": the key
+		}
+		if len(key) >= 8 {
+			out = append(out, swapSecret{s.Name, key, s.Token})
+		}
+	}
+	return out
+}
+
+// current is the swaps as they stand: each dynamic credential expanded to
+// one swap per placeholder (refresh placeholders with no header, so they
+// are only refused).
+func (f *swapFilter) current() []credentials.Swap {
+	var out []credentials.Swap
+	for _, s := range f.swaps {
+		if s.Dynamic == nil {
+			out = append(out, s)
+			continue
+		}
+		for _, ph := range s.Dynamic.Placeholders() {
+			d := credentials.Swap{Name: s.Name, Host: s.Host, Token: ph, Dynamic: s.Dynamic}
+			if s.Dynamic.IsAccessPlaceholder(ph) {
+				d.Header, d.Placeholder = s.Header, "Bearer "+ph
+			}
+			out = append(out, d)
+		}
+	}
+	return out
 }
 
 func (f *swapFilter) FilterRequest(ctx context.Context, dest Destination, r *http.Request) (func() []egress.Finding, error) {
+	for _, s := range f.swaps {
+		if ea, ok := s.Dynamic.(credentials.EndpointAnswerer); ok && strings.EqualFold(dest.Name, ea.AnswersHost()) {
+			return nil, ea.Answer(r)
+		}
+	}
 	var do *credentials.Swap
+	swaps := f.current()
 	for name, vals := range r.Header {
 		for _, v := range vals {
-			for i := range f.swaps {
-				s := &f.swaps[i]
+			for i := range swaps {
+				s := &swaps[i]
 				if !strings.Contains(v, s.Token) {
 					continue
 				}
-				if do == nil && dest.Port == 443 && strings.EqualFold(dest.Name, s.Host) && strings.EqualFold(name, s.Header) &&
+				if do == nil && s.Header != "" && dest.Port == 443 && strings.EqualFold(dest.Name, s.Host) && strings.EqualFold(name, s.Header) &&
 					len(vals) == 1 && v == s.Placeholder {
 					if !dest.SwapAllowed() {
 						return nil, fmt.Errorf("%w (%s's, to %s:%d over %s: the key goes only over TLS verified for the provider)",
@@ -78,13 +156,22 @@ func (f *swapFilter) FilterRequest(ctx context.Context, dest Destination, r *htt
 	}
 	for _, u := range []string{r.URL.String(), r.URL.RawQuery, r.URL.Path, r.Host} {
 		dec, _ := url.QueryUnescape(u)
-		for _, s := range f.swaps {
+		for _, s := range swaps {
 			if strings.Contains(u, s.Token) || strings.Contains(dec, s.Token) {
 				return nil, fmt.Errorf("%w (%s's, in the URL, to %s:%d)", ErrPlaceholder, s.Name, dest.Name, dest.Port)
 			}
 		}
 	}
+	value := ""
 	if do != nil {
+		value = do.Value
+		if do.Dynamic != nil {
+			tok, err := do.Dynamic.AccessToken(ctx)
+			if err != nil {
+				return nil, err
+			}
+			value = "Bearer " + tok
+		}
 		r.Header.Del(do.Header)
 	}
 	done, err := f.inner.FilterRequest(ctx, dest, r)
@@ -92,7 +179,7 @@ func (f *swapFilter) FilterRequest(ctx context.Context, dest Destination, r *htt
 		return nil, err
 	}
 	if do != nil {
-		r.Header.Set(do.Header, do.Value)
+		r.Header.Set(do.Header, value)
 	}
 	return done, nil
 }
@@ -129,12 +216,12 @@ func (f *swapFilter) FilterResponse(resp *http.Response) {
 		return
 	}
 	var body io.ReadCloser = resp.Body
-	if f.scrub != nil && f.fromProvider(resp) {
+	if sc := f.scrubber(); sc != nil && f.fromProvider(resp) {
 		if ce := resp.Header.Get("Content-Encoding"); ce != "" && !strings.EqualFold(ce, "identity") {
 			body = &lazyDecode{ce: ce, src: body}
 			resp.Header.Del("Content-Encoding")
 		}
-		body = f.scrub.reader(body, resp.Header.Get("Content-Type"))
+		body = sc.reader(body, resp.Header.Get("Content-Type"))
 	} else {
 		body = &replaceBody{src: body, vals: vals}
 	}
@@ -149,6 +236,7 @@ func (f *swapFilter) FilterResponse(resp *http.Response) {
 // replaced.
 func (f *swapFilter) ScrubResponseHeader(h http.Header) {
 	vals, _ := f.ResponseSecrets()
+	sc := f.scrubber()
 	for name, vs := range h {
 		if f.holdsKey(name) {
 			delete(h, name)
@@ -158,8 +246,8 @@ func (f *swapFilter) ScrubResponseHeader(h http.Header) {
 			for _, k := range vals {
 				v = strings.ReplaceAll(v, string(k), RedactedSecret)
 			}
-			if f.scrub != nil {
-				v = string(f.scrub.e.ScrubText(&f.scrub.pol, []byte(v), "response-header", nil))
+			if sc != nil {
+				v = string(sc.e.ScrubText(&sc.pol, []byte(v), "response-header", nil))
 			}
 			vs[i] = v
 		}
@@ -168,8 +256,8 @@ func (f *swapFilter) ScrubResponseHeader(h http.Header) {
 
 // holdsKey reports whether s holds a real key, in any case or DLP form.
 func (f *swapFilter) holdsKey(s string) bool {
-	if f.scrub != nil {
-		return f.scrub.e.ContainsKnownFold(s) || string(f.scrub.e.ScrubText(&f.scrub.pol, []byte(s), "", nil)) != s
+	if sc := f.scrubber(); sc != nil {
+		return sc.e.ContainsKnownFold(s) || string(sc.e.ScrubText(&sc.pol, []byte(s), "", nil)) != s
 	}
 	vals, _ := f.ResponseSecrets()
 	for _, k := range vals {
@@ -251,14 +339,8 @@ func (b errBody) Close() error             { return b.src.Close() }
 // swap's key (without a "Bearer " prefix), when it is long enough to mean
 // something.
 func (f *swapFilter) ResponseSecrets() (vals [][]byte, with []byte) {
-	for _, s := range f.swaps {
-		key := s.Value
-		if i := strings.LastIndexByte(key, ' '); i >= 0 {
-			key = key[i+1:] // "Bearer <key>": the key
-		}
-		if len(key) >= 8 {
-			vals = append(vals, []byte(key))
-		}
+	for _, s := range f.secrets() {
+		vals = append(vals, []byte(s.value))
 	}
 	return vals, []byte(RedactedSecret)
 }

@@ -34,20 +34,19 @@ type keyScrubber struct {
 }
 
 // newKeyScrubber builds f's scrubber, or nil when f has no key.
-func newKeyScrubber(f *swapFilter) *keyScrubber {
-	vals, _ := f.ResponseSecrets()
+func newKeyScrubber(vals []swapSecret) *keyScrubber {
 	if len(vals) == 0 {
 		return nil
 	}
 	var secrets []dlp.Secret
 	var keys []string
 	var public []int
-	for i, v := range vals {
-		s := f.swaps[min(i, len(f.swaps)-1)]
-		secrets = append(secrets, dlp.Secret{Value: string(v), Source: "credential " + s.Name})
-		keys = append(keys, string(v))
+	for _, s := range vals {
+		v := s.value
+		secrets = append(secrets, dlp.Secret{Value: v, Source: "credential " + s.name})
+		keys = append(keys, v)
 		n := 0
-		for n < len(v) && n < len(s.Token) && v[n] == s.Token[n] {
+		for n < len(v) && n < len(s.token) && v[n] == s.token[n] {
 			n++
 		}
 		public = append(public, n)
@@ -352,20 +351,22 @@ var _ UpstreamMessageScrubber = (*swapFilter)(nil)
 // ScrubUpstreamMessage returns p with the real keys, in every DLP form,
 // replaced: what UpstreamFrames does to each frame's payload.
 func (f *swapFilter) ScrubUpstreamMessage(p []byte) []byte {
-	if f.scrub == nil {
+	sc := f.scrubber()
+	if sc == nil {
 		return p
 	}
-	return f.scrub.e.ScrubText(&f.scrub.pol, p, "response", nil)
+	return sc.e.ScrubText(&sc.pol, p, "response", nil)
 }
 
 // UpstreamFrames returns the reader the guest gets upstream's WebSocket
 // frames through: each frame's payload (text, binary, ping, pong, close)
 // has the real keys, in every DLP form, replaced.
 func (f *swapFilter) UpstreamFrames(src io.Reader) io.Reader {
-	if f.scrub == nil {
+	sc := f.scrubber()
+	if sc == nil {
 		return src
 	}
-	return &frameReader{src: src, s: newWSScrubberTo(f.scrub.e, &f.scrub.pol)}
+	return &frameReader{src: src, s: newWSScrubberTo(sc.e, &sc.pol)}
 }
 
 // frameReader pushes what it reads through a wsScrubber.

@@ -2,11 +2,14 @@ package netfilter
 
 import (
 	"github.com/vibedom/vibedom/netfilter/egress"
+	"github.com/vibedom/vibedom/netfilter/internal/stacktest"
+	"github.com/vibedom/vibedom/netfilter/netstack"
 
 	"context"
 	"crypto/tls"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/netip"
@@ -14,40 +17,37 @@ import (
 	"time"
 
 	"golang.org/x/net/dns/dnsmessage"
+	"gvisor.dev/gvisor/pkg/tcpip"
 	"gvisor.dev/gvisor/pkg/tcpip/header"
 )
 
+// engineNet is a stack with a real engine behind it; vm is the guest's
+// end of the link.
+type engineNet struct {
+	stack *netstack.Stack
+	vm    net.Conn
+}
+
 // startEngineNet serves a stack with eng behind it on one end of a socket
-// pair; the guest's end is n.vm.
-func startEngineNet(t testing.TB, cfg StackConfig, pol egress.StackPolicy, eng Engine) *nsNet {
+// pair, its events to sink and its log to log (nil: none); the guest's end
+// is n.vm.
+func startEngineNet(t testing.TB, cfg netstack.StackConfig, pol egress.StackPolicy, eng Engine, sink egress.EventSink, log *slog.Logger) *engineNet {
 	t.Helper()
-	n := &nsNet{events: &nsEvents{}}
-	host, vmFile, err := SocketPair()
+	host, vmFile, err := netstack.SocketPair()
 	if err != nil {
 		t.Fatal(err)
 	}
-	vm, err := net.FileConn(vmFile)
-	vmFile.Close()
+	s, err := netstack.NewStack(cfg, eng, pol, sink, log)
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := NewStack(cfg, eng, pol, n.events, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	n.stack, n.vm = s, vm
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- s.Serve(ctx, host) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Serve: %v", err)
-		}
-		host.Close()
-		vm.Close()
-	})
-	return n
+	return &engineNet{stack: s, vm: stacktest.Serve(t, host, vmFile, s.Serve)}
+}
+
+// guest plays the guest on the VM's end of the link.
+func (n *engineNet) guest(t testing.TB) *stacktest.Guest {
+	link, read := netstack.NewLink(n.vm, uint32(n.stack.Config().MTU), tcpip.LinkAddress(stacktest.GuestHW))
+	return stacktest.NewGuest(t, n.vm, link, read)
 }
 
 // rstDropConn is the guest's end of the link with the guest's RSTs from
@@ -59,7 +59,7 @@ type rstDropConn struct {
 }
 
 func (c *rstDropConn) Write(b []byte) (int, error) {
-	if ip := ipv4Of(b); ip != nil && ip.Protocol() == uint8(protoTCP) {
+	if ip := stacktest.IPv4Of(b); ip != nil && ip.Protocol() == uint8(header.TCPProtocolNumber) {
 		h := header.TCP(ip.Payload())
 		if len(h) >= header.TCPMinimumSize && h.Flags().Contains(header.TCPFlagRst) &&
 			h.SourcePort() >= c.lo && h.SourcePort() < c.hi {
@@ -76,23 +76,24 @@ func (c *rstDropConn) Write(b []byte) (int, error) {
 // Half-open handshakes used to keep their slots for gVisor's whole SYN-ACK
 // retransmission schedule (127 s), dropping every new SYN meanwhile.
 func TestStackSYNFloodRecovers(t *testing.T) {
+	t.Parallel()
 	forEngines(t, func(t *testing.T, kind string) {
 		v := newEngineEnv(t, kind, testRules)
 		v.upstreamTLS("api.test", 443, v.upCA, http.HandlerFunc(echoInfo))
 		const inFlight, flood, firstPort = 64, 256, 1024
-		n := startEngineNet(t, StackConfig{MaxInFlight: inFlight}, v.policy, v.eng)
+		n := startEngineNet(t, netstack.StackConfig{MaxInFlight: inFlight}, v.policy, v.eng, nil, nil)
 		// The guest's own connections use ephemeral ports (16000 and up),
 		// outside the flood's.
 		n.vm = &rstDropConn{Conn: n.vm, lo: firstPort, hi: firstPort + flood}
 		g := n.guest(t)
-		api, ok := answerA(g.lookup(t, "api.test.", dnsmessage.TypeA))
+		api, ok := stacktest.AnswerA(g.Lookup(t, "api.test.", dnsmessage.TypeA))
 		if !ok {
 			t.Fatal("api.test: no A record")
 		}
 		get := func(ctx context.Context) error {
 			c := &http.Client{Transport: &http.Transport{
 				DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-					return g.dial(ctx, netip.AddrPortFrom(api, 443))
+					return g.Dial(ctx, netip.AddrPortFrom(api, 443))
 				},
 				TLSClientConfig:   &tls.Config{RootCAs: v.ca.Pool()},
 				DisableKeepAlives: true,
@@ -115,13 +116,12 @@ func TestStackSYNFloodRecovers(t *testing.T) {
 
 		for i := range flood {
 			dst := netip.AddrPortFrom(api, []uint16{443, 80}[i%2])
-			src := netip.AddrPortFrom(testGuestIP, uint16(firstPort+i))
-			if _, err := n.vm.Write(guestIPFrame(testGuestIP, api, protoTCP, tcpSYN(src, dst, uint32(i)))); err != nil {
+			src := netip.AddrPortFrom(stacktest.GuestIP, uint16(firstPort+i))
+			if _, err := n.vm.Write(stacktest.GuestIPFrame(stacktest.GuestIP, api, uint8(header.TCPProtocolNumber), stacktest.TCPSYN(src, dst, uint32(i)))); err != nil {
 				t.Fatal(err)
 			}
 		}
-		drops := n.stack.st.Stats().TCP.ForwardMaxInFlightDrop
-		for deadline := time.Now().Add(30 * time.Second); drops.Value() == 0; time.Sleep(10 * time.Millisecond) {
+		for deadline := time.Now().Add(30 * time.Second); n.stack.Stats().HandshakeDrops == 0; time.Sleep(10 * time.Millisecond) {
 			if time.Now().After(deadline) {
 				t.Fatalf("the flood never took every handshake slot (MaxInFlight %d)", inFlight)
 			}

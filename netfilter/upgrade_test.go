@@ -77,6 +77,7 @@ func (u *switchingUpstream) seen(t *testing.T) ([]string, string) {
 // raw bytes. Before, the 101 was relayed and the bytes went through
 // unscrubbed.
 func TestUnknownUpgradeRefused(t *testing.T) {
+	t.Parallel()
 	v := newTestEnv(t, testRules)
 	up := &switchingUpstream{}
 	v.upstreamPlain("plain.test", 80, up)
@@ -144,6 +145,7 @@ func TestUnknownUpgradeRefused(t *testing.T) {
 // tunnel with extended CONNECT (RFC 8441 WebSocket, RFC 9298 connect-udp):
 // the stream is refused and nothing reaches the upstream.
 func TestH2ExtendedConnectRefused(t *testing.T) {
+	t.Parallel()
 	v := newTestEnv(t, testRules)
 	up := &switchingUpstream{}
 	v.upstreamTLS("api.test", 443, v.upCA, up)

@@ -63,6 +63,7 @@ func TestSymlinkResolutionBounded(t *testing.T) {
 // neither the link nor the file was flagged. A symlink in place of a file
 // judged by content is flagged whatever it points to.
 func TestPackageJSONAsSymlink(t *testing.T) {
+	t.Parallel()
 	for _, name := range []string{"package.json", "web/Package.JSON"} {
 		t.Run(name, func(t *testing.T) {
 			pj := `{"name":"x","version":"1.0.0","scripts":{"test":"node t.js"}}` + "\n"
@@ -104,6 +105,7 @@ func TestPackageJSONAsSymlink(t *testing.T) {
 // flagged. A file a symlink (the host's or the patch's) resolves to is
 // classified under the link's name too.
 func TestFileReachedThroughHostLink(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name        string
 		host        tree
@@ -148,6 +150,7 @@ func TestFileReachedThroughHostLink(t *testing.T) {
 // changed, as package.json is: a registry dependency or a version bump is
 // not flagged, a build script or an in-tree build backend is.
 func TestMoreThatRunsCode(t *testing.T) {
+	t.Parallel()
 	for _, p := range []string{
 		"eslint.config.mjs", "web/.eslintrc.js", "prettier.config.cjs", "web/.prettierrc.mjs",
 		"CMakeLists.txt", "cmake/tools.cmake", "meson.build",
@@ -203,6 +206,7 @@ func TestMoreThatRunsCode(t *testing.T) {
 // the workspace, and applied unflagged though it leads outside. An entry
 // the host has in exactly the spelling looked up is what the lookup sees.
 func TestFoldedShadowHidesHostLink(t *testing.T) {
+	t.Parallel()
 	s, outside := adversarialSession(t)
 	if err := os.Symlink(outside, filepath.Join(s.ws, "B")); err != nil {
 		t.Fatal(err)

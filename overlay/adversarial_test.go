@@ -46,6 +46,7 @@ func adversarialSession(t *testing.T) (s testSession, outside string) {
 }
 
 func TestAdversarialPatches(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name  string
 		patch func(outside string) string
@@ -190,6 +191,7 @@ func TestAdversarialPatches(t *testing.T) {
 
 // TestAllowProtected: a protected path goes through only when named.
 func TestAllowProtected(t *testing.T) {
+	t.Parallel()
 	s, _ := adversarialSession(t)
 	patch := addEntry(".envrc", "use flake\n") + addEntry(".git/hooks/pre-push", "#!/bin/sh\n")
 	rep, err := Apply(t.Context(), ApplyOptions{Workspace: s.ws, SessionDir: s.dir, Patch: []byte(patch), AllowProtected: []string{".envrc"}})
@@ -298,6 +300,7 @@ func TestSwapDuringApply(t *testing.T) {
 // TestAgentReplacedDirWithSymlink runs the real pipeline: in the guest the
 // agent replaced docs/ by a symlink to the user's ~/.ssh.
 func TestAgentReplacedDirWithSymlink(t *testing.T) {
+	t.Parallel()
 	s := newTestSession(t, tree{"docs/index.md": "file:docs\n", "README.md": "file:r\n"})
 	outside := filepath.Join(filepath.Dir(s.ws), "ssh")
 	writeFile(t, filepath.Join(outside, "authorized_keys"), "ssh-ed25519 AAAA me\n", 0o600)

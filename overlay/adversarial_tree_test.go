@@ -29,6 +29,7 @@ func gitEnv(t *testing.T) []string {
 // pipeline (agent tree → patch → apply), and a real git status in X does
 // not run CMD. The variants are the other shapes git takes as a repository.
 func TestPlantedGitRepository(t *testing.T) {
+	t.Parallel()
 	have(t, "git")
 	type layout map[string]string // path -> content
 	repo := func(dir, marker string) layout {
@@ -137,6 +138,7 @@ func TestPlantedGitRepository(t *testing.T) {
 // named with --allow-protected, the paths are applied (and then git does
 // run the command, which is why it is refused by default).
 func TestPlantedGitRepositoryAllowed(t *testing.T) {
+	t.Parallel()
 	have(t, "git")
 	s := newTestSession(t, tree{"README.md": "file:r\n"})
 	marker := filepath.Join(t.TempDir(), "fsmonitor-ran")
@@ -166,6 +168,7 @@ func TestPlantedGitRepositoryAllowed(t *testing.T) {
 // final tree (the host's symlinks and the patch's), not by their target
 // text alone.
 func TestSymlinkResolution(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name  string
 		host  tree
@@ -340,6 +343,7 @@ func symlink(t *testing.T, target, at string) {
 // TestConfiguredHooksPath: the workspace's own repository runs hooks from
 // core.hooksPath; the agent writing there is protected like .git/hooks.
 func TestConfiguredHooksPath(t *testing.T) {
+	t.Parallel()
 	have(t, "git")
 	s := newTestSession(t, tree{"README.md": "file:r\n", "tools/hooks/README": "file:our hooks\n"})
 	for _, args := range [][]string{{"init", "-q"}, {"config", "core.hooksPath", "tools/hooks"}} {
@@ -370,6 +374,7 @@ func TestConfiguredHooksPath(t *testing.T) {
 // through the real pipeline: each of these is applied but flagged, with
 // its reason, and a package.json version bump is not.
 func TestFlaggedRunsCode(t *testing.T) {
+	t.Parallel()
 	s := newTestSession(t, tree{
 		"package.json":     "file:" + `{"name":"a","version":"1.0.0","dependencies":{"x":"^1.0.0"}}` + "\n",
 		"lib/package.json": "file:" + `{"name":"b","version":"1.0.0","dependencies":{"x":"^1.0.0"}}` + "\n",

@@ -18,6 +18,7 @@ import (
 // (--force) must not undo the apply before over the user's later edit.
 // Every overwrite of the undo is backed up and can be put back.
 func TestUndoForceTouchesOnlyTheNamedApply(t *testing.T) {
+	t.Parallel()
 	s := newTestSession(t, tree{"f1.txt": "one\n", "f2.txt": "two\n"}.files())
 	ag := s.agentTree(t)
 	writeFile(t, filepath.Join(ag, "f1.txt"), "agent one\n", 0o644)
@@ -107,6 +108,7 @@ func (tr tree) files() tree {
 // a created and a deleted path backs up everything it changes, and undoing
 // that undo gives back exactly the tree before it.
 func TestUndoBacksUpEveryOverwrite(t *testing.T) {
+	t.Parallel()
 	s := newTestSession(t, tree{"m.txt": "file:m\n", "d.txt": "file:d\n", "dir/x.txt": "file:x\n"})
 	ag := s.agentTree(t)
 	writeFile(t, filepath.Join(ag, "m.txt"), "agent m\n", 0o644)
@@ -142,6 +144,7 @@ func TestUndoBacksUpEveryOverwrite(t *testing.T) {
 // nothing named .vibedom-tmp-* is left in the workspace, and the result is
 // the whole patch. Undo twice then returns to the start, clean too.
 func TestKilledApplyLeavesNoTemporaries(t *testing.T) {
+	t.Parallel()
 	if os.Getenv("VIBEDOM_TEST_KILLED_APPLY") != "" {
 		t.Skip("helper process")
 	}
@@ -231,6 +234,7 @@ wait:
 // disk, then undone: the workspace is as before, with no empty directory
 // left behind.
 func TestKilledApplyThenUndoLeavesNoFolder(t *testing.T) {
+	t.Parallel()
 	if os.Getenv("VIBEDOM_TEST_KILLED_APPLY") != "" {
 		t.Skip("helper process")
 	}

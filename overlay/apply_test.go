@@ -11,6 +11,7 @@ import (
 )
 
 func TestPatchRoundTrip(t *testing.T) {
+	t.Parallel()
 	have(t, "git")
 	base := tree{
 		"README.md":           "file:# app\n\nhello\n",

@@ -31,6 +31,7 @@ func applyAll(t *testing.T, s testSession) (*Report, []*Conflict) {
 // itself does: one line is left); against the version the agent's copy
 // started from, the result is the agent's file, with both edits once.
 func TestMergeBaseIsTheCopyUp(t *testing.T) {
+	t.Parallel()
 	for _, mode := range []BaselineMode{BaselineClone, BaselineManifest} {
 		t.Run(string(mode), func(t *testing.T) {
 			s := newTestSession(t, tree{"f.txt": "file:header\nx\nx\nx\n"})
@@ -67,6 +68,7 @@ func manifestSession(t *testing.T, s testSession, mode BaselineMode) testSession
 // hold the user's edit: it is a conflict, never a merge that could apply
 // the edit twice (the old behaviour lost a line here).
 func TestMergeBaseUnknownIsAConflict(t *testing.T) {
+	t.Parallel()
 	s := gitSession(t, tree{"f.txt": "file:header\nx\nx\nx\n"})
 	s.bases = nil // a guest that records nothing
 	writeFile(t, filepath.Join(s.ws, "f.txt"), "header\nx\nx\n", 0o644)
@@ -88,6 +90,7 @@ func TestMergeBaseUnknownIsAConflict(t *testing.T) {
 // changed the host file afterwards: it must not show as an edit reverting
 // the user's.
 func TestCopyUpUnchangedIsNoChange(t *testing.T) {
+	t.Parallel()
 	s := gitSession(t, tree{"f.txt": "file:one\ntwo\n", "g.txt": "file:g\n"})
 	writeFile(t, filepath.Join(s.ws, "f.txt"), "one\ntwo\nuser 1\n", 0o644) // before the copy-up
 	a := s.agentTree(t)                                                     // copied up, unchanged
@@ -114,6 +117,7 @@ func TestCopyUpUnchangedIsNoChange(t *testing.T) {
 // the host's file again at apply; a base on anything but a file modify is
 // refused.
 func TestLyingBase(t *testing.T) {
+	t.Parallel()
 	t.Run("unknown content", func(t *testing.T) {
 		s := gitSession(t, tree{"f.txt": "file:one\ntwo\nthree\n"})
 		a := s.agentTree(t)
@@ -187,6 +191,7 @@ func TestLyingBase(t *testing.T) {
 // file equal to its base is no change although the lower moved on (the user
 // edited the workspace after the copy-up).
 func TestScanCarriesBases(t *testing.T) {
+	t.Parallel()
 	root := t.TempDir()
 	lower, upper := filepath.Join(root, "lower"), filepath.Join(root, "upper")
 	writeTree(t, lower, tree{"edited": "file:user 2\n", "unchanged": "file:user 2\n", "chmod": "file:same\n"})

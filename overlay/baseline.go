@@ -55,6 +55,10 @@ type baselineMeta struct {
 	Created   time.Time    `json:"created"`
 	Git       bool         `json:"git,omitempty"`
 	Files     int          `json:"files"`
+	// Head is the commit the workspace's repository had checked out
+	// (apply --branch builds on it); Repo says there was a repository.
+	Head string `json:"head,omitempty"`
+	Repo bool   `json:"repo,omitempty"`
 }
 
 type manifestEntry struct {
@@ -146,6 +150,7 @@ func TakeBaseline(ctx context.Context, workspace, dir string, opts BaselineOptio
 	}
 	start := time.Now()
 	meta := baselineMeta{Version: 1, Workspace: ws, Created: start.UTC()}
+	meta.Repo, meta.Head = headCommit(ctx, ws)
 	if opts.Mode != BaselineManifest {
 		n, err := cloneTree(ctx, ws, filepath.Join(dir, "tree"))
 		switch {

@@ -12,6 +12,7 @@ import (
 )
 
 func TestBaselineManifest(t *testing.T) {
+	t.Parallel()
 	base := tree{
 		"tracked.txt":   "file:tracked\n",
 		"tracked2.txt":  "file:tracked 2\n",
@@ -78,6 +79,7 @@ func TestBaselineManifest(t *testing.T) {
 // TestBaselineClone needs a file system with reflinks (btrfs, XFS, APFS):
 // set VIBEDOM_REFLINK_DIR to a directory on one, else TMPDIR is tried.
 func TestBaselineClone(t *testing.T) {
+	t.Parallel()
 	dir := os.Getenv("VIBEDOM_REFLINK_DIR")
 	if dir == "" {
 		dir = t.TempDir()
@@ -114,6 +116,7 @@ func TestBaselineClone(t *testing.T) {
 // TestBaselineFallsBack: with no clone support the default mode is a
 // manifest, silently.
 func TestBaselineFallsBack(t *testing.T) {
+	t.Parallel()
 	ws := t.TempDir()
 	writeTree(t, ws, tree{"a": "file:a\n"})
 	bl, err := TakeBaseline(t.Context(), ws, filepath.Join(t.TempDir(), "b"), BaselineOptions{})

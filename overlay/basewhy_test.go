@@ -13,6 +13,7 @@ import (
 // touched, is not "changed on the host during the session"; a copy-up with
 // no recorded read, on a file the user did change, says so.
 func TestBaseUnknownSaysWhy(t *testing.T) {
+	t.Parallel()
 	t.Run("a base the host does not hold", func(t *testing.T) {
 		s := gitSession(t, tree{"f.txt": "file:one\ntwo\n"})
 		a := s.agentTree(t)

@@ -43,6 +43,7 @@ func gitSession(t *testing.T, base tree) testSession {
 }
 
 func TestConflicts(t *testing.T) {
+	t.Parallel()
 	base := tree{
 		"both.txt":     "file:" + numbered(20, nil),
 		"deluser.txt":  "file:" + numbered(5, nil),
@@ -208,6 +209,7 @@ func TestConflicts(t *testing.T) {
 // TestNoResolverKeepsYours: without a resolver, conflicts keep the host's
 // version and are reported, never dropped silently.
 func TestNoResolverKeepsYours(t *testing.T) {
+	t.Parallel()
 	s := gitSession(t, tree{"f.txt": "file:" + numbered(5, nil)})
 	a := s.agentTree(t)
 	writeFile(t, filepath.Join(a, "f.txt"), numbered(5, map[int]string{3: "agent"}), 0o644)
@@ -228,6 +230,7 @@ func TestNoResolverKeepsYours(t *testing.T) {
 // TestUndoKeepsLaterEdits: undo does not clobber a file the user changed
 // after the apply, unless forced.
 func TestUndoKeepsLaterEdits(t *testing.T) {
+	t.Parallel()
 	s := newTestSession(t, tree{"f.txt": "file:one\n", "g.txt": "file:g\n"})
 	a := s.agentTree(t)
 	writeFile(t, filepath.Join(a, "f.txt"), "agent\n", 0o644)

@@ -133,11 +133,17 @@ func privateGitDir() (string, error) {
 // runHostGit runs git with hostGitEnv plus extra environment, in dir, and
 // returns its stdout.
 func runHostGit(ctx context.Context, dir, private string, extra []string, args ...string) ([]byte, error) {
+	return runHostGitInput(ctx, dir, private, extra, nil, args...)
+}
+
+// runHostGitInput is runHostGit with stdin (nil: none).
+func runHostGitInput(ctx context.Context, dir, private string, extra []string, stdin io.Reader, args ...string) ([]byte, error) {
 	if _, err := exec.LookPath("git"); err != nil {
 		return nil, errNoGit
 	}
 	cmd := exec.CommandContext(ctx, "git", append(append([]string{}, hostGitOverrides...), args...)...)
 	cmd.Dir = dir
+	cmd.Stdin = stdin
 	cmd.Env = withoutUnset(append(hostGitEnv(private), extra...))
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr

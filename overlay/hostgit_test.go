@@ -19,6 +19,7 @@ import (
 // from the object store), the plan and the apply (hooks directory, old
 // contents, a three-way merge) must run none of them.
 func TestHostGitRunsNothingTheWorkspaceConfigures(t *testing.T) {
+	t.Parallel()
 	have(t, "git")
 	root := t.TempDir()
 	marks := filepath.Join(root, "marks")
@@ -110,6 +111,7 @@ func TestHostGitRunsNothingTheWorkspaceConfigures(t *testing.T) {
 // TestFindGitRepo: the repository of a work tree, a linked worktree (a
 // gitdir: file with commondir) and a .git symlink, found without git.
 func TestFindGitRepo(t *testing.T) {
+	t.Parallel()
 	have(t, "git")
 	root := t.TempDir()
 	main := filepath.Join(root, "main")

@@ -116,6 +116,7 @@ func mergeCases(t *testing.T) (n int, seed uint64) {
 // a clean merge is git's result byte for byte. Git's answers come from one
 // batched `git merge-tree`, independent of merge3's own call.
 func TestMerge3AgreesWithGit(t *testing.T) {
+	t.Parallel()
 	have(t, "git")
 	n, seed := mergeCases(t)
 	r := rand.New(rand.NewPCG(seed, seed))

@@ -23,6 +23,7 @@ func notCarried(info *PatchInfo) map[string]string {
 // TestBuildPatchSpecialBitsNotCarried: setuid, setgid and sticky bits the
 // patch cannot carry are each reported, not dropped in silence.
 func TestBuildPatchSpecialBitsNotCarried(t *testing.T) {
+	t.Parallel()
 	s := newTestSession(t, tree{"run.sh": "file:#!/bin/sh\n", "keep": "file:k\n"})
 	a := s.agentTree(t)
 	writeFile(t, filepath.Join(a, "run.sh"), "#!/bin/sh\necho root\n", 0o755)
@@ -60,6 +61,7 @@ func TestBuildPatchSpecialBitsNotCarried(t *testing.T) {
 // one the guest cannot even open, is reported as not carried; the rest of
 // the tree is collected.
 func TestScanChangesLongPath(t *testing.T) {
+	t.Parallel()
 	old, agent := t.TempDir(), t.TempDir()
 	writeFile(t, filepath.Join(agent, "ok.txt"), "fine\n", 0o644)
 	// 25 levels of 180-byte names: past PATH_MAX for the scan's full paths
@@ -95,6 +97,7 @@ func TestScanChangesLongPath(t *testing.T) {
 // TestScanChangesXattrs: extended attributes set in the guest are reported
 // as not carried; the overlay's own and those copied up unchanged are not.
 func TestScanChangesXattrs(t *testing.T) {
+	t.Parallel()
 	lower, upper := overlayMount(t, tree{"old.txt": "file:old\n", "same.txt": "file:same\n"}, func(t *testing.T, merged string) {
 		sh(t, merged, `echo new > new.txt; echo more >> old.txt; echo same > same.txt`)
 		for _, x := range []struct{ file, name string }{{"new.txt", "user.origin"}, {"old.txt", "user.note"}} {

@@ -45,6 +45,7 @@ func attentionTableMarkdown() string {
 // TestAttentionTableDocumented keeps the table in docs/overlay.md the
 // table the code applies (STYLE habit 14: one table, a reason per row).
 func TestAttentionTableDocumented(t *testing.T) {
+	t.Parallel()
 	const doc = "../docs/overlay.md"
 	data, err := os.ReadFile(doc)
 	if err != nil {

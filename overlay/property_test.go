@@ -136,6 +136,7 @@ func mutate(t *testing.T, r *rand.Rand, dir string, binary bool) {
 // (text only) patch -p1 --dry-run accept every patch; undo gives back the
 // start. Seeded and bounded.
 func TestGeneratedChangeSets(t *testing.T) {
+	t.Parallel()
 	have(t, "git")
 	have(t, "patch")
 	const cases = 40

@@ -12,6 +12,7 @@ import (
 )
 
 func TestReadWorkspaceFile(t *testing.T) {
+	t.Parallel()
 	ws := t.TempDir()
 	outside := t.TempDir()
 	os.WriteFile(filepath.Join(outside, "secret"), []byte("outside"), 0o644)

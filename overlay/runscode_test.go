@@ -15,6 +15,7 @@ import (
 // risky change; edits of files already executable are flagged; and benign
 // twins of those names are not.
 func TestEveryNameThatRunsCode(t *testing.T) {
+	t.Parallel()
 	byName := []string{
 		// dotfiles
 		".bashrc", ".zshrc", ".zshenv", ".profile", ".config/fish/config.fish", ".ssh/config", ".ssh/authorized_keys",
@@ -160,6 +161,7 @@ func fsMode(m int) os.FileMode { return os.FileMode(m) }
 // TestContentChecks: the content-aware rows flag what adds a source and
 // leave everyday changes alone.
 func TestContentChecks(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		path, old, new string
 		flagged        bool

@@ -75,6 +75,7 @@ func summary(cs *ChangeSet) []string {
 }
 
 func TestScanChangesOverlay(t *testing.T) {
+	t.Parallel()
 	lowerTree := tree{
 		"keep.txt":         "file:keep\n",
 		"edit.txt":         "file:old\n",
@@ -176,6 +177,7 @@ func TestScanChangesOverlay(t *testing.T) {
 // TestScanChangesWhiteoutMarkers checks the scan sees the overlay's own
 // markers: a 0:0 character device for a whiteout and the opaque xattr.
 func TestScanChangesWhiteoutMarkers(t *testing.T) {
+	t.Parallel()
 	_, upper := overlayMount(t, tree{"a": "file:a\n", "d/x": "file:x\n"}, func(t *testing.T, merged string) {
 		sh(t, merged, `rm a; rm -r d; mkdir d`)
 	})

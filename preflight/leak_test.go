@@ -59,6 +59,7 @@ func leaks(out, secret string) string {
 // level, a failed approval's error, the approvals file and the cache — and
 // greps each for the generated secrets.
 func TestNoOutputHoldsASecret(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	secrets := leakyTree(t, e.ws)
 	var logs bytes.Buffer

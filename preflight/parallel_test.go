@@ -16,6 +16,7 @@ import (
 // entering the hook waits (boundedly) for the others; a scan that
 // serialised its files would never have more than one inside.
 func TestScanUsesEveryCore(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name    string
 		workers int

@@ -16,6 +16,7 @@ import (
 )
 
 func TestWriteJSON(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	writeTree(t, e.ws, map[string]string{
 		"src/aws.py":   "key = '" + awsKey() + "'\n",
@@ -140,6 +141,7 @@ func checkKeys(t *testing.T, what string, m map[string]any, want map[string]stri
 
 // TestFindingNeverPrintsSecret tries every way a finding reaches text.
 func TestFindingNeverPrintsSecret(t *testing.T) {
+	t.Parallel()
 	f := Finding{Fingerprint: "a.env:github-pat:1", File: "a.env", RuleID: "github-pat", Risk: RiskMedium, secret: githubPAT("1")}
 	var logBuf bytes.Buffer
 	slog.New(slog.NewJSONHandler(&logBuf, nil)).Info("x", "finding", f, "key", approvalKey("0123456789abcdef0123456789abcdef"))
@@ -162,6 +164,7 @@ func TestFindingNeverPrintsSecret(t *testing.T) {
 }
 
 func TestRedact(t *testing.T) {
+	t.Parallel()
 	tests := []struct{ in, want string }{
 		{"", "(whole file)"},
 		{"root", "…(4 chars)"},
@@ -183,6 +186,7 @@ func TestRedact(t *testing.T) {
 // to clear the screen, fake lines in the prompt or hide what it is. Every
 // class of character termtext escapes is shown escaped, none raw.
 func TestWriteTextEscapes(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	names := map[string]string{ // on disk -> shown
 		"x\x1b[2J\x1b[1;1Hfake\rline\u202e.env": `"x\x1b[2J\x1b[1;1Hfake\rline\u202e.env"`,

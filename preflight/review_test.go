@@ -18,6 +18,7 @@ import (
 )
 
 func TestParseSelection(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		in      string
 		n       int
@@ -59,6 +60,7 @@ func TestParseSelection(t *testing.T) {
 }
 
 func TestParseMode(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		in   string
 		want Mode
@@ -172,6 +174,7 @@ type reviewResult struct {
 }
 
 func TestReviewPrompt(t *testing.T) {
+	t.Parallel()
 	const eot = "\x04" // Ctrl-D: end of input on a terminal
 	const choice = "Choice [c/a/i/x]: "
 	const items = "Items to approve"
@@ -264,6 +267,7 @@ func TestReviewPrompt(t *testing.T) {
 }
 
 func TestReviewContextCancel(t *testing.T) {
+	t.Parallel()
 	e := reviewTree(t)
 	r := e.scan(t)
 	tm := newTerminal(t)
@@ -290,6 +294,7 @@ func (b blockingReader) Read([]byte) (int, error) {
 }
 
 func TestReviewNonInteractive(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name   string
 		mode   Mode
@@ -353,6 +358,7 @@ func TestReviewNonInteractive(t *testing.T) {
 // TestReviewReadsOnlyItsLine: input typed after the answer belongs to
 // whatever runs next (the agent's terminal) and must not be consumed.
 func TestReviewReadsOnlyItsLine(t *testing.T) {
+	t.Parallel()
 	e := reviewTree(t)
 	r := e.scan(t)
 	in := strings.NewReader("c\nls -la\n")

@@ -7,6 +7,7 @@ import (
 )
 
 func TestClassify(t *testing.T) {
+	t.Parallel()
 	ghp := githubPAT("1")
 	tests := []struct {
 		name               string
@@ -133,6 +134,7 @@ func TestClassify(t *testing.T) {
 }
 
 func TestPathTokens(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		in   string
 		want []string
@@ -155,6 +157,7 @@ func TestPathTokens(t *testing.T) {
 // TestRiskRuleIDsExist keeps the HIGH lists honest when gitleaks renames
 // its rules.
 func TestRiskRuleIDsExist(t *testing.T) {
+	t.Parallel()
 	rs, err := loadRules("")
 	if err != nil {
 		t.Fatal(err)

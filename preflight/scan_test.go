@@ -16,6 +16,7 @@ import (
 // TestScanRisks runs real gitleaks over a generated tree and checks the
 // level each file's finding gets.
 func TestScanRisks(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	writeTree(t, e.ws, map[string]string{
 		"src/aws.py":            "client = boto3.client(key_id='" + awsKey() + "')\n",
@@ -92,6 +93,7 @@ func TestScanRisks(t *testing.T) {
 }
 
 func TestScanWalkPolicy(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	outside := t.TempDir()
 	writeTree(t, outside, map[string]string{"creds.env": "GITHUB_TOKEN=" + githubPAT("7") + "\n"})
@@ -177,6 +179,7 @@ func must(t testing.TB, err error) {
 }
 
 func TestScanUserConfig(t *testing.T) {
+	t.Parallel()
 	body := "ACME_TOKEN=acme_" + "Zq8Lw3Rt6Yp1Vn4Hs7Kd\n" + "GITHUB_TOKEN=" + githubPAT("1") + "\n" + envPassword(passValue)
 	tests := []struct {
 		name    string
@@ -264,6 +267,7 @@ disabledRules = ["no-such-rule"]
 // TestLoadRulesRepeatedly guards against gitleaks' global extend depth:
 // with its own extension, the third load in a process drops the defaults.
 func TestLoadRulesRepeatedly(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	for i := range 4 {
 		p := filepath.Join(dir, "g"+string(rune('0'+i))+".toml")
@@ -285,6 +289,7 @@ func TestLoadRulesRepeatedly(t *testing.T) {
 // find exactly what a single worker finds (run with -race to check the
 // sharing itself).
 func TestScanParallelMatchesSerial(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	files := map[string]string{}
 	for i := range 60 {
@@ -313,6 +318,7 @@ func TestScanParallelMatchesSerial(t *testing.T) {
 }
 
 func TestScanErrors(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	file := filepath.Join(e.ws, "f.txt")
 	must(t, os.WriteFile(file, []byte("x"), 0o644))
@@ -348,6 +354,7 @@ func TestScanErrors(t *testing.T) {
 // TestOwnSourcesClean scans this package's own files: fixtures must be
 // built at run time so the project's preflight stays quiet on itself.
 func TestOwnSourcesClean(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	e.ws = "."
 	r := e.scan(t)
@@ -359,6 +366,7 @@ func TestOwnSourcesClean(t *testing.T) {
 // TestScanFileSymlinkRace: a file swapped for a symlink between the walk
 // and the read (pointing at a secret outside) is not read.
 func TestScanFileSymlinkRace(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	outside := filepath.Join(t.TempDir(), "creds.env")
 	must(t, os.WriteFile(outside, []byte("GITHUB_TOKEN="+githubPAT("1")+"\n"), 0o644))
@@ -387,6 +395,7 @@ func TestScanFileSymlinkRace(t *testing.T) {
 // project's own preflight must stay quiet on itself, whatever package a
 // fixture lives in.
 func TestProjectSourcesClean(t *testing.T) {
+	t.Parallel()
 	out, err := exec.Command("git", "-C", "..", "ls-files", "-z").Output()
 	if err != nil {
 		t.Skipf("git ls-files: %v", err)

@@ -158,6 +158,7 @@ func checkSchema(t *testing.T, doc []byte, schema map[string]schemaField) {
 // TestJSONSchemaMatchesDocs holds the report's JSON (--json and
 // gitleaks_report.json) to the table in docs/preflight.md.
 func TestJSONSchemaMatchesDocs(t *testing.T) {
+	t.Parallel()
 	schema := docsSchema(t, filepath.Join("..", "docs", "preflight.md"))
 	e := newEnv(t)
 	writeTree(t, e.ws, map[string]string{

@@ -32,6 +32,7 @@ func sha256of(s string) string {
 // file (and the list above the prompt says which files are merged), not
 // the agent's patch.
 func TestForgedBaseMergeShowsTheResult(t *testing.T) {
+	t.Parallel()
 	start, user, agent := "header\nx\nx\nx\n", "header\nx\nx\n", "HEADER\nx\nx\n"
 	f := newFixtureWith(t, map[string]string{"f.txt": start}, map[string]string{"f.txt": user}, map[string]string{"f.txt": agent},
 		func(cs *overlay.ChangeSet) {
@@ -74,6 +75,7 @@ func TestForgedBaseMergeShowsTheResult(t *testing.T) {
 // conflicts is listed under both, and the flagged list says why it is
 // flagged, not only that it conflicts; the conflict's question says so too.
 func TestFlaggedConflictSaysWhy(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, map[string]string{"Makefile": "all:\n\techo 1\n"}, map[string]string{"Makefile": "all:\n\techo agent\n"})
 	write(t, filepath.Join(f.ws, "Makefile"), "all:\n\techo mine\n")
 	tm, tty := newTerm(t)

@@ -100,6 +100,7 @@ func Run(ctx context.Context, o Options) (Outcome, *overlay.Report, error) {
 		return askConflict(ctx, o, pl, c, ask)
 	}
 	recap := false // the attention list and totals are no longer just above the prompt
+	branch := offerBranch(o)
 	for {
 		if err := ctx.Err(); err != nil {
 			return Kept, nil, err
@@ -108,7 +109,7 @@ func Run(ctx context.Context, o Options) (Outcome, *overlay.Report, error) {
 			writeAttention(o.Out, pl, o.Color)
 			recap = false
 		}
-		ans, ok := ask("\n[a]pply all, [r]eview, [s]elect files, [k]eep for later, [d]iscard? ")
+		ans, ok := ask(promptChoices(branch))
 		if !ok {
 			fmt.Fprintf(o.Out, "Kept for later: %s\n", patchPath)
 			return Kept, nil, nil
@@ -121,6 +122,15 @@ func Run(ctx context.Context, o Options) (Outcome, *overlay.Report, error) {
 				WriteReport(o.Out, rep, o.Color)
 			}
 			return Applied, rep, err
+		case "b", "branch":
+			if !branch {
+				fmt.Fprintf(o.Out, "Answer %s.\n", answerHint(branch))
+				continue
+			}
+			if res, ok := askBranch(ctx, o, pl, ask); ok {
+				return Branched, &res.Report, nil
+			}
+			recap = true
 		case "r", "review":
 			if err := page(ctx, o, ColorDiff(planText(pl), o.Color)); err != nil {
 				fmt.Fprintf(o.Out, "pager: %s\n", termtext.Inline(err.Error()))
@@ -169,7 +179,7 @@ func Run(ctx context.Context, o Options) (Outcome, *overlay.Report, error) {
 			return Discarded, nil, nil
 		case "":
 		default:
-			fmt.Fprintf(o.Out, "Answer a, r, s, k or d.\n")
+			fmt.Fprintf(o.Out, "Answer %s.\n", answerHint(branch))
 		}
 	}
 }

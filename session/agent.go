@@ -7,6 +7,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"strings"
 
 	"github.com/vibedom/vibedom/agents"
 	"github.com/vibedom/vibedom/atomicfile"
@@ -48,7 +49,7 @@ func (s *sess) prepareAgent(context.Context) error {
 	}
 	flags, ok := agents.Flags(a.Name)
 	if !ok {
-		return fmt.Errorf("unknown agent %q: use claude, codex, opencode or shell", a.Name)
+		return fmt.Errorf("unknown agent %q: use %s, npm:PACKAGE or shell", a.Name, strings.Join(agents.AllNames(), ", "))
 	}
 	if s.rootImage == "" {
 		return fmt.Errorf("--agent %s needs the guest image, which this home does not have: run `vibedom init`", a.Name)
@@ -61,7 +62,13 @@ func (s *sess) prepareAgent(context.Context) error {
 	if libc == "" {
 		libc = agents.LibcMusl
 	}
-	inst, err := agents.FindAgent(string(s.opts.Home), a.Name, arch, libc)
+	var inst *agents.Installed
+	if agents.IsNode(a.Name) {
+		// The lockfile and every package's files are checked again now.
+		inst, err = agents.FindNode(string(s.opts.Home), a.Name)
+	} else {
+		inst, err = agents.FindAgent(string(s.opts.Home), a.Name, arch, libc)
+	}
 	if err != nil {
 		return err
 	}
@@ -70,8 +77,11 @@ func (s *sess) prepareAgent(context.Context) error {
 		return err
 	}
 	s.layers = append(s.layers, layerDisk{path: layer, label: agentLayerLabel, mount: proto.AgentMount})
-	bin := path.Join(proto.AgentMount, inst.Binary)
-	s.plan.command = append(append([]string{bin}, flags...), a.Args...)
+	cmd := []string{path.Join(proto.AgentMount, inst.Binary)}
+	if inst.Runtime == agents.RuntimeNode {
+		cmd = []string{"/usr/bin/node", cmd[0]} // the image's nodejs
+	}
+	s.plan.command = append(append(cmd, flags...), a.Args...)
 	s.agentTTY = len(a.Args) == 0 || s.opts.Terminal != nil
 	s.log.Info("agent", "name", a.Name, "version", inst.Version, "libc", libc, "layer", layer)
 	return nil

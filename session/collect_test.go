@@ -114,6 +114,7 @@ func collectPatch(t *testing.T, g guestExec, lim collectLimits) (*overlay.PatchI
 var testLimits = collectLimits{MaxFile: 1 << 20, MaxTotal: 4 << 20}
 
 func TestCollectStream(t *testing.T) {
+	t.Parallel()
 	a, b := []byte("alpha\n"), bytes.Repeat([]byte("b"), 100_000)
 	big := bytes.Repeat([]byte("x"), 2<<20) // over MaxFile: listed, not sent
 	cs := changeSet(fileChange("a.txt", a), fileChange("dir/b.txt", b), fileChange("huge.bin", big),
@@ -135,6 +136,7 @@ func TestCollectStream(t *testing.T) {
 }
 
 func TestCollectStreamHostile(t *testing.T) {
+	t.Parallel()
 	a, b := []byte("alpha\n"), []byte("bravo\n")
 	cs := changeSet(fileChange("a.txt", a), fileChange("b.txt", b))
 	good := func() *stream { return newStream().changeSet(cs) }
@@ -199,6 +201,7 @@ func TestCollectStreamHostile(t *testing.T) {
 // TestCollectStreamTotal: a change set whose files add up to more than the
 // scratch disk could hold is refused before any content is read.
 func TestCollectStreamTotal(t *testing.T) {
+	t.Parallel()
 	var changes []overlay.Change
 	s := newStream()
 	for i := range 5 {
@@ -215,6 +218,7 @@ func TestCollectStreamTotal(t *testing.T) {
 // TestCollectStreamStall: a guest that stops mid-stream is ended by the
 // context; collect returns instead of hanging.
 func TestCollectStreamStall(t *testing.T) {
+	t.Parallel()
 	a := []byte("alpha\n")
 	g := stallGuest{prefix: newStream().changeSet(changeSet(fileChange("a.txt", a))).Bytes()}
 	ctx, cancel := context.WithCancel(t.Context())
@@ -242,6 +246,7 @@ func (g stallGuest) Exec(ctx context.Context, cmd string, o guestlink.ExecOption
 // The stream is read forward once, so the source serves the second read
 // from its spool, and the patch holds every file whole.
 func TestCollectStreamPastMemoryBound(t *testing.T) {
+	t.Parallel()
 	const n, size = 5, 40 << 20 // 200 MiB in all
 	var changes []overlay.Change
 	bodies := map[string][]byte{}
@@ -275,6 +280,7 @@ func TestCollectStreamPastMemoryBound(t *testing.T) {
 // sends heartbeats on standard error while it scans for several times Idle
 // is waited for, and its heartbeats do not reach an error message.
 func TestCollectIdle(t *testing.T) {
+	t.Parallel()
 	a := []byte("alpha\n")
 	cs := changeSet(fileChange("a.txt", a))
 	t.Run("stalled", func(t *testing.T) {
@@ -325,6 +331,7 @@ func (g *beatingGuest) Exec(ctx context.Context, cmd string, o guestlink.ExecOpt
 // the session folder: nothing `list` shows or `review` offers. (The patch
 // was once put in place before the stream's end was checked.)
 func TestCollectRefusedStreamLeavesNoPatch(t *testing.T) {
+	t.Parallel()
 	a, b := []byte("alpha\n"), []byte("bravo\n")
 	cs := changeSet(fileChange("a.txt", a), fileChange("b.txt", b))
 	good := func() *stream { return newStream().changeSet(cs).file("a.txt", a).file("b.txt", b) }
@@ -385,6 +392,7 @@ func TestCollectSpoolInSessionFolder(t *testing.T) {
 // second does; the second aborts the collection with ErrCollectAborted.
 // Outside the collection an interrupt asks the session to stop.
 func TestCollectInterrupts(t *testing.T) {
+	t.Parallel()
 	var progress bytes.Buffer
 	s := &sess{name: "app-1234", ctl: newHostCtl(), opts: Options{Progress: &progress}}
 	ctx, cancel := context.WithCancelCause(t.Context())
@@ -414,6 +422,7 @@ func TestCollectInterrupts(t *testing.T) {
 // TestCollectChangeSetTrailing: the change set frame holds one JSON object
 // and white space, nothing else.
 func TestCollectChangeSetTrailing(t *testing.T) {
+	t.Parallel()
 	data, _ := json.Marshal(changeSet())
 	for name, body := range map[string]string{"brace": string(data) + "}", "object": string(data) + "{}", "junk": string(data) + " x"} {
 		t.Run(name, func(t *testing.T) {
@@ -435,6 +444,7 @@ func TestCollectChangeSetTrailing(t *testing.T) {
 // the guest's collector reports failure ends the collection with an error
 // and, as for any failed collection, no patch in the session folder.
 func TestCollectFailedCommandLeavesNoPatch(t *testing.T) {
+	t.Parallel()
 	a := []byte("alpha\n")
 	st := newStream().changeSet(changeSet(fileChange("a.txt", a))).file("a.txt", a).end(1).Bytes()
 	dir := t.TempDir()

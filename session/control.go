@@ -51,6 +51,8 @@ type ControlRequest struct {
 	Term string `json:"term,omitempty"`
 	Cols int    `json:"cols,omitempty"`
 	Rows int    `json:"rows,omitempty"`
+	// Port is OpPort's request (ports.go).
+	Port *PortRequest `json:"port,omitempty"`
 }
 
 // ControlReply is the host's reply.
@@ -61,6 +63,8 @@ type ControlReply struct {
 	Status *HostStatus `json:"status,omitempty"`
 	// Took is how long pause or resume took.
 	Took time.Duration `json:"took_ns,omitempty"`
+	// Ports is OpPort's answer: the published ports after the request.
+	Ports []PortInfo `json:"ports,omitempty"`
 }
 
 // HostStatus is what a session host reports about its session.
@@ -82,6 +86,8 @@ type HostStatus struct {
 	// PausedAt is when the VM was paused, zero when it runs.
 	PausedAt time.Time `json:"paused_at,omitzero"`
 	LogDir   string    `json:"log_dir"`
+	// Ports are the published ports.
+	Ports []PortInfo `json:"ports,omitempty"`
 }
 
 // Frame types.

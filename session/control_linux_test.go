@@ -16,25 +16,15 @@ import (
 
 	"github.com/vibedom/vibedom/guest"
 	"github.com/vibedom/vibedom/guestlink"
-	"github.com/vibedom/vibedom/keys"
+	"github.com/vibedom/vibedom/keys/keystest"
 )
 
 // inProcessGuest is a guest agent served in this process on loopback,
 // and the host's client to it.
 func inProcessGuest(t *testing.T) *guestlink.Client {
 	t.Helper()
-	k, err := keys.NewSession()
-	if err != nil {
-		t.Fatal(err)
-	}
-	hostPEM, err := k.HostKeyPEM()
-	if err != nil {
-		t.Fatal(err)
-	}
-	signer, err := ssh.ParsePrivateKey(hostPEM)
-	if err != nil {
-		t.Fatal(err)
-	}
+	sk := keystest.New(t)
+	k, signer := sk.Keys, sk.HostSigner
 	dir := t.TempDir()
 	srv, err := guest.NewServer(guest.ServerConfig{HostKey: signer, AuthorizedKeys: []ssh.PublicKey{k.ClientSigner().PublicKey()},
 		WorkDir: dir, Env: []string{"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=" + dir}})

@@ -42,6 +42,7 @@ func ask(t *testing.T, path string) (string, error) {
 }
 
 func TestControlSocketServesItsUser(t *testing.T) {
+	t.Parallel()
 	s := controlHost(t, os.Getuid())
 	line, err := ask(t, s.state.Control)
 	if err != nil {
@@ -74,6 +75,7 @@ func TestControlSocketServesItsUser(t *testing.T) {
 // TestControlSocketRefusesOtherUids: a peer whose uid is not the session's
 // user gets nothing, even when it can reach the socket.
 func TestControlSocketRefusesOtherUids(t *testing.T) {
+	t.Parallel()
 	s := controlHost(t, os.Getuid()+4242)
 	line, err := ask(t, s.state.Control)
 	if err == nil || line != "" {
@@ -85,6 +87,7 @@ func TestControlSocketRefusesOtherUids(t *testing.T) {
 // user (nobody) against a socket it is allowed to reach: the host refuses
 // it. Needs root to switch users.
 func TestControlSocketRefusesAnotherUser(t *testing.T) {
+	t.Parallel()
 	if os.Getuid() != 0 {
 		t.Skip("needs root to run a client as another user")
 	}
@@ -127,6 +130,7 @@ func TestControlSocketRefusesAnotherUser(t *testing.T) {
 }
 
 func TestHelperControlClient(t *testing.T) {
+	t.Parallel()
 	path := os.Getenv("VIBEDOM_TEST_CONTROL")
 	if path == "" {
 		t.Skip("helper process only")
@@ -149,6 +153,7 @@ func TestHelperControlClient(t *testing.T) {
 // in a folder others can reach, nor to one served by another process than
 // the session host state.json names.
 func TestDialControlRefusesUnsafeSockets(t *testing.T) {
+	t.Parallel()
 	s := controlHost(t, os.Getuid())
 	i := &Info{State: s.snapshotState(), Live: StatusRunning, Dir: s.dir}
 	os.Chmod(s.runDir, 0o755)
@@ -170,6 +175,7 @@ func TestDialControlRefusesUnsafeSockets(t *testing.T) {
 
 // TestControlFrames: frames split large writes and refuse oversized ones.
 func TestControlFrames(t *testing.T) {
+	t.Parallel()
 	r, w := io.Pipe()
 	fw := &frameWriter{w: w}
 	big := strings.Repeat("x", maxFrame+10)
@@ -201,6 +207,7 @@ func TestControlFrames(t *testing.T) {
 // session up, a pause (which would freeze the collection) or an exec is
 // refused.
 func TestNoPauseWhileCollecting(t *testing.T) {
+	t.Parallel()
 	s := controlHost(t, os.Getuid())
 	s.windUp(t.Context())
 	if _, err := s.pause(t.Context(), false); err == nil || !strings.Contains(err.Error(), "stopping") {

@@ -84,6 +84,7 @@ type hostFile struct {
 	DLP       policy.DLPOptions `json:"dlp"`
 	Review    hostReview        `json:"review"`
 	SSHAgent  bool              `json:"ssh_agent,omitempty"`
+	Ports     []PortSpec        `json:"ports,omitempty"`
 	// Preflight is the mode the parent scanned with; Report the scan's
 	// report (secrets redacted), absent when the mode was off.
 	Preflight string          `json:"preflight"`
@@ -212,6 +213,7 @@ func writeHostFile(dir string, o Options, scan *scanResult) error {
 		DLP:       o.DLP,
 		Review:    hostReview{Skip: o.Review.Skip, ApplyAll: o.Review.ApplyAll},
 		SSHAgent:  o.SSHAgent.Enabled,
+		Ports:     o.Ports,
 		Preflight: o.Preflight.Mode.String(),
 	}
 	for _, r := range o.Egress.Resolve {
@@ -416,6 +418,7 @@ func readHostFile(dir string) (Options, error) {
 		DLP:       hf.DLP,
 		Review:    ReviewOptions{Skip: hf.Review.Skip, ApplyAll: hf.Review.ApplyAll},
 		SSHAgent:  SSHAgentOptions{Enabled: hf.SSHAgent},
+		Ports:     hf.Ports,
 		Preflight: PreflightOptions{Mode: mode},
 		reserved:  true,
 	}
@@ -450,6 +453,9 @@ func checkHostOptions(o *Options, resolve []string) error {
 		return errors.New("no guest architecture")
 	}
 	if err := checkArch(o.Arch); err != nil {
+		return err
+	}
+	if err := checkPorts(o.Ports); err != nil {
 		return err
 	}
 	if !slices.Contains(ProxyEngines, o.Egress.ProxyEngine) {

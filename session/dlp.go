@@ -58,6 +58,11 @@ func (s *sess) setupDLP() error {
 	// alerts.jsonl) goes through the same known values first: a refused
 	// request's host name, SNI or path is the guest's to choose.
 	s.redact = logredact.LogRedactor(e)
+	if s.creds != nil && len(s.creds.Logins()) > 0 {
+		// Tokens the host refreshes later are no DLP known value.
+		base, creds := s.redact, s.creds
+		s.redact = func(v string) string { return base(creds.Redact(v)) }
+	}
 	s.logRed.SetRedactor(s.redact)
 	s.plan.filter = &netfilter.DLPFilter{Engine: e, Audit: audit, OnAuditError: func(err error) {
 		s.log.Error("DLP audit log", "err", err)
@@ -76,17 +81,24 @@ func (s *sess) setupCredentials() error {
 	if err != nil {
 		return err
 	}
-	if len(ks) == 0 {
+	login, err := s.loadLogin()
+	if err != nil {
+		return err
+	}
+	if len(ks) == 0 && login == nil {
 		return nil
 	}
 	cs, err := credentials.NewSession(ks)
 	if err != nil {
 		return err
 	}
+	if login != nil {
+		cs.AddLogin(login)
+	}
 	s.creds = cs
 	for _, k := range ks {
 		s.log.Info("api key held on the host; the guest gets a placeholder", "key", k.String(), "fingerprint", k.Fingerprint())
 	}
-	s.progress("API keys stay on the host (%s): the guest gets placeholders", strings.Join(cs.Providers(), ", "))
+	s.progress("credentials stay on the host (%s): the guest gets placeholders", strings.Join(cs.Providers(), ", "))
 	return nil
 }

@@ -9,11 +9,14 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 
 	"github.com/vibedom/vibedom/keys"
 	"github.com/vibedom/vibedom/netfilter"
 	nfegress "github.com/vibedom/vibedom/netfilter/egress"
+	"github.com/vibedom/vibedom/netfilter/mitmproxy"
+	"github.com/vibedom/vibedom/netfilter/netstack"
 	"github.com/vibedom/vibedom/policy"
 )
 
@@ -36,7 +39,7 @@ type EgressOptions struct {
 	// guard has passed (netfilter.EngineConfig.Dial).
 	Dial       nfegress.DialFunc
 	ExtraRoots []*x509.Certificate
-	Resolver   netfilter.Resolver
+	Resolver   netstack.Resolver
 	// ProxyEngine is "go" (the default when empty) or "mitmproxy": admitted
 	// connections are then handed to a mitmdump the session starts and
 	// owns (docs/network.md, "Proxy engines"). Mitmdump names the program
@@ -60,7 +63,7 @@ type egress struct {
 		netfilter.Engine
 		Close() error
 	}
-	stack    *netfilter.Stack
+	stack    *netstack.Stack
 	events   *netfilter.LogWriter
 	hostEnd  net.Conn
 	vmEnd    *os.File
@@ -81,7 +84,11 @@ func (s *sess) setupEgress(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("load the egress policy: %w", err)
 	}
-	pol, notes, err := policy.EgressPolicy(o.Home, trust, eo.Allow)
+	allow := eo.Allow
+	if s.creds != nil {
+		allow = append(slices.Clip(allow), s.creds.AllowRules()...)
+	}
+	pol, notes, err := policy.EgressPolicy(o.Home, trust, allow)
 	if err != nil {
 		return fmt.Errorf("load the egress policy: %w", err)
 	}
@@ -117,7 +124,10 @@ func (s *sess) setupEgress(ctx context.Context) error {
 		}
 	}
 	if resolver == nil {
-		resolver = netfilter.SystemResolver{}
+		resolver = netstack.SystemResolver{}
+	}
+	if err := s.startLogins(ctx, eo.Resolve, roots); err != nil {
+		return err
 	}
 	// One wildcard guard for the DNS server and the explicit proxy: new
 	// names under a wildcard are a channel to the host's resolver.
@@ -132,7 +142,7 @@ func (s *sess) setupEgress(ctx context.Context) error {
 	case "mitmproxy":
 		mitmdump := eo.Mitmdump
 		if mitmdump == "" {
-			mitmdump = netfilter.PreferredMitmdump(filepath.Join(string(o.Home), netfilter.MitmproxyDirName))
+			mitmdump = mitmproxy.PreferredMitmdump(filepath.Join(string(o.Home), mitmproxy.DirName))
 		}
 		if eo.Inspect {
 			s.progress("egress: starting mitmweb (--proxy-engine mitmproxy --inspect)")
@@ -164,13 +174,13 @@ func (s *sess) setupEgress(ctx context.Context) error {
 	if tap := s.sshTap(); tap != nil {
 		engine = netfilter.TapEngine(engine, tap)
 	}
-	e.stack, err = netfilter.NewStack(netfilter.StackConfig{GuestMAC: mac, Resolver: resolver}, engine, limited, events, s.log.With("part", "network"))
+	e.stack, err = netstack.NewStack(netstack.StackConfig{GuestMAC: mac, Resolver: resolver}, engine, limited, events, s.log.With("part", "network"))
 	if err != nil {
 		e.engine.Close()
 		return err
 	}
 	e.proxyURL = e.stack.ProxyURL()
-	e.hostEnd, e.vmEnd, err = netfilter.SocketPair()
+	e.hostEnd, e.vmEnd, err = netstack.SocketPair()
 	if err != nil {
 		e.stack.Close()
 		e.engine.Close()

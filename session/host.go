@@ -39,9 +39,11 @@ type hostCtl struct {
 
 	stopOnce sync.Once
 	stopReq  chan struct{} // closed when a client asked the session to stop
+
+	ports *portTable // published ports (ports.go)
 }
 
-func newHostCtl() *hostCtl { return &hostCtl{stopReq: make(chan struct{})} }
+func newHostCtl() *hostCtl { return &hostCtl{stopReq: make(chan struct{}), ports: newPortTable()} }
 
 // requestStop asks the main flow to end the agent and wind the session up.
 func (h *hostCtl) requestStop() { h.stopOnce.Do(func() { close(h.stopReq) }) }
@@ -124,6 +126,8 @@ func (s *sess) serveControl(c net.Conn) {
 	case OpStop:
 		s.ctl.requestStop()
 		writeReply(c, ControlReply{OK: true})
+	case OpPort:
+		writeReply(c, s.servePort(req.Port))
 	case OpExec, OpAttach:
 		if err := s.checkRunning(); err != nil {
 			writeReply(c, replyFor(err, 0))
@@ -200,6 +204,7 @@ func (s *sess) hostStatus() *HostStatus {
 	if m := s.machine; m != nil {
 		hs.VM = string(m.State())
 	}
+	hs.Ports = s.ctl.ports.list()
 	return hs
 }
 

@@ -35,6 +35,7 @@ func (unavailableDriver) Start(context.Context, vm.Config) (vm.Machine, error) {
 // names any other folder whose name starts with "vibedom-" (a project
 // folder, say) must not be removed.
 func TestRecoverRemovesOnlyItsRuntimeFolder(t *testing.T) {
+	t.Parallel()
 	root := t.TempDir()
 	hm := home.Home(filepath.Join(root, "hm"))
 	ws := filepath.Join(root, "ws")
@@ -106,6 +107,7 @@ func TestRecoverRuntimeDir(t *testing.T) {
 // TestRecoverOneAtATime: while one recovery holds the session's lock, a
 // second is refused at once with a one-line error.
 func TestRecoverOneAtATime(t *testing.T) {
+	t.Parallel()
 	h := home.Home(t.TempDir())
 	dir := h.Session("crashed")
 	if err := os.MkdirAll(dir, 0o700); err != nil {
@@ -145,6 +147,7 @@ func (availableDriver) Available(context.Context, vm.Arch) error { return nil }
 // put in the place of the one the session started on, is refused. A
 // temporary file a killed recovery left (.changes.patch.tmp-*) is removed.
 func TestRecoverTamperedState(t *testing.T) {
+	t.Parallel()
 	root := t.TempDir()
 	hm := home.Home(filepath.Join(root, "hm"))
 	ws := filepath.Join(root, "ws")
@@ -208,6 +211,7 @@ func TestRecoverTamperedState(t *testing.T) {
 // TestRecoveringStatus: while recover runs, the session is "recovering"
 // (not "running"); when the recovering process is gone, it is crashed again.
 func TestRecoveringStatus(t *testing.T) {
+	t.Parallel()
 	h := home.Home(t.TempDir())
 	dir := h.Session("r")
 	os.MkdirAll(dir, 0o700)

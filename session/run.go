@@ -96,6 +96,8 @@ type Options struct {
 	Ready func(name string)
 	// SSHAgent forwards the deploy key's SSH agent to the guest.
 	SSHAgent SSHAgentOptions
+	// Ports are published from the start (ports.go).
+	Ports []PortSpec
 	// Log receives the session's own debug log besides session.log; nil
 	// writes only session.log.
 	Log *slog.Logger

@@ -77,6 +77,9 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 
 func (s *sess) run(ctx context.Context, start time.Time) (*Result, error) {
 	o := &s.opts
+	if err := s.openPorts(); err != nil {
+		return s.result(), err
+	}
 	if err := s.prepare(ctx); err != nil {
 		return s.result(), err
 	}
@@ -93,6 +96,7 @@ func (s *sess) run(ctx context.Context, start time.Time) (*Result, error) {
 	if err := s.startControl(); err != nil {
 		return s.result(), err
 	}
+	s.startPorts()
 	switch {
 	case o.Detached:
 		s.progress("ready in %.1fs", s.timings.Total.Seconds())
@@ -168,6 +172,9 @@ func (s *sess) runAgent(ctx context.Context) (int, error) {
 	var st guestlink.ExitStatus
 	var err error
 	if err := s.copyAgentSettings(ctx); err != nil {
+		return 0, err
+	}
+	if err := s.copyLoginFiles(); err != nil {
 		return 0, err
 	}
 	// A stop request from the control socket ends the agent: a hang-up on

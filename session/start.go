@@ -14,8 +14,8 @@ import (
 	"github.com/vibedom/vibedom/credentials"
 	"github.com/vibedom/vibedom/home"
 	"github.com/vibedom/vibedom/image"
-	"github.com/vibedom/vibedom/netfilter"
 	nfegress "github.com/vibedom/vibedom/netfilter/egress"
+	"github.com/vibedom/vibedom/netfilter/mitmproxy"
 	"github.com/vibedom/vibedom/preflight"
 	"github.com/vibedom/vibedom/vm"
 )
@@ -235,12 +235,12 @@ func chooseEngine(e EgressOptions, quiet bool, config func() (*Config, error)) (
 // needed: the release `vibedom init --with-mitmproxy` installed, else
 // PATH's.
 func probeMitmproxy(ctx context.Context, h home.Home, inspect bool) error {
-	mitmdump := netfilter.PreferredMitmdump(filepath.Join(string(h), netfilter.MitmproxyDirName))
-	if _, err := netfilter.MitmdumpVersion(ctx, mitmdump); err != nil {
+	mitmdump := mitmproxy.PreferredMitmdump(filepath.Join(string(h), mitmproxy.DirName))
+	if _, err := mitmproxy.MitmdumpVersion(ctx, mitmdump); err != nil {
 		return err
 	}
 	if inspect {
-		if _, err := netfilter.MitmwebVersion(ctx, netfilter.MitmwebProgram(mitmdump, "")); err != nil {
+		if _, err := mitmproxy.MitmwebVersion(ctx, mitmproxy.MitmwebProgram(mitmdump, "")); err != nil {
 			return err
 		}
 	}
@@ -276,25 +276,39 @@ func checkAgentInstalled(name string, h home.Home, arch vm.Arch) error {
 	if err != nil {
 		return err
 	}
+	if agents.IsNode(name) {
+		// Any guest architecture; the lockfile and files are checked now.
+		if _, err := agents.FindNode(string(h), name); err != nil {
+			return err
+		}
+	}
 	libc := image.GuestLibc(h, arch)
 	if libc == "" {
 		return fmt.Errorf("--agent %s needs the guest image: run `vibedom init --agents %s`", name, name)
+	}
+	if agents.IsNode(name) {
+		return nil
 	}
 	_, err = agents.FindAgent(string(h), name, a, libc)
 	return err
 }
 
 // agentProviders are the providers whose key each agent can use.
-var agentProviders = map[string][]string{"claude": {"anthropic"}, "codex": {"openai"}, "opencode": {"anthropic", "openai"}}
+// An npm:PACKAGE agent has none listed: it gets whatever keys the host has.
+var agentProviders = map[string][]string{"claude": {"anthropic"}, "codex": {"openai"}, "opencode": {"anthropic", "openai"}, "gemini": {"gemini"}}
 
 // checkAgentKey refuses, before anything starts, an agent with network and
-// no API key for it on the host (the guest never gets one of its own).
+// neither an API key nor a subscription login for it on the host (the
+// guest never gets one of its own).
 func checkAgentKey(agent string, h home.Home) error {
 	ks, err := credentials.Load(string(h), os.Getenv)
 	if err != nil {
 		return err
 	}
-	want := agentProviders[agent]
+	want, ok := agentProviders[agent]
+	if !ok {
+		return nil
+	}
 	for _, k := range ks {
 		if slices.Contains(want, k.Provider.Name) {
 			return nil
@@ -305,5 +319,15 @@ func checkAgentKey(agent string, h home.Home) error {
 		p, _ := credentials.Lookup(name)
 		how = append(how, "$"+p.Env+" or `vibedom auth set "+name+"`")
 	}
-	return fmt.Errorf("--agent %s needs an API key on the host (%s); the VM only ever gets a placeholder, and subscription logins are not carried into it", agent, strings.Join(how, ", or "))
+	if lk, err := credentials.LookupLogin(agent); err == nil {
+		_, err := credentials.LoadLogin(string(h), lk)
+		if err == nil {
+			return nil
+		}
+		if !errors.Is(err, credentials.ErrNoLogin) {
+			return err
+		}
+		how = append(how, "a subscription login: `vibedom auth import "+agent+"` or `vibedom auth login "+agent+"`")
+	}
+	return fmt.Errorf("--agent %s needs an API key or a subscription login on the host (%s); the VM only ever gets placeholders", agent, strings.Join(how, ", or "))
 }

@@ -24,6 +24,7 @@ func writeSession(t *testing.T, h home.Home, name string, st map[string]any) {
 }
 
 func TestSessionStore(t *testing.T) {
+	t.Parallel()
 	h := home.Home(t.TempDir())
 	if _, err := FindSession(h, ""); !errors.Is(err, ErrNoSession) {
 		t.Errorf("empty home: %v", err)

@@ -45,6 +45,12 @@ func newSigner(t *testing.T) ssh.Signer {
 
 // userAuthData is what an SSH client signs to log in with pub.
 func userAuthData(sessionID []byte, user, algo string, pub ssh.PublicKey) []byte {
+	return loginData(sessionID, user, "publickey", algo, pub)
+}
+
+// loginData is what an SSH client signs to log in with pub by method
+// (publickey, or publickey-hostbound-v00@openssh.com without its host key).
+func loginData(sessionID []byte, user, method, algo string, pub ssh.PublicKey) []byte {
 	return ssh.Marshal(struct {
 		SessionID []byte
 		Type      byte
@@ -54,7 +60,7 @@ func userAuthData(sessionID []byte, user, algo string, pub ssh.PublicKey) []byte
 		HasSig    bool
 		Algorithm string
 		PubKey    []byte
-	}{sessionID, msgUserAuthRequest, user, "ssh-connection", "publickey", true, algo, pub.Marshal()})
+	}{sessionID, msgUserAuthRequest, user, "ssh-connection", method, true, algo, pub.Marshal()})
 }
 
 // served returns an agent client talking to a over the agent protocol.
@@ -67,6 +73,7 @@ func served(t *testing.T, a agent.Agent) agent.ExtendedAgent {
 }
 
 func TestAgentSignsLogins(t *testing.T) {
+	t.Parallel()
 	signer := newSigner(t)
 	w := newSSHWorld(t, signer.PublicKey())
 	rec := &events{}
@@ -100,20 +107,12 @@ func TestAgentSignsLogins(t *testing.T) {
 // offer it with publickey-hostbound-v00@openssh.com and the server's host
 // key appended; the agent signs those and logs the host key.
 func TestAgentSignsHostboundLogins(t *testing.T) {
+	t.Parallel()
 	signer := newSigner(t)
 	w := newSSHWorld(t, signer.PublicKey())
 	host := w.host
 	_, sid := w.probe(t)
-	base := ssh.Marshal(struct {
-		SessionID []byte
-		Type      byte
-		User      string
-		Service   string
-		Method    string
-		HasSig    bool
-		Algorithm string
-		PubKey    []byte
-	}{sid, msgUserAuthRequest, "git", "ssh-connection", methodHostbound, true, ssh.KeyAlgoED25519, signer.PublicKey().Marshal()})
+	base := loginData(sid, "git", methodHostbound, ssh.KeyAlgoED25519, signer.PublicKey())
 	rec := &events{}
 	c := served(t, New(signer, w.carried, rec))
 	data := append(append([]byte(nil), base...), ssh.Marshal(struct{ K []byte }{host.PublicKey().Marshal()})...)
@@ -135,6 +134,7 @@ func TestAgentSignsHostboundLogins(t *testing.T) {
 }
 
 func TestAgentRefuses(t *testing.T) {
+	t.Parallel()
 	signer := newSigner(t)
 	other := newSigner(t)
 	sid := []byte("0123456789abcdef")
@@ -223,6 +223,7 @@ func TestAgentRefuses(t *testing.T) {
 }
 
 func TestLog(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	l, err := OpenLog(dir)
 	if err != nil {

@@ -218,6 +218,7 @@ func wantRefusal(t *testing.T, rec *events, reason string) {
 // The agent refuses, with and without a carried connection open, and the
 // guest's own login through the splice still works.
 func TestAgentRefusesRelayedLogin(t *testing.T) {
+	t.Parallel()
 	deploy := newSigner(t)
 	w := newSSHWorld(t, deploy.PublicKey())
 	rec := &events{}
@@ -260,6 +261,7 @@ func TestAgentRefusesRelayedLogin(t *testing.T) {
 // signature; a second one, and one after the connection closed, are
 // refused (and logged as alerts).
 func TestAgentOneSignaturePerConnection(t *testing.T) {
+	t.Parallel()
 	deploy := newSigner(t)
 	w := newSSHWorld(t, deploy.PublicKey())
 	rec := &events{}
@@ -297,6 +299,7 @@ func TestAgentOneSignaturePerConnection(t *testing.T) {
 // TestAgentHostboundNeedsTheCarriedHostKey: a hostbound login request must
 // name the host key that signed the carried connection's key exchange.
 func TestAgentHostboundNeedsTheCarriedHostKey(t *testing.T) {
+	t.Parallel()
 	deploy := newSigner(t)
 	w := newSSHWorld(t, deploy.PublicKey())
 	rec := &events{}
@@ -311,23 +314,16 @@ func TestAgentHostboundNeedsTheCarriedHostKey(t *testing.T) {
 	}
 }
 
+// hostboundData is a hostbound login of git with pub to the server whose
+// host key is host.
 func hostboundData(sid []byte, pub, host ssh.PublicKey) []byte {
-	return ssh.Marshal(struct {
-		SessionID []byte
-		Type      byte
-		User      string
-		Service   string
-		Method    string
-		HasSig    bool
-		Algorithm string
-		PubKey    []byte
-		HostKey   []byte
-	}{sid, msgUserAuthRequest, "git", "ssh-connection", methodHostbound, true, ssh.KeyAlgoED25519, pub.Marshal(), host.Marshal()})
+	return append(loginData(sid, "git", methodHostbound, ssh.KeyAlgoED25519, pub), ssh.Marshal(struct{ HostKey []byte }{host.Marshal()})...)
 }
 
 // TestCarriedNotSSH: only port 22 is tracked; a stream that is not SSH,
 // or garbage after the version lines, gives no connection to sign for.
 func TestCarriedNotSSH(t *testing.T) {
+	t.Parallel()
 	c := NewCarried()
 	if c.Track("x", 443) != nil {
 		t.Error("port 443 tracked")
@@ -379,6 +375,7 @@ func FuzzCarried(f *testing.F) {
 // is in TestAgentWithOpenSSH), including group exchange, whose reply is not
 // message 31, and RSA and ECDSA host keys.
 func TestCarriedKeyExchanges(t *testing.T) {
+	t.Parallel()
 	deploy := newSigner(t)
 	hosts := map[string]func() ssh.Signer{
 		"ed25519": func() ssh.Signer { return newSigner(t) },

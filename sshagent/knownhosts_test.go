@@ -20,6 +20,7 @@ import (
 // usable file: no signature (a server the attacker runs could replay another
 // server's recorded key exchange).
 func TestAgentChecksKnownHosts(t *testing.T) {
+	t.Parallel()
 	deploy := newSigner(t)
 	ek, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	ecdsaPub, _ := ssh.NewPublicKey(&ek.PublicKey)

@@ -16,6 +16,7 @@ import (
 // post-quantum hybrid, is read by Carried), and
 // ssh-add cannot add a key to it.
 func TestAgentWithOpenSSH(t *testing.T) {
+	t.Parallel()
 	for _, bin := range []string{"ssh", "ssh-add", "ssh-keygen"} {
 		if _, err := exec.LookPath(bin); err != nil {
 			t.Skipf("%s not installed", bin)

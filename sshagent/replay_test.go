@@ -54,6 +54,7 @@ func relayHalf(dst, src net.Conn, rec *recorder) {
 // in to real.test as the deploy key. Before the agent required a known_hosts
 // entry for the carried name, it signed.
 func TestAgentRefusesReplayedKeyExchange(t *testing.T) {
+	t.Parallel()
 	deploy := newSigner(t)
 	realHost := newSigner(t)
 	scfg := &ssh.ServerConfig{NoClientAuth: true}

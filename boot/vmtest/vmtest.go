@@ -32,7 +32,7 @@ import (
 	"github.com/vibedom/vibedom/guestlink"
 	"github.com/vibedom/vibedom/image"
 	"github.com/vibedom/vibedom/image/assets"
-	"github.com/vibedom/vibedom/keys"
+	"github.com/vibedom/vibedom/keys/keystest"
 	"github.com/vibedom/vibedom/vm"
 )
 
@@ -99,14 +99,8 @@ func Boot(t testing.TB, h Harness, files map[string]string) *Guest {
 	if err := os.MkdirAll(ws, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	k, err := keys.NewSession()
-	if err != nil {
-		t.Fatal(err)
-	}
-	hostPEM, err := k.HostKeyPEM()
-	if err != nil {
-		t.Fatal(err)
-	}
+	sk := keystest.New(t)
+	k, hostPEM := sk.Keys, sk.HostPEM
 	bc := &proto.BootConfig{
 		Version: proto.Version, SessionID: "vmtest", Hostname: "vmtest",
 		Workspace:      proto.Workspace{Tag: "workspace", FSType: h.ShareFS},

@@ -20,11 +20,13 @@ func init() {
 		Description: "Applies changes.patch file by file: never outside the workspace or through a symlink, protected\n" +
 			"paths refused unless allowed, conflicts with your own edits merged when clean, else resolved\n" +
 			"by --on-conflict. Everything overwritten is backed up: `vibedom undo` puts it back.\n" +
+			"With --branch, the same paths become one commit on a new git branch instead (its parent: the commit the\n" +
+			"session started from); the workspace, its index and HEAD are not touched.\n" +
 			"Exits 1 when some path was not applied. SESSION defaults to the latest.",
-		Flags: append(applySafetyFlags(),
+		Flags: append(append(applySafetyFlags(),
 			&cli.StringSliceFlag{Name: "files", Usage: "apply only this `PATH` (or DIR/; repeatable)"},
 			&cli.StringFlag{Name: "on-conflict", Value: "mine", Usage: "mine (keep yours), agent (take the agent's) or markers (write both)"},
-		),
+		), branchFlags()...),
 		Action: func(ctx context.Context, c *cli.Command) error {
 			si, err := changesSession(c)
 			if err != nil {
@@ -32,6 +34,9 @@ func init() {
 			}
 			opts := changesApplyOptions(c, si)
 			opts.Files = c.StringSlice("files")
+			if c.IsSet("branch") {
+				return applyBranch(ctx, c, si, opts)
+			}
 			var res overlay.Resolution
 			switch c.String("on-conflict") {
 			case "mine":

@@ -28,7 +28,7 @@ func TestAuthCLI(t *testing.T) {
 		stdin string
 		want  string
 	}{
-		{[]string{"auth", "set", "gemini"}, key + "\n", "anthropic, openai"},
+		{[]string{"auth", "set", "mistral"}, key + "\n", "anthropic, openai, gemini"},
 		{[]string{"auth", "set", "openai"}, "\n", "empty"},
 		{[]string{"auth", "set"}, "", "name one provider"},
 	} {

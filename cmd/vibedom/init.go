@@ -15,7 +15,7 @@ import (
 	"github.com/vibedom/vibedom/agents"
 	"github.com/vibedom/vibedom/home"
 	"github.com/vibedom/vibedom/image"
-	"github.com/vibedom/vibedom/netfilter"
+	"github.com/vibedom/vibedom/netfilter/mitmproxy"
 	"github.com/vibedom/vibedom/progress"
 	"github.com/vibedom/vibedom/session"
 	"github.com/vibedom/vibedom/termtext"
@@ -25,8 +25,8 @@ import (
 // initJSON is `vibedom init --json`: the home's set-up and the agents.
 type initJSON struct {
 	*session.InitResult
-	Agents    []agentJSON                   `json:"agents,omitempty"`
-	Mitmproxy *netfilter.InstalledMitmproxy `json:"mitmproxy,omitempty"`
+	Agents    []agentJSON          `json:"agents,omitempty"`
+	Mitmproxy *mitmproxy.Installed `json:"mitmproxy,omitempty"`
 }
 
 type agentJSON struct {
@@ -46,12 +46,12 @@ func init() {
 			&cli.StringFlag{Name: "mirror", Usage: "Alpine mirror `URL` (default $VIBEDOM_ALPINE_MIRROR, else Alpine's CDN); everything is verified against Alpine's keys either way"},
 			&cli.BoolFlag{Name: "no-image", Usage: "set up keys and folders only; do not build the guest image"},
 			&cli.StringFlag{Name: "arch", Usage: "guest architecture of the image: amd64 or arm64 (default: the host's)"},
-			&cli.StringFlag{Name: "agents", Usage: "fetch and verify these agents (comma-separated: " + strings.Join(agents.Names(), ",") + ")"},
+			&cli.StringFlag{Name: "agents", Usage: "fetch and verify these agents (comma-separated: " + strings.Join(agents.AllNames(), ",") + ", or npm:PACKAGE@VERSION)"},
 			&cli.BoolFlag{Name: "update-agents", Usage: "install the agent versions this vibedom pins for every agent already installed"},
 			&cli.StringFlag{Name: "registry", Value: agents.DefaultRegistry, Usage: "npm registry to fetch agents from (tarballs must be on its host)"},
 			&cli.StringFlag{Name: "agent-libc", Value: agents.LibcMusl, Usage: "guest C library the agents are built for: musl (the Alpine guest) or glibc"},
-			&cli.BoolFlag{Name: "with-mitmproxy", Usage: "also fetch mitmproxy " + netfilter.MitmproxyRelease + " (standalone, checked against its pinned SHA-256) into ~/.vibedom/mitmproxy for --proxy-engine mitmproxy; preferred over mitmdump on PATH"},
-			&cli.StringFlag{Name: "mitmproxy-mirror", Usage: "where --with-mitmproxy fetches from: `URL` (default $" + netfilter.MitmproxyMirrorEnv + ", else " + netfilter.DefaultMitmproxyMirror + "); checked against the pinned SHA-256 either way"},
+			&cli.BoolFlag{Name: "with-mitmproxy", Usage: "also fetch mitmproxy " + mitmproxy.Release + " (standalone, checked against its pinned SHA-256) into ~/.vibedom/mitmproxy for --proxy-engine mitmproxy; preferred over mitmdump on PATH"},
+			&cli.StringFlag{Name: "mitmproxy-mirror", Usage: "where --with-mitmproxy fetches from: `URL` (default $" + mitmproxy.MirrorEnv + ", else " + mitmproxy.DefaultMirror + "); checked against the pinned SHA-256 either way"},
 		},
 		Action: func(ctx context.Context, c *cli.Command) error {
 			home, err := home.Default()
@@ -79,7 +79,15 @@ func init() {
 			}
 			libc := c.String("agent-libc")
 			var pins []agents.Pin
+			var nodeAgents []string // run on the guest's node: one tree each, any arch
 			for _, n := range names {
+				if agents.IsNode(n) {
+					if _, _, _, err := agents.NodeRequest(n, true); err != nil {
+						return err
+					}
+					nodeAgents = append(nodeAgents, n)
+					continue
+				}
 				p, err := agents.Lookup(n, arch, libc)
 				if err != nil {
 					return err
@@ -139,11 +147,20 @@ func init() {
 					return err
 				}
 			}
-			var mitm *netfilter.InstalledMitmproxy
+			for _, n := range nodeAgents {
+				name, spec, integrity, _ := agents.NodeRequest(n, true)
+				fmt.Fprintf(ew, "Resolving %s %s from %s (dependencies from the packuments, every tarball checked against its sha512 integrity, no install scripts)…\n", name, spec.Version, c.String("registry"))
+				res, err := agents.InstallNPM(ctx, agents.Options{Home: string(home), Registry: c.String("registry")}, agentOrEmpty(n), spec, integrity)
+				if err != nil {
+					return err
+				}
+				installed = append(installed, res)
+			}
+			var mitm *mitmproxy.Installed
 			if c.Bool("with-mitmproxy") {
-				fmt.Fprintf(ew, "Fetching mitmproxy %s…\n", netfilter.MitmproxyRelease)
-				in, err := netfilter.InstallMitmproxy(ctx, netfilter.MitmproxyInstall{
-					Root: filepath.Join(string(home), netfilter.MitmproxyDirName), Mirror: c.String("mitmproxy-mirror")})
+				fmt.Fprintf(ew, "Fetching mitmproxy %s…\n", mitmproxy.Release)
+				in, err := mitmproxy.Install(ctx, mitmproxy.InstallOptions{
+					Root: filepath.Join(string(home), mitmproxy.DirName), Mirror: c.String("mitmproxy-mirror")})
 				if err != nil {
 					return err
 				}
@@ -171,6 +188,10 @@ func init() {
 				fmt.Fprintf(w, "Allowed domains: edit %s\n", r.TrustedFile)
 				printImage(w, r)
 				for _, a := range installed {
+					if a.Runtime == agents.RuntimeNode {
+						fmt.Fprintf(w, "Agent %s %s (%s, on the guest's node): %s, verified; lockfile %s\n", a.Agent, a.Version, a.Package, a.Dir, filepath.Join(a.Dir, agents.LockFile))
+						continue
+					}
 					fmt.Fprintf(w, "Agent %s %s (%s-%s): %s, verified\n", a.Agent, a.Version, a.Arch, a.Libc, a.Dir)
 				}
 				if mitm != nil {
@@ -186,6 +207,14 @@ func init() {
 			return nil
 		},
 	})
+}
+
+// agentOrEmpty is a named node agent's name, "" for npm:PACKAGE.
+func agentOrEmpty(n string) string {
+	if _, ok := agents.LookupNPMAgent(n); ok {
+		return n
+	}
+	return ""
 }
 
 func pinSummary(arch, libc string) string {

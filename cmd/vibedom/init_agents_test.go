@@ -19,15 +19,7 @@ import (
 // registry, and a later init needs no registry at all.
 func TestInitAgents(t *testing.T) {
 	t.Parallel()
-	arch, err := agents.GuestArch(runtime.GOARCH)
-	if err != nil {
-		t.Skip(err)
-	}
-	p, err := agentstest.SmallestPin(arch, agents.LibcMusl)
-	if err != nil {
-		t.Fatal(err)
-	}
-	reg := agentstest.Serve(t, map[agents.Pin]string{p: agentstest.Tarball(t, p)})
+	p, reg := agentstest.ServeSmallest(t)
 	c := clitest.New(t)
 	stdout, stderr, code := c.Run(t, "", "init", "--json", "--agents", p.Agent, "--registry", reg.URL)
 	if code != 0 && code != 1 {
@@ -99,7 +91,7 @@ func TestInitAgentsBadInput(t *testing.T) {
 		args []string
 		want []string
 	}{
-		{"unknown agent", []string{"--agents", "claude,gpt"}, []string{`unknown agent "gpt"`, "claude, codex, opencode"}},
+		{"unknown agent", []string{"--agents", "claude,gpt"}, []string{`unknown agent "gpt"`, "claude, codex, gemini, opencode"}},
 		{"unknown libc", []string{"--agents", "claude", "--agent-libc", "uclibc"}, []string{"no claude build pinned"}},
 		{"integrity mismatch", []string{"--agents", "opencode", "--registry", srv.URL}, []string{"integrity mismatch", p.String(), wrong, p.Integrity, "nothing installed"}},
 		{"bad registry", []string{"--agents", "opencode", "--registry", "ftp://example.invalid"}, []string{"want an http(s) URL"}},

@@ -17,14 +17,14 @@ import (
 	"testing"
 
 	"github.com/vibedom/vibedom/e2e/clitest"
-	"github.com/vibedom/vibedom/netfilter"
+	"github.com/vibedom/vibedom/netfilter/mitmproxy"
 )
 
 // fakeMitmproxyTarball is a linux-x86_64 mitmproxy tarball with fake
 // programs, plus extra entries.
 func fakeMitmproxyTarball(t *testing.T, extra ...string) []byte {
 	t.Helper()
-	script := "#!/bin/sh\necho 'Mitmproxy: " + netfilter.MitmproxyRelease + "'\n"
+	script := "#!/bin/sh\necho 'Mitmproxy: " + mitmproxy.Release + "'\n"
 	var buf bytes.Buffer
 	zw := gzip.NewWriter(&buf)
 	tw := tar.NewWriter(zw)
@@ -43,7 +43,7 @@ func fakeMitmproxyTarball(t *testing.T, extra ...string) []byte {
 // linux-x86_64 release is looked for.
 func mitmproxyTestMirror(t *testing.T, tarball []byte, hits *atomic.Int64) string {
 	t.Helper()
-	want := "/" + netfilter.MitmproxyRelease + "/mitmproxy-" + netfilter.MitmproxyRelease + "-linux-x86_64.tar.gz"
+	want := "/" + mitmproxy.Release + "/mitmproxy-" + mitmproxy.Release + "-linux-x86_64.tar.gz"
 	s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path != want {
 			http.NotFound(w, r)
@@ -105,17 +105,17 @@ func TestInitWithMitmproxy(t *testing.T) {
 			c.Env = append(c.Env, "VIBEDOM_TEST_MITMPROXY_SHA256="+tt.sum)
 			args := []string{"init", "--no-image", "--json", "--with-mitmproxy"}
 			if tt.flag {
-				c.Env = append(c.Env, netfilter.MitmproxyMirrorEnv+"=http://127.0.0.1:9/closed")
+				c.Env = append(c.Env, mitmproxy.MirrorEnv+"=http://127.0.0.1:9/closed")
 				args = append(args, "--mitmproxy-mirror", mirror)
 			} else {
-				c.Env = append(c.Env, netfilter.MitmproxyMirrorEnv+"="+mirror)
+				c.Env = append(c.Env, mitmproxy.MirrorEnv+"="+mirror)
 			}
 			bin := clitest.TestKeysBin(t)
 			if tt.release {
 				bin = clitest.Bin(t)
 			}
 			stdout, stderr, code := c.RunWith(t, bin, "", args...)
-			root := filepath.Join(c.Home, netfilter.MitmproxyDirName)
+			root := filepath.Join(c.Home, mitmproxy.DirName)
 			if tt.want != "" {
 				lines := errorLines(stderr)
 				if code == 0 || len(lines) != 1 || !strings.Contains(lines[0], tt.want) {
@@ -134,17 +134,17 @@ func TestInitWithMitmproxy(t *testing.T) {
 				t.Fatalf("exit %d\n%s", code, stderr)
 			}
 			var out struct {
-				Mitmproxy *netfilter.InstalledMitmproxy `json:"mitmproxy"`
+				Mitmproxy *mitmproxy.Installed `json:"mitmproxy"`
 			}
 			if err := json.Unmarshal([]byte(stdout), &out); err != nil || out.Mitmproxy == nil {
 				t.Fatalf("init --json: %v\n%s", err, stdout)
 			}
 			m := out.Mitmproxy
-			if m.Version != netfilter.MitmproxyRelease || m.Mitmdump != filepath.Join(root, netfilter.MitmproxyRelease, "mitmdump") ||
+			if m.Version != mitmproxy.Release || m.Mitmdump != filepath.Join(root, mitmproxy.Release, "mitmdump") ||
 				m.SHA256 != tt.sum || !m.Fresh || hits.Load() != 1 {
 				t.Errorf("installed %+v (downloads %d)", m, hits.Load())
 			}
-			if got := netfilter.PreferredMitmdump(root); got != m.Mitmdump {
+			if got := mitmproxy.PreferredMitmdump(root); got != m.Mitmdump {
 				t.Errorf("the engine would run %q, not the installed %q", got, m.Mitmdump)
 			}
 		})

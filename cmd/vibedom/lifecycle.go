@@ -152,6 +152,7 @@ func statusAction(ctx context.Context, c *cli.Command) error {
 			if !hs.PausedAt.IsZero() {
 				out["paused_at"] = hs.PausedAt
 			}
+			out["ports"] = hs.Ports
 		}
 	}
 	w := c.Root().Writer
@@ -170,6 +171,7 @@ func statusAction(ctx context.Context, c *cli.Command) error {
 		if !hs.PausedAt.IsZero() {
 			fmt.Fprintf(w, "paused    since %s (%s)\n", hs.PausedAt.Local().Format("15:04:05"), time.Since(hs.PausedAt).Round(time.Second))
 		}
+		writePorts(w, hs.Ports, "port      ")
 	}
 	fmt.Fprintf(w, "logs      %s\n", termtext.Line(i.LogDir))
 	switch {

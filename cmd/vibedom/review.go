@@ -21,7 +21,7 @@ func init() {
 		ArgsUsage: "[SESSION]",
 		Description: "Shows what the agent changed (every file, then the protected, refused, conflicting and flagged paths\n" +
 			"and the totals just above the prompt; names and reasons with control or invisible characters escaped), then asks:\n" +
-			"[a]pply all, [r]eview (colored diff in $PAGER), [s]elect files, [k]eep for later, [d]iscard.\n" +
+			"[a]pply all, [b]ranch (a commit on a new git branch; in a repository), [r]eview (colored diff in $PAGER),\n[s]elect files, [k]eep for later, [d]iscard.\n" +
 			"Without a terminal nothing is applied unless --apply is given. SESSION defaults to the latest.",
 		Flags: append(applySafetyFlags(),
 			&cli.BoolFlag{Name: "apply", Usage: "apply everything without asking (conflicts keep your version)"},
@@ -43,7 +43,7 @@ func init() {
 			if err != nil {
 				return err
 			}
-			if out == review.Applied && changesNotApplied(rep) > 0 {
+			if (out == review.Applied || out == review.Branched) && changesNotApplied(rep) > 0 {
 				return exitCode(1)
 			}
 			return nil

@@ -38,7 +38,7 @@ what to apply (without a terminal nothing is applied unless --apply).`,
 			&cli.StringSliceFlag{Name: "allow-pattern", Usage: "never redact this value in what the agent sends (repeatable; re:REGEXP for a pattern), e.g. --allow-pattern 'Pearl St'"},
 			&cli.StringSliceFlag{Name: "allow-context", Usage: "let this category through to every destination (repeatable), e.g. --allow-context internal_ips (categories: vibedom scrub --help)"},
 			&cli.BoolFlag{Name: "apply", Usage: "apply every change at the end without asking"},
-			&cli.StringFlag{Name: "agent", Usage: "start a coding agent: claude, codex, opencode or shell (default: agent = … in ~/.vibedom/config, else a shell); words after -- go to the agent"},
+			&cli.StringFlag{Name: "agent", Usage: "start a coding agent: claude, codex, opencode, gemini, npm:PACKAGE or shell (default: agent = … in ~/.vibedom/config, else a shell); words after -- go to the agent"},
 			&cli.BoolFlag{Name: "root", Usage: "run the command or shell as root in the guest (default: the unprivileged agent user)"},
 			&cli.BoolFlag{Name: "no-review", Usage: "do not collect the agent's changes at the end"},
 			&cli.BoolFlag{Name: "ssh-agent", Usage: "forward an SSH agent holding only the deploy key (vibedom auth ssh-key), so git can push over SSH; the key never enters the VM, every signature is logged"},
@@ -48,6 +48,7 @@ what to apply (without a terminal nothing is applied unless --apply).`,
 			&cli.BoolFlag{Name: "timings", Usage: "print where the time to a ready guest went: host preparation steps, VM start, guest boot (kernel, modules, mounts), SSH handshake (session.log always has it)"},
 			&cli.BoolFlag{Name: "detach", Aliases: []string{"d"}, Usage: "start the session in the background, print its name and return (vibedom attach NAME joins it)"},
 			&cli.BoolFlag{Name: "json", Usage: "with --detach: print the session's name, host pid and log as JSON"},
+			publishFlag(),
 		},
 		Action: runAction,
 	})
@@ -64,6 +65,10 @@ func runAction(ctx context.Context, c *cli.Command) error {
 	}
 	if c.Bool("json") && !c.Bool("detach") {
 		return errors.New("--json goes with --detach (a foreground session's output is its agent's)")
+	}
+	ports, err := publishedPorts(c)
+	if err != nil {
+		return err
 	}
 	o := session.StartOptions{
 		Session: session.Options{
@@ -83,6 +88,7 @@ func runAction(ctx context.Context, c *cli.Command) error {
 			Review:   session.ReviewOptions{ApplyAll: c.Bool("apply"), Skip: c.Bool("no-review")},
 			AsRoot:   c.Bool("root"),
 			SSHAgent: session.SSHAgentOptions{Enabled: c.Bool("ssh-agent")},
+			Ports:    ports,
 		},
 		AgentName:     c.String("agent"),
 		Shell:         c.Bool("shell"),

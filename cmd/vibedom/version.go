@@ -13,7 +13,7 @@ import (
 	"github.com/vibedom/vibedom/agents"
 	"github.com/vibedom/vibedom/image/alpine"
 	"github.com/vibedom/vibedom/image/assets"
-	"github.com/vibedom/vibedom/netfilter"
+	"github.com/vibedom/vibedom/netfilter/mitmproxy"
 )
 
 // Set at link time with -ldflags "-X main.version=… -X main.commit=…"
@@ -61,7 +61,7 @@ type versionPins struct {
 func readVersion() versionInfo {
 	v := versionInfo{Version: version, Commit: commit, BuildDate: buildDate, Go: runtime.Version(),
 		Platform: runtime.GOOS + "/" + runtime.GOARCH}
-	v.Pins = versionPins{Alpine: alpine.Branch, Agents: map[string][]string{}, Mitmproxy: netfilter.MitmproxyRelease, Vz: vzVersion}
+	v.Pins = versionPins{Alpine: alpine.Branch, Agents: map[string][]string{}, Mitmproxy: mitmproxy.Release, Vz: vzVersion}
 	for _, p := range agents.Pins {
 		if !slices.Contains(v.Pins.Agents[p.Agent], p.Version) {
 			v.Pins.Agents[p.Agent] = append(v.Pins.Agents[p.Agent], p.Version)

@@ -9,7 +9,7 @@ import (
 	"github.com/vibedom/vibedom/agents"
 	"github.com/vibedom/vibedom/e2e/clitest"
 	"github.com/vibedom/vibedom/image/alpine"
-	"github.com/vibedom/vibedom/netfilter"
+	"github.com/vibedom/vibedom/netfilter/mitmproxy"
 )
 
 // TestVersionJSON runs `vibedom version --json` and checks every pin is
@@ -31,8 +31,8 @@ func TestVersionJSON(t *testing.T) {
 	if v.Pins.Alpine != alpine.Branch {
 		t.Errorf("alpine %q, want %q", v.Pins.Alpine, alpine.Branch)
 	}
-	if v.Pins.Mitmproxy != netfilter.MitmproxyRelease {
-		t.Errorf("mitmproxy %q, want %q", v.Pins.Mitmproxy, netfilter.MitmproxyRelease)
+	if v.Pins.Mitmproxy != mitmproxy.Release {
+		t.Errorf("mitmproxy %q, want %q", v.Pins.Mitmproxy, mitmproxy.Release)
 	}
 	if !strings.HasPrefix(v.Pins.Gitleaks, "v8.") {
 		t.Errorf("gitleaks %q, want the linked v8 module's version", v.Pins.Gitleaks)
@@ -43,7 +43,7 @@ func TestVersionJSON(t *testing.T) {
 		}
 	}
 	text, _, _ := c.Run(t, "", "version")
-	for _, want := range []string{"alpine       " + alpine.Branch, "mitmproxy    " + netfilter.MitmproxyRelease, "gitleaks     v8."} {
+	for _, want := range []string{"alpine       " + alpine.Branch, "mitmproxy    " + mitmproxy.Release, "gitleaks     v8."} {
 		if !strings.Contains(text, want) {
 			t.Errorf("version output lacks %q:\n%s", want, text)
 		}

@@ -15,6 +15,28 @@ import (
 	"github.com/vibedom/vibedom/e2e/clitest"
 )
 
+// agentHome is clitest.GuestImageHome with the agents names (glibc builds,
+// as the test guest's userland is glibc) fetched by `vibedom init --agents`
+// from a local registry of their real npm packages; it returns their pins
+// in the order of names.
+func agentHome(t *testing.T, names ...string) (*clitest.CLI, string, []agents.Pin) {
+	t.Helper()
+	arch, _ := agents.GuestArch(runtime.GOARCH)
+	files := map[agents.Pin]string{}
+	var pins []agents.Pin
+	for _, name := range names {
+		p, err := agents.Lookup(name, arch, agents.LibcGlibc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		files[p] = agentstest.Tarball(t, p)
+		pins = append(pins, p)
+	}
+	reg := agentstest.Serve(t, files)
+	c, bin := clitest.GuestImageHome(t, "--agents", strings.Join(names, ","), "--registry", reg.URL)
+	return c, bin, pins
+}
+
 // guestImageHomeB is clitest.GuestImageHome for a benchmark, with a home
 // of its own (no shared image cache).
 func guestImageHomeB(b *testing.B, extraInit ...string) (*clitest.CLI, string) {
@@ -28,15 +50,10 @@ func guestImageHomeB(b *testing.B, extraInit ...string) (*clitest.CLI, string) {
 // codex` runs the real codex binary from its own read-only layer, as the
 // agent user, with vibedom's flags.
 func TestAgentCodexVM(t *testing.T) {
-	arch, _ := agents.GuestArch(runtime.GOARCH)
 	// The test guest's userland is glibc; codex's build is static musl and
 	// runs on either.
-	p, err := agents.Lookup("codex", arch, agents.LibcGlibc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	reg := agentstest.Serve(t, map[agents.Pin]string{p: agentstest.Tarball(t, p)})
-	c, bin := clitest.GuestImageHome(t, "--agents", "codex", "--registry", reg.URL)
+	c, bin, pins := agentHome(t, "codex")
+	p := pins[0]
 	ws := clitest.SampleWorkspace(t)
 	// The config's default agent is used when no command is given; here
 	// the flag wins, and the words after -- are codex's.
@@ -76,17 +93,7 @@ func TestAgentCodexVM(t *testing.T) {
 // without a key each opens on its first screen), Ctrl-C reaches it, and the
 // session ends in the review.
 func TestAgentTerminalVM(t *testing.T) {
-	arch, _ := agents.GuestArch(runtime.GOARCH)
-	files := map[agents.Pin]string{}
-	for _, name := range []string{"codex", "claude"} {
-		p, err := agents.Lookup(name, arch, agents.LibcGlibc)
-		if err != nil {
-			t.Fatal(err)
-		}
-		files[p] = agentstest.Tarball(t, p)
-	}
-	reg := agentstest.Serve(t, files)
-	c, bin := clitest.GuestImageHome(t, "--agents", "codex,claude", "--registry", reg.URL)
+	c, bin, _ := agentHome(t, "codex", "claude")
 	for _, tc := range []struct {
 		agent string
 		ui    *regexp.Regexp // what its first screen draws

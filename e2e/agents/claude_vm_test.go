@@ -1,56 +1,19 @@
 package agents
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/json"
-	"encoding/pem"
 	"fmt"
 	"io"
-	"math/big"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/vibedom/vibedom/agents"
-	"github.com/vibedom/vibedom/agents/agentstest"
 	"github.com/vibedom/vibedom/e2e/clitest"
 )
-
-// fakeTLS makes a CA and a server certificate for names, returning the
-// server's TLS config and the CA's PEM.
-func fakeTLS(t *testing.T, names ...string) (*tls.Config, []byte) {
-	t.Helper()
-	caKey, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	caTmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "fake API CA"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour), IsCA: true,
-		KeyUsage: x509.KeyUsageCertSign, BasicConstraintsValid: true}
-	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ca, _ := x509.ParseCertificate(caDER)
-	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: names[0]}, DNSNames: names,
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}, KeyUsage: x509.KeyUsageDigitalSignature}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &tls.Config{Certificates: []tls.Certificate{{Certificate: [][]byte{der}, PrivateKey: key}}},
-		pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER})
-}
 
 // fakeAnthropic is a Messages API that scripts one tool call: asked with
 // the marker, it answers with a Write tool_use; given the tool's result, it
@@ -143,23 +106,10 @@ func (f *fakeAnthropic) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // real one; the API scripts a Write tool call, Claude executes it in /work,
 // and the file comes back through the review and apply.
 func TestClaudeToolCallVM(t *testing.T) {
-	arch, _ := agents.GuestArch(runtime.GOARCH)
-	p, err := agents.Lookup("claude", arch, agents.LibcGlibc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	reg := agentstest.Serve(t, map[agents.Pin]string{p: agentstest.Tarball(t, p)})
-	c, bin := clitest.GuestImageHome(t, "--agents", "claude", "--registry", reg.URL)
+	c, bin, _ := agentHome(t, "claude")
 
 	fake := &fakeAnthropic{}
-	cfg, caPEM := fakeTLS(t, "api.anthropic.com")
-	srv := httptest.NewUnstartedServer(fake)
-	srv.TLS = cfg
-	srv.StartTLS()
-	defer srv.Close()
-	caFile := filepath.Join(t.TempDir(), "fake-ca.pem")
-	os.WriteFile(caFile, caPEM, 0o644)
-	_, port, _ := strings.Cut(strings.TrimPrefix(srv.URL, "https://"), ":")
+	port, caFile := clitest.ServeTLS(t, fake, "api.anthropic.com")
 
 	realKey := "sk-ant-api03-" + strings.Repeat("RealKey0", 11) + "-AAAA" // gitleaks:allow
 	c.Env = append(c.Env, "ANTHROPIC_API_KEY="+realKey)

@@ -5,17 +5,13 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"regexp"
-	"runtime"
 	"strings"
 	"sync"
 	"testing"
 
-	"github.com/vibedom/vibedom/agents"
-	"github.com/vibedom/vibedom/agents/agentstest"
 	"github.com/vibedom/vibedom/e2e/clitest"
 )
 
@@ -82,22 +78,9 @@ func (f *fakeResponses) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // user against a fake Responses API through the proxy, with its placeholder
 // key swapped for the real one, and runs the scripted shell call in /work.
 func TestCodexToolCallVM(t *testing.T) {
-	arch, _ := agents.GuestArch(runtime.GOARCH)
-	p, err := agents.Lookup("codex", arch, agents.LibcGlibc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	reg := agentstest.Serve(t, map[agents.Pin]string{p: agentstest.Tarball(t, p)})
-	c, bin := clitest.GuestImageHome(t, "--agents", "codex", "--registry", reg.URL)
+	c, bin, _ := agentHome(t, "codex")
 	fake := &fakeResponses{}
-	cfg, caPEM := fakeTLS(t, "api.openai.com")
-	srv := httptest.NewUnstartedServer(fake)
-	srv.TLS = cfg
-	srv.StartTLS()
-	defer srv.Close()
-	caFile := filepath.Join(t.TempDir(), "fake-ca.pem")
-	os.WriteFile(caFile, caPEM, 0o644)
-	_, port, _ := strings.Cut(strings.TrimPrefix(srv.URL, "https://"), ":")
+	port, caFile := clitest.ServeTLS(t, fake, "api.openai.com")
 	realKey := "sk-proj-" + strings.Repeat("RealOpenAIKey0", 8) // gitleaks:allow
 	c.Env = append(c.Env, "OPENAI_API_KEY="+realKey)
 	ws := clitest.SampleWorkspace(t)

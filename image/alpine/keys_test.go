@@ -9,6 +9,7 @@ import (
 // TestReleaseKeysPinned fails when an embedded key changes, appears or
 // goes: a change of trust must be a deliberate edit of this table.
 func TestReleaseKeysPinned(t *testing.T) {
+	t.Parallel()
 	want := map[string]string{
 		"alpine-devel@lists.alpinelinux.org-616ae350.rsa.pub": "d11f6b21c61b4274e182eb888883a8ba8acdbf820dcc7a6d82a7d9fc2fd2836d",
 		"alpine-devel@lists.alpinelinux.org-6165ee59.rsa.pub": "207e4696d3c05f7cb05966aee557307151f1f00217af4143c1bcaf33b8df733f",

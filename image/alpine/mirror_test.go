@@ -120,6 +120,7 @@ func cacheFiles(t *testing.T, dir string) []string {
 // TestPipeline drives index -> verify -> resolve -> fetch -> extract
 // against a local mirror, then builds again with the mirror gone.
 func TestPipeline(t *testing.T) {
+	t.Parallel()
 	k, _ := keys(t)
 	m := newMirror(t)
 	rs := makeRepo(t, "aarch64")
@@ -180,6 +181,7 @@ func TestPipeline(t *testing.T) {
 // TestTamperMatrix: every way the mirror can lie fails closed, names the
 // file, and leaves nothing in the cache.
 func TestTamperMatrix(t *testing.T) {
+	t.Parallel()
 	k, evil := keys(t)
 	good := makeRepo(t, "aarch64")
 	lock := func(t *testing.T, m *mirror) *alpine.Lock {
@@ -306,6 +308,7 @@ func TestTamperMatrix(t *testing.T) {
 // TestResumeAfterCut: the first download is cut half way; the next
 // attempt asks for the rest with a Range request and the file verifies.
 func TestResumeAfterCut(t *testing.T) {
+	t.Parallel()
 	k, _ := keys(t)
 	m := newMirror(t)
 	rs := makeRepo(t, "x86_64")
@@ -344,6 +347,7 @@ func itoa(n int) string { return strconv.Itoa(n) }
 // TestParallelBounded: with a slow server, Fetch has exactly Parallel
 // downloads in flight at once, never more.
 func TestParallelBounded(t *testing.T) {
+	t.Parallel()
 	k, _ := keys(t)
 	var extra []alpinetest.Spec
 	for _, n := range []string{"p1", "p2", "p3", "p4", "p5", "p6", "p7"} {
@@ -403,6 +407,7 @@ func TestParallelBounded(t *testing.T) {
 // TestFetchRefusesOtherBranch: a lock made for another release is not
 // fetched from this one's paths, nor one whose names would leave the cache.
 func TestFetchRefusesOtherBranch(t *testing.T) {
+	t.Parallel()
 	l := &alpine.Lock{Branch: "v3.19", Arch: "x86_64"}
 	fo := alpine.FetchOptions{Options: alpine.Options{Arch: "x86_64", Mirror: "http://127.0.0.1:1"}, CacheDir: t.TempDir()}
 	bad := &alpine.Lock{Branch: alpine.Branch, Arch: "x86_64", Packages: []alpine.LockedPackage{{Name: "../../x", Version: "1-r0", Arch: "x86_64", Repo: "main", Checksum: "Q1" + strings.Repeat("A", 27) + "=", Size: 1}}}

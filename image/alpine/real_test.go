@@ -11,6 +11,7 @@ import (
 // real v3.17 aarch64 main index: Alpine's own so:, cmd:, pc: and path
 // provides must all be met, deterministically.
 func TestResolveRealIndex(t *testing.T) {
+	t.Parallel()
 	path := filepath.Join("testdata", "alpine-317-aarch64", IndexFile)
 	f, err := os.Open(path)
 	if err != nil {

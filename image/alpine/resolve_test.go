@@ -20,6 +20,7 @@ func names(l *Lock) string {
 }
 
 func TestResolve(t *testing.T) {
+	t.Parallel()
 	base := []*Package{
 		pk("git", "2.45.0-r0", []string{"so:libcurl.so.4", "so:libc.musl-x86_64.so.1", "/bin/sh"}, nil),
 		pk("libcurl", "8.9-r0", []string{"so:libc.musl-x86_64.so.1"}, []string{"so:libcurl.so.4=4.8.0"}),
@@ -78,6 +79,7 @@ func TestResolve(t *testing.T) {
 // reports every change when not, and --update refuses a replayed older
 // index.
 func TestResolveLock(t *testing.T) {
+	t.Parallel()
 	idx := func(p ...*Package) []*Index { return []*Index{{Repo: "main", Arch: "x86_64", Packages: p}} }
 	a1 := pk("a", "1.0-r0", []string{"b"}, nil)
 	b1 := pk("b", "1.0-r0", nil, nil)
@@ -118,6 +120,7 @@ func TestResolveLock(t *testing.T) {
 }
 
 func TestLockMarshalDeterministic(t *testing.T) {
+	t.Parallel()
 	l := &Lock{Branch: Branch, Arch: "x86_64", World: []string{"a"}, Packages: []LockedPackage{
 		{Name: "b", Version: "1-r0", Arch: "x86_64", Repo: "main", Checksum: "Q1" + strings.Repeat("A", 27) + "=", Size: 1},
 		{Name: "a", Version: "1-r0", Arch: "x86_64", Repo: "community", Checksum: "Q1" + strings.Repeat("A", 27) + "=", Size: 2},
@@ -142,6 +145,7 @@ func TestLockMarshalDeterministic(t *testing.T) {
 }
 
 func TestCompareVersions(t *testing.T) {
+	t.Parallel()
 	ordered := []string{
 		"1.0_alpha1-r0", "1.0_beta-r0", "1.0_rc2-r0", "1.0-r0", "1.0-r1", "1.0_p1-r0",
 		"1.0a-r0", "1.0b-r0", "1.0.1-r0", "1.2-r0", "1.10-r0", "2-r0",

@@ -63,6 +63,7 @@ func debugfs(t *testing.T, img, cmd string) string {
 }
 
 func TestWriteSmall(t *testing.T) {
+	t.Parallel()
 	hello := file("hello\n", 0o644)
 	root := dir(
 		Dirent{"etc", dir(Dirent{"hostname", file("vibedom\n", 0o644)})},
@@ -105,6 +106,7 @@ func (p *pattern) Read(b []byte) (int, error) {
 }
 
 func TestWriteBig(t *testing.T) {
+	t.Parallel()
 	const size = 300 << 20
 	var ents []Dirent
 	for i := 0; i < 5000; i++ {
@@ -135,6 +137,7 @@ func itoa(i int) string {
 }
 
 func TestWriteDeterministic(t *testing.T) {
+	t.Parallel()
 	mk := func() *Node {
 		return dir(
 			Dirent{"b", file("two", 0o644)},
@@ -157,6 +160,7 @@ func TestWriteDeterministic(t *testing.T) {
 }
 
 func TestWriteReadBack(t *testing.T) {
+	t.Parallel()
 	caps := "\x01\x00\x00\x02\x00\x20\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00"
 	suid := &Node{Type: TypeFile, Size: 3, Meta: Meta{Mode: 0o755 | fs.ModeSetuid, UID: 100000, GID: 70000, ModTime: testTime,
 		Xattrs: map[string]string{"security.capability": caps}},
@@ -220,6 +224,7 @@ func mountCompare(t *testing.T, img string, files map[string]string, link, targe
 }
 
 func TestWriteHostileTrees(t *testing.T) {
+	t.Parallel()
 	loop := dir()
 	loop.Entries = []Dirent{{"self", loop}}
 	sub := dir()
@@ -268,6 +273,7 @@ func TestWriteHostileTrees(t *testing.T) {
 // TestWriteEmptyWritable: an empty tree with room to spare is a writable
 // file system (the session's scratch disk).
 func TestWriteEmptyWritable(t *testing.T) {
+	t.Parallel()
 	img, st := writeImage(t, dir(), Options{Label: "scratch", FreeBlocks: 2 << 30 / 4096, FreeInodes: 100000})
 	fsck(t, img)
 	if st.Size < 2<<30 || st.Inodes < 100000 {
@@ -299,6 +305,7 @@ func TestWriteEmptyWritable(t *testing.T) {
 // 16 KiB: the inode tables outgrow group 0 and must go around the backup
 // superblocks.
 func TestWriteScratchSized(t *testing.T) {
+	t.Parallel()
 	blocks := uint64(8<<30) / 4096
 	img, st := writeImage(t, dir(), Options{Label: "scratch", FreeBlocks: blocks - blocks/64, FreeInodes: (8 << 30) / (16 << 10)})
 	fsck(t, img)
@@ -308,6 +315,7 @@ func TestWriteScratchSized(t *testing.T) {
 }
 
 func TestTreeFromDir(t *testing.T) {
+	t.Parallel()
 	src := t.TempDir()
 	os.MkdirAll(filepath.Join(src, "package/bin"), 0o755)
 	os.WriteFile(filepath.Join(src, "package/bin/tool"), []byte("#!/bin/sh\necho tool\n"), 0o755)

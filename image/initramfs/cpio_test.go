@@ -57,6 +57,7 @@ func sampleArchive(t *testing.T) (*Archive, map[string]Entry) {
 }
 
 func TestArchiveRoundTrip(t *testing.T) {
+	t.Parallel()
 	ar, want := sampleArchive(t)
 	data, err := ar.Bytes()
 	if err != nil {
@@ -125,6 +126,7 @@ func TestArchiveRoundTrip(t *testing.T) {
 }
 
 func TestArchiveDeterministic(t *testing.T) {
+	t.Parallel()
 	a, _ := sampleArchive(t)
 	want, err := a.Bytes()
 	if err != nil {
@@ -163,6 +165,7 @@ func TestArchiveDeterministic(t *testing.T) {
 }
 
 func TestArchiveRejects(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name string
 		add  []Entry
@@ -211,6 +214,7 @@ func TestArchiveRejects(t *testing.T) {
 }
 
 func TestReadArchiveConcatenated(t *testing.T) {
+	t.Parallel()
 	var base, session Archive
 	if err := base.Symlink("init", "/usr/bin/vibedom-guest"); err != nil {
 		t.Fatal(err)
@@ -255,6 +259,7 @@ func TestReadArchiveConcatenated(t *testing.T) {
 // TestReadArchiveMalformed feeds the reader hostile input: it must fail
 // cleanly, without panicking or allocating what a header claims.
 func TestReadArchiveMalformed(t *testing.T) {
+	t.Parallel()
 	var ar Archive
 	ar.File("a", 0o644, []byte("hello"))
 	good, _ := ar.Bytes()
@@ -310,6 +315,7 @@ func needCpio(t *testing.T) string {
 // TestArchiveGNUCpio cross-checks the writer against GNU cpio: it lists and
 // extracts what we write, and we read what it writes.
 func TestArchiveGNUCpio(t *testing.T) {
+	t.Parallel()
 	cpio := needCpio(t)
 	ar, want := sampleArchive(t)
 	data, err := ar.Bytes()
@@ -402,6 +408,7 @@ func TestArchiveGNUCpio(t *testing.T) {
 }
 
 func TestComparePaths(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		a, b string
 		want int

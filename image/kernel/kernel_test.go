@@ -42,6 +42,7 @@ func zbootWrap(payload []byte, comp string, offset int, sizeDelta int) []byte {
 }
 
 func TestWriteKernel(t *testing.T) {
+	t.Parallel()
 	bz := fakeKernel(0x202, "HdrS")
 	arm := fakeKernel(56, "ARM\x64")
 	zboot := zbootWrap(gz(t, arm), "gzip", 4096, 0)

@@ -30,8 +30,10 @@ type ModuleList struct {
 
 // GuestModules are the modules of vibedom's guest: virtio transports and
 // devices, the workspace share (virtiofs; 9p, QEMU's fallback), OverlayFS,
-// ext4 for the scratch disk, vsock for vz's control channel, and the power
-// button with the event device the guest agent watches it through.
+// ext4 for the scratch disk, vsock for vz's control channel, the power
+// button with the event device the guest agent watches it through, and the
+// memory balloon through which an idle guest hands freed pages back to the
+// host (free page reporting; the driver does it on its own once loaded).
 var GuestModules = ModuleList{
 	Required: []string{
 		"virtio_pci", "virtio_blk", "virtio_net", "virtio_console",
@@ -41,6 +43,7 @@ var GuestModules = ModuleList{
 		"virtio_mmio", "9p", "9pnet_virtio",
 		"vsock", "vmw_vsock_virtio_transport", "af_packet",
 		"button", "gpio_keys", "evdev",
+		"virtio_balloon",
 	},
 }
 

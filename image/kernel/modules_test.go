@@ -100,6 +100,7 @@ func fakeTree(t *testing.T, mods []fakeModule, builtin []string, builtinInfo []s
 }
 
 func TestResolveModules(t *testing.T) {
+	t.Parallel()
 	base := []fakeModule{
 		{path: "kernel/drivers/virtio/virtio_ring.ko", info: []string{"depends="}},
 		{path: "kernel/drivers/virtio/virtio.ko", info: []string{"depends=virtio_ring"}},
@@ -220,6 +221,7 @@ func TestResolveModules(t *testing.T) {
 
 // TestResolveModulesRefuses covers module trees that must not be packed.
 func TestResolveModulesRefuses(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name string
 		mods []fakeModule
@@ -332,6 +334,7 @@ func testKernelDir(arch vm.Arch) string {
 // TestResolveModulesDebian resolves the guest's module set on the real
 // Debian kernels and checks the order against the modules' own metadata.
 func TestResolveModulesDebian(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		arch    vm.Arch
 		must    []string // must be in the order
@@ -410,6 +413,7 @@ func TestResolveModulesDebian(t *testing.T) {
 // TestResolveModuleListAlpine resolves an Alpine-style tree: gzip-compressed
 // modules, an optional module the kernel lacks, a required one it lacks.
 func TestResolveModuleListAlpine(t *testing.T) {
+	t.Parallel()
 	mods := []fakeModule{
 		{path: "kernel/drivers/virtio/virtio_ring.ko.gz", info: []string{"depends="}},
 		{path: "kernel/drivers/virtio/virtio_pci.ko.gz", info: []string{"depends=virtio_ring"}},
@@ -478,6 +482,7 @@ func TestResolveModuleListAlpine(t *testing.T) {
 // files even when the modules are installed compressed (Alpine's .ko.gz);
 // the order entry finds the compressed file, and a name as written wins.
 func TestModulesOrderNamesUncompressed(t *testing.T) {
+	t.Parallel()
 	fsys := fstest.MapFS{
 		"kernel/fs/overlayfs/overlay.ko.gz": {Data: []byte("x")},
 		"kernel/fs/ext4/ext4.ko":            {Data: []byte("x")},

@@ -7,6 +7,7 @@ import (
 )
 
 func TestPVHKernelFallsBack(t *testing.T) {
+	t.Parallel()
 	hdr := func(off, n uint32, total int) []byte {
 		b := make([]byte, total)
 		copy(b[0x202:], "HdrS")

@@ -61,6 +61,7 @@ func read(t *testing.T, tr *tree, p string) string {
 }
 
 func TestCrossPackageSymlinks(t *testing.T) {
+	t.Parallel()
 	tr := testTree(t)
 	// The base layout links bin into usr/bin (Debian's usr-merge, and
 	// Alpine's); a later package installs bin/bash through it.
@@ -82,6 +83,7 @@ func TestCrossPackageSymlinks(t *testing.T) {
 }
 
 func TestHostileLinksStayInside(t *testing.T) {
+	t.Parallel()
 	tr := testTree(t)
 	// Links that climb above the root land at the root, as in the guest's
 	// chroot; nothing ever refers to the host.
@@ -104,6 +106,7 @@ func TestHostileLinksStayInside(t *testing.T) {
 }
 
 func TestConflicts(t *testing.T) {
+	t.Parallel()
 	tr := testTree(t)
 	must(t, put(t, tr, "one", ent{typ: alpine.TypeFile, path: "etc/motd", body: "hello"}))
 	// The same content from two packages is fine (apk allows it).
@@ -129,6 +132,7 @@ func TestConflicts(t *testing.T) {
 }
 
 func TestSetup(t *testing.T) {
+	t.Parallel()
 	tr := testTree(t)
 	must(t, put(t, tr, "alpine-baselayout",
 		ent{typ: alpine.TypeFile, path: "etc/passwd", body: "root:x:0:0:root:/root:/bin/ash\nnobody:x:65534:65534:nobody:/:/sbin/nologin\n"},
@@ -177,6 +181,7 @@ func TestSetup(t *testing.T) {
 }
 
 func TestSetupRefuses(t *testing.T) {
+	t.Parallel()
 	base := func(t *testing.T, passwd string) *tree {
 		tr := testTree(t)
 		must(t, put(t, tr, "alpine-baselayout", ent{typ: alpine.TypeFile, path: "etc/passwd", body: passwd}))

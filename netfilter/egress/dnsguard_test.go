@@ -6,6 +6,7 @@ import (
 )
 
 func TestSuspiciousLabels(t *testing.T) {
+	t.Parallel()
 	for _, tt := range []struct {
 		part string
 		want bool

@@ -17,6 +17,7 @@ import (
 )
 
 func TestClassifyAddr(t *testing.T) {
+	t.Parallel()
 	host := func(a netip.Addr) bool { return a == netip.MustParseAddr("203.0.113.9") }
 	for _, tt := range []struct {
 		addr string
@@ -63,6 +64,7 @@ func TestClassifyAddr(t *testing.T) {
 }
 
 func TestDialGuardPrivateRule(t *testing.T) {
+	t.Parallel()
 	var mu sync.Mutex
 	var dialled []string
 	raw := func(_ context.Context, _, addr string) (net.Conn, error) {
@@ -91,6 +93,7 @@ func TestDialGuardPrivateRule(t *testing.T) {
 }
 
 func TestAllowPrivateRule(t *testing.T) {
+	t.Parallel()
 	for _, tt := range []struct {
 		text, want, err string
 	}{
@@ -121,6 +124,7 @@ func TestAllowPrivateRule(t *testing.T) {
 }
 
 func TestAllowPrivateNotFromWorkspace(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	user := dir + "/user.txt"
 	writeFile(t, user, "allow-private 10.1.0.0/16\n")
@@ -153,6 +157,7 @@ func writeFile(t *testing.T, path, data string) {
 // path connects to loopback, except the exact address a --resolve pin
 // names.
 func TestDialGuardControl(t *testing.T) {
+	t.Parallel()
 	ln := nftest.CountingListener(t)
 	g := NewDialGuard(GuardConfig{HostAddrs: nftest.NoHostAddrs}, DiscardEvents{}, nftest.DiscardLog)
 	if _, err := g.dialer.DialContext(t.Context(), "tcp", ln.Addr().String()); !errors.Is(err, ErrUpstreamAddress) {

@@ -38,6 +38,8 @@ const BuiltinRules = `# Claude Code (and OpenCode with the Anthropic provider)
 api.anthropic.com:443
 # Codex (and OpenCode with the OpenAI provider)
 api.openai.com:443
+# Gemini CLI
+generativelanguage.googleapis.com:443
 `
 
 // maxPolicyFile bounds how much of a rule file is read.

@@ -29,6 +29,7 @@ func testPolicy(t *testing.T, user, workspace string, allow ...string) *Policy {
 }
 
 func TestPolicyDecide(t *testing.T) {
+	t.Parallel()
 	user := `# the user's own file
 example.com
 *.wild.example
@@ -136,6 +137,7 @@ only443.example
 }
 
 func TestPolicyDecideName(t *testing.T) {
+	t.Parallel()
 	p := testPolicy(t, `example.com
 !example.com:443
 both.example
@@ -173,6 +175,7 @@ ssh.example:22
 }
 
 func TestPolicyDecideAddr(t *testing.T) {
+	t.Parallel()
 	p := testPolicy(t, "192.0.2.7\n[2001:db8::1]:*\n*.example.com\n", "")
 	tests := []struct {
 		name  string
@@ -201,6 +204,7 @@ func TestPolicyDecideAddr(t *testing.T) {
 }
 
 func TestParseRulesMalformed(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name, line, reasonHas string
 	}{
@@ -255,6 +259,7 @@ func TestParseRulesMalformed(t *testing.T) {
 }
 
 func TestLoadPolicyFailsClosed(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	user := filepath.Join(dir, "user.txt")
 	os.WriteFile(user, []byte("ok.example\n*.com\nexample.com:99999\n"), 0o644)
@@ -273,8 +278,8 @@ func TestLoadPolicyFailsClosed(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got := len(p.Rules()); got != 2 {
-			t.Errorf("rules: got %d, want the 2 builtins", got)
+		if got := len(p.Rules()); got != 3 {
+			t.Errorf("rules: got %d, want the 3 builtins", got)
 		}
 	})
 	t.Run("no builtins", func(t *testing.T) {

@@ -7,6 +7,7 @@ import (
 )
 
 func TestParseResolve(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct{ spec, want, err string }{
 		{"api.example.com:443:127.0.0.1:8443", "api.example.com 443 127.0.0.1:8443", ""},
 		{"API.Example.COM.:443:10.0.0.5", "api.example.com 443 10.0.0.5:443", ""},

@@ -67,7 +67,7 @@ var table = map[string][]string{
 		"preflight", "image", "keys", "vm", "vm/vz", "vm/qemu", "netfilter", "dlp",
 		"overlay", "guest", "boot", "guestlink", "guest/proto", "review", "termtext",
 		"image/alpine", "image/rootfs", "image/ext4", "image/assets", "agents", "credentials",
-		"atomicfile", "sshagent", "home", "netfilter/egress", "logredact", "policy", "wstrust",
+		"atomicfile", "sshagent", "home", "netfilter/egress", "netfilter/netstack", "netfilter/mitmproxy", "logredact", "policy", "wstrust",
 	},
 	"policy":      {"wstrust", "netfilter", "netfilter/egress", "dlp", "overlay", "preflight", "home"},
 	"wstrust":     {"overlay", "home", "atomicfile"},
@@ -78,7 +78,7 @@ var table = map[string][]string{
 	"guest/proto": {},
 	"guestlink":   {"keys", "guest/proto"},
 	"boot":        {"vm", "guestlink", "termtext"},
-	"boot/vmtest": {"boot", "guestlink", "image", "image/assets", "keys", "vm", "guest/proto"},
+	"boot/vmtest": {"boot", "guestlink", "image", "image/assets", "keys", "keys/keystest", "vm", "guest/proto"},
 	"image": {
 		"vm", "guest/proto", "image/alpine", "image/rootfs", "image/kernel", "image/initramfs",
 		"image/assets", "home", "progress", "atomicfile",
@@ -96,7 +96,8 @@ var table = map[string][]string{
 	"home":                    {},
 	"progress":                {},
 	"keys":                    {"atomicfile"},
-	"netfilter":               {"netfilter/egress", "logredact", "credentials", "dlp", "keys", "atomicfile", "childenv"},
+	"keys/keystest":           {"keys"},
+	"netfilter":               {"netfilter/egress", "netfilter/netstack", "netfilter/mitmproxy", "logredact", "credentials", "dlp", "keys", "atomicfile", "childenv"},
 	"dlp":                     {},
 	"sshagent":                {},
 	"preflight":               {"termtext", "atomicfile"},
@@ -106,18 +107,21 @@ var table = map[string][]string{
 	"tools/...":               {anything},
 
 	// netfilter's rooms (netfilter itself wires them) and the log redactor.
-	"netfilter/egress":          {},
-	"netfilter/internal/nftest": {},
-	"logredact":                 {"dlp"},
+	"netfilter/egress":             {},
+	"netfilter/netstack":           {"netfilter/egress"},
+	"netfilter/mitmproxy":          {"netfilter/egress", "atomicfile", "childenv"},
+	"netfilter/internal/nftest":    {},
+	"netfilter/internal/stacktest": {"netfilter/egress"},
+	"logredact":                    {"dlp"},
 	// e2e/clitest drives the built command; the e2e packages hold only
 	// tests, which drive that binary (their imports are test imports).
 	"e2e":         {},
-	"e2e/clitest": {"vm", "image/assets", "image/alpine", "image/alpine/alpinetest"},
+	"e2e/clitest": {"vm", "image/assets", "image/alpine", "image/alpine/alpinetest", "agents", "agents/agentstest"},
 	"e2e/...":     {"e2e/clitest"},
 }
 
 // neverVM lists the packages that must not depend on vm or vm/vz at all.
-var neverVM = []string{"dlp", "netfilter", "netfilter/egress", "preflight", "overlay"}
+var neverVM = []string{"dlp", "netfilter", "netfilter/egress", "netfilter/netstack", "netfilter/mitmproxy", "preflight", "overlay"}
 
 // pkg is what the fence needs of `go list -json`.
 type pkg struct {

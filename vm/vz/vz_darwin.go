@@ -400,6 +400,14 @@ func buildDevices(p plan) (*vz.VirtualMachineConfiguration, error) {
 		return nil, fmt.Errorf("configure entropy device: %w", err)
 	}
 	conf.SetEntropyDevicesVirtualMachineConfiguration([]*vz.VirtioEntropyDeviceConfiguration{entropy})
+
+	// A memory balloon, so the host can take back memory an idle guest
+	// no longer uses (the guest's virtio_balloon driver is in the image).
+	balloon, err := vz.NewVirtioTraditionalMemoryBalloonDeviceConfiguration()
+	if err != nil {
+		return nil, fmt.Errorf("configure memory balloon: %w", err)
+	}
+	conf.SetMemoryBalloonDevicesVirtualMachineConfiguration([]vz.MemoryBalloonDeviceConfiguration{balloon})
 	return conf, nil
 }
 

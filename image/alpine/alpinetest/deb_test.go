@@ -36,6 +36,7 @@ func tarGz(t *testing.T, files ...File) string {
 
 // TestReadDeb reads a well-formed .deb and refuses broken and hostile ones.
 func TestReadDeb(t *testing.T) {
+	t.Parallel()
 	control := tarGz(t, File{Name: "./control", Body: []byte("Package: tool\nVersion: 1:2.3.4-5+deb12u1\nArchitecture: amd64\nDescription: a tool\n more text\n")})
 	data := tarGz(t, File{Name: "./", Type: tar.TypeDir}, File{Name: "./usr/", Type: tar.TypeDir}, File{Name: "./usr/bin/tool", Mode: 0o755, Body: []byte("x")},
 		File{Name: "./usr/bin/alias", Type: tar.TypeLink, Link: "./usr/bin/tool"})
@@ -78,6 +79,7 @@ func TestReadDeb(t *testing.T) {
 // TestMirrorHandlerStaysInRoot: the handler serves files under Root only,
 // no dot files (half-written ones), no directories, GET and HEAD only.
 func TestMirrorHandlerStaysInRoot(t *testing.T) {
+	t.Parallel()
 	parent := t.TempDir()
 	os.WriteFile(filepath.Join(parent, "secret"), []byte("no"), 0o644)
 	m, err := NewMirror(filepath.Join(parent, "root"))
@@ -123,6 +125,7 @@ func TestMirrorHandlerStaysInRoot(t *testing.T) {
 // TestBusyboxPathsRefused: an applet list that would place links outside
 // the usual absolute paths is refused, as is one too short to be real.
 func TestBusyboxPathsRefused(t *testing.T) {
+	t.Parallel()
 	for name, list := range map[string]string{
 		"dot-dot":  "/bin/../etc/passwd\n" + strings.Repeat("/bin/x\n", 60),
 		"relative": "bin/sh\n" + strings.Repeat("/bin/x\n", 60),

@@ -59,6 +59,12 @@ type DebianOptions struct {
 	// repacked Debian package or an empty stand-in; nil is
 	// alpine.World(nil) (DefaultWorld and BootWorld).
 	World []string
+	// Node, when set, makes nodejs a real package instead of a stand-in:
+	// the official Node.js build (NodePin) with libstdc++ and libgcc from
+	// Debian, each checked against its pin. Its cache entries live in
+	// CacheDir/node, keyed by the pins too, so the plain repository's
+	// entries are neither reused nor evicted.
+	Node *NodeFiles
 }
 
 // DebianRepo is a built, signed, Debian-sourced Alpine repository.
@@ -190,23 +196,40 @@ func BuildDebianRepo(o DebianOptions) (*DebianRepo, error) {
 	if world == nil {
 		world = alpine.World(nil)
 	}
-	key, err := inputsKey(o.Assets, o.Arch, world)
+	extraKey, cacheDir := "", o.CacheDir
+	if o.Node != nil {
+		var err error
+		if extraKey, err = nodeKey(o.Arch); err != nil {
+			return nil, err
+		}
+		if cacheDir != "" {
+			cacheDir = filepath.Join(cacheDir, "node")
+		}
+	}
+	key, err := inputsKey(o.Assets, o.Arch, world, extraKey)
 	if err != nil {
 		return nil, err
 	}
 	var set *builtSet
 	cached := false
-	if o.CacheDir != "" {
-		set, err = loadSet(filepath.Join(o.CacheDir, o.Arch+"-"+key))
+	if cacheDir != "" {
+		set, err = loadSet(filepath.Join(cacheDir, o.Arch+"-"+key))
 		cached = err == nil
 	}
 	if set == nil {
 		b := &repoBuilder{arch: o.Arch, debArch: da, assets: o.Assets, world: world}
+		if o.Node != nil {
+			node, debs, err := nodeInputs(o.Arch, o.Node)
+			if err != nil {
+				return nil, err
+			}
+			b.extra, b.extraDebs = nodeEntries(da, node, debs)
+		}
 		if set, err = b.build(); err != nil {
 			return nil, err
 		}
-		if o.CacheDir != "" {
-			if err := saveSet(o.CacheDir, o.Arch, key, set); err != nil {
+		if cacheDir != "" {
+			if err := saveSet(cacheDir, o.Arch, key, set); err != nil {
 				return nil, err
 			}
 		}
@@ -252,11 +275,15 @@ type builtPackage struct {
 	u          *unsigned
 }
 
-// inputsKey is the SHA-256 of the builder's version, the arch, the world
-// and every file under assets (names, modes, contents).
-func inputsKey(assets, arch string, world []string) (string, error) {
+// inputsKey is the SHA-256 of the builder's version, the arch, the world,
+// extra (when not empty) and every file under assets (names, modes,
+// contents).
+func inputsKey(assets, arch string, world []string, extra string) (string, error) {
 	h := sha256.New()
 	fmt.Fprintf(h, "%s\x00%s\x00%s\x00", debianRepoVersion, arch, strings.Join(world, ","))
+	if extra != "" {
+		fmt.Fprintf(h, "extra\x00%s\x00", extra)
+	}
 	err := filepath.WalkDir(assets, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
@@ -363,7 +390,11 @@ func saveSet(cacheDir, arch, key string, s *builtSet) error {
 type repoBuilder struct {
 	arch, debArch, assets string
 	world                 []string
-	set                   builtSet
+	// extra are userland entries beyond debs/test-userland.txt, read
+	// already: extraDebs[i] is extra[i]'s package (DebianOptions.Node).
+	extra     []userlandEntry
+	extraDebs []*deb
+	set       builtSet
 }
 
 func (b *repoBuilder) add(repo string, s Spec, data []byte, installed int64) error {
@@ -406,7 +437,7 @@ func (b *repoBuilder) build() (*builtSet, error) {
 			return nil, fmt.Errorf("alpinetest: the Debian-sourced repository has no %s: is debs/test-userland.txt the current list?", n)
 		}
 	}
-	b.set.StandIns = StandInNames(b.world)
+	b.set.StandIns = slices.DeleteFunc(StandInNames(b.world), func(n string) bool { return have[n] })
 	for _, n := range b.set.StandIns {
 		repo := "main"
 		if communityPackages[n] {
@@ -782,17 +813,24 @@ func (b *repoBuilder) debs() error {
 	}
 	var pkgs []*pkg
 	provided := map[string]bool{} // sonames any package provides
-	for _, e := range list {
-		m, _ := filepath.Glob(filepath.Join(dir, e.deb+"_*.deb"))
-		if len(m) != 1 {
-			return fmt.Errorf("%s: want one %s_*.deb, found %d: run scripts/fetch-assets.sh", dir, e.deb, len(m))
-		}
-		d, err := readDeb(m[0])
-		if err != nil {
-			return err
+	read := map[int]*deb{}
+	for i, d := range b.extraDebs {
+		read[len(list)+i] = d
+	}
+	list = append(list, b.extra...)
+	for i, e := range list {
+		d := read[i]
+		if d == nil {
+			m, _ := filepath.Glob(filepath.Join(dir, e.deb+"_*.deb"))
+			if len(m) != 1 {
+				return fmt.Errorf("%s: want one %s_*.deb, found %d: run scripts/fetch-assets.sh", dir, e.deb, len(m))
+			}
+			if d, err = readDeb(m[0]); err != nil {
+				return err
+			}
 		}
 		if a := d.control["Architecture"]; a != b.debArch && a != "all" {
-			return fmt.Errorf("%s is for %s, not %s", m[0], a, b.debArch)
+			return fmt.Errorf("%s is for %s, not %s", d.file, a, b.debArch)
 		}
 		ver, err := alpineVersion(d.control["Version"])
 		if err != nil {
@@ -904,6 +942,9 @@ func (b *repoBuilder) debs() error {
 			return fmt.Errorf("%s: %w", p.d.file, err)
 		}
 		desc := fmt.Sprintf("Debian's %s %s, repacked by vibedom's test mirror", p.d.control["Package"], p.d.control["Version"])
+		if p.e.apk == "nodejs" {
+			desc = fmt.Sprintf("Node.js %s, the official build (npm's node-linux-*), repacked by vibedom's test mirror", p.d.control["Version"])
+		}
 		if p.e.apk == "musl" {
 			desc = fmt.Sprintf("glibc, not musl: Debian's libc6 %s, repacked by vibedom's test mirror", p.d.control["Version"])
 		}

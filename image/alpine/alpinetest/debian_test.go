@@ -216,6 +216,7 @@ func TestDebianRepo(t *testing.T) {
 
 // TestZbootWrap: what ZbootWrap makes has the header image/kernel.go reads.
 func TestZbootWrap(t *testing.T) {
+	t.Parallel()
 	img := make([]byte, 4096)
 	copy(img[56:], "ARM\x64")
 	z, err := ZbootWrap(img)

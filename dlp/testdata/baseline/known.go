@@ -1,0 +1,396 @@
+package baseline
+
+import (
+	"bytes"
+	"encoding/base64"
+	"encoding/binary"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"math"
+	"net/url"
+	"strings"
+	"unicode/utf16"
+	"unicode/utf8"
+)
+
+// Secret is a known value to scrub wherever it appears.
+type Secret struct {
+	// Value is the plaintext. Values shorter than MinSecretLen are not
+	// matched (they would match ordinary words); values longer than
+	// MaxSecretLen are matched by their first MaxSecretLen bytes.
+	Value string
+	// Source says where the value came from, for the audit log, e.g.
+	// ".env:3 API_KEY" or "preflight aws-access-token src/aws.py:1".
+	Source string
+}
+
+// String never shows the value.
+func (s Secret) String() string {
+	return fmt.Sprintf("secret from %s (%d bytes)", s.Source, len(s.Value))
+}
+
+// GoString keeps %#v from printing the value.
+func (s Secret) GoString() string { return "dlp.Secret{" + s.String() + "}" }
+
+// Bounds of known values.
+const (
+	MinSecretLen = 8
+	MaxSecretLen = 4096
+)
+
+// form is the encoding a known value was found in.
+type form uint8
+
+const (
+	formRaw form = iota
+	formBase64
+	formBase64URL
+	formHex
+	formURL
+	formJSON
+	// formLine is one line (or one secret-like token of a line) of a
+	// multi-line value.
+	formLine
+)
+
+var formNames = [...]string{"raw", "base64", "base64url", "hex", "url", "json", "line"}
+
+func (f form) String() string { return formNames[f] }
+
+// knownPattern is one encoded form of one secret.
+type knownPattern struct {
+	b      []byte
+	secret int32
+	form   form
+}
+
+// knownSet finds every pattern in one pass, through two windowIndexes:
+// patterns of at least 8+knownStride-1 bytes are found by sampling the
+// text every knownStride bytes; shorter ones (8 to 10 bytes) by looking
+// at every position.
+type knownSet struct {
+	secrets []Secret
+	lower   []string // the values in lower case
+	pats    []knownPattern
+	long    windowIndex
+	short   windowIndex
+	maxLen  int
+}
+
+const knownStride = 4
+
+// windowIndex tests 8-byte windows of the text, one every stride bytes,
+// against a bitmap of the windows its patterns hold at offsets 0 to
+// stride-1 (so a pattern always covers one sampled window); the rare hits
+// are looked up and checked.
+type windowIndex struct {
+	stride int
+	bitmap []uint64 // a power of two of bits, at most 2^32
+	byKey  map[uint64][]knownCand
+	n      int
+}
+
+// knownCand is a pattern whose window at offset off has a given key.
+type knownCand struct {
+	pat int32
+	off int32
+}
+
+const hashMul = 0x9E3779B97F4A7C15
+
+func (w *windowIndex) build(pats []knownPattern, idx []int32, stride int) {
+	w.stride, w.n = stride, len(idx)
+	w.byKey = map[uint64][]knownCand{}
+	// About 32 bits a window keeps false hits near 3 %.
+	logBits := uint(10)
+	for logBits < 21 && 1<<logBits < 32*stride*len(idx) {
+		logBits++
+	}
+	w.bitmap = make([]uint64, 1<<logBits/64)
+	for _, i := range idx {
+		p := pats[i].b
+		for off := 0; off < stride; off++ {
+			key := binary.LittleEndian.Uint64(p[off:])
+			h := (key * hashMul >> 32) & uint64(1<<logBits-1)
+			w.bitmap[h>>6] |= 1 << (h & 63)
+			w.byKey[key] = append(w.byKey[key], knownCand{i, int32(off)})
+		}
+	}
+}
+
+func (w *windowIndex) scan(k *knownSet, buf []byte, from, n int, out []match) []match {
+	if w.n == 0 {
+		return out
+	}
+	buf = buf[:n]
+	bm := w.bitmap
+	mask := uint64(len(bm)*64 - 1)
+	stride := w.stride
+	// Start early enough that a pattern starting at from is covered;
+	// matches starting before from are dropped. The loop is kept small
+	// (the rare hits are checked out of line).
+	for i := max(0, from-stride+1); i <= len(buf)-8; i += stride {
+		key := binary.LittleEndian.Uint64(buf[i:])
+		h := (key * hashMul >> 32) & mask
+		if bm[h>>6]&(1<<(h&63)) != 0 {
+			out = w.check(k, buf, i, from, key, out)
+		}
+	}
+	return out
+}
+
+// check looks at the patterns whose window at some offset is key, found
+// at position i.
+//
+//go:noinline
+func (w *windowIndex) check(k *knownSet, buf []byte, i, from int, key uint64, out []match) []match {
+	for _, c := range w.byKey[key] {
+		p := &k.pats[c.pat]
+		st := i - int(c.off)
+		if st < from || st+len(p.b) > len(buf) || !bytes.Equal(buf[st:st+len(p.b)], p.b) {
+			continue
+		}
+		out = append(out, match{start: int32(st), end: int32(st + len(p.b)), cat: CatSecret, secret: p.secret, form: p.form})
+	}
+	return out
+}
+
+// newKnownSet builds the matcher for secrets (deduplicated, short ones
+// dropped).
+func newKnownSet(secrets []Secret) *knownSet {
+	k := &knownSet{}
+	seenSecret := map[string]int32{}
+	seenPat := map[string]bool{}
+	for _, s := range secrets {
+		v := s.Value
+		if len(v) > MaxSecretLen {
+			v = v[:MaxSecretLen]
+		}
+		if len(v) < MinSecretLen {
+			continue
+		}
+		if i, ok := seenSecret[v]; ok {
+			// The same value from several places: keep them all (a few).
+			if src := &k.secrets[i].Source; s.Source != "" && !strings.Contains(*src, s.Source) && strings.Count(*src, "; ") < 3 {
+				*src += "; " + s.Source
+			}
+			continue
+		}
+		idx := int32(len(k.secrets))
+		seenSecret[v] = idx
+		k.secrets = append(k.secrets, Secret{Value: v, Source: s.Source})
+		k.lower = append(k.lower, strings.ToLower(v))
+		forms := encodedForms([]byte(v))
+		if hexOnly(v) {
+			// Case carries nothing in hex: an upper- or lower-cased
+			// copy is the same value.
+			forms = append(forms, encoded{[]byte(strings.ToLower(v)), formRaw}, encoded{[]byte(strings.ToUpper(v)), formRaw})
+		}
+		for _, part := range secretParts(v) {
+			forms = append(forms, encoded{[]byte(part), formLine})
+		}
+		for _, enc := range forms {
+			if len(enc.b) < MinSecretLen || seenPat[string(enc.b)] {
+				continue
+			}
+			seenPat[string(enc.b)] = true
+			k.pats = append(k.pats, knownPattern{b: enc.b, secret: idx, form: enc.form})
+		}
+	}
+	var long, short []int32
+	for i, p := range k.pats {
+		if len(p.b) >= 8+knownStride-1 {
+			long = append(long, int32(i))
+		} else {
+			short = append(short, int32(i))
+		}
+		k.maxLen = max(k.maxLen, len(p.b))
+	}
+	k.long.build(k.pats, long, knownStride)
+	k.short.build(k.pats, short, 1)
+	return k
+}
+
+// scan appends a match for every pattern occurrence starting in [from, n)
+// and ending by n.
+func (k *knownSet) scan(buf []byte, from, n int, out []match) []match {
+	if len(k.pats) == 0 || n-from < MinSecretLen {
+		return out
+	}
+	out = k.long.scan(k, buf, from, n, out)
+	return k.short.scan(k, buf, from, n, out)
+}
+
+type encoded struct {
+	b    []byte
+	form form
+}
+
+// encodedForms returns the forms a secret is searched in: raw; base64 in
+// both alphabets at each of the three byte alignments (trimmed to the
+// characters that depend on the secret alone, so the secret is found
+// inside a larger encoded blob); hex in both cases; percent-encoded (query,
+// path, and every byte); JSON-escaped (Go's escaping with and without HTML
+// escapes, and every character as \uXXXX in both cases).
+func encodedForms(s []byte) []encoded {
+	out := []encoded{{s, formRaw}}
+	for _, a := range []int{0, 1, 2} {
+		out = append(out, encoded{b64Aligned(base64.RawStdEncoding, s, a), formBase64})
+		out = append(out, encoded{b64Aligned(base64.RawURLEncoding, s, a), formBase64URL})
+	}
+	h := []byte(hex.EncodeToString(s))
+	out = append(out, encoded{h, formHex}, encoded{bytes.ToUpper(h), formHex})
+	str := string(s)
+	out = append(out,
+		encoded{[]byte(url.QueryEscape(str)), formURL},
+		encoded{[]byte(url.PathEscape(str)), formURL},
+		encoded{percentAll(s, upperHex), formURL},
+		encoded{percentAll(s, lowerHex), formURL},
+	)
+	if utf8.Valid(s) {
+		out = append(out, encoded{jsonEscaped(str, true), formJSON}, encoded{jsonEscaped(str, false), formJSON})
+		out = append(out, encoded{unicodeEscapeAll(str, lowerHex), formJSON},
+			encoded{unicodeEscapeAll(str, upperHex), formJSON})
+		// A JSON encoder that escapes only the solidus.
+		if strings.Contains(str, "/") {
+			out = append(out, encoded{[]byte(strings.ReplaceAll(str, "/", `\/`)), formJSON})
+		}
+	}
+	return out
+}
+
+// b64Aligned is the part of the base64 encoding of s, placed a bytes into
+// a larger input, that depends on s alone.
+func b64Aligned(enc *base64.Encoding, s []byte, a int) []byte {
+	in := make([]byte, a+len(s))
+	copy(in[a:], s)
+	full := enc.EncodeToString(in)
+	lo := (8*a + 5) / 6
+	hi := (8*a + 8*len(s)) / 6
+	return []byte(full[lo:hi])
+}
+
+func percentAll(s []byte, digits string) []byte {
+	out := make([]byte, 0, 3*len(s))
+	for _, c := range s {
+		out = append(out, '%', digits[c>>4], digits[c&15])
+	}
+	return out
+}
+
+func unicodeEscapeAll(s string, digits string) []byte {
+	var out []byte
+	put := func(u uint16) {
+		out = append(out, '\\', 'u', digits[u>>12], digits[u>>8&15], digits[u>>4&15], digits[u&15])
+	}
+	for _, r := range s {
+		if r >= 0x10000 {
+			a, b := utf16.EncodeRune(r)
+			put(uint16(a))
+			put(uint16(b))
+			continue
+		}
+		put(uint16(r))
+	}
+	return out
+}
+
+// entropy is the Shannon entropy of s in bits per byte.
+func entropy(s []byte) float64 {
+	if len(s) == 0 {
+		return 0
+	}
+	var counts [256]int
+	for _, c := range s {
+		counts[c]++
+	}
+	n := float64(len(s))
+	var h float64
+	for _, c := range counts {
+		if c > 0 {
+			p := float64(c) / n
+			h -= p * math.Log2(p)
+		}
+	}
+	return h
+}
+
+// jsonEscaped is str as Go's JSON encoder writes it inside the quotes.
+func jsonEscaped(str string, html bool) []byte {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(html)
+	enc.Encode(str)
+	q := b.Bytes() // "…"\n
+	return bytes.Clone(q[1 : len(q)-2])
+}
+
+// Hex digits for the escaped forms.
+const (
+	lowerHex = "0123456789abcdef"
+	upperHex = "0123456789ABCDEF"
+)
+
+// hexOnly reports a value of 16 or more hex digits with a letter among
+// them.
+func hexOnly(v string) bool {
+	letter := false
+	for i := 0; i < len(v); i++ {
+		if !isHex(v[i]) {
+			return false
+		}
+		letter = letter || v[i] > '9'
+	}
+	return len(v) >= 16 && letter
+}
+
+// minPartLen is the shortest line or token of a multi-line value that is
+// matched on its own.
+const minPartLen = 16
+
+// secretParts returns what of a multi-line value is matched on its own,
+// so that a value is found even if only some of its lines leave: each
+// line that looks secret (a base64 or hex run such as a PEM body line, or
+// a high-entropy line without blanks) and, from the other lines, each such
+// token (the value of "key": "…"). Armour lines (-----BEGIN …) and
+// ordinary text are not matched alone.
+func secretParts(v string) []string {
+	if !strings.Contains(v, "\n") {
+		return nil
+	}
+	var out []string
+	for _, line := range strings.Split(v, "\n") {
+		line = strings.TrimSpace(line)
+		if secretLike(line) {
+			out = append(out, line)
+			continue
+		}
+		for _, tok := range strings.FieldsFunc(line, func(r rune) bool { return strings.ContainsRune(" \t\"'`,:;{}[]()<>", r) }) {
+			if secretLike(tok) {
+				out = append(out, tok)
+			}
+		}
+	}
+	return out
+}
+
+// secretLike reports a line or token worth matching alone: 16 or more
+// bytes without blanks, either all base64/hex characters mixing at least
+// two of lower case, upper case and digits, or of high entropy.
+func secretLike(s string) bool {
+	if len(s) < minPartLen || strings.HasPrefix(s, "-----") {
+		return false
+	}
+	b64 := true
+	for i := 0; i < len(s); i++ {
+		if s[i] <= ' ' {
+			return false
+		}
+		b64 = b64 && b64Byte(s[i])
+	}
+	if b64 && classCount([]byte(s)) >= 2 {
+		return true
+	}
+	return entropy([]byte(s)) >= 3.5
+}
