@@ -61,7 +61,9 @@ func neededModules(bc *proto.BootConfig) []string {
 	// The power button (ACPI on x86, GPIO keys on arm64 virt) and its
 	// event device come first too: a press before its driver is bound is
 	// lost, and a host may stop the guest right after it is ready.
-	n := []string{"virtio_pci", "virtio_blk", "ext4", "overlay", "button", "gpio_keys", "evdev"}
+	// So does the memory balloon: an idle guest hands freed pages back
+	// through it from the start.
+	n := []string{"virtio_pci", "virtio_blk", "ext4", "overlay", "button", "gpio_keys", "evdev", "virtio_balloon"}
 	switch bc.Control.Transport {
 	case proto.TransportVsock:
 		n = append(n, "vsock", "vmw_vsock_virtio_transport")

@@ -30,6 +30,7 @@ kernel/net/vmw_vsock/vsock.ko
 kernel/drivers/virtio/virtio_mmio.ko kernel/drivers/virtio/virtio.ko
 kernel/drivers/acpi/button.ko
 kernel/drivers/input/evdev.ko
+kernel/drivers/virtio/virtio_balloon.ko kernel/drivers/virtio/virtio.ko
 `
 
 func names(ms []module) []string {
@@ -53,13 +54,13 @@ func TestSplitModules(t *testing.T) {
 		now, later []string
 	}{
 		{"virtiofs, no network", proto.BootConfig{Workspace: proto.Workspace{FSType: proto.FSVirtiofs}},
-			slices.Concat(base, []string{"fuse", "virtiofs"}, fs, []string{"button", "evdev"}),
+			slices.Concat(base, []string{"fuse", "virtiofs"}, fs, []string{"button", "evdev", "virtio_balloon"}),
 			[]string{"virtio_mmio"}},
 		{"9p with network", proto.BootConfig{Workspace: proto.Workspace{FSType: proto.FS9P}, Network: &proto.Network{}},
-			slices.Concat(base, []string{"failover", "net_failover", "virtio_net"}, fs, []string{"9pnet", "9p", "9pnet_virtio", "button", "evdev"}),
+			slices.Concat(base, []string{"failover", "net_failover", "virtio_net"}, fs, []string{"9pnet", "9p", "9pnet_virtio", "button", "evdev", "virtio_balloon"}),
 			[]string{"virtio_mmio"}},
 		{"vsock control", proto.BootConfig{Control: proto.Control{Transport: proto.TransportVsock}, Workspace: proto.Workspace{FSType: proto.FSVirtiofs}},
-			[]string{"virtio_ring", "virtio", "virtio_pci", "virtio_blk", "fuse", "virtiofs", "overlay", "crc32c_generic", "jbd2", "ext4", "vsock", "button", "evdev"},
+			[]string{"virtio_ring", "virtio", "virtio_pci", "virtio_blk", "fuse", "virtiofs", "overlay", "crc32c_generic", "jbd2", "ext4", "vsock", "button", "evdev", "virtio_balloon"},
 			[]string{"virtio_mmio"}},
 	}
 	for _, tt := range tests {
