@@ -279,6 +279,21 @@ func TestTamper(t *testing.T) {
 		{"symlink through a symlink", hostile(
 			entry{name: "package/a", typ: tar.TypeSymlink, linkname: "."},
 			entry{name: "package/s", typ: tar.TypeSymlink, linkname: "a/.."}), ErrUnsafeEntry, nil},
+		// On a Mac's file system "d/x" goes through the symlink "D".
+		{"file through a symlink of another case", hostile(
+			entry{name: "package/D", typ: tar.TypeSymlink, linkname: "bin"},
+			entry{name: "package/d/x", body: "x"}), ErrUnsafeEntry, []string{"through"}},
+		{"symlink through a symlink of another case", hostile(
+			entry{name: "package/A", typ: tar.TypeSymlink, linkname: "."},
+			entry{name: "package/s", typ: tar.TypeSymlink, linkname: "a/.."}), ErrUnsafeEntry, nil},
+		{"names that differ only in case", hostile(
+			entry{name: "package/Foo/x", body: "x"},
+			entry{name: "package/foo/y", body: "y"}), ErrUnsafeEntry, []string{"case-insensitive"}},
+		{"names that differ only in normalisation", hostile(
+			entry{name: "package/caf\u00e9", body: "x"},
+			entry{name: "package/cafe\u0301", body: "y"}), ErrUnsafeEntry, []string{"case-insensitive"}},
+		{"names that differ by an ignorable character", hostile(
+			entry{name: "package/bin\u200c/agent", body: "y", mode: 0o755}), ErrUnsafeEntry, []string{"case-insensitive"}},
 		{"binary is a symlink", pinned(tarball(t,
 			entry{name: "package/real", body: "x", mode: 0o755},
 			entry{name: "package/bin/agent", typ: tar.TypeSymlink, linkname: "../real"})), ErrUnsafeEntry, nil},

@@ -13,6 +13,9 @@ import (
 	"os"
 	"path"
 	"strings"
+	"unicode"
+
+	"golang.org/x/text/unicode/norm"
 )
 
 // ErrUnsafeEntry: a tarball entry would land outside the package
@@ -60,8 +63,8 @@ func extractTo(r io.Reader, root *os.Root, dir string, p Pin, maxUnpacked int64)
 	}
 	tr := tar.NewReader(zr)
 	top := ""
-	symlinks := map[string]string{} // path in the package -> target
-	seen := map[string]bool{}
+	symlinks := map[string]string{} // fold(path in the package) -> target
+	seen := map[string]string{}     // fold(path) -> path
 	var total int64
 	found := false
 	for n := 0; ; n++ {
@@ -101,16 +104,28 @@ func extractTo(r io.Reader, root *os.Root, dir string, p Pin, maxUnpacked int64)
 			}
 			continue
 		}
-		// No entry may go through a symlink of the package.
+		// No entry may go through a symlink of the package, nor name a
+		// path that a Mac's file system (case- and normalisation-
+		// insensitive) takes for another entry's: there "D/x" goes
+		// through a symlink "d".
 		for d := path.Dir(rest); d != "."; d = path.Dir(d) {
-			if _, ok := symlinks[d]; ok {
+			if _, ok := symlinks[fold(d)]; ok {
 				return res, bad(name, "goes through the package's symlink "+d)
 			}
+			if prev, ok := seen[fold(d)]; ok && prev != d {
+				return res, bad(name, fmt.Sprintf("is under %q on a case-insensitive file system", prev))
+			}
+			seen[fold(d)] = d
 		}
-		if seen[rest] && h.Typeflag != tar.TypeDir {
-			return res, bad(name, "appears twice")
+		if prev, ok := seen[fold(rest)]; ok {
+			if prev != rest {
+				return res, bad(name, fmt.Sprintf("is %q on a case-insensitive file system", prev))
+			}
+			if h.Typeflag != tar.TypeDir {
+				return res, bad(name, "appears twice")
+			}
 		}
-		seen[rest] = true
+		seen[fold(rest)] = rest
 		dst := dir + "/" + rest
 		switch h.Typeflag {
 		case tar.TypeDir:
@@ -173,7 +188,7 @@ func extractTo(r io.Reader, root *os.Root, dir string, p Pin, maxUnpacked int64)
 			if err := root.Symlink(t, dst); err != nil {
 				return res, fmt.Errorf("%s: %w", p, err)
 			}
-			symlinks[rest] = t
+			symlinks[fold(rest)] = t
 		case tar.TypeLink:
 			return res, bad(name, "is a hard link (npm packages have none)")
 		default:
@@ -221,9 +236,23 @@ func linkInside(link, t string, symlinks map[string]string) bool {
 			continue
 		}
 		stack = append(stack, el)
-		if _, ok := symlinks[strings.Join(stack, "/")]; ok && i < len(els)-1 {
+		if _, ok := symlinks[fold(strings.Join(stack, "/"))]; ok && i < len(els)-1 {
 			return false
 		}
 	}
 	return true
+}
+
+// fold is the name a case- and normalisation-insensitive file system
+// (APFS, HFS+) takes p for: NFD, case folded, with the invisible format
+// characters HFS+ ignores dropped.
+func fold(p string) string {
+	var b strings.Builder
+	for _, r := range norm.NFD.String(p) {
+		if unicode.Is(unicode.Cf, r) {
+			continue
+		}
+		b.WriteRune(unicode.ToLower(unicode.ToUpper(r)))
+	}
+	return b.String()
 }

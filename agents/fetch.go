@@ -30,6 +30,10 @@ const DefaultRegistry = "https://registry.npmjs.org"
 // maxPackument bounds a packument's size (@openai/codex's is ~0.5 MB).
 var maxPackument = 64 << 20
 
+// maxPackuments bounds the bytes of all the packuments one dependency
+// tree's resolution reads (up to maxNPMPackages of them).
+var maxPackuments int64 = 1 << 30
+
 // Errors a caller may test with errors.Is.
 var (
 	// ErrIntegrity: the registry's integrity or the downloaded tarball's

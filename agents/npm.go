@@ -201,6 +201,7 @@ type resolver struct {
 	docs  map[string]*packument
 	nodes map[string]*LockedPackage // by Path
 	deps  map[string]map[string]string
+	read  int64 // packument bytes read so far (maxPackuments)
 }
 
 func (r *resolver) packument(name string) (*packument, error) {
@@ -221,9 +222,14 @@ func (r *resolver) packument(name string) (*packument, error) {
 	if resp.StatusCode != http.StatusOK {
 		return nil, fmt.Errorf("fetch %s's packument from %s: %s", name, u, resp.Status)
 	}
-	body, err := io.ReadAll(io.LimitReader(resp.Body, int64(maxPackument)+1))
+	limit := min(int64(maxPackument), maxPackuments-r.read)
+	body, err := io.ReadAll(io.LimitReader(resp.Body, limit+1))
 	if err != nil {
 		return nil, fmt.Errorf("fetch %s's packument: %w", name, err)
+	}
+	r.read += int64(len(body))
+	if r.read > maxPackuments {
+		return nil, fmt.Errorf("the dependency tree's packuments from %s are over %d MiB in all (at %s): refused", r.o.Registry, maxPackuments>>20, name)
 	}
 	if len(body) > maxPackument {
 		return nil, fmt.Errorf("%s's packument from %s is over %d MiB: refused", name, u, maxPackument>>20)
@@ -250,7 +256,9 @@ func (r *resolver) pick(name, rng string) (pkgVersion, error) {
 	var bestS string
 	for s := range d.Versions {
 		v, ok := parseSemver(s)
-		if ok && want.match(v) && (bestS == "" || v.compare(best) > 0) {
+		// A key that is a version only once trimmed is no version: it
+		// would be a file name in the cache and a line in a message.
+		if ok && s == strings.TrimSpace(s) && want.match(v) && (bestS == "" || v.compare(best) > 0) {
 			best, bestS = v, s
 		}
 	}

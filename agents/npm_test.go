@@ -359,3 +359,45 @@ func TestNPMDirsDistinct(t *testing.T) {
 		seen[d] = a
 	}
 }
+
+// TestNPMPackumentBudget: a registry answering a wide tree with large
+// packuments (each under the one-packument bound) is stopped once the
+// packuments read add up past vibedom's bound, not read on until the
+// host's memory runs out.
+func TestNPMPackumentBudget(t *testing.T) {
+	r := newRegistry(t)
+	deps := map[string]string{}
+	pkgs := []npmPkg{}
+	for i := range 20 {
+		n := "d" + itoa(i)
+		deps[n] = "^1.0.0"
+		pkgs = append(pkgs, npmPkg{name: n, version: "1.0.0"})
+	}
+	pkgs = append(pkgs, npmPkg{name: "ag", version: "1.0.0", bin: "cli.js", deps: deps})
+	r.publishNPM(t, pkgs...)
+	old := maxPackuments
+	maxPackuments = 4 << 10
+	t.Cleanup(func() { maxPackuments = old })
+	_, err := ResolveNPM(t.Context(), Options{Home: t.TempDir(), Registry: r.URL}, "", NPMSpec{Name: "ag", Version: "1.0.0"}, "")
+	if err == nil || !strings.Contains(err.Error(), "packuments") || strings.Contains(err.Error(), "\n") {
+		t.Fatalf("err %v, want one about the packuments' total", err)
+	}
+}
+
+// TestNPMVersionKeyWhitespace: a packument version key that is a version
+// only once trimmed ("1.0.0\n") is not picked: it would become a file
+// name in the cache and a line break in the lock's messages.
+func TestNPMVersionKeyWhitespace(t *testing.T) {
+	r := newRegistry(t)
+	r.publishNPM(t, npmPkg{name: "ag", version: "1.0.0", bin: "cli.js", deps: map[string]string{"d": "^1.0.0"}},
+		npmPkg{name: "d", version: "1.0.0"}, npmPkg{name: "d", version: "1.9.0\n"})
+	lock, err := ResolveNPM(t.Context(), Options{Home: t.TempDir(), Registry: r.URL}, "", NPMSpec{Name: "ag", Version: "1.0.0"}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range lock.Packages {
+		if p.Name == "d" && p.Version != "1.0.0" {
+			t.Errorf("picked d@%q, want 1.0.0", p.Version)
+		}
+	}
+}

@@ -318,7 +318,7 @@ func jwtExpiry(tok string) (time.Time, error) {
 		return time.Time{}, err
 	}
 	exp, ok := c["exp"].(float64)
-	if !ok || exp <= 0 {
+	if !ok || exp <= 0 || exp > 1e11 { // 1e11: the year 5138, beyond which int64(exp) may overflow
 		return time.Time{}, errors.New("no exp claim")
 	}
 	return time.Unix(int64(exp), 0), nil

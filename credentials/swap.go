@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"strings"
+	"sync"
 
 	"github.com/vibedom/vibedom/dlp"
 )
@@ -13,6 +14,10 @@ import (
 type Session struct {
 	entries []entry
 	logins  []*LoginSession
+	// redactEng finds the logins' redactFor real tokens in log lines.
+	redactMu  sync.Mutex
+	redactEng *dlp.Engine
+	redactFor int
 }
 
 // AddLogin makes the session use a subscription login: the guest gets the
@@ -78,12 +83,32 @@ func (s *Session) RefreshDue(ctx context.Context) error {
 // host refreshed during the session included, which the DLP's known
 // values, fixed at the start, do not hold) in a string bound for a log.
 func (s *Session) Redact(v string) string {
+	var all []dlp.Secret
 	for _, l := range s.logins {
 		for _, sec := range l.Secrets() {
 			v = strings.ReplaceAll(v, sec, RedactedToken)
+			all = append(all, dlp.Secret{Value: sec, Source: "the host's " + l.kind.Name + " subscription login"})
 		}
 	}
-	return v
+	if len(all) == 0 {
+		return v
+	}
+	// The other forms (base64, hex, escapes, another case): a refused
+	// request's URL or header name is the guest's to spell.
+	s.redactMu.Lock()
+	if s.redactFor != len(all) {
+		s.redactEng, _ = dlp.New(dlp.Config{Secrets: all})
+		s.redactFor = len(all)
+	}
+	e := s.redactEng
+	s.redactMu.Unlock()
+	if e == nil {
+		return v
+	}
+	if e.ContainsKnownFold(v) {
+		return RedactedToken
+	}
+	return e.ScrubString(v)
 }
 
 // RedactedToken replaces a real token in a log line.

@@ -259,7 +259,7 @@ type ExecOptions struct {
 // When ctx ends, the command gets SIGTERM, then SIGKILL two seconds later,
 // and Exec returns ctx's error.
 func (c *Client) Exec(ctx context.Context, cmd string, o ExecOptions) (ExitStatus, error) {
-	sess, err := c.open(ctx, func(sess *ssh.Session) error {
+	sess, err := c.open(ctx, false, func(sess *ssh.Session) error {
 		if err := setEnv(sess, o.Env); err != nil {
 			return err
 		}
@@ -287,8 +287,10 @@ func (c *Client) Exec(ctx context.Context, cmd string, o ExecOptions) (ExitStatu
 
 // open opens a session channel and sets it up (requests that wait for the
 // guest's answer), giving up when ctx ends: a guest that stopped answering
-// must not hang the host. A session that completes after that is closed.
-func (c *Client) open(ctx context.Context, setup func(*ssh.Session) error) (*ssh.Session, error) {
+// must not hang the host. A session that completes after that is killed
+// and closed, or with kept (a kept terminal: ending ctx detaches) only
+// closed.
+func (c *Client) open(ctx context.Context, kept bool, setup func(*ssh.Session) error) (*ssh.Session, error) {
 	type result struct {
 		s   *ssh.Session
 		err error
@@ -313,7 +315,12 @@ func (c *Client) open(ctx context.Context, setup func(*ssh.Session) error) (*ssh
 	case <-ctx.Done():
 		go func() {
 			if r := <-done; r.s != nil {
-				_ = r.s.Signal(ssh.SIGKILL)
+				// A kept terminal's command goes on when ctx ends (the
+				// guest may have started it, or it ran before this
+				// attach): only the channel ends.
+				if !kept {
+					_ = r.s.Signal(ssh.SIGKILL)
+				}
 				r.s.Close()
 			}
 		}()
@@ -409,7 +416,7 @@ func (c *Client) Shell(ctx context.Context, o ShellOptions) (ExitStatus, error) 
 	if o.Cols <= 0 || o.Rows <= 0 {
 		o.Cols, o.Rows = 80, 24
 	}
-	sess, err := c.open(ctx, func(sess *ssh.Session) error {
+	sess, err := c.open(ctx, o.Keep != "", func(sess *ssh.Session) error {
 		if err := setEnv(sess, o.Env); err != nil {
 			return err
 		}

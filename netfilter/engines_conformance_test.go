@@ -132,14 +132,19 @@ func TestConformanceHostMismatch(t *testing.T) {
 				c := &http.Client{Transport: v.guestTransport(tt.h2)}
 				req, _ := http.NewRequestWithContext(t.Context(), "GET", tt.url, nil)
 				req.Host = tt.host
+				req.Header.Set("Accept", "application/json")
 				resp, err := c.Do(req)
 				if err != nil {
 					t.Fatal(err)
 				}
 				body, _ := io.ReadAll(resp.Body)
 				resp.Body.Close()
-				if resp.StatusCode != http.StatusMisdirectedRequest || !strings.HasPrefix(string(body), "vibedom: ") {
-					t.Errorf("got %d %q, want 421 with a vibedom explanation", resp.StatusCode, body)
+				if resp.StatusCode != http.StatusMisdirectedRequest || !strings.Contains(string(body), `"error":"vibedom_refused"`) ||
+					resp.Header.Get("Content-Type") != "application/json" {
+					t.Errorf("got %d %q (%s), want 421 with a vibedom explanation in JSON", resp.StatusCode, body, resp.Header.Get("Content-Type"))
+				}
+				if got := resp.Header.Get("X-Vibedom-Refused"); got == "" || got == "-" {
+					t.Errorf("X-Vibedom-Refused: %q", got)
 				}
 			})
 		}

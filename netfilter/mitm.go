@@ -2,6 +2,7 @@ package netfilter
 
 import (
 	"github.com/vibedom/vibedom/netfilter/egress"
+	"slices"
 
 	"context"
 	"crypto/tls"
@@ -96,7 +97,23 @@ type EngineConfig struct {
 	// MaxUpstreamConns bounds the upstream connections open at once
 	// (DefaultMaxUpstreamConns when 0).
 	MaxUpstreamConns int
+	// Session names the session in refusals ("vibedom allow SESSION …").
+	Session string
+	// NoMITM lists names (normalised) whose TLS is passed through to the
+	// upstream unmodified, for clients that pin certificates: the
+	// ClientHello's SNI must name the admitted name, and the DLP sees
+	// nothing of those bytes (the connect event says so). The caller
+	// keeps model providers and hosts a credential is swapped for out.
+	NoMITM []string
+	// Track, when set, is told of every explicit-proxy CONNECT tunnel the
+	// engine serves, with its target; the returned function is called when
+	// the tunnel ends. Closing conn ends the tunnel (a live deny rule).
+	Track func(t Target, conn net.Conn) (done func())
 }
+
+// NoMITMReason is the connect event's reason for a connection passed
+// through uninspected (EngineConfig.NoMITM).
+const NoMITMReason = "tunnelled uninspected (no-mitm): TLS passed through unmodified, the DLP saw none of these bytes"
 
 // GoEngine is the default Engine: it terminates the guest's TLS with leaf
 // certificates from the vibedom CA, checks that SNI, Host and :authority
@@ -438,6 +455,14 @@ func (e *GoEngine) serveTLS(ctx context.Context, pc *peekConn, t Target) connOut
 	if reason := sniMismatch(hello.serverName, hello.hasSNI, t.Name); reason != "" {
 		tlsAlert(pc.Conn, alertAccessDenied)
 		return connOutcome{"deny", reason}
+	}
+	if slices.Contains(e.cfg.NoMITM, t.Name) {
+		if !hello.hasSNI {
+			tlsAlert(pc.Conn, alertAccessDenied)
+			return connOutcome{"deny", "no-mitm " + t.Name + ": a ClientHello without SNI is refused"}
+		}
+		pc.Conn.SetReadDeadline(time.Time{})
+		return e.splice(ctx, pc, t, NoMITMReason)
 	}
 	var refused string
 	cfg := &tls.Config{

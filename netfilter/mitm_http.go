@@ -148,10 +148,13 @@ func (e *GoEngine) refuse(w http.ResponseWriter, r *http.Request, dest fwdTarget
 // refuseKeep is refuse without closing the connection: on HTTP/2 a
 // "Connection: close" ends every other stream of the connection too.
 func (e *GoEngine) refuseKeep(w http.ResponseWriter, r *http.Request, dest fwdTarget, status int, reason string) {
-	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-	w.Header().Set("X-Vibedom", "refused")
-	w.WriteHeader(status)
-	fmt.Fprintf(w, "vibedom: %s\n", reason)
+	e.refuseAs(w, r, dest, status, reason, false)
+}
+
+// refuseAs answers with the refusal (RefusedHeader, a reason the agent can
+// read, as JSON when asked); policy says a rule could allow it.
+func (e *GoEngine) refuseAs(w http.ResponseWriter, r *http.Request, dest fwdTarget, status int, reason string, policy bool) {
+	writeRefusal(w, r, dest.name, dest.port, status, reason, e.cfg.Session, policy)
 	e.events.Record(egress.Event{
 		Time:     time.Now(),
 		Kind:     "request",

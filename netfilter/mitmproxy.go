@@ -3,6 +3,7 @@ package netfilter
 import (
 	"github.com/vibedom/vibedom/netfilter/egress"
 	"github.com/vibedom/vibedom/netfilter/mitmproxy"
+	"slices"
 
 	"bufio"
 	"context"
@@ -552,6 +553,12 @@ func (e *MitmproxyEngine) Close() error {
 // HandleConn implements Engine: the connection, admitted for t, is handed
 // to mitmdump through an authenticated CONNECT to t.
 func (e *MitmproxyEngine) HandleConn(ctx context.Context, conn net.Conn, t Target) {
+	if slices.Contains(e.cfg.NoMITM, t.Name) {
+		// Passed through, never to mitmdump: the Go front end checks
+		// the SNI and tunnels the TLS as it is.
+		e.front.HandleConn(ctx, conn, t)
+		return
+	}
 	cc := &countConn{Conn: conn}
 	start := time.Now()
 	decision, reason := e.handleConn(ctx, cc, t)
@@ -709,7 +716,7 @@ func (e *MitmproxyEngine) serveUpstream(w http.ResponseWriter, r *http.Request) 
 		return
 	}
 	name, port, ok := splitAuthority(hp, 80)
-	if !ok || e.cfg.Policy == nil || !e.cfg.Policy.Decide(name, port).Allow {
+	if !ok || e.cfg.Policy == nil || !egress.Recheck(e.cfg.Policy, name, port).Allow {
 		http.Error(w, "vibedom: not an allowed destination", http.StatusForbidden)
 		return
 	}

@@ -253,16 +253,101 @@ def _swallow_informational():
     _http1.Http1Client.read_headers = read_headers
 
 
+class _TrailerReader:
+    """An HTTP/1 body reader that takes the trailers off the message's end
+    (mitmdump 8 to 11 fail on them and leave the guest's response hanging),
+    for _relay_http1_trailers to pass on."""
+
+    def __init__(self, r):
+        self.r = r
+        self.trailers = None
+
+    def __call__(self, buf):
+        return self._take(self.r(buf))
+
+    def read_eof(self):
+        return self._take(self.r.read_eof())
+
+    def _take(self, ev):
+        import h11
+
+        if isinstance(ev, h11.EndOfMessage) and ev.headers:
+            raw = ev.headers.raw_items() if hasattr(ev.headers, "raw_items") else list(ev.headers)
+            self.trailers = http.Headers([(bytes(k), bytes(v)) for k, v in raw])
+            return h11.EndOfMessage()
+        return ev
+
+
+def _relay_http1_trailers():
+    """A provider's HTTP/1 response trailers reach the response hook (which
+    scrubs them) as HTTP/2 ones do, and a guest on HTTP/1 gets them after the
+    last chunk. Without this mitmdump stops at the trailers: the guest has
+    the body so far and waits for its end forever."""
+    from mitmproxy.proxy import commands
+    from mitmproxy.proxy.layers.http import _http1
+    from mitmproxy.proxy.layers.http._base import ReceiveHttp
+    from mitmproxy.proxy.layers.http._events import ResponseEndOfMessage, ResponseTrailers
+
+    orig_read = _http1.Http1Client.read_body
+
+    def read_body(self, event):
+        br = self.body_reader
+        if not isinstance(br, _TrailerReader):
+            self.body_reader = br = _TrailerReader(br)
+        gen, sent = orig_read(self, event), None
+        while True:
+            try:
+                cmd = gen.send(sent)
+            except StopIteration:
+                return
+            if br.trailers is not None and isinstance(cmd, ReceiveHttp) and isinstance(cmd.event, ResponseEndOfMessage):
+                yield ReceiveHttp(ResponseTrailers(cmd.event.stream_id, br.trailers))
+                br.trailers = None
+            sent = yield cmd
+
+    orig_send = _http1.Http1Server.send
+
+    def send(self, event):
+        if isinstance(event, ResponseTrailers):
+            self.vibedom_trailers = event.trailers  # sent with the last chunk
+            return
+        t = None
+        if isinstance(event, ResponseEndOfMessage):
+            t, self.vibedom_trailers = getattr(self, "vibedom_trailers", None), None
+        gen, sent = orig_send(self, event), None
+        while True:
+            try:
+                cmd = gen.send(sent)
+            except StopIteration:
+                return
+            if t and isinstance(cmd, commands.SendData) and bytes(cmd.data) == b"0\r\n\r\n":
+                self.vibedom_trailers = None
+                lines = b"".join(k + b": " + v + b"\r\n" for k, v in t.fields if not re.search(rb"[\r\n\0]", k + v))
+                cmd = commands.SendData(cmd.connection, b"0\r\n" + lines + b"\r\n")
+            sent = yield cmd
+
+    _http1.Http1Client.read_body = read_body
+    _http1.Http1Server.send = send
+
+
 def _peer(conn):
     p = conn.peername
     return "%s:%d" % (p[0], p[1]) if p else ""
 
 
-def _refuse(flow, status, reason):
+def _refuse(flow, status, reason, refusal=None):
+    # The Go side words the refusal (X-Vibedom-Refused, text or JSON as the
+    # request's Accept asks); a bare reason is the fallback.
+    refusal = refusal or {}
     flow.response = http.Response.make(
         status,
-        ("vibedom: %s\n" % reason).encode(),
-        {"Content-Type": "text/plain; charset=utf-8", "X-Vibedom": "refused", "Connection": "close"},
+        (refusal.get("text") or "vibedom: %s\n" % reason).encode(),
+        {
+            "Content-Type": refusal.get("ctype") or "text/plain; charset=utf-8",
+            "X-Vibedom": "refused",
+            "X-Vibedom-Refused": refusal.get("refused") or "-",
+            "Connection": "close",
+        },
     )
     # Marked on the flow, not read back from the header: upstream could
     # send that header too.
@@ -457,6 +542,11 @@ class Vibedom:
             # Not a leak (1xx headers are scrubbed like any other), only a
             # request that would stall on a 103.
             ctx.log.warn("vibedom: cannot drop HTTP/1 informational responses: %s" % e)
+        try:
+            _relay_http1_trailers()
+        except Exception as e:
+            # Not a leak, only an HTTP/1 response with trailers that stalls.
+            ctx.log.warn("vibedom: cannot relay HTTP/1 response trailers: %s" % e)
         # Any web UI is private and read-only, whether or not vibedom said
         # it runs one.
         if LIVE_VIEW or hasattr(ctx.master, "app"):
@@ -623,7 +713,7 @@ class Vibedom:
             _forget_request(flow)
             return
         if ans.get("action") != "allow":
-            _refuse(flow, int(ans.get("status") or 403), ans.get("reason") or "refused")
+            _refuse(flow, int(ans.get("status") or 403), ans.get("reason") or "refused", ans.get("refusal"))
             return
         _learn([base64.b64decode(v) for v in ans.get("scrub") or []], base64.b64decode(ans.get("scrub_with") or ""))
         guest = {k.lower(): v for k, v in req.headers.fields}

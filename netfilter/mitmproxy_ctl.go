@@ -73,6 +73,15 @@ type ctlReply struct {
 	// Stream is set when the response body is to be fed through this
 	// side ("rbody"): a provider's response.
 	Stream bool `json:"stream,omitempty"`
+	// Refusal is a refused request's answer, as the Go engine gives it:
+	// content type, RefusedHeader's value and body text.
+	Refusal *ctlRefusal `json:"refusal,omitempty"`
+}
+
+type ctlRefusal struct {
+	CType   string `json:"ctype"`
+	Refused string `json:"refused"`
+	Text    string `json:"text"`
 }
 
 // maxCtlLine bounds one JSON line from the addon (headers, or a WebSocket
@@ -402,7 +411,16 @@ func (e *MitmproxyEngine) refuseReq(m *ctlMsg, dest fwdTarget, r *http.Request, 
 		ev.URL = redactURL(dest.scheme, m.Host, r.URL)
 	}
 	e.events.Record(ev)
-	return deny(status, reason)
+	accept := ""
+	for _, h := range m.Headers {
+		if strings.EqualFold(h[0], "Accept") {
+			accept = h[1]
+		}
+	}
+	rep := deny(status, reason)
+	ctype, refused, body := refusal(accept, dest.name, dest.port, status, reason, e.cfg.Session, false)
+	rep.Refusal = &ctlRefusal{CType: ctype, Refused: refused, Text: string(body)}
+	return rep
 }
 
 // answerReq has the addon answer the request with a filter's own answer

@@ -57,6 +57,20 @@ func (h *proxyHandler) decide(name string, port uint16) egress.Decision {
 	return d
 }
 
+// allowable reports whether a rule could allow what d refused: not when
+// the dial guard refused it, nor for an IP literal the guard never dials.
+func (h *proxyHandler) allowable(name string, d egress.Decision) bool {
+	if d.Source == sourceGuard {
+		return false
+	}
+	if ip, ok := egress.ParseAddr(name); ok {
+		if _, err := h.e.guard.Check(ip); err != nil {
+			return false
+		}
+	}
+	return true
+}
+
 func (h *proxyHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.Method == http.MethodConnect {
 		h.connect(w, r)
@@ -76,7 +90,8 @@ func (h *proxyHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	d := h.decide(name, port)
 	dest := fwdTarget{name: name, port: port, scheme: r.URL.Scheme, decision: d, src: h.src}
 	if !d.Allow {
-		h.e.refuse(w, r, dest, http.StatusForbidden, denialText(name, port, d))
+		w.Header().Set("Connection", "close")
+		h.e.refuseAs(w, r, dest, http.StatusForbidden, denialText(name, port, d), h.allowable(name, d))
 		return
 	}
 	if r.URL.Scheme == "http" && port == 443 {
@@ -91,11 +106,12 @@ func (h *proxyHandler) connect(w http.ResponseWriter, r *http.Request) {
 	fail := func(status int, reason string, d egress.Decision) {
 		ev.Decision, ev.Reason, ev.Status, ev.Rule = "deny", reason, status, d.Rule
 		h.e.events.Record(ev)
-		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		w.Header().Set("X-Vibedom", "refused")
 		w.Header().Set("Connection", "close")
-		w.WriteHeader(status)
-		fmt.Fprintf(w, "vibedom: %s\n", reason)
+		name := ""
+		if status != http.StatusBadRequest {
+			name = ev.Name
+		}
+		writeRefusal(w, r, name, ev.Port, status, reason, h.e.cfg.Session, status == http.StatusForbidden && h.allowable(name, d))
 	}
 	host, ps, err := net.SplitHostPort(r.Host)
 	pn, perr := strconv.ParseUint(ps, 10, 16)
@@ -137,6 +153,10 @@ func (h *proxyHandler) connect(w http.ResponseWriter, r *http.Request) {
 	// The request's context lives until this handler returns, which is
 	// when the tunnel ends.
 	t := Target{Name: name, Port: port, Decision: d, Guest: h.src}
+	if h.e.cfg.Track != nil {
+		done := h.e.cfg.Track(t, pc)
+		defer done()
+	}
 	if h.e.tunnel != nil {
 		h.e.tunnel(r.Context(), pc, t)
 		return
@@ -156,5 +176,5 @@ func denialText(name string, port uint16, d egress.Decision) string {
 	if d.Rule != "" {
 		return s + fmt.Sprintf(" (rule %q from %s; a deny rule beats any allow rule)", d.Rule, d.Source)
 	}
-	return s + "; ask the user to add a rule to ~/.vibedom/trusted_domains.txt or to run with --allow"
+	return s
 }

@@ -60,12 +60,15 @@ func TestExplicitProxy(t *testing.T) {
 	before := hits.Load()
 
 	denied := []struct {
-		name, url, wantBody string
+		name, url, wantBody, refused, hint string
+		json                               bool
 	}{
-		{"CONNECT to a denied name", "https://evil.test/", "evil.test:443 is not allowed"},
-		{"absolute URI to a denied name", "http://evil.test/x?secret=1", "evil.test:80 is not allowed"},
-		{"CONNECT to an allowed name on a denied port", "https://api.test:9999/", "allows other ports only"},
-		{"absolute URI to an IP no rule names", "http://127.0.0.1:1/", "no rule names this IP"},
+		{"CONNECT to a denied name", "https://evil.test/", "evil.test:443 is not allowed", "evil.test:443", "vibedom allow SESSION evil.test\n", false},
+		{"absolute URI to a denied name", "http://evil.test/x?secret=1", "evil.test:80 is not allowed", "evil.test:80", "vibedom allow SESSION evil.test\n", false},
+		{"absolute URI to a denied name, JSON", "http://evil.test/j", `"reason":"evil.test:80 is not allowed`, "evil.test:80", `"allow":"vibedom allow SESSION evil.test"`, true},
+		{"CONNECT to a denied name, JSON", "https://evil.test/", `"error":"vibedom_refused","host":"evil.test","port":443`, "evil.test:443", `"allow":"vibedom allow SESSION evil.test"`, true},
+		{"CONNECT to an allowed name on a denied port", "https://api.test:9999/", "allows other ports only", "api.test:9999", "vibedom allow SESSION api.test:9999\n", false},
+		{"absolute URI to an IP no rule names", "http://127.0.0.1:1/", "no rule names this IP", "127.0.0.1:1", "", false},
 	}
 	for _, tt := range denied {
 		t.Run(tt.name, func(t *testing.T) {
@@ -77,10 +80,14 @@ func TestExplicitProxy(t *testing.T) {
 			}
 			defer conn.Close()
 			u, _ := url.Parse(tt.url)
+			accept := "*/*"
+			if tt.json {
+				accept = "application/json"
+			}
 			if u.Scheme == "https" {
-				fmt.Fprintf(conn, "CONNECT %s:%s HTTP/1.1\r\nHost: %[1]s:%[2]s\r\n\r\n", u.Hostname(), portOr(u, "443"))
+				fmt.Fprintf(conn, "CONNECT %s:%s HTTP/1.1\r\nHost: %[1]s:%[2]s\r\nAccept: %s\r\n\r\n", u.Hostname(), portOr(u, "443"), accept)
 			} else {
-				fmt.Fprintf(conn, "GET %s HTTP/1.1\r\nHost: %s\r\n\r\n", tt.url, u.Host)
+				fmt.Fprintf(conn, "GET %s HTTP/1.1\r\nHost: %s\r\nAccept: %s\r\n\r\n", tt.url, u.Host, accept)
 			}
 			resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
 			if err != nil {
@@ -92,6 +99,21 @@ func TestExplicitProxy(t *testing.T) {
 			}
 			if !strings.Contains(string(body), tt.wantBody) {
 				t.Errorf("body %q: want it to say %q", body, tt.wantBody)
+			}
+			// Every refusal says what was refused, and a policy
+			// refusal how the user can allow it; never for an address
+			// no rule can open.
+			if got := resp.Header.Get("X-Vibedom-Refused"); got != tt.refused {
+				t.Errorf("X-Vibedom-Refused: %q, want %q", got, tt.refused)
+			}
+			if tt.hint != "" && !strings.Contains(string(body), tt.hint) {
+				t.Errorf("body %q: no hint %q", body, tt.hint)
+			}
+			if tt.hint == "" && strings.Contains(string(body), "vibedom allow") {
+				t.Errorf("body %q offers a rule for an address no rule opens", body)
+			}
+			if ct := resp.Header.Get("Content-Type"); tt.json != strings.HasPrefix(ct, "application/json") {
+				t.Errorf("Content-Type %q (JSON asked: %v)", ct, tt.json)
 			}
 		})
 	}
@@ -189,18 +211,18 @@ func TestExplicitProxy(t *testing.T) {
 			t.Errorf("alert holds a query value: %v", a)
 		}
 	}
-	// CONNECT evil, CONNECT api:9999, 3 of 4 malformed CONNECTs.
+	// CONNECT evil (twice), CONNECT api:9999, 3 of 4 malformed CONNECTs.
 	// The last malformed target is refused by the HTTP parser itself,
 	// before the proxy sees a request, so it is not in the log.
-	if proxyDenies != 5 {
-		t.Errorf("proxy refusals in alerts.jsonl: got %d, want 5", proxyDenies)
+	if proxyDenies != 6 {
+		t.Errorf("proxy refusals in alerts.jsonl: got %d, want 6", proxyDenies)
 	}
 	if connectDenies != 1 { // the SNI mismatch inside the tunnel
 		t.Errorf("connect refusals in alerts.jsonl: got %d, want 1", connectDenies)
 	}
-	// absolute URI evil, absolute URI IP, inner Host mismatch, origin-form.
-	if requestDenies != 4 {
-		t.Errorf("request refusals in alerts.jsonl: got %d, want 4: %v", requestDenies, alerts)
+	// absolute URI evil (twice), absolute URI IP, inner Host mismatch, origin-form.
+	if requestDenies != 5 {
+		t.Errorf("request refusals in alerts.jsonl: got %d, want 5: %v", requestDenies, alerts)
 	}
 }
 

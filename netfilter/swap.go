@@ -46,7 +46,15 @@ func NewSwapFilter(inner RequestFilter, swaps []credentials.Swap) RequestFilter 
 	if inner == nil {
 		inner = IdentityFilter{}
 	}
-	return &swapFilter{inner: inner, swaps: swaps}
+	f := &swapFilter{inner: inner, swaps: swaps, initial: map[string]bool{}}
+	for _, s := range swaps {
+		if s.Dynamic != nil {
+			for _, v := range s.Dynamic.Secrets() {
+				f.initial[v] = true
+			}
+		}
+	}
+	return f
 }
 
 type swapFilter struct {
@@ -57,7 +65,35 @@ type swapFilter struct {
 	mu       sync.Mutex
 	scrub    *keyScrubber
 	scrubFor int
+	// initial are the dynamic credentials' real values when the filter
+	// was built, the ones inner (the DLP) knows; learn finds the others
+	// (tokens the host refreshed since) in requests, built for the
+	// learnFor values it holds.
+	initial  map[string]bool
+	learn    *keyScrubber
+	learnFor int
 }
+
+// learned is a scrubber of the real values inner does not know (tokens
+// the host refreshed during the session), nil when there is none.
+func (f *swapFilter) learned() *keyScrubber {
+	var vals []swapSecret
+	for _, s := range f.secrets() {
+		if !f.initial[s.value] {
+			vals = append(vals, s)
+		}
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.learnFor != len(vals) {
+		f.learn, f.learnFor = newKeyScrubber(vals), len(vals)
+	}
+	return f.learn
+}
+
+// ErrRefreshedToken means a request carried a real token the host
+// refreshed during the session: the guest never gets one, so it leaks.
+var ErrRefreshedToken = errors.New("a real credential the host holds, outside the swap")
 
 // scrubber is the key scrubber for the real values as they stand (a
 // refreshed token adds one), nil when there is none.
@@ -162,6 +198,30 @@ func (f *swapFilter) FilterRequest(ctx context.Context, dest Destination, r *htt
 			}
 		}
 	}
+	if lk := f.learned(); lk != nil {
+		// The DLP's known values were fixed when the session began.
+		for name, vals := range r.Header {
+			for _, v := range vals {
+				if lk.holds(name) {
+					// Not named: the log redactor would miss it lower-cased.
+					return nil, fmt.Errorf("%w (in a header's name, to %s:%d)", ErrRefreshedToken, dest.Name, dest.Port)
+				}
+				if lk.holds(v) {
+					return nil, fmt.Errorf("%w (in header %s, to %s:%d)", ErrRefreshedToken, strings.ToLower(name), dest.Name, dest.Port)
+				}
+			}
+		}
+		u := r.URL.String()
+		if dec, _ := url.QueryUnescape(u); lk.holds(u) || lk.holds(dec) || lk.holds(r.Host) {
+			return nil, fmt.Errorf("%w (in the URL, to %s:%d)", ErrRefreshedToken, dest.Name, dest.Port)
+		}
+		if r.Body != nil && r.Body != http.NoBody {
+			r.Body = lk.reader(r.Body, r.Header.Get("Content-Type"))
+			r.ContentLength = -1
+			r.Header.Del("Content-Length")
+			r.GetBody = nil
+		}
+	}
 	value := ""
 	if do != nil {
 		value = do.Value
@@ -184,13 +244,31 @@ func (f *swapFilter) FilterRequest(ctx context.Context, dest Destination, r *htt
 	return done, nil
 }
 
-// UpgradeWriter passes the inner filter's WebSocket scrubbing through.
+// UpgradeWriter passes the inner filter's WebSocket scrubbing through,
+// the guest's frames first scrubbed of the tokens inner does not know
+// (see learned).
 func (f *swapFilter) UpgradeWriter(r *http.Request, upstream io.Writer) io.WriteCloser {
+	var w io.WriteCloser
 	if uf, ok := f.inner.(UpgradeFilter); ok {
-		return uf.UpgradeWriter(r, upstream)
+		w = uf.UpgradeWriter(r, upstream)
 	}
-	return nil
+	lk := f.learned()
+	switch {
+	case lk == nil:
+		return w
+	case w == nil:
+		return newWSScrubber(upstream, lk.e, &lk.pol, nil)
+	}
+	return closeBoth{newWSScrubber(w, lk.e, &lk.pol, nil), w}
 }
+
+// closeBoth is a writer chained onto next: closing it closes both, in order.
+type closeBoth struct {
+	io.WriteCloser
+	next io.Closer
+}
+
+func (c closeBoth) Close() error { return errors.Join(c.WriteCloser.Close(), c.next.Close()) }
 
 // FilterResponse scrubs the real values from every response (a provider
 // echoing a key back, or anything else) before the guest reads it:

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"compress/gzip"
+	"context"
 	"crypto/tls"
 	"encoding/base64"
 	"encoding/hex"
@@ -149,7 +150,15 @@ func TestResponseScrubEverywhere(t *testing.T) {
 							fmt.Fprintf(&got, "%d %v\n", code, h)
 							return nil
 						}}
-						req, _ := http.NewRequestWithContext(httptrace.WithClientTrace(t.Context(), trace), "GET", "https://api.test"+path, nil)
+						ctx := t.Context()
+						if path == "/trailers" {
+							// The whole response, trailers included, promptly:
+							// not at the client's one-minute timeout.
+							var cancel context.CancelFunc
+							ctx, cancel = context.WithTimeout(ctx, 20*time.Second)
+							defer cancel()
+						}
+						req, _ := http.NewRequestWithContext(httptrace.WithClientTrace(ctx, trace), "GET", "https://api.test"+path, nil)
 						req.Header.Set("x-api-key", ph)
 						req.Header.Set("Accept-Encoding", "gzip")
 						resp, err := c.Do(req)
@@ -174,6 +183,9 @@ func TestResponseScrubEverywhere(t *testing.T) {
 							if rerr == nil {
 								t.Errorf("an event stream spelling out the key ended normally: %q", body)
 							}
+						}
+						if path == "/trailers" && (rerr != nil || string(body) != "body " || resp.Trailer.Get("X-T") == "" || resp.Trailer.Get("X-U") == "") {
+							t.Errorf("the response did not arrive whole: body %q, trailers %v, error %v", body, resp.Trailer, rerr)
 						}
 						if leaks(got.String()) {
 							t.Errorf("the key reached the guest:\n%s", got.String())

@@ -9,6 +9,7 @@ import (
 	"github.com/vibedom/vibedom/home"
 	"io/fs"
 	"strings"
+	"time"
 )
 
 // Config is the user's defaults.
@@ -18,6 +19,13 @@ type Config struct {
 	Agent string
 	// ProxyEngine is the default of `vibedom run --proxy-engine`.
 	ProxyEngine string
+	// Egress and AskTimeout are the defaults of `vibedom run --egress`
+	// and --ask-timeout ("egress = ask", "ask-timeout = 90s").
+	Egress     string
+	AskTimeout time.Duration
+	// NoNotify: no desktop notification for ask mode's questions
+	// ("notify = off").
+	NoNotify bool
 }
 
 // ReadConfig reads ~/.vibedom/config (h.Config(): "key = value" lines,
@@ -48,8 +56,24 @@ func ReadConfig(h home.Home) (*Config, error) {
 			c.Agent = v
 		case "proxy-engine":
 			c.ProxyEngine = v
+		case "egress":
+			if v != EgressModeAsk && v != EgressModeDeny {
+				return nil, fmt.Errorf("%s:%d: egress must be ask or deny, got %q", h.Config(), n, v)
+			}
+			c.Egress = v
+		case "ask-timeout":
+			d, err := time.ParseDuration(v)
+			if err != nil || d < time.Second || d > time.Hour {
+				return nil, fmt.Errorf("%s:%d: ask-timeout must be a duration from 1s to 1h (e.g. 90s), got %q", h.Config(), n, v)
+			}
+			c.AskTimeout = d
+		case "notify":
+			if v != "on" && v != "off" {
+				return nil, fmt.Errorf("%s:%d: notify must be on or off, got %q", h.Config(), n, v)
+			}
+			c.NoNotify = v == "off"
 		default:
-			return nil, fmt.Errorf("%s:%d: unknown setting %q (known: agent, proxy-engine)", h.Config(), n, k)
+			return nil, fmt.Errorf("%s:%d: unknown setting %q (known: agent, proxy-engine, egress, ask-timeout, notify)", h.Config(), n, k)
 		}
 	}
 	return c, nil

@@ -36,6 +36,8 @@ const (
 	OpStop   = "stop"
 	OpExec   = "exec"
 	OpAttach = "attach"
+	OpEgress = "egress" // live egress policy: allow, deny, show, check, answer (egress_live.go)
+	OpWatch  = "watch"  // ask mode's questions, streamed (egress_ask.go)
 )
 
 // ControlRequest is a client's request.
@@ -51,6 +53,8 @@ type ControlRequest struct {
 	Term string `json:"term,omitempty"`
 	Cols int    `json:"cols,omitempty"`
 	Rows int    `json:"rows,omitempty"`
+	// Egress is OpEgress's request.
+	Egress *EgressRequest `json:"egress,omitempty"`
 	// Port is OpPort's request (ports.go).
 	Port *PortRequest `json:"port,omitempty"`
 }
@@ -63,6 +67,8 @@ type ControlReply struct {
 	Status *HostStatus `json:"status,omitempty"`
 	// Took is how long pause or resume took.
 	Took time.Duration `json:"took_ns,omitempty"`
+	// Egress is set by OpEgress.
+	Egress *EgressReply `json:"egress,omitempty"`
 	// Ports is OpPort's answer: the published ports after the request.
 	Ports []PortInfo `json:"ports,omitempty"`
 }

@@ -17,6 +17,7 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+	"time"
 
 	"github.com/vibedom/vibedom/atomicfile"
 	"github.com/vibedom/vibedom/home"
@@ -98,6 +99,10 @@ type hostEgress struct {
 	CAFiles     []string `json:"ca_files,omitempty"`
 	ProxyEngine string   `json:"proxy_engine"`
 	Inspect     bool     `json:"inspect,omitempty"`
+	// Live egress (egress_live.go, egress_ask.go).
+	Mode       string        `json:"mode,omitempty"`
+	AskTimeout time.Duration `json:"ask_timeout_ns,omitempty"`
+	NoMITM     []string      `json:"no_mitm,omitempty"`
 }
 
 type hostReview struct {
@@ -209,7 +214,8 @@ func writeHostFile(dir string, o Options, scan *scanResult) error {
 		Version: hostFileVersion, Name: o.Name, Workspace: o.Workspace, CPUs: o.CPUs, MemoryMiB: o.MemoryMiB,
 		Arch: o.Arch, Command: o.Command, Agent: o.Agent, AsRoot: o.AsRoot,
 		Egress: hostEgress{Disabled: o.Egress.Disabled, Allow: o.Egress.Allow, CAFiles: o.Egress.CAFiles,
-			ProxyEngine: o.Egress.ProxyEngine, Inspect: o.Egress.Inspect},
+			ProxyEngine: o.Egress.ProxyEngine, Inspect: o.Egress.Inspect,
+			Mode: o.Egress.Mode, AskTimeout: o.Egress.AskTimeout, NoMITM: o.Egress.NoMITM},
 		DLP:       o.DLP,
 		Review:    hostReview{Skip: o.Review.Skip, ApplyAll: o.Review.ApplyAll},
 		SSHAgent:  o.SSHAgent.Enabled,
@@ -318,7 +324,7 @@ type HostOptions struct {
 // over fd 3, SIGINT and SIGTERM ask the session to stop (its changes are
 // collected) rather than abandon it.
 func Host(ctx context.Context, ho HostOptions) (*Result, error) {
-	ready := os.NewFile(3, "ready")
+	ready, secrets := hostPipes()
 	if ready == nil {
 		return nil, errors.New("the session host needs its readiness pipe: it is started by `vibedom run --detach` only")
 	}
@@ -332,9 +338,11 @@ func Host(ctx context.Context, ho HostOptions) (*Result, error) {
 		return fail(err)
 	}
 	if o.scanned != nil {
-		if o.scanned.secrets, err = readHostSecrets(os.NewFile(4, "secrets")); err != nil {
+		if o.scanned.secrets, err = readHostSecrets(secrets); err != nil {
 			return fail(err)
 		}
+	} else if secrets != nil {
+		secrets.Close()
 	}
 	o.Detached, o.Terminal = true, nil
 	o.Stdin = strings.NewReader("")
@@ -375,6 +383,11 @@ func readHostFile(dir string) (Options, error) {
 	if !filepath.IsAbs(dir) || !ValidName(name) || h.Session(name) != dir {
 		return o, fmt.Errorf("session host: %q is not a session folder", dir)
 	}
+	// Both detach made, 0700 and 0600: anything else (a home under a
+	// folder another user can write to) was swapped in by someone else.
+	if fi, err := os.Lstat(dir); err != nil || !fi.IsDir() || fi.Mode().Perm() != 0o700 || !ownFile(fi) {
+		return o, fmt.Errorf("session host: %s is not a private folder of yours (run the session again)", dir)
+	}
 	path := filepath.Join(dir, hostFileName)
 	fi, err := os.Lstat(path)
 	if err != nil {
@@ -383,7 +396,7 @@ func readHostFile(dir string) (Options, error) {
 	if !fi.Mode().IsRegular() {
 		return o, fmt.Errorf("session host: %s is not a regular file", path)
 	}
-	b, err := atomicfile.ReadLimited(path, maxHostFile)
+	b, err := readHostOptions(path)
 	if err != nil {
 		return o, fmt.Errorf("session host: read its options: %w", err)
 	}
@@ -414,7 +427,8 @@ func readHostFile(dir string) (Options, error) {
 		Home: h, Name: hf.Name, Workspace: hf.Workspace, CPUs: hf.CPUs, MemoryMiB: hf.MemoryMiB, Arch: hf.Arch,
 		Command: hf.Command, Agent: hf.Agent, AsRoot: hf.AsRoot,
 		Egress: EgressOptions{Disabled: hf.Egress.Disabled, Allow: hf.Egress.Allow, CAFiles: hf.Egress.CAFiles,
-			ProxyEngine: hf.Egress.ProxyEngine, Inspect: hf.Egress.Inspect},
+			ProxyEngine: hf.Egress.ProxyEngine, Inspect: hf.Egress.Inspect,
+			Mode: hf.Egress.Mode, AskTimeout: hf.Egress.AskTimeout, NoMITM: hf.Egress.NoMITM},
 		DLP:       hf.DLP,
 		Review:    ReviewOptions{Skip: hf.Review.Skip, ApplyAll: hf.Review.ApplyAll},
 		SSHAgent:  SSHAgentOptions{Enabled: hf.SSHAgent},
@@ -438,6 +452,38 @@ func readHostFile(dir string) (Options, error) {
 		return o, fmt.Errorf("session host: %w", err)
 	}
 	return o, nil
+}
+
+// readHostOptions reads the host file at path through one descriptor
+// (not through a symlink, never waiting on a FIFO swapped in after the
+// Lstat) that must be a regular file of this user's, mode 0600 or less.
+func readHostOptions(path string) ([]byte, error) {
+	f, err := openNoFollow(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if !fi.Mode().IsRegular() || fi.Mode().Perm()&0o077 != 0 || !ownFile(fi) {
+		return nil, fmt.Errorf("%s is not a private file of yours (mode %v)", path, fi.Mode())
+	}
+	b, err := io.ReadAll(io.LimitReader(f, maxHostFile+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(b) > maxHostFile {
+		return nil, fmt.Errorf("%s is larger than %d bytes", path, maxHostFile)
+	}
+	return b, nil
+}
+
+// ownFile: fi's file is this user's (or its owner is not known here).
+func ownFile(fi fs.FileInfo) bool {
+	uid, ok := fileUID(fi)
+	return !ok || uid == os.Getuid()
 }
 
 // checkHostOptions checks the host's options as Start checked the flags

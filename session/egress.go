@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/vibedom/vibedom/keys"
 	"github.com/vibedom/vibedom/netfilter"
@@ -49,6 +50,15 @@ type EgressOptions struct {
 	ProxyEngine string
 	Mitmdump    string
 	Inspect     bool
+	// Mode is EgressModeDeny (the default when empty) or EgressModeAsk: a
+	// name no rule decides is then held while the user is asked, for at
+	// most AskTimeout (DefaultAskTimeout when 0).
+	Mode       string
+	AskTimeout time.Duration
+	// NoMITM names hosts whose TLS passes through uninspected (--no-mitm),
+	// for clients that pin certificates; never a model provider's host or
+	// one a credential is swapped for.
+	NoMITM []string
 }
 
 // ProxyEngines are the values of EgressOptions.ProxyEngine.
@@ -59,7 +69,12 @@ const guestMAC = "02:76:64:00:00:02"
 
 type egress struct {
 	policy *nfegress.Policy
-	engine interface {
+	live   *livePolicy // the policy as it stands now (live rules)
+	conns  *connSet    // transparent connections, for a live deny to close
+	// notices are the terminals told of ask mode's questions.
+	notices noticeHub
+	desk    deskNotifier // the desktop, when no terminal is attached
+	engine  interface {
 		netfilter.Engine
 		Close() error
 	}
@@ -131,10 +146,35 @@ func (s *sess) setupEgress(ctx context.Context) error {
 	}
 	// One wildcard guard for the DNS server and the explicit proxy: new
 	// names under a wildcard are a channel to the host's resolver.
-	limited := nfegress.LimitWildcards(pol)
+	noMITM, err := s.checkNoMITM(append(slices.Clone(eo.NoMITM), pol.NoMITM()...))
+	if err != nil {
+		return err
+	}
+	e.live, e.conns = newLivePolicy(o.Home, pol, time.Now()), newConnSet()
+	switch eo.Mode {
+	case "", EgressModeDeny:
+	case EgressModeAsk:
+		e.live.setAsk(newAsker(eo.AskTimeout))
+		e.live.ask.notify, e.live.ask.onClear = s.notifyQuestion, e.notices.cleared
+		e.desk.init(o.Home, s.log)
+		s.progress("egress: ask mode: names no rule decides are held while you are asked (`vibedom watch %s`; %v, then denied)", s.name, e.live.ask.timeout)
+	default:
+		return fmt.Errorf("--egress must be ask or deny, got %q", eo.Mode)
+	}
+	limited := nfegress.LimitWildcards(e.live)
+	// In ask mode vibedom watch also shows the guest's latest requests.
+	var sink nfegress.EventSink = events
+	if a := e.live.ask; a != nil {
+		sink = nfegress.EventSinkFunc(func(ev nfegress.Event) {
+			events.Record(ev)
+			a.record(ev, s.redact)
+		})
+	}
 	ecfg := netfilter.EngineConfig{
-		CA: ca, Policy: limited, Filter: s.plan.filter, Events: events, Logger: s.log.With("part", "proxy"),
+		CA: ca, Policy: limited, Filter: s.plan.filter, Events: sink, Logger: s.log.With("part", "proxy"),
 		Dial: eo.Dial, Resolve: eo.Resolve, AllowPrivate: pol.PrivateRanges(), ExtraRoots: roots,
+		Session: s.name, Track: func(t netfilter.Target, c net.Conn) func() { return e.conns.add(t, c) },
+		NoMITM: noMITM,
 	}
 	switch eo.ProxyEngine {
 	case "", "go":
@@ -170,11 +210,11 @@ func (s *sess) setupEgress(ctx context.Context) error {
 		return err
 	}
 	mac, _ := net.ParseMAC(guestMAC)
-	var engine netfilter.Engine = e.engine
+	var engine netfilter.Engine = &trackEngine{inner: e.engine, set: e.conns}
 	if tap := s.sshTap(); tap != nil {
 		engine = netfilter.TapEngine(engine, tap)
 	}
-	e.stack, err = netstack.NewStack(netstack.StackConfig{GuestMAC: mac, Resolver: resolver}, engine, limited, events, s.log.With("part", "network"))
+	e.stack, err = netstack.NewStack(netstack.StackConfig{GuestMAC: mac, Resolver: resolver}, engine, limited, sink, s.log.With("part", "network"))
 	if err != nil {
 		e.engine.Close()
 		return err

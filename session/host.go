@@ -123,6 +123,10 @@ func (s *sess) serveControl(c net.Conn) {
 	case OpResume:
 		took, err := s.resume(ctx)
 		writeReply(c, replyFor(err, took))
+	case OpEgress:
+		writeReply(c, s.serveEgress(req.Egress))
+	case OpWatch:
+		s.serveWatch(c)
 	case OpStop:
 		s.ctl.requestStop()
 		writeReply(c, ControlReply{OK: true})
@@ -338,7 +342,9 @@ func (s *sess) stream(c net.Conn, r *bufio.Reader, req *ControlRequest) {
 		if !validTermName(o.Term) {
 			o.Term = ""
 		}
-		o.Stdin, o.Stdout, o.Resize = inR, streamWriter{fw, frameData}, resizes
+		out, unnotice := s.noticeOut(streamWriter{fw, frameData})
+		defer unnotice()
+		o.Stdin, o.Stdout, o.Resize = inR, out, resizes
 		st, err = s.client.Shell(ctx, o)
 	}
 	x := ExitFrame{Code: st.ShellCode(), Signal: st.Signal}

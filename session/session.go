@@ -88,6 +88,10 @@ func (s *sess) run(ctx context.Context, start time.Time) (*Result, error) {
 		return s.result(), err
 	}
 	s.timings.Total = time.Since(start)
+	s.logTimings()
+	if err := s.writeSandboxReadme(ctx); err != nil {
+		s.log.Warn("the sandbox note", "err", err)
+	}
 	// Before the control socket serves: a vibedom exec may ask for the agent.
 	if err := s.startSSHAgent(); err != nil {
 		return s.result(), err
@@ -175,6 +179,9 @@ func (s *sess) runAgent(ctx context.Context) (int, error) {
 	}
 	if err := s.copyLoginFiles(); err != nil {
 		return 0, err
+	}
+	if err := s.writeSandboxNotes(ctx); err != nil {
+		s.log.Warn("the sandbox note", "err", err)
 	}
 	// A stop request from the control socket ends the agent: a hang-up on
 	// its terminal (or SIGTERM for a command without one), then, if it
@@ -302,7 +309,9 @@ func (s *sess) shell(ctx context.Context, ko guestlink.ShellOptions) (guestlink.
 			}
 		}
 	}()
-	ko.Cols, ko.Rows, ko.Resize, ko.Stdout = size.Cols, size.Rows, resizes, t.Out
+	out, unnotice := s.noticeOut(t.Out)
+	defer unnotice()
+	ko.Cols, ko.Rows, ko.Resize, ko.Stdout = size.Cols, size.Rows, resizes, out
 	for {
 		in, stop := newInput(t.In)
 		ko.Stdin = in

@@ -39,6 +39,7 @@ func init() {
 				&cli.BoolFlag{Name: "json", Usage: "print the decision as JSON"},
 				&cli.StringFlag{Name: "workspace", Value: ".", Usage: "the workspace whose `PATH`/.vibedom/trusted_domains.txt applies"},
 				&cli.StringSliceFlag{Name: "allow", Usage: "an extra `RULE`, as `vibedom run --allow` takes it (repeatable)"},
+				&cli.StringFlag{Name: "session", Usage: "decide as the running session `NAME` does now (live rules included)"},
 			},
 			Action: policyCheck,
 		}, {
@@ -55,8 +56,17 @@ func init() {
 			},
 			Action: policyApprove,
 		}, {
+			Name:      "show",
+			Usage:     "list a running session's rules in effect (live ones included); with a WORKSPACE, as status",
+			ArgsUsage: "SESSION|[WORKSPACE]",
+			Description: "With the name of a session, lists the rules its host applies now, with their scope\n" +
+				"(builtin, user, workspace, session) and source. Otherwise it is `vibedom policy status`.",
+			Flags: []cli.Flag{
+				&cli.BoolFlag{Name: "json", Usage: "print JSON"},
+			},
+			Action: policyShow,
+		}, {
 			Name:        "status",
-			Aliases:     []string{"show"},
 			Usage:       "say whether the workspace's .vibedom files are approved, unapproved or changed",
 			ArgsUsage:   "[WORKSPACE]",
 			Description: "Exits 0 when nothing waits for approval, 1 when something does, 2 on error.",
@@ -218,6 +228,12 @@ func policyCheck(_ context.Context, c *cli.Command) error {
 	host, port, err := parseCheckTarget(input)
 	if err != nil {
 		return err
+	}
+	if name := c.String("session"); name != "" {
+		if c.IsSet("workspace") || c.IsSet("allow") {
+			return fmt.Errorf("--session decides with the session's own rules: leave out --workspace and --allow")
+		}
+		return policyCheckSession(c, name, host, port)
 	}
 	hm, err := home.Default()
 	if err != nil {

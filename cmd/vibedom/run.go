@@ -31,6 +31,7 @@ what to apply (without a terminal nothing is applied unless --apply).`,
 			&cli.BoolFlag{Name: "shell", Usage: "attach an interactive shell (the default without a command)"},
 			&cli.StringSliceFlag{Name: "allow", Usage: "also allow this egress rule for this session (repeatable), e.g. --allow registry.npmjs.org"},
 			&cli.BoolFlag{Name: "no-network", Usage: "give the VM no network interface at all"},
+			egressFlag, askTimeoutFlag, noMITMFlag, // egress.go
 			&cli.StringSliceFlag{Name: "resolve", Usage: "connect to this address for an allowed name, like curl's --resolve (repeatable): NAME:PORT:ADDRESS[:PORT]"},
 			&cli.StringFlag{Name: "proxy-engine", Usage: "the proxy that inspects the guest's traffic: go (built in) or mitmproxy (the mitmdump that vibedom init --with-mitmproxy installed, else a mitmdump ≥ 8.1 on PATH, that vibedom starts for the session); default: proxy-engine = … in ~/.vibedom/config, else go"},
 			&cli.BoolFlag{Name: "inspect", Usage: "watch the requests as sent upstream (after the DLP) in mitmweb's web UI, read-only, on 127.0.0.1 (its URL is printed); implies --proxy-engine mitmproxy"},
@@ -45,6 +46,7 @@ what to apply (without a terminal nothing is applied unless --apply).`,
 			&cli.StringFlag{Name: "arch", Usage: "guest architecture: amd64 or arm64 (default: the host's)"},
 			&cli.StringFlag{Name: "preflight", Usage: "secrets scan before boot: prompt (ask on a terminal), warn (report and go on), strict (refuse on unapproved HIGH), off", Value: "prompt"},
 			&cli.BoolFlag{Name: "quiet", Aliases: []string{"q"}, Usage: "print no progress lines"},
+			&cli.BoolFlag{Name: "timings", Usage: "print where the time to a ready guest went: host preparation steps, VM start, guest boot (kernel, modules, mounts), SSH handshake (session.log always has it)"},
 			&cli.BoolFlag{Name: "detach", Aliases: []string{"d"}, Usage: "start the session in the background, print its name and return (vibedom attach NAME joins it)"},
 			&cli.BoolFlag{Name: "json", Usage: "with --detach: print the session's name, host pid and log as JSON"},
 			publishFlag(),
@@ -71,15 +73,16 @@ func runAction(ctx context.Context, c *cli.Command) error {
 	}
 	o := session.StartOptions{
 		Session: session.Options{
-			Workspace: ws,
-			Name:      c.String("name"),
-			CPUs:      int(c.Int("cpus")),
-			Arch:      vm.Arch(c.String("arch")),
-			Command:   command,
-			Stdin:     os.Stdin,
-			Stdout:    os.Stdout,
-			Stderr:    os.Stderr,
-			Progress:  os.Stderr,
+			Workspace:   ws,
+			Name:        c.String("name"),
+			CPUs:        int(c.Int("cpus")),
+			Arch:        vm.Arch(c.String("arch")),
+			Command:     command,
+			Stdin:       os.Stdin,
+			Stdout:      os.Stdout,
+			Stderr:      os.Stderr,
+			Progress:    os.Stderr,
+			ShowTimings: c.Bool("timings"),
 			Egress: session.EgressOptions{Disabled: c.Bool("no-network"), Allow: c.StringSlice("allow"),
 				CAFiles: c.StringSlice("ca-file"), ProxyEngine: c.String("proxy-engine"), Inspect: c.Bool("inspect")},
 			DLP:      policy.DLPOptions{AllowPatterns: c.StringSlice("allow-pattern"), AllowContexts: c.StringSlice("allow-context")},
@@ -96,6 +99,9 @@ func runAction(ctx context.Context, c *cli.Command) error {
 		Quiet:         c.Bool("quiet"),
 		Detach:        c.Bool("detach"),
 		HostSilent:    c.Bool("json"),
+	}
+	if err := egressMode(c, &o.Session.Egress); err != nil {
+		return err
 	}
 	if !o.Detach {
 		o.Session.Interrupts = interrupts()

@@ -116,21 +116,54 @@ func privateDir(dir string) error {
 			return fmt.Errorf("%w: make %s private: %v", ErrEmbeddedGuest, dir, err)
 		}
 	}
-	return nil
+	return safeParents(dir)
 }
 
-// fileSHA256 is the hex sha256 of the regular file at p (not followed
-// through a symlink), or "" when it cannot be read.
-func fileSHA256(p string) string {
-	fi, err := os.Lstat(p)
-	if err != nil || !fi.Mode().IsRegular() {
-		return ""
+// safeParents checks that no one but this user and root can rename the
+// folders above dir (as resolved): each is this user's or root's, and not
+// group- or world-writable unless sticky (/tmp). Otherwise whoever can
+// write to one could swap the checked folder for their own before use.
+func safeParents(dir string) error {
+	real, err := filepath.EvalSymlinks(dir)
+	if err != nil {
+		return fmt.Errorf("%w: %v", ErrEmbeddedGuest, err)
 	}
-	f, err := os.Open(p)
+	for d := filepath.Dir(real); ; d = filepath.Dir(d) {
+		fi, err := os.Lstat(d)
+		if err != nil {
+			return fmt.Errorf("%w: %v", ErrEmbeddedGuest, err)
+		}
+		st, ok := fi.Sys().(*syscall.Stat_t)
+		if ok && int(st.Uid) != os.Getuid() && st.Uid != 0 {
+			return fmt.Errorf("%w: %s, above %s, belongs to uid %d: set VIBEDOM_HOME to a folder of yours", ErrEmbeddedGuest, d, dir, st.Uid)
+		}
+		if fi.Mode().Perm()&0o022 != 0 && fi.Mode()&fs.ModeSticky == 0 {
+			return fmt.Errorf("%w: %s, above %s, can be changed by other users (mode %v): run chmod go-w %s", ErrEmbeddedGuest, d, dir, fi.Mode().Perm(), d)
+		}
+		if d == filepath.Dir(d) {
+			return nil
+		}
+	}
+}
+
+// fileSHA256 is the hex sha256 of the file at p, or "" when it cannot be
+// read or is not a regular file that only this user can change: not a
+// symlink, not group- or world-writable, this user's, with no other hard
+// link (a link to a file elsewhere stays writable by whoever owns that
+// name). The checks and the hash are of one open descriptor.
+func fileSHA256(p string) string {
+	f, err := os.OpenFile(p, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
 	if err != nil {
 		return ""
 	}
 	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil || !fi.Mode().IsRegular() || fi.Mode().Perm()&0o022 != 0 {
+		return ""
+	}
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok && (int(st.Uid) != os.Getuid() || st.Nlink != 1) {
+		return ""
+	}
 	h := sha256.New()
 	if _, err := io.Copy(h, f); err != nil {
 		return ""

@@ -91,6 +91,93 @@ func TestExtractGuest(t *testing.T) {
 		}
 	})
 
+	// An intact copy that someone else can still write to (planted while
+	// the folder was group-writable: a hard link to their own file, a
+	// file of theirs, or one open to writes) is replaced, not used: they
+	// could change it between the check and the boot image's build.
+	planted := []struct {
+		name  string
+		plant func(t *testing.T, p string) string // returns the attacker's own path
+		root  bool
+	}{
+		{"hard link to a file outside", func(t *testing.T, p string) string {
+			outside := filepath.Join(t.TempDir(), "theirs")
+			os.WriteFile(outside, []byte(agent), 0o755)
+			if err := os.Link(outside, p); err != nil {
+				t.Fatal(err)
+			}
+			return outside
+		}, false},
+		{"writable by others", func(t *testing.T, p string) string {
+			os.WriteFile(p, []byte(agent), 0o700)
+			os.Chmod(p, 0o777)
+			return p
+		}, false},
+		{"another user's", func(t *testing.T, p string) string {
+			os.WriteFile(p, []byte(agent), 0o700)
+			if err := os.Lchown(p, os.Getuid()+4242, -1); err != nil {
+				t.Fatal(err)
+			}
+			return p
+		}, true},
+	}
+	for _, tc := range planted {
+		t.Run("an intact copy "+tc.name+" is replaced", func(t *testing.T) {
+			if tc.root && os.Getuid() != 0 {
+				t.Skip("giving a file to another user needs root")
+			}
+			dir := t.TempDir()
+			os.Chmod(dir, 0o775)
+			theirs := tc.plant(t, filepath.Join(dir, want))
+			before, _ := os.Stat(theirs)
+			p, err := extractGuest(guestFS(agent, ""), dir, vm.ArchAMD64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			fi, err := os.Lstat(p)
+			if err != nil || os.SameFile(fi, before) {
+				t.Fatalf("%s is still the planted file (%v)", p, err)
+			}
+			if fi.Mode().Perm() != 0o700 {
+				t.Errorf("mode %v, want 0700", fi.Mode().Perm())
+			}
+			if b, _ := os.ReadFile(p); string(b) != agent {
+				t.Errorf("content %q", b)
+			}
+		})
+	}
+
+	// A folder above the cache that someone else can write to lets them
+	// rename the checked cache folder away and put their own in its place
+	// before the agent is used.
+	for _, tc := range []struct {
+		name string
+		edit func(t *testing.T, shared string)
+		root bool
+	}{
+		{"writable by all", func(t *testing.T, shared string) { os.Chmod(shared, 0o777) }, false},
+		{"group-writable", func(t *testing.T, shared string) { os.Chmod(shared, 0o775) }, false},
+		{"another user's", func(t *testing.T, shared string) {
+			if err := os.Lchown(shared, os.Getuid()+4242, -1); err != nil {
+				t.Fatal(err)
+			}
+		}, true},
+	} {
+		t.Run("a parent folder "+tc.name+" is refused", func(t *testing.T) {
+			if tc.root && os.Getuid() != 0 {
+				t.Skip("giving a folder to another user needs root")
+			}
+			shared := filepath.Join(t.TempDir(), "shared")
+			os.Mkdir(shared, 0o755)
+			tc.edit(t, shared)
+			dir := filepath.Join(shared, "cache", "guest-agent")
+			_, err := extractGuest(guestFS(agent, ""), dir, vm.ArchAMD64)
+			if !errors.Is(err, ErrEmbeddedGuest) || !strings.Contains(err.Error(), shared) {
+				t.Errorf("err = %v, want ErrEmbeddedGuest naming %s", err, shared)
+			}
+		})
+	}
+
 	t.Run("a cache folder that is a symlink is refused", func(t *testing.T) {
 		tmp := t.TempDir()
 		elsewhere := filepath.Join(tmp, "elsewhere")

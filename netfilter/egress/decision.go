@@ -14,6 +14,9 @@ type Decision struct {
 	Source string `json:"source,omitempty"`
 	// Reason is a short human explanation, e.g. "no rule allows this name".
 	Reason string `json:"reason"`
+	// Pending: not allowed yet, because the user is being asked (ask
+	// mode); the DNS server answers SERVFAIL, a failure resolvers retry.
+	Pending bool `json:"pending,omitempty"`
 }
 
 // Finding is one thing a RequestFilter changed, as it may be logged: never

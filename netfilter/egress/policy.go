@@ -61,7 +61,12 @@ type Rule struct {
 	port     uint16 // 0: the default ports (allow: 80 and 443; deny: all)
 	anyPort  bool
 	private  netip.Prefix // an allow-private rule's range; such a rule matches no name
+	noMITM   string       // a no-mitm rule's name; such a rule matches no name either
 }
+
+// noMITMPrefix starts a rule that passes TLS to one allowed name through
+// uninspected (user scope only): "no-mitm pinned.example".
+const noMITMPrefix = "no-mitm "
 
 // allowPrivatePrefix starts a rule that lets upstream names and IP rules
 // lead into a private range: "allow-private 10.1.0.0/16".
@@ -197,6 +202,18 @@ func ParseRule(text, source string) (Rule, error) {
 	}
 	if text == "" {
 		return bad("empty rule")
+	}
+	if rest, ok := strings.CutPrefix(text, noMITMPrefix); ok {
+		rest = strings.TrimSpace(rest)
+		if strings.ContainsAny(rest, "*:/[") {
+			return bad("no-mitm names one host: no-mitm pinned.example (no wildcard, port, scheme or IP)")
+		}
+		n, err := NormalizeName(rest)
+		if err != nil {
+			return bad("no-mitm names one host: " + strings.TrimPrefix(err.Error(), ErrInvalidName.Error()+" "))
+		}
+		r.noMITM = n
+		return r, nil
 	}
 	if rest, ok := strings.CutPrefix(text, allowPrivatePrefix); ok {
 		return parseAllowPrivate(r, strings.TrimSpace(rest), bad)
@@ -428,6 +445,11 @@ func LoadPolicy(cfg PolicyConfig) (*Policy, error) {
 						Reason: "allow-private is honoured only in ~/.vibedom/trusted_domains.txt or --allow, never from the workspace: remove the line"})
 					continue
 				}
+				if r.noMITM != "" {
+					errs = append(errs, &RuleError{Source: r.Source, Text: r.Text,
+						Reason: "no-mitm is honoured only in ~/.vibedom/trusted_domains.txt, never from the workspace: remove the line"})
+					continue
+				}
 				if r.Deny || ws.AllowApproved {
 					rules = append(rules, r)
 				} else {
@@ -440,6 +462,10 @@ func LoadPolicy(cfg PolicyConfig) (*Policy, error) {
 		r, err := ParseRule(strings.TrimSpace(a), SourceFlag)
 		if err != nil {
 			errs = append(errs, err)
+			continue
+		}
+		if r.noMITM != "" {
+			errs = append(errs, &RuleError{Source: SourceFlag, Text: r.Text, Reason: "for one session write --no-mitm " + r.noMITM + "; no-mitm rules belong in ~/.vibedom/trusted_domains.txt"})
 			continue
 		}
 		rules = append(rules, r)
@@ -518,6 +544,18 @@ func (p *Policy) PrivateRanges() []netip.Prefix {
 	for _, r := range p.rules {
 		if r.private.IsValid() {
 			out = append(out, r.private)
+		}
+	}
+	return out
+}
+
+// NoMITM are the names the policy's no-mitm rules pass through
+// uninspected. LoadPolicy accepts such rules only from the user's file.
+func (p *Policy) NoMITM() []string {
+	var out []string
+	for _, r := range p.rules {
+		if r.noMITM != "" {
+			out = append(out, r.noMITM)
 		}
 	}
 	return out

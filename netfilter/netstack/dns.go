@@ -390,6 +390,11 @@ func (d *dnsServer) answer(ctx context.Context, msg []byte, src netip.AddrPort) 
 	if !dec.Allow {
 		ev.Decision, ev.Reason = "deny", dec.Reason
 		d.record(ev)
+		if dec.Pending {
+			// The user is being asked: a temporary failure the resolver
+			// retries, never NXDOMAIN, which it takes as final.
+			return dnsReply(q, rcodeServFail, netip.Addr{})
+		}
 		return dnsReply(q, rcodeNXDomain, netip.Addr{})
 	}
 	if _, limited := d.policy.(*egress.WildcardLimited); !limited && strings.HasPrefix(dec.Rule, "*.") {

@@ -396,3 +396,31 @@ func TestDNSReplyEchoesQuestion(t *testing.T) {
 		t.Errorf("reply: got %+v", m)
 	}
 }
+
+// pendingPolicy answers every question as pending (ask mode, the user not
+// answered yet) or as denied.
+type pendingPolicy struct{ pending bool }
+
+func (p pendingPolicy) Decide(string, uint16) egress.Decision { return p.decision() }
+func (p pendingPolicy) DecideName(string) egress.Decision     { return p.decision() }
+func (p pendingPolicy) decision() egress.Decision {
+	return egress.Decision{Reason: "waiting for the user's answer", Pending: p.pending}
+}
+
+// TestDNSPendingIsTemporary: a name the user is being asked about gets
+// SERVFAIL, which resolvers retry, not NXDOMAIN, which they take as final.
+func TestDNSPendingIsTemporary(t *testing.T) {
+	src := netip.MustParseAddrPort("10.254.254.2:5353")
+	for _, c := range []struct {
+		pending bool
+		want    dnsmessage.RCode
+	}{{true, dnsmessage.RCodeServerFailure}, {false, dnsmessage.RCodeNameError}} {
+		d, _ := newTestDNS(t, pendingPolicy{c.pending}, nil)
+		reply := d.answer(t.Context(), stacktest.DNSQuery(t, 7, "asked.example.com.", dnsmessage.TypeA), src)
+		var p dnsmessage.Parser
+		h, err := p.Start(reply)
+		if err != nil || h.RCode != c.want {
+			t.Errorf("pending=%v: rcode %v (%v), want %v", c.pending, h.RCode, err, c.want)
+		}
+	}
+}

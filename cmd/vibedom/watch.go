@@ -1,0 +1,209 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/urfave/cli/v3"
+	"golang.org/x/term"
+
+	"github.com/vibedom/vibedom/home"
+	"github.com/vibedom/vibedom/session"
+	"github.com/vibedom/vibedom/termtext"
+)
+
+// vibedom watch: the questions of a session in ask mode, answered with one
+// key.
+
+func init() {
+	commands = append(commands, &cli.Command{
+		Name:      "watch",
+		Usage:     "watch a session's requests and answer its questions about names it wants to reach (run --egress ask), one key each",
+		ArgsUsage: "SESSION",
+		Description: `Shows the guest's requests as they happen and lists the names it waits for,
+oldest first, answering the oldest with one key: o once (this request only), s session (a rule for the
+rest of the session), a always (also saved to ~/.vibedom/trusted_domains.txt),
+d deny (for the session). q quits. Without a terminal, each line of standard
+input is one key. Unanswered questions are denied when they time out.`,
+		Action: watchAction,
+	})
+}
+
+var watchKeys = map[byte]string{'o': session.AnswerOnce, 's': session.AnswerSession, 'a': session.AnswerAlways, 'd': session.AnswerDeny}
+
+func watchAction(ctx context.Context, c *cli.Command) error {
+	if c.Args().Len() != 1 {
+		return fmt.Errorf("watch one session: `vibedom watch SESSION` (`vibedom list` shows them)")
+	}
+	name := c.Args().First()
+	home, err := home.Default()
+	if err != nil {
+		return err
+	}
+	info, err := session.FindSession(home, name)
+	if err != nil {
+		return err
+	}
+	conn, err := session.DialControl(info)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	out := cmdOut(c)
+	nl := "\n"
+	if fd := int(os.Stdin.Fd()); term.IsTerminal(fd) {
+		if old, err := term.MakeRaw(fd); err == nil {
+			defer term.Restore(fd, old)
+			nl = "\r\n"
+		}
+	}
+	w := &watchView{out: out, nl: nl, session: info.Name, seen: map[int]bool{}}
+	w.printf("watching session %s: o once · s session · a always · d deny (the oldest question) · q quits", termtext.Line(info.Name))
+	keys := make(chan byte)
+	go readKeys(os.Stdin, keys)
+	done := make(chan error, 1)
+	go func() { done <- conn.WatchAsk(func(st session.AskState) bool { w.show(st); return true }) }()
+	for {
+		select {
+		case err := <-done:
+			if err == nil {
+				w.printf("session %s ended", termtext.Line(info.Name))
+			}
+			return err
+		case <-ctx.Done():
+			return nil
+		case k, ok := <-keys:
+			if !ok || k == 'q' || k == 3 || k == 4 {
+				return nil
+			}
+			ans, isAnswer := watchKeys[k]
+			if !isAnswer {
+				continue
+			}
+			q, ok := w.oldest()
+			if !ok {
+				w.printf("nothing to answer")
+				continue
+			}
+			rep, err := egressDo(info.Name, session.EgressRequest{Action: session.EgressAnswer, ID: q.ID, Answer: ans})
+			if err != nil {
+				w.printf("%s: %v", termtext.Line(q.Name), termtext.Line(err.Error()))
+				continue
+			}
+			if rep.Saved != "" {
+				w.printf("saved to %s", termtext.Line(rep.Saved))
+			}
+		}
+	}
+}
+
+// readKeys sends each byte of r (a raw terminal: a key; otherwise the
+// first byte of each line).
+func readKeys(r io.Reader, keys chan<- byte) {
+	defer close(keys)
+	br := bufio.NewReader(r)
+	for {
+		b, err := br.ReadByte()
+		if err != nil {
+			return
+		}
+		if b == '\n' || b == '\r' || b == ' ' {
+			continue
+		}
+		keys <- b
+	}
+}
+
+// watchView prints questions once each, and their answers.
+type watchView struct {
+	mu      sync.Mutex
+	out     io.Writer
+	nl      string
+	session string
+	seen    map[int]bool // printed (negative: answer printed)
+	pending []session.Question
+	feedSeq uint64 // the last request printed
+}
+
+func (w *watchView) printf(format string, args ...any) {
+	fmt.Fprintf(w.out, time.Now().Format("15:04:05")+" "+format+w.nl, args...)
+}
+
+func (w *watchView) show(st session.AskState) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.pending = st.Pending
+	for _, r := range st.Requests {
+		if r.Seq <= w.feedSeq {
+			continue
+		}
+		w.feedSeq = r.Seq
+		what := r.Kind
+		if r.Method != "" {
+			what = r.Method
+		}
+		target := r.Name
+		if r.Port != 0 {
+			target += ":" + strconv.Itoa(int(r.Port))
+		}
+		status := ""
+		if r.Status != 0 {
+			status = " " + strconv.Itoa(r.Status)
+		}
+		reason := ""
+		if r.Decision != "allow" && r.Reason != "" {
+			reason = ": " + r.Reason
+		}
+		// Names and reasons come from the guest.
+		w.printf("  %-5s %s %s%s%s", r.Decision, termtext.Line(what), termtext.Line(target), status, termtext.Line(reason))
+	}
+	for _, q := range st.Recent {
+		if !w.seen[-q.ID] {
+			w.seen[-q.ID] = true
+			if w.seen[q.ID] || q.Answer != "" {
+				w.seen[q.ID] = true
+				w.printf("  %s: %s", termtext.Line(q.Name), q.Answer)
+			}
+		}
+	}
+	for i, q := range st.Pending {
+		if w.seen[q.ID] {
+			continue
+		}
+		w.seen[q.ID] = true
+		more := ""
+		if i > 0 {
+			more = fmt.Sprintf(" (%d before it)", i)
+		}
+		w.printf("? %s wants %s%s, %ds left%s", termtext.Line(w.session), termtext.Line(q.Name), portList(q.Ports),
+			int(time.Until(q.Deadline).Seconds()), more)
+	}
+}
+
+func (w *watchView) oldest() (session.Question, bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if len(w.pending) == 0 {
+		return session.Question{}, false
+	}
+	return w.pending[0], true
+}
+
+func portList(ports []uint16) string {
+	var ps []string
+	for _, p := range ports {
+		if p == 0 {
+			ps = append(ps, "DNS")
+		} else {
+			ps = append(ps, "port "+strconv.Itoa(int(p)))
+		}
+	}
+	return " (" + strings.Join(ps, ", ") + ")"
+}
