@@ -34,14 +34,21 @@ func upstreamKind(d Destination) string {
 // is not swapped.
 var ErrPlaceholder = errors.New("a credential placeholder where vibedom does not put the key")
 
+// ErrLoginPath means a request carried a subscription login's access
+// placeholder to its API host on a path the pinned CLI does not send its
+// token to (credentials.Swap.Paths): the user's token is not the guest's
+// for the rest of the account (chat history, minting an API key).
+var ErrLoginPath = errors.New("a subscription login's placeholder on a path the CLI does not use with a subscription login")
+
 // NewSwapFilter wraps inner (the DLP) with credential swaps. A swap happens
 // only when a request to the swap's host on port 443, going upstream over
 // TLS the engine verifies (Destination.SwapAllowed), has the swap's header,
 // once, with exactly the placeholder value: that header is kept out of
 // inner's sight and set to the real value after inner ran, so the DLP,
 // which knows the real value, never scrubs it there. A placeholder in any
-// other header (of any request) or in the URL refuses the request; in a
-// body the DLP finds it (give it the placeholders as known values).
+// other header (of any request) or in the URL refuses the request, and so
+// does one on a path the swap does not name (Swap.Paths, for logins); in
+// a body the DLP finds it (give it the placeholders as known values).
 func NewSwapFilter(inner RequestFilter, swaps []credentials.Swap) RequestFilter {
 	if inner == nil {
 		inner = IdentityFilter{}
@@ -152,7 +159,7 @@ func (f *swapFilter) current() []credentials.Swap {
 			continue
 		}
 		for _, ph := range s.Dynamic.Placeholders() {
-			d := credentials.Swap{Name: s.Name, Host: s.Host, Token: ph, Dynamic: s.Dynamic}
+			d := credentials.Swap{Name: s.Name, Host: s.Host, Token: ph, Paths: s.Paths, Dynamic: s.Dynamic}
 			if s.Dynamic.IsAccessPlaceholder(ph) {
 				d.Header, d.Placeholder = s.Header, "Bearer "+ph
 			}
@@ -197,6 +204,10 @@ func (f *swapFilter) FilterRequest(ctx context.Context, dest Destination, r *htt
 				return nil, fmt.Errorf("%w (%s's, in the URL, to %s:%d)", ErrPlaceholder, s.Name, dest.Name, dest.Port)
 			}
 		}
+	}
+	if do != nil && !do.PathAllowed(r.URL) {
+		return nil, fmt.Errorf("%w (%s's, %s %s to %s:%d: the paths it uses are %s)", ErrLoginPath, do.Name,
+			egress.Shorten(r.Method), egress.Shorten(r.URL.EscapedPath()), dest.Name, dest.Port, strings.Join(do.Paths, " "))
 	}
 	if lk := f.learned(); lk != nil {
 		// The DLP's known values were fixed when the session began.

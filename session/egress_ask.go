@@ -448,7 +448,7 @@ func (c *ControlConn) WatchAsk(fn func(AskState) bool) error {
 }
 
 // notifyQuestion tells the user a new question waits: session.log, and
-// the attached terminals (see termNotice).
+// the attached terminals (see termNotice), or the desktop when none is.
 func (s *sess) notifyQuestion(q Question) {
 	s.log.Info("egress: asking the user", "name", q.Name, "ports", q.Ports, "deadline", q.Deadline)
 	if s.egress == nil {
@@ -456,4 +456,5 @@ func (s *sess) notifyQuestion(q Question) {
 	}
 	st, _ := s.egress.live.ask.state()
 	s.egress.notices.asked(s.name, q, len(st.Pending))
+	s.egress.desk.asked(s.name, q.Name, s.egress.notices.terminals())
 }
