@@ -289,6 +289,24 @@ func MakePlan(ctx context.Context, opts ApplyOptions) (*Plan, error) {
 			}
 		}
 	}
+	if progs := gitConfigPrograms(ctx, opts.Workspace); len(progs) > 0 {
+		for _, pf := range pl.Files {
+			if pf.Status != StatusApply && pf.Status != StatusMerged && pf.Status != StatusConflict {
+				continue
+			}
+			for _, pr := range progs {
+				// The file itself, or a directory on its way (a symlink there
+				// redirects it).
+				if fp, fr := foldPath(pf.Path), foldPath(pr.rel); fp == fr || strings.HasPrefix(fr, fp+"/") || strings.HasPrefix(fp, fr+"/") {
+					pf.attend(AttentionProtected, pr.why)
+					if !allowedBy(pf.Path, opts.AllowProtected) {
+						refuse(pf, StatusProtected, fmt.Sprintf("protected path: %s; to apply it anyway: --allow-protected %s", pf.Why, pf.Path))
+					}
+					break
+				}
+			}
+		}
+	}
 	checkCollisions(root, pl)
 	return pl, nil
 }

@@ -26,8 +26,9 @@ import (
 // (GIT_INDEX_FILE) and work tree (GIT_WORK_TREE) named in the environment.
 // A filter named in .gitattributes has no definition there, so nothing runs
 // (the file then counts as dirty: no blob id, never a wrong one). Only
-// gitHooksDir lets git read the repository's config, with `git rev-parse`,
-// which reads no index, attributes or hooks and runs nothing.
+// repoHooksDir and repoConfig let git read the repository's config (and the
+// user's), with `git rev-parse` and `git config --list`, which read no
+// index, attributes or hooks and run nothing.
 
 // gitRepo is a work tree's repository as found on disk, without git.
 type gitRepo struct {
@@ -186,31 +187,81 @@ func repoGit(ctx context.Context, ws string, args ...string) ([]byte, error) {
 // (that is the question); `git rev-parse` reads no index, no attributes and
 // no hooks, and runs nothing.
 func repoHooksDir(ctx context.Context, ws string) (string, error) {
-	real, err := filepath.EvalSymlinks(ws)
-	if err != nil {
-		return "", fmt.Errorf("git: %w", err)
-	}
-	r, ok := findGitRepo(real)
-	if !ok {
-		return "", fmt.Errorf("git: %s is not in a repository", ws)
-	}
-	private, err := os.MkdirTemp("", "vibedom-git-")
-	if err != nil {
-		return "", fmt.Errorf("git: %w", err)
-	}
-	defer os.RemoveAll(private)
-	// The user's own global and system config count here: a core.hooksPath
-	// set there is where git runs this repository's hooks from too.
-	user := []string{"GIT_DIR=" + r.gitDir, "GIT_WORK_TREE=" + r.top, "GIT_CONFIG_NOSYSTEM=", "GIT_CONFIG_GLOBAL="}
-	for _, k := range []string{"HOME", "XDG_CONFIG_HOME"} {
-		user = append(user, k+"="+os.Getenv(k))
-	}
-	out, err := runHostGit(ctx, real, private, user,
-		"rev-parse", "--path-format=absolute", "--git-path", "hooks")
+	out, err := userConfigGit(ctx, ws, "rev-parse", "--path-format=absolute", "--git-path", "hooks")
 	if err != nil {
 		return "", err
 	}
 	return strings.TrimSuffix(string(out), "\n"), nil
+}
+
+// userConfigGit runs a git command that reads ws's repository's config as
+// the user's own git does (with the user's global and system config: a
+// core.hooksPath or a hook command set there counts for this repository
+// too), with the rest of hostGitEnv. Only commands that read config and run
+// nothing (rev-parse, config) go through here. It runs in the repository's
+// top directory, so relative paths in its output are relative to that.
+func userConfigGit(ctx context.Context, ws string, args ...string) ([]byte, error) {
+	real, err := filepath.EvalSymlinks(ws)
+	if err != nil {
+		return nil, fmt.Errorf("git: %w", err)
+	}
+	r, ok := findGitRepo(real)
+	if !ok {
+		return nil, fmt.Errorf("git: %s is not in a repository", ws)
+	}
+	private, err := os.MkdirTemp("", "vibedom-git-")
+	if err != nil {
+		return nil, fmt.Errorf("git: %w", err)
+	}
+	defer os.RemoveAll(private)
+	user := []string{"GIT_DIR=" + r.gitDir, "GIT_WORK_TREE=" + r.top, "GIT_CONFIG_NOSYSTEM=", "GIT_CONFIG_GLOBAL="}
+	for _, k := range []string{"HOME", "XDG_CONFIG_HOME"} {
+		user = append(user, k+"="+os.Getenv(k))
+	}
+	return runHostGit(ctx, r.top, private, user, args...)
+}
+
+// configEntry is one setting of `git config --list --show-origin`.
+type configEntry struct {
+	origin string // the file it is set in, absolute ("" when not a file)
+	key    string // lower-cased section and name, the subsection as written
+	value  string
+}
+
+// repoConfig is every setting git sees for ws's repository: its own config
+// with what it includes, the user's global and the system's (see
+// userConfigGit), read with `git config --list`, which runs nothing. top is
+// the repository's top directory, where git runs the programs it names.
+func repoConfig(ctx context.Context, ws string) (top string, entries []configEntry, err error) {
+	real, err := filepath.EvalSymlinks(ws)
+	if err != nil {
+		return "", nil, fmt.Errorf("git: %w", err)
+	}
+	r, ok := findGitRepo(real)
+	if !ok {
+		return "", nil, fmt.Errorf("git: %s is not in a repository", ws)
+	}
+	out, err := userConfigGit(ctx, real, "config", "--list", "-z", "--show-origin", "--show-scope")
+	if err != nil {
+		return "", nil, err
+	}
+	// Each entry: scope NUL origin NUL key LF value NUL.
+	f := strings.Split(string(out), "\x00")
+	for i := 0; i+2 < len(f); i += 3 {
+		if f[i] == "command" {
+			continue // hostGitOverrides
+		}
+		e := configEntry{}
+		if o, ok := strings.CutPrefix(f[i+1], "file:"); ok {
+			if !filepath.IsAbs(o) {
+				o = filepath.Join(r.top, o)
+			}
+			e.origin = filepath.Clean(o)
+		}
+		e.key, e.value, _ = strings.Cut(f[i+2], "\n")
+		entries = append(entries, e)
+	}
+	return r.top, entries, nil
 }
 
 // withoutUnset keeps the last value of each variable in env and drops the

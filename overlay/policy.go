@@ -77,8 +77,9 @@ const (
 
 // AttentionRules is the table of paths that need the user's eye, in the
 // order they are documented (docs/overlay.md, generated from it). Besides
-// these rows, Plan protects directories git would take as a repository and
-// the repository's hooks directory, flags a file that becomes executable
+// these rows, Plan protects directories git would take as a repository,
+// the repository's hooks directory and the workspace files its config names
+// as programs git runs (gitconfig.go), flags a file that becomes executable
 // or that was executable and changed, and classifies symlinks by what they
 // resolve to.
 var AttentionRules = []AttentionRule{
