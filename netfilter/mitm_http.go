@@ -2,6 +2,8 @@ package netfilter
 
 import (
 	"github.com/vibedom/vibedom/netfilter/egress"
+	"github.com/vibedom/vibedom/netfilter/mitm"
+	"github.com/vibedom/vibedom/netfilter/netstack"
 
 	"context"
 	"crypto/tls"
@@ -24,7 +26,7 @@ import (
 // connection admitted for t.
 type connHandler struct {
 	e      *GoEngine
-	t      Target
+	t      netstack.Target
 	scheme string     // "https" or "http"
 	guest  *batchConn // the guest's HTTP/1 connection (nil for HTTP/2)
 }
@@ -233,7 +235,7 @@ func (e *GoEngine) forward(w http.ResponseWriter, r *http.Request, dest fwdTarge
 	st.websocket = restrictUpgrade(out)
 	// The transports always verify upstream TLS (system roots plus
 	// ExtraRoots, never InsecureSkipVerify): https is verified.
-	done, err := e.filter.FilterRequest(ctx, Destination{Name: dest.name, Port: dest.port, Scheme: dest.scheme, Verified: dest.scheme == "https"}, out)
+	done, err := e.filter.FilterRequest(ctx, mitm.Destination{Name: dest.name, Port: dest.port, Scheme: dest.scheme, Verified: dest.scheme == "https"}, out)
 	var ans *Answer
 	if errors.As(err, &ans) {
 		e.answer(w, r, dest, ans)
@@ -246,7 +248,7 @@ func (e *GoEngine) forward(w http.ResponseWriter, r *http.Request, dest fwdTarge
 	if out.Body != nil && out.Body != http.NoBody {
 		out.Body = &countBody{ReadCloser: out.Body, n: &st.up}
 	}
-	if uf, ok := e.filter.(UpgradeFilter); ok && st.websocket {
+	if uf, ok := e.filter.(mitm.UpgradeFilter); ok && st.websocket {
 		st.upgrade = func(w io.Writer) io.WriteCloser { return uf.UpgradeWriter(out, w) }
 	}
 	defer func() {
@@ -319,7 +321,7 @@ func (e *GoEngine) modifyResponse(resp *http.Response) error {
 		}
 		return nil
 	}
-	if rf, ok := e.filter.(ResponseFilter); ok {
+	if rf, ok := e.filter.(mitm.ResponseFilter); ok {
 		rf.FilterResponse(resp)
 	}
 	if resp.Body != nil {

@@ -2,7 +2,9 @@ package netfilter
 
 import (
 	"github.com/vibedom/vibedom/netfilter/egress"
+	"github.com/vibedom/vibedom/netfilter/mitm"
 	"github.com/vibedom/vibedom/netfilter/mitmproxy"
+	"github.com/vibedom/vibedom/netfilter/netstack"
 	"slices"
 
 	"bufio"
@@ -108,7 +110,7 @@ type MitmproxyEngine struct {
 	cfg     MitmproxyConfig
 	events  egress.EventSink
 	log     *slog.Logger
-	filter  RequestFilter
+	filter  mitm.RequestFilter
 	front   *GoEngine // the explicit proxy's front end and the dial guard
 	guard   *egress.DialGuard
 	dir     string
@@ -139,10 +141,10 @@ type MitmproxyEngine struct {
 	wg    sync.WaitGroup
 }
 
-var _ Engine = (*MitmproxyEngine)(nil)
+var _ netstack.Engine = (*MitmproxyEngine)(nil)
 
 type mitmConn struct {
-	t         Target
+	t         netstack.Target
 	guest, mc net.Conn
 	sniOK     atomic.Bool
 	refused   atomic.Pointer[string]
@@ -552,7 +554,7 @@ func (e *MitmproxyEngine) Close() error {
 
 // HandleConn implements Engine: the connection, admitted for t, is handed
 // to mitmdump through an authenticated CONNECT to t.
-func (e *MitmproxyEngine) HandleConn(ctx context.Context, conn net.Conn, t Target) {
+func (e *MitmproxyEngine) HandleConn(ctx context.Context, conn net.Conn, t netstack.Target) {
 	if slices.Contains(e.cfg.NoMITM, t.Name) {
 		// Passed through, never to mitmdump: the Go front end checks
 		// the SNI and tunnels the TLS as it is.
@@ -571,7 +573,7 @@ func (e *MitmproxyEngine) HandleConn(ctx context.Context, conn net.Conn, t Targe
 	e.events.Record(ev)
 }
 
-func (e *MitmproxyEngine) handleConn(ctx context.Context, cc *countConn, t Target) (string, string) {
+func (e *MitmproxyEngine) handleConn(ctx context.Context, cc *countConn, t netstack.Target) (string, string) {
 	if t.Name == "" || t.Port == 0 || !t.Decision.Allow {
 		return "deny", "connection was not admitted by the policy"
 	}

@@ -2,6 +2,7 @@ package netfilter
 
 import (
 	"github.com/vibedom/vibedom/netfilter/egress"
+	"github.com/vibedom/vibedom/netfilter/mitm"
 	"github.com/vibedom/vibedom/netfilter/mitmproxy"
 
 	"bufio"
@@ -207,7 +208,7 @@ func TestMitmdumpCrash(t *testing.T) {
 // not Latin-1 (the addon cannot put it on the wire).
 type headerFilter struct{ value string }
 
-func (f headerFilter) FilterRequest(_ context.Context, _ Destination, r *http.Request) (func() []egress.Finding, error) {
+func (f headerFilter) FilterRequest(_ context.Context, _ mitm.Destination, r *http.Request) (func() []egress.Finding, error) {
 	r.Header.Set("X-Filtered", f.value)
 	return func() []egress.Finding { return nil }, nil
 }

@@ -2,6 +2,7 @@ package netfilter
 
 import (
 	"github.com/vibedom/vibedom/netfilter/egress"
+	"github.com/vibedom/vibedom/netfilter/netstack"
 
 	"context"
 	"fmt"
@@ -152,7 +153,7 @@ func (h *proxyHandler) connect(w http.ResponseWriter, r *http.Request) {
 	c.SetDeadline(time.Time{})
 	// The request's context lives until this handler returns, which is
 	// when the tunnel ends.
-	t := Target{Name: name, Port: port, Decision: d, Guest: h.src}
+	t := netstack.Target{Name: name, Port: port, Decision: d, Guest: h.src}
 	if h.e.cfg.Track != nil {
 		done := h.e.cfg.Track(t, pc)
 		defer done()

@@ -3,6 +3,7 @@ package netfilter
 import (
 	"github.com/vibedom/vibedom/credentials"
 	"github.com/vibedom/vibedom/netfilter/egress"
+	"github.com/vibedom/vibedom/netfilter/mitm"
 
 	"bytes"
 	"context"
@@ -20,7 +21,7 @@ import (
 type Answer = credentials.Answer
 
 // upstreamKind names how a request leaves, for messages.
-func upstreamKind(d Destination) string {
+func upstreamKind(d mitm.Destination) string {
 	switch {
 	case d.Scheme == "https" && !d.Verified:
 		return "unverified TLS"
@@ -42,15 +43,15 @@ var ErrPlaceholder = errors.New("a credential placeholder where vibedom does not
 // which knows the real value, never scrubs it there. A placeholder in any
 // other header (of any request) or in the URL refuses the request; in a
 // body the DLP finds it (give it the placeholders as known values).
-func NewSwapFilter(inner RequestFilter, swaps []credentials.Swap) RequestFilter {
+func NewSwapFilter(inner mitm.RequestFilter, swaps []credentials.Swap) mitm.RequestFilter {
 	if inner == nil {
-		inner = IdentityFilter{}
+		inner = mitm.IdentityFilter{}
 	}
 	return &swapFilter{inner: inner, swaps: swaps}
 }
 
 type swapFilter struct {
-	inner RequestFilter
+	inner mitm.RequestFilter
 	swaps []credentials.Swap
 	// scrub finds the real keys in the DLP's encodings (nil when there is
 	// no key), built for the secrets counted in scrubFor; see scrubber.
@@ -126,7 +127,7 @@ func (f *swapFilter) current() []credentials.Swap {
 	return out
 }
 
-func (f *swapFilter) FilterRequest(ctx context.Context, dest Destination, r *http.Request) (func() []egress.Finding, error) {
+func (f *swapFilter) FilterRequest(ctx context.Context, dest mitm.Destination, r *http.Request) (func() []egress.Finding, error) {
 	for _, s := range f.swaps {
 		if ea, ok := s.Dynamic.(credentials.EndpointAnswerer); ok && strings.EqualFold(dest.Name, ea.AnswersHost()) {
 			return nil, ea.Answer(r)
@@ -186,7 +187,7 @@ func (f *swapFilter) FilterRequest(ctx context.Context, dest Destination, r *htt
 
 // UpgradeWriter passes the inner filter's WebSocket scrubbing through.
 func (f *swapFilter) UpgradeWriter(r *http.Request, upstream io.Writer) io.WriteCloser {
-	if uf, ok := f.inner.(UpgradeFilter); ok {
+	if uf, ok := f.inner.(mitm.UpgradeFilter); ok {
 		return uf.UpgradeWriter(r, upstream)
 	}
 	return nil
@@ -203,7 +204,7 @@ func (f *swapFilter) UpgradeWriter(r *http.Request, upstream io.Writer) io.Write
 // escapes, JSON escapes...), and an event stream is refused mid-way when
 // the key is spelled out across its events (see sseGuard).
 func (f *swapFilter) FilterResponse(resp *http.Response) {
-	if rf, ok := f.inner.(ResponseFilter); ok {
+	if rf, ok := f.inner.(mitm.ResponseFilter); ok {
 		rf.FilterResponse(resp)
 	}
 	vals, _ := f.ResponseSecrets()

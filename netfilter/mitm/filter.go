@@ -1,31 +1,20 @@
-// Package netfilter is the guest's only way out, assembled: it hands the
-// connections the network stack (netfilter/netstack) admits to the MITM
-// proxy, one of two engines (the Go engine, or mitmdump with our addon),
-// which checks the TLS SNI or Host against the egress policy
-// (netfilter/egress), passes each request through the request filters
-// (DLP, placeholder swap) and writes the network logs. Nothing it enforces
-// depends on code running in the guest.
+// Package mitm is the room of the MITM proxy's engines. So far it holds
+// the contract between an engine and the request filters it calls
+// (Destination, RequestFilter and its optional capabilities): the filters
+// (DLP, placeholder swap) are built in netfilter, and both engines (the
+// embedded Go engine, and mitmdump with our addon) still live there too.
 //
-// It does not scrub bodies itself: a RequestFilter (the dlp engine, through an
-// adapter) is plugged into the proxy's request path.
-package netfilter
+// It does not decide the policy (netfilter/egress), scan for secrets or
+// swap credentials, or write the logs.
+package mitm
 
 import (
 	"github.com/vibedom/vibedom/netfilter/egress"
-	"github.com/vibedom/vibedom/netfilter/netstack"
 
 	"context"
 	"io"
 	"net/http"
 )
-
-// Target is what an admitted guest TCP connection was admitted for
-// (netstack.Target).
-type Target = netstack.Target
-
-// Engine takes over guest TCP connections once the stack admits them
-// (netstack.Engine).
-type Engine = netstack.Engine
 
 // Destination describes where a request is going, for request filters.
 type Destination struct {
