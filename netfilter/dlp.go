@@ -11,7 +11,6 @@ import (
 	"io"
 	"net/http"
 	"net/url"
-	"strings"
 	"sync"
 	"time"
 
@@ -251,17 +250,4 @@ func schemeOf(d mitm.Destination) string {
 		return "http"
 	}
 	return "https"
-}
-
-// scrubDescription is the reason a scrubbed request's event carries.
-func scrubDescription(fs []egress.Finding) string {
-	cats := map[string]bool{}
-	var names []string
-	for _, f := range fs {
-		if (f.Action == "redact" || f.Action == "") && !cats[f.Category] {
-			cats[f.Category] = true
-			names = append(names, f.Category)
-		}
-	}
-	return strings.Join(names, ", ")
 }

@@ -263,8 +263,8 @@ func (e *GoEngine) forward(w http.ResponseWriter, r *http.Request, dest fwdTarge
 		switch {
 		case st.errText.Load() != nil:
 			ev.Decision, ev.Reason = "error", *st.errText.Load()
-		case scrubDescription(findings) != "":
-			ev.Decision, ev.Reason = "scrub", "redacted: "+scrubDescription(findings)
+		case mitm.ScrubDescription(findings) != "":
+			ev.Decision, ev.Reason = "scrub", "redacted: "+mitm.ScrubDescription(findings)
 		case len(findings) > 0:
 			ev.Decision, ev.Reason = "allow", fmt.Sprintf("%d finding(s) logged, not redacted", len(findings))
 		default:
@@ -276,7 +276,7 @@ func (e *GoEngine) forward(w http.ResponseWriter, r *http.Request, dest fwdTarge
 	if r.ProtoMajor == 2 {
 		rp = e.rp2
 	}
-	if hs, ok := e.filter.(ResponseHeaderScrubber); ok {
+	if hs, ok := e.filter.(mitm.ResponseHeaderScrubber); ok {
 		// 1xx header blocks (103 Early Hints) skip ModifyResponse.
 		w = &scrubHeaderWriter{ResponseWriter: w, scrub: hs.ScrubResponseHeader}
 	}
@@ -304,7 +304,7 @@ func (e *GoEngine) modifyResponse(resp *http.Response) error {
 			return fmt.Errorf("%w: upstream switched to %q; only a WebSocket upgrade the proxy asked for is relayed",
 				errUpgradeRefused, egress.Shorten(resp.Header.Get("Upgrade")))
 		}
-		if hs, ok := e.filter.(ResponseHeaderScrubber); ok {
+		if hs, ok := e.filter.(mitm.ResponseHeaderScrubber); ok {
 			hs.ScrubResponseHeader(resp.Header)
 		}
 		if rwc, ok := resp.Body.(io.ReadWriteCloser); ok {
@@ -314,7 +314,7 @@ func (e *GoEngine) modifyResponse(resp *http.Response) error {
 					up = &wsConn{ReadWriteCloser: up, w: w}
 				}
 			}
-			if uf, ok := e.filter.(UpstreamFrameFilter); ok {
+			if uf, ok := e.filter.(mitm.UpstreamFrameFilter); ok {
 				up = &wsReadConn{ReadWriteCloser: up, r: uf.UpstreamFrames(up)}
 			}
 			resp.Body = up

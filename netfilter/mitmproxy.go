@@ -45,9 +45,6 @@ var mitmproxyAddon []byte
 // passes: mitmdump buffers each request whole so the DLP can read it.
 const DefaultMitmBodyLimit = 64 << 20
 
-// ErrMitmdump marks every failure to find, start or keep mitmdump running.
-var ErrMitmdump = mitmproxy.ErrMitmdump
-
 // MitmproxyConfig configures the mitmproxy engine. The embedded
 // EngineConfig means what it means for the Go engine: Policy, Filter,
 // Events, the dial guard's fields and the upstream roots all apply.
@@ -358,7 +355,7 @@ func NewMitmproxyEngine(ctx context.Context, cfg MitmproxyConfig) (_ *MitmproxyE
 	if err = e.cmd.Start(); err != nil {
 		pr.Close()
 		pw.Close()
-		return nil, fmt.Errorf("%w: start %s: %v", ErrMitmdump, program, err)
+		return nil, fmt.Errorf("%w: start %s: %v", mitmproxy.ErrMitmdump, program, err)
 	}
 	pw.Close()
 	listening := make(chan struct{})
@@ -386,12 +383,12 @@ func NewMitmproxyEngine(ctx context.Context, cfg MitmproxyConfig) (_ *MitmproxyE
 			got++
 		case line := <-portTaken:
 			return nil, fmt.Errorf("%w cannot listen on 127.0.0.1 (%s): the port is taken; free it or let vibedom pick one",
-				ErrMitmdump, line)
+				mitmproxy.ErrMitmdump, line)
 		case <-e.exited:
 			return nil, fmt.Errorf("%w %s exited while starting (%v); run `mitmdump --version` to check it works, or use --proxy-engine go",
-				ErrMitmdump, version, e.exitErr)
+				mitmproxy.ErrMitmdump, version, e.exitErr)
 		case <-timer.C:
-			return nil, fmt.Errorf("%w did not come up within %v; use --proxy-engine go", ErrMitmdump, cfg.StartTimeout)
+			return nil, fmt.Errorf("%w did not come up within %v; use --proxy-engine go", mitmproxy.ErrMitmdump, cfg.StartTimeout)
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		}

@@ -456,8 +456,8 @@ func (e *MitmproxyEngine) finish(f *mitmFlow, status int, down int64, errText st
 	switch {
 	case errText != "":
 		ev.Decision, ev.Reason = "error", errText
-	case scrubDescription(findings) != "":
-		ev.Decision, ev.Reason = "scrub", "redacted: "+scrubDescription(findings)
+	case mitm.ScrubDescription(findings) != "":
+		ev.Decision, ev.Reason = "scrub", "redacted: "+mitm.ScrubDescription(findings)
 	case len(findings) > 0:
 		ev.Decision, ev.Reason = "allow", fmt.Sprintf("%d finding(s) logged, not redacted", len(findings))
 	default:
@@ -510,7 +510,7 @@ func (e *MitmproxyEngine) wsUpstream(m *ctlMsg) *ctlReply {
 	if f == nil {
 		return deny(403, "not a WebSocket vibedom let through")
 	}
-	if s, ok := e.filter.(UpstreamMessageScrubber); ok {
+	if s, ok := e.filter.(mitm.UpstreamMessageScrubber); ok {
 		return &ctlReply{Action: "allow", Body: s.ScrubUpstreamMessage(m.Body)}
 	}
 	return &ctlReply{Action: "allow", Body: m.Body}

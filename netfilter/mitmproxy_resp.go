@@ -49,7 +49,7 @@ func (e *MitmproxyEngine) respHead(m *ctlMsg) *ctlReply {
 	rf, ok := e.filter.(mitm.ResponseFilter)
 	noBody := m.Status < 200 || m.Status == http.StatusNoContent || m.Status == http.StatusNotModified || m.Method == http.MethodHead
 	if ds, isSwap := e.filter.(deepScrubber); !ok || noBody || (isSwap && !ds.fromProvider(resp)) {
-		if hs, ok := e.filter.(ResponseHeaderScrubber); ok {
+		if hs, ok := e.filter.(mitm.ResponseHeaderScrubber); ok {
 			hs.ScrubResponseHeader(h)
 		}
 		out.Headers = headerFields(h)
@@ -82,7 +82,7 @@ func (e *MitmproxyEngine) respTrailers(m *ctlMsg) *ctlReply {
 	for _, kv := range m.Headers {
 		h.Add(kv[0], kv[1])
 	}
-	if hs, ok := e.filter.(ResponseHeaderScrubber); ok {
+	if hs, ok := e.filter.(mitm.ResponseHeaderScrubber); ok {
 		hs.ScrubResponseHeader(h)
 	}
 	return &ctlReply{Action: "allow", Headers: headerFields(h)}

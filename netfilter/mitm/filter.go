@@ -14,6 +14,7 @@ import (
 	"context"
 	"io"
 	"net/http"
+	"strings"
 )
 
 // Destination describes where a request is going, for request filters.
@@ -83,4 +84,37 @@ type IdentityFilter struct{}
 // FilterRequest implements RequestFilter.
 func (IdentityFilter) FilterRequest(context.Context, Destination, *http.Request) (func() []egress.Finding, error) {
 	return func() []egress.Finding { return nil }, nil
+}
+
+// ResponseHeaderScrubber is an optional capability of a RequestFilter:
+// scrubbing a response header block in place, for the blocks that do not
+// pass through FilterResponse (1xx, a 101's headers).
+type ResponseHeaderScrubber interface {
+	ScrubResponseHeader(h http.Header)
+}
+
+// UpstreamMessageScrubber is an optional capability of a RequestFilter:
+// scrubbing one whole WebSocket message from upstream, for an engine that
+// handles messages rather than frames (the mitmproxy engine).
+type UpstreamMessageScrubber interface {
+	ScrubUpstreamMessage(p []byte) []byte
+}
+
+// UpstreamFrameFilter is an optional capability of a RequestFilter:
+// scrubbing the frames upstream sends the guest after a WebSocket upgrade.
+type UpstreamFrameFilter interface {
+	UpstreamFrames(src io.Reader) io.Reader
+}
+
+// ScrubDescription is the reason a scrubbed request's event carries.
+func ScrubDescription(fs []egress.Finding) string {
+	cats := map[string]bool{}
+	var names []string
+	for _, f := range fs {
+		if (f.Action == "redact" || f.Action == "") && !cats[f.Category] {
+			cats[f.Category] = true
+			names = append(names, f.Category)
+		}
+	}
+	return strings.Join(names, ", ")
 }
