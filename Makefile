@@ -14,7 +14,7 @@ SHA256   := $(shell command -v sha256sum >/dev/null 2>&1 && echo sha256sum || ec
 
 export PATH := $(PATH):/usr/local/go/bin
 
-.PHONY: help build guest embed-guest release release-check release-lint test e2e e2e-arm64 check-darwin vet check setup assets demo bench clean
+.PHONY: help build guest embed-guest release release-check release-lint test unit e2e e2e-arm64 check-darwin vet check setup assets demo bench clean
 
 help: ## list the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | sort
@@ -62,8 +62,11 @@ check-darwin: ## type-check the darwin/arm64 build (the vz backend) on any host
 test: guest ## run every test, VM tests included (they skip with a reason without QEMU or assets)
 	$(GO) test -count=1 -timeout 20m ./...
 
+unit: guest ## run the unit tier: every package but e2e/*, without the tests that boot a VM (VM/Arm64 in the name)
+	$(GO) test -count=1 -timeout 20m -skip 'VM|Arm64' $$($(GO) list ./... | grep -v /e2e/)
+
 e2e: guest ## run only the end-to-end VM tests (amd64 guest)
-	$(GO) test -count=1 -timeout 20m -run 'VM|E2E' ./session/... ./vm/... ./e2e/...
+	$(GO) test -count=1 -timeout 20m -run 'VM|E2E' ./session/... ./vm/... ./image/... ./netfilter/... ./e2e/...
 
 e2e-arm64: guest ## boot the arm64 guest under qemu-system-aarch64 (TCG) and exec in it
 	VIBEDOM_E2E_ARM64=1 $(GO) test -count=1 -timeout 20m -run 'Arm64' ./vm/qemu/ ./e2e/agents/

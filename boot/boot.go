@@ -14,8 +14,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"strings"
+	"sync"
 	"time"
 
 	"golang.org/x/crypto/ssh"
@@ -48,9 +50,17 @@ type Options struct {
 
 // Timings are how long the steps of a boot took.
 type Timings struct {
-	VMStart   time.Duration // Driver.Start until the hypervisor runs the VM
-	Ready     time.Duration // the VM running until the SSH handshake completed
-	Handshake time.Duration // dialling the control channel and the SSH handshake
+	VMStart time.Duration // Driver.Start until the hypervisor runs the VM
+	Ready   time.Duration // the VM running until the SSH handshake completed
+	// Handshake is the SSH handshake proper: from the guest agent's first
+	// byte on the control channel until it completed.
+	Handshake time.Duration
+	// Answer is the VM running until the guest agent's first byte: the
+	// firmware, the kernel, PID 1's set-up and the agent's start.
+	Answer time.Duration
+	// Guest is the guest's own account (GuestTimings), nil when its
+	// console has none.
+	Guest []Step
 }
 
 // Error is a boot that got as far as a running machine and failed there:
@@ -121,16 +131,41 @@ func Start(ctx context.Context, d vm.Driver, cfg vm.Config, o Options) (vm.Machi
 	}
 	ready := make(chan dialed, 1)
 	go func() {
-		th := time.Now()
-		c, err := guestlink.Connect(bctx, m.DialControl, o.Client, attempt)
-		ready <- dialed{c: c, handshake: time.Since(th), err: err}
+		// The SSH handshake starts with the guest's version line: its
+		// first byte splits the wait for the guest from the handshake.
+		var mu sync.Mutex
+		var answered time.Time
+		dial := func(ctx context.Context) (net.Conn, error) {
+			c, err := m.DialControl(ctx)
+			if err != nil {
+				return nil, err
+			}
+			return &firstRead{Conn: c, at: func() {
+				mu.Lock()
+				answered = time.Now()
+				mu.Unlock()
+			}}, nil
+		}
+		c, err := guestlink.Connect(bctx, dial, o.Client, attempt)
+		done := time.Now()
+		mu.Lock()
+		defer mu.Unlock()
+		var hs time.Duration
+		if !answered.IsZero() {
+			hs = done.Sub(answered)
+		}
+		ready <- dialed{c: c, handshake: hs, err: err}
 	}()
 	var failed error
 	select {
 	case r := <-ready:
 		if r.err == nil {
-			t.Handshake = r.handshake
 			t.Ready = time.Since(t1)
+			t.Handshake = r.handshake
+			t.Answer = t.Ready - r.handshake
+			if cfg.ConsoleLog != "" {
+				t.Guest = GuestTimings(cfg.ConsoleLog)
+			}
 			return m, r.c, t, nil
 		}
 		failed = r.err

@@ -29,8 +29,15 @@ type LoginKind struct {
 	// Provider is the API provider billed ("anthropic", "openai").
 	Provider string
 	// APIHost gets the access token, as "Authorization: Bearer <token>",
-	// on port 443 over verified TLS.
+	// on port 443 over verified TLS, on APIPaths only.
 	APIHost string
+	// APIPaths are the request paths on APIHost the CLI sends its
+	// subscription token to (docs/credentials.md says where each comes
+	// from): one ending in "/" allows the paths below it, any other only
+	// itself. The access placeholder on another path is refused, so the
+	// guest cannot use the user's token for the rest of the account
+	// (chat history, minting an API key).
+	APIPaths []string
 	// TokenHost and TokenPath are the vendor's token endpoint: the host
 	// refreshes there; the guest's requests to TokenHost are answered by
 	// the proxy and never forwarded.
@@ -51,10 +58,14 @@ type LoginKind struct {
 // LoginKinds are the subscription logins vibedom knows.
 var LoginKinds = []LoginKind{
 	{Name: "claude", Provider: "anthropic", APIHost: "api.anthropic.com",
+		APIPaths: []string{"/v1/messages", "/v1/messages/count_tokens", "/api/oauth/profile", "/api/oauth/usage",
+			"/api/claude_cli_profile", "/api/claude_cli/bootstrap", "/api/claude_code/settings", "/api/claude_code/policy_limits"},
 		TokenHost: "platform.claude.com", TokenPath: "/v1/oauth/token",
 		File: ".claude/.credentials.json", Login: []string{"claude", "auth", "login"},
 		ClientID: "9d1c250a-e61b-44d9-88ed-5944d1962f5e", keychainService: "Claude Code-credentials"},
 	{Name: "codex", Provider: "openai", APIHost: "chatgpt.com",
+		APIPaths: []string{"/backend-api/codex/", "/backend-api/wham/accounts/check", "/backend-api/wham/usage",
+			"/backend-api/wham/config/bundle"},
 		TokenHost: "auth.openai.com", TokenPath: "/oauth/token",
 		File: ".codex/auth.json", Login: []string{"codex", "login"},
 		ClientID: "app_EMoamEEZ73f0CkXaXp7hrann"},
@@ -318,7 +329,7 @@ func jwtExpiry(tok string) (time.Time, error) {
 		return time.Time{}, err
 	}
 	exp, ok := c["exp"].(float64)
-	if !ok || exp <= 0 {
+	if !ok || exp <= 0 || exp > 1e11 { // 1e11: the year 5138, beyond which int64(exp) may overflow
 		return time.Time{}, errors.New("no exp claim")
 	}
 	return time.Unix(int64(exp), 0), nil

@@ -15,6 +15,10 @@ import (
 	"time"
 )
 
+// refreshRetry is how long after a failed refresh the host answers with
+// the failure instead of trying again.
+const refreshRetry = 30 * time.Second
+
 // refreshMargin is how long before its expiry the host refreshes an
 // access token (the CLIs use the same 5 minutes).
 const refreshMargin = 5 * time.Minute
@@ -23,17 +27,18 @@ const refreshMargin = 5 * time.Minute
 // tokens, which only the host holds and refreshes, and the placeholders
 // the guest has been given. Safe for concurrent use.
 type LoginSession struct {
-	kind    LoginKind
-	home    string
-	client  *RefreshClient
-	log     *slog.Logger
-	mu      sync.Mutex
-	login   *Login
-	failed  error           // the last refresh's failure, until one succeeds
-	access  map[string]bool // access-token placeholders handed out
-	others  map[string]bool // refresh and id-token placeholders handed out
-	refresh map[string]bool // refresh placeholders handed out
-	first   guestTokens     // the set in the guest's file
+	kind     LoginKind
+	home     string
+	client   *RefreshClient
+	log      *slog.Logger
+	mu       sync.Mutex
+	login    *Login
+	failed   error           // the last refresh's failure, until one succeeds
+	failedAt time.Time       // when; answered with until refreshRetry has passed
+	access   map[string]bool // access-token placeholders handed out
+	others   map[string]bool // refresh and id-token placeholders handed out
+	refresh  map[string]bool // refresh placeholders handed out
+	first    guestTokens     // the set in the guest's file
 	// heldMu guards held apart from mu: the session's log redactor reads
 	// it (Secrets), and may run while mu is held elsewhere.
 	heldMu sync.Mutex
@@ -163,13 +168,18 @@ func (s *LoginSession) accessToken(ctx context.Context) (tok string, n *Login, s
 	if l.Expires.IsZero() || now.Add(refreshMargin).Before(l.Expires) {
 		return l.access, nil, nil, nil
 	}
+	if s.failed != nil && now.Before(s.failedAt.Add(refreshRetry)) {
+		return "", nil, nil, s.failed
+	}
 	n, err = s.client.Refresh(ctx, l)
 	if err != nil {
-		s.failed = err
 		if errors.Is(err, ErrRefreshRefused) {
-			return "", nil, nil, fmt.Errorf("%w: %w", ErrLoginUnusable, err)
+			err = fmt.Errorf("%w: %w", ErrLoginUnusable, err)
+		} else {
+			err = fmt.Errorf("%w: %v; if it persists, run `vibedom auth login %s` on the host", ErrLoginUnusable, err, s.kind.Name)
 		}
-		return "", nil, nil, fmt.Errorf("%w: %v; if it persists, run `vibedom auth login %s` on the host", ErrLoginUnusable, err, s.kind.Name)
+		s.failed, s.failedAt = err, now
+		return "", nil, nil, err
 	}
 	s.failed = nil
 	s.login = n
@@ -197,6 +207,11 @@ func contains(l []string, v string) bool {
 	}
 	return false
 }
+
+// maxGuestRefreshes bounds the placeholder sets a session hands out on
+// the guest's refreshes (the CLI refreshes about twice a day): each is
+// remembered, and checked on every request, for the whole session.
+const maxGuestRefreshes = 100
 
 // maxGuestRefresh bounds the body of a guest's request to the token
 // endpoint.
@@ -243,6 +258,10 @@ func (s *LoginSession) AnswerTokenRequest(r *http.Request) (status int, body []b
 	// token says, whatever the real token's state; a host refresh that
 	// fails shows on the next API call as a 401 saying what to run.
 	s.mu.Lock()
+	if len(s.refresh) > maxGuestRefreshes {
+		s.mu.Unlock()
+		return refuse(http.StatusTooManyRequests, "invalid_request", "too many refreshes from the VM in one session: the placeholders it holds keep working")
+	}
 	g, err := s.issue()
 	l := s.login
 	s.mu.Unlock()

@@ -33,6 +33,11 @@ const refreshTimeout = 30 * time.Second
 // maxTokenResponse bounds the token endpoint's answer.
 const maxTokenResponse = 256 << 10
 
+// maxLifetime bounds, in seconds, the lifetime a token endpoint may give
+// a token (ten years): beyond, it is garbage, and a time.Duration would
+// overflow.
+const maxLifetime = 10 * 365 * 24 * 3600
+
 // tokenResponse is what both vendors' token endpoints answer.
 type tokenResponse struct {
 	AccessToken           string `json:"access_token"`
@@ -118,15 +123,24 @@ func (c *RefreshClient) Refresh(ctx context.Context, l *Login) (*Login, error) {
 		}
 		n.id, n.idClaims = tr.IDToken, claims
 	}
+	if tr.ExpiresIn < 0 || tr.ExpiresIn > maxLifetime || tr.RefreshTokenExpiresIn < 0 || tr.RefreshTokenExpiresIn > maxLifetime {
+		return nil, fmt.Errorf("refresh the %s login at %s: the answer's expires_in is out of range", k.Name, k.TokenHost)
+	}
 	switch {
 	case tr.ExpiresIn > 0:
 		n.Expires = now.Add(time.Duration(tr.ExpiresIn) * time.Second)
 	default:
-		if exp, err := jwtExpiry(n.access); err == nil {
-			n.Expires = exp
-		} else {
-			n.Expires = time.Time{}
+		exp, err := jwtExpiry(n.access)
+		if err != nil {
+			// Never refreshed again, the login would die with the token.
+			return nil, fmt.Errorf("refresh the %s login at %s: the answer says not when the new access token expires", k.Name, k.TokenHost)
 		}
+		n.Expires = exp
+	}
+	if !n.Expires.After(now) || n.Expires.After(now.Add(maxLifetime*time.Second)) {
+		// In the past, the host would refresh on every request; centuries
+		// away, never.
+		return nil, fmt.Errorf("refresh the %s login at %s: the new access token's expiry is out of range", k.Name, k.TokenHost)
 	}
 	if tr.RefreshTokenExpiresIn > 0 {
 		n.RefreshExpires = now.Add(time.Duration(tr.RefreshTokenExpiresIn) * time.Second)

@@ -3,7 +3,9 @@ package credentials
 import (
 	"context"
 	"net/http"
+	"net/url"
 	"strings"
+	"sync"
 
 	"github.com/vibedom/vibedom/dlp"
 )
@@ -13,6 +15,10 @@ import (
 type Session struct {
 	entries []entry
 	logins  []*LoginSession
+	// redactEng finds the logins' redactFor real tokens in log lines.
+	redactMu  sync.Mutex
+	redactEng *dlp.Engine
+	redactFor int
 }
 
 // AddLogin makes the session use a subscription login: the guest gets the
@@ -78,12 +84,32 @@ func (s *Session) RefreshDue(ctx context.Context) error {
 // host refreshed during the session included, which the DLP's known
 // values, fixed at the start, do not hold) in a string bound for a log.
 func (s *Session) Redact(v string) string {
+	var all []dlp.Secret
 	for _, l := range s.logins {
 		for _, sec := range l.Secrets() {
 			v = strings.ReplaceAll(v, sec, RedactedToken)
+			all = append(all, dlp.Secret{Value: sec, Source: "the host's " + l.kind.Name + " subscription login"})
 		}
 	}
-	return v
+	if len(all) == 0 {
+		return v
+	}
+	// The other forms (base64, hex, escapes, another case): a refused
+	// request's URL or header name is the guest's to spell.
+	s.redactMu.Lock()
+	if s.redactFor != len(all) {
+		s.redactEng, _ = dlp.New(dlp.Config{Secrets: all})
+		s.redactFor = len(all)
+	}
+	e := s.redactEng
+	s.redactMu.Unlock()
+	if e == nil {
+		return v
+	}
+	if e.ContainsKnownFold(v) {
+		return RedactedToken
+	}
+	return e.ScrubString(v)
 }
 
 // RedactedToken replaces a real token in a log line.
@@ -164,7 +190,7 @@ func (s *Session) Swaps() []Swap {
 	}
 	for _, l := range s.logins {
 		swaps = append(swaps, Swap{Name: l.kind.Name + " login", Host: l.kind.APIHost, Header: "authorization",
-			Dynamic: loginCred{l}})
+			Paths: l.kind.APIPaths, Dynamic: loginCred{l}})
 	}
 	return swaps
 }
@@ -182,6 +208,10 @@ type Swap struct {
 	// Token is the placeholder itself: seen anywhere else, the request is
 	// refused.
 	Token string
+	// Paths, when set, are the only request paths the swap happens on
+	// (LoginKind.APIPaths: "/a/" allows the paths below it, "/a" only
+	// itself); the placeholder on another path is refused. Nil: any path.
+	Paths []string
 	// Dynamic, when set, stands for Placeholder, Value and Token: a
 	// credential whose placeholders and real value change during the
 	// session (a subscription login the host refreshes). Header is the
@@ -261,4 +291,39 @@ func authValue(p Provider, key string) string {
 		return "Bearer " + key
 	}
 	return key
+}
+
+// PathAllowed reports whether a request to u may have the swap done: true
+// when the swap names no Paths; else u's path, exactly as it goes upstream,
+// must be one of them (or below one ending in "/"), compared byte for byte.
+// A path a server might read as another is never allowed: one with a
+// character outside A-Z a-z 0-9 - . _ ~ / (so no percent escape, ";" or
+// "\"), an empty segment ("//", a trailing "/") or a "." or ".." segment.
+func (s Swap) PathAllowed(u *url.URL) bool {
+	if s.Paths == nil {
+		return true
+	}
+	if u == nil || u.Opaque != "" || u.User != nil {
+		return false
+	}
+	p := u.EscapedPath()
+	if p != u.Path || !strings.HasPrefix(p, "/") {
+		return false
+	}
+	for _, c := range []byte(p) {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.IndexByte("-._~/", c) >= 0) {
+			return false
+		}
+	}
+	for _, seg := range strings.Split(p[1:], "/") {
+		if seg == "" || seg == "." || seg == ".." {
+			return false
+		}
+	}
+	for _, a := range s.Paths {
+		if p == a || strings.HasSuffix(a, "/") && strings.HasPrefix(p, a) {
+			return true
+		}
+	}
+	return false
 }

@@ -122,7 +122,7 @@ func serveVirtioSerial(ctx context.Context, log *slog.Logger, srv *Server, name 
 	if err != nil {
 		return err
 	}
-	log.Info("serving the control channel", "port", dev)
+	log.Info("serving the control channel", "port", dev, "uptime", uptime().Round(time.Millisecond))
 	for ctx.Err() == nil {
 		f, err := openPort(ctx, dev)
 		if err != nil {
@@ -237,7 +237,7 @@ func serveVsock(ctx context.Context, log *slog.Logger, srv *Server, port uint32)
 		<-ctx.Done()
 		unix.Close(fd)
 	}()
-	log.Info("serving the control channel", "vsock_port", port)
+	log.Info("serving the control channel", "vsock_port", port, "uptime", uptime().Round(time.Millisecond))
 	for ctx.Err() == nil {
 		nfd, _, err := unix.Accept4(fd, unix.SOCK_CLOEXEC)
 		if err != nil {

@@ -47,14 +47,20 @@ func Init() {
 		log.Error("guest setup failed: " + baseErr.Error())
 		halt(log)
 	}
-	bc, err := setup(log)
+	// The kernel's share of the boot: its clock started with it.
+	bt := &bootTimes{}
+	bt.add("kernel", uptime()-time.Since(start))
+	bc, later, err := setup(log, bt)
 	if err != nil {
 		log.Error("guest setup failed: " + err.Error())
 		halt(log)
 	}
 	log = consoleLogger(os.Stderr, bc.Debug)
+	bt.add("setup", time.Since(start))
 	log.Info("guest set up", "took", time.Since(start).Round(time.Millisecond))
-	supervise(log)
+	// One line the host reads into its own timings (boot.GuestTimings).
+	log.Info("boot timings", bt.steps...)
+	supervise(log, func() { loadLater(log, later) })
 }
 
 // attachConsole makes /dev/console PID 1's stdin, stdout and stderr, so
@@ -102,7 +108,9 @@ type pid1 struct {
 
 // supervise starts the agent, reaps every process that ends up parented to
 // PID 1, and powers off when the agent dies or PID 1 is signalled.
-func supervise(log *slog.Logger) {
+//
+// afterStart runs beside the agent once it has started.
+func supervise(log *slog.Logger, afterStart func()) {
 	p := &pid1{log: log}
 	sigs := make(chan os.Signal, 4)
 	// busybox halt, poweroff and reboot send USR1, USR2 and TERM to PID 1;
@@ -127,6 +135,9 @@ func supervise(log *slog.Logger) {
 		p.powerOff("cannot start the guest agent: " + err.Error())
 	}
 	pid := agent.Process.Pid
+	if afterStart != nil {
+		go afterStart()
+	}
 	for {
 		var ws unix.WaitStatus
 		got, err := unix.Wait4(-1, &ws, 0, nil)

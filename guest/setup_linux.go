@@ -1,7 +1,6 @@
 package guest
 
 import (
-	"bufio"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -21,18 +20,24 @@ import (
 
 // setup performs every step from the kernel's hand-off (with the base
 // filesystems mounted) to a guest ready to serve the control channel.
-func setup(log *slog.Logger) (*proto.BootConfig, error) {
+//
+// It loads only the kernel modules this boot needs before it mounts
+// anything; the rest of the image's modules are returned in later, for
+// PID 1 to load once the agent runs. bt receives how long each step took.
+func setup(log *slog.Logger, bt *bootTimes) (bc *proto.BootConfig, later []module, err error) {
 	os.Setenv("PATH", defaultPath)
-	loadModules(log)
 	data, err := os.ReadFile(proto.BootConfigPath)
 	if err != nil {
-		return nil, fmt.Errorf("read boot data %s: %w (the session initramfs is missing or damaged)", proto.BootConfigPath, err)
+		return nil, nil, fmt.Errorf("read boot data %s: %w (the session initramfs is missing or damaged)", proto.BootConfigPath, err)
 	}
-	bc, err := proto.Parse(data)
+	bc, err = proto.Parse(data)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	log = consoleLogger(os.Stderr, bc.Debug)
+	t := time.Now()
+	later = loadModules(log, neededModules(bc))
+	bt.since("modules", t)
 	host := bc.Hostname
 	if host == "" {
 		host = "vibedom"
@@ -40,43 +45,67 @@ func setup(log *slog.Logger) (*proto.BootConfig, error) {
 	if err := unix.Sethostname([]byte(host)); err != nil {
 		log.Warn("set hostname", "err", err)
 	}
-	if err := run(log, "ip", "link", "set", "lo", "up"); err != nil {
-		log.Warn("loopback interface", "err", err)
-	}
 	step := func(name string, f func() error) error {
 		t := time.Now()
 		if err := f(); err != nil {
 			return err
 		}
-		log.Debug(name, "took", time.Since(t).Round(time.Millisecond))
+		bt.since(name, t)
 		return nil
 	}
-	if err := step("workspace mounted", func() error { return mountWorkspace(bc.Workspace) }); err != nil {
-		return nil, err
+	// In-process: starting busybox ip from PID 1 costs a fork and an exec,
+	// a good part of a second under emulation.
+	if err := step("loopback", loopbackUp); err != nil {
+		log.Warn("loopback interface", "err", err)
 	}
-	if err := step("scratch disk mounted", func() error { return mountScratch(log, bc.Scratch.Device) }); err != nil {
-		return nil, err
+	if err := step("workspace", func() error { return mountWorkspace(bc.Workspace) }); err != nil {
+		return nil, nil, err
 	}
-	if err := step("overlay mounted", mountOverlay); err != nil {
-		return nil, err
+	if err := step("scratch", func() error { return mountScratch(log, bc.Scratch.Device) }); err != nil {
+		return nil, nil, err
+	}
+	if err := step("overlay", mountOverlay); err != nil {
+		return nil, nil, err
 	}
 	if bc.Network != nil {
-		if err := step("network up", func() error { return setupNetwork(log, bc.Network) }); err != nil {
-			return nil, err
+		if err := step("network", func() error { return setupNetwork(log, bc.Network) }); err != nil {
+			return nil, nil, err
 		}
 	}
 	if err := writeProfile("/", SessionEnv(bc, caBundle(bc))); err != nil {
-		return nil, fmt.Errorf("write the shell profile: %w", err)
+		return nil, nil, fmt.Errorf("write the shell profile: %w", err)
 	}
 	if bc.Root != nil {
-		if err := step("root image mounted", func() error { return mountRoot(log, bc.Root, bc.Layers) }); err != nil {
-			return nil, err
+		if err := step("root", func() error { return mountRoot(log, bc.Root, bc.Layers) }); err != nil {
+			return nil, nil, err
 		}
 		if err := writeProfile(proto.RootDir, SessionEnv(bc, caBundle(bc))); err != nil {
-			return nil, fmt.Errorf("write the shell profile in the root: %w", err)
+			return nil, nil, fmt.Errorf("write the shell profile in the root: %w", err)
 		}
 	}
-	return bc, nil
+	return bc, later, nil
+}
+
+// loopbackUp brings the loopback interface up, as `ip link set lo up`
+// does.
+func loopbackUp() error {
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	ifr, err := unix.NewIfreq("lo")
+	if err != nil {
+		return err
+	}
+	if err := unix.IoctlIfreq(fd, unix.SIOCGIFFLAGS, ifr); err != nil {
+		return fmt.Errorf("get lo flags: %w", err)
+	}
+	ifr.SetUint16(ifr.Uint16() | unix.IFF_UP)
+	if err := unix.IoctlIfreq(fd, unix.SIOCSIFFLAGS, ifr); err != nil {
+		return fmt.Errorf("bring lo up: %w", err)
+	}
+	return nil
 }
 
 type mountSpec struct {
@@ -113,55 +142,6 @@ func mountBase() error {
 		_ = os.Symlink(l[0], l[1])
 	}
 	return nil
-}
-
-// loadModules loads the image's module list in order, continuing past
-// failures: some modules are optional on some CPUs (the accelerated crc32c
-// needs SSE 4.2, which an emulated CPU may lack), and a missing one that
-// matters shows up as a clear mount or device error later.
-func loadModules(log *slog.Logger) {
-	f, err := os.Open(proto.ModuleListPath)
-	if err != nil {
-		log.Debug("no kernel module list", "err", err)
-		return
-	}
-	defer f.Close()
-	var uts unix.Utsname
-	_ = unix.Uname(&uts)
-	release := unix.ByteSliceToString(uts.Release[:])
-	t := time.Now()
-	loaded := 0
-	var failed []string
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		rel := strings.TrimSpace(sc.Text())
-		if rel == "" || strings.HasPrefix(rel, "#") {
-			continue
-		}
-		name := strings.TrimSuffix(filepath.Base(rel), ".ko")
-		if err := loadModule(filepath.Join("/lib/modules", release, filepath.Clean("/"+rel))); err != nil {
-			failed = append(failed, name+" ("+errText(err)+")")
-			continue
-		}
-		loaded++
-	}
-	if len(failed) > 0 {
-		log.Info("some kernel modules did not load", "modules", strings.Join(failed, ", "))
-	}
-	log.Debug("kernel modules loaded", "count", loaded, "took", time.Since(t).Round(time.Millisecond))
-}
-
-func loadModule(path string) error {
-	f, err := os.Open(path)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	err = unix.FinitModule(int(f.Fd()), "", 0)
-	if err == nil || errors.Is(err, unix.EEXIST) {
-		return nil
-	}
-	return err
 }
 
 func errText(err error) string {

@@ -91,9 +91,9 @@ var smokeMachines = map[vm.Arch]qemuSmoke{
 	},
 }
 
-// TestSmokeBoot boots the test image under QEMU (TCG) with a shell /init and
+// TestSmokeBootVM boots the test image under QEMU (TCG) with a shell /init and
 // checks that the module set gives the guest everything it needs.
-func TestSmokeBoot(t *testing.T) {
+func TestSmokeBootVM(t *testing.T) {
 	t.Parallel()
 	for _, arch := range []vm.Arch{vm.ArchAMD64, vm.ArchARM64} {
 		t.Run(string(arch), func(t *testing.T) {

@@ -25,7 +25,7 @@ import (
 
 // debianTestVersion changes whenever DebianTest's output changes for the
 // same inputs, so old cache entries are not reused.
-const debianTestVersion = "debian-test/2"
+const debianTestVersion = "debian-test/3"
 
 // File names of DebianTest's outputs inside the image directory.
 const (
@@ -345,6 +345,10 @@ func addBase(ar *initramfs.Archive, busybox, guestBinary, release string, mods *
 			return err
 		}
 		list.WriteString(kernel.PackedName(rel))
+		for _, d := range mods.Needs[rel] {
+			list.WriteByte(' ')
+			list.WriteString(kernel.PackedName(d))
+		}
 		list.WriteByte('\n')
 	}
 	files := []struct {

@@ -125,7 +125,14 @@ func TestDebianTestImage(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			wantList := strings.Join(mods.Order, "\n") + "\n"
+			// Each module, then the modules it needs loaded first.
+			var wantList string
+			for _, rel := range mods.Order {
+				wantList += strings.Join(append([]string{rel}, mods.Needs[rel]...), " ") + "\n"
+			}
+			if !strings.Contains(wantList, "ext4.ko kernel/fs/jbd2/jbd2.ko") {
+				t.Errorf("the module list does not say what ext4 needs:\n%s", wantList)
+			}
 			checks := []struct {
 				name string
 				mode fs.FileMode

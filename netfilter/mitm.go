@@ -107,9 +107,10 @@ type EngineConfig struct {
 	// nothing of those bytes (the connect event says so). The caller
 	// keeps model providers and hosts a credential is swapped for out.
 	NoMITM []string
-	// Track, when set, is told of every explicit-proxy CONNECT tunnel the
-	// engine serves, with its target; the returned function is called when
-	// the tunnel ends. Closing conn ends the tunnel (a live deny rule).
+	// Track, when set, is told of every explicit-proxy CONNECT tunnel (and
+	// absolute-URI request, while it is served) the engine serves, with its
+	// target; the returned function is called when the tunnel ends.
+	// Closing conn ends the tunnel (a live deny rule).
 	Track func(t netstack.Target, conn net.Conn) (done func())
 }
 
@@ -462,6 +463,12 @@ func (e *GoEngine) serveTLS(ctx context.Context, pc *peekConn, t netstack.Target
 		if !hello.hasSNI {
 			tlsAlert(pc.Conn, alertAccessDenied)
 			return connOutcome{"deny", "no-mitm " + t.Name + ": a ClientHello without SNI is refused"}
+		}
+		if hello.ech {
+			// The outer SNI names only the front: passed through, the
+			// encrypted inner hello could reach any site behind it.
+			tlsAlert(pc.Conn, alertAccessDenied)
+			return connOutcome{"deny", "no-mitm " + t.Name + ": an encrypted ClientHello (ECH) is refused: its real destination is hidden; turn ECH off in the client"}
 		}
 		pc.Conn.SetReadDeadline(time.Time{})
 		return e.splice(ctx, pc, t, NoMITMReason)

@@ -71,6 +71,9 @@ type clientHello struct {
 	serverName string // "" when the extension is absent
 	hasSNI     bool
 	alpn       []string
+	// ech: the hello carries an encrypted ClientHello (ECH, or the
+	// draft ESNI), whose inner SNI names the real destination.
+	ech bool
 }
 
 // peekClientHello reads (without consuming) the TLS records that carry the
@@ -211,6 +214,8 @@ func parseClientHello(body []byte) (clientHello, error) {
 				}
 				ch.serverName, ch.hasSNI = string(name.b), true
 			}
+		case 0xfe0d, 0xffce: // encrypted_client_hello, draft encrypted_server_name
+			ch.ech = true
 		case 16: // application_layer_protocol_negotiation
 			list := data.vec(2)
 			if data.bad || list.bad || len(data.b) != 0 {

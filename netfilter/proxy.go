@@ -32,13 +32,17 @@ func (e *GoEngine) HandleProxyConn(ctx context.Context, conn net.Conn, src netip
 	stop := context.AfterFunc(ctx, func() { conn.Close() })
 	defer stop()
 	// The HTTP server's ReadHeaderTimeout bounds a silent client.
-	e.serveHTTP1(ctx, conn, &proxyHandler{e: e, src: src})
+	e.serveHTTP1(ctx, conn, &proxyHandler{e: e, src: src, conn: conn})
 	conn.Close()
 }
 
 type proxyHandler struct {
 	e   *GoEngine
 	src netip.AddrPort
+	// conn is the guest's connection to the proxy: tracked (Track) while
+	// an absolute-URI request to a name is served on it, so that a live
+	// deny of the name closes a long response or a WebSocket too.
+	conn net.Conn
 }
 
 // decide asks the policy about name:port; an IP literal the dial guard
@@ -98,6 +102,10 @@ func (h *proxyHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.URL.Scheme == "http" && port == 443 {
 		h.e.refuse(w, r, dest, http.StatusForbidden, plainOn443)
 		return
+	}
+	if h.e.cfg.Track != nil && h.conn != nil {
+		done := h.e.cfg.Track(netstack.Target{Name: name, Port: port, Decision: d, Guest: h.src}, h.conn)
+		defer done()
 	}
 	h.e.forward(w, r, dest, nil)
 }

@@ -35,19 +35,34 @@ func upstreamKind(d mitm.Destination) string {
 // is not swapped.
 var ErrPlaceholder = errors.New("a credential placeholder where vibedom does not put the key")
 
+// ErrLoginPath means a request carried a subscription login's access
+// placeholder to its API host on a path the pinned CLI does not send its
+// token to (credentials.Swap.Paths): the user's token is not the guest's
+// for the rest of the account (chat history, minting an API key).
+var ErrLoginPath = errors.New("a subscription login's placeholder on a path the CLI does not use with a subscription login")
+
 // NewSwapFilter wraps inner (the DLP) with credential swaps. A swap happens
 // only when a request to the swap's host on port 443, going upstream over
 // TLS the engine verifies (Destination.SwapAllowed), has the swap's header,
 // once, with exactly the placeholder value: that header is kept out of
 // inner's sight and set to the real value after inner ran, so the DLP,
 // which knows the real value, never scrubs it there. A placeholder in any
-// other header (of any request) or in the URL refuses the request; in a
-// body the DLP finds it (give it the placeholders as known values).
+// other header (of any request) or in the URL refuses the request, and so
+// does one on a path the swap does not name (Swap.Paths, for logins); in
+// a body the DLP finds it (give it the placeholders as known values).
 func NewSwapFilter(inner mitm.RequestFilter, swaps []credentials.Swap) mitm.RequestFilter {
 	if inner == nil {
 		inner = mitm.IdentityFilter{}
 	}
-	return &swapFilter{inner: inner, swaps: swaps}
+	f := &swapFilter{inner: inner, swaps: swaps, initial: map[string]bool{}}
+	for _, s := range swaps {
+		if s.Dynamic != nil {
+			for _, v := range s.Dynamic.Secrets() {
+				f.initial[v] = true
+			}
+		}
+	}
+	return f
 }
 
 type swapFilter struct {
@@ -58,7 +73,35 @@ type swapFilter struct {
 	mu       sync.Mutex
 	scrub    *keyScrubber
 	scrubFor int
+	// initial are the dynamic credentials' real values when the filter
+	// was built, the ones inner (the DLP) knows; learn finds the others
+	// (tokens the host refreshed since) in requests, built for the
+	// learnFor values it holds.
+	initial  map[string]bool
+	learn    *keyScrubber
+	learnFor int
 }
+
+// learned is a scrubber of the real values inner does not know (tokens
+// the host refreshed during the session), nil when there is none.
+func (f *swapFilter) learned() *keyScrubber {
+	var vals []swapSecret
+	for _, s := range f.secrets() {
+		if !f.initial[s.value] {
+			vals = append(vals, s)
+		}
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.learnFor != len(vals) {
+		f.learn, f.learnFor = newKeyScrubber(vals), len(vals)
+	}
+	return f.learn
+}
+
+// ErrRefreshedToken means a request carried a real token the host
+// refreshed during the session: the guest never gets one, so it leaks.
+var ErrRefreshedToken = errors.New("a real credential the host holds, outside the swap")
 
 // scrubber is the key scrubber for the real values as they stand (a
 // refreshed token adds one), nil when there is none.
@@ -117,7 +160,7 @@ func (f *swapFilter) current() []credentials.Swap {
 			continue
 		}
 		for _, ph := range s.Dynamic.Placeholders() {
-			d := credentials.Swap{Name: s.Name, Host: s.Host, Token: ph, Dynamic: s.Dynamic}
+			d := credentials.Swap{Name: s.Name, Host: s.Host, Token: ph, Paths: s.Paths, Dynamic: s.Dynamic}
 			if s.Dynamic.IsAccessPlaceholder(ph) {
 				d.Header, d.Placeholder = s.Header, "Bearer "+ph
 			}
@@ -163,6 +206,34 @@ func (f *swapFilter) FilterRequest(ctx context.Context, dest mitm.Destination, r
 			}
 		}
 	}
+	if do != nil && !do.PathAllowed(r.URL) {
+		return nil, fmt.Errorf("%w (%s's, %s %s to %s:%d: the paths it uses are %s)", ErrLoginPath, do.Name,
+			egress.Shorten(r.Method), egress.Shorten(r.URL.EscapedPath()), dest.Name, dest.Port, strings.Join(do.Paths, " "))
+	}
+	if lk := f.learned(); lk != nil {
+		// The DLP's known values were fixed when the session began.
+		for name, vals := range r.Header {
+			for _, v := range vals {
+				if lk.holds(name) {
+					// Not named: the log redactor would miss it lower-cased.
+					return nil, fmt.Errorf("%w (in a header's name, to %s:%d)", ErrRefreshedToken, dest.Name, dest.Port)
+				}
+				if lk.holds(v) {
+					return nil, fmt.Errorf("%w (in header %s, to %s:%d)", ErrRefreshedToken, strings.ToLower(name), dest.Name, dest.Port)
+				}
+			}
+		}
+		u := r.URL.String()
+		if dec, _ := url.QueryUnescape(u); lk.holds(u) || lk.holds(dec) || lk.holds(r.Host) {
+			return nil, fmt.Errorf("%w (in the URL, to %s:%d)", ErrRefreshedToken, dest.Name, dest.Port)
+		}
+		if r.Body != nil && r.Body != http.NoBody {
+			r.Body = lk.reader(r.Body, r.Header.Get("Content-Type"))
+			r.ContentLength = -1
+			r.Header.Del("Content-Length")
+			r.GetBody = nil
+		}
+	}
 	value := ""
 	if do != nil {
 		value = do.Value
@@ -185,13 +256,31 @@ func (f *swapFilter) FilterRequest(ctx context.Context, dest mitm.Destination, r
 	return done, nil
 }
 
-// UpgradeWriter passes the inner filter's WebSocket scrubbing through.
+// UpgradeWriter passes the inner filter's WebSocket scrubbing through,
+// the guest's frames first scrubbed of the tokens inner does not know
+// (see learned).
 func (f *swapFilter) UpgradeWriter(r *http.Request, upstream io.Writer) io.WriteCloser {
+	var w io.WriteCloser
 	if uf, ok := f.inner.(mitm.UpgradeFilter); ok {
-		return uf.UpgradeWriter(r, upstream)
+		w = uf.UpgradeWriter(r, upstream)
 	}
-	return nil
+	lk := f.learned()
+	switch {
+	case lk == nil:
+		return w
+	case w == nil:
+		return newWSScrubber(upstream, lk.e, &lk.pol, nil)
+	}
+	return closeBoth{newWSScrubber(w, lk.e, &lk.pol, nil), w}
 }
+
+// closeBoth is a writer chained onto next: closing it closes both, in order.
+type closeBoth struct {
+	io.WriteCloser
+	next io.Closer
+}
+
+func (c closeBoth) Close() error { return errors.Join(c.WriteCloser.Close(), c.next.Close()) }
 
 // FilterResponse scrubs the real values from every response (a provider
 // echoing a key back, or anything else) before the guest reads it:

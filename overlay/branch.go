@@ -8,6 +8,8 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
+	"path"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -22,13 +24,16 @@ import (
 // Everything goes through git plumbing in the clean environment of
 // hostgit.go. Blobs, the tree and the commit are made with a private git
 // directory (empty config, no hooks) over the repository's object store
-// and a temporary index. Only the ref commands (rev-parse of HEAD at the
-// baseline, show-ref, update-ref, and `config --get user.*` for the
-// author) run with the repository's own git directory, and so read its
-// config: they read no index, attributes or work tree, so no filter or
-// fsmonitor runs, and core.hooksPath is set on their command line (which
-// beats the repository's config and anything it includes) to an empty
-// directory, so update-ref's reference-transaction hook is not found.
+// and a temporary index. show-ref and update-ref run with another private
+// git directory whose refs/ and packed-refs are the repository's (refsGit):
+// the branch lands among the repository's refs while git reads none of its
+// config, so no hook runs on update-ref's reference-transaction event,
+// neither a hooks folder nor one named by config (`hook.<name>.command`,
+// git 2.54). Only rev-parse of HEAD at the baseline and `config --get
+// user.*` for the author run with the repository's own git directory, and
+// so read its config: they read no index, attributes or work tree and run
+// no hook, and core.hooksPath is set on their command line to an empty
+// directory all the same.
 
 // Errors of CommitBranch. Each leaves the repository as it was.
 var (
@@ -126,6 +131,35 @@ func refGit(ctx context.Context, r *gitRepo, private string, extra []string, arg
 	return runHostGit(ctx, private, private, env, append([]string{"-c", "core.hooksPath=" + hooks}, args...)...)
 }
 
+// refsGit returns a runner of git commands on r's branches that reads
+// nothing of r's config: its git directory is a private one (empty config,
+// no hooks) whose refs/ and packed-refs are symlinks to r's, over r's
+// object store (update-ref checks the new commit is there). A repository
+// that keeps its refs in a reftable is refused.
+func refsGit(ctx context.Context, r *gitRepo, private, objects string) (func(args ...string) ([]byte, error), error) {
+	if _, err := os.Lstat(filepath.Join(r.commonDir, "reftable")); err == nil {
+		return nil, fmt.Errorf("branch: %s keeps its refs in a reftable, which apply --branch does not write; use `vibedom apply`", DisplayPath(r.commonDir))
+	}
+	dir := filepath.Join(private, "refs-git")
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("branch: %w", err)
+	}
+	for _, f := range []string{"refs", "packed-refs"} {
+		if err := os.Symlink(filepath.Join(r.commonDir, f), filepath.Join(dir, f)); err != nil {
+			return nil, fmt.Errorf("branch: %w", err)
+		}
+	}
+	for name, text := range map[string]string{"HEAD": "ref: refs/heads/main\n", "config": ""} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(text), 0o600); err != nil {
+			return nil, fmt.Errorf("branch: %w", err)
+		}
+	}
+	env := []string{"GIT_DIR=" + dir, "GIT_OBJECT_DIRECTORY=" + objects}
+	return func(args ...string) ([]byte, error) {
+		return runHostGit(ctx, private, private, env, args...)
+	}, nil
+}
+
 // Branch plans the session's patch as an apply would (MakePlan with the
 // same options) and commits it to a new branch (CommitBranch).
 func Branch(ctx context.Context, opts BranchOptions) (*BranchResult, error) {
@@ -184,10 +218,26 @@ func CommitBranch(ctx context.Context, pl *Plan, opts BranchOptions) (*BranchRes
 	if _, err := runHostGit(ctx, private, private, nil, "check-ref-format", ref); err != nil {
 		return nil, fmt.Errorf("branch name %q is not one git accepts (git check-ref-format)", name)
 	}
-	if _, err := refGit(ctx, r, private, nil, "show-ref", "--verify", "-q", ref); err == nil {
+	objects := filepath.Join(r.commonDir, "objects")
+	refs, err := refsGit(ctx, r, private, objects)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := refs("show-ref", "--verify", "-q", ref); err == nil {
 		return nil, fmt.Errorf("%w: %s is already a branch; pick another name (it is never overwritten)", ErrBranchExists, name)
 	}
-	objects := filepath.Join(r.commonDir, "objects")
+	// A branch a blocks a/b and a/b blocks a (a ref is a file, its
+	// prefixes folders): for-each-ref matches a pattern whole or up to a
+	// slash, and a checked name holds no glob character.
+	pats := []string{ref}
+	for i := range len(name) {
+		if name[i] == '/' {
+			pats = append(pats, "refs/heads/"+name[:i])
+		}
+	}
+	if out, err := refs(append([]string{"for-each-ref", "--count=1", "--format=%(refname:strip=2)"}, pats...)...); err == nil && len(bytes.TrimSpace(out)) > 0 {
+		return nil, fmt.Errorf("%w: the branch %s is in the way of %s; pick another name", ErrBranchExists, DisplayPath(string(bytes.TrimSpace(out))), name)
+	}
 	index := filepath.Join(private, "index")
 	obj := []string{
 		"GIT_DIR=" + filepath.Join(private, "git"),
@@ -306,6 +356,19 @@ func CommitBranch(ctx context.Context, pl *Plan, opts BranchOptions) (*BranchRes
 	if _, err := git(info.Bytes(), "update-index", "-z", "--replace", "--index-info"); err != nil {
 		return nil, fmt.Errorf("branch: build the tree: %w", err)
 	}
+	// update-index drops with a mere warning a path git never puts in a
+	// tree (a .git component in any case, git~1): such a path is refused,
+	// not reported as on the branch.
+	_, tracked, err = indexEntries(git)
+	if err != nil {
+		return nil, err
+	}
+	for _, p := range puts {
+		if !tracked[prefix+p.pf.Path] {
+			res.Report.Results[p.pf.Path] = "refused: git does not accept this path in a commit"
+			res.Report.Applied = slices.DeleteFunc(res.Report.Applied, func(a string) bool { return a == p.pf.Path })
+		}
+	}
 	out, err := git(nil, "write-tree")
 	if err != nil {
 		return nil, fmt.Errorf("branch: build the tree: %w", err)
@@ -330,8 +393,8 @@ func CommitBranch(ctx context.Context, pl *Plan, opts BranchOptions) (*BranchRes
 		return nil, fmt.Errorf("branch: make the commit: %w", err)
 	}
 	res.Commit = strings.TrimSpace(string(out))
-	if _, err := refGit(ctx, r, private, nil, "update-ref", "-m", "vibedom apply --branch", ref, res.Commit, zeroID); err != nil {
-		if _, e := refGit(ctx, r, private, nil, "show-ref", "--verify", "-q", ref); e == nil {
+	if _, err := refs("update-ref", "-m", "vibedom apply --branch", ref, res.Commit, zeroID); err != nil {
+		if _, e := refs("show-ref", "--verify", "-q", ref); e == nil {
 			return nil, fmt.Errorf("%w: %s appeared meanwhile; it was left as it is (the commit is %s)", ErrBranchExists, name, res.Commit[:12])
 		}
 		return nil, fmt.Errorf("branch: create %s: %w", name, err)
@@ -366,20 +429,37 @@ func indexEntries(git func([]byte, ...string) ([]byte, error)) (gitlinks []strin
 // the .gitignore files of the work tree, and no config.
 func ignoredPaths(ctx context.Context, r *gitRepo, private, prefix string, pl *Plan, tracked map[string]bool) (map[string]bool, error) {
 	var in bytes.Buffer
+	dirs := map[string]bool{}
 	for _, pf := range pl.Files {
-		if pf.newT != "" && !tracked[prefix+pf.Path] {
+		// git stops at a path beyond a symlink of the work tree (the
+		// agent made a folder of it), and with it the whole check: such a
+		// path is not asked about, and is not ignored.
+		if pf.newT != "" && !tracked[prefix+pf.Path] && !beyondSymlink(r.top, prefix+pf.Path) {
 			in.WriteString(prefix + pf.Path + "\x00")
+			for d := path.Dir(prefix + pf.Path); !dirs[d]; d = path.Dir(d) {
+				dirs[d] = true
+			}
 		}
 	}
 	if in.Len() == 0 {
 		return nil, nil
 	}
+	// git opens the .gitignore of every folder on the way and would wait
+	// for good on a FIFO there.
+	for d := range dirs {
+		gi := filepath.Join(r.top, filepath.FromSlash(d), ".gitignore")
+		if fi, err := os.Stat(gi); err == nil && !fi.Mode().IsRegular() {
+			return nil, fmt.Errorf("branch: %s is not a regular file; remove it, or use `vibedom apply`", DisplayPath(gi))
+		}
+	}
 	out, err := runHostGitInput(ctx, r.top, private, []string{
 		"GIT_DIR=" + filepath.Join(private, "git"),
 		"GIT_WORK_TREE=" + r.top,
 	}, &in, "check-ignore", "--no-index", "-z", "--stdin")
-	if err != nil && len(out) == 0 {
-		return nil, nil // exit 1: nothing is ignored
+	if exit := (*exec.ExitError)(nil); errors.As(err, &exit) && exit.ExitCode() == 1 {
+		return nil, nil // nothing is ignored
+	} else if err != nil {
+		return nil, fmt.Errorf("branch: read the workspace's .gitignore files: %w", err)
 	}
 	ignored := map[string]bool{}
 	for p := range bytes.SplitSeq(out, []byte{0}) {
@@ -388,6 +468,17 @@ func ignoredPaths(ctx context.Context, r *gitRepo, private, prefix string, pl *P
 		}
 	}
 	return ignored, nil
+}
+
+// beyondSymlink says whether a folder on p's way (p relative to top, with
+// slashes) is a symlink in the work tree.
+func beyondSymlink(top, p string) bool {
+	for d := path.Dir(p); d != "." && d != "/"; d = path.Dir(d) {
+		if fi, err := os.Lstat(filepath.Join(top, filepath.FromSlash(d))); err == nil && fi.Mode()&os.ModeSymlink != 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // insideGitlink returns the submodule p is or is inside of, or "".

@@ -3,12 +3,15 @@
 package overlay
 
 import (
+	"context"
 	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 )
 
 // branchRepo is a workspace that is a git repository on main (one commit of
@@ -281,7 +284,7 @@ func TestBranchRefusals(t *testing.T) {
 			t.Fatalf("err = %v, want ErrNoBaseCommit", err)
 		}
 	})
-	for _, name := range []string{"", "-x", "a..b", "a b", "x.lock", "HEAD"} {
+	for _, name := range []string{"", "-x", "a..b", "a b", "x.lock", "HEAD", "@{-1}", "x@{u}", "x/../y", ".hidden"} {
 		t.Run("name "+name, func(t *testing.T) {
 			s := branchRepo(t, tree{"a.txt": "file:a\n"}, nil)
 			agentEdit(t, s)
@@ -301,6 +304,8 @@ func TestBranchRunsNothingTheWorkspaceConfigures(t *testing.T) {
 		name  string
 		plant func(t *testing.T, ws, mark string)
 		live  [][]string // git commands that run the plant
+		// since: the plant needs this git release; older ones skip it
+		since string
 	}
 	touch := func(mark string) string { return "touch " + mark + " #" }
 	hook := func(t *testing.T, dir, mark string) {
@@ -318,26 +323,29 @@ func TestBranchRunsNothingTheWorkspaceConfigures(t *testing.T) {
 	}
 	commit := []string{"-c", "user.name=t", "-c", "user.email=t@example.com", "commit", "-q", "--allow-empty", "-m", "live"}
 	for _, p := range []plant{
-		{"hook", func(t *testing.T, ws, mark string) { hook(t, filepath.Join(ws, ".git/hooks"), mark) }, [][]string{commit}},
+		{"hook", func(t *testing.T, ws, mark string) { hook(t, filepath.Join(ws, ".git/hooks"), mark) }, [][]string{commit}, ""},
 		{"fsmonitor", func(t *testing.T, ws, mark string) {
 			appendConfig(t, ws, "[core]\n\tfsmonitor = "+touch(mark)+"\n")
-		}, [][]string{{"status"}}},
+		}, [][]string{{"status"}}, ""},
 		{"filter", func(t *testing.T, ws, mark string) {
 			writeFile(t, filepath.Join(ws, ".gitattributes"), "* filter=evil\n", 0o644)
 			appendConfig(t, ws, "[filter \"evil\"]\n\tclean = "+touch(mark)+"\n\tsmudge = "+touch(mark)+"\n")
-		}, [][]string{{"add", "-A"}}},
+		}, [][]string{{"add", "-A"}}, ""},
 		{"hooksPath", func(t *testing.T, ws, mark string) {
 			dir := filepath.Join(filepath.Dir(ws), "evilhooks")
 			hook(t, dir, mark)
 			appendConfig(t, ws, "[core]\n\thooksPath = "+dir+"\n")
-		}, [][]string{commit}},
+		}, [][]string{commit}, ""},
 		{"include", func(t *testing.T, ws, mark string) {
 			dir := filepath.Join(filepath.Dir(ws), "inclhooks")
 			hook(t, dir, mark)
 			inc := filepath.Join(filepath.Dir(ws), "included")
 			writeFile(t, inc, "[core]\n\thooksPath = "+dir+"\n\tfsmonitor = "+touch(mark)+"\n", 0o644)
 			appendConfig(t, ws, "[include]\n\tpath = "+inc+"\n")
-		}, [][]string{{"status"}, commit}},
+		}, [][]string{{"status"}, commit}, ""},
+		{"config hook", func(t *testing.T, ws, mark string) {
+			appendConfig(t, ws, "[hook \"evil\"]\n\tevent = reference-transaction\n\tevent = post-commit\n\tcommand = "+touch(mark)+"\n")
+		}, [][]string{commit}, "2.54"},
 	} {
 		t.Run(p.name, func(t *testing.T) {
 			var mark string
@@ -363,7 +371,9 @@ func TestBranchRunsNothingTheWorkspaceConfigures(t *testing.T) {
 			for _, args := range p.live {
 				exec.Command("git", append([]string{"-C", s.ws}, args...)...).Run()
 			}
-			if _, err := os.Stat(mark); err != nil {
+			if _, err := os.Stat(mark); err != nil && p.since != "" {
+				t.Skipf("this git runs no planted %s (git %s does)", p.name, p.since)
+			} else if err != nil {
 				t.Errorf("plain git did not run the planted %s: the test proves nothing", p.name)
 			}
 		})
@@ -395,5 +405,230 @@ func TestBranchLeavesIgnoredNewFilesOff(t *testing.T) {
 	}
 	if r := res.Report.Results["node_modules/dep/index.js"]; !strings.Contains(r, ".gitignore") {
 		t.Errorf("node_modules/dep/index.js: %q", r)
+	}
+}
+
+// TestBranchRefCommandsSeeNoRepositoryConfig: the commands that write or
+// read the branch's ref run with the private git directory, not the
+// repository's, so nothing of the repository's config reaches them (git
+// 2.54 runs hooks named by config, `hook.<name>.command`, for update-ref's
+// reference-transaction event whatever core.hooksPath says). A git on PATH
+// logs each command's GIT_DIR.
+func TestBranchRefCommandsSeeNoRepositoryConfig(t *testing.T) {
+	s := branchRepo(t, tree{"a.txt": "file:a\n"}, nil)
+	a := s.agentTree(t)
+	writeFile(t, filepath.Join(a, "a.txt"), "A\n", 0o644)
+	s.finish(t, a)
+	real, err := exec.LookPath("git")
+	if err != nil {
+		t.Skip("no git")
+	}
+	bin := t.TempDir()
+	log := filepath.Join(bin, "log")
+	writeFile(t, filepath.Join(bin, "git"), "#!/bin/sh\nprintf '%s\\t%s\\n' \"$GIT_DIR\" \"$*\" >> "+log+"\nexec "+real+" \"$@\"\n", 0o755)
+	t.Setenv("PATH", bin+string(os.PathListSeparator)+os.Getenv("PATH"))
+	if _, err := Branch(t.Context(), BranchOptions{Apply: ApplyOptions{Workspace: s.ws, SessionDir: s.dir}, Branch: "agent"}); err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	saw := false
+	for _, l := range strings.Split(strings.TrimSpace(string(data)), "\n") {
+		dir, args, _ := strings.Cut(l, "\t")
+		if !strings.Contains(args, "update-ref") && !strings.Contains(args, "show-ref") {
+			continue
+		}
+		saw = saw || strings.Contains(args, "update-ref")
+		if strings.HasPrefix(dir, s.ws) {
+			t.Errorf("git %s ran on the repository's own git directory %s", args, dir)
+		}
+	}
+	if !saw {
+		t.Fatalf("no update-ref ran:\n%s", data)
+	}
+	if got := gitOut(t, s.ws, "diff", "--name-only", "main...agent"); got != "a.txt\n" {
+		t.Errorf("branch: %q", got)
+	}
+}
+
+// TestBranchOddRepositories: a linked worktree (its .git a "gitdir:" file)
+// gets the branch in the main repository's refs; a branch only in
+// packed-refs counts as existing; a name under an existing branch (a/b
+// when a exists) or over one (x when x/y exists) is refused as taken; an index.lock left by a crashed git
+// neither stops the branch nor is touched.
+func TestBranchOddRepositories(t *testing.T) {
+	agentEdit := func(t *testing.T, s testSession) {
+		a := s.agentTree(t)
+		writeFile(t, filepath.Join(a, "a.txt"), "A\n", 0o644)
+		s.finish(t, a)
+	}
+	branch := func(s testSession, name string) error {
+		_, err := Branch(t.Context(), BranchOptions{Apply: ApplyOptions{Workspace: s.ws, SessionDir: s.dir}, Branch: name})
+		return err
+	}
+	t.Run("linked worktree", func(t *testing.T) {
+		main := branchRepo(t, tree{"a.txt": "file:a\n"}, nil)
+		wt := filepath.Join(filepath.Dir(main.ws), "wt")
+		mustRun(t, main.ws, "git", "worktree", "add", "-q", "-b", "side", wt)
+		s := testSession{ws: wt, dir: filepath.Join(t.TempDir(), "s"), bases: map[string]baseRec{}}
+		os.Mkdir(s.dir, 0o755)
+		if _, err := TakeBaseline(t.Context(), s.ws, filepath.Join(s.dir, BaselineDir), BaselineOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		agentEdit(t, s)
+		if err := branch(s, "agent"); err != nil {
+			t.Fatal(err)
+		}
+		if got := gitOut(t, main.ws, "diff", "--name-only", "side...agent"); got != "a.txt\n" {
+			t.Errorf("branch: %q", got)
+		}
+	})
+	t.Run("packed", func(t *testing.T) {
+		s := branchRepo(t, tree{"a.txt": "file:a\n"}, nil)
+		agentEdit(t, s)
+		mustRun(t, s.ws, "git", "branch", "packed")
+		mustRun(t, s.ws, "git", "pack-refs", "--all")
+		if err := branch(s, "packed"); !errors.Is(err, ErrBranchExists) {
+			t.Fatalf("err = %v, want ErrBranchExists", err)
+		}
+	})
+	t.Run("under a branch", func(t *testing.T) {
+		s := branchRepo(t, tree{"a.txt": "file:a\n"}, nil)
+		agentEdit(t, s)
+		mustRun(t, s.ws, "git", "branch", "a")
+		mustRun(t, s.ws, "git", "branch", "x/y")
+		for name, clash := range map[string]string{"a/b": "a", "x": "x/y"} {
+			err := branch(s, name)
+			if !errors.Is(err, ErrBranchExists) || !strings.Contains(err.Error(), " "+clash+" ") || strings.Contains(err.Error(), "\n") {
+				t.Fatalf("%s: err = %v, want one line of ErrBranchExists naming %s", name, err, clash)
+			}
+		}
+		if out := gitOut(t, s.ws, "branch", "--list", "a/*", "x"); out != "" {
+			t.Errorf("made: %s", out)
+		}
+	})
+	t.Run("fifo gitignore", func(t *testing.T) {
+		// git opens every .gitignore on a new path's way and would wait
+		// on a FIFO there for good.
+		s := branchRepo(t, tree{"a.txt": "file:a\n", "sub/k": "file:k\n"}, func(ws string) {
+			if err := syscall.Mkfifo(filepath.Join(ws, "sub/.gitignore"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		})
+		a := s.agentTree(t)
+		writeFile(t, filepath.Join(a, "sub/new.txt"), "new\n", 0o644)
+		s.finish(t, a)
+		ctx, cancel := context.WithTimeout(t.Context(), time.Minute) // a safety net, not a wait
+		defer cancel()
+		_, err := Branch(ctx, BranchOptions{Apply: ApplyOptions{Workspace: s.ws, SessionDir: s.dir}, Branch: "agent"})
+		if err == nil || errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), ".gitignore") || strings.Contains(err.Error(), "\n") {
+			t.Fatalf("err = %v, want one line naming the .gitignore", err)
+		}
+	})
+	t.Run("index.lock", func(t *testing.T) {
+		s := branchRepo(t, tree{"a.txt": "file:a\n"}, nil)
+		agentEdit(t, s)
+		lock := filepath.Join(s.ws, ".git/index.lock")
+		writeFile(t, lock, "crashed\n", 0o644)
+		before := repoState(t, s.ws)
+		if err := branch(s, "agent"); err != nil {
+			t.Fatal(err)
+		}
+		if data, _ := os.ReadFile(lock); string(data) != "crashed\n" {
+			t.Errorf("index.lock: %q", data)
+		}
+		if after := repoState(t, s.ws); after != before {
+			t.Errorf("repository changed")
+		}
+	})
+}
+
+// TestBranchReportsWhatGitLeftOut: git's update-index drops a path it
+// never puts in a tree (a .git component in any case, git~1) with only a
+// warning; allowed with --allow-protected, such a path must not be
+// reported as on the branch, and what the report lists is what the commit
+// holds.
+func TestBranchReportsWhatGitLeftOut(t *testing.T) {
+	s := branchRepo(t, tree{"a.txt": "file:a\n"}, nil)
+	a := s.agentTree(t)
+	writeFile(t, filepath.Join(a, "a.txt"), "A\n", 0o644)
+	odd := []string{"sub/.git/config", "x/.GIT/hooks/post-checkout", "git~1/config"}
+	for _, p := range odd {
+		writeFile(t, filepath.Join(a, p), "x\n", 0o644)
+	}
+	s.finish(t, a)
+	res, err := Branch(t.Context(), BranchOptions{Apply: ApplyOptions{Workspace: s.ws, SessionDir: s.dir, AllowProtected: odd}, Branch: "agent"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range odd {
+		if r := res.Report.Results[p]; !strings.HasPrefix(r, "refused") {
+			t.Errorf("%s: %q, want refused", p, r)
+		}
+	}
+	if got := strings.Join(res.Report.Applied, "\n") + "\n"; got != gitOut(t, s.ws, "diff", "--name-only", "main...agent") {
+		t.Errorf("reported %q, the commit holds %q", got, gitOut(t, s.ws, "diff", "--name-only", "main...agent"))
+	}
+}
+
+// TestBranchIgnoresTheUsersGitEnvironment: GIT_DIR, GIT_WORK_TREE,
+// GIT_INDEX_FILE and config given in the environment (GIT_CONFIG_COUNT,
+// GIT_CONFIG_PARAMETERS) of the shell vibedom runs from neither redirect
+// the branch to another repository nor run anything.
+func TestBranchIgnoresTheUsersGitEnvironment(t *testing.T) {
+	s := branchRepo(t, tree{"a.txt": "file:a\n"}, nil)
+	other := branchRepo(t, tree{"o.txt": "file:o\n"}, nil)
+	a := s.agentTree(t)
+	writeFile(t, filepath.Join(a, "a.txt"), "A\n", 0o644)
+	s.finish(t, a)
+	mark := filepath.Join(t.TempDir(), "ran")
+	hooks := t.TempDir()
+	writeFile(t, filepath.Join(hooks, "reference-transaction"), "#!/bin/sh\ntouch "+mark+"\n", 0o755)
+	t.Setenv("GIT_DIR", filepath.Join(other.ws, ".git"))
+	t.Setenv("GIT_WORK_TREE", other.ws)
+	t.Setenv("GIT_INDEX_FILE", filepath.Join(other.ws, ".git/index"))
+	t.Setenv("GIT_CONFIG_COUNT", "1")
+	t.Setenv("GIT_CONFIG_KEY_0", "core.hooksPath")
+	t.Setenv("GIT_CONFIG_VALUE_0", hooks)
+	t.Setenv("GIT_CONFIG_PARAMETERS", "'core.hookspath'='"+hooks+"' 'hook.evil.command'='touch "+mark+"' 'hook.evil.event'='reference-transaction'")
+	if _, err := Branch(t.Context(), BranchOptions{Apply: ApplyOptions{Workspace: s.ws, SessionDir: s.dir}, Branch: "agent"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(mark); err == nil {
+		t.Error("a hook from the environment ran")
+	}
+	for _, k := range []string{"GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_CONFIG_COUNT", "GIT_CONFIG_PARAMETERS"} {
+		os.Unsetenv(k)
+	}
+	if got := gitOut(t, s.ws, "diff", "--name-only", "main...agent"); got != "a.txt\n" {
+		t.Errorf("branch: %q", got)
+	}
+	if out := gitOut(t, other.ws, "branch", "--list", "agent"); out != "" {
+		t.Errorf("the branch went to the other repository: %s", out)
+	}
+}
+
+// TestBranchIgnoresBesideAReplacedSymlink: a new path under what is a
+// symlink in the work tree (the agent made the symlink a folder) stops git
+// check-ignore for every path; the ignored node_modules/ must still stay
+// off the branch.
+func TestBranchIgnoresBesideAReplacedSymlink(t *testing.T) {
+	s := branchRepo(t, tree{".gitignore": "file:node_modules/\n", "a.txt": "file:a\n", "link": "link:a.txt"}, nil)
+	a := s.agentTree(t)
+	os.Remove(filepath.Join(a, "link"))
+	writeFile(t, filepath.Join(a, "link/x.txt"), "x\n", 0o644)
+	writeFile(t, filepath.Join(a, "node_modules/dep/i.js"), "x\n", 0o644)
+	s.finish(t, a)
+	res, err := Branch(t.Context(), BranchOptions{Apply: ApplyOptions{Workspace: s.ws, SessionDir: s.dir}, Branch: "agent"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := res.Report.Results["node_modules/dep/i.js"]; !strings.Contains(r, ".gitignore") {
+		t.Errorf("node_modules/dep/i.js: %q", r)
+	}
+	if got := gitOut(t, s.ws, "diff", "--name-only", "main...agent"); got != "link\nlink/x.txt\n" {
+		t.Errorf("on the branch: %q", got)
 	}
 }

@@ -111,6 +111,12 @@ if [ "$assets_ok" = 1 ]; then
 	fi
 	step "session timings" sh -c "bin/vibedom logs --path >/dev/null && grep -h -E 'ready|took|boot' \"\$(bin/vibedom logs --path)\"/session.log | tail -n 20"
 	cat "$tmp"/session_timings.log 2>/dev/null | sed 's/^/  timing: /' >>"$report"
+	# Where the time to a ready guest goes (docs/performance.md): three
+	# sessions with --timings; the report keeps each breakdown.
+	for i in 1 2 3; do
+		step "ready breakdown $i" bin/vibedom run "$app" --no-network --preflight=off --no-review --timings -- true
+		grep -h 'timings:' "$tmp/ready_breakdown_$i.log" 2>/dev/null | sed "s/^vibedom: timings:/  ready $i:/" >>"$report"
+	done
 	step "undo" bin/vibedom undo
 
 	# Pause to disk (issue 12): a detached session whose agent appends the

@@ -23,6 +23,9 @@ type Config struct {
 	// and --ask-timeout ("egress = ask", "ask-timeout = 90s").
 	Egress     string
 	AskTimeout time.Duration
+	// NoNotify: no desktop notification for ask mode's questions
+	// ("notify = off").
+	NoNotify bool
 }
 
 // ReadConfig reads ~/.vibedom/config (h.Config(): "key = value" lines,
@@ -64,8 +67,13 @@ func ReadConfig(h home.Home) (*Config, error) {
 				return nil, fmt.Errorf("%s:%d: ask-timeout must be a duration from 1s to 1h (e.g. 90s), got %q", h.Config(), n, v)
 			}
 			c.AskTimeout = d
+		case "notify":
+			if v != "on" && v != "off" {
+				return nil, fmt.Errorf("%s:%d: notify must be on or off, got %q", h.Config(), n, v)
+			}
+			c.NoNotify = v == "off"
 		default:
-			return nil, fmt.Errorf("%s:%d: unknown setting %q (known: agent, proxy-engine, egress, ask-timeout)", h.Config(), n, k)
+			return nil, fmt.Errorf("%s:%d: unknown setting %q (known: agent, proxy-engine, egress, ask-timeout, notify)", h.Config(), n, k)
 		}
 	}
 	return c, nil

@@ -74,6 +74,7 @@ type egress struct {
 	conns  *connSet    // transparent connections, for a live deny to close
 	// notices are the terminals told of ask mode's questions.
 	notices noticeHub
+	desk    deskNotifier // the desktop, when no terminal is attached
 	engine  interface {
 		netstack.Engine
 		Close() error
@@ -156,6 +157,7 @@ func (s *sess) setupEgress(ctx context.Context) error {
 	case EgressModeAsk:
 		e.live.setAsk(newAsker(eo.AskTimeout))
 		e.live.ask.notify, e.live.ask.onClear = s.notifyQuestion, e.notices.cleared
+		e.desk.init(o.Home, s.log)
 		s.progress("egress: ask mode: names no rule decides are held while you are asked (`vibedom watch %s`; %v, then denied)", s.name, e.live.ask.timeout)
 	default:
 		return fmt.Errorf("--egress must be ask or deny, got %q", eo.Mode)

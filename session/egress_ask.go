@@ -42,6 +42,7 @@ const (
 	AnswerDeny    = "deny"
 	answerTimeout = "timeout"
 	answerTooMany = "too many" // not asked: maxPending questions are open
+	answerPorts   = "ports"    // not asked: the name's question has maxQuestionPorts ports
 	answerDecided = "decided"  // not asked: a rule decides it now
 )
 
@@ -59,6 +60,9 @@ const (
 	// after name must not flood the user (or the host); past it a new
 	// name is refused at once.
 	maxPending = 32
+	// maxQuestionPorts bounds the ports one question asks for: past it a
+	// request for another port of the name is refused at once.
+	maxQuestionPorts = 8
 )
 
 // Question is one name waiting for the user's answer.
@@ -101,6 +105,9 @@ type AskState struct {
 type question struct {
 	Question
 	done chan struct{}
+	// answered are the ports the answer covers: those the user was
+	// shown. A request held for another port is decided afresh.
+	answered []uint16
 }
 
 // asker holds the open questions of a session in ask mode.
@@ -176,7 +183,9 @@ func (a *asker) state() (AskState, <-chan struct{}) {
 	defer a.mu.Unlock()
 	st := AskState{Mode: EgressModeAsk, Seq: a.seq, Recent: slices.Clone(a.recent), Requests: slices.Clone(a.feed)}
 	for _, q := range a.pending {
-		st.Pending = append(st.Pending, q.Question)
+		qq := q.Question
+		qq.Ports = slices.Clone(q.Ports) // ask sorts q.Ports in place
+		st.Pending = append(st.Pending, qq)
 	}
 	slices.SortFunc(st.Pending, func(x, y Question) int { return x.ID - y.ID })
 	return st, a.changed
@@ -238,9 +247,13 @@ func (a *asker) ask(name string, port uint16, hold time.Duration) string {
 		now := time.Now()
 		q = &question{Question: Question{ID: a.nextID, Name: name, Asked: now, Deadline: now.Add(a.timeout)}, done: make(chan struct{})}
 		a.pending[name] = q
-		time.AfterFunc(a.timeout, func() { a.answer(q.ID, answerTimeout, nil) })
+		time.AfterFunc(a.timeout, func() { a.answer(q.ID, answerTimeout, nil, nil) })
 	}
 	if !slices.Contains(q.Ports, port) {
+		if len(q.Ports) >= maxQuestionPorts {
+			a.mu.Unlock()
+			return answerPorts
+		}
 		q.Ports = append(q.Ports, port)
 		slices.Sort(q.Ports)
 	}
@@ -258,6 +271,10 @@ func (a *asker) ask(name string, port uint16, hold time.Duration) string {
 	}
 	select {
 	case <-q.done:
+		if q.Answer != answerTimeout && !slices.Contains(q.answered, port) {
+			// Asked for after the user saw the question: not answered.
+			return answerDecided
+		}
 		return q.Answer
 	case <-expire:
 		return ""
@@ -265,9 +282,10 @@ func (a *asker) ask(name string, port uint16, hold time.Duration) string {
 }
 
 // answer closes question id with ans; apply, when not nil, runs first
-// (the live rule an answer adds) and may refuse the answer. It reports
-// the question's name.
-func (a *asker) answer(id int, ans string, apply func(q Question) error) (Question, error) {
+// (the live rule an answer adds) and may refuse the answer. shown, when
+// not empty, are the ports the user was shown: the answer covers only
+// those. It reports the question (with the ports answered).
+func (a *asker) answer(id int, ans string, shown []uint16, apply func(q Question) error) (Question, error) {
 	a.mu.Lock()
 	var q *question
 	for _, p := range a.pending {
@@ -279,10 +297,19 @@ func (a *asker) answer(id int, ans string, apply func(q Question) error) (Questi
 		a.mu.Unlock()
 		return Question{}, fmt.Errorf("no open question %d (answered already, or timed out)", id)
 	}
+	snap := q.Question
+	snap.Ports = slices.Clone(q.Ports)
+	if len(shown) > 0 {
+		snap.Ports = slices.DeleteFunc(snap.Ports, func(p uint16) bool { return !slices.Contains(shown, p) })
+		if len(snap.Ports) == 0 {
+			a.mu.Unlock()
+			return Question{}, fmt.Errorf("question %d asks for other ports now (%v): answer again", id, q.Ports)
+		}
+	}
 	a.mu.Unlock()
 	if apply != nil {
-		if err := apply(q.Question); err != nil {
-			return q.Question, err
+		if err := apply(snap); err != nil {
+			return snap, err
 		}
 	}
 	a.mu.Lock()
@@ -291,8 +318,8 @@ func (a *asker) answer(id int, ans string, apply func(q Question) error) (Questi
 		return q.Question, fmt.Errorf("question %d was answered meanwhile", id)
 	}
 	delete(a.pending, q.Name)
-	q.Answer = ans
-	if ans == AnswerOnce && slices.Contains(q.Ports, 0) {
+	q.Answer, q.answered = ans, snap.Ports
+	if ans == AnswerOnce && slices.Contains(snap.Ports, 0) {
 		a.passes[q.Name] = time.Now().Add(passTTL)
 	}
 	a.recent = append(a.recent, q.Question)
@@ -304,7 +331,7 @@ func (a *asker) answer(id int, ans string, apply func(q Question) error) (Questi
 	if len(a.pending) == 0 && a.onClear != nil {
 		go a.onClear()
 	}
-	return q.Question, nil
+	return snap, nil
 }
 
 // covered returns the open questions match says a new rule covers.
@@ -421,7 +448,7 @@ func (c *ControlConn) WatchAsk(fn func(AskState) bool) error {
 }
 
 // notifyQuestion tells the user a new question waits: session.log, and
-// the attached terminals (see termNotice).
+// the attached terminals (see termNotice), or the desktop when none is.
 func (s *sess) notifyQuestion(q Question) {
 	s.log.Info("egress: asking the user", "name", q.Name, "ports", q.Ports, "deadline", q.Deadline)
 	if s.egress == nil {
@@ -429,4 +456,5 @@ func (s *sess) notifyQuestion(q Question) {
 	}
 	st, _ := s.egress.live.ask.state()
 	s.egress.notices.asked(s.name, q, len(st.Pending))
+	s.egress.desk.asked(s.name, q.Name, s.egress.notices.terminals())
 }

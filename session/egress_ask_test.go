@@ -269,7 +269,7 @@ func BenchmarkAskAnswerToRelease(b *testing.B) {
 		}
 		st, _ := a.state()
 		t0 := time.Now()
-		if _, err := a.answer(st.Pending[0].ID, AnswerOnce, nil); err != nil {
+		if _, err := a.answer(st.Pending[0].ID, AnswerOnce, nil, nil); err != nil {
 			b.Fatal(err)
 		}
 		total += (<-done).Sub(t0)

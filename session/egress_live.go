@@ -57,6 +57,10 @@ type EgressRequest struct {
 	// ID and Answer answer a question of ask mode.
 	ID     int    `json:"id,omitempty"`
 	Answer string `json:"answer,omitempty"`
+	// Ports are the question's ports the user was shown: the answer
+	// covers only those (a port the guest asked for since is not
+	// answered). Empty: all of them.
+	Ports []uint16 `json:"ports,omitempty"`
 }
 
 // EgressRule is one rule in effect in a running session.
@@ -229,6 +233,8 @@ func (l *livePolicy) afterAnswer(n string, port uint16, ans string) nfegress.Dec
 		return nfegress.Decision{Source: "ask mode", Reason: fmt.Sprintf("the user was asked and did not answer within %v", l.ask.timeout)}
 	case answerTooMany:
 		return nfegress.Decision{Source: "ask mode", Reason: fmt.Sprintf("not asked: %d other names wait for the user's answer already", maxPending)}
+	case answerPorts:
+		return nfegress.Decision{Source: "ask mode", Reason: fmt.Sprintf("not asked: the user is asked about %s on %d ports already", n, maxQuestionPorts)}
 	case "":
 		return nfegress.Decision{Source: "ask mode", Reason: "waiting for the user's answer (ask mode): retry in a moment", Pending: true}
 	}
@@ -512,7 +518,7 @@ func (s *sess) serveEgress(req *EgressRequest) ControlReply {
 		}
 	case EgressAnswer:
 		var err error
-		if rep, err = s.answerQuestion(req.ID, req.Answer); err != nil {
+		if rep, err = s.answerQuestion(req.ID, req.Answer, req.Ports); err != nil {
 			return ControlReply{Error: err.Error()}
 		}
 	default:
@@ -581,7 +587,7 @@ func (s *sess) addLiveRules(action string, texts []string, save bool, why string
 			ans = AnswerDeny
 		}
 		for _, q := range a.covered(covers) {
-			if _, err := a.answer(q.ID, ans, nil); err == nil {
+			if _, err := a.answer(q.ID, ans, nil, nil); err == nil {
 				s.log.Info("egress: question answered by a live rule", "name", q.Name, "answer", ans)
 			}
 		}
@@ -597,7 +603,9 @@ func (s *sess) addLiveRules(action string, texts []string, save bool, why string
 
 // answerQuestion answers an open question: once lets the held requests
 // through; session, always and deny add the live rules rulesFor gives.
-func (s *sess) answerQuestion(id int, ans string) (*EgressReply, error) {
+// ports, when not empty, are the ports the user was shown: the answer
+// covers only those.
+func (s *sess) answerQuestion(id int, ans string, ports []uint16) (*EgressReply, error) {
 	a := s.egress.live.ask
 	if a == nil {
 		return nil, fmt.Errorf("session %s does not ask (it runs with --egress deny): use `vibedom allow %s RULE`", s.name, s.name)
@@ -621,7 +629,7 @@ func (s *sess) answerQuestion(id int, ans string) (*EgressReply, error) {
 	default:
 		return nil, fmt.Errorf("answer %q: want once, session, always or deny", ans)
 	}
-	q, err := a.answer(id, ans, apply)
+	q, err := a.answer(id, ans, ports, apply)
 	if err != nil {
 		// A rule an answer added closed the question already.
 		if q.Name == "" || rep.Rules == nil {

@@ -8,6 +8,8 @@ import (
 	"os"
 	"path"
 
+	"github.com/pkg/sftp"
+
 	"github.com/vibedom/vibedom/guest/proto"
 )
 
@@ -108,8 +110,20 @@ func (s *sess) writeSandboxNotes(ctx context.Context) error {
 		return fmt.Errorf("write the sandbox note: %w", err)
 	}
 	defer sc.Close()
-	note := SandboxNote(s.name)
 	guestHome := path.Join(proto.RootDir, "home", proto.RootAgentUser)
+	wrote, err := appendSandboxNote(sc, guestHome, rel, SandboxNote(s.name))
+	if err != nil || !wrote {
+		return err
+	}
+	s.log.Info("sandbox note written", "file", "~/"+rel)
+	return nil
+}
+
+// appendSandboxNote appends note, after sandboxNoteMark, to the file rel
+// under the guest home guestHome over sc, keeping what the file holds (the
+// user's own instructions, copied in before). A file that already has the
+// mark (a resumed or re-attached session) is left as it is: wrote is false.
+func appendSandboxNote(sc *sftp.Client, guestHome, rel, note string) (wrote bool, err error) {
 	dst := path.Join(guestHome, rel)
 	var old []byte
 	if f, err := sc.Open(dst); err == nil {
@@ -117,7 +131,7 @@ func (s *sess) writeSandboxNotes(ctx context.Context) error {
 		f.Close()
 	}
 	if bytes.Contains(old, []byte(sandboxNoteMark)) {
-		return nil
+		return false, nil
 	}
 	var b bytes.Buffer
 	b.Write(old)
@@ -130,23 +144,22 @@ func (s *sess) writeSandboxNotes(ctx context.Context) error {
 	b.WriteString(sandboxNoteMark + "\n" + note)
 	for d := path.Dir(dst); len(d) > len(guestHome); d = path.Dir(d) {
 		if err := sc.MkdirAll(d); err != nil {
-			return fmt.Errorf("write the sandbox note: %w", err)
+			return false, fmt.Errorf("write the sandbox note: %w", err)
 		}
 		defer func(d string) { _ = sc.Chown(d, 1000, 1000) }(d)
 	}
 	w, err := sc.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_TRUNC)
 	if err != nil {
-		return fmt.Errorf("write the sandbox note: %w", err)
+		return false, fmt.Errorf("write the sandbox note: %w", err)
 	}
 	_, err = w.Write(b.Bytes())
 	if cerr := w.Close(); err == nil {
 		err = cerr
 	}
 	if err != nil {
-		return fmt.Errorf("write the sandbox note: %w", err)
+		return false, fmt.Errorf("write the sandbox note: %w", err)
 	}
 	_ = sc.Chown(dst, 1000, 1000)
 	_ = sc.Chmod(dst, 0o600)
-	s.log.Info("sandbox note written", "file", "~/"+rel)
-	return nil
+	return true, nil
 }

@@ -8,6 +8,7 @@ package session
 import (
 	"errors"
 	"fmt"
+	"github.com/vibedom/vibedom/boot"
 	"io"
 	"log/slog"
 	"os"
@@ -57,6 +58,9 @@ type Options struct {
 	Terminal *Terminal
 	// Progress receives one human line per step; nil is quiet.
 	Progress io.Writer
+	// ShowTimings adds the breakdown of the time to a ready guest to the
+	// progress lines (session.log always has it).
+	ShowTimings bool
 	// BootTimeout bounds the wait for the guest agent; zero means 3 minutes.
 	BootTimeout time.Duration
 	// ScratchSize is the size of the sparse scratch disk holding the
@@ -130,6 +134,12 @@ type Timings struct {
 	Ready     time.Duration // VM start until the SSH handshake completed
 	Handshake time.Duration // SSH handshake once the guest answered
 	Total     time.Duration // Run start until the guest was ready
+	// Steps are the host preparation's named steps.
+	Steps []boot.Step
+	// Answer is the VM running until the guest agent's first byte.
+	Answer time.Duration
+	// Guest is the guest's own account of its boot (boot.GuestTimings).
+	Guest []boot.Step
 }
 
 func (o *Options) setDefaults() error {

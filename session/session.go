@@ -88,6 +88,7 @@ func (s *sess) run(ctx context.Context, start time.Time) (*Result, error) {
 		return s.result(), err
 	}
 	s.timings.Total = time.Since(start)
+	s.logTimings()
 	if err := s.writeSandboxReadme(ctx); err != nil {
 		s.log.Warn("the sandbox note", "err", err)
 	}

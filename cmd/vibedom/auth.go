@@ -18,6 +18,7 @@ import (
 	"github.com/vibedom/vibedom/credentials"
 	"github.com/vibedom/vibedom/home"
 	"github.com/vibedom/vibedom/session"
+	"github.com/vibedom/vibedom/termtext"
 )
 
 func init() {
@@ -139,7 +140,7 @@ func init() {
 					for _, r := range rows {
 						switch r.Kind {
 						case "subscription":
-							plan := r.Plan
+							plan := termtext.Inline(r.Plan) // the CLI's file says it
 							if plan == "" {
 								plan = "plan unknown"
 							}
@@ -226,11 +227,11 @@ func importLogin(c *cli.Command, k credentials.LoginKind) error {
 	if err := credentials.SaveLogin(string(home), l); err != nil {
 		return fmt.Errorf("store the %s login: %w", k.Name, err)
 	}
-	plan := l.Plan
+	plan := termtext.Inline(l.Plan) // the CLI's file says it
 	if plan == "" {
 		plan = "plan unknown"
 	}
-	fmt.Fprintf(c.Root().Writer, "Imported the %s subscription login (%s, %s) from %s into %s.\n", k.Name, plan, l.Fingerprint(), l.Source, credentials.WhereLogin(string(home), k))
+	fmt.Fprintf(c.Root().Writer, "Imported the %s subscription login (%s, %s) from %s into %s.\n", k.Name, plan, l.Fingerprint(), termtext.Inline(l.Source), credentials.WhereLogin(string(home), k))
 	fmt.Fprintf(c.Root().Writer, "The VM gets placeholders; the host refreshes the token itself. A refresh may sign the host's own %s out (single-use refresh tokens): sign in there again if it asks.\n", k.Login[0])
 	return nil
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -64,7 +65,7 @@ func watchAction(ctx context.Context, c *cli.Command) error {
 			nl = "\r\n"
 		}
 	}
-	w := &watchView{out: out, nl: nl, session: info.Name, seen: map[int]bool{}}
+	w := &watchView{out: out, nl: nl, session: info.Name, seen: map[int]bool{}, shown: map[int][]uint16{}}
 	w.printf("watching session %s: o once · s session · a always · d deny (the oldest question) · q quits", termtext.Line(info.Name))
 	keys := make(chan byte)
 	go readKeys(os.Stdin, keys)
@@ -92,7 +93,7 @@ func watchAction(ctx context.Context, c *cli.Command) error {
 				w.printf("nothing to answer")
 				continue
 			}
-			rep, err := egressDo(info.Name, session.EgressRequest{Action: session.EgressAnswer, ID: q.ID, Answer: ans})
+			rep, err := egressDo(info.Name, session.EgressRequest{Action: session.EgressAnswer, ID: q.ID, Answer: ans, Ports: q.Ports})
 			if err != nil {
 				w.printf("%s: %v", termtext.Line(q.Name), termtext.Line(err.Error()))
 				continue
@@ -130,6 +131,9 @@ type watchView struct {
 	seen    map[int]bool // printed (negative: answer printed)
 	pending []session.Question
 	feedSeq uint64 // the last request printed
+	// shown are the ports printed for each question: an answer covers
+	// those only, not a port the guest added since.
+	shown map[int][]uint16
 }
 
 func (w *watchView) printf(format string, args ...any) {
@@ -175,9 +179,14 @@ func (w *watchView) show(st session.AskState) {
 	}
 	for i, q := range st.Pending {
 		if w.seen[q.ID] {
+			if !slices.Equal(w.shown[q.ID], q.Ports) {
+				w.shown[q.ID] = q.Ports
+				w.printf("? %s wants %s%s now", termtext.Line(w.session), termtext.Line(q.Name), portList(q.Ports))
+			}
 			continue
 		}
 		w.seen[q.ID] = true
+		w.shown[q.ID] = q.Ports
 		more := ""
 		if i > 0 {
 			more = fmt.Sprintf(" (%d before it)", i)
@@ -193,7 +202,9 @@ func (w *watchView) oldest() (session.Question, bool) {
 	if len(w.pending) == 0 {
 		return session.Question{}, false
 	}
-	return w.pending[0], true
+	q := w.pending[0]
+	q.Ports = w.shown[q.ID]
+	return q, true
 }
 
 func portList(ports []uint16) string {

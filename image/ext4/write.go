@@ -663,7 +663,10 @@ func (w *writer) writeMeta(f *os.File) error {
 	nino := uint32(len(w.inodes))
 	for g := uint64(0); g < groups; g++ {
 		bm := make([]byte, blockSize)
-		table := make([]byte, w.itb*blockSize)
+		// Made only for a group that holds an inode: a large, mostly empty
+		// file system (a session's scratch disk) has hundreds of MB of
+		// zero inode tables, which stay holes.
+		var table []byte
 		for i := uint32(0); i < w.ipg; i++ {
 			ino := uint32(g)*w.ipg + i + 1
 			if ino > nino {
@@ -678,6 +681,9 @@ func (w *writer) writeMeta(f *os.File) error {
 			if in.n.Type == TypeDir {
 				usedDirs[g]++
 			}
+			if table == nil {
+				table = make([]byte, w.itb*blockSize)
+			}
 			if err := w.encodeInode(table[i*inodeSize:(i+1)*inodeSize], in); err != nil {
 				return err
 			}
@@ -689,7 +695,7 @@ func (w *writer) writeMeta(f *os.File) error {
 		if _, err := f.WriteAt(bm, int64(w.ib[g]*blockSize)); err != nil {
 			return err
 		}
-		if !allZero(table) {
+		if table != nil && !allZero(table) {
 			if _, err := f.WriteAt(table, int64(w.it[g]*blockSize)); err != nil {
 				return err
 			}

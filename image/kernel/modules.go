@@ -78,6 +78,11 @@ type Modules struct {
 	// Order lists module files relative to FS, every module after the
 	// modules it depends on: the content of proto.ModuleListPath.
 	Order []string
+	// Needs maps a file of Order to the files of Order it needs loaded
+	// first (its depends= and pre: soft dependencies; a post: soft
+	// dependency needs the module that names it), so the guest can load a
+	// subset, and independent modules side by side.
+	Needs map[string][]string
 	// Builtin lists requested or depended-on names that are built into the
 	// kernel and so need no file.
 	Builtin []string
@@ -412,7 +417,14 @@ func (t *moduleTree) byAlias(a string) ([]string, error) {
 // resolve orders want and everything it needs, dependencies first.
 // A name in optional that the kernel lacks is listed in Missing.
 func (t *moduleTree) resolve(want, optional []string) (*Modules, error) {
-	m := &Modules{Release: t.release, Dir: t.dir, FS: t.fsys}
+	m := &Modules{Release: t.release, Dir: t.dir, FS: t.fsys, Needs: map[string][]string{}}
+	// need records that the module file rel needs the module name loaded
+	// first (nothing when name is built in).
+	need := func(rel, name string) {
+		if dep, ok := t.files[name]; ok && dep != rel && !slices.Contains(m.Needs[rel], dep) {
+			m.Needs[rel] = append(m.Needs[rel], dep)
+		}
+	}
 	const (
 		visiting = 1
 		done     = 2
@@ -422,32 +434,33 @@ func (t *moduleTree) resolve(want, optional []string) (*Modules, error) {
 	unresolvedSeen := map[string]bool{}
 
 	var visit func(name string, chain []string) error
-	// softdep resolves a soft dependency by module name, then by alias.
-	softdep := func(target string, chain []string) error {
+	// softdep resolves a soft dependency by module name, then by alias,
+	// and returns the modules it named.
+	softdep := func(target string, chain []string) ([]string, error) {
 		n := moduleName(target)
 		if _, ok := t.files[n]; ok {
-			return visit(n, chain)
+			return []string{n}, visit(n, chain)
 		}
 		if t.builtin[n] || t.builtinAlias[target] {
-			return nil
+			return nil, nil
 		}
 		mods, err := t.byAlias(target)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		if len(mods) == 0 {
 			if !unresolvedSeen[target] {
 				unresolvedSeen[target] = true
 				m.Unresolved = append(m.Unresolved, target)
 			}
-			return nil
+			return nil, nil
 		}
 		for _, mod := range mods {
 			if err := visit(mod, chain); err != nil {
-				return err
+				return nil, err
 			}
 		}
-		return nil
+		return mods, nil
 	}
 	visit = func(name string, chain []string) error {
 		switch state[name] {
@@ -485,17 +498,28 @@ func (t *moduleTree) resolve(want, optional []string) (*Modules, error) {
 			if err := visit(d, chain); err != nil {
 				return err
 			}
+			need(rel, d)
 		}
 		for _, s := range mi.pre {
-			if err := softdep(s, chain); err != nil {
+			mods, err := softdep(s, chain)
+			if err != nil {
 				return err
+			}
+			for _, d := range mods {
+				need(rel, d)
 			}
 		}
 		state[name] = done
 		m.Order = append(m.Order, rel)
 		for _, s := range mi.post {
-			if err := softdep(s, chain); err != nil {
+			mods, err := softdep(s, chain)
+			if err != nil {
 				return err
+			}
+			for _, d := range mods {
+				if dep, ok := t.files[d]; ok {
+					need(dep, name)
+				}
 			}
 		}
 		return nil

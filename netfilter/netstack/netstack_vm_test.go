@@ -20,13 +20,13 @@ import (
 	"time"
 )
 
-// TestStackLinuxGuest boots a throwaway busybox initramfs under QEMU (TCG)
+// TestStackLinuxGuestVM boots a throwaway busybox initramfs under QEMU (TCG)
 // with its one NIC on a Stack, and runs the guest side of the egress
 // checks as root in it: DHCP with udhcpc, DNS with nslookup, HTTP with
 // nc (direct and through the explicit proxy), ping, UDP to an outside
 // resolver, and the same again after root rewrites its routes and
 // resolv.conf. One boot, about ten seconds.
-func TestStackLinuxGuest(t *testing.T) {
+func TestStackLinuxGuestVM(t *testing.T) {
 	t.Parallel()
 	if testing.Short() {
 		t.Skip("boots a VM; skipped with -short")

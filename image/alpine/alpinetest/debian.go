@@ -277,8 +277,26 @@ type builtPackage struct {
 
 // inputsKey is the SHA-256 of the builder's version, the arch, the world,
 // extra (when not empty) and every file under assets (names, modes,
-// contents).
+// contents). It is computed once per set of arguments for the life of the
+// process: the assets hold the kernel packages (hundreds of MB), they do
+// not change while tests run, and every test that builds a mirror would
+// otherwise hash all of them again.
 func inputsKey(assets, arch string, world []string, extra string) (string, error) {
+	v, _ := inputsKeys.LoadOrStore(strings.Join([]string{assets, arch, strings.Join(world, ","), extra}, "\x00"), &inputsKeyOnce{})
+	k := v.(*inputsKeyOnce)
+	k.once.Do(func() { k.key, k.err = hashInputs(assets, arch, world, extra) })
+	return k.key, k.err
+}
+
+var inputsKeys sync.Map // assets, arch, world, extra -> *inputsKeyOnce
+
+type inputsKeyOnce struct {
+	once sync.Once
+	key  string
+	err  error
+}
+
+func hashInputs(assets, arch string, world []string, extra string) (string, error) {
 	h := sha256.New()
 	fmt.Fprintf(h, "%s\x00%s\x00%s\x00", debianRepoVersion, arch, strings.Join(world, ","))
 	if extra != "" {

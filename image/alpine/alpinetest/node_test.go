@@ -38,7 +38,9 @@ func nodeFiles(t *testing.T, arch string) (*NodeFiles, string) {
 // TestDebianRepoNode: with Node, the repository's nodejs holds the
 // official Node.js 20 build at usr/bin/node, its C++ runtime comes with it
 // through so: dependencies, and the cache entry sits in CacheDir/node
-// without evicting the plain repository's entries.
+// without evicting the plain repository's entries. Serial: a parallel
+// test building the plain repository on a cold cache would change the
+// entries it compares.
 func TestDebianRepoNode(t *testing.T) {
 	arch := "x86_64"
 	n, assets := nodeFiles(t, arch)
@@ -107,6 +109,7 @@ func TestDebianRepoNode(t *testing.T) {
 // TestNodeInputsPinned: a tarball or a Debian package that differs from
 // its pin is refused, with what to do next.
 func TestNodeInputsPinned(t *testing.T) {
+	t.Parallel()
 	arch := "x86_64"
 	n, _ := nodeFiles(t, arch)
 	if _, _, err := nodeInputs(arch, n); err != nil {
