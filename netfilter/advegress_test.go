@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/vibedom/vibedom/netfilter/egress"
+	"github.com/vibedom/vibedom/netfilter/netstack"
 )
 
 // TestExplicitProxyRequestTracked: a plain http:// request through the
@@ -28,7 +29,7 @@ func testExplicitProxyRequestTracked(t *testing.T, kind string) {
 	var mu sync.Mutex
 	tracked := map[string][]net.Conn{}
 	v := newEngineEnv(t, kind, "stream.example\n", func(c *EngineConfig) {
-		c.Track = func(tg Target, conn net.Conn) func() {
+		c.Track = func(tg netstack.Target, conn net.Conn) func() {
 			mu.Lock()
 			defer mu.Unlock()
 			tracked[tg.Name] = append(tracked[tg.Name], conn)
@@ -132,7 +133,7 @@ func TestClosedGuestConnEndsUpstream(t *testing.T) {
 		}))
 		c, s := tcpPair(t)
 		defer c.Close()
-		tg := Target{Name: "api.test", Port: 443, Decision: v.policy.Decide("api.test", 443),
+		tg := netstack.Target{Name: "api.test", Port: 443, Decision: v.policy.Decide("api.test", 443),
 			Guest: netip.MustParseAddrPort("10.0.2.15:40001"), Dialled: netip.MustParseAddrPort("198.18.0.1:443")}
 		go v.eng.HandleConn(t.Context(), s, tg)
 		tc := tls.Client(c, &tls.Config{ServerName: "api.test", RootCAs: v.ca.Pool(), NextProtos: []string{"http/1.1"}})

@@ -1,6 +1,8 @@
 package netfilter
 
 import (
+	"github.com/vibedom/vibedom/netfilter/netstack"
+
 	"context"
 	"net"
 	"net/netip"
@@ -24,16 +26,16 @@ type ConnTap interface {
 // the bytes of each transparently intercepted connection to the ConnTap
 // tap returns for its target (nil: that connection is not tapped). The
 // explicit proxy's connections are not tapped.
-func TapEngine(inner Engine, tap func(Target) ConnTap) Engine {
+func TapEngine(inner netstack.Engine, tap func(netstack.Target) ConnTap) netstack.Engine {
 	return &tapEngine{inner: inner, tap: tap}
 }
 
 type tapEngine struct {
-	inner Engine
-	tap   func(Target) ConnTap
+	inner netstack.Engine
+	tap   func(netstack.Target) ConnTap
 }
 
-func (e *tapEngine) HandleConn(ctx context.Context, conn net.Conn, t Target) {
+func (e *tapEngine) HandleConn(ctx context.Context, conn net.Conn, t netstack.Target) {
 	if t.Decision.Allow {
 		if ct := e.tap(t); ct != nil {
 			defer ct.Close()

@@ -2,6 +2,7 @@ package netfilter
 
 import (
 	"github.com/vibedom/vibedom/netfilter/egress"
+	"github.com/vibedom/vibedom/netfilter/netstack"
 
 	"context"
 	"io"
@@ -13,7 +14,7 @@ import (
 
 type echoEngine struct{}
 
-func (echoEngine) HandleConn(_ context.Context, conn net.Conn, _ Target) {
+func (echoEngine) HandleConn(_ context.Context, conn net.Conn, _ netstack.Target) {
 	defer conn.Close()
 	b := make([]byte, 5)
 	io.ReadFull(conn, b)
@@ -38,7 +39,7 @@ func (r *recTap) Close()             { r.mu.Lock(); r.closed = true; r.mu.Unlock
 func TestTapEngine(t *testing.T) {
 	t.Parallel()
 	var taps []*recTap
-	e := TapEngine(echoEngine{}, func(t Target) ConnTap {
+	e := TapEngine(echoEngine{}, func(t netstack.Target) ConnTap {
 		if t.Port != 22 {
 			return nil
 		}
@@ -46,7 +47,7 @@ func TestTapEngine(t *testing.T) {
 		taps = append(taps, r)
 		return r
 	})
-	for _, tgt := range []Target{
+	for _, tgt := range []netstack.Target{
 		{Name: "git.test", Port: 22, Decision: egress.Decision{Allow: true}},
 		{Name: "git.test", Port: 2222, Decision: egress.Decision{Allow: true}},
 		{Name: "git.test", Port: 22},

@@ -2,6 +2,7 @@ package netfilter
 
 import (
 	"github.com/vibedom/vibedom/netfilter/egress"
+	"github.com/vibedom/vibedom/netfilter/mitm"
 
 	"bytes"
 	"context"
@@ -10,7 +11,6 @@ import (
 	"io"
 	"net/http"
 	"net/url"
-	"strings"
 	"sync"
 	"time"
 
@@ -63,7 +63,7 @@ type upgradeState struct {
 	rep *dlp.Report
 }
 
-var _ UpgradeFilter = (*DLPFilter)(nil)
+var _ mitm.UpgradeFilter = (*DLPFilter)(nil)
 
 // UpgradeWriter implements UpgradeFilter: the guest's WebSocket frames are
 // scrubbed message by message (see wsScrubber).
@@ -76,7 +76,7 @@ func (f *DLPFilter) UpgradeWriter(r *http.Request, upstream io.Writer) io.WriteC
 	return newWSScrubber(upstream, f.Engine, &st.pol, st.rep)
 }
 
-var _ RequestFilter = (*DLPFilter)(nil)
+var _ mitm.RequestFilter = (*DLPFilter)(nil)
 
 // framingHeaders are never changed: they describe the message itself.
 var framingHeaders = map[string]bool{
@@ -94,7 +94,7 @@ var credentialHeaders = map[string]bool{
 }
 
 // FilterRequest implements RequestFilter.
-func (f *DLPFilter) FilterRequest(ctx context.Context, dest Destination, r *http.Request) (func() []egress.Finding, error) {
+func (f *DLPFilter) FilterRequest(ctx context.Context, dest mitm.Destination, r *http.Request) (func() []egress.Finding, error) {
 	e := f.Engine
 	pol := e.PolicyFor(dest.Name)
 	rep := &dlp.Report{}
@@ -219,7 +219,7 @@ func (f *DLPFilter) FilterRequest(ctx context.Context, dest Destination, r *http
 
 // report turns a request's findings into network-log findings and audit
 // records.
-func (f *DLPFilter) report(dest Destination, r *http.Request, start time.Time, rep *dlp.Report) []egress.Finding {
+func (f *DLPFilter) report(dest mitm.Destination, r *http.Request, start time.Time, rep *dlp.Report) []egress.Finding {
 	fs := rep.Findings()
 	if len(fs) == 0 {
 		return nil
@@ -245,22 +245,9 @@ func (f *DLPFilter) report(dest Destination, r *http.Request, start time.Time, r
 	return out
 }
 
-func schemeOf(d Destination) string {
+func schemeOf(d mitm.Destination) string {
 	if d.Port == 80 {
 		return "http"
 	}
 	return "https"
-}
-
-// scrubDescription is the reason a scrubbed request's event carries.
-func scrubDescription(fs []egress.Finding) string {
-	cats := map[string]bool{}
-	var names []string
-	for _, f := range fs {
-		if (f.Action == "redact" || f.Action == "") && !cats[f.Category] {
-			cats[f.Category] = true
-			names = append(names, f.Category)
-		}
-	}
-	return strings.Join(names, ", ")
 }

@@ -2,6 +2,8 @@ package netfilter
 
 import (
 	"github.com/vibedom/vibedom/netfilter/egress"
+	"github.com/vibedom/vibedom/netfilter/mitm"
+	"github.com/vibedom/vibedom/netfilter/netstack"
 	"slices"
 
 	"context"
@@ -41,7 +43,7 @@ type EngineConfig struct {
 	Policy egress.Decider
 	// Filter rewrites every request before it goes upstream; nil means
 	// IdentityFilter.
-	Filter RequestFilter
+	Filter mitm.RequestFilter
 	// Events receives one Event per connection and per request; nil
 	// discards them.
 	Events egress.EventSink
@@ -109,7 +111,7 @@ type EngineConfig struct {
 	// absolute-URI request, while it is served) the engine serves, with its
 	// target; the returned function is called when the tunnel ends.
 	// Closing conn ends the tunnel (a live deny rule).
-	Track func(t Target, conn net.Conn) (done func())
+	Track func(t netstack.Target, conn net.Conn) (done func())
 }
 
 // NoMITMReason is the connect event's reason for a connection passed
@@ -129,7 +131,7 @@ const NoMITMReason = "tunnelled uninspected (no-mitm): TLS passed through unmodi
 // concurrent use.
 type GoEngine struct {
 	cfg    EngineConfig
-	filter RequestFilter
+	filter mitm.RequestFilter
 	events egress.EventSink
 	log    *slog.Logger
 	stdlog *log.Logger
@@ -145,10 +147,10 @@ type GoEngine struct {
 	slots                  *egress.ConnSlots
 	// tunnel, when set, serves the explicit proxy's CONNECT tunnels instead
 	// of HandleConn (the mitmproxy engine hands them to mitmdump).
-	tunnel func(ctx context.Context, conn net.Conn, t Target)
+	tunnel func(ctx context.Context, conn net.Conn, t netstack.Target)
 }
 
-var _ Engine = (*GoEngine)(nil)
+var _ netstack.Engine = (*GoEngine)(nil)
 
 // NewGoEngine checks cfg and builds the engine.
 func NewGoEngine(cfg EngineConfig) (*GoEngine, error) {
@@ -157,7 +159,7 @@ func NewGoEngine(cfg EngineConfig) (*GoEngine, error) {
 	}
 	e := &GoEngine{cfg: cfg, filter: cfg.Filter, events: cfg.Events, log: cfg.Logger}
 	if e.filter == nil {
-		e.filter = IdentityFilter{}
+		e.filter = mitm.IdentityFilter{}
 	}
 	if e.events == nil {
 		e.events = egress.DiscardEvents{}
@@ -352,7 +354,7 @@ type connOutcome struct {
 // Every request's Host (or :authority) must equal t.Name, with t.Port when
 // it is not the scheme's default port. One "connect" Event is recorded when
 // the connection ends, plus one "request" Event per HTTP request.
-func (e *GoEngine) HandleConn(ctx context.Context, conn net.Conn, t Target) {
+func (e *GoEngine) HandleConn(ctx context.Context, conn net.Conn, t netstack.Target) {
 	cc := &countConn{Conn: conn}
 	start := time.Now()
 	out := e.handleConn(ctx, cc, t)
@@ -380,7 +382,7 @@ func (e *GoEngine) HandleConn(ctx context.Context, conn net.Conn, t Target) {
 	}
 }
 
-func (e *GoEngine) handleConn(ctx context.Context, cc *countConn, t Target) connOutcome {
+func (e *GoEngine) handleConn(ctx context.Context, cc *countConn, t netstack.Target) connOutcome {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	stop := context.AfterFunc(ctx, func() { cc.Close() })
@@ -447,7 +449,7 @@ func looksLikeHTTP(pc *peekConn) bool {
 	return false
 }
 
-func (e *GoEngine) serveTLS(ctx context.Context, pc *peekConn, t Target) connOutcome {
+func (e *GoEngine) serveTLS(ctx context.Context, pc *peekConn, t netstack.Target) connOutcome {
 	hello, err := peekClientHello(pc)
 	if err != nil {
 		tlsAlert(pc.Conn, alertAccessDenied)
@@ -602,7 +604,7 @@ func (l *oneConnListener) Addr() net.Addr { return l.c.LocalAddr() }
 
 // splice copies bytes both ways between the guest and upstream until both
 // directions end.
-func (e *GoEngine) splice(ctx context.Context, pc *peekConn, t Target, mode string) connOutcome {
+func (e *GoEngine) splice(ctx context.Context, pc *peekConn, t netstack.Target, mode string) connOutcome {
 	up, err := e.dial(ctx, "tcp", egress.HostPort(t.Name, t.Port))
 	if err != nil {
 		return connOutcome{"error", "connect upstream " + egress.HostPort(t.Name, t.Port) + ": " + err.Error()}

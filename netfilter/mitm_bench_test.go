@@ -3,6 +3,7 @@ package netfilter
 import (
 	"github.com/vibedom/vibedom/netfilter/egress"
 	"github.com/vibedom/vibedom/netfilter/mitmproxy"
+	"github.com/vibedom/vibedom/netfilter/netstack"
 
 	"context"
 	"crypto/tls"
@@ -55,7 +56,7 @@ func (v *benchEnv) startMitmEngine() string {
 		v.b.Fatal(err)
 	}
 	v.b.Cleanup(func() { m.Close() })
-	t := Target{Name: benchName, Port: 443, Decision: v.mitmCfg.Policy.Decide(benchName, 443)}
+	t := netstack.Target{Name: benchName, Port: 443, Decision: v.mitmCfg.Policy.Decide(benchName, 443)}
 	v.mitmTr = v.serve(func(ctx context.Context, c net.Conn) { m.HandleConn(ctx, c, t) })
 	return ""
 }
@@ -112,7 +113,7 @@ func newBenchEnv(b *testing.B, h http.Handler) *benchEnv {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { v.engine.Close() })
-	t := Target{Name: benchName, Port: 443, Decision: pol.Decide(benchName, 443)}
+	t := netstack.Target{Name: benchName, Port: 443, Decision: pol.Decide(benchName, 443)}
 	v.transp = v.serve(func(ctx context.Context, c net.Conn) { v.engine.HandleConn(ctx, c, t) })
 	v.proxy = v.serve(func(ctx context.Context, c net.Conn) {
 		v.engine.HandleProxyConn(ctx, c, netip.MustParseAddrPort(c.RemoteAddr().String()))

@@ -2,6 +2,7 @@ package netfilter
 
 import (
 	"github.com/vibedom/vibedom/netfilter/egress"
+	"github.com/vibedom/vibedom/netfilter/netstack"
 
 	"context"
 	"crypto/tls"
@@ -31,8 +32,8 @@ type testEnv struct {
 	ca     *keys.CA // the vibedom CA the guest trusts
 	upCA   *keys.CA // the upstream servers' CA (the engine trusts it as an extra root)
 	policy *egress.Policy
-	engine *GoEngine // the Go engine (also the mitmproxy engine's front end)
-	eng    Engine    // the engine under test: engine, or a *MitmproxyEngine
+	engine *GoEngine       // the Go engine (also the mitmproxy engine's front end)
+	eng    netstack.Engine // the engine under test: engine, or a *MitmproxyEngine
 	guard  *egress.DialGuard
 	events *memSink
 	log    *LogWriter
@@ -231,7 +232,7 @@ func (v *testEnv) guestConn(name string, port uint16) net.Conn {
 	v.t.Helper()
 	c, s := tcpPair(v.t)
 	d := v.policy.Decide(name, port)
-	t := Target{Name: name, Port: port, Decision: d,
+	t := netstack.Target{Name: name, Port: port, Decision: d,
 		Guest:   netip.MustParseAddrPort("10.0.2.15:40000"),
 		Dialled: netip.MustParseAddrPort("198.18.0.1:" + strconv.Itoa(int(port)))}
 	if ip, ok := egress.ParseAddr(name); ok {

@@ -2,6 +2,8 @@ package netfilter
 
 import (
 	"github.com/vibedom/vibedom/netfilter/egress"
+	"github.com/vibedom/vibedom/netfilter/mitm"
+	"github.com/vibedom/vibedom/netfilter/netstack"
 
 	"context"
 	"crypto/tls"
@@ -24,7 +26,7 @@ import (
 // connection admitted for t.
 type connHandler struct {
 	e      *GoEngine
-	t      Target
+	t      netstack.Target
 	scheme string     // "https" or "http"
 	guest  *batchConn // the guest's HTTP/1 connection (nil for HTTP/2)
 }
@@ -233,7 +235,7 @@ func (e *GoEngine) forward(w http.ResponseWriter, r *http.Request, dest fwdTarge
 	st.websocket = restrictUpgrade(out)
 	// The transports always verify upstream TLS (system roots plus
 	// ExtraRoots, never InsecureSkipVerify): https is verified.
-	done, err := e.filter.FilterRequest(ctx, Destination{Name: dest.name, Port: dest.port, Scheme: dest.scheme, Verified: dest.scheme == "https"}, out)
+	done, err := e.filter.FilterRequest(ctx, mitm.Destination{Name: dest.name, Port: dest.port, Scheme: dest.scheme, Verified: dest.scheme == "https"}, out)
 	var ans *Answer
 	if errors.As(err, &ans) {
 		e.answer(w, r, dest, ans)
@@ -246,7 +248,7 @@ func (e *GoEngine) forward(w http.ResponseWriter, r *http.Request, dest fwdTarge
 	if out.Body != nil && out.Body != http.NoBody {
 		out.Body = &countBody{ReadCloser: out.Body, n: &st.up}
 	}
-	if uf, ok := e.filter.(UpgradeFilter); ok && st.websocket {
+	if uf, ok := e.filter.(mitm.UpgradeFilter); ok && st.websocket {
 		st.upgrade = func(w io.Writer) io.WriteCloser { return uf.UpgradeWriter(out, w) }
 	}
 	defer func() {
@@ -261,8 +263,8 @@ func (e *GoEngine) forward(w http.ResponseWriter, r *http.Request, dest fwdTarge
 		switch {
 		case st.errText.Load() != nil:
 			ev.Decision, ev.Reason = "error", *st.errText.Load()
-		case scrubDescription(findings) != "":
-			ev.Decision, ev.Reason = "scrub", "redacted: "+scrubDescription(findings)
+		case mitm.ScrubDescription(findings) != "":
+			ev.Decision, ev.Reason = "scrub", "redacted: "+mitm.ScrubDescription(findings)
 		case len(findings) > 0:
 			ev.Decision, ev.Reason = "allow", fmt.Sprintf("%d finding(s) logged, not redacted", len(findings))
 		default:
@@ -274,7 +276,7 @@ func (e *GoEngine) forward(w http.ResponseWriter, r *http.Request, dest fwdTarge
 	if r.ProtoMajor == 2 {
 		rp = e.rp2
 	}
-	if hs, ok := e.filter.(ResponseHeaderScrubber); ok {
+	if hs, ok := e.filter.(mitm.ResponseHeaderScrubber); ok {
 		// 1xx header blocks (103 Early Hints) skip ModifyResponse.
 		w = &scrubHeaderWriter{ResponseWriter: w, scrub: hs.ScrubResponseHeader}
 	}
@@ -302,7 +304,7 @@ func (e *GoEngine) modifyResponse(resp *http.Response) error {
 			return fmt.Errorf("%w: upstream switched to %q; only a WebSocket upgrade the proxy asked for is relayed",
 				errUpgradeRefused, egress.Shorten(resp.Header.Get("Upgrade")))
 		}
-		if hs, ok := e.filter.(ResponseHeaderScrubber); ok {
+		if hs, ok := e.filter.(mitm.ResponseHeaderScrubber); ok {
 			hs.ScrubResponseHeader(resp.Header)
 		}
 		if rwc, ok := resp.Body.(io.ReadWriteCloser); ok {
@@ -312,14 +314,14 @@ func (e *GoEngine) modifyResponse(resp *http.Response) error {
 					up = &wsConn{ReadWriteCloser: up, w: w}
 				}
 			}
-			if uf, ok := e.filter.(UpstreamFrameFilter); ok {
+			if uf, ok := e.filter.(mitm.UpstreamFrameFilter); ok {
 				up = &wsReadConn{ReadWriteCloser: up, r: uf.UpstreamFrames(up)}
 			}
 			resp.Body = up
 		}
 		return nil
 	}
-	if rf, ok := e.filter.(ResponseFilter); ok {
+	if rf, ok := e.filter.(mitm.ResponseFilter); ok {
 		rf.FilterResponse(resp)
 	}
 	if resp.Body != nil {

@@ -2,6 +2,8 @@ package netfilter
 
 import (
 	"github.com/vibedom/vibedom/netfilter/egress"
+	"github.com/vibedom/vibedom/netfilter/mitm"
+	"github.com/vibedom/vibedom/netfilter/netstack"
 
 	"bufio"
 	"bytes"
@@ -610,7 +612,7 @@ func TestSplice(t *testing.T) {
 // finding.
 type recordingFilter struct{ fail bool }
 
-func (f recordingFilter) FilterRequest(_ context.Context, d Destination, r *http.Request) (func() []egress.Finding, error) {
+func (f recordingFilter) FilterRequest(_ context.Context, d mitm.Destination, r *http.Request) (func() []egress.Finding, error) {
 	if f.fail {
 		return nil, errors.New("policy says no")
 	}
@@ -708,11 +710,11 @@ func TestUnadmittedTargetRefused(t *testing.T) {
 	v := newTestEnv(t, testRules)
 	tests := []struct {
 		name string
-		t    Target
+		t    netstack.Target
 	}{
-		{"denied decision", Target{Name: "evil.test", Port: 443, Decision: egress.Decision{Reason: "no rule"}}},
-		{"no name", Target{Port: 443, Decision: egress.Decision{Allow: true}}},
-		{"no port", Target{Name: "api.test", Decision: egress.Decision{Allow: true}}},
+		{"denied decision", netstack.Target{Name: "evil.test", Port: 443, Decision: egress.Decision{Reason: "no rule"}}},
+		{"no name", netstack.Target{Port: 443, Decision: egress.Decision{Allow: true}}},
+		{"no port", netstack.Target{Name: "api.test", Decision: egress.Decision{Allow: true}}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -741,7 +743,7 @@ func TestContextCancelClosesConnection(t *testing.T) {
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan struct{})
 	go func() {
-		v.engine.HandleConn(ctx, s, Target{Name: "api.test", Port: 443, Decision: v.policy.Decide("api.test", 443)})
+		v.engine.HandleConn(ctx, s, netstack.Target{Name: "api.test", Port: 443, Decision: v.policy.Decide("api.test", 443)})
 		close(done)
 	}()
 	cancel()

@@ -2,7 +2,9 @@ package netfilter
 
 import (
 	"github.com/vibedom/vibedom/netfilter/egress"
+	"github.com/vibedom/vibedom/netfilter/mitm"
 	"github.com/vibedom/vibedom/netfilter/mitmproxy"
+	"github.com/vibedom/vibedom/netfilter/netstack"
 	"slices"
 
 	"bufio"
@@ -42,9 +44,6 @@ var mitmproxyAddon []byte
 // DefaultMitmBodyLimit is the largest request body the mitmproxy engine
 // passes: mitmdump buffers each request whole so the DLP can read it.
 const DefaultMitmBodyLimit = 64 << 20
-
-// ErrMitmdump marks every failure to find, start or keep mitmdump running.
-var ErrMitmdump = mitmproxy.ErrMitmdump
 
 // MitmproxyConfig configures the mitmproxy engine. The embedded
 // EngineConfig means what it means for the Go engine: Policy, Filter,
@@ -108,7 +107,7 @@ type MitmproxyEngine struct {
 	cfg     MitmproxyConfig
 	events  egress.EventSink
 	log     *slog.Logger
-	filter  RequestFilter
+	filter  mitm.RequestFilter
 	front   *GoEngine // the explicit proxy's front end and the dial guard
 	guard   *egress.DialGuard
 	dir     string
@@ -139,10 +138,10 @@ type MitmproxyEngine struct {
 	wg    sync.WaitGroup
 }
 
-var _ Engine = (*MitmproxyEngine)(nil)
+var _ netstack.Engine = (*MitmproxyEngine)(nil)
 
 type mitmConn struct {
-	t         Target
+	t         netstack.Target
 	guest, mc net.Conn
 	sniOK     atomic.Bool
 	refused   atomic.Pointer[string]
@@ -356,7 +355,7 @@ func NewMitmproxyEngine(ctx context.Context, cfg MitmproxyConfig) (_ *MitmproxyE
 	if err = e.cmd.Start(); err != nil {
 		pr.Close()
 		pw.Close()
-		return nil, fmt.Errorf("%w: start %s: %v", ErrMitmdump, program, err)
+		return nil, fmt.Errorf("%w: start %s: %v", mitmproxy.ErrMitmdump, program, err)
 	}
 	pw.Close()
 	listening := make(chan struct{})
@@ -384,12 +383,12 @@ func NewMitmproxyEngine(ctx context.Context, cfg MitmproxyConfig) (_ *MitmproxyE
 			got++
 		case line := <-portTaken:
 			return nil, fmt.Errorf("%w cannot listen on 127.0.0.1 (%s): the port is taken; free it or let vibedom pick one",
-				ErrMitmdump, line)
+				mitmproxy.ErrMitmdump, line)
 		case <-e.exited:
 			return nil, fmt.Errorf("%w %s exited while starting (%v); run `mitmdump --version` to check it works, or use --proxy-engine go",
-				ErrMitmdump, version, e.exitErr)
+				mitmproxy.ErrMitmdump, version, e.exitErr)
 		case <-timer.C:
-			return nil, fmt.Errorf("%w did not come up within %v; use --proxy-engine go", ErrMitmdump, cfg.StartTimeout)
+			return nil, fmt.Errorf("%w did not come up within %v; use --proxy-engine go", mitmproxy.ErrMitmdump, cfg.StartTimeout)
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		}
@@ -552,7 +551,7 @@ func (e *MitmproxyEngine) Close() error {
 
 // HandleConn implements Engine: the connection, admitted for t, is handed
 // to mitmdump through an authenticated CONNECT to t.
-func (e *MitmproxyEngine) HandleConn(ctx context.Context, conn net.Conn, t Target) {
+func (e *MitmproxyEngine) HandleConn(ctx context.Context, conn net.Conn, t netstack.Target) {
 	if slices.Contains(e.cfg.NoMITM, t.Name) {
 		// Passed through, never to mitmdump: the Go front end checks
 		// the SNI and tunnels the TLS as it is.
@@ -571,7 +570,7 @@ func (e *MitmproxyEngine) HandleConn(ctx context.Context, conn net.Conn, t Targe
 	e.events.Record(ev)
 }
 
-func (e *MitmproxyEngine) handleConn(ctx context.Context, cc *countConn, t Target) (string, string) {
+func (e *MitmproxyEngine) handleConn(ctx context.Context, cc *countConn, t netstack.Target) (string, string) {
 	if t.Name == "" || t.Port == 0 || !t.Decision.Allow {
 		return "deny", "connection was not admitted by the policy"
 	}

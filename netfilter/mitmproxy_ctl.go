@@ -2,6 +2,7 @@ package netfilter
 
 import (
 	"github.com/vibedom/vibedom/netfilter/egress"
+	"github.com/vibedom/vibedom/netfilter/mitm"
 
 	"bufio"
 	"bytes"
@@ -330,7 +331,7 @@ func (e *MitmproxyEngine) request(m *ctlMsg) *ctlReply {
 	ev := egress.Event{Time: time.Now(), Kind: "request", Name: t.Name, Port: t.Port, Src: addrString(t.Guest), Method: m.Method, Rule: t.Decision.Rule}
 	// "https" only after the checked handshake (above); mitmdump verifies
 	// upstream TLS (ssl_insecure=false): the swap's condition.
-	done, err := e.filter.FilterRequest(ctx, Destination{Name: t.Name, Port: t.Port, Scheme: scheme, Verified: scheme == "https"}, r)
+	done, err := e.filter.FilterRequest(ctx, mitm.Destination{Name: t.Name, Port: t.Port, Scheme: scheme, Verified: scheme == "https"}, r)
 	var ans *Answer
 	if errors.As(err, &ans) {
 		return e.answerReq(m, dest, r, ans)
@@ -353,7 +354,7 @@ func (e *MitmproxyEngine) request(m *ctlMsg) *ctlReply {
 		}
 	}
 	out := &ctlReply{Action: "allow", Method: r.Method, Path: r.URL.RequestURI(), raw: body, BodyLen: int64(len(body))}
-	if rs, ok := e.filter.(ResponseSecrets); ok {
+	if rs, ok := e.filter.(mitm.ResponseSecrets); ok {
 		out.Scrub, out.ScrubWith = rs.ResponseSecrets()
 	}
 	if r.ProtoMajor < 2 && hadHost {
@@ -455,8 +456,8 @@ func (e *MitmproxyEngine) finish(f *mitmFlow, status int, down int64, errText st
 	switch {
 	case errText != "":
 		ev.Decision, ev.Reason = "error", errText
-	case scrubDescription(findings) != "":
-		ev.Decision, ev.Reason = "scrub", "redacted: "+scrubDescription(findings)
+	case mitm.ScrubDescription(findings) != "":
+		ev.Decision, ev.Reason = "scrub", "redacted: "+mitm.ScrubDescription(findings)
 	case len(findings) > 0:
 		ev.Decision, ev.Reason = "allow", fmt.Sprintf("%d finding(s) logged, not redacted", len(findings))
 	default:
@@ -474,7 +475,7 @@ func (e *MitmproxyEngine) wsMessage(m *ctlMsg) *ctlReply {
 	if f == nil || f.req == nil {
 		return deny(403, "not a WebSocket vibedom let through")
 	}
-	uf, ok := e.filter.(UpgradeFilter)
+	uf, ok := e.filter.(mitm.UpgradeFilter)
 	if !ok {
 		return &ctlReply{Action: "allow", Body: m.Body}
 	}
@@ -509,7 +510,7 @@ func (e *MitmproxyEngine) wsUpstream(m *ctlMsg) *ctlReply {
 	if f == nil {
 		return deny(403, "not a WebSocket vibedom let through")
 	}
-	if s, ok := e.filter.(UpstreamMessageScrubber); ok {
+	if s, ok := e.filter.(mitm.UpstreamMessageScrubber); ok {
 		return &ctlReply{Action: "allow", Body: s.ScrubUpstreamMessage(m.Body)}
 	}
 	return &ctlReply{Action: "allow", Body: m.Body}

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/vibedom/vibedom/credentials"
+	"github.com/vibedom/vibedom/netfilter/mitm"
 )
 
 // rawUpstream is a TCP (or TLS) listener reachable as name:port that keeps
@@ -142,7 +143,7 @@ func TestMitmproxyRawBytesRefused(t *testing.T) {
 func swapEnv(t *testing.T, mopt func(*MitmproxyConfig)) (v *testEnv, real, ph string) {
 	real = "sk-ant-api03-" + strings.Repeat("R3al", 20) + "AA" // gitleaks:allow
 	ph = "sk-ant-api03-" + strings.Repeat("PhXx", 20) + "BB"   // gitleaks:allow
-	filter := NewSwapFilter(IdentityFilter{}, []credentials.Swap{{Name: "anthropic", Host: "api.test", Header: "x-api-key", Placeholder: ph, Value: real, Token: ph}})
+	filter := NewSwapFilter(mitm.IdentityFilter{}, []credentials.Swap{{Name: "anthropic", Host: "api.test", Header: "x-api-key", Placeholder: ph, Value: real, Token: ph}})
 	v = newMitmEnv(t, "mitmproxy", testRules, mopt, func(c *EngineConfig) {
 		c.Filter = filter
 		if os.Getenv("DBG") != "" {

@@ -2,7 +2,9 @@ package netfilter
 
 import (
 	"github.com/vibedom/vibedom/netfilter/egress"
+	"github.com/vibedom/vibedom/netfilter/mitm"
 	"github.com/vibedom/vibedom/netfilter/mitmproxy"
+	"github.com/vibedom/vibedom/netfilter/netstack"
 
 	"context"
 	"crypto/tls"
@@ -40,7 +42,7 @@ func skipWithoutMitmweb(t testing.TB) {
 // secretScrubber stands in for the DLP: it rewrites the X-Secret header.
 type secretScrubber struct{}
 
-func (secretScrubber) FilterRequest(_ context.Context, _ Destination, r *http.Request) (func() []egress.Finding, error) {
+func (secretScrubber) FilterRequest(_ context.Context, _ mitm.Destination, r *http.Request) (func() []egress.Finding, error) {
 	if r.Header.Get("X-Secret") != "" {
 		r.Header.Set("X-Secret", "[REDACTED]")
 	}
@@ -375,9 +377,9 @@ func TestInspectViewLimit(t *testing.T) {
 func TestMitmproxyRefusesReplays(t *testing.T) {
 	t.Parallel()
 	sink := &memSink{}
-	c := &mitmConn{t: Target{Name: "api.test", Port: 80, Decision: egress.Decision{Allow: true}},
+	c := &mitmConn{t: netstack.Target{Name: "api.test", Port: 80, Decision: egress.Decision{Allow: true}},
 		flows: map[string]struct{}{}, seen: map[string]struct{}{}}
-	e := &MitmproxyEngine{cfg: MitmproxyConfig{BodyLimit: 1 << 20}, events: sink, filter: IdentityFilter{},
+	e := &MitmproxyEngine{cfg: MitmproxyConfig{BodyLimit: 1 << 20}, events: sink, filter: mitm.IdentityFilter{},
 		conns: map[string]*mitmConn{"127.0.0.1:5000": c}, flows: map[string]*mitmFlow{}}
 	q := func(id string, replay bool) string {
 		return e.answer(&ctlMsg{Op: "request", Peer: "127.0.0.1:5000", ID: id, Scheme: "http", Method: "GET",

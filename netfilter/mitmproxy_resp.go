@@ -2,6 +2,7 @@ package netfilter
 
 import (
 	"github.com/vibedom/vibedom/netfilter/egress"
+	"github.com/vibedom/vibedom/netfilter/mitm"
 
 	"io"
 	"net/http"
@@ -45,10 +46,10 @@ func (e *MitmproxyEngine) respHead(m *ctlMsg) *ctlReply {
 	out := &ctlReply{Action: "allow"}
 	resp := &http.Response{StatusCode: m.Status, Header: h, ContentLength: -1, Trailer: http.Header{},
 		Request: &http.Request{Method: m.Method, URL: &url.URL{Scheme: "https", Host: egress.HostPort(f.ev.Name, f.ev.Port)}}}
-	rf, ok := e.filter.(ResponseFilter)
+	rf, ok := e.filter.(mitm.ResponseFilter)
 	noBody := m.Status < 200 || m.Status == http.StatusNoContent || m.Status == http.StatusNotModified || m.Method == http.MethodHead
 	if ds, isSwap := e.filter.(deepScrubber); !ok || noBody || (isSwap && !ds.fromProvider(resp)) {
-		if hs, ok := e.filter.(ResponseHeaderScrubber); ok {
+		if hs, ok := e.filter.(mitm.ResponseHeaderScrubber); ok {
 			hs.ScrubResponseHeader(h)
 		}
 		out.Headers = headerFields(h)
@@ -81,7 +82,7 @@ func (e *MitmproxyEngine) respTrailers(m *ctlMsg) *ctlReply {
 	for _, kv := range m.Headers {
 		h.Add(kv[0], kv[1])
 	}
-	if hs, ok := e.filter.(ResponseHeaderScrubber); ok {
+	if hs, ok := e.filter.(mitm.ResponseHeaderScrubber); ok {
 		hs.ScrubResponseHeader(h)
 	}
 	return &ctlReply{Action: "allow", Headers: headerFields(h)}

@@ -2,6 +2,7 @@ package netfilter
 
 import (
 	"github.com/vibedom/vibedom/netfilter/egress"
+	"github.com/vibedom/vibedom/netfilter/mitm"
 	"github.com/vibedom/vibedom/netfilter/mitmproxy"
 
 	"bufio"
@@ -36,7 +37,7 @@ func TestMitmdumpMissing(t *testing.T) {
 	cfg := mitmTestConfig(t)
 	cfg.Mitmdump = filepath.Join(t.TempDir(), "mitmdump")
 	_, err := NewMitmproxyEngine(t.Context(), cfg)
-	if !errors.Is(err, ErrMitmdump) || !strings.Contains(err.Error(), "not found") || !strings.Contains(err.Error(), "8.1 or later") {
+	if !errors.Is(err, mitmproxy.ErrMitmdump) || !strings.Contains(err.Error(), "not found") || !strings.Contains(err.Error(), "8.1 or later") {
 		t.Fatalf("got %v", err)
 	}
 	if strings.Contains(err.Error(), "\n") {
@@ -72,7 +73,7 @@ func TestMitmdumpTooOld(t *testing.T) {
 	}
 	cfg := mitmTestConfig(t)
 	cfg.Mitmdump = fakeMitmdump(t, "7.0.4")
-	if _, err := NewMitmproxyEngine(t.Context(), cfg); !errors.Is(err, ErrMitmdump) || !strings.Contains(err.Error(), "7.0.4") {
+	if _, err := NewMitmproxyEngine(t.Context(), cfg); !errors.Is(err, mitmproxy.ErrMitmdump) || !strings.Contains(err.Error(), "7.0.4") {
 		t.Fatalf("engine started with mitmdump 7.0.4: %v", err)
 	}
 }
@@ -88,7 +89,7 @@ func TestMitmdumpPortTaken(t *testing.T) {
 	cfg := mitmTestConfig(t)
 	cfg.Port = ln.Addr().(*net.TCPAddr).Port
 	_, err = NewMitmproxyEngine(t.Context(), cfg)
-	if !errors.Is(err, ErrMitmdump) || !strings.Contains(err.Error(), "the port is taken") {
+	if !errors.Is(err, mitmproxy.ErrMitmdump) || !strings.Contains(err.Error(), "the port is taken") {
 		t.Fatalf("got %v", err)
 	}
 	if strings.Contains(err.Error(), "\n") {
@@ -207,7 +208,7 @@ func TestMitmdumpCrash(t *testing.T) {
 // not Latin-1 (the addon cannot put it on the wire).
 type headerFilter struct{ value string }
 
-func (f headerFilter) FilterRequest(_ context.Context, _ Destination, r *http.Request) (func() []egress.Finding, error) {
+func (f headerFilter) FilterRequest(_ context.Context, _ mitm.Destination, r *http.Request) (func() []egress.Finding, error) {
 	r.Header.Set("X-Filtered", f.value)
 	return func() []egress.Finding { return nil }, nil
 }

@@ -2,6 +2,7 @@ package netfilter
 
 import (
 	"github.com/vibedom/vibedom/netfilter/egress"
+	"github.com/vibedom/vibedom/netfilter/netstack"
 
 	"context"
 	"fmt"
@@ -103,7 +104,7 @@ func (h *proxyHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if h.e.cfg.Track != nil && h.conn != nil {
-		done := h.e.cfg.Track(Target{Name: name, Port: port, Decision: d, Guest: h.src}, h.conn)
+		done := h.e.cfg.Track(netstack.Target{Name: name, Port: port, Decision: d, Guest: h.src}, h.conn)
 		defer done()
 	}
 	h.e.forward(w, r, dest, nil)
@@ -160,7 +161,7 @@ func (h *proxyHandler) connect(w http.ResponseWriter, r *http.Request) {
 	c.SetDeadline(time.Time{})
 	// The request's context lives until this handler returns, which is
 	// when the tunnel ends.
-	t := Target{Name: name, Port: port, Decision: d, Guest: h.src}
+	t := netstack.Target{Name: name, Port: port, Decision: d, Guest: h.src}
 	if h.e.cfg.Track != nil {
 		done := h.e.cfg.Track(t, pc)
 		defer done()

@@ -3,6 +3,7 @@ package netfilter
 import (
 	"github.com/vibedom/vibedom/credentials"
 	"github.com/vibedom/vibedom/netfilter/egress"
+	"github.com/vibedom/vibedom/netfilter/mitm"
 
 	"bytes"
 	"context"
@@ -20,7 +21,7 @@ import (
 type Answer = credentials.Answer
 
 // upstreamKind names how a request leaves, for messages.
-func upstreamKind(d Destination) string {
+func upstreamKind(d mitm.Destination) string {
 	switch {
 	case d.Scheme == "https" && !d.Verified:
 		return "unverified TLS"
@@ -49,9 +50,9 @@ var ErrLoginPath = errors.New("a subscription login's placeholder on a path the 
 // other header (of any request) or in the URL refuses the request, and so
 // does one on a path the swap does not name (Swap.Paths, for logins); in
 // a body the DLP finds it (give it the placeholders as known values).
-func NewSwapFilter(inner RequestFilter, swaps []credentials.Swap) RequestFilter {
+func NewSwapFilter(inner mitm.RequestFilter, swaps []credentials.Swap) mitm.RequestFilter {
 	if inner == nil {
-		inner = IdentityFilter{}
+		inner = mitm.IdentityFilter{}
 	}
 	f := &swapFilter{inner: inner, swaps: swaps, initial: map[string]bool{}}
 	for _, s := range swaps {
@@ -65,7 +66,7 @@ func NewSwapFilter(inner RequestFilter, swaps []credentials.Swap) RequestFilter 
 }
 
 type swapFilter struct {
-	inner RequestFilter
+	inner mitm.RequestFilter
 	swaps []credentials.Swap
 	// scrub finds the real keys in the DLP's encodings (nil when there is
 	// no key), built for the secrets counted in scrubFor; see scrubber.
@@ -169,7 +170,7 @@ func (f *swapFilter) current() []credentials.Swap {
 	return out
 }
 
-func (f *swapFilter) FilterRequest(ctx context.Context, dest Destination, r *http.Request) (func() []egress.Finding, error) {
+func (f *swapFilter) FilterRequest(ctx context.Context, dest mitm.Destination, r *http.Request) (func() []egress.Finding, error) {
 	for _, s := range f.swaps {
 		if ea, ok := s.Dynamic.(credentials.EndpointAnswerer); ok && strings.EqualFold(dest.Name, ea.AnswersHost()) {
 			return nil, ea.Answer(r)
@@ -260,7 +261,7 @@ func (f *swapFilter) FilterRequest(ctx context.Context, dest Destination, r *htt
 // (see learned).
 func (f *swapFilter) UpgradeWriter(r *http.Request, upstream io.Writer) io.WriteCloser {
 	var w io.WriteCloser
-	if uf, ok := f.inner.(UpgradeFilter); ok {
+	if uf, ok := f.inner.(mitm.UpgradeFilter); ok {
 		w = uf.UpgradeWriter(r, upstream)
 	}
 	lk := f.learned()
@@ -292,7 +293,7 @@ func (c closeBoth) Close() error { return errors.Join(c.WriteCloser.Close(), c.n
 // escapes, JSON escapes...), and an event stream is refused mid-way when
 // the key is spelled out across its events (see sseGuard).
 func (f *swapFilter) FilterResponse(resp *http.Response) {
-	if rf, ok := f.inner.(ResponseFilter); ok {
+	if rf, ok := f.inner.(mitm.ResponseFilter); ok {
 		rf.FilterResponse(resp)
 	}
 	vals, _ := f.ResponseSecrets()

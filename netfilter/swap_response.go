@@ -2,6 +2,7 @@ package netfilter
 
 import (
 	"github.com/vibedom/vibedom/netfilter/egress"
+	"github.com/vibedom/vibedom/netfilter/mitm"
 
 	"bufio"
 	"bytes"
@@ -330,23 +331,9 @@ func (w *scrubHeaderWriter) WriteHeader(code int) {
 
 func (w *scrubHeaderWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
-// ResponseHeaderScrubber is an optional capability of a RequestFilter:
-// scrubbing a response header block in place, for the blocks that do not
-// pass through FilterResponse (1xx, a 101's headers).
-type ResponseHeaderScrubber interface {
-	ScrubResponseHeader(h http.Header)
-}
+var _ mitm.ResponseHeaderScrubber = (*swapFilter)(nil)
 
-var _ ResponseHeaderScrubber = (*swapFilter)(nil)
-
-// UpstreamMessageScrubber is an optional capability of a RequestFilter:
-// scrubbing one whole WebSocket message from upstream, for an engine that
-// handles messages rather than frames (the mitmproxy engine).
-type UpstreamMessageScrubber interface {
-	ScrubUpstreamMessage(p []byte) []byte
-}
-
-var _ UpstreamMessageScrubber = (*swapFilter)(nil)
+var _ mitm.UpstreamMessageScrubber = (*swapFilter)(nil)
 
 // ScrubUpstreamMessage returns p with the real keys, in every DLP form,
 // replaced: what UpstreamFrames does to each frame's payload.

@@ -4,6 +4,7 @@ import (
 	"github.com/vibedom/vibedom/credentials"
 	"github.com/vibedom/vibedom/logredact"
 	"github.com/vibedom/vibedom/netfilter/egress"
+	"github.com/vibedom/vibedom/netfilter/mitm"
 
 	"io"
 	"net/http"
@@ -34,7 +35,7 @@ func TestCredentialSwap(t *testing.T) {
 	})
 }
 
-func testCredentialSwap(t *testing.T, kind string, filter RequestFilter, eng *dlp.Engine, real, ph string) {
+func testCredentialSwap(t *testing.T, kind string, filter mitm.RequestFilter, eng *dlp.Engine, real, ph string) {
 	for _, h2 := range []bool{false, true} {
 		name := "http1"
 		if h2 {

@@ -31,7 +31,7 @@ type engineNet struct {
 // startEngineNet serves a stack with eng behind it on one end of a socket
 // pair, its events to sink and its log to log (nil: none); the guest's end
 // is n.vm.
-func startEngineNet(t testing.TB, cfg netstack.StackConfig, pol egress.StackPolicy, eng Engine, sink egress.EventSink, log *slog.Logger) *engineNet {
+func startEngineNet(t testing.TB, cfg netstack.StackConfig, pol egress.StackPolicy, eng netstack.Engine, sink egress.EventSink, log *slog.Logger) *engineNet {
 	t.Helper()
 	host, vmFile, err := netstack.SocketPair()
 	if err != nil {

@@ -319,12 +319,6 @@ func (c *wsConn) CloseWrite() error {
 	return err
 }
 
-// UpstreamFrameFilter is an optional capability of a RequestFilter:
-// scrubbing the frames upstream sends the guest after a WebSocket upgrade.
-type UpstreamFrameFilter interface {
-	UpstreamFrames(src io.Reader) io.Reader
-}
-
 // wsReadConn is an upgraded connection whose reads (upstream's frames)
 // come through r.
 type wsReadConn struct {

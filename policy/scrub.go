@@ -18,6 +18,7 @@ import (
 	"github.com/vibedom/vibedom/home"
 	"github.com/vibedom/vibedom/netfilter"
 	nfegress "github.com/vibedom/vibedom/netfilter/egress"
+	"github.com/vibedom/vibedom/netfilter/mitm"
 	"github.com/vibedom/vibedom/preflight"
 	"github.com/vibedom/vibedom/wstrust"
 )
@@ -146,7 +147,7 @@ func Scrub(ctx context.Context, o ScrubOptions) (*ScrubReport, error) {
 			}
 		}
 		f := &netfilter.DLPFilter{Engine: e}
-		done, err := f.FilterRequest(ctx, netfilter.Destination{Name: host, Port: port}, req)
+		done, err := f.FilterRequest(ctx, mitm.Destination{Name: host, Port: port}, req)
 		if err != nil {
 			return nil, fmt.Errorf("scrub: %w", err)
 		}

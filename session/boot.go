@@ -24,7 +24,7 @@ import (
 	"github.com/vibedom/vibedom/image/rootfs"
 	"github.com/vibedom/vibedom/keys"
 	"github.com/vibedom/vibedom/logredact"
-	"github.com/vibedom/vibedom/netfilter"
+	"github.com/vibedom/vibedom/netfilter/mitm"
 	"github.com/vibedom/vibedom/overlay"
 	"github.com/vibedom/vibedom/sshagent"
 	"github.com/vibedom/vibedom/termtext"
@@ -130,7 +130,7 @@ type plan struct {
 	command []string
 	// filter rewrites the guest's requests: Options.Egress.Filter, else
 	// the DLP and the placeholder swap (setupDLP).
-	filter netfilter.RequestFilter
+	filter mitm.RequestFilter
 	// hostKeyPEM is the guest's host key as written to the session folder
 	// (makeKeys), for the initrd.
 	hostKeyPEM []byte

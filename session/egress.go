@@ -16,6 +16,7 @@ import (
 	"github.com/vibedom/vibedom/keys"
 	"github.com/vibedom/vibedom/netfilter"
 	nfegress "github.com/vibedom/vibedom/netfilter/egress"
+	"github.com/vibedom/vibedom/netfilter/mitm"
 	"github.com/vibedom/vibedom/netfilter/mitmproxy"
 	"github.com/vibedom/vibedom/netfilter/netstack"
 	"github.com/vibedom/vibedom/policy"
@@ -29,7 +30,7 @@ type EgressOptions struct {
 	// Allow holds extra rules (--allow), the last scope of the policy.
 	Allow []string
 	// Filter rewrites outgoing requests (the DLP); nil changes nothing.
-	Filter netfilter.RequestFilter
+	Filter mitm.RequestFilter
 	// Resolve maps allowed names to the addresses the proxy connects to
 	// (--resolve); CAFiles are PEM files of extra roots trusted for
 	// upstreams (--ca-file), on top of the system's.
@@ -75,7 +76,7 @@ type egress struct {
 	notices noticeHub
 	desk    deskNotifier // the desktop, when no terminal is attached
 	engine  interface {
-		netfilter.Engine
+		netstack.Engine
 		Close() error
 	}
 	stack    *netstack.Stack
@@ -173,7 +174,7 @@ func (s *sess) setupEgress(ctx context.Context) error {
 	ecfg := netfilter.EngineConfig{
 		CA: ca, Policy: limited, Filter: s.plan.filter, Events: sink, Logger: s.log.With("part", "proxy"),
 		Dial: eo.Dial, Resolve: eo.Resolve, AllowPrivate: pol.PrivateRanges(), ExtraRoots: roots,
-		Session: s.name, Track: func(t netfilter.Target, c net.Conn) func() { return e.conns.add(t, c) },
+		Session: s.name, Track: func(t netstack.Target, c net.Conn) func() { return e.conns.add(t, c) },
 		NoMITM: noMITM,
 	}
 	switch eo.ProxyEngine {
@@ -210,7 +211,7 @@ func (s *sess) setupEgress(ctx context.Context) error {
 		return err
 	}
 	mac, _ := net.ParseMAC(guestMAC)
-	var engine netfilter.Engine = &trackEngine{inner: e.engine, set: e.conns}
+	var engine netstack.Engine = &trackEngine{inner: e.engine, set: e.conns}
 	if tap := s.sshTap(); tap != nil {
 		engine = netfilter.TapEngine(engine, tap)
 	}

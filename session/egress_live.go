@@ -20,8 +20,8 @@ import (
 	"github.com/vibedom/vibedom/atomicfile"
 	"github.com/vibedom/vibedom/credentials"
 	"github.com/vibedom/vibedom/home"
-	"github.com/vibedom/vibedom/netfilter"
 	nfegress "github.com/vibedom/vibedom/netfilter/egress"
+	"github.com/vibedom/vibedom/netfilter/netstack"
 )
 
 // Live egress rules: `vibedom allow|deny SESSION RULE…` and `vibedom policy
@@ -438,14 +438,14 @@ type connSet struct {
 }
 
 type trackedConn struct {
-	t netfilter.Target
+	t netstack.Target
 	c io.Closer
 }
 
 func newConnSet() *connSet { return &connSet{m: map[int]trackedConn{}} }
 
 // add tracks c, admitted for t, until the returned function is called.
-func (s *connSet) add(t netfilter.Target, c io.Closer) func() {
+func (s *connSet) add(t netstack.Target, c io.Closer) func() {
 	s.mu.Lock()
 	id := s.next
 	s.next++
@@ -479,11 +479,11 @@ func (s *connSet) closeMatching(match func(name string, port uint16) bool) int {
 // trackEngine serves transparently intercepted connections with inner,
 // tracking each in set while it is served.
 type trackEngine struct {
-	inner netfilter.Engine
+	inner netstack.Engine
 	set   *connSet
 }
 
-func (e *trackEngine) HandleConn(ctx context.Context, conn net.Conn, t netfilter.Target) {
+func (e *trackEngine) HandleConn(ctx context.Context, conn net.Conn, t netstack.Target) {
 	done := e.set.add(t, conn)
 	defer done()
 	e.inner.HandleConn(ctx, conn, t)

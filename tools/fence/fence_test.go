@@ -67,9 +67,9 @@ var table = map[string][]string{
 		"preflight", "image", "keys", "vm", "vm/vz", "vm/qemu", "netfilter", "dlp",
 		"overlay", "guest", "boot", "guestlink", "guest/proto", "review", "termtext",
 		"image/alpine", "image/rootfs", "image/ext4", "image/assets", "agents", "credentials",
-		"atomicfile", "sshagent", "home", "netfilter/egress", "netfilter/netstack", "netfilter/mitmproxy", "logredact", "policy", "wstrust", "childenv",
+		"atomicfile", "sshagent", "home", "netfilter/egress", "netfilter/netstack", "netfilter/mitm", "netfilter/mitmproxy", "logredact", "policy", "wstrust", "childenv",
 	},
-	"policy":      {"wstrust", "netfilter", "netfilter/egress", "dlp", "overlay", "preflight", "home"},
+	"policy":      {"wstrust", "netfilter", "netfilter/egress", "netfilter/mitm", "dlp", "overlay", "preflight", "home"},
 	"wstrust":     {"overlay", "home", "atomicfile"},
 	"vm":          {"atomicfile"},
 	"vm/vz":       {"vm", "guest/proto", "childenv"},
@@ -97,7 +97,7 @@ var table = map[string][]string{
 	"progress":                {},
 	"keys":                    {"atomicfile"},
 	"keys/keystest":           {"keys"},
-	"netfilter":               {"netfilter/egress", "netfilter/netstack", "netfilter/mitmproxy", "logredact", "credentials", "dlp", "keys", "atomicfile", "childenv"},
+	"netfilter":               {"netfilter/egress", "netfilter/netstack", "netfilter/mitm", "netfilter/mitmproxy", "logredact", "credentials", "dlp", "keys", "atomicfile", "childenv"},
 	"dlp":                     {},
 	"sshagent":                {},
 	"preflight":               {"termtext", "atomicfile"},
@@ -109,6 +109,7 @@ var table = map[string][]string{
 	// netfilter's rooms (netfilter itself wires them) and the log redactor.
 	"netfilter/egress":             {},
 	"netfilter/netstack":           {"netfilter/egress"},
+	"netfilter/mitm":               {"netfilter/egress"},
 	"netfilter/mitmproxy":          {"netfilter/egress", "atomicfile", "childenv"},
 	"netfilter/internal/nftest":    {},
 	"netfilter/internal/stacktest": {"netfilter/egress"},
@@ -121,7 +122,7 @@ var table = map[string][]string{
 }
 
 // neverVM lists the packages that must not depend on vm or vm/vz at all.
-var neverVM = []string{"dlp", "netfilter", "netfilter/egress", "netfilter/netstack", "netfilter/mitmproxy", "preflight", "overlay"}
+var neverVM = []string{"dlp", "netfilter", "netfilter/egress", "netfilter/netstack", "netfilter/mitm", "netfilter/mitmproxy", "preflight", "overlay"}
 
 // pkg is what the fence needs of `go list -json`.
 type pkg struct {

@@ -1,31 +1,21 @@
-// Package netfilter is the guest's only way out, assembled: it hands the
-// connections the network stack (netfilter/netstack) admits to the MITM
-// proxy, one of two engines (the Go engine, or mitmdump with our addon),
-// which checks the TLS SNI or Host against the egress policy
-// (netfilter/egress), passes each request through the request filters
-// (DLP, placeholder swap) and writes the network logs. Nothing it enforces
-// depends on code running in the guest.
+// Package mitm is the room of the MITM proxy's engines. So far it holds
+// the contract between an engine and the request filters it calls
+// (Destination, RequestFilter and its optional capabilities): the filters
+// (DLP, placeholder swap) are built in netfilter, and both engines (the
+// embedded Go engine, and mitmdump with our addon) still live there too.
 //
-// It does not scrub bodies itself: a RequestFilter (the dlp engine, through an
-// adapter) is plugged into the proxy's request path.
-package netfilter
+// It does not decide the policy (netfilter/egress), scan for secrets or
+// swap credentials, or write the logs.
+package mitm
 
 import (
 	"github.com/vibedom/vibedom/netfilter/egress"
-	"github.com/vibedom/vibedom/netfilter/netstack"
 
 	"context"
 	"io"
 	"net/http"
+	"strings"
 )
-
-// Target is what an admitted guest TCP connection was admitted for
-// (netstack.Target).
-type Target = netstack.Target
-
-// Engine takes over guest TCP connections once the stack admits them
-// (netstack.Engine).
-type Engine = netstack.Engine
 
 // Destination describes where a request is going, for request filters.
 type Destination struct {
@@ -94,4 +84,37 @@ type IdentityFilter struct{}
 // FilterRequest implements RequestFilter.
 func (IdentityFilter) FilterRequest(context.Context, Destination, *http.Request) (func() []egress.Finding, error) {
 	return func() []egress.Finding { return nil }, nil
+}
+
+// ResponseHeaderScrubber is an optional capability of a RequestFilter:
+// scrubbing a response header block in place, for the blocks that do not
+// pass through FilterResponse (1xx, a 101's headers).
+type ResponseHeaderScrubber interface {
+	ScrubResponseHeader(h http.Header)
+}
+
+// UpstreamMessageScrubber is an optional capability of a RequestFilter:
+// scrubbing one whole WebSocket message from upstream, for an engine that
+// handles messages rather than frames (the mitmproxy engine).
+type UpstreamMessageScrubber interface {
+	ScrubUpstreamMessage(p []byte) []byte
+}
+
+// UpstreamFrameFilter is an optional capability of a RequestFilter:
+// scrubbing the frames upstream sends the guest after a WebSocket upgrade.
+type UpstreamFrameFilter interface {
+	UpstreamFrames(src io.Reader) io.Reader
+}
+
+// ScrubDescription is the reason a scrubbed request's event carries.
+func ScrubDescription(fs []egress.Finding) string {
+	cats := map[string]bool{}
+	var names []string
+	for _, f := range fs {
+		if (f.Action == "redact" || f.Action == "") && !cats[f.Category] {
+			cats[f.Category] = true
+			names = append(names, f.Category)
+		}
+	}
+	return strings.Join(names, ", ")
 }
