@@ -189,7 +189,7 @@ func TestGzModinfoKeyedByContent(t *testing.T) {
 
 // BenchmarkByAlias builds the alias index of the real amd64 Debian kernel
 // the old way (every module read whole) and the new way, uncompressed and
-// as .ko.gz (a sample, memo warm), and reports old/new.
+// as .ko.gz (a sample; memo warm, and cold), and reports old/new.
 func BenchmarkByAlias(b *testing.B) {
 	dir := debianModules(b, vm.ArchAMD64)
 	release := filepath.Base(dir)
@@ -201,6 +201,12 @@ func BenchmarkByAlias(b *testing.B) {
 	}{
 		{"ko", func() (*moduleTree, error) { return openModuleTree(dir, release, vm.ArchAMD64) }},
 		{"ko.gz", func() (*moduleTree, error) { return openModuleFS(sample, release, vm.ArchAMD64) }},
+		{"ko.gz-cold", func() (*moduleTree, error) {
+			gzModinfo.Lock()
+			gzModinfo.m = nil
+			gzModinfo.Unlock()
+			return openModuleFS(sample, release, vm.ArchAMD64)
+		}},
 	} {
 		b.Run(c.name, func(b *testing.B) {
 			var old, cur time.Duration
