@@ -29,7 +29,8 @@ ok() { echo "SMOKE ok $*"; }
 bad() { echo "SMOKE FAIL $*"; fail=1; }
 check() { if "$@" >/dev/null 2>&1; then ok "$*"; else bad "$*"; fi; }
 rel=$(uname -r)
-while read -r m; do
+# Each line is a module, then the modules it needs (listed before it).
+while read -r m needs; do
 	insmod "/lib/modules/$rel/$m" || echo "SMOKE insmod-failed $m"
 done < /etc/vibedom/modules.load
 echo "SMOKE modules loaded after $(cut -d' ' -f1 /proc/uptime)s"

@@ -19,6 +19,7 @@
 //
 // What it does not do: it packs nothing into an initramfs (package
 // image/initramfs writes archives; package image assembles them), caches
-// nothing, downloads nothing and logs nothing. It imports vm (for vm.Arch)
-// and no other package of this project.
+// nothing on disk (it memoizes .ko.gz metadata in memory, keyed by the
+// SHA-256 of the compressed bytes), downloads nothing and logs nothing.
+// It imports vm (for vm.Arch) and no other package of this project.
 package kernel

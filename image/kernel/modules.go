@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"compress/gzip"
+	"crypto/sha256"
 	"debug/elf"
 	"errors"
 	"fmt"
@@ -13,6 +14,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 
 	"github.com/vibedom/vibedom/vm"
 )
@@ -166,16 +168,111 @@ type modinfo struct {
 	machine  elf.Machine
 }
 
-// readModinfo reads the .modinfo section of the module file at path.
+// readModinfo reads the .modinfo section of the module file at path. An
+// uncompressed module is read in place (the ELF headers and .modinfo, a few
+// KiB, not the whole file); a .ko.gz is unpacked, or its metadata taken
+// from gzModinfo when the same bytes were read before.
 func readModinfo(fsys fs.FS, path string) (*modinfo, error) {
 	if compressed(path) && !strings.HasSuffix(path, ".ko.gz") {
 		return nil, fmt.Errorf("%w: %s: vibedom unpacks .ko.gz modules only; unpack the others first", ErrCompressedModule, path)
 	}
-	raw, err := readModuleFS(fsys, path)
+	if strings.HasSuffix(path, ".ko.gz") {
+		return readModinfoGz(fsys, path)
+	}
+	f, err := fsys.Open(path)
 	if err != nil {
 		return nil, err
 	}
-	f, err := elf.NewFile(bytes.NewReader(raw))
+	defer f.Close()
+	ra, ok := f.(io.ReaderAt)
+	if !ok {
+		raw, err := readModuleFS(fsys, path)
+		if err != nil {
+			return nil, err
+		}
+		return parseModinfo(bytes.NewReader(raw), path)
+	}
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("read module %s: %w", path, err)
+	}
+	if fi.Size() > maxModuleSize {
+		return nil, fmt.Errorf("read module %s: larger than %d MiB unpacked", path, maxModuleSize>>20)
+	}
+	return parseModinfo(io.NewSectionReader(ra, 0, fi.Size()), path)
+}
+
+// gzModinfo memoizes the metadata of .ko.gz modules by the SHA-256 of
+// their compressed bytes, for the life of the process: hashing a module is
+// some twenty times cheaper than unpacking it, and every image build of
+// one kernel package reads the same modules again (byAlias reads them
+// all). The key is computed here from the bytes being read, so an entry
+// can only ever describe exactly those bytes; nothing is kept on disk.
+var gzModinfo struct {
+	sync.Mutex
+	m map[[sha256.Size]byte]*modinfo
+}
+
+// maxGzModinfo bounds gzModinfo: a few kernels' worth of modules.
+const maxGzModinfo = 4 * 8192
+
+func readModinfoGz(fsys fs.FS, path string) (*modinfo, error) {
+	f, err := fsys.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	packed, err := io.ReadAll(io.LimitReader(f, maxModuleSize+1))
+	f.Close()
+	if err != nil {
+		return nil, fmt.Errorf("read module %s: %w", path, err)
+	}
+	if len(packed) > maxModuleSize {
+		return nil, fmt.Errorf("read module %s: larger than %d MiB", path, maxModuleSize>>20)
+	}
+	key := sha256.Sum256(packed)
+	gzModinfo.Lock()
+	mi, ok := gzModinfo.m[key]
+	gzModinfo.Unlock()
+	if ok {
+		return mi.clone(), nil
+	}
+	gz, err := gzip.NewReader(bytes.NewReader(packed))
+	if err != nil {
+		return nil, fmt.Errorf("unpack module %s: %w", path, err)
+	}
+	raw, err := io.ReadAll(io.LimitReader(gz, maxModuleSize+1))
+	if err != nil {
+		return nil, fmt.Errorf("read module %s: %w", path, err)
+	}
+	if len(raw) > maxModuleSize {
+		return nil, fmt.Errorf("read module %s: larger than %d MiB unpacked", path, maxModuleSize>>20)
+	}
+	mi, err = parseModinfo(bytes.NewReader(raw), path)
+	if err != nil {
+		return nil, err
+	}
+	gzModinfo.Lock()
+	if gzModinfo.m == nil || len(gzModinfo.m) >= maxGzModinfo {
+		gzModinfo.m = map[[sha256.Size]byte]*modinfo{}
+	}
+	gzModinfo.m[key] = mi.clone()
+	gzModinfo.Unlock()
+	return mi, nil
+}
+
+// clone copies mi, so that a caller cannot change a memoized entry.
+func (mi *modinfo) clone() *modinfo {
+	c := *mi
+	c.depends = slices.Clone(mi.depends)
+	c.pre = slices.Clone(mi.pre)
+	c.post = slices.Clone(mi.post)
+	c.aliases = slices.Clone(mi.aliases)
+	return &c
+}
+
+// parseModinfo reads the .modinfo section of the module ELF image r.
+func parseModinfo(r io.ReaderAt, path string) (*modinfo, error) {
+	f, err := elf.NewFile(r)
 	if err != nil {
 		return nil, fmt.Errorf("read module %s: %w", path, err)
 	}
@@ -387,8 +484,10 @@ func (t *moduleTree) modinfo(name string) (*modinfo, error) {
 }
 
 // byAlias returns the modules that declare alias a. The first call reads
-// every module's metadata once (tens of milliseconds); it is only needed
-// for soft dependencies that name an alias, on a cache miss.
+// every module's metadata once: the .modinfo of an uncompressed module in
+// place, a .ko.gz unpacked or, when its bytes were read before in this
+// process, from gzModinfo. It is only needed for soft dependencies that
+// name an alias, on a cache miss.
 func (t *moduleTree) byAlias(a string) ([]string, error) {
 	if t.aliases == nil {
 		t.aliases = map[string][]string{}
