@@ -1,4 +1,4 @@
-package agents
+package subscriptions
 
 import (
 	"encoding/base64"
@@ -29,10 +29,10 @@ func chatgptJWT(exp time.Time) string {
 }
 
 // fakeChatGPT is the ChatGPT backend (the Responses API under
-// /backend-api/codex, fakeResponses) and auth.openai.com's token endpoint,
+// /backend-api/codex, clitest.FakeResponses) and auth.openai.com's token endpoint,
 // told apart by Host. Access tokens it issues last 1 second.
 type fakeChatGPT struct {
-	api      *fakeResponses
+	api      *clitest.FakeResponses
 	mu       sync.Mutex
 	refresh  string
 	issued   map[string]bool
@@ -110,7 +110,7 @@ func TestCodexSubscriptionLoginVM(t *testing.T) {
 	c, bin := clitest.GuestImageHome(t, "--agents", "codex", "--registry", reg.URL)
 
 	imported, importedRefresh := chatgptJWT(time.Now().Add(time.Minute)), oauthTok("rt_")
-	fake := &fakeChatGPT{api: &fakeResponses{}, refresh: importedRefresh, issued: map[string]bool{}}
+	fake := &fakeChatGPT{api: &clitest.FakeResponses{}, refresh: importedRefresh, issued: map[string]bool{}}
 	port, caFile := clitest.ServeTLS(t, fake, "chatgpt.com", "auth.openai.com")
 
 	hostHome := t.TempDir()
@@ -128,9 +128,9 @@ func TestCodexSubscriptionLoginVM(t *testing.T) {
 		"--allow", "127.0.0.1:*", "--resolve", "chatgpt.com:443:127.0.0.1:"+port,
 		"--resolve", "auth.openai.com:443:127.0.0.1:"+port, "--ca-file", caFile,
 		"--", "exec", "--skip-git-repo-check", "MAKE-THE-FILE in /work, then say done")
-	fake.api.mu.Lock()
-	toolDone := fake.api.toolDone
-	fake.api.mu.Unlock()
+	fake.api.Mu.Lock()
+	toolDone := fake.api.ToolDone
+	fake.api.Mu.Unlock()
 	fake.mu.Lock()
 	defer fake.mu.Unlock()
 	auths, paths := fake.auths, fake.paths
