@@ -81,7 +81,9 @@ func TestStackSYNFloodRecovers(t *testing.T) {
 		v := newEngineEnv(t, kind, testRules)
 		v.upstreamTLS("api.test", 443, v.upCA, http.HandlerFunc(echoInfo))
 		const inFlight, flood, firstPort = 64, 256, 1024
-		n := startEngineNet(t, netstack.StackConfig{MaxInFlight: inFlight}, v.policy, v.eng, nil, nil)
+		// Half-open handshakes are aborted after 1 s rather than the
+		// default 5 s, so the test waits for recovery, not for the default.
+		n := startEngineNet(t, netstack.StackConfig{MaxInFlight: inFlight, HandshakeTimeout: time.Second}, v.policy, v.eng, nil, nil)
 		// The guest's own connections use ephemeral ports (16000 and up),
 		// outside the flood's.
 		n.vm = &rstDropConn{Conn: n.vm, lo: firstPort, hi: firstPort + flood}
