@@ -5,6 +5,9 @@ import (
 	"bytes"
 	"errors"
 	"io"
+	"os"
+	"path/filepath"
+	"slices"
 	"testing"
 
 	"github.com/vibedom/vibedom/image/alpine"
@@ -99,5 +102,69 @@ func TestMembers(t *testing.T) {
 	}
 	if _, _, err := BuildAPK(Spec{Name: "a", Version: "1-r0", Arch: "aarch64"}); err == nil {
 		t.Error("built a package with no key")
+	}
+}
+
+// TestMirrorClone: a clone starts as the mirror it copies, and a package
+// or index written to either afterwards is not seen by the other.
+func TestMirrorClone(t *testing.T) {
+	t.Parallel()
+	k, err := NewKey("clone-1.rsa.pub")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := NewMirror(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Build("main", Spec{Name: "app", Version: "1.0-r0", Arch: "x86_64", Key: k}); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.WriteIndexes("x86_64", k, "original"); err != nil {
+		t.Fatal(err)
+	}
+	c, err := m.Clone(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	index := func(m *Mirror) string {
+		b, err := os.ReadFile(filepath.Join(m.Dir("main", "x86_64"), alpine.IndexFile))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+	names := func(m *Mirror) (out []string) {
+		for _, p := range m.Packages("main", "x86_64") {
+			out = append(out, p.String())
+		}
+		return out
+	}
+	before := index(m)
+	if index(c) != before || !slices.Equal(names(c), names(m)) {
+		t.Fatalf("clone differs from its mirror: %v, %v", names(c), names(m))
+	}
+	if _, err := c.Build("main", Spec{Name: "app", Version: "2.0-r0", Arch: "x86_64", Key: k}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.WriteIndexes("x86_64", k, "changed"); err != nil {
+		t.Fatal(err)
+	}
+	if index(m) != before || !slices.Equal(names(m), []string{"app-1.0-r0"}) {
+		t.Errorf("the clone's change reached the mirror: %v", names(m))
+	}
+	if _, err := os.Stat(filepath.Join(m.Dir("main", "x86_64"), "app-2.0-r0.apk")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the clone's package is in the mirror: %v", err)
+	}
+	if index(c) == before || !slices.Equal(names(c), []string{"app-1.0-r0", "app-2.0-r0"}) {
+		t.Errorf("the clone did not change: %v", names(c))
+	}
+	// And the other way round.
+	changed := index(c)
+	if err := m.WriteIndexes("x86_64", k, "original, again"); err != nil {
+		t.Fatal(err)
+	}
+	if index(c) != changed {
+		t.Error("the mirror's change reached the clone")
 	}
 }
