@@ -26,6 +26,7 @@ func TestAlpineBootFromTestMirror(t *testing.T) {
 	t.Parallel()
 	for _, arch := range []vm.Arch{vm.ArchARM64, vm.ArchAMD64} {
 		t.Run(string(arch), func(t *testing.T) {
+			t.Parallel()
 			aa, err := alpine.GuestArch(string(arch))
 			if err != nil {
 				t.Fatal(err)
