@@ -2,6 +2,7 @@ package netfilter
 
 import (
 	"bytes"
+	"github.com/vibedom/vibedom/netfilter/internal/mitmtest"
 	"os"
 	"strconv"
 	"testing"
@@ -18,8 +19,8 @@ func TestMitmdumpHoldsNoAPIKey(t *testing.T) {
 	for k, v := range keys {
 		t.Setenv(k, v)
 	}
-	v := newEngineEnv(t, "mitmproxy", testRules)
-	m := v.eng.(*MitmproxyEngine)
+	v := newEngineEnv(t, "mitmproxy", mitmtest.Rules)
+	m := v.Eng.(*MitmproxyEngine)
 	env, err := os.ReadFile("/proc/" + strconv.Itoa(m.cmd.Process.Pid) + "/environ")
 	if err != nil {
 		t.Fatal(err)

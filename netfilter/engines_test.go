@@ -1,6 +1,7 @@
 package netfilter
 
 import (
+	"github.com/vibedom/vibedom/netfilter/internal/mitmtest"
 	"github.com/vibedom/vibedom/netfilter/mitmproxy"
 
 	"context"
@@ -50,10 +51,10 @@ func getBody(t *testing.T, c *http.Client, url string) (*http.Response, string) 
 func TestConformanceHTTPVersions(t *testing.T) {
 	t.Parallel()
 	forEngines(t, func(t *testing.T, kind string) {
-		v := newEngineEnv(t, kind, testRules)
-		v.upstreamTLS("api.test", 443, v.upCA, http.HandlerFunc(echoInfo))
+		v := newEngineEnv(t, kind, mitmtest.Rules)
+		v.UpstreamTLS("api.test", 443, v.UpCA, http.HandlerFunc(echoInfo))
 		for _, h2 := range []bool{false, true} {
-			c := &http.Client{Transport: v.guestTransport(h2)}
+			c := &http.Client{Transport: v.GuestTransport(h2)}
 			for range 3 {
 				resp, body := getBody(t, c, "https://api.test/hello?x=1")
 				if resp.StatusCode != 200 || body != "hello from api.test /hello?x=1" {

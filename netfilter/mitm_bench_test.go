@@ -2,6 +2,7 @@ package netfilter
 
 import (
 	"github.com/vibedom/vibedom/netfilter/egress"
+	"github.com/vibedom/vibedom/netfilter/mitm"
 	"github.com/vibedom/vibedom/netfilter/mitmproxy"
 	"github.com/vibedom/vibedom/netfilter/netstack"
 
@@ -38,7 +39,7 @@ type benchEnv struct {
 	upCAPath string
 	upAddr   string // 127.0.0.1:port of the upstream
 	ca       *keys.CA
-	engine   *GoEngine
+	engine   *mitm.GoEngine
 	transp   string // listener whose conns go to HandleConn(bench.test:443)
 	proxy    string // listener whose conns go to HandleProxyConn
 	mitmCfg  MitmproxyConfig
@@ -96,7 +97,7 @@ func newBenchEnv(b *testing.B, h http.Handler) *benchEnv {
 	b.Cleanup(func() { lw.Close() })
 	rules, _ := egress.ParseRules(strings.NewReader(benchName+"\n"), "bench")
 	pol := egress.NewPolicy(rules)
-	ecfg := EngineConfig{
+	ecfg := mitm.EngineConfig{
 		CA:            v.ca,
 		Policy:        pol,
 		Events:        lw,
@@ -108,7 +109,7 @@ func newBenchEnv(b *testing.B, h http.Handler) *benchEnv {
 		},
 	}
 	v.mitmCfg = MitmproxyConfig{EngineConfig: ecfg, CAKeyFile: filepath.Join(dir, "ca", keys.CAKeyFile), RuntimeDir: dir}
-	v.engine, err = NewGoEngine(ecfg)
+	v.engine, err = mitm.NewGoEngine(ecfg)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -46,10 +46,10 @@ var mitmproxyAddon []byte
 const DefaultMitmBodyLimit = 64 << 20
 
 // MitmproxyConfig configures the mitmproxy engine. The embedded
-// EngineConfig means what it means for the Go engine: Policy, Filter,
+// mitm.EngineConfig means what it means for the Go engine: Policy, Filter,
 // Events, the dial guard's fields and the upstream roots all apply.
 type MitmproxyConfig struct {
-	EngineConfig
+	mitm.EngineConfig
 	// CAKeyFile is the vibedom CA's key file (keys.CAKeyFile: the key and
 	// the certificate, PEM); it is copied, 0600, into mitmdump's private
 	// confdir. Required.
@@ -108,7 +108,7 @@ type MitmproxyEngine struct {
 	events  egress.EventSink
 	log     *slog.Logger
 	filter  mitm.RequestFilter
-	front   *GoEngine // the explicit proxy's front end and the dial guard
+	front   *mitm.GoEngine // the explicit proxy's front end and the dial guard
 	guard   *egress.DialGuard
 	dir     string
 	port    int
@@ -207,16 +207,18 @@ func NewMitmproxyEngine(ctx context.Context, cfg MitmproxyConfig) (_ *MitmproxyE
 	if cfg.StartTimeout <= 0 {
 		cfg.StartTimeout = 60 * time.Second
 	}
-	front, err := NewGoEngine(cfg.EngineConfig)
+	e := &MitmproxyEngine{
+		cfg: cfg, version: version, exited: make(chan struct{}), hello: make(chan struct{}),
+		conns: map[string]*mitmConn{}, flows: map[string]*mitmFlow{}, ctls: map[net.Conn]struct{}{},
+	}
+	fcfg := cfg.EngineConfig
+	fcfg.Tunnel = e.HandleConn
+	front, err := mitm.NewGoEngine(fcfg)
 	if err != nil {
 		return nil, err
 	}
-	e := &MitmproxyEngine{
-		cfg: cfg, events: front.events, log: front.log, filter: front.filter, front: front, guard: front.guard,
-		version: version, exited: make(chan struct{}), hello: make(chan struct{}),
-		conns: map[string]*mitmConn{}, flows: map[string]*mitmFlow{}, ctls: map[net.Conn]struct{}{},
-	}
-	front.tunnel = e.HandleConn
+	fc := front.Config()
+	e.events, e.log, e.filter, e.front, e.guard = fc.Events, fc.Logger, fc.Filter, front, front.Guard()
 	defer func() {
 		if err != nil {
 			e.Close()
@@ -257,7 +259,7 @@ func NewMitmproxyEngine(ctx context.Context, cfg MitmproxyConfig) (_ *MitmproxyE
 	}
 	upSecret := randomSecret()
 	e.upAuth = basicAuth("vibedom", upSecret)
-	e.upSrv = &http.Server{Handler: http.HandlerFunc(e.serveUpstream), ReadHeaderTimeout: 30 * time.Second, ErrorLog: front.stdlog}
+	e.upSrv = &http.Server{Handler: http.HandlerFunc(e.serveUpstream), ReadHeaderTimeout: 30 * time.Second, ErrorLog: front.ErrorLog()}
 	e.wg.Add(1)
 	go func() { defer e.wg.Done(); e.upSrv.Serve(e.upLn) }()
 
@@ -558,19 +560,19 @@ func (e *MitmproxyEngine) HandleConn(ctx context.Context, conn net.Conn, t netst
 		e.front.HandleConn(ctx, conn, t)
 		return
 	}
-	cc := &countConn{Conn: conn}
+	cc := &mitm.CountConn{Conn: conn}
 	start := time.Now()
 	decision, reason := e.handleConn(ctx, cc, t)
 	cc.Close()
 	ev := egress.Event{Time: start, Kind: "connect", Name: t.Name, Port: t.Port, Decision: decision, Rule: t.Decision.Rule,
-		Reason: reason, BytesUp: cc.up.Load(), BytesDn: cc.down.Load(), Src: addrString(t.Guest)}
+		Reason: reason, BytesUp: cc.Up.Load(), BytesDn: cc.Down.Load(), Src: mitm.AddrString(t.Guest)}
 	if t.Dialled.IsValid() {
 		ev.Dst = t.Dialled.String()
 	}
 	e.events.Record(ev)
 }
 
-func (e *MitmproxyEngine) handleConn(ctx context.Context, cc *countConn, t netstack.Target) (string, string) {
+func (e *MitmproxyEngine) handleConn(ctx context.Context, cc *mitm.CountConn, t netstack.Target) (string, string) {
 	if t.Name == "" || t.Port == 0 || !t.Decision.Allow {
 		return "deny", "connection was not admitted by the policy"
 	}
@@ -584,16 +586,15 @@ func (e *MitmproxyEngine) handleConn(ctx context.Context, cc *countConn, t netst
 	// the Go engine, a guest silent for ServerFirstWait on a port other
 	// than 80 and 443 is spliced (bytes mitmdump would relay raw anyway),
 	// and what it did send goes on to mitmdump.
-	pc := &peekConn{Conn: cc}
+	pc := &mitm.PeekConn{Conn: cc}
 	if t.Port != 80 && t.Port != 443 {
-		cc.SetReadDeadline(time.Now().Add(e.front.cfg.ServerFirstWait))
-		err := pc.fill(1)
+		cc.SetReadDeadline(time.Now().Add(e.front.Config().ServerFirstWait))
+		err := pc.Fill(1)
 		var ne net.Error
 		switch {
 		case errors.As(err, &ne) && ne.Timeout():
 			cc.SetReadDeadline(time.Time{})
-			out := e.front.splice(ctx, pc, t, "spliced (server speaks first)")
-			return out.decision, out.reason
+			return e.front.Splice(ctx, pc, t, "spliced (server speaks first)")
 		case err != nil:
 			return "allow", "closed before sending anything"
 		}
@@ -603,10 +604,9 @@ func (e *MitmproxyEngine) handleConn(ctx context.Context, cc *countConn, t netst
 		// whose client speaks first): spliced, exactly as the Go engine
 		// decides, so both engines treat a port other than 80 and 443
 		// the same way.
-		if pc.buf[0] != 0x16 && !looksLikeHTTP(pc) {
+		if pc.Peeked()[0] != 0x16 && !mitm.LooksLikeHTTP(pc) {
 			cc.SetReadDeadline(time.Time{})
-			out := e.front.splice(ctx, pc, t, "spliced (neither TLS nor HTTP)")
-			return out.decision, out.reason
+			return e.front.Splice(ctx, pc, t, "spliced (neither TLS nor HTTP)")
 		}
 		cc.SetReadDeadline(time.Time{})
 	}
@@ -636,14 +636,10 @@ func (e *MitmproxyEngine) handleConn(ctx context.Context, cc *countConn, t netst
 		return "deny", "mitmdump refused the CONNECT: " + resp.Status
 	}
 	mc.SetDeadline(time.Time{})
-	up := &peekConn{Conn: mc}
-	if n := br.Buffered(); n > 0 {
-		b, _ := br.Peek(n)
-		up.buf = append([]byte(nil), b...)
-	}
+	up := mitm.NewPeekConn(mc, br)
 	errc := make(chan error, 2)
-	go func() { errc <- copyHalf(mc, pc) }()
-	go func() { errc <- copyHalf(cc, up) }()
+	go func() { errc <- mitm.CopyHalf(mc, pc) }()
+	go func() { errc <- mitm.CopyHalf(cc, up) }()
 	if err := <-errc; err != nil {
 		cc.Close()
 		mc.Close()
@@ -714,7 +710,7 @@ func (e *MitmproxyEngine) serveUpstream(w http.ResponseWriter, r *http.Request) 
 		http.Error(w, "vibedom: CONNECT or absolute http:// URI only", http.StatusBadRequest)
 		return
 	}
-	name, port, ok := splitAuthority(hp, 80)
+	name, port, ok := mitm.SplitAuthority(hp, 80)
 	if !ok || e.cfg.Policy == nil || !egress.Recheck(e.cfg.Policy, name, port).Allow {
 		http.Error(w, "vibedom: not an allowed destination", http.StatusForbidden)
 		return
@@ -730,10 +726,10 @@ func (e *MitmproxyEngine) serveUpstream(w http.ResponseWriter, r *http.Request) 
 				pr.Out.Header.Del("Proxy-Authorization")
 				pr.Out.Host = hp
 			},
-			Transport: e.front.transport1,
-			ErrorLog:  e.front.stdlog,
+			Transport: e.front.UpstreamTransport(),
+			ErrorLog:  e.front.ErrorLog(),
 			ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
-				http.Error(w, "vibedom: "+describeUpstreamError(hp, err), http.StatusBadGateway)
+				http.Error(w, "vibedom: "+mitm.DescribeUpstreamError(hp, err), http.StatusBadGateway)
 			},
 		}
 		rp.ServeHTTP(w, r)
@@ -741,7 +737,7 @@ func (e *MitmproxyEngine) serveUpstream(w http.ResponseWriter, r *http.Request) 
 	}
 	up, err := e.guard.DialContext(r.Context(), "tcp", egress.HostPort(name, port))
 	if err != nil {
-		http.Error(w, "vibedom: "+describeUpstreamError(hp, err), http.StatusBadGateway)
+		http.Error(w, "vibedom: "+mitm.DescribeUpstreamError(hp, err), http.StatusBadGateway)
 		return
 	}
 	defer up.Close()
@@ -754,14 +750,10 @@ func (e *MitmproxyEngine) serveUpstream(w http.ResponseWriter, r *http.Request) 
 	if _, err := c.Write([]byte("HTTP/1.1 200 Connection established\r\n\r\n")); err != nil {
 		return
 	}
-	pc := &peekConn{Conn: c}
-	if n := brw.Reader.Buffered(); n > 0 {
-		b, _ := brw.Reader.Peek(n)
-		pc.buf = append([]byte(nil), b...)
-	}
+	pc := mitm.NewPeekConn(c, brw.Reader)
 	errc := make(chan error, 2)
-	go func() { errc <- copyHalf(up, pc) }()
-	go func() { errc <- copyHalf(pc, up) }()
+	go func() { errc <- mitm.CopyHalf(up, pc) }()
+	go func() { errc <- mitm.CopyHalf(pc, up) }()
 	if err := <-errc; err != nil {
 		c.Close()
 		up.Close()

@@ -3,6 +3,7 @@ package netfilter
 import (
 	"github.com/vibedom/vibedom/netfilter/egress"
 	"github.com/vibedom/vibedom/netfilter/mitm"
+	"net/netip"
 
 	"bufio"
 	"bytes"
@@ -191,7 +192,7 @@ func (e *MitmproxyEngine) answer(m *ctlMsg) *ctlReply {
 		if c == nil {
 			return deny(403, "not a connection vibedom handed over")
 		}
-		if reason := sniMismatch(m.SNI, m.SNI != "", c.t.Name); reason != "" {
+		if reason := mitm.SNIMismatch(m.SNI, m.SNI != "", c.t.Name); reason != "" {
 			c.refused.Store(&reason)
 			c.guest.Close()
 			c.mc.Close()
@@ -262,7 +263,7 @@ func (e *MitmproxyEngine) request(m *ctlMsg) *ctlReply {
 	}
 	e.mu.Unlock()
 	if m.Replay || again || m.ID == "" {
-		return e.refuseReq(m, fwdTarget{name: t.Name, port: t.Port, decision: t.Decision, src: t.Guest}, nil,
+		return e.refuseReq(m, reqDest{name: t.Name, port: t.Port, decision: t.Decision, src: t.Guest}, nil,
 			http.StatusForbidden, "a replayed request: vibedom passes only what the guest sends, once")
 	}
 	scheme := "http"
@@ -272,7 +273,7 @@ func (e *MitmproxyEngine) request(m *ctlMsg) *ctlReply {
 			return deny(403, "the TLS handshake was not checked")
 		}
 	}
-	dest := fwdTarget{name: t.Name, port: t.Port, scheme: scheme, decision: t.Decision, src: t.Guest}
+	dest := reqDest{name: t.Name, port: t.Port, scheme: scheme, decision: t.Decision, src: t.Guest}
 	// Port 443 is TLS's: plain HTTP to it (inside a CONNECT tunnel or
 	// transparent) never goes out, so no credential is ever swapped into
 	// a request upstream would read in clear.
@@ -306,7 +307,7 @@ func (e *MitmproxyEngine) request(m *ctlMsg) *ctlReply {
 	if m.Method == http.MethodConnect {
 		return e.refuseReq(m, dest, r, http.StatusMethodNotAllowed, "CONNECT is served only by the explicit proxy, not on an intercepted connection")
 	}
-	if reason := authorityMismatch(r, t.Name, t.Port, scheme); reason != "" {
+	if reason := mitm.AuthorityMismatch(r, t.Name, t.Port, scheme); reason != "" {
 		return e.refuseReq(m, dest, r, http.StatusMisdirectedRequest, reason)
 	}
 	// An absolute-form request line names its own destination, which
@@ -315,7 +316,7 @@ func (e *MitmproxyEngine) request(m *ctlMsg) *ctlReply {
 		return e.refuseReq(m, dest, r, http.StatusMisdirectedRequest,
 			fmt.Sprintf("request target %q does not match the admitted destination %s", egress.Shorten(egress.HostPort(m.DHost, uint16(m.DPort))), egress.HostPort(t.Name, t.Port)))
 	}
-	ws := restrictUpgrade(r)
+	ws := mitm.RestrictUpgrade(r)
 	switch {
 	case m.body != nil:
 		r.ContentLength = m.BodyLen
@@ -328,7 +329,7 @@ func (e *MitmproxyEngine) request(m *ctlMsg) *ctlReply {
 	}
 	ctx := context.Background()
 	r = r.WithContext(ctx)
-	ev := egress.Event{Time: time.Now(), Kind: "request", Name: t.Name, Port: t.Port, Src: addrString(t.Guest), Method: m.Method, Rule: t.Decision.Rule}
+	ev := egress.Event{Time: time.Now(), Kind: "request", Name: t.Name, Port: t.Port, Src: mitm.AddrString(t.Guest), Method: m.Method, Rule: t.Decision.Rule}
 	// "https" only after the checked handshake (above); mitmdump verifies
 	// upstream TLS (ssl_insecure=false): the swap's condition.
 	done, err := e.filter.FilterRequest(ctx, mitm.Destination{Name: t.Name, Port: t.Port, Scheme: scheme, Verified: scheme == "https"}, r)
@@ -376,7 +377,7 @@ func (e *MitmproxyEngine) request(m *ctlMsg) *ctlReply {
 	if len(body) > 0 || r.Header.Get("Content-Length") != "" || r.Header.Get("Transfer-Encoding") != "" {
 		out.Headers = append(out.Headers, [2]string{"Content-Length", strconv.Itoa(len(body))})
 	}
-	ev.URL = redactURL(scheme, r.Host, r.URL)
+	ev.URL = mitm.RedactURL(scheme, r.Host, r.URL)
 	f := &mitmFlow{peer: m.Peer, ev: ev, done: done}
 	if ws {
 		f.req = r
@@ -402,14 +403,24 @@ func (e *MitmproxyEngine) request(m *ctlMsg) *ctlReply {
 }
 
 // refuseReq records a refused request and tells the addon to answer it.
-func (e *MitmproxyEngine) refuseReq(m *ctlMsg, dest fwdTarget, r *http.Request, status int, reason string) *ctlReply {
+// reqDest is where a request the engine refuses or answers itself was
+// going, and why it was admitted.
+type reqDest struct {
+	name     string
+	port     uint16
+	scheme   string
+	decision egress.Decision
+	src      netip.AddrPort
+}
+
+func (e *MitmproxyEngine) refuseReq(m *ctlMsg, dest reqDest, r *http.Request, status int, reason string) *ctlReply {
 	id := m.ID
 	e.release(id)
 	e.lastRefused.Store(&id)
-	ev := egress.Event{Time: time.Now(), Kind: "request", Name: dest.name, Port: dest.port, Src: addrString(dest.src),
+	ev := egress.Event{Time: time.Now(), Kind: "request", Name: dest.name, Port: dest.port, Src: mitm.AddrString(dest.src),
 		Method: m.Method, Decision: "deny", Rule: dest.decision.Rule, Reason: reason, Status: status}
 	if r != nil {
-		ev.URL = redactURL(dest.scheme, m.Host, r.URL)
+		ev.URL = mitm.RedactURL(dest.scheme, m.Host, r.URL)
 	}
 	e.events.Record(ev)
 	accept := ""
@@ -419,19 +430,19 @@ func (e *MitmproxyEngine) refuseReq(m *ctlMsg, dest fwdTarget, r *http.Request, 
 		}
 	}
 	rep := deny(status, reason)
-	ctype, refused, body := refusal(accept, dest.name, dest.port, status, reason, e.cfg.Session, false)
+	ctype, refused, body := mitm.Refusal(accept, dest.name, dest.port, status, reason, e.cfg.Session, false)
 	rep.Refusal = &ctlRefusal{CType: ctype, Refused: refused, Text: string(body)}
 	return rep
 }
 
 // answerReq has the addon answer the request with a filter's own answer
 // (nothing is forwarded) and records it.
-func (e *MitmproxyEngine) answerReq(m *ctlMsg, dest fwdTarget, r *http.Request, a *Answer) *ctlReply {
+func (e *MitmproxyEngine) answerReq(m *ctlMsg, dest reqDest, r *http.Request, a *Answer) *ctlReply {
 	id := m.ID
 	e.release(id)
 	e.lastRefused.Store(&id)
-	e.events.Record(egress.Event{Time: time.Now(), Kind: "request", Name: dest.name, Port: dest.port, Src: addrString(dest.src),
-		Method: m.Method, URL: redactURL(dest.scheme, m.Host, r.URL), Decision: a.Decision, Rule: dest.decision.Rule,
+	e.events.Record(egress.Event{Time: time.Now(), Kind: "request", Name: dest.name, Port: dest.port, Src: mitm.AddrString(dest.src),
+		Method: m.Method, URL: mitm.RedactURL(dest.scheme, m.Host, r.URL), Decision: a.Decision, Rule: dest.decision.Rule,
 		Reason: "answered by vibedom, not forwarded: " + a.Reason, Status: a.Status})
 	out := &ctlReply{Action: "answer", Status: a.Status, Body: a.Body}
 	for k, vs := range a.Header {
@@ -600,9 +611,9 @@ func (e *MitmproxyEngine) reserve(m *ctlMsg) *ctlReply {
 	if n < 0 || n > e.cfg.BodyLimit {
 		n = e.cfg.BodyLimit
 	}
-	rel, err := e.front.budget.take(requestCharge+3*n, true)
+	rel, err := e.front.Budget().Take(mitm.RequestCharge+3*n, true)
 	if err != nil {
-		e.events.Record(egress.Event{Time: time.Now(), Kind: "request", Name: c.t.Name, Port: c.t.Port, Src: addrString(c.t.Guest),
+		e.events.Record(egress.Event{Time: time.Now(), Kind: "request", Name: c.t.Name, Port: c.t.Port, Src: mitm.AddrString(c.t.Guest),
 			Method: m.Method, Decision: "deny", Rule: c.t.Decision.Rule, Reason: err.Error(), Status: http.StatusServiceUnavailable})
 		return deny(http.StatusServiceUnavailable, err.Error())
 	}

@@ -6,6 +6,7 @@ import (
 	"crypto/tls"
 	"encoding/base64"
 	"fmt"
+	"github.com/vibedom/vibedom/netfilter/internal/mitmtest"
 	"io"
 	"log/slog"
 	"net"
@@ -30,17 +31,17 @@ type rawUpstream struct {
 }
 
 func (v *testEnv) rawUpstream(name string, port uint16, useTLS bool) *rawUpstream {
-	v.t.Helper()
+	v.T().Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		v.t.Fatal(err)
+		v.T().Fatal(err)
 	}
 	if useTLS {
 		ln = tls.NewListener(ln, &tls.Config{GetCertificate: func(hi *tls.ClientHelloInfo) (*tls.Certificate, error) {
-			return v.upCA.IssueLeaf(name, time.Hour)
+			return v.UpCA.IssueLeaf(name, time.Hour)
 		}})
 	}
-	v.t.Cleanup(func() { ln.Close() })
+	v.T().Cleanup(func() { ln.Close() })
 	u := &rawUpstream{}
 	go func() {
 		for {
@@ -65,7 +66,7 @@ func (v *testEnv) rawUpstream(name string, port uint16, useTLS bool) *rawUpstrea
 			}()
 		}
 	}()
-	v.addServer(name, port, ln.Addr().String())
+	v.AddServer(name, port, ln.Addr().String())
 	return u
 }
 
@@ -85,7 +86,7 @@ const rawSecrets = "\x00\x01 AKIAIOSFODNN7EXAMPLE ghp_0123456789abcdefghijABCDEF
 // the upstream never gets them. On another port raw TCP still passes.
 func TestMitmproxyRawBytesRefused(t *testing.T) {
 	t.Parallel()
-	v := newMitmEnv(t, "mitmproxy", testRules, nil)
+	v := newMitmEnv(t, "mitmproxy", mitmtest.Rules, nil)
 	for _, tc := range []struct {
 		name   string
 		host   string
@@ -98,11 +99,11 @@ func TestMitmproxyRawBytesRefused(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			up := v.rawUpstream(tc.host, tc.port, tc.useTLS)
-			var c net.Conn = v.guestConn(tc.host, tc.port)
+			var c net.Conn = v.GuestConn(tc.host, tc.port)
 			defer c.Close()
 			c.SetDeadline(time.Now().Add(30 * time.Second))
 			if tc.useTLS {
-				tc := tls.Client(c, &tls.Config{ServerName: tc.host, RootCAs: v.ca.Pool()})
+				tc := tls.Client(c, &tls.Config{ServerName: tc.host, RootCAs: v.CA.Pool()})
 				if err := tc.Handshake(); err != nil {
 					t.Fatalf("handshake: %v", err)
 				}
@@ -121,7 +122,7 @@ func TestMitmproxyRawBytesRefused(t *testing.T) {
 	}
 	t.Run("another port passes", func(t *testing.T) {
 		up := v.rawUpstream("opaque.test", 7000, false)
-		c := v.guestConn("opaque.test", 7000)
+		c := v.GuestConn("opaque.test", 7000)
 		defer c.Close()
 		c.SetDeadline(time.Now().Add(30 * time.Second))
 		c.Write([]byte("\x00\x01 opaque\n"))
@@ -144,7 +145,7 @@ func swapEnv(t *testing.T, mopt func(*MitmproxyConfig)) (v *testEnv, real, ph st
 	real = "sk-ant-api03-" + strings.Repeat("R3al", 20) + "AA" // gitleaks:allow
 	ph = "sk-ant-api03-" + strings.Repeat("PhXx", 20) + "BB"   // gitleaks:allow
 	filter := NewSwapFilter(mitm.IdentityFilter{}, []credentials.Swap{{Name: "anthropic", Host: "api.test", Header: "x-api-key", Placeholder: ph, Value: real, Token: ph}})
-	v = newMitmEnv(t, "mitmproxy", testRules, mopt, func(c *EngineConfig) {
+	v = newMitmEnv(t, "mitmproxy", mitmtest.Rules, mopt, func(c *mitm.EngineConfig) {
 		c.Filter = filter
 		if os.Getenv("DBG") != "" {
 			c.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
@@ -163,7 +164,7 @@ func TestMitmproxyPlainHTTPTo443(t *testing.T) {
 	v, real, ph := swapEnv(t, nil)
 	var seen atomic.Int64
 	var leaked atomic.Bool
-	v.upstreamPlain("api.test", 443, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	v.UpstreamPlain("api.test", 443, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		seen.Add(1)
 		if strings.Contains(r.Header.Get("X-Api-Key"), real) {
 			leaked.Store(true)
@@ -181,14 +182,14 @@ func TestMitmproxyPlainHTTPTo443(t *testing.T) {
 		return resp.Status
 	}
 	t.Run("transparent", func(t *testing.T) {
-		c := v.guestConn("api.test", 443)
+		c := v.GuestConn("api.test", 443)
 		defer c.Close()
 		io.WriteString(c, req)
 		if s := status(t, c); strings.HasPrefix(s, "200") {
 			t.Errorf("plain HTTP to :443 answered %s", s)
 		}
 	})
-	proxy := v.proxyListener()
+	proxy := v.ProxyListener()
 	t.Run("CONNECT tunnel", func(t *testing.T) {
 		c, err := net.Dial("tcp", proxy.Host)
 		if err != nil {
@@ -263,9 +264,9 @@ func echoKey(w http.ResponseWriter, r *http.Request) {
 func TestMitmproxyEchoedKeyScrubbed(t *testing.T) {
 	t.Parallel()
 	v, real, ph := swapEnv(t, nil)
-	v.upstreamTLS("api.test", 443, v.upCA, http.HandlerFunc(echoKey))
+	v.UpstreamTLS("api.test", 443, v.UpCA, http.HandlerFunc(echoKey))
 	for _, h2 := range []bool{false, true} {
-		c := &http.Client{Transport: v.guestTransport(h2)}
+		c := &http.Client{Transport: v.GuestTransport(h2)}
 		r, _ := http.NewRequestWithContext(t.Context(), "GET", "https://api.test/echo", nil)
 		r.Header.Set("x-api-key", ph)
 		resp, err := c.Do(r)
@@ -282,9 +283,9 @@ func TestMitmproxyEchoedKeyScrubbed(t *testing.T) {
 			t.Errorf("h2=%v: no trailer or body came through: %s", h2, all)
 		}
 	}
-	conn := v.guestConn("api.test", 443)
+	conn := v.GuestConn("api.test", 443)
 	defer conn.Close()
-	tc := tls.Client(conn, &tls.Config{ServerName: "api.test", RootCAs: v.ca.Pool(), NextProtos: []string{"http/1.1"}})
+	tc := tls.Client(conn, &tls.Config{ServerName: "api.test", RootCAs: v.CA.Pool(), NextProtos: []string{"http/1.1"}})
 	io.WriteString(tc, "GET /ws HTTP/1.1\r\nHost: api.test\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"+
 		"Sec-WebSocket-Key: "+wsKey+"\r\nSec-WebSocket-Version: 13\r\nx-api-key: "+ph+"\r\n\r\n")
 	tc.SetDeadline(time.Now().Add(30 * time.Second))

@@ -2,6 +2,7 @@ package netfilter
 
 import (
 	"github.com/vibedom/vibedom/netfilter/egress"
+	"github.com/vibedom/vibedom/netfilter/internal/mitmtest"
 	"github.com/vibedom/vibedom/netfilter/mitm"
 	"github.com/vibedom/vibedom/netfilter/mitmproxy"
 	"github.com/vibedom/vibedom/netfilter/netstack"
@@ -62,19 +63,19 @@ type liveView struct {
 func newLiveView(t *testing.T, openUI bool, mopts ...func(*MitmproxyConfig)) *liveView {
 	skipWithoutMitmweb(t)
 	lv := &liveView{}
-	lv.v = newMitmEnv(t, "mitmproxy", testRules, func(c *MitmproxyConfig) {
+	lv.v = newMitmEnv(t, "mitmproxy", mitmtest.Rules, func(c *MitmproxyConfig) {
 		c.LiveView, c.testOpenUI = true, openUI
 		for _, o := range mopts {
 			o(c)
 		}
-	}, func(c *EngineConfig) {
+	}, func(c *mitm.EngineConfig) {
 		c.Filter = secretScrubber{}
 		if os.Getenv("DBG") != "" {
 			c.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
 		}
 	})
-	lv.m = lv.v.eng.(*MitmproxyEngine)
-	lv.v.upstreamTLS("api.test", 443, lv.v.upCA, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	lv.m = lv.v.Eng.(*MitmproxyEngine)
+	lv.v.UpstreamTLS("api.test", 443, lv.v.UpCA, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		lv.hits.Add(1)
 		echoInfo(w, r)
 	}))
@@ -102,7 +103,7 @@ func newLiveView(t *testing.T, openUI bool, mopts ...func(*MitmproxyConfig)) *li
 // scrubs.
 func (lv *liveView) guestGet(t *testing.T, path string) {
 	t.Helper()
-	c := &http.Client{Transport: lv.v.guestTransport(false)}
+	c := &http.Client{Transport: lv.v.GuestTransport(false)}
 	req, _ := http.NewRequestWithContext(t.Context(), "GET", "https://api.test"+path, nil)
 	req.Header.Set("X-Secret", "hunter2")
 	resp, err := c.Do(req)
@@ -197,7 +198,7 @@ func TestInspectLiveView(t *testing.T) {
 	// A refused request (Host differs from the admitted name) is not
 	// listed, and even by its id (a UUID the UI never shows) the UI has
 	// nothing of what the guest wrote.
-	c := &http.Client{Transport: lv.v.guestTransport(false)}
+	c := &http.Client{Transport: lv.v.GuestTransport(false)}
 	req, _ := http.NewRequestWithContext(t.Context(), "POST", "https://api.test/refused?token=hunter2", strings.NewReader("pw=hunter2"))
 	req.Host = "other.test"
 	req.Header.Set("X-Secret", "hunter2")
@@ -336,7 +337,7 @@ func TestInspectGuardsBehindUI(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("mitmweb kept running without vibedom's addon")
 	}
-	c := &http.Client{Transport: lv.v.guestTransport(false)}
+	c := &http.Client{Transport: lv.v.GuestTransport(false)}
 	req, _ := http.NewRequestWithContext(t.Context(), "GET", "https://api.test/late", nil)
 	if resp, err := c.Do(req); err == nil {
 		resp.Body.Close()
@@ -376,7 +377,7 @@ func TestInspectViewLimit(t *testing.T) {
 // the addon reports as a replay, is refused.
 func TestMitmproxyRefusesReplays(t *testing.T) {
 	t.Parallel()
-	sink := &memSink{}
+	sink := &mitmtest.Sink{}
 	c := &mitmConn{t: netstack.Target{Name: "api.test", Port: 80, Decision: egress.Decision{Allow: true}},
 		flows: map[string]struct{}{}, seen: map[string]struct{}{}}
 	e := &MitmproxyEngine{cfg: MitmproxyConfig{BodyLimit: 1 << 20}, events: sink, filter: mitm.IdentityFilter{},
@@ -470,8 +471,8 @@ func TestInspectNoRealKey(t *testing.T) {
 	t.Parallel()
 	skipWithoutMitmweb(t)
 	v, real, ph := swapEnv(t, func(c *MitmproxyConfig) { c.LiveView = true })
-	m := v.eng.(*MitmproxyEngine)
-	v.upstreamTLS("api.test", 443, v.upCA, http.HandlerFunc(echoKey))
+	m := v.Eng.(*MitmproxyEngine)
+	v.UpstreamTLS("api.test", 443, v.UpCA, http.HandlerFunc(echoKey))
 	base, _, ok := strings.Cut(m.WebURL(), "?")
 	if !ok {
 		t.Fatalf("the live view's URL %q carries no token", m.WebURL())
@@ -507,7 +508,7 @@ func TestInspectNoRealKey(t *testing.T) {
 	}
 	resp.Body.Close()
 	for _, h2 := range []bool{false, true} {
-		c := &http.Client{Transport: v.guestTransport(h2)}
+		c := &http.Client{Transport: v.GuestTransport(h2)}
 		r, _ := http.NewRequestWithContext(t.Context(), "POST", fmt.Sprintf("https://api.test/echo?h2=%v", h2), strings.NewReader("q"))
 		r.Header.Set("x-api-key", ph)
 		resp, err := c.Do(r)
@@ -517,9 +518,9 @@ func TestInspectNoRealKey(t *testing.T) {
 		io.Copy(io.Discard, resp.Body)
 		resp.Body.Close()
 	}
-	conn := v.guestConn("api.test", 443)
+	conn := v.GuestConn("api.test", 443)
 	defer conn.Close()
-	tc := tls.Client(conn, &tls.Config{ServerName: "api.test", RootCAs: v.ca.Pool(), NextProtos: []string{"http/1.1"}})
+	tc := tls.Client(conn, &tls.Config{ServerName: "api.test", RootCAs: v.CA.Pool(), NextProtos: []string{"http/1.1"}})
 	tc.SetDeadline(time.Now().Add(30 * time.Second))
 	io.WriteString(tc, "GET /ws HTTP/1.1\r\nHost: api.test\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"+
 		"Sec-WebSocket-Key: "+wsKey+"\r\nSec-WebSocket-Version: 13\r\nx-api-key: "+ph+"\r\n\r\n")

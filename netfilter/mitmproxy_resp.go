@@ -22,7 +22,7 @@ import (
 // respCharge is what a provider's response streamed through the scrubber
 // is charged to the session's memory budget: the scrubber's windows and an
 // event stream's longest event, held back at most twice.
-const respCharge = streamedBodyCharge + 2*sseMaxEvent
+const respCharge = mitm.StreamedBodyCharge + 2*sseMaxEvent
 
 // deepScrubber is the swap filter's test for a provider's response.
 type deepScrubber interface {
@@ -55,7 +55,7 @@ func (e *MitmproxyEngine) respHead(m *ctlMsg) *ctlReply {
 		out.Headers = headerFields(h)
 		return out
 	}
-	rel, err := e.front.budget.take(respCharge, true)
+	rel, err := e.front.Budget().Take(respCharge, true)
 	if err != nil {
 		return deny(http.StatusServiceUnavailable, err.Error())
 	}

@@ -2,6 +2,7 @@ package netfilter
 
 import (
 	"github.com/vibedom/vibedom/netfilter/egress"
+	"github.com/vibedom/vibedom/netfilter/internal/mitmtest"
 	"github.com/vibedom/vibedom/netfilter/mitm"
 	"github.com/vibedom/vibedom/netfilter/mitmproxy"
 
@@ -28,7 +29,7 @@ func mitmTestConfig(t *testing.T) MitmproxyConfig {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return MitmproxyConfig{EngineConfig: EngineConfig{CA: ca, NoSystemRoots: true, ExtraRoots: []*x509.Certificate{ca.Certificate()}},
+	return MitmproxyConfig{EngineConfig: mitm.EngineConfig{CA: ca, NoSystemRoots: true, ExtraRoots: []*x509.Certificate{ca.Certificate()}},
 		CAKeyFile: filepath.Join(dir, "ca", keys.CAKeyFile), RuntimeDir: dir}
 }
 
@@ -106,8 +107,8 @@ func TestMitmdumpPortTaken(t *testing.T) {
 // secret; the secrets are not on mitmdump's command line.
 func TestMitmdumpPrivate(t *testing.T) {
 	t.Parallel()
-	v := newEngineEnv(t, "mitmproxy", testRules)
-	m := v.eng.(*MitmproxyEngine)
+	v := newEngineEnv(t, "mitmproxy", mitmtest.Rules)
+	m := v.Eng.(*MitmproxyEngine)
 	for path, want := range map[string]os.FileMode{
 		m.dir: 0o700, filepath.Join(m.dir, "conf"): 0o700, filepath.Join(m.dir, "conf", "mitmproxy-ca.pem"): 0o600,
 		filepath.Join(m.dir, "conf", "config.yaml"): 0o600, filepath.Join(m.dir, "ctl.sock"): 0o600,
@@ -126,7 +127,7 @@ func TestMitmdumpPrivate(t *testing.T) {
 		t.Errorf("a secret is on mitmdump's command line: %q", cmdline)
 	}
 	var hits atomic.Int64
-	v.upstreamTLS("api.test", 443, v.upCA, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { hits.Add(1) }))
+	v.UpstreamTLS("api.test", 443, v.UpCA, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { hits.Add(1) }))
 	n407 := 0
 	for _, addr := range []string{fmt.Sprintf("127.0.0.1:%d", m.port), m.upLn.Addr().String()} {
 		for _, auth := range []string{"", "Proxy-Authorization: Basic dmliZWRvbTp3cm9uZw==\r\n"} {
@@ -160,34 +161,34 @@ func TestMitmdumpPrivate(t *testing.T) {
 // the upstream.
 func TestMitmdumpCrash(t *testing.T) {
 	t.Parallel()
-	v := newEngineEnv(t, "mitmproxy", testRules)
-	m := v.eng.(*MitmproxyEngine)
+	v := newEngineEnv(t, "mitmproxy", mitmtest.Rules)
+	m := v.Eng.(*MitmproxyEngine)
 	var hits atomic.Int64
-	v.upstreamTLS("api.test", 443, v.upCA, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	v.UpstreamTLS("api.test", 443, v.UpCA, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		hits.Add(1)
 		echoInfo(w, r)
 	}))
-	c := &http.Client{Transport: v.guestTransport(false)}
+	c := &http.Client{Transport: v.GuestTransport(false)}
 	if resp, _ := getBody(t, c, "https://api.test/before"); resp.StatusCode != 200 {
 		t.Fatalf("before the crash: %d", resp.StatusCode)
 	}
 	if err := m.cmd.Process.Kill(); err != nil {
 		t.Fatal(err)
 	}
-	ev := v.events.wait(t, "mitmdump exit", func(e egress.Event) bool { return e.Kind == "proxy" && e.Decision == "deny" })
+	ev := v.Events.Wait(t, "mitmdump exit", func(e egress.Event) bool { return e.Kind == "proxy" && e.Decision == "deny" })
 	if !strings.Contains(ev.Reason, "mitmdump exited unexpectedly") {
 		t.Errorf("alert reason: %q", ev.Reason)
 	}
 	before := hits.Load()
 	for _, h2 := range []bool{false, true} {
-		c := &http.Client{Transport: v.guestTransport(h2)}
+		c := &http.Client{Transport: v.GuestTransport(h2)}
 		req, _ := http.NewRequestWithContext(t.Context(), "GET", "https://api.test/after", nil)
 		if resp, err := c.Do(req); err == nil {
 			resp.Body.Close()
 			t.Fatalf("a request went through after mitmdump died: %d", resp.StatusCode)
 		}
 	}
-	v.events.wait(t, "refused connection", func(e egress.Event) bool {
+	v.Events.Wait(t, "refused connection", func(e egress.Event) bool {
 		return e.Kind == "connect" && e.Decision == "deny" && strings.Contains(e.Reason, "mitmdump is not running")
 	})
 	if hits.Load() != before {
@@ -217,10 +218,10 @@ func (f headerFilter) FilterRequest(_ context.Context, _ mitm.Destination, r *ht
 // answer, the request is refused, never sent on as the guest wrote it.
 func TestMitmproxyAddonFailsClosed(t *testing.T) {
 	t.Parallel()
-	v := newEngineEnv(t, "mitmproxy", testRules, func(c *EngineConfig) { c.Filter = headerFilter{"snow \u2603"} })
+	v := newEngineEnv(t, "mitmproxy", mitmtest.Rules, func(c *mitm.EngineConfig) { c.Filter = headerFilter{"snow \u2603"} })
 	var hits atomic.Int64
-	v.upstreamTLS("api.test", 443, v.upCA, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { hits.Add(1) }))
-	c := &http.Client{Transport: v.guestTransport(false)}
+	v.UpstreamTLS("api.test", 443, v.UpCA, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { hits.Add(1) }))
+	c := &http.Client{Transport: v.GuestTransport(false)}
 	resp, body := getBody(t, c, "https://api.test/x")
 	if resp.StatusCode != http.StatusBadGateway || !strings.Contains(body, "nothing was sent") {
 		t.Errorf("got %d %q, want 502 from the addon", resp.StatusCode, body)
@@ -234,11 +235,11 @@ func TestMitmproxyAddonFailsClosed(t *testing.T) {
 // more, every request is refused and nothing reaches the upstream.
 func TestMitmproxyControlSocketGone(t *testing.T) {
 	t.Parallel()
-	v := newEngineEnv(t, "mitmproxy", testRules)
-	m := v.eng.(*MitmproxyEngine)
+	v := newEngineEnv(t, "mitmproxy", mitmtest.Rules)
+	m := v.Eng.(*MitmproxyEngine)
 	var hits atomic.Int64
-	v.upstreamTLS("api.test", 443, v.upCA, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { hits.Add(1) }))
-	c := &http.Client{Transport: v.guestTransport(false)}
+	v.UpstreamTLS("api.test", 443, v.UpCA, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { hits.Add(1) }))
+	c := &http.Client{Transport: v.GuestTransport(false)}
 	if resp, _ := getBody(t, c, "https://api.test/before"); resp.StatusCode != 200 {
 		t.Fatalf("before: %d", resp.StatusCode)
 	}
@@ -249,7 +250,7 @@ func TestMitmproxyControlSocketGone(t *testing.T) {
 	}
 	m.mu.Unlock()
 	for _, h2 := range []bool{false, true} {
-		c := &http.Client{Transport: v.guestTransport(h2)}
+		c := &http.Client{Transport: v.GuestTransport(h2)}
 		req, _ := http.NewRequestWithContext(t.Context(), "GET", "https://api.test/after", nil)
 		resp, err := c.Do(req)
 		if err == nil {
@@ -268,8 +269,8 @@ func TestMitmproxyControlSocketGone(t *testing.T) {
 // goes away (as when vibedom is killed), mitmdump stops by itself.
 func TestMitmdumpEndsWithVibedom(t *testing.T) {
 	t.Parallel()
-	v := newEngineEnv(t, "mitmproxy", testRules)
-	m := v.eng.(*MitmproxyEngine)
+	v := newEngineEnv(t, "mitmproxy", mitmtest.Rules)
+	m := v.Eng.(*MitmproxyEngine)
 	m.ctlLn.Close()
 	m.mu.Lock()
 	for cc := range m.ctls {

@@ -2,6 +2,8 @@ package netfilter
 
 import (
 	"github.com/vibedom/vibedom/netfilter/egress"
+	"github.com/vibedom/vibedom/netfilter/internal/mitmtest"
+	"github.com/vibedom/vibedom/netfilter/mitm"
 
 	"bufio"
 	"io"
@@ -18,9 +20,9 @@ import (
 func TestConformanceServerFirst(t *testing.T) {
 	t.Parallel()
 	forEngines(t, func(t *testing.T, kind string) {
-		v := newEngineEnv(t, kind, testRules, func(c *EngineConfig) { c.ServerFirstWait = 100 * time.Millisecond })
-		v.addServer("ssh.test", 22, serverFirstEcho(t))
-		conn := v.guestConn("ssh.test", 22)
+		v := newEngineEnv(t, kind, mitmtest.Rules, func(c *mitm.EngineConfig) { c.ServerFirstWait = 100 * time.Millisecond })
+		v.AddServer("ssh.test", 22, serverFirstEcho(t))
+		conn := v.GuestConn("ssh.test", 22)
 		defer conn.Close()
 		conn.SetDeadline(time.Now().Add(time.Minute))
 		br := bufio.NewReader(conn)
@@ -34,7 +36,7 @@ func TestConformanceServerFirst(t *testing.T) {
 		}
 		conn.(*net.TCPConn).CloseWrite()
 		io.Copy(io.Discard, br)
-		ev := v.events.wait(t, "splice connect", func(e egress.Event) bool { return e.Kind == "connect" && e.Name == "ssh.test" })
+		ev := v.Events.Wait(t, "splice connect", func(e egress.Event) bool { return e.Kind == "connect" && e.Name == "ssh.test" })
 		if ev.Decision != "allow" || !strings.Contains(ev.Reason, "server speaks first") {
 			t.Errorf("event: %+v", ev)
 		}

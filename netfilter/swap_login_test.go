@@ -3,6 +3,8 @@ package netfilter
 import (
 	"context"
 	"encoding/json"
+	"github.com/vibedom/vibedom/netfilter/internal/mitmtest"
+	"github.com/vibedom/vibedom/netfilter/mitm"
 	"io"
 	"net/http"
 	"os"
@@ -100,7 +102,7 @@ func TestLoginSwap(t *testing.T) {
 			t.Fatal(err)
 		}
 		filter := NewSwapFilter(&DLPFilter{Engine: eng}, []credentials.Swap{{Name: "claude login", Host: "api.test", Header: "authorization", Dynamic: cred}})
-		v := newEngineEnv(t, kind, testRules, func(c *EngineConfig) { c.Filter = filter })
+		v := newEngineEnv(t, kind, mitmtest.Rules, func(c *mitm.EngineConfig) { c.Filter = filter })
 		v.log.SetRedactor(func(s string) string {
 			for _, r := range []string{real1, real2} {
 				s = strings.ReplaceAll(s, r, "[R]")
@@ -109,7 +111,7 @@ func TestLoginSwap(t *testing.T) {
 		})
 		var mu sync.Mutex
 		var seen []string
-		v.upstreamTLS("api.test", 443, v.upCA, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		v.UpstreamTLS("api.test", 443, v.UpCA, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			if r.URL.Path == "/echo" {
 				io.WriteString(w, "old "+real1+" new "+real2)
 				return
@@ -120,12 +122,12 @@ func TestLoginSwap(t *testing.T) {
 			io.WriteString(w, "ok")
 		}))
 		var tokenHits int
-		v.upstreamTLS("token.wild.test", 443, v.upCA, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		v.UpstreamTLS("token.wild.test", 443, v.UpCA, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			mu.Lock()
 			tokenHits++
 			mu.Unlock()
 		}))
-		c := &http.Client{Transport: v.guestTransport(false)}
+		c := &http.Client{Transport: v.GuestTransport(false)}
 		send := func(url, auth, body string) (int, string) {
 			t.Helper()
 			req, _ := http.NewRequest("POST", url, strings.NewReader(body))
@@ -204,7 +206,7 @@ func TestLoginSwap(t *testing.T) {
 			t.Errorf("forwarded: API %d (want 3), token endpoint %d (want 0)", len(seen), tokenHits)
 		}
 		mu.Unlock()
-		v.events.wait(t, "answered refresh", func(e egress.Event) bool {
+		v.Events.Wait(t, "answered refresh", func(e egress.Event) bool {
 			return strings.Contains(e.Reason, "answered by vibedom") && e.Status == 200
 		})
 		files, _ := filepath.Glob(filepath.Join(v.logDir, "*"))

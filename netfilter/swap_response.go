@@ -12,7 +12,6 @@ import (
 	"fmt"
 	"io"
 	"mime"
-	"net/http"
 	"strings"
 
 	"github.com/andybalholm/brotli"
@@ -313,23 +312,6 @@ func decodeBody(ce string, body io.ReadCloser) (io.ReadCloser, error) {
 		io.Closer
 	}{r, body}, nil
 }
-
-// scrubHeaderWriter scrubs the header blocks an http.ResponseWriter sends
-// before the final response (1xx, e.g. 103 Early Hints), which the
-// reverse proxy copies from upstream without a ModifyResponse.
-type scrubHeaderWriter struct {
-	http.ResponseWriter
-	scrub func(http.Header)
-}
-
-func (w *scrubHeaderWriter) WriteHeader(code int) {
-	if code < 200 {
-		w.scrub(w.ResponseWriter.Header())
-	}
-	w.ResponseWriter.WriteHeader(code)
-}
-
-func (w *scrubHeaderWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 var _ mitm.ResponseHeaderScrubber = (*swapFilter)(nil)
 

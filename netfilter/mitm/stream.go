@@ -1,4 +1,4 @@
-package netfilter
+package mitm
 
 import (
 	"crypto/tls"

@@ -1,6 +1,7 @@
 // Package nftest is test support shared by the tests of netfilter and its
 // rooms (egress, the network stack, the engines): loopback listeners that
-// count what reaches them, a host without addresses, a silent logger. It is
+// count what reaches them, a host without addresses, a silent logger, a
+// loopback TCP pair, hand-made TLS ClientHellos. It is
 // imported only by tests and holds no test of its own; it imports none of
 // the netfilter rooms, so any of their tests may use it.
 package nftest
@@ -69,4 +70,29 @@ func (l *CountedListener) WaitCount(t *testing.T, n int64) {
 func (l *CountedListener) Port() string {
 	_, p, _ := net.SplitHostPort(l.Addr().String())
 	return p
+}
+
+// TCPPair returns the two ends of a loopback TCP connection.
+func TCPPair(t testing.TB) (client, server net.Conn) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	type res struct {
+		c   net.Conn
+		err error
+	}
+	ch := make(chan res, 1)
+	go func() { c, err := ln.Accept(); ch <- res{c, err} }()
+	client, err = net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := <-ch
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	return client, r.c
 }
