@@ -1,10 +1,6 @@
 package netfilter
 
 import (
-	"github.com/vibedom/vibedom/netfilter/internal/mitmtest"
-	"github.com/vibedom/vibedom/netfilter/internal/nftest"
-	"github.com/vibedom/vibedom/netfilter/mitm"
-
 	"bufio"
 	"crypto/tls"
 	"io"
@@ -17,6 +13,9 @@ import (
 	"time"
 
 	"github.com/vibedom/vibedom/netfilter/egress"
+	"github.com/vibedom/vibedom/netfilter/internal/mitmtest"
+	"github.com/vibedom/vibedom/netfilter/internal/nftest"
+	"github.com/vibedom/vibedom/netfilter/mitm"
 	"github.com/vibedom/vibedom/netfilter/netstack"
 )
 

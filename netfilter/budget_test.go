@@ -5,8 +5,6 @@ import (
 	"context"
 	"crypto/tls"
 	"fmt"
-	"github.com/vibedom/vibedom/netfilter/internal/mitmtest"
-	"github.com/vibedom/vibedom/netfilter/mitm"
 	"io"
 	"log"
 	"net"
@@ -19,6 +17,9 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/vibedom/vibedom/netfilter/internal/mitmtest"
+	"github.com/vibedom/vibedom/netfilter/mitm"
 
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"

@@ -32,19 +32,19 @@ func TestConformanceNames(t *testing.T) {
 	forEngines(t, func(t *testing.T, kind string) {
 		v := newEngineEnv(t, kind, mitmtest.Rules)
 		var hits atomic.Int64
-		v.UpstreamTLS("api.test", 443, v.UpCA, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { hits.Add(1); echoInfo(w, r) }))
+		v.UpstreamTLS("api.test", 443, v.UpCA, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { hits.Add(1); mitmtest.EchoInfo(w, r) }))
 		v.UpstreamTLS("evil.test", 443, v.UpCA, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { hits.Add(100) }))
 		// The explicit proxy: an allowed CONNECT goes through, a denied one
 		// gets 403.
 		pu := v.ProxyListener()
 		c := &http.Client{Transport: &http.Transport{Proxy: http.ProxyURL(pu), TLSClientConfig: &tls.Config{RootCAs: v.CA.Pool()}}}
-		if resp, body := getBody(t, c, "https://api.test/via-proxy"); resp.StatusCode != 200 || body != "hello from api.test /via-proxy" {
+		if resp, body := mitmtest.GetBody(t, c, "https://api.test/via-proxy"); resp.StatusCode != 200 || body != "hello from api.test /via-proxy" {
 			t.Fatalf("allowed through the explicit proxy: %d %q", resp.StatusCode, body)
 		}
 		// Plain http:// through the explicit proxy (absolute-URI requests;
 		// served by the Go forwarder in both engines, docs/network.md).
-		v.UpstreamPlain("plain.test", 80, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { hits.Add(1); echoInfo(w, r) }))
-		if resp, body := getBody(t, c, "http://plain.test/abs"); resp.StatusCode != 200 || body != "hello from plain.test /abs" {
+		v.UpstreamPlain("plain.test", 80, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { hits.Add(1); mitmtest.EchoInfo(w, r) }))
+		if resp, body := mitmtest.GetBody(t, c, "http://plain.test/abs"); resp.StatusCode != 200 || body != "hello from plain.test /abs" {
 			t.Fatalf("absolute URI through the explicit proxy: %d %q", resp.StatusCode, body)
 		}
 		req, _ := http.NewRequestWithContext(t.Context(), "GET", "https://evil.test/", nil)
@@ -115,7 +115,7 @@ func TestConformanceHostMismatch(t *testing.T) {
 	forEngines(t, func(t *testing.T, kind string) {
 		v := newEngineEnv(t, kind, mitmtest.Rules)
 		var hits atomic.Int64
-		h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { hits.Add(1); echoInfo(w, r) })
+		h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { hits.Add(1); mitmtest.EchoInfo(w, r) })
 		v.UpstreamTLS("api.test", 443, v.UpCA, h)
 		v.UpstreamTLS("x.wild.test", 443, v.UpCA, h)
 		v.UpstreamPlain("plain.test", 80, h)
@@ -174,7 +174,7 @@ func TestConformanceHostMismatch(t *testing.T) {
 			}
 		}
 		c := &http.Client{Transport: v.GuestTransport(false)}
-		if resp, body := getBody(t, c, "http://plain.test/ok"); resp.StatusCode != 200 || body != "hello from plain.test /ok" {
+		if resp, body := mitmtest.GetBody(t, c, "http://plain.test/ok"); resp.StatusCode != 200 || body != "hello from plain.test /ok" {
 			t.Errorf("plain http: %d %q", resp.StatusCode, body)
 		}
 		if hits.Load() != 2 {
@@ -398,7 +398,7 @@ func TestConformanceStreamingDownload(t *testing.T) {
 		const size = 64 << 20
 		v.UpstreamTLS("api.test", 443, v.UpCA, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			w.Header().Set("Content-Length", fmt.Sprint(size))
-			io.Copy(w, &patternReader{n: size})
+			io.Copy(w, &mitmtest.PatternReader{N: size})
 		}))
 		for _, h2 := range []bool{false, true} {
 			c := &http.Client{Transport: v.GuestTransport(h2)}

@@ -54,8 +54,8 @@ func TestRefusedRequestSecretsNotLogged(t *testing.T) {
 
 	v := newTestEnv(t, mitmtest.Rules, func(c *mitm.EngineConfig) { c.Logger = logger.With("part", "proxy") })
 	v.log.SetRedactor(redact)
-	v.UpstreamTLS("api.test", 443, v.UpCA, http.HandlerFunc(echoInfo))
-	v.UpstreamPlain("plain.test", 80, http.HandlerFunc(echoInfo))
+	v.UpstreamTLS("api.test", 443, v.UpCA, http.HandlerFunc(mitmtest.EchoInfo))
+	v.UpstreamPlain("plain.test", 80, http.HandlerFunc(mitmtest.EchoInfo))
 	proxy := v.ProxyListener()
 
 	b64 := base64.StdEncoding.EncodeToString([]byte(secret))

@@ -2,6 +2,7 @@ package netfilter
 
 import (
 	"github.com/vibedom/vibedom/netfilter/egress"
+	"github.com/vibedom/vibedom/netfilter/internal/mitmtest"
 	"github.com/vibedom/vibedom/netfilter/mitm"
 	"github.com/vibedom/vibedom/netfilter/mitmproxy"
 	"github.com/vibedom/vibedom/netfilter/netstack"
@@ -42,7 +43,7 @@ type benchEnv struct {
 	engine   *mitm.GoEngine
 	transp   string // listener whose conns go to HandleConn(bench.test:443)
 	proxy    string // listener whose conns go to HandleProxyConn
-	mitmCfg  MitmproxyConfig
+	mitmCfg  mitmproxy.Config
 	mitmTr   string // listener whose conns go to the mitmproxy engine's HandleConn
 }
 
@@ -52,7 +53,7 @@ func (v *benchEnv) startMitmEngine() string {
 	if _, err := mitmproxy.MitmdumpVersion(context.Background(), ""); err != nil {
 		return err.Error()
 	}
-	m, err := NewMitmproxyEngine(context.Background(), v.mitmCfg)
+	m, err := mitmproxy.NewEngine(context.Background(), v.mitmCfg)
 	if err != nil {
 		v.b.Fatal(err)
 	}
@@ -108,7 +109,7 @@ func newBenchEnv(b *testing.B, h http.Handler) *benchEnv {
 			return nil, fmt.Errorf("bench: no host %s", name)
 		},
 	}
-	v.mitmCfg = MitmproxyConfig{EngineConfig: ecfg, CAKeyFile: filepath.Join(dir, "ca", keys.CAKeyFile), RuntimeDir: dir}
+	v.mitmCfg = mitmproxy.Config{EngineConfig: ecfg, CAKeyFile: filepath.Join(dir, "ca", keys.CAKeyFile), RuntimeDir: dir}
 	v.engine, err = mitm.NewGoEngine(ecfg)
 	if err != nil {
 		b.Fatal(err)
@@ -279,7 +280,7 @@ func benchHandler(size int64) http.Handler {
 			io.WriteString(w, `{"ok":true,"model":"bench","usage":{"input_tokens":12,"output_tokens":34}}`)
 		case "/large":
 			w.Header().Set("Content-Length", strconv.FormatInt(size, 10))
-			io.Copy(w, &patternReader{n: size})
+			io.Copy(w, &mitmtest.PatternReader{N: size})
 		}
 	})
 }

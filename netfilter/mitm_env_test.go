@@ -4,6 +4,7 @@ import (
 	"github.com/vibedom/vibedom/netfilter/egress"
 	"github.com/vibedom/vibedom/netfilter/internal/mitmtest"
 	"github.com/vibedom/vibedom/netfilter/mitm"
+	"github.com/vibedom/vibedom/netfilter/mitmproxy"
 
 	"path/filepath"
 	"testing"
@@ -16,7 +17,7 @@ import (
 // network logs as a session writes them.
 type testEnv struct {
 	*mitmtest.Env
-	engine *mitm.GoEngine // the Go engine (also the mitmproxy engine's front end)
+	engine *mitm.GoEngine // the Go engine (nil for the mitmproxy engine)
 	log    *LogWriter
 	logDir string
 }
@@ -37,7 +38,7 @@ func newEngineEnv(t *testing.T, kind, rules string, opts ...envOption) *testEnv 
 
 // newMitmEnv is newEngineEnv with mopt, when not nil, changing the
 // mitmproxy engine's own configuration.
-func newMitmEnv(t *testing.T, kind, rules string, mopt func(*MitmproxyConfig), opts ...envOption) *testEnv {
+func newMitmEnv(t *testing.T, kind, rules string, mopt func(*mitmproxy.Config), opts ...envOption) *testEnv {
 	t.Helper()
 	if kind == "mitmproxy" {
 		skipWithoutMitmdump(t)
@@ -56,16 +57,16 @@ func newMitmEnv(t *testing.T, kind, rules string, mopt func(*MitmproxyConfig), o
 		o(&cfg)
 	}
 	if kind == "mitmproxy" {
-		mcfg := MitmproxyConfig{EngineConfig: cfg, CAKeyFile: filepath.Join(v.Dir, "ca", keys.CAKeyFile), RuntimeDir: v.Dir}
+		mcfg := mitmproxy.Config{EngineConfig: cfg, CAKeyFile: filepath.Join(v.Dir, "ca", keys.CAKeyFile), RuntimeDir: v.Dir}
 		if mopt != nil {
 			mopt(&mcfg)
 		}
-		m, err := NewMitmproxyEngine(t.Context(), mcfg)
+		m, err := mitmproxy.NewEngine(t.Context(), mcfg)
 		if err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { m.Close() })
-		v.engine, v.Eng, v.Guard = m.front, m, m.guard
+		v.Eng, v.Guard = m, m.Guard()
 		return v
 	}
 	v.engine, err = mitm.NewGoEngine(cfg)

@@ -30,19 +30,12 @@ import (
 	"github.com/vibedom/vibedom/keys"
 )
 
-// echoInfo answers with what the upstream saw.
-func echoInfo(w http.ResponseWriter, r *http.Request) {
-	w.Header().Set("X-Upstream-Proto", r.Proto)
-	w.Header().Set("X-Upstream-Host", r.Host)
-	fmt.Fprintf(w, "hello from %s %s", r.Host, r.URL.RequestURI())
-}
-
 func TestInterceptHTTP1AndHTTP2(t *testing.T) {
 	t.Parallel()
 	v := newTestEnv(t, mitmtest.Rules)
-	v.UpstreamTLS("api.test", 443, v.UpCA, http.HandlerFunc(echoInfo))
-	v.UpstreamTLS("a.b.wild.test", 443, v.UpCA, http.HandlerFunc(echoInfo))
-	v.UpstreamTLS("api.test", 8443, v.UpCA, http.HandlerFunc(echoInfo))
+	v.UpstreamTLS("api.test", 443, v.UpCA, http.HandlerFunc(mitmtest.EchoInfo))
+	v.UpstreamTLS("a.b.wild.test", 443, v.UpCA, http.HandlerFunc(mitmtest.EchoInfo))
+	v.UpstreamTLS("api.test", 8443, v.UpCA, http.HandlerFunc(mitmtest.EchoInfo))
 	tests := []struct {
 		name      string
 		h2        bool
@@ -124,7 +117,7 @@ func TestInterceptHTTP1AndHTTP2(t *testing.T) {
 func TestPlainHTTP(t *testing.T) {
 	t.Parallel()
 	v := newTestEnv(t, mitmtest.Rules)
-	v.UpstreamPlain("plain.test", 80, http.HandlerFunc(echoInfo))
+	v.UpstreamPlain("plain.test", 80, http.HandlerFunc(mitmtest.EchoInfo))
 	c := &http.Client{Transport: v.GuestTransport(false)}
 	resp, err := c.Get("http://plain.test/p?q=v")
 	if err != nil {
@@ -148,11 +141,11 @@ func TestUpstreamCertificateErrors(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	v.UpstreamTLS("api.test", 443, rogue, http.HandlerFunc(echoInfo))
+	v.UpstreamTLS("api.test", 443, rogue, http.HandlerFunc(mitmtest.EchoInfo))
 	// An upstream with a trusted CA but a certificate for another name.
-	s := v.UpstreamTLS("x.wild.test", 443, v.UpCA, http.HandlerFunc(echoInfo))
+	s := v.UpstreamTLS("x.wild.test", 443, v.UpCA, http.HandlerFunc(mitmtest.EchoInfo))
 	s.TLS.GetCertificate = func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return v.UpCA.IssueLeaf("other.test", time.Hour) }
-	v.AddServer("plain-on-tls.wild.test", 443, v.UpstreamPlain("plain-on-tls.wild.test", 1, http.HandlerFunc(echoInfo)).Listener.Addr().String())
+	v.AddServer("plain-on-tls.wild.test", 443, v.UpstreamPlain("plain-on-tls.wild.test", 1, http.HandlerFunc(mitmtest.EchoInfo)).Listener.Addr().String())
 
 	tests := []struct {
 		name, url, wantBody string
@@ -191,7 +184,7 @@ func TestUpstreamCertificateErrors(t *testing.T) {
 func TestSNIRefused(t *testing.T) {
 	t.Parallel()
 	v := newTestEnv(t, mitmtest.Rules)
-	v.UpstreamTLS("api.test", 443, v.UpCA, http.HandlerFunc(echoInfo))
+	v.UpstreamTLS("api.test", 443, v.UpCA, http.HandlerFunc(mitmtest.EchoInfo))
 	tests := []struct {
 		name, admitted, sni string
 		skipVerify          bool
@@ -281,7 +274,7 @@ func TestHostRefused(t *testing.T) {
 	t.Parallel()
 	v := newTestEnv(t, mitmtest.Rules)
 	var hits atomic.Int32
-	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { hits.Add(1); echoInfo(w, r) })
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { hits.Add(1); mitmtest.EchoInfo(w, r) })
 	v.UpstreamTLS("api.test", 443, v.UpCA, h)
 	v.UpstreamTLS("x.wild.test", 443, v.UpCA, h)
 	v.UpstreamPlain("plain.test", 80, h)
@@ -429,29 +422,6 @@ func TestWebSocketEcho(t *testing.T) {
 	}
 }
 
-// patternReader yields n bytes of a repeating pattern without holding them.
-type patternReader struct{ n int64 }
-
-var pattern = func() []byte {
-	b := make([]byte, 64<<10)
-	for i := range b {
-		b[i] = byte('a' + i%26)
-	}
-	return b
-}()
-
-func (p *patternReader) Read(b []byte) (int, error) {
-	if p.n <= 0 {
-		return 0, io.EOF
-	}
-	if int64(len(b)) > p.n {
-		b = b[:p.n]
-	}
-	n := copy(b, pattern)
-	p.n -= int64(n)
-	return n, nil
-}
-
 // heapWatch samples the live heap until stopped and reports the peak above
 // the starting point.
 func heapWatch() (stop func() uint64) {
@@ -493,7 +463,7 @@ func TestStreaming100MB(t *testing.T) {
 		switch r.URL.Path {
 		case "/download":
 			w.Header().Set("Content-Length", strconv.FormatInt(size, 10))
-			io.Copy(w, &patternReader{n: size})
+			io.Copy(w, &mitmtest.PatternReader{N: size})
 		case "/upload":
 			n, err := io.Copy(io.Discard, r.Body)
 			if err != nil {
@@ -525,7 +495,7 @@ func TestStreaming100MB(t *testing.T) {
 		})
 		t.Run("upload "+proto, func(t *testing.T) {
 			stop := heapWatch()
-			req, _ := http.NewRequestWithContext(t.Context(), "POST", "https://api.test/upload", &patternReader{n: size})
+			req, _ := http.NewRequestWithContext(t.Context(), "POST", "https://api.test/upload", &mitmtest.PatternReader{N: size})
 			req.ContentLength = -1 // chunked: the proxy cannot know the size either
 			resp, err := c.Do(req)
 			if err != nil {

@@ -6,17 +6,21 @@ import (
 	"crypto/tls"
 	"encoding/base64"
 	"fmt"
-	"github.com/vibedom/vibedom/netfilter/internal/mitmtest"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/cookiejar"
 	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/vibedom/vibedom/netfilter/egress"
+	"github.com/vibedom/vibedom/netfilter/internal/mitmtest"
+	"github.com/vibedom/vibedom/netfilter/mitmproxy"
 
 	"github.com/vibedom/vibedom/credentials"
 	"github.com/vibedom/vibedom/netfilter/mitm"
@@ -141,7 +145,7 @@ func TestMitmproxyRawBytesRefused(t *testing.T) {
 
 // swapEnv is a mitmproxy engine with a credential swap for api.test's
 // x-api-key (placeholder ph, real key real).
-func swapEnv(t *testing.T, mopt func(*MitmproxyConfig)) (v *testEnv, real, ph string) {
+func swapEnv(t *testing.T, mopt func(*mitmproxy.Config)) (v *testEnv, real, ph string) {
 	real = "sk-ant-api03-" + strings.Repeat("R3al", 20) + "AA" // gitleaks:allow
 	ph = "sk-ant-api03-" + strings.Repeat("PhXx", 20) + "BB"   // gitleaks:allow
 	filter := NewSwapFilter(mitm.IdentityFilter{}, []credentials.Swap{{Name: "anthropic", Host: "api.test", Header: "x-api-key", Placeholder: ph, Value: real, Token: ph}})
@@ -306,4 +310,142 @@ func TestMitmproxyEchoedKeyScrubbed(t *testing.T) {
 func wsAccept(key string) string {
 	h := sha1.Sum([]byte(key + "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"))
 	return base64.StdEncoding.EncodeToString(h[:])
+}
+
+// TestMitmdumpCrash: mitmdump killed mid-session: the open connection ends,
+// an alert says so, and every later connection is refused without reaching
+// the upstream.
+func TestMitmdumpCrash(t *testing.T) {
+	t.Parallel()
+	v := newEngineEnv(t, "mitmproxy", mitmtest.Rules)
+	m := v.Eng.(*mitmproxy.Engine)
+	var hits atomic.Int64
+	v.UpstreamTLS("api.test", 443, v.UpCA, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hits.Add(1)
+		mitmtest.EchoInfo(w, r)
+	}))
+	c := &http.Client{Transport: v.GuestTransport(false)}
+	if resp, _ := mitmtest.GetBody(t, c, "https://api.test/before"); resp.StatusCode != 200 {
+		t.Fatalf("before the crash: %d", resp.StatusCode)
+	}
+	proc, err := os.FindProcess(m.Pid())
+	if err == nil {
+		err = proc.Kill()
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev := v.Events.Wait(t, "mitmdump exit", func(e egress.Event) bool { return e.Kind == "proxy" && e.Decision == "deny" })
+	if !strings.Contains(ev.Reason, "mitmdump exited unexpectedly") {
+		t.Errorf("alert reason: %q", ev.Reason)
+	}
+	before := hits.Load()
+	for _, h2 := range []bool{false, true} {
+		c := &http.Client{Transport: v.GuestTransport(h2)}
+		req, _ := http.NewRequestWithContext(t.Context(), "GET", "https://api.test/after", nil)
+		if resp, err := c.Do(req); err == nil {
+			resp.Body.Close()
+			t.Fatalf("a request went through after mitmdump died: %d", resp.StatusCode)
+		}
+	}
+	v.Events.Wait(t, "refused connection", func(e egress.Event) bool {
+		return e.Kind == "connect" && e.Decision == "deny" && strings.Contains(e.Reason, "mitmdump is not running")
+	})
+	if hits.Load() != before {
+		t.Errorf("the upstream was reached after mitmdump died")
+	}
+	found := false
+	for _, a := range v.alerts() {
+		if a["kind"] == "proxy" && strings.Contains(fmt.Sprint(a["reason"]), "mitmdump exited unexpectedly") {
+			found = true
+		}
+	}
+	if !found {
+		t.Error("no alert in alerts.jsonl for mitmdump's exit")
+	}
+}
+
+// TestInspectNoRealKey: with --inspect, the live view is bound to the
+// session's token (any other local program gets 403 on every endpoint),
+// and after swapped requests (HTTP/1, HTTP/2, a WebSocket whose provider
+// echoes the key in a text message, a ping and a close reason) its REST
+// API and event log hold no real key: /flows and /flows/dump show the
+// guest's placeholder, /events no ping payload.
+func TestInspectNoRealKey(t *testing.T) {
+	t.Parallel()
+	skipWithoutMitmweb(t)
+	v, real, ph := swapEnv(t, func(c *mitmproxy.Config) { c.LiveView = true })
+	m := v.Eng.(*mitmproxy.Engine)
+	v.UpstreamTLS("api.test", 443, v.UpCA, http.HandlerFunc(echoKey))
+	base, _, ok := strings.Cut(m.WebURL(), "?")
+	if !ok {
+		t.Fatalf("the live view's URL %q carries no token", m.WebURL())
+	}
+	for _, p := range []string{"", "flows", "flows/dump", "events", "updates", "options", "filter-help"} {
+		resp, err := http.Get(base + p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusForbidden {
+			t.Errorf("GET /%s without the token: %d, want 403", p, resp.StatusCode)
+		}
+	}
+	jar, _ := cookiejar.New(nil)
+	web := &http.Client{Jar: jar, Timeout: 30 * time.Second}
+	get := func(p string) string {
+		t.Helper()
+		resp, err := web.Get(base + p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			t.Fatalf("GET /%s with the token's cookie: %d", p, resp.StatusCode)
+		}
+		return string(b)
+	}
+	resp, err := web.Get(m.WebURL())
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("the printed URL: %v %v", resp, err)
+	}
+	resp.Body.Close()
+	for _, h2 := range []bool{false, true} {
+		c := &http.Client{Transport: v.GuestTransport(h2)}
+		r, _ := http.NewRequestWithContext(t.Context(), "POST", fmt.Sprintf("https://api.test/echo?h2=%v", h2), strings.NewReader("q"))
+		r.Header.Set("x-api-key", ph)
+		resp, err := c.Do(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+	}
+	conn := v.GuestConn("api.test", 443)
+	defer conn.Close()
+	tc := tls.Client(conn, &tls.Config{ServerName: "api.test", RootCAs: v.CA.Pool(), NextProtos: []string{"http/1.1"}})
+	tc.SetDeadline(time.Now().Add(30 * time.Second))
+	io.WriteString(tc, "GET /ws HTTP/1.1\r\nHost: api.test\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"+
+		"Sec-WebSocket-Key: "+wsKey+"\r\nSec-WebSocket-Version: 13\r\nx-api-key: "+ph+"\r\n\r\n")
+	io.ReadAll(tc) // the provider's frames, until it closes
+	// Every flow listed, the ping logged: then nothing more comes.
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		flows, events := get("flows"), get("events")
+		if strings.Count(flows, "/echo?h2=") == 2 && strings.Contains(flows, `"/ws"`) && strings.Contains(events, "WebSocket ping") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the live view never listed every flow and the ping:\n%s\n%s", egress.Shorten(flows), egress.Shorten(events))
+		}
+	}
+	for _, p := range []string{"flows", "flows/dump", "events"} {
+		body := get(p)
+		if strings.Contains(strings.ToLower(body), strings.ToLower(real)) {
+			t.Errorf("GET /%s holds the real key (%d times)", p, strings.Count(strings.ToLower(body), strings.ToLower(real)))
+		}
+		if p == "flows" && !strings.Contains(body, ph) {
+			t.Errorf("GET /flows does not show the guest's placeholder")
+		}
+	}
 }

@@ -4,12 +4,13 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
-	"github.com/vibedom/vibedom/netfilter/internal/mitmtest"
-	"github.com/vibedom/vibedom/netfilter/mitm"
 	"io"
 	"net/http"
 	"strings"
 	"testing"
+
+	"github.com/vibedom/vibedom/netfilter/internal/mitmtest"
+	"github.com/vibedom/vibedom/netfilter/mitm"
 
 	"github.com/vibedom/vibedom/netfilter/egress"
 )

@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"crypto/tls"
 	"fmt"
-	"github.com/vibedom/vibedom/netfilter/internal/mitmtest"
 	"io"
 	"net"
 	"net/http"
@@ -12,6 +11,8 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+
+	"github.com/vibedom/vibedom/netfilter/internal/mitmtest"
 )
 
 // proxyClient is an HTTP client that uses the explicit proxy and trusts
@@ -30,7 +31,7 @@ func TestExplicitProxy(t *testing.T) {
 	t.Parallel()
 	v := newTestEnv(t, mitmtest.Rules)
 	var hits atomic.Int32
-	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { hits.Add(1); echoInfo(w, r) })
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { hits.Add(1); mitmtest.EchoInfo(w, r) })
 	v.UpstreamTLS("api.test", 443, v.UpCA, h)
 	v.UpstreamTLS("evil.test", 443, v.UpCA, h)
 	v.UpstreamPlain("plain.test", 80, h)

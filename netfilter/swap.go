@@ -358,6 +358,12 @@ func (f *swapFilter) holdsKey(s string) bool {
 	return false
 }
 
+var _ mitm.ResponseBodyScope = (*swapFilter)(nil)
+
+// RewritesBody implements mitm.ResponseBodyScope: the swap filter rewrites
+// the body of a response from a swap's host (where the real key went).
+func (f *swapFilter) RewritesBody(resp *http.Response) bool { return f.fromProvider(resp) }
+
 // fromProvider reports whether resp answers a request to a swap's host.
 func (f *swapFilter) fromProvider(resp *http.Response) bool {
 	if resp.Request == nil || resp.Request.URL == nil {

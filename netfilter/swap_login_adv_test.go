@@ -5,8 +5,6 @@ import (
 	"compress/gzip"
 	"crypto/tls"
 	"encoding/base64"
-	"github.com/vibedom/vibedom/netfilter/internal/mitmtest"
-	"github.com/vibedom/vibedom/netfilter/mitm"
 	"io"
 	"net/http"
 	"net/url"
@@ -15,6 +13,9 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/vibedom/vibedom/netfilter/internal/mitmtest"
+	"github.com/vibedom/vibedom/netfilter/mitm"
 
 	"github.com/klauspost/compress/zstd"
 

@@ -125,8 +125,7 @@ type sseGuard struct {
 }
 
 const (
-	sseMinHold  = 8
-	sseMaxEvent = 1 << 20
+	sseMinHold = 8
 )
 
 func (g *sseGuard) Read(p []byte) (int, error) {
@@ -158,7 +157,7 @@ func (g *sseGuard) Read(p []byte) (int, error) {
 			if j := bytes.Index(g.in, []byte("\r\n\r\n")); j >= 0 && (i < 0 || j < i) {
 				i, sep = j, 4
 			}
-			if i < 0 && len(g.in) > sseMaxEvent {
+			if i < 0 && len(g.in) > mitm.MaxHeldEvent {
 				i, sep = len(g.in), 0 // no event is this long: take what is there as one
 			}
 			if i < 0 {

@@ -80,7 +80,7 @@ func TestStackSYNFloodRecovers(t *testing.T) {
 	t.Parallel()
 	forEngines(t, func(t *testing.T, kind string) {
 		v := newEngineEnv(t, kind, mitmtest.Rules)
-		v.UpstreamTLS("api.test", 443, v.UpCA, http.HandlerFunc(echoInfo))
+		v.UpstreamTLS("api.test", 443, v.UpCA, http.HandlerFunc(mitmtest.EchoInfo))
 		const inFlight, flood, firstPort = 64, 256, 1024
 		n := startEngineNet(t, netstack.StackConfig{MaxInFlight: inFlight}, v.Policy, v.Eng, nil, nil)
 		// The guest's own connections use ephemeral ports (16000 and up),

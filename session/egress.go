@@ -190,8 +190,8 @@ func (s *sess) setupEgress(ctx context.Context) error {
 		} else {
 			s.progress("egress: starting mitmdump (--proxy-engine mitmproxy)")
 		}
-		var m *netfilter.MitmproxyEngine
-		m, err = netfilter.NewMitmproxyEngine(ctx, netfilter.MitmproxyConfig{EngineConfig: ecfg,
+		var m *mitmproxy.Engine
+		m, err = mitmproxy.NewEngine(ctx, mitmproxy.Config{EngineConfig: ecfg,
 			CAKeyFile: filepath.Join(o.Home.CA(), keys.CAKeyFile), Mitmdump: mitmdump, LiveView: eo.Inspect})
 		if err == nil {
 			e.engine = m

@@ -3,6 +3,7 @@ package mitm
 import (
 	"github.com/vibedom/vibedom/netfilter/egress"
 	"github.com/vibedom/vibedom/netfilter/netstack"
+
 	"slices"
 
 	"context"
@@ -155,7 +156,7 @@ var _ netstack.Engine = (*GoEngine)(nil)
 // NewGoEngine checks cfg and builds the engine.
 func NewGoEngine(cfg EngineConfig) (*GoEngine, error) {
 	if cfg.CA == nil {
-		return nil, errors.New("netfilter: EngineConfig.CA is required (run `vibedom init` to create the CA)")
+		return nil, errors.New("mitm: EngineConfig.CA is required (run `vibedom init` to create the CA)")
 	}
 	e := &GoEngine{cfg: cfg, filter: cfg.Filter, events: cfg.Events, log: cfg.Logger}
 	if e.filter == nil {

@@ -64,6 +64,22 @@ type ResponseFilter interface {
 	FilterResponse(resp *http.Response)
 }
 
+// ResponseBodyScope is an optional capability of a ResponseFilter, for an
+// engine that must decide before a response's body flows whether to stream
+// it through FilterResponse (the mitmproxy engine): RewritesBody reports
+// whether FilterResponse may change resp's body. When it reports false,
+// the engine scrubs only the header block (ResponseHeaderScrubber). A
+// ResponseFilter without it has every body streamed through.
+type ResponseBodyScope interface {
+	RewritesBody(resp *http.Response) bool
+}
+
+// MaxHeldEvent is the longest server-sent event a ResponseFilter holds
+// back whole while it scrubs an event stream (a longer one ends the
+// response); an engine charges twice that to its memory budget for each
+// response it streams through the filter.
+const MaxHeldEvent = 1 << 20
+
 // ResponseSecrets is an optional capability of a ResponseFilter, for an
 // engine that does not hold the response stream itself (the mitmproxy
 // engine): the literal values FilterResponse replaces, and what replaces

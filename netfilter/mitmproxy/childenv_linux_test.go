@@ -1,11 +1,12 @@
-package netfilter
+package mitmproxy
 
 import (
 	"bytes"
-	"github.com/vibedom/vibedom/netfilter/internal/mitmtest"
 	"os"
 	"strconv"
 	"testing"
+
+	"github.com/vibedom/vibedom/netfilter/internal/mitmtest"
 )
 
 // TestMitmdumpHoldsNoAPIKey (issue 18, item 15): the mitmdump a session
@@ -19,8 +20,7 @@ func TestMitmdumpHoldsNoAPIKey(t *testing.T) {
 	for k, v := range keys {
 		t.Setenv(k, v)
 	}
-	v := newEngineEnv(t, "mitmproxy", mitmtest.Rules)
-	m := v.Eng.(*MitmproxyEngine)
+	_, m := newEnv(t, mitmtest.Rules, nil)
 	env, err := os.ReadFile("/proc/" + strconv.Itoa(m.cmd.Process.Pid) + "/environ")
 	if err != nil {
 		t.Fatal(err)

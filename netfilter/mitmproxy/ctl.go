@@ -1,9 +1,9 @@
-package netfilter
+package mitmproxy
 
 import (
+	"github.com/vibedom/vibedom/credentials"
 	"github.com/vibedom/vibedom/netfilter/egress"
 	"github.com/vibedom/vibedom/netfilter/mitm"
-	"net/netip"
 
 	"bufio"
 	"bytes"
@@ -13,8 +13,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
-
 	"net/http"
+	"net/netip"
 	"net/url"
 	"sort"
 	"strconv"
@@ -108,7 +108,7 @@ func readCtlLine(br *bufio.Reader, max int) ([]byte, error) {
 	}
 }
 
-func (e *MitmproxyEngine) serveCtl() {
+func (e *Engine) serveCtl() {
 	defer e.wg.Done()
 	for {
 		c, err := e.ctlLn.Accept()
@@ -175,14 +175,14 @@ func deny(status int, reason string) *ctlReply {
 	return &ctlReply{Action: "deny", Status: status, Reason: reason}
 }
 
-func (e *MitmproxyEngine) conn(peer string) *mitmConn {
+func (e *Engine) conn(peer string) *mitmConn {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	return e.conns[peer]
 }
 
 // answer decides one question; nil means no answer is sent.
-func (e *MitmproxyEngine) answer(m *ctlMsg) *ctlReply {
+func (e *Engine) answer(m *ctlMsg) *ctlReply {
 	switch m.Op {
 	case "hello":
 		e.helloOnce.Do(func() { close(e.hello) })
@@ -247,7 +247,7 @@ func (e *MitmproxyEngine) answer(m *ctlMsg) *ctlReply {
 
 // request checks a request's Host against the admitted name, runs it
 // through the filter (the DLP) and returns the request to send.
-func (e *MitmproxyEngine) request(m *ctlMsg) *ctlReply {
+func (e *Engine) request(m *ctlMsg) *ctlReply {
 	c := e.conn(m.Peer)
 	if c == nil {
 		return deny(403, "not a connection vibedom handed over")
@@ -333,7 +333,7 @@ func (e *MitmproxyEngine) request(m *ctlMsg) *ctlReply {
 	// "https" only after the checked handshake (above); mitmdump verifies
 	// upstream TLS (ssl_insecure=false): the swap's condition.
 	done, err := e.filter.FilterRequest(ctx, mitm.Destination{Name: t.Name, Port: t.Port, Scheme: scheme, Verified: scheme == "https"}, r)
-	var ans *Answer
+	var ans *credentials.Answer
 	if errors.As(err, &ans) {
 		return e.answerReq(m, dest, r, ans)
 	}
@@ -413,7 +413,7 @@ type reqDest struct {
 	src      netip.AddrPort
 }
 
-func (e *MitmproxyEngine) refuseReq(m *ctlMsg, dest reqDest, r *http.Request, status int, reason string) *ctlReply {
+func (e *Engine) refuseReq(m *ctlMsg, dest reqDest, r *http.Request, status int, reason string) *ctlReply {
 	id := m.ID
 	e.release(id)
 	e.lastRefused.Store(&id)
@@ -437,7 +437,7 @@ func (e *MitmproxyEngine) refuseReq(m *ctlMsg, dest reqDest, r *http.Request, st
 
 // answerReq has the addon answer the request with a filter's own answer
 // (nothing is forwarded) and records it.
-func (e *MitmproxyEngine) answerReq(m *ctlMsg, dest reqDest, r *http.Request, a *Answer) *ctlReply {
+func (e *Engine) answerReq(m *ctlMsg, dest reqDest, r *http.Request, a *credentials.Answer) *ctlReply {
 	id := m.ID
 	e.release(id)
 	e.lastRefused.Store(&id)
@@ -454,7 +454,7 @@ func (e *MitmproxyEngine) answerReq(m *ctlMsg, dest reqDest, r *http.Request, a 
 }
 
 // finish records a request's event, as the Go engine does.
-func (e *MitmproxyEngine) finish(f *mitmFlow, status int, down int64, errText string) {
+func (e *Engine) finish(f *mitmFlow, status int, down int64, errText string) {
 	if f.stream != nil {
 		f.stream.close()
 	}
@@ -479,7 +479,7 @@ func (e *MitmproxyEngine) finish(f *mitmFlow, status int, down int64, errText st
 
 // wsMessage scrubs one WebSocket message the guest sends, with the
 // filter's UpgradeWriter (the same scrubber the Go engine runs on frames).
-func (e *MitmproxyEngine) wsMessage(m *ctlMsg) *ctlReply {
+func (e *Engine) wsMessage(m *ctlMsg) *ctlReply {
 	e.mu.Lock()
 	f := e.flows[m.ID]
 	e.mu.Unlock()
@@ -514,7 +514,7 @@ func (e *MitmproxyEngine) wsMessage(m *ctlMsg) *ctlReply {
 
 // wsUpstream scrubs a WebSocket message from upstream the way the Go
 // engine scrubs each frame's payload (every DLP form of a real key).
-func (e *MitmproxyEngine) wsUpstream(m *ctlMsg) *ctlReply {
+func (e *Engine) wsUpstream(m *ctlMsg) *ctlReply {
 	e.mu.Lock()
 	f := e.flows[m.ID]
 	e.mu.Unlock()
@@ -602,7 +602,7 @@ func normalTarget(h string) (string, bool) {
 // here and mitmdump's copy of that), or, when unknown (chunked, HTTP/2
 // without a length), the body limit three times over. The charge is held until the request is done; a request it
 // does not fit is refused at once (503), as on the Go engine.
-func (e *MitmproxyEngine) reserve(m *ctlMsg) *ctlReply {
+func (e *Engine) reserve(m *ctlMsg) *ctlReply {
 	c := e.conn(m.Peer)
 	if c == nil || m.ID == "" {
 		return deny(403, "not a connection vibedom handed over")
@@ -640,7 +640,7 @@ func (e *MitmproxyEngine) reserve(m *ctlMsg) *ctlReply {
 }
 
 // release gives a request's reservation back.
-func (e *MitmproxyEngine) release(id string) {
+func (e *Engine) release(id string) {
 	e.mu.Lock()
 	r, ok := e.resv[id]
 	delete(e.resv, id)
@@ -657,7 +657,7 @@ func (e *MitmproxyEngine) release(id string) {
 // (neither TLS nor HTTP): as on the Go engine, allowed on ports other than
 // 80 and 443 only; on those the connection is refused and closed, so the
 // bytes never reach upstream past the DLP.
-func (e *MitmproxyEngine) rawTCP(m *ctlMsg) *ctlReply {
+func (e *Engine) rawTCP(m *ctlMsg) *ctlReply {
 	c := e.conn(m.Peer)
 	if c == nil {
 		return deny(403, "not a connection vibedom handed over")

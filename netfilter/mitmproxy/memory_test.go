@@ -1,11 +1,9 @@
-package netfilter
+package mitmproxy
 
 import (
 	"context"
 	"crypto/tls"
 	"fmt"
-	"github.com/vibedom/vibedom/netfilter/internal/mitmtest"
-	"github.com/vibedom/vibedom/netfilter/mitm"
 	"io"
 	"net/http"
 	"os"
@@ -15,6 +13,9 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/vibedom/vibedom/netfilter/internal/mitmtest"
+	"github.com/vibedom/vibedom/netfilter/mitm"
 )
 
 // vmRSS is a process's resident set size in bytes (Linux), 0 if unknown.
@@ -84,12 +85,11 @@ func TestMitmproxyMemoryBound(t *testing.T) {
 	budget, limit := int64(64<<20), int64(12<<20)
 	posts, stalled, stallSent, stallDeclared, chunked := int64(10<<20), 60, 2<<20, 4<<20, int64(24<<20)
 	if os.Getenv("VIBEDOM_TEST_MEMORY_FULL") != "" {
-		budget, limit = mitm.DefaultMemoryBudget, DefaultMitmBodyLimit
+		budget, limit = mitm.DefaultMemoryBudget, DefaultBodyLimit
 		posts, stalled, stallSent, stallDeclared, chunked = 60<<20, 400, 4<<20-1, 4<<20, 192<<20
 	}
-	v := newMitmEnv(t, "mitmproxy", mitmtest.Rules, func(c *MitmproxyConfig) { c.BodyLimit = limit },
+	v, m := newEnv(t, mitmtest.Rules, func(c *Config) { c.BodyLimit = limit },
 		func(c *mitm.EngineConfig) { c.MemoryBudget = budget })
-	m := v.Eng.(*MitmproxyEngine)
 	var got atomic.Int64
 	v.UpstreamTLS("api.test", 443, v.UpCA, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		n, _ := io.Copy(io.Discard, r.Body)
@@ -101,7 +101,7 @@ func TestMitmproxyMemoryBound(t *testing.T) {
 	defer cancel()
 	post := func(n int64, chunk bool) int {
 		c := &http.Client{Transport: v.GuestTransport(false)}
-		var body io.Reader = &patternReader{n: n}
+		var body io.Reader = &mitmtest.PatternReader{N: n}
 		if chunk {
 			body = io.MultiReader(body) // no length: chunked
 		}

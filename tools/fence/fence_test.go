@@ -110,7 +110,7 @@ var table = map[string][]string{
 	"netfilter/egress":             {},
 	"netfilter/netstack":           {"netfilter/egress"},
 	"netfilter/mitm":               {"netfilter/egress", "netfilter/netstack", "credentials", "keys"},
-	"netfilter/mitmproxy":          {"netfilter/egress", "atomicfile", "childenv"},
+	"netfilter/mitmproxy":          {"netfilter/mitm", "netfilter/egress", "netfilter/netstack", "credentials", "atomicfile", "childenv"},
 	"netfilter/internal/nftest":    {},
 	"netfilter/internal/mitmtest":  {"netfilter/mitm", "netfilter/egress", "netfilter/netstack", "netfilter/internal/nftest", "keys"},
 	"netfilter/internal/stacktest": {"netfilter/egress"},

@@ -19,6 +19,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"fmt"
 	"io"
 	"log"
 	"net"
@@ -355,4 +356,47 @@ func (v *Env) SetHostAddrs(addrs ...netip.Addr) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	v.hosts = slices.Clone(addrs)
+}
+
+// EchoInfo answers with what the upstream saw.
+func EchoInfo(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("X-Upstream-Proto", r.Proto)
+	w.Header().Set("X-Upstream-Host", r.Host)
+	fmt.Fprintf(w, "hello from %s %s", r.Host, r.URL.RequestURI())
+}
+
+// GetBody GETs url with c and returns the response and its whole body.
+func GetBody(t *testing.T, c *http.Client, url string) (*http.Response, string) {
+	t.Helper()
+	req, _ := http.NewRequestWithContext(t.Context(), "GET", url, nil)
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	return resp, string(b)
+}
+
+// PatternReader yields N bytes of a repeating pattern without holding them.
+type PatternReader struct{ N int64 }
+
+var pattern = func() []byte {
+	b := make([]byte, 64<<10)
+	for i := range b {
+		b[i] = byte('a' + i%26)
+	}
+	return b
+}()
+
+func (p *PatternReader) Read(b []byte) (int, error) {
+	if p.N <= 0 {
+		return 0, io.EOF
+	}
+	if int64(len(b)) > p.N {
+		b = b[:p.N]
+	}
+	n := copy(b, pattern)
+	p.N -= int64(n)
+	return n, nil
 }

@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -95,4 +96,28 @@ func TCPPair(t testing.TB) (client, server net.Conn) {
 		t.Fatal(r.err)
 	}
 	return client, r.c
+}
+
+// Probe is a check of the machine a test needs (a program installed, at a
+// supported version), run once however many tests ask.
+type Probe struct {
+	what  string
+	check func() error
+	once  sync.Once
+	err   error
+}
+
+// NewProbe returns a Probe running check; what names what goes untested
+// when it fails ("mitmproxy engine not tested").
+func NewProbe(what string, check func() error) *Probe {
+	return &Probe{what: what, check: check}
+}
+
+// Skip skips t, with the reason, when the check fails.
+func (p *Probe) Skip(t testing.TB) {
+	t.Helper()
+	p.once.Do(func() { p.err = p.check() })
+	if p.err != nil {
+		t.Skipf("%s: %v", p.what, p.err)
+	}
 }
