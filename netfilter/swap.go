@@ -16,10 +16,6 @@ import (
 	"sync"
 )
 
-// Answer is what the proxy sends the guest in place of a request a
-// filter answers itself (credentials.Answer; both engines send it).
-type Answer = credentials.Answer
-
 // upstreamKind names how a request leaves, for messages.
 func upstreamKind(d mitm.Destination) string {
 	switch {

@@ -3,8 +3,6 @@ package netfilter
 import (
 	"context"
 	"encoding/json"
-	"github.com/vibedom/vibedom/netfilter/internal/mitmtest"
-	"github.com/vibedom/vibedom/netfilter/mitm"
 	"io"
 	"net/http"
 	"os"
@@ -12,6 +10,9 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/vibedom/vibedom/netfilter/internal/mitmtest"
+	"github.com/vibedom/vibedom/netfilter/mitm"
 
 	"github.com/vibedom/vibedom/credentials"
 	"github.com/vibedom/vibedom/dlp"
@@ -52,7 +53,7 @@ func (f *fakeLogin) AccessToken(context.Context) (string, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.fail {
-		return "", &Answer{Status: http.StatusUnauthorized, Decision: "deny", Reason: "refresh failed",
+		return "", &credentials.Answer{Status: http.StatusUnauthorized, Decision: "deny", Reason: "refresh failed",
 			Header: http.Header{"Content-Type": {"application/json"}}, Body: []byte(`{"error":"run vibedom auth login claude"}`)}
 	}
 	return f.real[len(f.real)-1], nil
@@ -66,18 +67,18 @@ func (f *fakeLogin) Secrets() []string {
 
 func (f *fakeLogin) AnswersHost() string { return "token.wild.test" }
 
-func (f *fakeLogin) Answer(r *http.Request) *Answer {
+func (f *fakeLogin) Answer(r *http.Request) *credentials.Answer {
 	b, _ := io.ReadAll(r.Body)
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.answers++
 	if !strings.Contains(string(b), f.refresh) {
-		return &Answer{Status: http.StatusBadRequest, Decision: "deny", Reason: "unknown refresh token", Body: []byte(`{"error":"invalid_grant"}`)}
+		return &credentials.Answer{Status: http.StatusBadRequest, Decision: "deny", Reason: "unknown refresh token", Body: []byte(`{"error":"invalid_grant"}`)}
 	}
 	ph := "sk-ant-oat01-" + strings.Repeat("NewP", 20) + "hh" // gitleaks:allow
 	f.access = append(f.access, ph)
 	body, _ := json.Marshal(map[string]string{"access_token": ph, "refresh_token": f.refresh})
-	return &Answer{Status: http.StatusOK, Decision: "allow", Reason: "guest refresh", Body: body,
+	return &credentials.Answer{Status: http.StatusOK, Decision: "allow", Reason: "guest refresh", Body: body,
 		Header: http.Header{"Content-Type": {"application/json"}}}
 }
 
