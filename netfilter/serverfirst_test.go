@@ -21,7 +21,7 @@ func TestConformanceServerFirst(t *testing.T) {
 	t.Parallel()
 	forEngines(t, func(t *testing.T, kind string) {
 		v := newEngineEnv(t, kind, mitmtest.Rules, func(c *mitm.EngineConfig) { c.ServerFirstWait = 100 * time.Millisecond })
-		v.AddServer("ssh.test", 22, serverFirstEcho(t))
+		v.AddServer("ssh.test", 22, mitmtest.ServerFirstEcho(t))
 		conn := v.GuestConn("ssh.test", 22)
 		defer conn.Close()
 		conn.SetDeadline(time.Now().Add(time.Minute))
@@ -41,30 +41,4 @@ func TestConformanceServerFirst(t *testing.T) {
 			t.Errorf("event: %+v", ev)
 		}
 	})
-}
-
-// serverFirstEcho starts a server-speaks-first echo service on loopback
-// (like SSH or SMTP: a banner, then every byte back) and returns its
-// address.
-func serverFirstEcho(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				io.WriteString(c, "SSH-2.0-test\r\n")
-				io.Copy(c, c)
-			}()
-		}
-	}()
-	return ln.Addr().String()
 }

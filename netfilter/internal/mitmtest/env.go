@@ -2,8 +2,10 @@
 // on one side, loopback upstream servers with certificates from their own
 // CA on the other, a fake resolver, a recording event sink, and the engine
 // configuration that joins them. It builds the Go engine itself (NewGo);
-// netfilter's tests build the mitmproxy engine and the network logs on the
-// same Env. It is imported only by tests and holds no test of its own.
+// the mitmproxy engine's tests build theirs on the same Env, and netfilter's
+// tests add the network logs and the filters. It is imported only by tests
+// and holds no test of its own; it imports netfilter/mitm, so the Go
+// engine's own tests that use it are external (package mitm_test).
 //
 // No test reaches outside this machine through it: the raw dialer behind
 // the engine's dial guard connects only to loopback and the addresses the
@@ -399,4 +401,30 @@ func (p *PatternReader) Read(b []byte) (int, error) {
 	n := copy(b, pattern)
 	p.N -= int64(n)
 	return n, nil
+}
+
+// ServerFirstEcho starts a server-speaks-first echo service on loopback
+// (like SSH or SMTP: a banner, then every byte back) and returns its
+// address.
+func ServerFirstEcho(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				io.WriteString(c, "SSH-2.0-test\r\n")
+				io.Copy(c, c)
+			}()
+		}
+	}()
+	return ln.Addr().String()
 }

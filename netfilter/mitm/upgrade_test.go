@@ -1,4 +1,4 @@
-package netfilter
+package mitm_test
 
 import (
 	"github.com/vibedom/vibedom/netfilter/egress"
@@ -79,7 +79,7 @@ func (u *switchingUpstream) seen(t *testing.T) ([]string, string) {
 // unscrubbed.
 func TestUnknownUpgradeRefused(t *testing.T) {
 	t.Parallel()
-	v := newTestEnv(t, mitmtest.Rules)
+	v, _ := mitmtest.NewGo(t, mitmtest.Rules)
 	up := &switchingUpstream{}
 	v.UpstreamPlain("plain.test", 80, up)
 	v.UpstreamTLS("api.test", 443, v.UpCA, up)
@@ -147,7 +147,7 @@ func TestUnknownUpgradeRefused(t *testing.T) {
 // the stream is refused and nothing reaches the upstream.
 func TestH2ExtendedConnectRefused(t *testing.T) {
 	t.Parallel()
-	v := newTestEnv(t, mitmtest.Rules)
+	v, _ := mitmtest.NewGo(t, mitmtest.Rules)
 	up := &switchingUpstream{}
 	v.UpstreamTLS("api.test", 443, v.UpCA, up)
 	for _, proto := range []string{"websocket", "connect-udp", "foo"} {

@@ -1,7 +1,8 @@
-package netfilter
+package mitm_test
 
 import (
 	"github.com/vibedom/vibedom/netfilter/egress"
+	"github.com/vibedom/vibedom/netfilter/internal/mitmtest"
 	"github.com/vibedom/vibedom/netfilter/internal/nftest"
 
 	"bufio"
@@ -28,7 +29,7 @@ func TestDialGuardNeverDialsLocal(t *testing.T) {
 	p := target.Port()
 	rules := strings.Join([]string{"0.0.0.0:*", "127.0.0.1:*", "[::1]:*", "[::ffff:127.0.0.1]:*",
 		"sneaky.test:*", "meta.test:*", "mixed.test:*"}, "\n")
-	v := newTestEnv(t, rules)
+	v, _ := mitmtest.NewGo(t, rules)
 	v.Answer("sneaky.test", "127.0.0.1")
 	v.Answer("meta.test", "169.254.169.254")
 	v.Answer("mixed.test", "::ffff:127.0.0.1", "0.0.0.0")
@@ -139,7 +140,7 @@ func TestDialGuardHostAndPrivate(t *testing.T) {
 	if egress.ClassifyAddr(own, nil) == egress.AddrPrivate {
 		rules += allowOwn + "\n"
 	}
-	v := newTestEnv(t, rules)
+	v, _ := mitmtest.NewGo(t, rules)
 	v.SetHostAddrs(own)
 	v.Answer("own.test", own.String())
 	v.Answer("lan.test", "192.168.77.1")
