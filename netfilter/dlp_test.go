@@ -81,7 +81,7 @@ func newDLPEnv(t *testing.T, limit int64) *dlpEnv {
 
 func newDLPEnvEngine(t *testing.T, kind string, limit int64) *dlpEnv {
 	if kind == "mitmproxy" {
-		skipWithoutMitmdump(t)
+		mitmdumpProbe.Skip(t)
 	}
 	id, err := age.GenerateX25519Identity()
 	if err != nil {

@@ -5,37 +5,16 @@ import (
 	"github.com/vibedom/vibedom/netfilter/internal/nftest"
 	"github.com/vibedom/vibedom/netfilter/mitmproxy"
 
-	"context"
 	"net/http"
 	"testing"
 )
 
-// mitmdumpProbe and mitmwebProbe find a supported mitmdump and mitmweb.
+// mitmdumpProbe skips a mitmproxy-engine test, mitmwebProbe a live-view
+// test, with the reason, when no supported mitmdump (mitmweb) is installed.
 var (
-	mitmdumpProbe = nftest.NewProbe("mitmproxy engine not tested", func() error {
-		_, err := mitmproxy.MitmdumpVersion(context.Background(), "")
-		return err
-	})
-	mitmwebProbe = nftest.NewProbe("live view not tested", func() error {
-		_, err := mitmproxy.MitmwebVersion(context.Background(), "")
-		return err
-	})
+	mitmdumpProbe = nftest.VersionProbe("mitmproxy engine not tested", mitmproxy.MitmdumpVersion)
+	mitmwebProbe  = nftest.VersionProbe("live view not tested", mitmproxy.MitmwebVersion, mitmdumpProbe)
 )
-
-// skipWithoutMitmdump skips a mitmproxy-engine test, with the reason, when
-// no supported mitmdump is installed.
-func skipWithoutMitmdump(t testing.TB) {
-	t.Helper()
-	mitmdumpProbe.Skip(t)
-}
-
-// skipWithoutMitmweb skips a live-view test, with the reason, when no
-// supported mitmweb is installed.
-func skipWithoutMitmweb(t testing.TB) {
-	t.Helper()
-	mitmdumpProbe.Skip(t)
-	mitmwebProbe.Skip(t)
-}
 
 var engineKinds = []string{"go", "mitmproxy"}
 

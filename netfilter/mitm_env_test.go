@@ -41,7 +41,7 @@ func newEngineEnv(t *testing.T, kind, rules string, opts ...envOption) *testEnv 
 func newMitmEnv(t *testing.T, kind, rules string, mopt func(*mitmproxy.Config), opts ...envOption) *testEnv {
 	t.Helper()
 	if kind == "mitmproxy" {
-		skipWithoutMitmdump(t)
+		mitmdumpProbe.Skip(t)
 	}
 	v := &testEnv{Env: mitmtest.New(t, rules)}
 	v.logDir = v.Dir

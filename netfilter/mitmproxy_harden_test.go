@@ -373,7 +373,7 @@ func TestMitmdumpCrash(t *testing.T) {
 // guest's placeholder, /events no ping payload.
 func TestInspectNoRealKey(t *testing.T) {
 	t.Parallel()
-	skipWithoutMitmweb(t)
+	mitmwebProbe.Skip(t)
 	v, real, ph := swapEnv(t, func(c *mitmproxy.Config) { c.LiveView = true })
 	m := v.Eng.(*mitmproxy.Engine)
 	v.UpstreamTLS("api.test", 443, v.UpCA, http.HandlerFunc(echoKey))

@@ -349,10 +349,7 @@ func (c *CountConn) Write(p []byte) (int, error) {
 }
 
 func (c *CountConn) CloseWrite() error {
-	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
-		return cw.CloseWrite()
-	}
-	return nil
+	return closeWrite(c.Conn)
 }
 
 // connOutcome is what HandleConn logs when the connection ends.
@@ -596,10 +593,7 @@ func (c *notifyConn) Close() error {
 }
 
 func (c *notifyConn) CloseWrite() error {
-	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
-		return cw.CloseWrite()
-	}
-	return nil
+	return closeWrite(c.Conn)
 }
 
 // oneConnListener hands out one connection, then reports closed once that
@@ -639,27 +633,41 @@ func (e *GoEngine) splice(ctx context.Context, pc *PeekConn, t netstack.Target, 
 	defer up.Close()
 	stop := context.AfterFunc(ctx, func() { up.Close() })
 	defer stop()
-	errc := make(chan error, 2)
-	go func() { errc <- CopyHalf(up, pc) }()
-	go func() { errc <- CopyHalf(pc, up) }()
-	err = <-errc
-	if err != nil {
-		pc.Close()
-		up.Close()
-	}
-	<-errc
+	Relay(pc, up)
 	return connOutcome{"allow", mode}
 }
 
-// CopyHalf copies src to dst, then half-closes dst.
-func CopyHalf(dst, src net.Conn) error {
+// Relay copies bytes both ways between a and b until both directions have
+// ended: when one side's reads end, the other side's writing half is
+// closed (when it can be); a copy that fails closes both. It returns once
+// both copies are done.
+func Relay(a, b net.Conn) {
+	errc := make(chan error, 2)
+	go func() { errc <- copyHalf(b, a) }()
+	go func() { errc <- copyHalf(a, b) }()
+	if err := <-errc; err != nil {
+		a.Close()
+		b.Close()
+	}
+	<-errc
+}
+
+// copyHalf copies src to dst, then half-closes dst.
+func copyHalf(dst, src net.Conn) error {
 	bp := copyBufs.Get().(*[]byte)
 	defer copyBufs.Put(bp)
 	_, err := io.CopyBuffer(struct{ io.Writer }{dst}, struct{ io.Reader }{src}, *bp)
-	if cw, ok := dst.(interface{ CloseWrite() error }); ok {
-		cw.CloseWrite()
-	}
+	closeWrite(dst)
 	return err
+}
+
+// closeWrite half-closes c when it can (a TCP connection, or a wrapper
+// that passes CloseWrite on).
+func closeWrite(c any) error {
+	if cw, ok := c.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return nil
 }
 
 // defaultPort is the default port of scheme.

@@ -78,10 +78,7 @@ func (c *PeekConn) Read(p []byte) (int, error) {
 
 // CloseWrite half-closes the underlying connection when it can.
 func (c *PeekConn) CloseWrite() error {
-	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
-		return cw.CloseWrite()
-	}
-	return nil
+	return closeWrite(c.Conn)
 }
 
 // clientHello is what the proxy needs from a ClientHello.

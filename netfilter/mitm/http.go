@@ -514,10 +514,7 @@ func (c *countRWC) Write(p []byte) (int, error) {
 }
 
 func (c *countRWC) CloseWrite() error {
-	if cw, ok := c.ReadWriteCloser.(interface{ CloseWrite() error }); ok {
-		return cw.CloseWrite()
-	}
-	return nil
+	return closeWrite(c.ReadWriteCloser)
 }
 
 // AddrString is a as an event's Src or Dst: "" when a is not valid.

@@ -43,11 +43,7 @@ func (c *wsConn) Close() error {
 }
 
 func (c *wsConn) CloseWrite() error {
-	err := c.w.Close()
-	if cw, ok := c.ReadWriteCloser.(interface{ CloseWrite() error }); ok {
-		return errors.Join(err, cw.CloseWrite())
-	}
-	return err
+	return errors.Join(c.w.Close(), closeWrite(c.ReadWriteCloser))
 }
 
 // wsReadConn is an upgraded connection whose reads (upstream's frames)
@@ -60,8 +56,5 @@ type wsReadConn struct {
 func (c *wsReadConn) Read(p []byte) (int, error) { return c.r.Read(p) }
 
 func (c *wsReadConn) CloseWrite() error {
-	if cw, ok := c.ReadWriteCloser.(interface{ CloseWrite() error }); ok {
-		return cw.CloseWrite()
-	}
-	return nil
+	return closeWrite(c.ReadWriteCloser)
 }

@@ -643,14 +643,7 @@ func (e *Engine) handleConn(ctx context.Context, cc *mitm.CountConn, t netstack.
 	}
 	mc.SetDeadline(time.Time{})
 	up := mitm.NewPeekConn(mc, br)
-	errc := make(chan error, 2)
-	go func() { errc <- mitm.CopyHalf(mc, pc) }()
-	go func() { errc <- mitm.CopyHalf(cc, up) }()
-	if err := <-errc; err != nil {
-		cc.Close()
-		mc.Close()
-	}
-	<-errc
+	mitm.Relay(pc, up)
 	if r := c.refused.Load(); r != nil {
 		return "deny", *r
 	}
@@ -757,12 +750,5 @@ func (e *Engine) serveUpstream(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	pc := mitm.NewPeekConn(c, brw.Reader)
-	errc := make(chan error, 2)
-	go func() { errc <- mitm.CopyHalf(up, pc) }()
-	go func() { errc <- mitm.CopyHalf(pc, up) }()
-	if err := <-errc; err != nil {
-		c.Close()
-		up.Close()
-	}
-	<-errc
+	mitm.Relay(pc, up)
 }

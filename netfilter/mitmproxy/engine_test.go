@@ -80,7 +80,7 @@ func TestMitmdumpTooOld(t *testing.T) {
 
 func TestMitmdumpPortTaken(t *testing.T) {
 	t.Parallel()
-	skipWithoutMitmdump(t)
+	mitmdumpProbe.Skip(t)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

@@ -5,45 +5,24 @@ import (
 	"github.com/vibedom/vibedom/netfilter/internal/nftest"
 	"github.com/vibedom/vibedom/netfilter/mitm"
 
-	"context"
 	"path/filepath"
 	"testing"
 
 	"github.com/vibedom/vibedom/keys"
 )
 
-// mitmdumpProbe and mitmwebProbe find a supported mitmdump and mitmweb.
+// mitmdumpProbe skips a test, mitmwebProbe a live-view test, with the
+// reason, when no supported mitmdump (mitmweb) is installed.
 var (
-	mitmdumpProbe = nftest.NewProbe("mitmproxy engine not tested", func() error {
-		_, err := MitmdumpVersion(context.Background(), "")
-		return err
-	})
-	mitmwebProbe = nftest.NewProbe("live view not tested", func() error {
-		_, err := MitmwebVersion(context.Background(), "")
-		return err
-	})
+	mitmdumpProbe = nftest.VersionProbe("mitmproxy engine not tested", MitmdumpVersion)
+	mitmwebProbe  = nftest.VersionProbe("live view not tested", MitmwebVersion, mitmdumpProbe)
 )
-
-// skipWithoutMitmdump skips a test, with the reason, when no supported
-// mitmdump is installed.
-func skipWithoutMitmdump(t testing.TB) {
-	t.Helper()
-	mitmdumpProbe.Skip(t)
-}
-
-// skipWithoutMitmweb skips a live-view test, with the reason, when no
-// supported mitmweb is installed.
-func skipWithoutMitmweb(t testing.TB) {
-	t.Helper()
-	mitmdumpProbe.Skip(t)
-	mitmwebProbe.Skip(t)
-}
 
 // newEnv is the mitmproxy engine on the engines' shared harness, its
 // configuration changed by mopt (when not nil) and opts.
 func newEnv(t *testing.T, rules string, mopt func(*Config), opts ...func(*mitm.EngineConfig)) (*mitmtest.Env, *Engine) {
 	t.Helper()
-	skipWithoutMitmdump(t)
+	mitmdumpProbe.Skip(t)
 	v := mitmtest.New(t, rules)
 	cfg := v.Config()
 	for _, o := range opts {

@@ -42,7 +42,7 @@ type liveView struct {
 }
 
 func newLiveView(t *testing.T, openUI bool, mopts ...func(*Config)) *liveView {
-	skipWithoutMitmweb(t)
+	mitmwebProbe.Skip(t)
 	lv := &liveView{}
 	lv.v, lv.m = newEnv(t, mitmtest.Rules, func(c *Config) {
 		c.LiveView, c.testOpenUI = true, openUI

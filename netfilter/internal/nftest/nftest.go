@@ -1,12 +1,14 @@
 // Package nftest is test support shared by the tests of netfilter and its
 // rooms (egress, the network stack, the engines): loopback listeners that
 // count what reaches them, a host without addresses, a silent logger, a
-// loopback TCP pair, hand-made TLS ClientHellos. It is
-// imported only by tests and holds no test of its own; it imports none of
-// the netfilter rooms, so any of their tests may use it.
+// loopback TCP pair, hand-made TLS ClientHellos, probes that skip a test
+// when a program it needs is missing. It is imported only by tests and
+// holds no test of its own; it imports none of the netfilter rooms, so any
+// of their tests may use it.
 package nftest
 
 import (
+	"context"
 	"log/slog"
 	"net"
 	"net/netip"
@@ -101,22 +103,29 @@ func TCPPair(t testing.TB) (client, server net.Conn) {
 // Probe is a check of the machine a test needs (a program installed, at a
 // supported version), run once however many tests ask.
 type Probe struct {
-	what  string
-	check func() error
-	once  sync.Once
-	err   error
+	what    string
+	version func(ctx context.Context, program string) (string, error)
+	needs   []*Probe
+	once    sync.Once
+	err     error
 }
 
-// NewProbe returns a Probe running check; what names what goes untested
-// when it fails ("mitmproxy engine not tested").
-func NewProbe(what string, check func() error) *Probe {
-	return &Probe{what: what, check: check}
+// VersionProbe returns a Probe that a test passes when version (a version
+// check such as mitmproxy.MitmdumpVersion, run on the default program)
+// succeeds and every probe it needs passes; what names what goes untested
+// otherwise ("mitmproxy engine not tested").
+func VersionProbe(what string, version func(ctx context.Context, program string) (string, error), needs ...*Probe) *Probe {
+	return &Probe{what: what, version: version, needs: needs}
 }
 
-// Skip skips t, with the reason, when the check fails.
+// Skip skips t, with the reason, when a probe p needs or p's own check
+// fails.
 func (p *Probe) Skip(t testing.TB) {
 	t.Helper()
-	p.once.Do(func() { p.err = p.check() })
+	for _, n := range p.needs {
+		n.Skip(t)
+	}
+	p.once.Do(func() { _, p.err = p.version(context.Background(), "") })
 	if p.err != nil {
 		t.Skipf("%s: %v", p.what, p.err)
 	}
