@@ -5,9 +5,6 @@ import (
 	"github.com/vibedom/vibedom/netfilter/internal/mitmtest"
 	"github.com/vibedom/vibedom/netfilter/mitm"
 
-	"bufio"
-	"io"
-	"net"
 	"strings"
 	"testing"
 	"time"
@@ -25,17 +22,7 @@ func TestConformanceServerFirst(t *testing.T) {
 		conn := v.GuestConn("ssh.test", 22)
 		defer conn.Close()
 		conn.SetDeadline(time.Now().Add(time.Minute))
-		br := bufio.NewReader(conn)
-		line, err := br.ReadString('\n')
-		if err != nil || line != "SSH-2.0-test\r\n" {
-			t.Fatalf("banner: got %q, %v", line, err)
-		}
-		io.WriteString(conn, "ping\n")
-		if got, _ := br.ReadString('\n'); got != "ping\n" {
-			t.Errorf("echo: got %q", got)
-		}
-		conn.(*net.TCPConn).CloseWrite()
-		io.Copy(io.Discard, br)
+		mitmtest.TalkServerFirst(t, conn)
 		ev := v.Events.Wait(t, "splice connect", func(e egress.Event) bool { return e.Kind == "connect" && e.Name == "ssh.test" })
 		if ev.Decision != "allow" || !strings.Contains(ev.Reason, "server speaks first") {
 			t.Errorf("event: %+v", ev)

@@ -387,17 +387,7 @@ func TestSplice(t *testing.T) {
 	t.Run("server speaks first", func(t *testing.T) {
 		conn := v.GuestConn("ssh.test", 22)
 		defer conn.Close()
-		br := bufio.NewReader(conn)
-		line, err := br.ReadString('\n')
-		if err != nil || line != "SSH-2.0-test\r\n" {
-			t.Fatalf("banner: got %q, %v", line, err)
-		}
-		io.WriteString(conn, "ping\n")
-		if got, _ := br.ReadString('\n'); got != "ping\n" {
-			t.Errorf("echo: got %q", got)
-		}
-		conn.(*net.TCPConn).CloseWrite()
-		io.Copy(io.Discard, br)
+		mitmtest.TalkServerFirst(t, conn)
 		ev := v.Events.Wait(t, "splice connect", func(e egress.Event) bool { return e.Kind == "connect" && e.Name == "ssh.test" })
 		if ev.Decision != "allow" || !strings.Contains(ev.Reason, "spliced") || ev.BytesUp != 5 || ev.BytesDn != 14+5 {
 			t.Errorf("splice event: %+v", ev)

@@ -18,6 +18,7 @@ import (
 	"github.com/vibedom/vibedom/netfilter/mitm"
 	"github.com/vibedom/vibedom/netfilter/netstack"
 
+	"bufio"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -427,4 +428,22 @@ func ServerFirstEcho(t *testing.T) string {
 		}
 	}()
 	return ln.Addr().String()
+}
+
+// TalkServerFirst is a client of ServerFirstEcho on conn (a TCP
+// connection): it reads the banner, has one line echoed, half-closes and
+// reads to the end.
+func TalkServerFirst(t *testing.T, conn net.Conn) {
+	t.Helper()
+	br := bufio.NewReader(conn)
+	line, err := br.ReadString('\n')
+	if err != nil || line != "SSH-2.0-test\r\n" {
+		t.Fatalf("banner: got %q, %v", line, err)
+	}
+	io.WriteString(conn, "ping\n")
+	if got, _ := br.ReadString('\n'); got != "ping\n" {
+		t.Errorf("echo: got %q", got)
+	}
+	conn.(*net.TCPConn).CloseWrite()
+	io.Copy(io.Discard, br)
 }
