@@ -138,3 +138,8 @@ func genericHostLabel(l []byte) bool {
 	}
 	return genericHostLabels[string(b[:len(l)])] || placeholder(l)
 }
+
+// notPhoneWords say that the dashed 3-3-4 number after them (within 32
+// bytes) is an id, not a phone number: order 415-555-2671.
+var notPhoneWords = []string{"order", "invoice", "ticket", "isbn", "issn", "sku", "part", "serial", "model", "ref",
+	"reference", "case", "lot", "batch", "tracking", "build", "version", "id"}

@@ -1371,8 +1371,9 @@ var phoneWords = []string{"phone", "tel", "mobile", "cell", "call", "fax", "what
 // phone matches a phone number whose first digit is at i: E.164 (+ then
 // 8 to 15 digits, in groups separated by single spaces, dots or dashes,
 // parentheses around one group) anywhere; a NANP number ((AAA) EEE-NNNN,
-// AAA-EEE-NNNN, AAA.EEE.NNNN) only after a word such as "phone" or "tel"
-// within 32 bytes, so dates, versions and ids are not taken for one.
+// AAA-EEE-NNNN, AAA.EEE.NNNN) as a standalone token of exactly that
+// shape, so dates, versions, ISBNs and UUIDs are not taken for one, and
+// a dashed one not after an id's word (notPhoneWords) or a '#'.
 func (s *scanner) phone(i int) int {
 	b := s.buf
 	as := i
@@ -1440,11 +1441,13 @@ func (s *scanner) phone(i int) int {
 		return -1
 	}
 	// "(415) 555-2671" and "415.839.2271" say they are phone numbers by
-	// themselves; 415-555-2671 (an order number as often) needs a phone
-	// word before it.
+	// themselves; 415-839-2271 too, unless a word before it says it is
+	// an id (order, ticket, part …), it follows a '#', or its area code
+	// or exchange is an N11 service code (no number has one).
 	paren := b[as] == '(' && b[i+3] == ')'
 	dotted := b[i+3] == '.' && b[starts[1]+3] == '.'
-	if !paren && !dotted && !s.phoneContext(as) {
+	if !paren && !dotted && !s.phoneContext(as) &&
+		(as > 0 && b[as-1] == '#' || b[i+1] == '1' && b[i+2] == '1' || b[starts[1]+1] == '1' && b[starts[1]+2] == '1' || s.notPhoneContext(as)) {
 		return -1
 	}
 	num := strings.Map(func(r rune) rune {
@@ -1458,6 +1461,31 @@ func (s *scanner) phone(i int) int {
 	}
 	s.add(as, end, CatPhone)
 	return end
+}
+
+// notPhoneContext reports, in the 32 bytes before as, a word that says
+// the number after it is an id (notPhoneWords), as a whole word (or its
+// plural): "department" is no "part".
+func (s *scanner) notPhoneContext(as int) bool {
+	l := strings.ToLower(string(s.buf[max(0, as-32):as]))
+	for _, w := range notPhoneWords {
+		for k := 0; ; {
+			i := strings.Index(l[k:], w)
+			if i < 0 {
+				break
+			}
+			i += k
+			e := i + len(w)
+			if e < len(l) && l[e] == 's' {
+				e++
+			}
+			if (i == 0 || class[l[i-1]]&(cLower|cUpper) == 0) && (e == len(l) || class[l[e]]&(cLower|cUpper) == 0) {
+				return true
+			}
+			k = i + 1
+		}
+	}
+	return false
 }
 
 // phoneContext reports a phone word in the 32 bytes before as.
