@@ -350,17 +350,18 @@ const maxSeparatedLen = 256
 
 // separatedForms are s cut into groups of n characters (1 to 8, counted
 // from its start) joined by a blank or a dot (Zx8Q m2Lk 7Vn4 …,
-// Zx8.Qm2.Lk7…), for a value that mixes cases or digits. Dashes,
-// zero-width characters and line breaks are undone by the separated and
-// wrap views instead (views.go); blanks and dots are too common in text
-// to look at each one, so these are searched as forms of their own.
+// Zx8.Qm2.Lk7…), and one character a line, for a value that mixes cases
+// or digits. Dashes, zero-width characters and folding at 2 or more
+// columns are undone by the separated and wrap views instead (views.go);
+// blanks and dots are too common in text to look at each one, so these
+// are searched as forms of their own.
 func separatedForms(s []byte) []encoded {
 	if len(s) > maxSeparatedLen || classCount(s) < 2 {
 		return nil
 	}
 	var out []encoded
-	for _, sep := range []byte{' ', '.'} {
-		for n := 1; n <= 8 && n < len(s); n++ {
+	for _, sep := range []byte{' ', '.', '\n'} {
+		for n := 1; n <= 8 && n < len(s) && (sep != '\n' || n == 1); n++ {
 			b := make([]byte, 0, len(s)+len(s)/n)
 			for i := 0; i < len(s); i += n {
 				if i > 0 {

@@ -98,6 +98,11 @@ func TestKnownValueSeparators(t *testing.T) {
 			"folded at 10":      "-----\n" + separated(v, 10, "\n") + "\n-----",
 			"folded at 5":       "data:\n  " + separated(v, 5, "\n  ") + "\n",
 			"folded at 12 crlf": separated(v, 12, "\r\n") + "\r\n",
+			"folded at 1":       "x\n" + separated(v, 1, "\n") + "\nend",
+			"folded at 7, key":  "data: " + separated(v, 7, "\n") + "\n",
+			"folded at 15, key": "data: " + separated(v, 15, "\n") + "\n",
+			"folded at 17, key": "data: " + separated(v, 17, "\n") + "\n",
+			"folded at 20 json": `{"k":"` + separated(v, 20, `\n`) + `"}`,
 		}
 	}
 	for name, text := range render(secret) {
@@ -105,6 +110,13 @@ func TestKnownValueSeparators(t *testing.T) {
 		fs := rep.Findings()
 		if !strings.Contains(out, "[REDACTED:SECRET]") || len(fs) == 0 || fs[0].Value() != secret {
 			t.Errorf("%s: %q -> %q (%v)", name, text, out, fs)
+		}
+		// Nothing of the value is left (not only a half of it).
+		for k := 0; k+6 <= len(secret); k++ {
+			if strings.Contains(out, secret[k:k+6]) {
+				t.Errorf("%s: %q left in %q", name, secret[k:k+6], out)
+				break
+			}
 		}
 	}
 	twins := render(other)

@@ -421,7 +421,7 @@ func wrapBreak(text []byte, nl int) int {
 	for k < len(text) && b64Byte(text[k]) {
 		k++
 	}
-	if k-e >= 16 && (k == len(text) || text[k] == '\n' || text[k] == '\r') {
+	if k > e && (k == len(text) || text[k] == '\n' || text[k] == '\r' || text[k] == '"' || text[k] == '\'') {
 		return e
 	}
 	return -1
@@ -444,7 +444,7 @@ func foldBreak(text []byte, nl int) int {
 		ls--
 	}
 	w := s - ls
-	if w < 2 || w > 16 || classCount(text[ls:s]) < 2 || !lineStartAt(text, ls) {
+	if w < 2 || w > 16 || classCount(text[ls:s]) < 2 {
 		return -1
 	}
 	e, ne := runLineAt(text, nl+1)
@@ -452,9 +452,13 @@ func foldBreak(text []byte, nl int) int {
 		return -1
 	}
 	if ne-e == w && ne < len(text) && (text[ne] == '\n' || text[ne] == '\r') {
-		return e // the next line is as wide: the fold goes on
+		return e // the next line is as wide: the fold goes on (its first line may follow a key)
 	}
-	// The last line of the value: the line before must be as wide.
+	// The last line of the value: this line stands alone and the line
+	// before is as wide (that one may follow a key).
+	if !lineStartAt(text, ls) {
+		return -1
+	}
 	p := ls
 	for p > 0 && (text[p-1] == ' ' || text[p-1] == '\t') {
 		p--
@@ -470,7 +474,7 @@ func foldBreak(text []byte, nl int) int {
 	for pl > 0 && q-pl <= w && b64Byte(text[pl-1]) {
 		pl--
 	}
-	if q-pl == w && lineStartAt(text, pl) {
+	if q-pl == w {
 		return e
 	}
 	return -1
