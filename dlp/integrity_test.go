@@ -213,6 +213,9 @@ func boundaryItems(t *testing.T) []boundaryItem {
 		{"card", "4111 1111 1111 1111", "[REDACTED:CREDIT_CARD]", CatCreditCard},
 		{"jwt", jwtToken, "[REDACTED:JWT]", CatJWT},
 		{"pem", strings.TrimSpace(pemKey(t)), "[REDACTED:PRIVATE_KEY]", CatPrivateKey},
+		{"host label", "http://buildbox/job", "http://[REDACTED:INTERNAL_IP]/job", CatInternalIP},
+		{"phone", "415-839-" + "2271", "[REDACTED:PHONE]", CatPhone},
+		{"known spaced", separated(knownSecret, 4, " "), "[REDACTED:SECRET]", CatSecret},
 		// Two findings back to back: the second must not be taken for
 		// the rest of the first when the first ends a window.
 		{"adjacent", knownSecret + awsKey, "[REDACTED:SECRET][REDACTED:CLOUD_KEY]", CatSecret},
