@@ -88,6 +88,8 @@ func TestKnownValueSeparators(t *testing.T) {
 		return map[string]string{
 			"dash every 4":      "key: " + separated(v, 4, "-") + "\n",
 			"dash every 1":      "key " + separated(v, 1, "-") + ".",
+			"dash every 11":     "key " + separated(v, 11, "-") + ".",
+			"dash every 15":     "key=" + separated(v, 15, "-") + "\n",
 			"blank every 4":     "key: " + separated(v, 4, " ") + "\n",
 			"blank every 1":     `"` + separated(v, 1, " ") + `"`,
 			"blank every 7":     "k = " + separated(v, 7, " ") + " ok",

@@ -303,16 +303,13 @@ func zeroWidth(b []byte) int {
 
 // separatedRun looks at text[start:] for groups of l alphanumerics, each
 // followed by sep (for a line break, CRLF too, after optional
-// indentation), at least four groups (three lines), the last one of 1 to
-// l, holding 12 or more characters in all; it returns the end of the last group, else -1. Groups longer than
-// 8 count only for line breaks (folding at any width), and the separator
-// must not also be inside the groups' neighbours (prose has words of
-// unequal length; this wants equal ones).
+// indentation), at least four groups (three lines, or groups longer than
+// 8), the last one of 1 to l, holding 12 or more characters in all; it
+// returns the end of the last group, else -1. The separator must not also
+// be inside the groups' neighbours (prose has words of unequal length;
+// this wants equal ones).
 func separatedRun(text []byte, start, l int, sep byte) int {
 	lines := sep == '\n' || sep == '\r'
-	if l > 8 && !lines {
-		return -1
-	}
 	if start > 0 && (class[text[start-1]]&cAlnum != 0 || text[start-1] == sep && !lines) {
 		return -1
 	}
@@ -345,7 +342,7 @@ func separatedRun(text []byte, start, l int, sep byte) int {
 		}
 	}
 	minGroups := 4
-	if lines {
+	if lines || l > 8 {
 		minGroups = 3
 	}
 	if groups < minGroups || chars < 12 || (i < len(text) && class[text[i]]&cAlnum != 0) {
