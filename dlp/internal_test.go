@@ -61,7 +61,8 @@ func TestSingleLabelHosts(t *testing.T) {
 		"http://localhost:8080/ and https://github.com/org/repo and http://127.0.0.1:3000/",
 		"file:///srv/x s3://my-bucket/key chrome://settings vscode://ext/x mailto:a",
 		"http://${HOST}:${PORT}/ http://<host>/ http://{{ .Host }}/ https://[::1]:443/",
-		"http://host:port/path http://HOST/ https://your-server/ http://server:8080/",
+		"http://host:port/path http://HOST/ https://your-server/ http://server:8080/ https://my-server/",
+		"--with-icu-source=http://url/to/icu.tgz and CONNECT name:443, http://name:443/ or https://evil/x",
 		"http://123/ and https://x_y/",
 		// Docker-compose and tutorial service names.
 		"redis://redis:6379/0 http://db:5432 amqp://guest:guest@rabbitmq:5672/ http://api:8000",

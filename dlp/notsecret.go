@@ -114,8 +114,8 @@ func publicKey(v string) bool {
 var genericHostLabels = func() map[string]bool {
 	m := map[string]bool{}
 	for _, w := range strings.Fields(`localhost localhost4 localhost6 ip6-localhost ip6-loopback broadcasthost
-		host hostname myhost yourhost your-host server servername myserver your-server remote domain example
-		foo bar baz qux target upstream origin
+		host hostname myhost yourhost your-host my-host server servername myserver your-server my-server remote
+		domain example url name addr address ip test dummy foo bar baz qux target upstream origin evil attacker
 		app api web www backend frontend worker proxy gateway cache db database
 		redis postgres postgresql pg mysql mariadb mongo mongodb rabbitmq kafka zookeeper nats memcached
 		elasticsearch opensearch kibana logstash minio localstack nginx traefik caddy haproxy envoy
