@@ -15,6 +15,7 @@ func TestDashedPhoneNumbers(t *testing.T) {
 		{"name,number\nDana,212-736-" + "5000\n", "212-736-5000"},
 		{"my number is 415-839-" + "2271.", "415-839-2271"},
 		{"Sales department 415-839-" + "2271", "415-839-2271"},
+		{"order 88, call 415-839-" + "2271", "415-839-2271"},
 	}, []Class{ClassPublic}, []Class{ClassExternal, ClassInternal})
 	wantUntouched(t, e, []string{
 		"released 2024-11-23, due 11-23-2024, v1.415-839-2271 and 415-839-2271-beta",
@@ -24,5 +25,6 @@ func TestDashedPhoneNumbers(t *testing.T) {
 		"invoices 415-839-2271, SKU 415-839-2271, serial 212-736-5000, issue #415-839-2271",
 		"codes 411-839-2271 and 415-911-2271, 123-456-7890, 415-839-22710",
 		"range 100-200-3000 and x415-839-2271 and 415-839-2271x",
+		"call Dana, order 415-839-2271",
 	}, ClassPublic, ClassExternal, ClassInternal)
 }

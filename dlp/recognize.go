@@ -1446,9 +1446,12 @@ func (s *scanner) phone(i int) int {
 	// or exchange is an N11 service code (no number has one).
 	paren := b[as] == '(' && b[i+3] == ')'
 	dotted := b[i+3] == '.' && b[starts[1]+3] == '.'
-	if !paren && !dotted && !s.phoneContext(as) &&
-		(as > 0 && b[as-1] == '#' || b[i+1] == '1' && b[i+2] == '1' || b[starts[1]+1] == '1' && b[starts[1]+2] == '1' || s.notPhoneContext(as)) {
-		return -1
+	if !paren && !dotted {
+		// The nearer word decides: call Dana 415-…, order 415-….
+		ph, id := s.phoneContext(as), s.notPhoneContext(as)
+		if id > ph || ph < 0 && (as > 0 && b[as-1] == '#' || b[i+1] == '1' && b[i+2] == '1' || b[starts[1]+1] == '1' && b[starts[1]+2] == '1') {
+			return -1
+		}
 	}
 	num := strings.Map(func(r rune) rune {
 		if r >= '0' && r <= '9' {
@@ -1463,11 +1466,12 @@ func (s *scanner) phone(i int) int {
 	return end
 }
 
-// notPhoneContext reports, in the 32 bytes before as, a word that says
-// the number after it is an id (notPhoneWords), as a whole word (or its
-// plural): "department" is no "part".
-func (s *scanner) notPhoneContext(as int) bool {
+// notPhoneContext returns where the last word that says the number after
+// it is an id (notPhoneWords) starts in the 32 bytes before as, as a whole
+// word (or its plural: "department" is no "part"), or -1.
+func (s *scanner) notPhoneContext(as int) int {
 	l := strings.ToLower(string(s.buf[max(0, as-32):as]))
+	last := -1
 	for _, w := range notPhoneWords {
 		for k := 0; ; {
 			i := strings.Index(l[k:], w)
@@ -1480,23 +1484,23 @@ func (s *scanner) notPhoneContext(as int) bool {
 				e++
 			}
 			if (i == 0 || class[l[i-1]]&(cLower|cUpper) == 0) && (e == len(l) || class[l[e]]&(cLower|cUpper) == 0) {
-				return true
+				last = max(last, i)
 			}
 			k = i + 1
 		}
 	}
-	return false
+	return last
 }
 
-// phoneContext reports a phone word in the 32 bytes before as.
-func (s *scanner) phoneContext(as int) bool {
+// phoneContext returns where the last phone word starts in the 32 bytes
+// before as, or -1.
+func (s *scanner) phoneContext(as int) int {
 	l := strings.ToLower(string(s.buf[max(0, as-32):as]))
+	last := -1
 	for _, w := range phoneWords {
-		if strings.Contains(l, w) {
-			return true
-		}
+		last = max(last, strings.LastIndex(l, w))
 	}
-	return false
+	return last
 }
 
 // atForms are the spellings of '@' in an address written to dodge a
