@@ -19,12 +19,12 @@ var urlSchemes = []string{"http", "https", "ws", "wss", "ftp", "ftps", "sftp", "
 	"rdp", "vnc", "smtp", "smtps", "imap", "imaps", "pop3", "pop3s"}
 
 // urlSchemeAnchors are "<scheme>://" for each scheme, case-insensitive,
-// keyed on their last five bytes (shared between schemes).
+// keyed on the scheme's first bytes: a key is shared by two schemes at
+// most (http, https), so a URL costs one or two literal compares.
 func urlSchemeAnchors() []anchor {
 	out := make([]anchor, len(urlSchemes))
 	for i, s := range urlSchemes {
-		lit := s + "://"
-		out[i] = anchor{lit: lit, off: len(lit) - 5, ci: true}
+		out[i] = anchor{lit: s + "://", ci: true}
 	}
 	return out
 }
@@ -91,17 +91,17 @@ func hasLetter(b []byte) bool {
 	return false
 }
 
+// hostEndByte marks the bytes of hostEnds.
+var hostEndByte = func() (t [256]bool) {
+	for i := 0; i < len(hostEnds); i++ {
+		t[hostEnds[i]] = true
+	}
+	return t
+}()
+
 // hostEnd reports whether buf[i] may end a host name (or the text ends).
 func hostEnd(buf []byte, i int) bool {
-	if i >= len(buf) {
-		return true
-	}
-	for k := 0; k < len(hostEnds); k++ {
-		if buf[i] == hostEnds[k] {
-			return true
-		}
-	}
-	return false
+	return i >= len(buf) || hostEndByte[buf[i]]
 }
 
 // portEnd returns the end of ":digits" at buf[i:] (a port of 1 to 5
@@ -124,22 +124,36 @@ func portEnd(buf []byte, i int) int {
 // when it is a single label.
 func (s *scanner) urlHostLabel(h hit) {
 	buf := s.buf[:s.n]
+	// Most URLs name a dotted host: done at its first dot.
+	st := h.ae
+	i := st
+	for i < len(buf) && i-st <= 63 && class[buf[i]]&cDomain != 0 {
+		i++
+	}
+	if i < len(buf) && buf[i] == '.' {
+		return
+	}
 	if h.as > 0 {
-		if p := buf[h.as-1]; isAlnum(p) || p == '+' || p == '-' || p == '.' || p == '_' {
-			return // xhttp://, a longer scheme
+		if p := buf[h.as-1]; class[p]&cIdent != 0 || p == '+' {
+			return // a longer scheme (xhttp://)
 		}
 	}
-	// The authority ends at the first / ? # or a byte no URL holds; the
-	// host follows its last '@'.
-	st := h.ae
-	for i := h.ae; i < len(buf) && i-h.ae < 256; i++ {
-		c := buf[i]
-		if c == '@' {
-			st = i + 1
-			continue
-		}
-		if c <= ' ' || c == '/' || c == '?' || c == '#' || c == '"' || c == '\'' || c == '`' || c == '<' || c == '>' {
-			break
+	if i < len(buf) && buf[i] == ':' {
+		i = portEnd(buf, i)
+	}
+	if i < len(buf) && !hostEnd(buf, i) {
+		// user:password@host: the host follows the authority's last
+		// '@'; the authority ends at the first / ? # or a byte no URL
+		// holds.
+		for i := h.ae; i < len(buf) && i-h.ae < 256; i++ {
+			c := buf[i]
+			if c == '@' {
+				st = i + 1
+				continue
+			}
+			if c <= ' ' || c == '/' || c == '?' || c == '#' || c == '"' || c == '\'' || c == '`' || c == '<' || c == '>' {
+				break
+			}
 		}
 	}
 	e := hostLabelAt(buf, st)

@@ -143,7 +143,7 @@ var recognizers = []recognizer{
 	{name: "host-label-port", cat: CatInternalIP,
 		anchors: servicePortAnchors(), check: (*scanner).portHostLabel},
 	{name: "host-label-header", cat: CatInternalIP,
-		anchors: []anchor{{lit: "Host: ", off: 1}}, check: (*scanner).headerHostLabel},
+		anchors: []anchor{{lit: "Host: ", off: 2, next: cDomain}}, check: (*scanner).headerHostLabel},
 	{name: "host-label-ssh", cat: CatInternalIP,
 		anchors: sshAnchors, check: (*scanner).sshHostLabel},
 	{name: "ipv6-ula", cat: CatInternalIP,
