@@ -41,6 +41,7 @@ func TestSingleLabelHosts(t *testing.T) {
 		{"see http://buildbox/job/42", "buildbox"},
 		{"curl -s https://buildbox:8443/api?x=1", "buildbox"},
 		{`{"url":"HTTP://Wiki01"}`, "Wiki01"},
+		{"LDAPS://DC01:636", "DC01"},
 		{"LDAP_URL=ldaps://ldap01:636\n", "ldap01"},
 		{"ldap01:389 is the directory", "ldap01"},
 		{`server = "pgmain:5432"`, "pgmain"},
