@@ -31,16 +31,19 @@ func e2fsck(t *testing.T, img string) {
 	}
 }
 
+// TestBuildGuestImage: the first build in a home fetches, verifies and
+// builds everything; a second run is warm and needs no mirror; a session
+// finds the image; a second home shares it; a damaged root image is
+// refused and rebuilt from the package cache.
 func TestBuildGuestImage(t *testing.T) {
 	t.Parallel()
 	url, key, _ := testMirror(t)
-	h := home.Home(t.TempDir())
 	o := GuestOptions{Arch: vm.Arch(runtime.GOARCH), Mirror: url, Keys: key.Ring}
-
-	r, err := BuildGuest(t.Context(), h, o)
-	if err != nil {
-		t.Fatal(err)
-	}
+	// The first build is the shared guest image's (sharedGuestHome): a
+	// cold build from the shared mirror into a home of its own, made once
+	// for this test binary. This test only reads that home, or writes
+	// beside what is in it; it damages a copy.
+	h, r := sharedGuestHome(t)
 	if !r.Built || !r.Fresh || r.Packages < 10 {
 		t.Errorf("first build: %+v", r)
 	}
@@ -99,9 +102,18 @@ func TestBuildGuestImage(t *testing.T) {
 	}
 
 	// A damaged root image is noticed (its identity changed, so it is
-	// hashed again) and refused.
-	os.Chmod(r.Root, 0o644)
-	f, err := os.OpenFile(r.Root, os.O_WRONLY, 0)
+	// hashed again) and refused: in a home that is a copy of h (every file
+	// copied, none linked), built there from the cache.
+	h = copiedHome(t, h)
+	rc, err := BuildGuest(t.Context(), h, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rc.Built || rc.RootSHA != r.RootSHA || !strings.HasPrefix(rc.Root, h.Images()) {
+		t.Errorf("a copy of the home: built=%v root %s, want %s's copy of %s", rc.Built, rc.Root, h.Images(), r.RootSHA)
+	}
+	os.Chmod(rc.Root, 0o644)
+	f, err := os.OpenFile(rc.Root, os.O_WRONLY, 0)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -122,11 +122,33 @@ func cloneMirror(t *testing.T, repo *alpinetest.DebianRepo) (string, *alpinetest
 }
 
 // sharedGuest is a home where BuildGuest built the host arch's shared
-// mirror's guest image, once per test binary.
+// mirror's guest image, once per test binary, and what that cold build
+// returned.
 var sharedGuest struct {
-	once sync.Once
-	home home.Home
-	err  error
+	once   sync.Once
+	home   home.Home
+	result *GuestResult
+	err    error
+}
+
+// sharedGuestHome returns the shared guest image's home and the result of
+// its cold build. Callers must not change what is in it (they may add
+// beside it: the images cache is content-addressed).
+func sharedGuestHome(t *testing.T) (home.Home, *GuestResult) {
+	t.Helper()
+	url, key, _ := testMirror(t)
+	sharedGuest.once.Do(func() {
+		h := home.Home(filepath.Join(sharedRoot, "guest-home"))
+		if sharedGuest.err = os.MkdirAll(string(h), 0o700); sharedGuest.err != nil {
+			return
+		}
+		sharedGuest.result, sharedGuest.err = BuildGuest(context.Background(), h, GuestOptions{Arch: vm.Arch(runtime.GOARCH), Mirror: url, Keys: key.Ring})
+		sharedGuest.home = h
+	})
+	if sharedGuest.err != nil {
+		t.Fatalf("the shared guest image: %v", sharedGuest.err)
+	}
+	return sharedGuest.home, sharedGuest.result
 }
 
 // seededHome returns a new home, with no guest manifest, whose image
@@ -138,30 +160,31 @@ var sharedGuest struct {
 // ones are written beside and renamed; the rest is copied.
 func seededHome(t *testing.T) home.Home {
 	t.Helper()
-	url, key, _ := testMirror(t)
-	sharedGuest.once.Do(func() {
-		h := home.Home(filepath.Join(sharedRoot, "guest-home"))
-		if sharedGuest.err = os.MkdirAll(string(h), 0o700); sharedGuest.err != nil {
-			return
-		}
-		_, sharedGuest.err = BuildGuest(context.Background(), h, GuestOptions{Arch: vm.Arch(runtime.GOARCH), Mirror: url, Keys: key.Ring})
-		sharedGuest.home = h
-	})
-	if sharedGuest.err != nil {
-		t.Fatalf("the shared guest image: %v", sharedGuest.err)
-	}
+	src, _ := sharedGuestHome(t)
+	return homeCopy(t, src, true)
+}
+
+// copiedHome is seededHome from src with every file copied, none linked:
+// the test may write into them.
+func copiedHome(t *testing.T, src home.Home) home.Home {
+	t.Helper()
+	return homeCopy(t, src, false)
+}
+
+func homeCopy(t *testing.T, src home.Home, link bool) home.Home {
+	t.Helper()
 	h := home.Home(t.TempDir())
 	for _, dir := range []func(home.Home) string{home.Home.Images, home.Home.APKCache} {
-		if err := copyTree(dir(h), dir(sharedGuest.home)); err != nil {
+		if err := copyTree(dir(h), dir(src), link); err != nil {
 			t.Fatal(err)
 		}
 	}
 	return h
 }
 
-// copyTree copies the tree src to dst: read-only regular files as hard
-// links, other regular files and directories as copies.
-func copyTree(dst, src string) error {
+// copyTree copies the tree src to dst: with link, read-only regular files
+// as hard links; other regular files and directories as copies.
+func copyTree(dst, src string, link bool) error {
 	return filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
@@ -180,7 +203,7 @@ func copyTree(dst, src string) error {
 			return os.MkdirAll(to, fi.Mode().Perm()|0o700)
 		case !fi.Mode().IsRegular():
 			return nil // locks' sockets and the like: made again on use
-		case fi.Mode().Perm()&0o222 == 0:
+		case link && fi.Mode().Perm()&0o222 == 0:
 			if os.Link(p, to) == nil {
 				return nil
 			}
