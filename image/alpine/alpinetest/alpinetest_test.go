@@ -21,11 +21,10 @@ func (s sink) WriteEntry(e alpine.Entry, r io.Reader) error {
 	return err
 }
 
-// TestMirrorRoundTrip: what this package builds, package alpine reads,
-// verifies, resolves, fetches and extracts; and trusts nothing else.
-func TestMirrorRoundTrip(t *testing.T) {
-	t.Parallel()
-	k, err := NewKey("round@trip-1.rsa.pub")
+// keyAndMirror makes a key named name and an empty mirror.
+func keyAndMirror(t *testing.T, name string) (*Key, *Mirror) {
+	t.Helper()
+	k, err := NewKey(name)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -33,6 +32,14 @@ func TestMirrorRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return k, m
+}
+
+// TestMirrorRoundTrip: what this package builds, package alpine reads,
+// verifies, resolves, fetches and extracts; and trusts nothing else.
+func TestMirrorRoundTrip(t *testing.T) {
+	t.Parallel()
+	k, m := keyAndMirror(t, "round@trip-1.rsa.pub")
 	if _, err := m.Build("main", Spec{Name: "app", Version: "1.0-r0", Arch: "x86_64", Description: "the app",
 		Depends: []string{"so:libz.so.1"}, Key: k,
 		Files: []File{{Name: "usr/", Type: tar.TypeDir}, {Name: "usr/bin/app", Mode: 0o755, Body: []byte("#!/bin/sh\n")}}}); err != nil {
@@ -109,14 +116,7 @@ func TestMembers(t *testing.T) {
 // or index written to either afterwards is not seen by the other.
 func TestMirrorClone(t *testing.T) {
 	t.Parallel()
-	k, err := NewKey("clone-1.rsa.pub")
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := NewMirror(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
+	k, m := keyAndMirror(t, "clone-1.rsa.pub")
 	if _, err := m.Build("main", Spec{Name: "app", Version: "1.0-r0", Arch: "x86_64", Key: k}); err != nil {
 		t.Fatal(err)
 	}
