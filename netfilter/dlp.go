@@ -134,21 +134,31 @@ func (f *DLPFilter) FilterRequest(ctx context.Context, dest mitm.Destination, r 
 	hs.header(r.Header, "header")
 	// Trailers: the declared names now (the Trailer header lists them
 	// before the body), the values once the body has ended, as headers.
-	if r.Trailer != nil {
-		hs.header(r.Trailer, "trailer")
+	// The engine fills recv as the guest's body ends, which may be while
+	// the transport still writes the head (the body below is read ahead):
+	// the transport gets a map of its own, send, filled only once it has
+	// read the end of the scrubbed body.
+	recv := r.Trailer
+	if recv != nil {
+		hs.header(recv, "trailer")
+		r.Trailer = make(http.Header, len(recv))
+		for k := range recv {
+			r.Trailer[k] = nil
+		}
 	}
 	if _, ok := r.Header["Trailer"]; ok || len(r.Trailer) > 0 {
 		r.Header.Del("Trailer")
 		if len(r.Trailer) > 0 {
-			names := slices.Sorted(maps.Keys(r.Trailer))
-			r.Header.Set("Trailer", strings.Join(names, ", "))
+			r.Header.Set("Trailer", strings.Join(slices.Sorted(maps.Keys(r.Trailer)), ", "))
 		}
 	}
-	if r.Trailer != nil {
+	if recv != nil {
 		if r.Body == nil || r.Body == http.NoBody {
-			hs.header(r.Trailer, "trailer")
+			hs.header(recv, "trailer")
+			maps.Copy(r.Trailer, recv)
+			recv = nil
 		} else {
-			r.Body = &trailerScrub{ReadCloser: r.Body, scrub: func() { hs.header(r.Trailer, "trailer") }}
+			r.Body = &onEOF{ReadCloser: r.Body, f: func() { hs.header(recv, "trailer") }}
 		}
 	}
 
@@ -200,6 +210,20 @@ func (f *DLPFilter) FilterRequest(ctx context.Context, dest mitm.Destination, r 
 			wait = func() {
 				pr.CloseWithError(errors.New("request finished"))
 				wg.Wait()
+			}
+		}
+	}
+
+	if send := r.Trailer; recv != nil {
+		fill := func(b io.ReadCloser) io.ReadCloser { return &onEOF{ReadCloser: b, f: func() { maps.Copy(send, recv) }} }
+		r.Body = fill(r.Body)
+		if gb := r.GetBody; gb != nil {
+			r.GetBody = func() (io.ReadCloser, error) {
+				b, err := gb()
+				if err != nil {
+					return nil, err
+				}
+				return fill(b), nil
 			}
 		}
 	}
@@ -260,18 +284,18 @@ func (s headerScrub) header(h http.Header, where string) {
 	}
 }
 
-// trailerScrub runs scrub once its body has ended, before the end is
-// passed on: the trailers have arrived by then, and are sent only after it.
-type trailerScrub struct {
+// onEOF runs f once its body has ended, before the end is passed on (by
+// then a request's trailers have arrived, and they are sent only after).
+type onEOF struct {
 	io.ReadCloser
-	once  sync.Once
-	scrub func()
+	once sync.Once
+	f    func()
 }
 
-func (b *trailerScrub) Read(p []byte) (int, error) {
+func (b *onEOF) Read(p []byte) (int, error) {
 	n, err := b.ReadCloser.Read(p)
 	if err == io.EOF {
-		b.once.Do(b.scrub)
+		b.once.Do(b.f)
 	}
 	return n, err
 }

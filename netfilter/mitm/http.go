@@ -233,10 +233,10 @@ func (e *GoEngine) forward(w http.ResponseWriter, r *http.Request, dest fwdTarge
 	if out.Body != nil && out.Body != http.NoBody {
 		out.Body = &idleBody{ReadCloser: out.Body, rc: http.NewResponseController(w), idle: e.cfg.BodyIdleTimeout}
 		if out.Trailer != nil {
-			// The server fills r's trailers once the body has ended; the
-			// filter (which wraps this body) scrubs them in out before
-			// the transport sends them.
-			out.Body = &trailerCopy{ReadCloser: out.Body, from: r, to: out}
+			// The server fills r's trailers once the body has ended: they
+			// are copied into the map the filter is given (it wraps this
+			// body, and scrubs them before the transport sends them).
+			out.Body = &trailerCopy{ReadCloser: out.Body, from: r, to: out.Trailer}
 		}
 	}
 	st.websocket = RestrictUpgrade(out)
@@ -533,11 +533,13 @@ func AddrString(a netip.AddrPort) string {
 }
 
 // trailerCopy copies the guest's request trailers into the outgoing
-// request when the body ends (before the end is passed on).
+// request's trailer map (to, as the filter was given it) when the body
+// ends, before the end is passed on.
 type trailerCopy struct {
 	io.ReadCloser
-	from, to *http.Request
-	done     bool
+	from *http.Request
+	to   http.Header
+	done bool
 }
 
 func (b *trailerCopy) Read(p []byte) (int, error) {
@@ -545,7 +547,7 @@ func (b *trailerCopy) Read(p []byte) (int, error) {
 	if err == io.EOF && !b.done {
 		b.done = true
 		for k, v := range b.from.Trailer {
-			b.to.Trailer[k] = slices.Clone(v)
+			b.to[k] = slices.Clone(v)
 		}
 	}
 	return n, err
