@@ -301,3 +301,18 @@ func TestConnectGivesUpWithTheContext(t *testing.T) {
 		t.Errorf("dial error: %v", err)
 	}
 }
+
+// TestMemInfoFromAnOlderGuest: a guest agent that does not know
+// RequestMemInfo refuses it, and MemInfo says so with ErrNoMemInfo.
+func TestMemInfoFromAnOlderGuest(t *testing.T) {
+	t.Parallel()
+	f := newFakeGuest(t)
+	c, err := Dial(t.Context(), f.serve(t, proto.ReadyBanner), f.keys.ClientConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if mi, err := c.MemInfo(t.Context()); !errors.Is(err, ErrNoMemInfo) {
+		t.Fatalf("MemInfo = %+v, %v; want ErrNoMemInfo", mi, err)
+	}
+}
