@@ -17,7 +17,11 @@ import (
 // the guest's memory every balloonEvery and sets the balloon's target
 // (vm.Ballooner) to what the guest uses plus a generous headroom, so an idle
 // guest gives the rest back to the host. It shrinks the guest only after it
-// has been calm for a while, and grows it back at once.
+// has been calm for a while; it grows it at the first reading that finds it
+// ate into its headroom, to all of its memory when little is left. A guest
+// that allocates faster than that (its headroom within one reading) can
+// still run out of memory: vibedom does not count on the balloon deflating
+// by itself on OOM (QEMU's deflate-on-oom is off; vz documents none).
 //
 // It runs by default only on drivers whose hypervisor does not take freed
 // memory back by itself (vm.Info.FreePageReporting false: vz). On QEMU free
@@ -57,6 +61,12 @@ func parseBalloonMode(s string) (BalloonMode, error) {
 	return "", fmt.Errorf("balloon mode %q: want auto, on or off", s)
 }
 
+// balloonWanted reports whether mode asks for the policy on a driver that
+// reports info.
+func balloonWanted(mode BalloonMode, info vm.Info) bool {
+	return mode == BalloonOn || mode == BalloonAuto && !info.FreePageReporting
+}
+
 // balloonEvery is how often the policy reads the guest's memory. A reading
 // is one small SSH request, less than the control channel's keepalives.
 const balloonEvery = 2 * time.Second
@@ -68,7 +78,7 @@ type balloonPolicy struct {
 	floor       int // the target never goes below it
 	headroom    int // kept available above what the guest uses
 	low         int // less available than this grows the guest to ceiling at once
-	step        int // smaller shrinks are not worth making
+	step        int // smaller changes are not worth making (the guest's own noise)
 	shrinkAfter int // readings in a row that would shrink before it shrinks
 
 	target int // the target last set
@@ -77,8 +87,9 @@ type balloonPolicy struct {
 
 // newBalloonPolicy is the policy for a VM of memMiB: a floor of a quarter
 // of its memory, at least 512 MiB; a headroom of an eighth, at least 384
-// MiB; growing back to all of it when less than half the headroom is
-// available; shrinking after 30 s of readings that agree.
+// MiB; changes of at least a sixteenth of its memory (64 MiB or more);
+// growing back to all of it when less than half the headroom is available;
+// shrinking after 30 s of readings that agree.
 func newBalloonPolicy(memMiB int) *balloonPolicy {
 	headroom := max(384, memMiB/8)
 	return &balloonPolicy{
@@ -106,7 +117,7 @@ func (p *balloonPolicy) decide(size, avail int) int {
 	case avail < p.low:
 		p.calm = 0
 		return p.ceiling
-	case want > p.target:
+	case want >= p.target+p.step:
 		p.calm = 0
 		return want
 	case want <= p.target-p.step:
@@ -194,8 +205,7 @@ func (b *balloonRun) run(ctx context.Context, tick <-chan time.Time) {
 // registers its end with the cleanups; stopBalloon ends it earlier.
 func (s *sess) startBalloon() {
 	bm, ok := s.machine.(vm.Ballooner)
-	mode := s.opts.Balloon
-	if !ok || mode == BalloonOff || mode == BalloonAuto && s.plan.driver.Info().FreePageReporting {
+	if !ok || !balloonWanted(s.opts.Balloon, s.plan.driver.Info()) {
 		return
 	}
 	p := newBalloonPolicy(s.opts.MemoryMiB)

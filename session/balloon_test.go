@@ -55,7 +55,7 @@ func newBalloonTest(memMiB int) (*balloonGuest, *balloonRun) {
 // TestBalloonPolicy drives the policy of a 2 GiB guest (floor 512 MiB,
 // headroom 384 MiB, growing back below 192 MiB available, shrinking after 15
 // calm readings) through a day of work and checks the target after each
-// phase.
+// phase. Changes smaller than a step (128 MiB) are not made.
 func TestBalloonPolicy(t *testing.T) {
 	g, r := newBalloonTest(2048)
 	calm := r.policy.shrinkAfter
@@ -68,6 +68,7 @@ func TestBalloonPolicy(t *testing.T) {
 		{"busy at first: no shrink before the guest is calm long enough", 300, calm - 1, 2048},
 		{"idle: shrink to what it uses plus the headroom", 300, 1, 684},
 		{"steady: no change", 300, 3 * calm, 684},
+		{"a nibble of the headroom: not worth a change", 350, 3 * calm, 684},
 		{"a build eats the headroom: back to all of it at once", 700, 1, 2048},
 		{"the build settles: shrink again, after a calm while", 700, calm, 1084},
 		{"a little more: grow by what it needs at once", 850, 1, 1234},
@@ -158,5 +159,24 @@ func TestParseBalloonMode(t *testing.T) {
 	}
 	if _, err := parseBalloonMode("yes"); err == nil {
 		t.Error(`parseBalloonMode("yes") took it`)
+	}
+}
+
+// TestBalloonWanted: by default the policy runs only where the hypervisor
+// does not take freed memory back by itself.
+func TestBalloonWanted(t *testing.T) {
+	vzInfo, qemuInfo := vm.Info{}, vm.Info{FreePageReporting: true}
+	for _, c := range []struct {
+		mode BalloonMode
+		info vm.Info
+		want bool
+	}{
+		{BalloonAuto, vzInfo, true}, {BalloonAuto, qemuInfo, false},
+		{BalloonOn, qemuInfo, true}, {BalloonOn, vzInfo, true},
+		{BalloonOff, vzInfo, false}, {BalloonOff, qemuInfo, false},
+	} {
+		if got := balloonWanted(c.mode, c.info); got != c.want {
+			t.Errorf("balloonWanted(%s, %+v) = %v, want %v", c.mode, c.info, got, c.want)
+		}
 	}
 }

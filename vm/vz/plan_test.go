@@ -420,3 +420,11 @@ func TestBalloonTarget(t *testing.T) {
 		}
 	}
 }
+
+// TestInfoNoFreePageReporting: vz does not take freed memory back by
+// itself, so sessions steer its balloon.
+func TestInfoNoFreePageReporting(t *testing.T) {
+	if (&Driver{}).Info().FreePageReporting {
+		t.Error("Info().FreePageReporting is true on vz")
+	}
+}
