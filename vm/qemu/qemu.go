@@ -99,7 +99,7 @@ func (d *Driver) Name() string { return Name }
 // Info implements vm.Driver: a virtio-serial control port, and virtiofs
 // shares where virtiofsd can run read-only, 9p elsewhere.
 func (d *Driver) Info() vm.Info {
-	return vm.Info{Transport: vm.TransportVirtioSerial, ShareFS: d.share}
+	return vm.Info{Transport: vm.TransportVirtioSerial, ShareFS: d.share, FreePageReporting: true}
 }
 
 // binary returns the QEMU system emulator for arch.
