@@ -261,6 +261,22 @@ type Doctor interface {
 	Doctor(ctx context.Context, arch Arch) []Check
 }
 
+// AccelFallback is implemented by drivers that choose hardware
+// acceleration by probing the host rather than because the user asked
+// (QEMU's KVM probe). A probe can pass on a host whose real guests then
+// hang without a word (nested virtualisation, SMP bring-up): boot.Start
+// uses this to give such a guest a shorter wait and, when it stays
+// silent, to boot once more emulated.
+type AccelFallback interface {
+	// Probed reports whether m, started by this driver, runs under
+	// acceleration the driver chose by a probe.
+	Probed(m Machine) bool
+	// FallBack records that guests of cfg do not run under that
+	// acceleration on this host: later Starts emulate, in this process
+	// and (where the driver keeps the probe's verdict) in later ones.
+	FallBack(cfg Config)
+}
+
 // Transport is how the control channel reaches the guest agent.
 type Transport string
 
