@@ -63,7 +63,10 @@ func Init() {
 	log.Info("guest set up", "took", time.Since(start).Round(time.Millisecond))
 	// One line the host reads into its own timings (boot.GuestTimings).
 	log.Info("boot timings", bt.steps...)
-	supervise(log, func() { loadLater(log, later) })
+	supervise(log, func() {
+		onlineCPUs(log, cpuSysfs)
+		loadLater(log, later)
+	})
 }
 
 // attachConsole makes /dev/console PID 1's stdin, stdout and stderr, so
