@@ -145,19 +145,11 @@ func TestHideBTFLeavesOthers(t *testing.T) {
 // whose two sections before it are named by the offsets a and b.
 func koWithNames(t *testing.T, names string, a, b uint32) []byte {
 	t.Helper()
-	const ehsize, shentsize = 64, 64
+	const ehsize = 64
 	strOff := uint64(ehsize)
 	shOff := (strOff + uint64(len(names)) + 7) &^ 7
 	var buf bytes.Buffer
-	h := elf.Header64{
-		Type: uint16(elf.ET_REL), Machine: uint16(elf.EM_X86_64), Version: uint32(elf.EV_CURRENT),
-		Shoff: shOff, Ehsize: ehsize, Shentsize: shentsize, Shnum: 4, Shstrndx: 3,
-	}
-	copy(h.Ident[:], elf.ELFMAG)
-	h.Ident[elf.EI_CLASS] = byte(elf.ELFCLASS64)
-	h.Ident[elf.EI_DATA] = byte(elf.ELFDATA2LSB)
-	h.Ident[elf.EI_VERSION] = byte(elf.EV_CURRENT)
-	binary.Write(&buf, binary.LittleEndian, &h)
+	writeELFHeader(&buf, elf.EM_X86_64, shOff, 4, 3)
 	buf.WriteString(names)
 	buf.Write(make([]byte, shOff-uint64(buf.Len())))
 	shstr := uint32(bytes.Index([]byte(names), []byte(".shstrtab")))
