@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"net/url"
 	"slices"
@@ -208,6 +209,7 @@ func (f *swapFilter) FilterRequest(ctx context.Context, dest mitm.Destination, r
 		}
 	}
 	var late *eofCheck
+	var recv, own http.Header
 	if tr := r.Trailer; tr != nil {
 		// Values known now (the mitmproxy engine) are checked now; the Go
 		// engine fills them once the body has ended.
@@ -217,6 +219,13 @@ func (f *swapFilter) FilterRequest(ctx context.Context, dest mitm.Destination, r
 		if r.Body != nil && r.Body != http.NoBody {
 			late = &eofCheck{ReadCloser: r.Body, check: func() error { return trailerPlaceholder(tr, swaps, dest) }}
 			r.Body = late
+			// The body may be read ahead (learned, below): inner gets a
+			// map of its own, filled once it reads the body's end.
+			recv, own = tr, make(http.Header, len(tr))
+			for k := range tr {
+				own[k] = nil
+			}
+			r.Trailer = own
 		}
 	}
 	if do != nil && !do.PathAllowed(r.URL) {
@@ -246,6 +255,9 @@ func (f *swapFilter) FilterRequest(ctx context.Context, dest mitm.Destination, r
 			r.Header.Del("Content-Length")
 			r.GetBody = nil
 		}
+	}
+	if own != nil {
+		r.Body = &onEOF{ReadCloser: r.Body, f: func() { maps.Copy(own, recv) }}
 	}
 	value := ""
 	if do != nil {

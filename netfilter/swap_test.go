@@ -195,7 +195,7 @@ func TestCredentialSwapTrailers(t *testing.T) {
 			c := &http.Client{Transport: v.GuestTransport(h2)}
 			send := func(t *testing.T, body string, tr http.Header) int {
 				t.Helper()
-				req, _ := http.NewRequestWithContext(t.Context(), "POST", "https://api.test/v1/messages", strings.NewReader(body))
+				req, _ := http.NewRequestWithContext(t.Context(), "POST", "https://api.test/v1/messages/"+t.Name(), strings.NewReader(body))
 				req.Header.Set("X-Api-Key", ph)
 				req.Trailer, req.ContentLength = tr, -1 // chunked: HTTP/1 sends trailers only then
 				resp, err := c.Do(req)
@@ -256,7 +256,7 @@ func TestCredentialSwapTrailers(t *testing.T) {
 		})
 		for _, e := range late {
 			if e.Decision != "deny" && (len(e.Findings) != 1 || e.Findings[0].Category != "PLACEHOLDER") {
-				t.Errorf("an aborted request: %s %+v", e.Decision, e.Findings)
+				t.Errorf("an aborted request: %s %s %+v", e.URL, e.Decision, e.Findings)
 			}
 		}
 	})
