@@ -19,18 +19,27 @@ import (
 	"github.com/vibedom/vibedom/dlp"
 )
 
+// swapFixture builds an Anthropic-style key and placeholder from two
+// four-letter stems (at run time: the project's secrets scan stays quiet)
+// and a DLP engine that knows both.
+func swapFixture(t *testing.T, realStem, phStem string) (real, ph string, eng *dlp.Engine) {
+	t.Helper()
+	real = "sk-ant-api03-" + strings.Repeat(realStem, 20) + "AA" // gitleaks:allow
+	ph = "sk-ant-api03-" + strings.Repeat(phStem, 20) + "BB"     // gitleaks:allow
+	eng, err := dlp.New(dlp.Config{Secrets: []dlp.Secret{{Value: real, Source: "host key"}, {Value: ph, Source: "placeholder"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return real, ph, eng
+}
+
 // TestCredentialSwap: the guest has only a placeholder; the proxy puts the
 // real key in the provider's auth header on requests to the provider's
 // host, and nowhere else. Real HTTP clients through the real MITM, with the
 // real DLP inside.
 func TestCredentialSwap(t *testing.T) {
 	t.Parallel()
-	real := "sk-ant-api03-" + strings.Repeat("R3al", 20) + "AA" // gitleaks:allow
-	ph := "sk-ant-api03-" + strings.Repeat("PhXx", 20) + "BB"   // gitleaks:allow
-	eng, err := dlp.New(dlp.Config{Secrets: []dlp.Secret{{Value: real, Source: "host key"}, {Value: ph, Source: "placeholder"}}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	real, ph, eng := swapFixture(t, "R3al", "PhXx")
 	filter := NewSwapFilter(&DLPFilter{Engine: eng}, []credentials.Swap{{Name: "anthropic", Host: "api.test", Header: "x-api-key", Placeholder: ph, Value: real, Token: ph}})
 	forEngines(t, func(t *testing.T, kind string) {
 		testCredentialSwap(t, kind, filter, eng, real, ph)
@@ -173,12 +182,7 @@ func testCredentialSwap(t *testing.T, kind string, filter mitm.RequestFilter, en
 // without one passes beside a swap.
 func TestCredentialSwapTrailers(t *testing.T) {
 	t.Parallel()
-	real := "sk-ant-api03-" + strings.Repeat("R3al", 20) + "AA" // gitleaks:allow
-	ph := "sk-ant-api03-" + strings.Repeat("PhXx", 20) + "BB"   // gitleaks:allow
-	eng, err := dlp.New(dlp.Config{Secrets: []dlp.Secret{{Value: real, Source: "host key"}, {Value: ph, Source: "placeholder"}}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	real, ph, eng := swapFixture(t, "R3al", "PhXx")
 	filter := NewSwapFilter(&DLPFilter{Engine: eng, BufferLimit: 64}, []credentials.Swap{{Name: "anthropic", Host: "api.test", Header: "x-api-key", Placeholder: ph, Value: real, Token: ph}})
 	forEngines(t, func(t *testing.T, kind string) {
 		v := newEngineEnv(t, kind, mitmtest.Rules, func(c *mitm.EngineConfig) { c.Filter = filter })
