@@ -525,8 +525,8 @@ func TestDLPFilterTrailersAndMethod(t *testing.T) {
 }
 
 // TestDLPFilterFramingHeadersBenign: the random values clients put in
-// framing headers (a WebSocket nonce, Go's, curl's and a browser's
-// multipart boundaries) are not findings, many draws each: scanning those
+// framing headers (a WebSocket nonce; Go's, curl's, Python's, Node's and
+// a browser's multipart boundaries) are not findings, many draws each: scanning those
 // headers must not refuse ordinary requests.
 func TestDLPFilterFramingHeadersBenign(t *testing.T) {
 	t.Parallel()
@@ -543,6 +543,8 @@ func TestDLPFilterFramingHeadersBenign(t *testing.T) {
 		for _, ct := range []string{
 			multipart.NewWriter(io.Discard).FormDataContentType(),
 			"multipart/form-data; boundary=------------------------" + hex.EncodeToString(b[:8]),
+			"multipart/form-data; boundary=" + hex.EncodeToString(b),                                                      // Python's urllib3
+			fmt.Sprintf("multipart/form-data; boundary=--------------------------%024d", binary.BigEndian.Uint64(b)%1e18), // Node's form-data
 			"multipart/form-data; boundary=----WebKitFormBoundary" + base64.RawURLEncoding.EncodeToString(b[:12])[:16],
 		} {
 			r, _ := http.NewRequest("GET", "https://registry.example.net/", nil)
