@@ -25,11 +25,14 @@ const (
 	// batchMax is the decoded text of a batch handed to a worker.
 	batchMax = 32 << 10
 	// pipeMin is how much decoded text a body scans in turn before its
-	// segments are pipelined: the first hand-over comes after 64 KiB.
-	// (A 64 KiB body handed over half way took 10-20 % longer at the
-	// median on a loaded machine: its caller waited for a worker the
-	// kernel had not run.)
-	pipeMin = 32 << 10
+	// segments are pipelined (a small body is done before the copies
+	// would pay).
+	pipeMin = 16 << 10
+	// firstBatch is the text of a body's first batch: the first
+	// hand-over comes after 64 KiB. (A 64 KiB body handed over half way
+	// took 10-20 % longer at the median on a loaded machine: its caller
+	// waited for a worker the kernel had not run.)
+	firstBatch = 48 << 10
 	// maxQueued is how many batches may wait for a worker or for their
 	// settling before the caller settles the oldest.
 	maxQueued = 3
@@ -43,11 +46,13 @@ type pipe struct {
 	// out is the layer's output: the bytes between segments, and the
 	// settled output once nothing is pending. A pending segment's output
 	// goes in at its outAt.
-	out   *[]byte
-	seen  int // decoded bytes scanned in turn before pipelining
-	cur   *batch
-	queue []*batch // handed over, oldest first
-	free  []*batch
+	out  *[]byte
+	seen int // decoded bytes scanned in turn before pipelining
+	// handed: a batch went to a worker (later ones are smaller).
+	handed bool
+	cur    *batch
+	queue  []*batch // handed over, oldest first
+	free   []*batch
 	// ready is settled output not yet written to dst; err is the first
 	// error writing it.
 	ready []byte
@@ -115,7 +120,7 @@ func newPipe(e *Engine, pol *Policy, rep *Report, out *[]byte, dst io.Writer) *p
 	if p == nil {
 		p = &pipe{}
 	}
-	p.e, p.pol, p.rep, p.out, p.dst, p.seen, p.err = e, pol, rep, out, dst, 0, nil
+	p.e, p.pol, p.rep, p.out, p.dst, p.seen, p.err, p.handed = e, pol, rep, out, dst, 0, nil, false
 	return p
 }
 
@@ -176,7 +181,7 @@ func (p *pipe) take(g *segment) bool {
 	b.bytes += n
 	g.dec, g.raw, g.esc = g.dec[:0], g.raw[:0], g.esc[:0]
 	g.look, g.mapped = 0, false
-	if b.bytes >= batchMax {
+	if b.bytes >= batchMax && (p.handed || b.bytes >= firstBatch) {
 		p.submit(true)
 	}
 	return true
@@ -212,6 +217,7 @@ func (p *pipe) submit(send bool) {
 	testPipeBatches.Add(1)
 	p.queue = append(p.queue, b)
 	if send {
+		p.handed = true
 		select {
 		case knownWorkers().batches <- b:
 		default: // no room: the caller takes it back when it needs it
