@@ -6,7 +6,9 @@
 //
 // It does not build what the machine boots (kernel, initrd, disks: see
 // package image), stop the machine when the boot fails (the caller owns
-// it from Driver.Start on), or retry a boot.
+// it from Driver.Start on), or retry a boot, but for one case: a guest
+// that stays silent under acceleration its driver chose by a probe is
+// booted once more emulated (vm.AccelFallback).
 package boot
 
 import (
@@ -44,8 +46,16 @@ type Options struct {
 	Timeout time.Duration
 	// Started, if set, is called once the machine runs, before the wait
 	// for the agent: a caller records the machine (for its cleanup, in
-	// its state) here.
+	// its state) here. It is called again for a machine started anew
+	// (see AccelGrace).
 	Started func(vm.Machine)
+	// AccelGrace is how long a guest under acceleration that its driver
+	// chose by a probe has to send its first byte before Start boots it
+	// again emulated; zero means DefaultAccelGrace.
+	AccelGrace time.Duration
+	// Notice, if set, receives a sentence for the user when Start falls
+	// back to emulation.
+	Notice func(string)
 }
 
 // Timings are how long the steps of a boot took.
@@ -101,27 +111,85 @@ func (e *Error) Unwrap() error { return e.Err }
 //   - the machine died, the agent did not answer within o.Timeout, or the
 //     handshake failed: an *Error.
 //
-// Whenever the machine started, it is returned, error or not, and the
-// caller stops it. Timings hold the steps that were reached.
+// A machine under acceleration its driver chose by a probe
+// (vm.AccelFallback) gets o.AccelGrace to answer; if it stays silent
+// that long, Start kills it, tells the driver to emulate, says so through
+// o.Notice and starts the machine once more, within what is left of
+// o.Timeout. o.Started is called for each machine.
+//
+// Whenever a machine started, the last one is returned, error or not, and
+// the caller stops it. Timings hold the steps that were reached.
 func Start(ctx context.Context, d vm.Driver, cfg vm.Config, o Options) (vm.Machine, *guestlink.Client, Timings, error) {
-	var t Timings
-	t0 := time.Now()
-	m, err := d.Start(ctx, cfg)
-	if err != nil {
-		return nil, nil, t, fmt.Errorf("start the VM: %w", err)
+	first := time.Now()
+	for retried := false; ; retried = true {
+		var t Timings
+		t0 := time.Now()
+		m, err := d.Start(ctx, cfg)
+		if err != nil {
+			return nil, nil, t, fmt.Errorf("start the VM: %w", err)
+		}
+		t.VMStart = time.Since(t0)
+		if o.Started != nil {
+			o.Started(m)
+		}
+		timeout := o.Timeout
+		if timeout > 0 {
+			// The time allowed counts from the first machine running.
+			timeout -= time.Since(first) - t.VMStart
+			if timeout <= 0 {
+				timeout = time.Millisecond
+			}
+		}
+		grace := time.Duration(0)
+		if fb, ok := d.(vm.AccelFallback); ok && !retried && fb.Probed(m) {
+			grace = o.AccelGrace
+			if grace == 0 {
+				grace = DefaultAccelGrace
+			}
+			if timeout > 0 && grace >= timeout {
+				grace = 0
+			}
+		}
+		c, err := wait(ctx, m, cfg, o, &t, timeout, grace)
+		if errors.Is(err, errGrace) {
+			_ = m.Kill()
+			d.(vm.AccelFallback).FallBack(cfg)
+			if o.Notice != nil {
+				o.Notice(fmt.Sprintf("the guest did not answer within %v under hardware acceleration (KVM), "+
+					"although a probe boot worked: booting again emulated (TCG), which is slower; "+
+					"`vibedom doctor` shows the verdict kept for later sessions", grace))
+			}
+			continue
+		}
+		return m, c, t, err
 	}
-	t.VMStart = time.Since(t0)
-	if o.Started != nil {
-		o.Started(m)
-	}
+}
 
+// DefaultAccelGrace is how long a guest under probed acceleration has to
+// answer before Start boots it again emulated: many times what a working
+// KVM guest needs (about a second), under any load.
+const DefaultAccelGrace = 45 * time.Second
+
+// errGrace is wait's answer when the guest was silent for the grace.
+var errGrace = errors.New("no answer within the acceleration grace")
+
+// wait waits for m's guest agent for timeout (zero: until ctx ends), and
+// returns errGrace if a nonzero grace passes first without a byte from the
+// agent.
+func wait(ctx context.Context, m vm.Machine, cfg vm.Config, o Options, t *Timings, timeout, grace time.Duration) (*guestlink.Client, error) {
 	// Wait for the guest agent, but give up at once if the VM dies.
 	t1 := time.Now()
 	bctx, cancel := context.WithCancel(ctx)
-	if o.Timeout > 0 {
-		bctx, cancel = context.WithTimeout(ctx, o.Timeout)
+	if timeout > 0 {
+		bctx, cancel = context.WithTimeout(ctx, timeout)
 	}
 	defer cancel()
+	var graceC <-chan time.Time
+	if grace > 0 {
+		gt := time.NewTimer(grace)
+		defer gt.Stop()
+		graceC = gt.C
+	}
 	died := make(chan error, 1)
 	go func() { died <- m.Wait(bctx) }()
 	type dialed struct {
@@ -130,11 +198,11 @@ func Start(ctx context.Context, d vm.Driver, cfg vm.Config, o Options) (vm.Machi
 		err       error
 	}
 	ready := make(chan dialed, 1)
+	var mu sync.Mutex
+	var answered time.Time
 	go func() {
 		// The SSH handshake starts with the guest's version line: its
 		// first byte splits the wait for the guest from the handshake.
-		var mu sync.Mutex
-		var answered time.Time
 		dial := func(ctx context.Context) (net.Conn, error) {
 			c, err := m.DialControl(ctx)
 			if err != nil {
@@ -142,7 +210,9 @@ func Start(ctx context.Context, d vm.Driver, cfg vm.Config, o Options) (vm.Machi
 			}
 			return &firstRead{Conn: c, at: func() {
 				mu.Lock()
-				answered = time.Now()
+				if answered.IsZero() {
+					answered = time.Now()
+				}
 				mu.Unlock()
 			}}, nil
 		}
@@ -156,38 +226,52 @@ func Start(ctx context.Context, d vm.Driver, cfg vm.Config, o Options) (vm.Machi
 		}
 		ready <- dialed{c: c, handshake: hs, err: err}
 	}()
-	var failed error
-	select {
-	case r := <-ready:
-		if r.err == nil {
-			t.Ready = time.Since(t1)
-			t.Handshake = r.handshake
-			t.Answer = t.Ready - r.handshake
-			if cfg.ConsoleLog != "" {
-				t.Guest = GuestTimings(cfg.ConsoleLog)
-			}
-			return m, r.c, t, nil
-		}
-		failed = r.err
-	case err := <-died:
-		// A handshake that completes after all is not wanted.
+	// discard closes a handshake that completes after all.
+	discard := func() {
 		go func() {
 			if r := <-ready; r.c != nil {
 				r.c.Close()
 			}
 		}()
-		failed = err
-		if failed == nil {
-			failed = errors.New("the guest powered off")
+	}
+	var failed error
+	for failed == nil {
+		select {
+		case r := <-ready:
+			if r.err == nil {
+				t.Ready = time.Since(t1)
+				t.Handshake = r.handshake
+				t.Answer = t.Ready - r.handshake
+				if cfg.ConsoleLog != "" {
+					t.Guest = GuestTimings(cfg.ConsoleLog)
+				}
+				return r.c, nil
+			}
+			failed = r.err
+		case err := <-died:
+			discard()
+			failed = err
+			if failed == nil {
+				failed = errors.New("the guest powered off")
+			}
+		case <-graceC:
+			mu.Lock()
+			silent := answered.IsZero()
+			mu.Unlock()
+			if silent {
+				cancel()
+				discard()
+				return nil, errGrace
+			}
 		}
 	}
 	switch {
 	case ctx.Err() != nil:
-		return m, nil, t, ctx.Err()
+		return nil, ctx.Err()
 	case bctx.Err() != nil:
 		failed = fmt.Errorf("no answer from the guest agent within %v", o.Timeout)
 	}
-	return m, nil, t, NewError(failed, cfg.ConsoleLog)
+	return nil, NewError(failed, cfg.ConsoleLog)
 }
 
 // ConsoleTail returns the last n non-empty lines of the console log at

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -42,6 +43,7 @@ type fakeMachine struct {
 	dial    func(context.Context) (net.Conn, error)
 	died    chan struct{}
 	waitErr error
+	killed  atomic.Bool
 }
 
 var _ vm.Machine = (*fakeMachine)(nil)
@@ -50,7 +52,7 @@ func (m *fakeMachine) DialControl(ctx context.Context) (net.Conn, error) { retur
 func (m *fakeMachine) State() vm.State                                   { return vm.StateRunning }
 func (m *fakeMachine) StateChanges() <-chan vm.State                     { return make(chan vm.State) }
 func (m *fakeMachine) Stop(context.Context) error                        { return nil }
-func (m *fakeMachine) Kill() error                                       { return nil }
+func (m *fakeMachine) Kill() error                                       { m.killed.Store(true); return nil }
 func (m *fakeMachine) Wait(ctx context.Context) error {
 	select {
 	case <-m.died:
@@ -273,4 +275,124 @@ func TestErrorMessage(t *testing.T) {
 	if got := NewError(errors.New("x"), filepath.Join(t.TempDir(), "none")).Error(); got != "x" {
 		t.Errorf("without a console: got %q, want %q", got, "x")
 	}
+}
+
+// probingDriver starts machines[i] for the i-th Start; the first of them
+// runs under "probed acceleration" until FallBack.
+type probingDriver struct {
+	machines []*fakeMachine
+	started  int
+	fellBack []vm.Config
+	killed   []int
+}
+
+var _ vm.AccelFallback = (*probingDriver)(nil)
+
+func (d *probingDriver) Name() string                             { return "probing" }
+func (d *probingDriver) Info() vm.Info                            { return vm.Info{} }
+func (d *probingDriver) Available(context.Context, vm.Arch) error { return nil }
+func (d *probingDriver) Start(context.Context, vm.Config) (vm.Machine, error) {
+	if d.started == len(d.machines) {
+		return nil, errors.New("no more machines")
+	}
+	d.started++
+	return d.machines[d.started-1], nil
+}
+func (d *probingDriver) Probed(m vm.Machine) bool { return len(d.fellBack) == 0 }
+func (d *probingDriver) FallBack(cfg vm.Config)   { d.fellBack = append(d.fellBack, cfg) }
+
+// A guest that stays silent under probed acceleration is booted once more
+// emulated; one that answers, or one whose driver chose nothing by a
+// probe, is not.
+func TestStartAccelFallback(t *testing.T) {
+	sk := keystest.New(t)
+	k, hostPEM := sk.Keys, sk.HostPEM
+	silent := func() *fakeMachine { return &fakeMachine{dial: never, died: make(chan struct{})} }
+	answering := func() *fakeMachine { return &fakeMachine{dial: agent(t, hostPEM), died: make(chan struct{})} }
+
+	t.Run("silent under KVM, then emulated", func(t *testing.T) {
+		d := &probingDriver{machines: []*fakeMachine{silent(), answering()}}
+		var ran []vm.Machine
+		var notices []string
+		cfg := vm.Config{Name: "s1", Kernel: "/k"}
+		m, c, _, err := Start(t.Context(), d, cfg, Options{Client: k.ClientConfig(), Timeout: time.Minute,
+			AccelGrace: 100 * time.Millisecond, Started: func(m vm.Machine) { ran = append(ran, m) },
+			Notice: func(s string) { notices = append(notices, s) }})
+		if err != nil {
+			t.Fatalf("Start: %v", err)
+		}
+		defer c.Close()
+		if d.started != 2 || len(ran) != 2 || m != vm.Machine(d.machines[1]) {
+			t.Errorf("started %d machines (Started saw %d), returned %v; want 2, the second returned", d.started, len(ran), m)
+		}
+		if len(d.fellBack) != 1 || d.fellBack[0].Name != "s1" {
+			t.Errorf("FallBack calls: %+v, want one with the machine's config", d.fellBack)
+		}
+		if !d.machines[0].killed.Load() {
+			t.Error("the silent machine was not killed")
+		}
+		if len(notices) != 1 || !strings.Contains(notices[0], "emulated (TCG)") {
+			t.Errorf("notices %q, want one saying it boots again emulated", notices)
+		}
+	})
+	t.Run("silent twice is a boot error, not a loop", func(t *testing.T) {
+		d := &probingDriver{machines: []*fakeMachine{silent(), silent(), answering()}}
+		_, _, _, err := Start(t.Context(), d, vm.Config{}, Options{Client: k.ClientConfig(), Timeout: 300 * time.Millisecond,
+			AccelGrace: 50 * time.Millisecond})
+		var be *Error
+		if !errors.As(err, &be) || be.Err.Error() != "no answer from the guest agent within 300ms" {
+			t.Errorf("got %v, want a boot Error: no answer from the guest agent within 300ms", err)
+		}
+		if d.started != 2 {
+			t.Errorf("started %d machines, want 2", d.started)
+		}
+	})
+	t.Run("a grace as long as the timeout is no grace", func(t *testing.T) {
+		d := &probingDriver{machines: []*fakeMachine{silent(), answering()}}
+		_, _, _, err := Start(t.Context(), d, vm.Config{}, Options{Client: k.ClientConfig(), Timeout: 100 * time.Millisecond,
+			AccelGrace: time.Hour})
+		if err == nil || d.started != 1 || len(d.fellBack) != 0 {
+			t.Errorf("err %v, %d machines started, %d fallbacks; want the timeout's error from one machine", err, d.started, len(d.fellBack))
+		}
+	})
+	t.Run("a guest that has answered is not booted again", func(t *testing.T) {
+		// The guest's first bytes come at once; the rest of the
+		// handshake only well after the grace.
+		release := make(chan struct{})
+		grace := 20 * time.Millisecond
+		time.AfterFunc(10*grace, func() { close(release) })
+		dial := agent(t, hostPEM)
+		slow := &fakeMachine{died: make(chan struct{}), dial: func(ctx context.Context) (net.Conn, error) {
+			c, err := dial(ctx)
+			if err != nil {
+				return nil, err
+			}
+			return &gatedConn{Conn: c, release: release}, nil
+		}}
+		d := &probingDriver{machines: []*fakeMachine{slow, answering()}}
+		_, c, _, err := Start(t.Context(), d, vm.Config{}, Options{Client: k.ClientConfig(), Timeout: time.Minute, AccelGrace: grace})
+		if err != nil {
+			t.Fatalf("Start: %v", err)
+		}
+		c.Close()
+		if d.started != 1 || len(d.fellBack) != 0 {
+			t.Errorf("%d machines started, %d fallbacks; want the answering guest kept", d.started, len(d.fellBack))
+		}
+	})
+}
+
+// gatedConn lets its first Read through and holds the later ones until
+// release is closed.
+type gatedConn struct {
+	net.Conn
+	release <-chan struct{}
+	reads   int
+}
+
+func (c *gatedConn) Read(p []byte) (int, error) {
+	if c.reads > 0 {
+		<-c.release
+	}
+	c.reads++
+	return c.Conn.Read(p)
 }

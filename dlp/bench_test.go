@@ -72,6 +72,9 @@ func benchBody(size int, secrets []Secret) []byte {
 		if i%4 == 1 && len(secrets) > 0 {
 			s := secrets[r.IntN(len(secrets))].Value
 			at := r.IntN(len(text))
+			for at < len(text) && text[at] != ' ' {
+				at++ // not inside a word: http://local is a host
+			}
 			text = text[:at] + " API_KEY=" + s + "\n" + text[at:]
 		}
 		msgs = append(msgs, msg{Role: []string{"user", "assistant"}[i%2], Content: text})

@@ -1,9 +1,9 @@
 package dlp
 
 import (
-	"crypto/rand"
 	"encoding/base64"
 	"encoding/hex"
+	"math/rand/v2"
 	"strings"
 	"testing"
 )
@@ -16,9 +16,15 @@ import (
 func TestSecretsByContext(t *testing.T) {
 	t.Parallel()
 	e := mustEngine(t, Config{})
+	// Fixed random values: about 1.5 % of random 32-character tokens fall
+	// below the entropy bar secretValue sets (docs/dlp.md), so values
+	// drawn afresh each run made this test fail now and then.
+	r := rand.New(rand.NewPCG(23, 1))
 	rnd := func(n int) []byte {
 		b := make([]byte, n)
-		rand.Read(b)
+		for i := range b {
+			b[i] = byte(r.Uint32())
+		}
 		return b
 	}
 	hex40 := hex.EncodeToString(rnd(20))

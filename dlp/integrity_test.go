@@ -213,6 +213,9 @@ func boundaryItems(t *testing.T) []boundaryItem {
 		{"card", "4111 1111 1111 1111", "[REDACTED:CREDIT_CARD]", CatCreditCard},
 		{"jwt", jwtToken, "[REDACTED:JWT]", CatJWT},
 		{"pem", strings.TrimSpace(pemKey(t)), "[REDACTED:PRIVATE_KEY]", CatPrivateKey},
+		{"host label", "http://buildbox/job", "http://[REDACTED:INTERNAL_IP]/job", CatInternalIP},
+		{"phone", "415-839-" + "2271", "[REDACTED:PHONE]", CatPhone},
+		{"known spaced", separated(knownSecret, 4, " "), "[REDACTED:SECRET]", CatSecret},
 		// Two findings back to back: the second must not be taken for
 		// the rest of the first when the first ends a window.
 		{"adjacent", knownSecret + awsKey, "[REDACTED:SECRET][REDACTED:CLOUD_KEY]", CatSecret},
@@ -321,6 +324,11 @@ func TestAssignmentsDeepInLongJSONStrings(t *testing.T) {
 	r := rand.New(rand.NewPCG(5, 5))
 	text := benchText(r, 200<<10)
 	for off := 1000; off < 150<<10; off += 997 {
+		// At a word's start: a word cut short could be something else
+		// (http://loca is a single-label host).
+		for strings.IndexByte(" \t\n", text[off-1]) < 0 {
+			off++
+		}
 		// Escapes before and after the assignment.
 		s := jsonEscapeFiller(text[:off]) + " password=" + pw + " after" + jsonEscapeFiller(text[off:])
 		in := `{"a":[1,2],"content":"` + s + `","b":"tail"}`

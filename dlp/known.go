@@ -62,10 +62,11 @@ const (
 	formByteEscapes
 	formCharCodes
 	formHalf
+	formSeparated
 )
 
 var formNames = [...]string{"raw", "base64", "base64url", "hex", "url", "json", "line",
-	"base32", "rot13", "base64(base64)", "base64(utf-16le)", "byte escapes", "char codes", "half"}
+	"base32", "rot13", "base64(base64)", "base64(utf-16le)", "byte escapes", "char codes", "half", "separated"}
 
 func (f form) String() string { return formNames[f] }
 
@@ -339,6 +340,37 @@ func obfuscatedForms(s []byte) []encoded {
 	out = append(out, encoded{dec, formCharCodes}, encoded{decTight, formCharCodes})
 	if h := len(s) / 2; h >= minPartLen && secretLike(string(s[:h])) && secretLike(string(s[h:])) {
 		out = append(out, encoded{s[:h], formHalf}, encoded{s[h:], formHalf})
+	}
+	return append(out, separatedForms(s)...)
+}
+
+// maxSeparatedLen is the longest value searched with separators inserted
+// (a token; a private key is not retyped in groups).
+const maxSeparatedLen = 256
+
+// separatedForms are s cut into groups of n characters (1 to 8, counted
+// from its start) joined by a blank or a dot (Zx8Q m2Lk 7Vn4 …,
+// Zx8.Qm2.Lk7…), and one character a line, for a value that mixes cases
+// or digits. Dashes, zero-width characters and folding at 2 or more
+// columns are undone by the separated and wrap views instead (views.go);
+// blanks and dots are too common in text to look at each one, so these
+// are searched as forms of their own.
+func separatedForms(s []byte) []encoded {
+	if len(s) > maxSeparatedLen || classCount(s) < 2 {
+		return nil
+	}
+	var out []encoded
+	for _, sep := range []byte{' ', '.', '\n'} {
+		for n := 1; n <= 8 && n < len(s) && (sep != '\n' || n == 1); n++ {
+			b := make([]byte, 0, len(s)+len(s)/n)
+			for i := 0; i < len(s); i += n {
+				if i > 0 {
+					b = append(b, sep)
+				}
+				b = append(b, s[i:min(i+n, len(s))]...)
+			}
+			out = append(out, encoded{b, formSeparated})
+		}
 	}
 	return out
 }

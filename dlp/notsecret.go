@@ -104,3 +104,45 @@ func publicKey(v string) bool {
 	}
 	return false
 }
+
+// genericHostLabels are single-label host names that name no one's
+// network: localhost and its kin, the placeholders of documentation
+// (http://host:port/, http://server/), and the default service names of
+// common software that docker-compose files and tutorials use
+// (redis://redis:6379, http://db:5432). A company's own names (buildbox,
+// ldap01, jenkins-prod) are not among them.
+var genericHostLabels = func() map[string]bool {
+	m := map[string]bool{}
+	for _, w := range strings.Fields(`localhost localhost4 localhost6 ip6-localhost ip6-loopback broadcasthost
+		host hostname myhost yourhost your-host my-host server servername myserver your-server my-server remote
+		domain example url name addr address ip test dummy foo bar baz qux target upstream origin evil attacker
+		app api web www backend frontend worker proxy gateway cache db database
+		redis postgres postgresql pg mysql mariadb mongo mongodb rabbitmq kafka zookeeper nats memcached
+		elasticsearch opensearch kibana logstash minio localstack nginx traefik caddy haproxy envoy
+		vault consul etcd prometheus grafana jaeger zipkin otel-collector collector selenium chrome
+		mailhog mailpit smtp keycloak registry docker kubernetes`) {
+		m[w] = true
+	}
+	return m
+}()
+
+// genericHostLabel reports a label of genericHostLabels (in any case) or a
+// placeholder (xxxx, your-…).
+func genericHostLabel(l []byte) bool {
+	if len(l) == 9 && bytes.EqualFold(l, []byte("localhost")) {
+		return true // the most frequent, without the map
+	}
+	if len(l) > 24 {
+		return placeholder(l)
+	}
+	var b [24]byte
+	for i, c := range l {
+		b[i] = fold(c)
+	}
+	return genericHostLabels[string(b[:len(l)])] || placeholder(l)
+}
+
+// notPhoneWords say that the dashed 3-3-4 number after them (within 32
+// bytes) is an id, not a phone number: order 415-555-2671.
+var notPhoneWords = []string{"order", "invoice", "ticket", "isbn", "issn", "sku", "part", "serial", "model", "ref",
+	"reference", "case", "lot", "batch", "tracking", "build", "version", "id"}

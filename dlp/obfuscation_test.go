@@ -75,11 +75,10 @@ func separated(v string, n int, sep string) string {
 	return strings.Join(append(parts, v), sep)
 }
 
-// TestKnownValueSeparators: a known value cut by a dash every N
-// characters, by zero-width characters, or folded at any width is found
-// (blanks and dots every N are not looked for: too common in code to
-// check each); the same renderings of a value that is not known, UUIDs and
-// prose pass byte for byte.
+// TestKnownValueSeparators: a known value cut by a dash, a blank or a dot
+// every N characters, by zero-width characters, or folded at any width is
+// found; the same renderings of a value that is not known, UUIDs, dotted
+// versions and prose pass byte for byte.
 func TestKnownValueSeparators(t *testing.T) {
 	t.Parallel()
 	secret := j("Zx8Qm2Lk7Vn4Tp9W", "r3Yb6Hc1Jf5Gd0Se")
@@ -89,11 +88,23 @@ func TestKnownValueSeparators(t *testing.T) {
 		return map[string]string{
 			"dash every 4":      "key: " + separated(v, 4, "-") + "\n",
 			"dash every 1":      "key " + separated(v, 1, "-") + ".",
+			"dash every 11":     "key " + separated(v, 11, "-") + ".",
+			"dash every 15":     "key=" + separated(v, 15, "-") + "\n",
+			"blank every 4":     "key: " + separated(v, 4, " ") + "\n",
+			"blank every 1":     `"` + separated(v, 1, " ") + `"`,
+			"blank every 7":     "k = " + separated(v, 7, " ") + " ok",
+			"dot every 3":       "k=" + separated(v, 3, ".") + ";",
+			"dot every 8":       "(" + separated(v, 8, ".") + ")",
 			"zero-width":        "k=" + separated(v, 1, "\u200b") + " ok",
 			"soft hyphens":      "k=" + separated(v, 5, "\u00ad") + " ok",
 			"folded at 10":      "-----\n" + separated(v, 10, "\n") + "\n-----",
 			"folded at 5":       "data:\n  " + separated(v, 5, "\n  ") + "\n",
 			"folded at 12 crlf": separated(v, 12, "\r\n") + "\r\n",
+			"folded at 1":       "x\n" + separated(v, 1, "\n") + "\nend",
+			"folded at 7, key":  "data: " + separated(v, 7, "\n") + "\n",
+			"folded at 15, key": "data: " + separated(v, 15, "\n") + "\n",
+			"folded at 17, key": "data: " + separated(v, 17, "\n") + "\n",
+			"folded at 20 json": `{"k":"` + separated(v, 20, `\n`) + `"}`,
 		}
 	}
 	for name, text := range render(secret) {
@@ -102,10 +113,18 @@ func TestKnownValueSeparators(t *testing.T) {
 		if !strings.Contains(out, "[REDACTED:SECRET]") || len(fs) == 0 || fs[0].Value() != secret {
 			t.Errorf("%s: %q -> %q (%v)", name, text, out, fs)
 		}
+		// Nothing of the value is left (not only a half of it).
+		for k := 0; k+6 <= len(secret); k++ {
+			if strings.Contains(out, secret[k:k+6]) {
+				t.Errorf("%s: %q left in %q", name, secret[k:k+6], out)
+				break
+			}
+		}
 	}
 	twins := render(other)
 	twins["uuid"] = "id 6ba7b810-9dad-11d1-80b4-00c04fd430c8 ok"
 	twins["prose"] = "the a of to and in is it we do go by me up on an at as"
+	twins["dotted"] = "v1.2.3.4 a.b.c.d 8.8.4.4 x.y fmt.Println(os.Args) Zx8.Qm2"
 	for name, text := range twins {
 		for _, class := range []Class{ClassExternal, ClassPublic} {
 			if out, rep := scrubText(t, e, class, text); out != text {

@@ -1373,8 +1373,9 @@ var phoneWords = []string{"phone", "tel", "mobile", "cell", "call", "fax", "what
 // phone matches a phone number whose first digit is at i: E.164 (+ then
 // 8 to 15 digits, in groups separated by single spaces, dots or dashes,
 // parentheses around one group) anywhere; a NANP number ((AAA) EEE-NNNN,
-// AAA-EEE-NNNN, AAA.EEE.NNNN) only after a word such as "phone" or "tel"
-// within 32 bytes, so dates, versions and ids are not taken for one.
+// AAA-EEE-NNNN, AAA.EEE.NNNN) as a standalone token of exactly that
+// shape, so dates, versions, ISBNs and UUIDs are not taken for one, and
+// a dashed one not after an id's word (notPhoneWords) or a '#'.
 func (s *scanner) phone(i int) int {
 	b := s.buf
 	as := i
@@ -1442,12 +1443,17 @@ func (s *scanner) phone(i int) int {
 		return -1
 	}
 	// "(415) 555-2671" and "415.839.2271" say they are phone numbers by
-	// themselves; 415-555-2671 (an order number as often) needs a phone
-	// word before it.
+	// themselves; 415-839-2271 too, unless a word before it says it is
+	// an id (order, ticket, part …), it follows a '#', or its area code
+	// or exchange is an N11 service code (no number has one).
 	paren := b[as] == '(' && b[i+3] == ')'
 	dotted := b[i+3] == '.' && b[starts[1]+3] == '.'
-	if !paren && !dotted && !s.phoneContext(as) {
-		return -1
+	if !paren && !dotted {
+		// The nearer word decides: call Dana 415-…, order 415-….
+		ph, id := s.phoneContext(as), s.notPhoneContext(as)
+		if id > ph || ph < 0 && (as > 0 && b[as-1] == '#' || b[i+1] == '1' && b[i+2] == '1' || b[starts[1]+1] == '1' && b[starts[1]+2] == '1') {
+			return -1
+		}
 	}
 	num := strings.Map(func(r rune) rune {
 		if r >= '0' && r <= '9' {
@@ -1462,15 +1468,41 @@ func (s *scanner) phone(i int) int {
 	return end
 }
 
-// phoneContext reports a phone word in the 32 bytes before as.
-func (s *scanner) phoneContext(as int) bool {
+// notPhoneContext returns where the last word that says the number after
+// it is an id (notPhoneWords) starts in the 32 bytes before as, as a whole
+// word (or its plural: "department" is no "part"), or -1.
+func (s *scanner) notPhoneContext(as int) int {
 	l := strings.ToLower(string(s.buf[max(0, as-32):as]))
-	for _, w := range phoneWords {
-		if strings.Contains(l, w) {
-			return true
+	last := -1
+	for _, w := range notPhoneWords {
+		for k := 0; ; {
+			i := strings.Index(l[k:], w)
+			if i < 0 {
+				break
+			}
+			i += k
+			e := i + len(w)
+			if e < len(l) && l[e] == 's' {
+				e++
+			}
+			if (i == 0 || class[l[i-1]]&(cLower|cUpper) == 0) && (e == len(l) || class[l[e]]&(cLower|cUpper) == 0) {
+				last = max(last, i)
+			}
+			k = i + 1
 		}
 	}
-	return false
+	return last
+}
+
+// phoneContext returns where the last phone word starts in the 32 bytes
+// before as, or -1.
+func (s *scanner) phoneContext(as int) int {
+	l := strings.ToLower(string(s.buf[max(0, as-32):as]))
+	last := -1
+	for _, w := range phoneWords {
+		last = max(last, strings.LastIndex(l, w))
+	}
+	return last
 }
 
 // atForms are the spellings of '@' in an address written to dodge a

@@ -21,12 +21,10 @@ type recognizer struct {
 	keywords func() []string
 	// check looks at the text around one hit of an anchor and adds what
 	// it matches (scanner.add) in the hit's category. It must accept
-	// anything: it runs on hostile text.
+	// anything: it runs on hostile text. Rows run on the decoded text
+	// only, never on the renderings of views.go (a view adds known
+	// values alone: undoing a format can make text look like a token).
 	check func(s *scanner, h hit)
-	// views are the renderings (views.go) the row would also run on.
-	// None today: a view never adds a recognizer match, and init refuses
-	// a row that asks for one until the scanner runs rows on views.
-	views []viewKind
 }
 
 // A hit is one anchor found in the text.
@@ -140,6 +138,14 @@ var recognizers = []recognizer{
 	{name: "internal-host", cat: CatInternalIP,
 		anchors: internalHostAnchors(),
 		check:   (*scanner).internalHost},
+	{name: "host-label-url", cat: CatInternalIP,
+		anchors: urlSchemeAnchors(), check: (*scanner).urlHostLabel},
+	{name: "host-label-port", cat: CatInternalIP,
+		anchors: servicePortAnchors(), check: (*scanner).portHostLabel},
+	{name: "host-label-header", cat: CatInternalIP,
+		anchors: []anchor{{lit: "Host: ", off: 2, next: cDomain}}, check: (*scanner).headerHostLabel},
+	{name: "host-label-ssh", cat: CatInternalIP,
+		anchors: sshAnchors, check: (*scanner).sshHostLabel},
 	{name: "ipv6-ula", cat: CatInternalIP,
 		anchors: ulaAnchors(), check: (*scanner).ulaAddress},
 	{name: "gitleaks", cat: CatToken,
@@ -199,8 +205,7 @@ func prefixed(cls uint8, minLen int) func(*scanner, hit) {
 }
 
 // checkRecognizers refuses a table that could not work: a row without a
-// name, a recognizer's category, anchors or a check, a name used twice, or a row that
-// asks for views.
+// name, a recognizer's category, anchors or a check, or a name used twice.
 func checkRecognizers(rs []recognizer) error {
 	seen := map[string]bool{}
 	for _, r := range rs {
@@ -213,8 +218,6 @@ func checkRecognizers(rs []recognizer) error {
 			return fmt.Errorf("dlp: recognizer %q has no anchors", r.name)
 		case r.check == nil:
 			return fmt.Errorf("dlp: recognizer %q has no check", r.name)
-		case len(r.views) > 0:
-			return fmt.Errorf("dlp: recognizer %q asks for views, which recognizers do not run on yet", r.name)
 		}
 		seen[r.name] = true
 	}

@@ -24,7 +24,6 @@ func TestRecognizerTable(t *testing.T) {
 		{"unknown category", func(r *recognizer) { r.cat = numCategories }, "not a recognizer's"},
 		{"no anchors", func(r *recognizer) { r.anchors = nil }, "no anchors"},
 		{"no check", func(r *recognizer) { r.check = nil }, "no check"},
-		{"views", func(r *recognizer) { r.views = []viewKind{viewJSON} }, "views"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

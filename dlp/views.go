@@ -303,16 +303,13 @@ func zeroWidth(b []byte) int {
 
 // separatedRun looks at text[start:] for groups of l alphanumerics, each
 // followed by sep (for a line break, CRLF too, after optional
-// indentation), at least four groups (three lines), the last one of 1 to
-// l, holding 12 or more characters in all; it returns the end of the last group, else -1. Groups longer than
-// 8 count only for line breaks (folding at any width), and the separator
-// must not also be inside the groups' neighbours (prose has words of
-// unequal length; this wants equal ones).
+// indentation), at least four groups (three lines, or groups longer than
+// 8), the last one of 1 to l, holding 12 or more characters in all; it
+// returns the end of the last group, else -1. The separator must not also
+// be inside the groups' neighbours (prose has words of unequal length;
+// this wants equal ones).
 func separatedRun(text []byte, start, l int, sep byte) int {
 	lines := sep == '\n' || sep == '\r'
-	if l > 8 && !lines {
-		return -1
-	}
 	if start > 0 && (class[text[start-1]]&cAlnum != 0 || text[start-1] == sep && !lines) {
 		return -1
 	}
@@ -345,7 +342,7 @@ func separatedRun(text []byte, start, l int, sep byte) int {
 		}
 	}
 	minGroups := 4
-	if lines {
+	if lines || l > 8 {
 		minGroups = 3
 	}
 	if groups < minGroups || chars < 12 || (i < len(text) && class[text[i]]&cAlnum != 0) {
@@ -421,7 +418,7 @@ func wrapBreak(text []byte, nl int) int {
 	for k < len(text) && b64Byte(text[k]) {
 		k++
 	}
-	if k-e >= 16 && (k == len(text) || text[k] == '\n' || text[k] == '\r') {
+	if k > e && (k == len(text) || text[k] == '\n' || text[k] == '\r' || text[k] == '"' || text[k] == '\'') {
 		return e
 	}
 	return -1
@@ -444,7 +441,7 @@ func foldBreak(text []byte, nl int) int {
 		ls--
 	}
 	w := s - ls
-	if w < 2 || w > 16 || classCount(text[ls:s]) < 2 || !lineStartAt(text, ls) {
+	if w < 2 || w > 16 || classCount(text[ls:s]) < 2 {
 		return -1
 	}
 	e, ne := runLineAt(text, nl+1)
@@ -452,9 +449,13 @@ func foldBreak(text []byte, nl int) int {
 		return -1
 	}
 	if ne-e == w && ne < len(text) && (text[ne] == '\n' || text[ne] == '\r') {
-		return e // the next line is as wide: the fold goes on
+		return e // the next line is as wide: the fold goes on (its first line may follow a key)
 	}
-	// The last line of the value: the line before must be as wide.
+	// The last line of the value: this line stands alone and the line
+	// before is as wide (that one may follow a key).
+	if !lineStartAt(text, ls) {
+		return -1
+	}
 	p := ls
 	for p > 0 && (text[p-1] == ' ' || text[p-1] == '\t') {
 		p--
@@ -470,7 +471,7 @@ func foldBreak(text []byte, nl int) int {
 	for pl > 0 && q-pl <= w && b64Byte(text[pl-1]) {
 		pl--
 	}
-	if q-pl == w && lineStartAt(text, pl) {
+	if q-pl == w {
 		return e
 	}
 	return -1

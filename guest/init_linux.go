@@ -37,6 +37,9 @@ func Init() {
 	baseErr := mountBase()
 	attachConsole()
 	log := consoleLogger(os.Stderr, false)
+	// The first line: a console that lacks it tells a kernel that never
+	// reached PID 1 from a set-up that stalled.
+	log.Info("guest init started")
 	defer func() {
 		if r := recover(); r != nil {
 			log.Error(fmt.Sprintf("guest init crashed: %v\n%s", r, debug.Stack()))

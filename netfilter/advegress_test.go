@@ -13,6 +13,9 @@ import (
 	"time"
 
 	"github.com/vibedom/vibedom/netfilter/egress"
+	"github.com/vibedom/vibedom/netfilter/internal/mitmtest"
+	"github.com/vibedom/vibedom/netfilter/internal/nftest"
+	"github.com/vibedom/vibedom/netfilter/mitm"
 	"github.com/vibedom/vibedom/netfilter/netstack"
 )
 
@@ -28,7 +31,7 @@ func TestExplicitProxyRequestTracked(t *testing.T) {
 func testExplicitProxyRequestTracked(t *testing.T, kind string) {
 	var mu sync.Mutex
 	tracked := map[string][]net.Conn{}
-	v := newEngineEnv(t, kind, "stream.example\n", func(c *EngineConfig) {
+	v := newEngineEnv(t, kind, "stream.example\n", func(c *mitm.EngineConfig) {
 		c.Track = func(tg netstack.Target, conn net.Conn) func() {
 			mu.Lock()
 			defer mu.Unlock()
@@ -38,7 +41,7 @@ func testExplicitProxyRequestTracked(t *testing.T, kind string) {
 	})
 	release := make(chan struct{})
 	defer close(release)
-	v.upstreamPlain("stream.example", 80, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	v.UpstreamPlain("stream.example", 80, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/event-stream")
 		w.WriteHeader(http.StatusOK)
 		io.WriteString(w, "data: first\n\n")
@@ -48,7 +51,7 @@ func testExplicitProxyRequestTracked(t *testing.T, kind string) {
 		case <-r.Context().Done():
 		}
 	}))
-	proxy := v.proxyListener()
+	proxy := v.ProxyListener()
 	c, err := net.Dial("tcp", proxy.Host)
 	if err != nil {
 		t.Fatal(err)
@@ -92,24 +95,22 @@ func TestNoMITMRefusesECH(t *testing.T) {
 }
 
 func testNoMITMRefusesECH(t *testing.T, kind string) {
-	v := newEngineEnv(t, kind, testRules+"pinned.test\n", func(c *EngineConfig) { c.NoMITM = []string{"pinned.test"} })
-	v.upstreamTLS("pinned.test", 443, v.upCA, http.NotFoundHandler())
+	v := newEngineEnv(t, kind, mitmtest.Rules+"pinned.test\n", func(c *mitm.EngineConfig) { c.NoMITM = []string{"pinned.test"} })
+	v.UpstreamTLS("pinned.test", 443, v.UpCA, http.NotFoundHandler())
 	for _, typ := range []uint16{0xfe0d, 0xffce} {
-		conn := v.guestConn("pinned.test", 443)
-		hello := handshake(ext(0, sniData("pinned.test")), ext(typ, []byte{0, 1, 2, 3}))
-		if _, err := conn.Write(records(hello, 1<<14)); err != nil {
+		conn := v.GuestConn("pinned.test", 443)
+		hello := nftest.Handshake(nftest.Ext(0, nftest.SNIData("pinned.test")), nftest.Ext(typ, []byte{0, 1, 2, 3}))
+		if _, err := conn.Write(nftest.Records(hello, 1<<14)); err != nil {
 			t.Fatal(err)
 		}
 		conn.SetReadDeadline(time.Now().Add(10 * time.Second))
 		io.Copy(io.Discard, conn)
 		conn.Close()
-		ev := v.events.wait(t, "connect", func(e egress.Event) bool { return e.Kind == "connect" && e.Name == "pinned.test" })
+		ev := v.Events.Wait(t, "connect", func(e egress.Event) bool { return e.Kind == "connect" && e.Name == "pinned.test" })
 		if ev.Decision != "deny" || !strings.Contains(ev.Reason, "encrypted ClientHello") {
 			t.Errorf("extension %#x to a no-mitm name: %s, %q; want deny (encrypted ClientHello)", typ, ev.Decision, ev.Reason)
 		}
-		v.events.mu.Lock()
-		v.events.events = nil
-		v.events.mu.Unlock()
+		v.Events.Reset()
 	}
 }
 
@@ -120,10 +121,10 @@ func testNoMITMRefusesECH(t *testing.T, kind string) {
 func TestClosedGuestConnEndsUpstream(t *testing.T) {
 	t.Parallel()
 	forEngines(t, func(t *testing.T, kind string) {
-		v := newEngineEnv(t, kind, testRules)
+		v := newEngineEnv(t, kind, mitmtest.Rules)
 		started, ended := make(chan struct{}), make(chan struct{})
 		var once sync.Once
-		v.upstreamTLS("api.test", 443, v.upCA, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		v.UpstreamTLS("api.test", 443, v.UpCA, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			w.WriteHeader(http.StatusOK)
 			io.WriteString(w, "data: first\n\n")
 			w.(http.Flusher).Flush()
@@ -131,12 +132,12 @@ func TestClosedGuestConnEndsUpstream(t *testing.T) {
 			<-r.Context().Done()
 			close(ended)
 		}))
-		c, s := tcpPair(t)
+		c, s := nftest.TCPPair(t)
 		defer c.Close()
-		tg := netstack.Target{Name: "api.test", Port: 443, Decision: v.policy.Decide("api.test", 443),
+		tg := netstack.Target{Name: "api.test", Port: 443, Decision: v.Policy.Decide("api.test", 443),
 			Guest: netip.MustParseAddrPort("10.0.2.15:40001"), Dialled: netip.MustParseAddrPort("198.18.0.1:443")}
-		go v.eng.HandleConn(t.Context(), s, tg)
-		tc := tls.Client(c, &tls.Config{ServerName: "api.test", RootCAs: v.ca.Pool(), NextProtos: []string{"http/1.1"}})
+		go v.Eng.HandleConn(t.Context(), s, tg)
+		tc := tls.Client(c, &tls.Config{ServerName: "api.test", RootCAs: v.CA.Pool(), NextProtos: []string{"http/1.1"}})
 		io.WriteString(tc, "GET /events HTTP/1.1\r\nHost: api.test\r\n\r\n")
 		select {
 		case <-started:

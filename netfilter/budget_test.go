@@ -18,13 +18,16 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vibedom/vibedom/netfilter/internal/mitmtest"
+	"github.com/vibedom/vibedom/netfilter/mitm"
+
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
 
 	"github.com/vibedom/vibedom/dlp"
 )
 
-func withConfig(f func(*EngineConfig)) envOption { return envOption(f) }
+func withConfig(f func(*mitm.EngineConfig)) envOption { return envOption(f) }
 
 // waitFor polls cond until it holds, failing the test after a generous
 // guard time.
@@ -67,11 +70,11 @@ func TestStalledBodiesBounded(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	v := newTestEnv(t, testRules, withConfig(func(c *EngineConfig) {
+	v := newTestEnv(t, mitmtest.Rules, withConfig(func(c *mitm.EngineConfig) {
 		c.MemoryBudget = total
 		c.Filter = &DLPFilter{Engine: de}
 	}))
-	v.upstreamPlain("plain.test", 80, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	v.UpstreamPlain("plain.test", 80, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		io.Copy(io.Discard, r.Body)
 		fmt.Fprint(w, "ok")
 	}))
@@ -85,7 +88,7 @@ func TestStalledBodiesBounded(t *testing.T) {
 	var writers sync.WaitGroup
 	conns := make([]net.Conn, n)
 	for i := range n {
-		c := v.guestConn("plain.test", 80)
+		c := v.GuestConn("plain.test", 80)
 		conns[i] = c
 		t.Cleanup(func() { c.Close() })
 		writers.Go(func() {
@@ -103,9 +106,9 @@ func TestStalledBodiesBounded(t *testing.T) {
 			}
 		}()
 	}
-	// Each admitted request is charged requestCharge and twice its
+	// Each admitted request is charged mitm.RequestCharge and twice its
 	// declared length; bodies may take three quarters of the budget.
-	maxAdmitted := int64(total/4*3) / (2*declared + requestCharge)
+	maxAdmitted := int64(total/4*3) / (2*declared + mitm.RequestCharge)
 	waitFor(t, "the requests the budget cannot cover to be refused", func() bool {
 		return refused.Load() >= n-maxAdmitted
 	})
@@ -124,7 +127,7 @@ func TestStalledBodiesBounded(t *testing.T) {
 	}
 
 	// Another connection of the same session is still served.
-	c := v.guestConn("plain.test", 80)
+	c := v.GuestConn("plain.test", 80)
 	defer c.Close()
 	fmt.Fprint(c, "GET /still HTTP/1.1\r\nHost: plain.test\r\n\r\n")
 	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
@@ -145,15 +148,15 @@ func TestStalledBodiesBounded(t *testing.T) {
 // for as long as the guest kept the connection open.
 func TestStalledBodyTimesOut(t *testing.T) {
 	t.Parallel()
-	v := newTestEnv(t, testRules, withConfig(func(c *EngineConfig) { c.BodyIdleTimeout = 200 * time.Millisecond }))
-	v.upstreamPlain("plain.test", 80, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	v := newTestEnv(t, mitmtest.Rules, withConfig(func(c *mitm.EngineConfig) { c.BodyIdleTimeout = 200 * time.Millisecond }))
+	v.UpstreamPlain("plain.test", 80, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		io.Copy(io.Discard, r.Body)
 	}))
 	for _, proto := range []string{"http/1.1", "h2"} {
 		t.Run(proto, func(t *testing.T) {
 			var c net.Conn
 			if proto == "h2" {
-				v.upstreamTLS("api.test", 443, v.upCA, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				v.UpstreamTLS("api.test", 443, v.UpCA, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 					io.Copy(io.Discard, r.Body)
 				}))
 				pr, pw := io.Pipe()
@@ -163,7 +166,7 @@ func TestStalledBodyTimesOut(t *testing.T) {
 				done := make(chan struct{})
 				go func() {
 					defer close(done)
-					if resp, err := (&http.Client{Transport: v.guestTransport(true)}).Do(req); err == nil {
+					if resp, err := (&http.Client{Transport: v.GuestTransport(true)}).Do(req); err == nil {
 						resp.Body.Close()
 					}
 				}()
@@ -172,7 +175,7 @@ func TestStalledBodyTimesOut(t *testing.T) {
 				waitFor(t, "the stalled body to be abandoned", func() bool { return v.engine.Stats().MemoryInUse == 0 })
 				return
 			}
-			c = v.guestConn("plain.test", 80)
+			c = v.GuestConn("plain.test", 80)
 			defer c.Close()
 			fmt.Fprint(c, "POST /up HTTP/1.1\r\nHost: plain.test\r\nContent-Length: 100000\r\n\r\nsome of it")
 			waitFor(t, "the request to be charged", func() bool { return v.engine.Stats().MemoryInUse > 0 })
@@ -184,10 +187,10 @@ func TestStalledBodyTimesOut(t *testing.T) {
 // TestH2FanOutBounded plays a guest that opens hundreds of HTTP/2 streams
 // to a host whose upstream speaks only HTTP/1.1: each stream needs its own
 // upstream connection. Before the cap, every stream got one (84 guest
-// connections became 20,000 open files); now no more than maxConnsPerHost
+// connections became 20,000 open files); now no more than mitm.MaxConnsPerHost
 // are open to the host, the rest wait for one, and all are served.
 func TestH2FanOutBounded(t *testing.T) {
-	v := newTestEnv(t, testRules)
+	v := newTestEnv(t, mitmtest.Rules)
 	release := make(chan struct{})
 	var active, peak atomic.Int64
 	s := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -200,7 +203,7 @@ func TestH2FanOutBounded(t *testing.T) {
 	}))
 	s.Config.ErrorLog = log.New(io.Discard, "", 0)
 	s.TLS = &tls.Config{NextProtos: []string{"http/1.1"}, GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) {
-		return v.upCA.IssueLeaf("api.test", time.Hour)
+		return v.UpCA.IssueLeaf("api.test", time.Hour)
 	}}
 	s.StartTLS()
 	t.Cleanup(s.Close)
@@ -211,13 +214,13 @@ func TestH2FanOutBounded(t *testing.T) {
 			close(release)
 		}
 	})
-	v.addServer("api.test", 443, s.Listener.Addr().String())
+	v.AddServer("api.test", 443, s.Listener.Addr().String())
 	fdBase := openFDs(t)
 
 	const n = 300
 	// Count the guest's own connections: the client may open many at
 	// first, each two open files in this test (both ends).
-	tr := v.guestTransport(true)
+	tr := v.GuestTransport(true)
 	var guestConns atomic.Int64
 	dial := tr.DialContext
 	tr.DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
@@ -240,8 +243,8 @@ func TestH2FanOutBounded(t *testing.T) {
 			}
 		})
 	}
-	waitFor(t, "the upstream to be busy", func() bool { return active.Load() >= maxConnsPerHost })
-	if fds, g := openFDs(t), int(guestConns.Load()); fds > fdBase+2*g+2*maxConnsPerHost+64 {
+	waitFor(t, "the upstream to be busy", func() bool { return active.Load() >= mitm.MaxConnsPerHost })
+	if fds, g := openFDs(t), int(guestConns.Load()); fds > fdBase+2*g+2*mitm.MaxConnsPerHost+64 {
 		t.Errorf("%d open files with %d streams waiting on %d guest connections, from %d before", fds, n, g, fdBase)
 	}
 	close(release)
@@ -249,11 +252,11 @@ func TestH2FanOutBounded(t *testing.T) {
 	if ok.Load() != n {
 		t.Errorf("%d of %d requests served over h2", ok.Load(), n)
 	}
-	if p := peak.Load(); p > maxConnsPerHost {
-		t.Errorf("the upstream served %d requests at once, over the %d connections per host", p, maxConnsPerHost)
+	if p := peak.Load(); p > mitm.MaxConnsPerHost {
+		t.Errorf("the upstream served %d requests at once, over the %d connections per host", p, mitm.MaxConnsPerHost)
 	}
-	if st := v.engine.Stats(); st.UpstreamPeak > maxConnsPerHost {
-		t.Errorf("%d upstream connections open at once, over %d", st.UpstreamPeak, maxConnsPerHost)
+	if st := v.engine.Stats(); st.UpstreamPeak > mitm.MaxConnsPerHost {
+		t.Errorf("%d upstream connections open at once, over %d", st.UpstreamPeak, mitm.MaxConnsPerHost)
 	}
 }
 
@@ -269,27 +272,27 @@ func TestStalledH2StreamsBounded(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	v := newTestEnv(t, testRules, withConfig(func(c *EngineConfig) {
+	v := newTestEnv(t, mitmtest.Rules, withConfig(func(c *mitm.EngineConfig) {
 		c.MemoryBudget = total
 		c.Filter = &DLPFilter{Engine: de}
 	}))
-	v.upstreamTLS("api.test", 443, v.upCA, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	v.UpstreamTLS("api.test", 443, v.UpCA, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		io.Copy(io.Discard, r.Body)
 		fmt.Fprint(w, "ok")
 	}))
-	const conns, streams = 4, maxStreamsPerConn
+	const conns, streams = 4, mitm.MaxStreamsPerConn
 	var refused atomic.Int64
 	for range conns {
 		rawH2Streams(t, v, streams, &refused)
 	}
-	maxAdmitted := int64(total/4*3) / (2*(4<<20) + requestCharge)
+	maxAdmitted := int64(total/4*3) / (2*(4<<20) + mitm.RequestCharge)
 	waitFor(t, "the streams the budget cannot cover to be refused", func() bool {
 		return refused.Load() >= conns*streams-maxAdmitted
 	})
 	if st := v.engine.Stats(); st.MemoryPeak > total {
 		t.Errorf("budget peak %d MiB, over %d MiB", st.MemoryPeak>>20, total>>20)
 	}
-	resp, err := (&http.Client{Transport: v.guestTransport(true)}).Get("https://api.test/still")
+	resp, err := (&http.Client{Transport: v.GuestTransport(true)}).Get("https://api.test/still")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -304,7 +307,7 @@ func TestStalledH2StreamsBounded(t *testing.T) {
 // it counts the 503 answers in refused.
 func rawH2Streams(t *testing.T, v *testEnv, n int, refused *atomic.Int64) {
 	t.Helper()
-	tc := tls.Client(v.guestConn("api.test", 443), &tls.Config{ServerName: "api.test", RootCAs: v.ca.Pool(), NextProtos: []string{"h2"}})
+	tc := tls.Client(v.GuestConn("api.test", 443), &tls.Config{ServerName: "api.test", RootCAs: v.CA.Pool(), NextProtos: []string{"h2"}})
 	t.Cleanup(func() { tc.Close() })
 	if err := tc.HandshakeContext(t.Context()); err != nil {
 		t.Fatal(err)

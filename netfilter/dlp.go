@@ -154,7 +154,7 @@ func (f *DLPFilter) FilterRequest(ctx context.Context, dest mitm.Destination, r 
 	// A WebSocket: no extension may compress frames the scrubber must
 	// read; what the guest sends after the upgrade goes through
 	// UpgradeWriter with this request's report.
-	if isWebSocketUpgrade(r) {
+	if mitm.IsWebSocketUpgrade(r) {
 		r.Header.Del("Sec-Websocket-Extensions")
 		f.upgrades.Store(r, &upgradeState{pol: pol, rep: rep})
 	}
@@ -226,7 +226,7 @@ func (f *DLPFilter) report(dest mitm.Destination, r *http.Request, start time.Ti
 	}
 	out := make([]egress.Finding, 0, len(fs))
 	recs := make([]dlp.AuditRecord, 0, len(fs))
-	u := redactURL(schemeOf(dest), r.Host, r.URL)
+	u := mitm.RedactURL(schemeOf(dest), r.Host, r.URL)
 	for _, fd := range fs {
 		out = append(out, egress.Finding{Category: fd.Category.String(), Prefix: fd.Prefix, Length: fd.Length, Where: fd.Where,
 			Action: fd.Action.String(), Form: fd.Form, Source: fd.Source})

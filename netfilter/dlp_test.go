@@ -2,6 +2,8 @@ package netfilter
 
 import (
 	"github.com/vibedom/vibedom/netfilter/egress"
+	"github.com/vibedom/vibedom/netfilter/internal/mitmtest"
+	"github.com/vibedom/vibedom/netfilter/mitm"
 
 	"bufio"
 	"bytes"
@@ -79,7 +81,7 @@ func newDLPEnv(t *testing.T, limit int64) *dlpEnv {
 
 func newDLPEnvEngine(t *testing.T, kind string, limit int64) *dlpEnv {
 	if kind == "mitmproxy" {
-		skipWithoutMitmdump(t)
+		mitmdumpProbe.Skip(t)
 	}
 	id, err := age.GenerateX25519Identity()
 	if err != nil {
@@ -96,10 +98,10 @@ func newDLPEnvEngine(t *testing.T, kind string, limit int64) *dlpEnv {
 		t.Fatal(err)
 	}
 	f := &DLPFilter{Engine: e, Audit: audit, BufferLimit: limit}
-	v := &dlpEnv{testEnv: newEngineEnv(t, kind, dlpRules, func(c *EngineConfig) { c.Filter = f }), up: map[string]*seen{}, id: id, audit: auditPath}
+	v := &dlpEnv{testEnv: newEngineEnv(t, kind, dlpRules, func(c *mitm.EngineConfig) { c.Filter = f }), up: map[string]*seen{}, id: id, audit: auditPath}
 	for _, name := range []string{"api.anthropic.com", "registry.example.net", "git.corp.internal"} {
 		v.up[name] = &seen{}
-		v.upstreamTLS(name, 443, v.upCA, v.up[name].handler())
+		v.UpstreamTLS(name, 443, v.UpCA, v.up[name].handler())
 	}
 	return v
 }
@@ -123,7 +125,7 @@ func TestDLPFilterJSONBody(t *testing.T) {
 	for _, h2 := range []bool{false, true} {
 		t.Run(map[bool]string{false: "http1", true: "h2"}[h2], func(t *testing.T) {
 			v := newDLPEnv(t, 0)
-			c := &http.Client{Transport: v.guestTransport(h2)}
+			c := &http.Client{Transport: v.GuestTransport(h2)}
 			body := `{"messages":[{"role":"user","content":"key ` + dlpSecret + ` aws ` + dlpAWS + ` mail bob@corp.io"}]}`
 			resp, err := c.Post("https://api.anthropic.com/v1/messages", "application/json", strings.NewReader(body))
 			if err != nil {
@@ -138,7 +140,7 @@ func TestDLPFilterJSONBody(t *testing.T) {
 			if got.length != int64(len(want)) {
 				t.Errorf("Content-Length %d, want %d", got.length, len(want))
 			}
-			ev := v.events.wait(t, "scrub", isKind("request", "scrub"))
+			ev := v.Events.Wait(t, "scrub", mitmtest.IsKind("request", "scrub"))
 			if len(ev.Findings) != 3 || ev.Findings[0].Category != "SECRET" || ev.Findings[0].Source != ".env:1 API_KEY" || ev.Findings[0].Prefix != dlpSecret[:4] {
 				t.Errorf("findings: %+v", ev.Findings)
 			}
@@ -165,7 +167,7 @@ func TestDLPFilterJSONBody(t *testing.T) {
 func TestDLPFilterCompressedAndStreamed(t *testing.T) {
 	t.Parallel()
 	v := newDLPEnv(t, 1024)
-	c := &http.Client{Transport: v.guestTransport(false)}
+	c := &http.Client{Transport: v.GuestTransport(false)}
 
 	// gzip, small: scrubbed whole, still gzip, Content-Length exact.
 	var gz bytes.Buffer
@@ -215,7 +217,7 @@ func TestDLPFilterCompressedAndStreamed(t *testing.T) {
 func TestDLPFilterURLAndHeaders(t *testing.T) {
 	t.Parallel()
 	v := newDLPEnv(t, 0)
-	c := &http.Client{Transport: v.guestTransport(false)}
+	c := &http.Client{Transport: v.GuestTransport(false)}
 	do := func(host string) seenReq {
 		req, _ := http.NewRequest("GET", "https://"+host+"/pkg/bob%40corp.io?q=1&aws="+dlpAWS, nil)
 		req.Header.Set("X-Note", "from bob@corp.io")
@@ -252,7 +254,7 @@ func TestDLPFilterURLAndHeaders(t *testing.T) {
 	if !strings.Contains(got.url, dlpAWS) || got.header.Get("Authorization") != "Bearer "+dlpSecret {
 		t.Errorf("internal: %s %v", got.url, got.header)
 	}
-	ev := v.events.wait(t, "internal request", func(e egress.Event) bool { return e.Kind == "request" && e.Name == "git.corp.internal" })
+	ev := v.Events.Wait(t, "internal request", func(e egress.Event) bool { return e.Kind == "request" && e.Name == "git.corp.internal" })
 	if ev.Decision != "allow" || len(ev.Findings) != 1 || ev.Findings[0].Action != "log" || ev.Findings[0].Where != "header:Authorization" {
 		t.Errorf("internal event: %s %+v", ev.Decision, ev.Findings)
 	}
@@ -261,7 +263,7 @@ func TestDLPFilterURLAndHeaders(t *testing.T) {
 func TestDLPFilterRefusesUndecodableBody(t *testing.T) {
 	t.Parallel()
 	v := newDLPEnv(t, 0)
-	c := &http.Client{Transport: v.guestTransport(false)}
+	c := &http.Client{Transport: v.GuestTransport(false)}
 	req, _ := http.NewRequest("POST", "https://api.anthropic.com/v1/x", strings.NewReader("not gzip at all "+dlpSecret))
 	req.Header.Set("Content-Encoding", "gzip")
 	resp, err := c.Do(req)
@@ -276,7 +278,7 @@ func TestDLPFilterRefusesUndecodableBody(t *testing.T) {
 	if n := len(v.up["api.anthropic.com"].reqs); n != 0 {
 		t.Errorf("%d requests reached the upstream", n)
 	}
-	v.events.wait(t, "refused", func(e egress.Event) bool { return e.Kind == "request" && e.Decision == "deny" })
+	v.Events.Wait(t, "refused", func(e egress.Event) bool { return e.Kind == "request" && e.Decision == "deny" })
 }
 
 // wsKey is RFC 6455's sample handshake nonce.
@@ -396,10 +398,10 @@ func (u *wsUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 func wsDial(t *testing.T, v *dlpEnv, extra string) (*wsUpstream, net.Conn, *tls.Conn) {
 	t.Helper()
 	up := &wsUpstream{done: make(chan struct{})}
-	v.upstreamTLS("registry.example.net", 443, v.upCA, up)
-	conn := v.guestConn("registry.example.net", 443)
+	v.UpstreamTLS("registry.example.net", 443, v.UpCA, up)
+	conn := v.GuestConn("registry.example.net", 443)
 	t.Cleanup(func() { conn.Close() })
-	tc := tls.Client(conn, &tls.Config{ServerName: "registry.example.net", RootCAs: v.ca.Pool(), NextProtos: []string{"http/1.1"}})
+	tc := tls.Client(conn, &tls.Config{ServerName: "registry.example.net", RootCAs: v.CA.Pool(), NextProtos: []string{"http/1.1"}})
 	io.WriteString(tc, "GET /ws HTTP/1.1\r\nHost: registry.example.net\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"+
 		"Sec-WebSocket-Key: "+wsKey+"\r\nSec-WebSocket-Version: 13\r\n"+extra+"\r\n")
 	if resp, err := http.ReadResponse(bufio.NewReader(tc), nil); err != nil || resp.StatusCode != 101 {
@@ -459,7 +461,7 @@ func TestDLPFilterWebSocket(t *testing.T) {
 		t.Errorf("unmasked frames %v, extension offer passed %q", up.unmasked, up.ext)
 	}
 	conn.Close()
-	ev := v.events.wait(t, "websocket request", func(e egress.Event) bool { return e.Kind == "request" && e.Status == 101 })
+	ev := v.Events.Wait(t, "websocket request", func(e egress.Event) bool { return e.Kind == "request" && e.Status == 101 })
 	if ev.Decision != "scrub" || len(ev.Findings) < 5 {
 		t.Errorf("event: %s %+v", ev.Decision, ev.Findings)
 	}
@@ -487,7 +489,7 @@ func TestDLPFilterWebSocketRefusesCompressedFrames(t *testing.T) {
 func TestDLPFilterTrailersAndMethod(t *testing.T) {
 	t.Parallel()
 	v := newDLPEnv(t, 16)
-	c := &http.Client{Transport: v.guestTransport(false)}
+	c := &http.Client{Transport: v.GuestTransport(false)}
 	pr, pw := io.Pipe()
 	req, _ := http.NewRequest("POST", "https://registry.example.net/t", pr)
 	req.Trailer = http.Header{"X-Late": nil}

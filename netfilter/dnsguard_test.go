@@ -2,6 +2,8 @@ package netfilter
 
 import (
 	"github.com/vibedom/vibedom/netfilter/egress"
+	"github.com/vibedom/vibedom/netfilter/internal/mitmtest"
+	"github.com/vibedom/vibedom/netfilter/mitm"
 
 	"bufio"
 	"context"
@@ -19,7 +21,7 @@ import (
 // CONNECT target through the host's resolver too, so the same guard bounds
 // new names under a wildcard there.
 func TestProxyWildcardExfiltrationBounded(t *testing.T) {
-	rs, err := egress.ParseRules(strings.NewReader(testRules), "test")
+	rs, err := egress.ParseRules(strings.NewReader(mitmtest.Rules), "test")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -27,7 +29,7 @@ func TestProxyWildcardExfiltrationBounded(t *testing.T) {
 	limited := egress.LimitWildcardsClock(egress.NewPolicy(rs), func() time.Time { return clock })
 	var mu sync.Mutex
 	dialled := map[string]bool{}
-	v := newTestEnv(t, testRules, func(c *EngineConfig) {
+	v := newTestEnv(t, mitmtest.Rules, func(c *mitm.EngineConfig) {
 		c.Policy = limited
 		c.Dial = func(ctx context.Context, network, addr string) (net.Conn, error) {
 			mu.Lock()
@@ -36,7 +38,7 @@ func TestProxyWildcardExfiltrationBounded(t *testing.T) {
 			return nil, errors.New("no upstream in this test")
 		}
 	})
-	proxy := v.proxyListener()
+	proxy := v.ProxyListener()
 	connect := func(name string) int {
 		t.Helper()
 		conn, err := net.Dial("tcp", proxy.Host)

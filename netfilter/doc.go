@@ -1,9 +1,10 @@
 // Package netfilter is the guest's only way out, assembled: it hands the
 // connections the network stack (netfilter/netstack) admits to the MITM
-// proxy, one of two engines (the Go engine, or mitmdump with our addon),
-// which checks the TLS SNI or Host against the egress policy
-// (netfilter/egress), passes each request through the request filters
-// (DLP, placeholder swap) and writes the network logs. Nothing it enforces
+// proxy, one of two engines (the Go engine of netfilter/mitm, or mitmdump
+// with our addon, run from here), which checks the TLS SNI or Host against
+// the egress policy (netfilter/egress) and passes each request through the
+// request filters built here (DLP, placeholder swap); it writes the
+// network logs. Nothing it enforces
 // depends on code running in the guest.
 //
 // It does not scrub bodies itself: a RequestFilter (the contract is

@@ -8,6 +8,7 @@ package netfilter
 
 import (
 	"github.com/vibedom/vibedom/netfilter/egress"
+	"github.com/vibedom/vibedom/netfilter/internal/mitmtest"
 
 	"bufio"
 	"bytes"
@@ -29,21 +30,21 @@ import (
 func TestConformanceNames(t *testing.T) {
 	t.Parallel()
 	forEngines(t, func(t *testing.T, kind string) {
-		v := newEngineEnv(t, kind, testRules)
+		v := newEngineEnv(t, kind, mitmtest.Rules)
 		var hits atomic.Int64
-		v.upstreamTLS("api.test", 443, v.upCA, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { hits.Add(1); echoInfo(w, r) }))
-		v.upstreamTLS("evil.test", 443, v.upCA, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { hits.Add(100) }))
+		v.UpstreamTLS("api.test", 443, v.UpCA, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { hits.Add(1); mitmtest.EchoInfo(w, r) }))
+		v.UpstreamTLS("evil.test", 443, v.UpCA, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { hits.Add(100) }))
 		// The explicit proxy: an allowed CONNECT goes through, a denied one
 		// gets 403.
-		pu := v.proxyListener()
-		c := &http.Client{Transport: &http.Transport{Proxy: http.ProxyURL(pu), TLSClientConfig: &tls.Config{RootCAs: v.ca.Pool()}}}
-		if resp, body := getBody(t, c, "https://api.test/via-proxy"); resp.StatusCode != 200 || body != "hello from api.test /via-proxy" {
+		pu := v.ProxyListener()
+		c := &http.Client{Transport: &http.Transport{Proxy: http.ProxyURL(pu), TLSClientConfig: &tls.Config{RootCAs: v.CA.Pool()}}}
+		if resp, body := mitmtest.GetBody(t, c, "https://api.test/via-proxy"); resp.StatusCode != 200 || body != "hello from api.test /via-proxy" {
 			t.Fatalf("allowed through the explicit proxy: %d %q", resp.StatusCode, body)
 		}
 		// Plain http:// through the explicit proxy (absolute-URI requests;
 		// served by the Go forwarder in both engines, docs/network.md).
-		v.upstreamPlain("plain.test", 80, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { hits.Add(1); echoInfo(w, r) }))
-		if resp, body := getBody(t, c, "http://plain.test/abs"); resp.StatusCode != 200 || body != "hello from plain.test /abs" {
+		v.UpstreamPlain("plain.test", 80, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { hits.Add(1); mitmtest.EchoInfo(w, r) }))
+		if resp, body := mitmtest.GetBody(t, c, "http://plain.test/abs"); resp.StatusCode != 200 || body != "hello from plain.test /abs" {
 			t.Fatalf("absolute URI through the explicit proxy: %d %q", resp.StatusCode, body)
 		}
 		req, _ := http.NewRequestWithContext(t.Context(), "GET", "https://evil.test/", nil)
@@ -51,17 +52,17 @@ func TestConformanceNames(t *testing.T) {
 			t.Errorf("denied CONNECT: %v, want 403", err)
 		}
 		// Transparent: a connection the stack did not admit is refused.
-		conn := v.guestConn("evil.test", 443)
+		conn := v.GuestConn("evil.test", 443)
 		conn.SetReadDeadline(time.Now().Add(20 * time.Second))
 		if n, err := conn.Read(make([]byte, 1)); err == nil {
 			t.Errorf("unadmitted connection answered %d bytes", n)
 		}
-		v.events.wait(t, "unadmitted", func(e egress.Event) bool {
+		v.Events.Wait(t, "unadmitted", func(e egress.Event) bool {
 			return e.Kind == "connect" && e.Name == "evil.test" && e.Decision == "deny" && strings.Contains(e.Reason, "not admitted")
 		})
-		v.events.wait(t, "denied CONNECT", func(e egress.Event) bool { return e.Kind == "proxy" && e.Name == "evil.test" && e.Decision == "deny" })
+		v.Events.Wait(t, "denied CONNECT", func(e egress.Event) bool { return e.Kind == "proxy" && e.Name == "evil.test" && e.Decision == "deny" })
 		c.CloseIdleConnections()
-		v.events.wait(t, "allowed connection", func(e egress.Event) bool { return e.Kind == "connect" && e.Name == "api.test" && e.Decision == "allow" })
+		v.Events.Wait(t, "allowed connection", func(e egress.Event) bool { return e.Kind == "connect" && e.Name == "api.test" && e.Decision == "allow" })
 		if hits.Load() != 2 {
 			t.Errorf("upstream hits %d, want 2 (the allowed requests only)", hits.Load())
 		}
@@ -71,19 +72,19 @@ func TestConformanceNames(t *testing.T) {
 func TestConformanceSNIMismatch(t *testing.T) {
 	t.Parallel()
 	forEngines(t, func(t *testing.T, kind string) {
-		v := newEngineEnv(t, kind, testRules)
+		v := newEngineEnv(t, kind, mitmtest.Rules)
 		var hits atomic.Int64
-		v.upstreamTLS("api.test", 443, v.upCA, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { hits.Add(1) }))
-		v.upstreamTLS("x.wild.test", 443, v.upCA, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { hits.Add(1) }))
+		v.UpstreamTLS("api.test", 443, v.UpCA, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { hits.Add(1) }))
+		v.UpstreamTLS("x.wild.test", 443, v.UpCA, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { hits.Add(1) }))
 		for _, tt := range []struct{ name, sni, reason string }{
 			{"other allowed name", "x.wild.test", "does not match the admitted name api.test"},
 			{"denied name", "evil.test", "does not match"},
 			{"no sni", "", "without SNI"},
 		} {
 			t.Run(tt.name, func(t *testing.T) {
-				conn := v.guestConn("api.test", 443)
+				conn := v.GuestConn("api.test", 443)
 				defer conn.Close()
-				tc := tls.Client(conn, &tls.Config{ServerName: tt.sni, RootCAs: v.ca.Pool(), InsecureSkipVerify: tt.sni == ""})
+				tc := tls.Client(conn, &tls.Config{ServerName: tt.sni, RootCAs: v.CA.Pool(), InsecureSkipVerify: tt.sni == ""})
 				err := tc.HandshakeContext(t.Context())
 				if err == nil {
 					// Whatever the handshake did, no request may pass.
@@ -98,7 +99,7 @@ func TestConformanceSNIMismatch(t *testing.T) {
 				if kind == "go" && (err == nil || !strings.Contains(err.Error(), "access denied")) {
 					t.Errorf("handshake error %v: want a TLS access_denied alert", err)
 				}
-				v.events.wait(t, "SNI refusal", func(e egress.Event) bool {
+				v.Events.Wait(t, "SNI refusal", func(e egress.Event) bool {
 					return e.Kind == "connect" && e.Decision == "deny" && strings.Contains(e.Reason, tt.reason)
 				})
 			})
@@ -112,12 +113,12 @@ func TestConformanceSNIMismatch(t *testing.T) {
 func TestConformanceHostMismatch(t *testing.T) {
 	t.Parallel()
 	forEngines(t, func(t *testing.T, kind string) {
-		v := newEngineEnv(t, kind, testRules)
+		v := newEngineEnv(t, kind, mitmtest.Rules)
 		var hits atomic.Int64
-		h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { hits.Add(1); echoInfo(w, r) })
-		v.upstreamTLS("api.test", 443, v.upCA, h)
-		v.upstreamTLS("x.wild.test", 443, v.upCA, h)
-		v.upstreamPlain("plain.test", 80, h)
+		h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { hits.Add(1); mitmtest.EchoInfo(w, r) })
+		v.UpstreamTLS("api.test", 443, v.UpCA, h)
+		v.UpstreamTLS("x.wild.test", 443, v.UpCA, h)
+		v.UpstreamPlain("plain.test", 80, h)
 		for _, tt := range []struct {
 			name, url, host string
 			h2              bool
@@ -129,7 +130,7 @@ func TestConformanceHostMismatch(t *testing.T) {
 			{"plain http with port", "http://plain.test/", "plain.test:8080", false},
 		} {
 			t.Run(tt.name, func(t *testing.T) {
-				c := &http.Client{Transport: v.guestTransport(tt.h2)}
+				c := &http.Client{Transport: v.GuestTransport(tt.h2)}
 				req, _ := http.NewRequestWithContext(t.Context(), "GET", tt.url, nil)
 				req.Host = tt.host
 				req.Header.Set("Accept", "application/json")
@@ -155,7 +156,7 @@ func TestConformanceHostMismatch(t *testing.T) {
 			"GET http://x.wild.test/ HTTP/1.1\r\nHost: plain.test\r\n\r\n",
 			"GET /one HTTP/1.1\r\nHost: plain.test\r\n\r\nGET /two HTTP/1.1\r\nHost: x.wild.test\r\n\r\n",
 		} {
-			conn := v.guestConn("plain.test", 80)
+			conn := v.GuestConn("plain.test", 80)
 			io.WriteString(conn, raw)
 			br := bufio.NewReader(conn)
 			var last int
@@ -172,14 +173,14 @@ func TestConformanceHostMismatch(t *testing.T) {
 				t.Errorf("%q: last status %d, want 421", raw, last)
 			}
 		}
-		c := &http.Client{Transport: v.guestTransport(false)}
-		if resp, body := getBody(t, c, "http://plain.test/ok"); resp.StatusCode != 200 || body != "hello from plain.test /ok" {
+		c := &http.Client{Transport: v.GuestTransport(false)}
+		if resp, body := mitmtest.GetBody(t, c, "http://plain.test/ok"); resp.StatusCode != 200 || body != "hello from plain.test /ok" {
 			t.Errorf("plain http: %d %q", resp.StatusCode, body)
 		}
 		if hits.Load() != 2 {
 			t.Errorf("upstream hits %d, want 2 (/one and /ok)", hits.Load())
 		}
-		v.events.waitCount(t, "421", 7, func(e egress.Event) bool { return e.Kind == "request" && e.Decision == "deny" && e.Status == 421 })
+		v.Events.WaitCount(t, "421", 7, func(e egress.Event) bool { return e.Kind == "request" && e.Decision == "deny" && e.Status == 421 })
 	})
 }
 
@@ -189,7 +190,7 @@ func TestConformanceDLP(t *testing.T) {
 		v := newDLPEnvEngine(t, kind, 1024)
 		up := v.up["registry.example.net"]
 		for _, h2 := range []bool{false, true} {
-			c := &http.Client{Transport: v.guestTransport(h2)}
+			c := &http.Client{Transport: v.GuestTransport(h2)}
 			post := func(ct, enc string, body io.Reader) seenReq {
 				t.Helper()
 				req, _ := http.NewRequestWithContext(t.Context(), "POST", "https://registry.example.net/p?aws="+dlpAWS, body)
@@ -272,7 +273,7 @@ func TestConformanceDLP(t *testing.T) {
 			})
 		}
 		// Logs: every scrub is an alert; no value reaches either log.
-		v.events.waitCount(t, "scrub", 10, isKind("request", "scrub"))
+		v.Events.WaitCount(t, "scrub", 10, mitmtest.IsKind("request", "scrub"))
 		v.log.Close()
 		logs, _ := os.ReadFile(filepath.Join(v.logDir, NetworkLogFile))
 		alerts, _ := os.ReadFile(filepath.Join(v.logDir, AlertsLogFile))
@@ -294,7 +295,7 @@ func TestConformanceDLPRefusal(t *testing.T) {
 	t.Parallel()
 	forEngines(t, func(t *testing.T, kind string) {
 		v := newDLPEnvEngine(t, kind, 0)
-		c := &http.Client{Transport: v.guestTransport(false)}
+		c := &http.Client{Transport: v.GuestTransport(false)}
 		// A gzip body that is not gzip: it cannot be read, so not sent.
 		req, _ := http.NewRequestWithContext(t.Context(), "POST", "https://registry.example.net/x", strings.NewReader("not gzip "+dlpSecret))
 		req.Header.Set("Content-Encoding", "gzip")
@@ -359,7 +360,7 @@ func TestConformanceWebSocket(t *testing.T) {
 			}
 		}
 		conn.Close()
-		ev := v.events.wait(t, "websocket request", func(e egress.Event) bool { return e.Kind == "request" && e.Status == 101 })
+		ev := v.Events.Wait(t, "websocket request", func(e egress.Event) bool { return e.Kind == "request" && e.Status == 101 })
 		if ev.Decision != "scrub" || len(ev.Findings) < 3 {
 			t.Errorf("event: %s %+v", ev.Decision, ev.Findings)
 		}
@@ -393,14 +394,14 @@ func TestConformanceWebSocketControlFrames(t *testing.T) {
 func TestConformanceStreamingDownload(t *testing.T) {
 	t.Parallel()
 	forEngines(t, func(t *testing.T, kind string) {
-		v := newEngineEnv(t, kind, testRules)
+		v := newEngineEnv(t, kind, mitmtest.Rules)
 		const size = 64 << 20
-		v.upstreamTLS("api.test", 443, v.upCA, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		v.UpstreamTLS("api.test", 443, v.UpCA, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			w.Header().Set("Content-Length", fmt.Sprint(size))
-			io.Copy(w, &patternReader{n: size})
+			io.Copy(w, &mitmtest.PatternReader{N: size})
 		}))
 		for _, h2 := range []bool{false, true} {
-			c := &http.Client{Transport: v.guestTransport(h2)}
+			c := &http.Client{Transport: v.GuestTransport(h2)}
 			req, _ := http.NewRequestWithContext(t.Context(), "GET", "https://api.test/big", nil)
 			resp, err := c.Do(req)
 			if err != nil {
@@ -412,7 +413,7 @@ func TestConformanceStreamingDownload(t *testing.T) {
 				t.Fatalf("h2=%v: read %d bytes (%v), want %d", h2, n, err, size)
 			}
 		}
-		ev := v.events.wait(t, "download", func(e egress.Event) bool { return e.Kind == "request" && e.Status == 200 })
+		ev := v.Events.Wait(t, "download", func(e egress.Event) bool { return e.Kind == "request" && e.Status == 200 })
 		if ev.Decision != "allow" || !strings.HasPrefix(ev.URL, "https://api.test/big") || ev.BytesDn != size {
 			t.Errorf("event %+v", ev)
 		}

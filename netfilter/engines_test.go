@@ -1,29 +1,20 @@
 package netfilter
 
 import (
+	"github.com/vibedom/vibedom/netfilter/internal/mitmtest"
+	"github.com/vibedom/vibedom/netfilter/internal/nftest"
 	"github.com/vibedom/vibedom/netfilter/mitmproxy"
 
-	"context"
-	"io"
 	"net/http"
-	"sync"
 	"testing"
 )
 
-var mitmdumpCheck struct {
-	once sync.Once
-	err  error
-}
-
-// skipWithoutMitmdump skips a mitmproxy-engine test, with the reason, when
-// no supported mitmdump is installed.
-func skipWithoutMitmdump(t testing.TB) {
-	t.Helper()
-	mitmdumpCheck.once.Do(func() { _, mitmdumpCheck.err = mitmproxy.MitmdumpVersion(context.Background(), "") })
-	if mitmdumpCheck.err != nil {
-		t.Skipf("mitmproxy engine not tested: %v", mitmdumpCheck.err)
-	}
-}
+// mitmdumpProbe skips a mitmproxy-engine test, mitmwebProbe a live-view
+// test, with the reason, when no supported mitmdump (mitmweb) is installed.
+var (
+	mitmdumpProbe = nftest.VersionProbe("mitmproxy engine not tested", mitmproxy.MitmdumpVersion)
+	mitmwebProbe  = nftest.VersionProbe("live view not tested", mitmproxy.MitmwebVersion, mitmdumpProbe)
+)
 
 var engineKinds = []string{"go", "mitmproxy"}
 
@@ -35,27 +26,15 @@ func forEngines(t *testing.T, f func(t *testing.T, kind string)) {
 	}
 }
 
-func getBody(t *testing.T, c *http.Client, url string) (*http.Response, string) {
-	t.Helper()
-	req, _ := http.NewRequestWithContext(t.Context(), "GET", url, nil)
-	resp, err := c.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	return resp, string(b)
-}
-
 func TestConformanceHTTPVersions(t *testing.T) {
 	t.Parallel()
 	forEngines(t, func(t *testing.T, kind string) {
-		v := newEngineEnv(t, kind, testRules)
-		v.upstreamTLS("api.test", 443, v.upCA, http.HandlerFunc(echoInfo))
+		v := newEngineEnv(t, kind, mitmtest.Rules)
+		v.UpstreamTLS("api.test", 443, v.UpCA, http.HandlerFunc(mitmtest.EchoInfo))
 		for _, h2 := range []bool{false, true} {
-			c := &http.Client{Transport: v.guestTransport(h2)}
+			c := &http.Client{Transport: v.GuestTransport(h2)}
 			for range 3 {
-				resp, body := getBody(t, c, "https://api.test/hello?x=1")
+				resp, body := mitmtest.GetBody(t, c, "https://api.test/hello?x=1")
 				if resp.StatusCode != 200 || body != "hello from api.test /hello?x=1" {
 					t.Fatalf("h2=%v: got %d %q", h2, resp.StatusCode, body)
 				}

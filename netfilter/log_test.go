@@ -2,6 +2,7 @@ package netfilter
 
 import (
 	"github.com/vibedom/vibedom/netfilter/egress"
+	"github.com/vibedom/vibedom/netfilter/internal/mitmtest"
 
 	"bufio"
 	"bytes"
@@ -349,8 +350,8 @@ func TestLogWriterCap(t *testing.T) {
 // for every request it did not keep.
 func TestRequestFloodLogBounded(t *testing.T) {
 	t.Parallel()
-	v := newTestEnv(t, testRules)
-	proxy := v.proxyListener()
+	v := newTestEnv(t, mitmtest.Rules)
+	proxy := v.ProxyListener()
 	c := &http.Client{Transport: &http.Transport{Proxy: http.ProxyURL(proxy), MaxIdleConnsPerHost: 1}}
 	defer c.CloseIdleConnections()
 	const flood = 5000
@@ -368,9 +369,9 @@ func TestRequestFloodLogBounded(t *testing.T) {
 	// A refusal may be recorded just after its answer: wait until the sink
 	// saw them all, then flush.
 	deadline := time.Now().Add(time.Minute)
-	for len(v.events.all()) < flood {
+	for len(v.Events.All()) < flood {
 		if time.Now().After(deadline) {
-			t.Fatalf("%d of %d refusals recorded", len(v.events.all()), flood)
+			t.Fatalf("%d of %d refusals recorded", len(v.Events.All()), flood)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}

@@ -2,6 +2,8 @@ package netfilter
 
 import (
 	"github.com/vibedom/vibedom/netfilter/egress"
+	"github.com/vibedom/vibedom/netfilter/internal/mitmtest"
+	"github.com/vibedom/vibedom/netfilter/mitm"
 	"github.com/vibedom/vibedom/netfilter/mitmproxy"
 	"github.com/vibedom/vibedom/netfilter/netstack"
 
@@ -38,10 +40,10 @@ type benchEnv struct {
 	upCAPath string
 	upAddr   string // 127.0.0.1:port of the upstream
 	ca       *keys.CA
-	engine   *GoEngine
+	engine   *mitm.GoEngine
 	transp   string // listener whose conns go to HandleConn(bench.test:443)
 	proxy    string // listener whose conns go to HandleProxyConn
-	mitmCfg  MitmproxyConfig
+	mitmCfg  mitmproxy.Config
 	mitmTr   string // listener whose conns go to the mitmproxy engine's HandleConn
 }
 
@@ -51,7 +53,7 @@ func (v *benchEnv) startMitmEngine() string {
 	if _, err := mitmproxy.MitmdumpVersion(context.Background(), ""); err != nil {
 		return err.Error()
 	}
-	m, err := NewMitmproxyEngine(context.Background(), v.mitmCfg)
+	m, err := mitmproxy.NewEngine(context.Background(), v.mitmCfg)
 	if err != nil {
 		v.b.Fatal(err)
 	}
@@ -96,7 +98,7 @@ func newBenchEnv(b *testing.B, h http.Handler) *benchEnv {
 	b.Cleanup(func() { lw.Close() })
 	rules, _ := egress.ParseRules(strings.NewReader(benchName+"\n"), "bench")
 	pol := egress.NewPolicy(rules)
-	ecfg := EngineConfig{
+	ecfg := mitm.EngineConfig{
 		CA:            v.ca,
 		Policy:        pol,
 		Events:        lw,
@@ -107,8 +109,8 @@ func newBenchEnv(b *testing.B, h http.Handler) *benchEnv {
 			return nil, fmt.Errorf("bench: no host %s", name)
 		},
 	}
-	v.mitmCfg = MitmproxyConfig{EngineConfig: ecfg, CAKeyFile: filepath.Join(dir, "ca", keys.CAKeyFile), RuntimeDir: dir}
-	v.engine, err = NewGoEngine(ecfg)
+	v.mitmCfg = mitmproxy.Config{EngineConfig: ecfg, CAKeyFile: filepath.Join(dir, "ca", keys.CAKeyFile), RuntimeDir: dir}
+	v.engine, err = mitm.NewGoEngine(ecfg)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -278,7 +280,7 @@ func benchHandler(size int64) http.Handler {
 			io.WriteString(w, `{"ok":true,"model":"bench","usage":{"input_tokens":12,"output_tokens":34}}`)
 		case "/large":
 			w.Header().Set("Content-Length", strconv.FormatInt(size, 10))
-			io.Copy(w, &patternReader{n: size})
+			io.Copy(w, &mitmtest.PatternReader{N: size})
 		}
 	})
 }

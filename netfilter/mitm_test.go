@@ -2,8 +2,8 @@ package netfilter
 
 import (
 	"github.com/vibedom/vibedom/netfilter/egress"
+	"github.com/vibedom/vibedom/netfilter/internal/mitmtest"
 	"github.com/vibedom/vibedom/netfilter/mitm"
-	"github.com/vibedom/vibedom/netfilter/netstack"
 
 	"bufio"
 	"bytes"
@@ -12,45 +12,20 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
-	"net/url"
 	"os"
 	"path/filepath"
-	"runtime"
-	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
-	"time"
-
-	"golang.org/x/net/websocket"
-
-	"github.com/vibedom/vibedom/keys"
 )
-
-const testRules = `api.test
-*.wild.test
-plain.test:80
-ssh.test:22
-opaque.test:7000
-api.test:8443
-192.0.2.10
-`
-
-// echoInfo answers with what the upstream saw.
-func echoInfo(w http.ResponseWriter, r *http.Request) {
-	w.Header().Set("X-Upstream-Proto", r.Proto)
-	w.Header().Set("X-Upstream-Host", r.Host)
-	fmt.Fprintf(w, "hello from %s %s", r.Host, r.URL.RequestURI())
-}
 
 func TestInterceptHTTP1AndHTTP2(t *testing.T) {
 	t.Parallel()
-	v := newTestEnv(t, testRules)
-	v.upstreamTLS("api.test", 443, v.upCA, http.HandlerFunc(echoInfo))
-	v.upstreamTLS("a.b.wild.test", 443, v.upCA, http.HandlerFunc(echoInfo))
-	v.upstreamTLS("api.test", 8443, v.upCA, http.HandlerFunc(echoInfo))
+	v := newTestEnv(t, mitmtest.Rules)
+	v.UpstreamTLS("api.test", 443, v.UpCA, http.HandlerFunc(mitmtest.EchoInfo))
+	v.UpstreamTLS("a.b.wild.test", 443, v.UpCA, http.HandlerFunc(mitmtest.EchoInfo))
+	v.UpstreamTLS("api.test", 8443, v.UpCA, http.HandlerFunc(mitmtest.EchoInfo))
 	tests := []struct {
 		name      string
 		h2        bool
@@ -65,7 +40,7 @@ func TestInterceptHTTP1AndHTTP2(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			c := &http.Client{Transport: v.guestTransport(tt.h2)}
+			c := &http.Client{Transport: v.GuestTransport(tt.h2)}
 			for i := range 3 { // keep-alive: several requests on one connection
 				req, _ := http.NewRequestWithContext(t.Context(), "GET", tt.url, nil)
 				resp, err := c.Do(req)
@@ -95,17 +70,17 @@ func TestInterceptHTTP1AndHTTP2(t *testing.T) {
 					// The chain the guest sees verifies against the vibedom CA
 					// (the client trusts nothing else) and names the host.
 					certs := resp.TLS.PeerCertificates
-					if len(certs) == 0 || certs[0].CheckSignatureFrom(v.ca.Certificate()) != nil {
+					if len(certs) == 0 || certs[0].CheckSignatureFrom(v.CA.Certificate()) != nil {
 						t.Errorf("leaf not signed by the vibedom CA")
 					}
-					if len(resp.TLS.VerifiedChains) == 0 || !resp.TLS.VerifiedChains[0][len(resp.TLS.VerifiedChains[0])-1].Equal(v.ca.Certificate()) {
+					if len(resp.TLS.VerifiedChains) == 0 || !resp.TLS.VerifiedChains[0][len(resp.TLS.VerifiedChains[0])-1].Equal(v.CA.Certificate()) {
 						t.Errorf("verified chain does not end at the vibedom CA")
 					}
 				}
 			}
 		})
 	}
-	ev := v.events.wait(t, "request with query", func(e egress.Event) bool { return e.Kind == "request" && strings.Contains(e.URL, "token") })
+	ev := v.Events.Wait(t, "request with query", func(e egress.Event) bool { return e.Kind == "request" && strings.Contains(e.URL, "token") })
 	if want := "https://api.test/hello?token=REDACTED&x=REDACTED"; ev.URL != want {
 		t.Errorf("logged URL: got %q, want %q", ev.URL, want)
 	}
@@ -119,7 +94,7 @@ func TestInterceptHTTP1AndHTTP2(t *testing.T) {
 	}
 	// One connect event per connection: 3 keep-alive requests do not open 3.
 	conns := 0
-	for _, e := range v.events.all() {
+	for _, e := range v.Events.All() {
 		if e.Kind == "connect" && e.Name == "api.test" && e.Port == 443 {
 			conns++
 		}
@@ -129,77 +104,10 @@ func TestInterceptHTTP1AndHTTP2(t *testing.T) {
 	}
 }
 
-func TestPlainHTTP(t *testing.T) {
-	t.Parallel()
-	v := newTestEnv(t, testRules)
-	v.upstreamPlain("plain.test", 80, http.HandlerFunc(echoInfo))
-	c := &http.Client{Transport: v.guestTransport(false)}
-	resp, err := c.Get("http://plain.test/p?q=v")
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if resp.StatusCode != 200 || string(body) != "hello from plain.test /p?q=v" {
-		t.Errorf("got %d %q", resp.StatusCode, body)
-	}
-	ev := v.events.wait(t, "plain request", isKind("request", "allow"))
-	if ev.URL != "http://plain.test/p?q=REDACTED" {
-		t.Errorf("logged URL: got %q", ev.URL)
-	}
-}
-
-func TestUpstreamCertificateErrors(t *testing.T) {
-	t.Parallel()
-	v := newTestEnv(t, testRules)
-	rogue, err := keys.EnsureCA(filepath.Join(t.TempDir(), "rogue"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	v.upstreamTLS("api.test", 443, rogue, http.HandlerFunc(echoInfo))
-	// An upstream with a trusted CA but a certificate for another name.
-	s := v.upstreamTLS("x.wild.test", 443, v.upCA, http.HandlerFunc(echoInfo))
-	s.TLS.GetCertificate = func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return v.upCA.IssueLeaf("other.test", time.Hour) }
-	v.addServer("plain-on-tls.wild.test", 443, v.upstreamPlain("plain-on-tls.wild.test", 1, http.HandlerFunc(echoInfo)).Listener.Addr().String())
-
-	tests := []struct {
-		name, url, wantBody string
-	}{
-		{"unknown authority", "https://api.test/", "not trusted: signed by an unknown authority"},
-		{"wrong name", "https://x.wild.test/", "not valid for x.wild.test"},
-		{"not tls", "https://plain-on-tls.wild.test/", "did not answer with TLS"},
-		{"unreachable", "https://nowhere.wild.test/", "nowhere.wild.test"},
-	}
-	c := &http.Client{Transport: v.guestTransport(true)}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			resp, err := c.Get(tt.url)
-			if err != nil {
-				t.Fatal(err)
-			}
-			body, _ := io.ReadAll(resp.Body)
-			resp.Body.Close()
-			if resp.StatusCode != http.StatusBadGateway {
-				t.Errorf("status: got %d, want 502", resp.StatusCode)
-			}
-			if !strings.Contains(string(body), tt.wantBody) || !strings.HasPrefix(string(body), "vibedom: bad gateway: ") {
-				t.Errorf("body %q: want it to say %q", body, tt.wantBody)
-			}
-			if got := resp.Header.Get("Content-Type"); !strings.HasPrefix(got, "text/plain") {
-				t.Errorf("Content-Type: got %q, want text/plain", got)
-			}
-		})
-	}
-	ev := v.events.wait(t, "error event", isKind("request", "error"))
-	if ev.Status != 502 || ev.Reason == "" {
-		t.Errorf("error event: %+v", ev)
-	}
-}
-
 func TestSNIRefused(t *testing.T) {
 	t.Parallel()
-	v := newTestEnv(t, testRules)
-	v.upstreamTLS("api.test", 443, v.upCA, http.HandlerFunc(echoInfo))
+	v := newTestEnv(t, mitmtest.Rules)
+	v.UpstreamTLS("api.test", 443, v.UpCA, http.HandlerFunc(mitmtest.EchoInfo))
 	tests := []struct {
 		name, admitted, sni string
 		skipVerify          bool
@@ -212,9 +120,9 @@ func TestSNIRefused(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			conn := v.guestConn(tt.admitted, 443)
+			conn := v.GuestConn(tt.admitted, 443)
 			defer conn.Close()
-			tc := tls.Client(conn, &tls.Config{ServerName: tt.sni, RootCAs: v.ca.Pool(), InsecureSkipVerify: tt.skipVerify})
+			tc := tls.Client(conn, &tls.Config{ServerName: tt.sni, RootCAs: v.CA.Pool(), InsecureSkipVerify: tt.skipVerify})
 			err := tc.HandshakeContext(t.Context())
 			if err == nil {
 				t.Fatal("handshake succeeded; want it refused")
@@ -222,20 +130,20 @@ func TestSNIRefused(t *testing.T) {
 			if !strings.Contains(err.Error(), "access denied") {
 				t.Errorf("handshake error %q: want a TLS access_denied alert", err)
 			}
-			v.events.wait(t, "refused connect", func(e egress.Event) bool {
+			v.Events.Wait(t, "refused connect", func(e egress.Event) bool {
 				return e.Kind == "connect" && e.Decision == "deny" && strings.Contains(e.Reason, tt.reason)
 			})
 		})
 	}
 	t.Run("same name in other case with trailing dot is accepted", func(t *testing.T) {
-		conn := v.guestConn("api.test", 443)
+		conn := v.GuestConn("api.test", 443)
 		defer conn.Close()
-		tc := tls.Client(conn, &tls.Config{ServerName: "API.Test.", RootCAs: v.ca.Pool(), InsecureSkipVerify: true})
+		tc := tls.Client(conn, &tls.Config{ServerName: "API.Test.", RootCAs: v.CA.Pool(), InsecureSkipVerify: true})
 		if err := tc.HandshakeContext(t.Context()); err != nil {
 			t.Fatalf("handshake: %v", err)
 		}
 	})
-	v.events.waitCount(t, "SNI refusal", len(tests), func(e egress.Event) bool {
+	v.Events.WaitCount(t, "SNI refusal", len(tests), func(e egress.Event) bool {
 		return e.Kind == "connect" && e.Decision == "deny" && strings.Contains(e.Reason, "SNI")
 	})
 	alerts := v.alerts()
@@ -252,14 +160,14 @@ func TestSNIRefused(t *testing.T) {
 
 func TestGuestDistrustIsAnErrorNotAnAlert(t *testing.T) {
 	t.Parallel()
-	v := newTestEnv(t, testRules)
-	conn := v.guestConn("api.test", 443)
+	v := newTestEnv(t, mitmtest.Rules)
+	conn := v.GuestConn("api.test", 443)
 	defer conn.Close()
-	tc := tls.Client(conn, &tls.Config{ServerName: "api.test", RootCAs: v.upCA.Pool()}) // not the vibedom CA
+	tc := tls.Client(conn, &tls.Config{ServerName: "api.test", RootCAs: v.UpCA.Pool()}) // not the vibedom CA
 	if err := tc.HandshakeContext(t.Context()); err == nil {
 		t.Fatal("handshake succeeded with a guest that does not trust the vibedom CA")
 	}
-	ev := v.events.wait(t, "connect", func(e egress.Event) bool { return e.Kind == "connect" })
+	ev := v.Events.Wait(t, "connect", func(e egress.Event) bool { return e.Kind == "connect" })
 	if ev.Decision != "error" || !strings.Contains(ev.Reason, "handshake") {
 		t.Errorf("connect event: %+v, want decision error about the handshake", ev)
 	}
@@ -268,31 +176,14 @@ func TestGuestDistrustIsAnErrorNotAnAlert(t *testing.T) {
 	}
 }
 
-func TestIPLiteralTargetWithoutSNI(t *testing.T) {
-	t.Parallel()
-	v := newTestEnv(t, testRules)
-	var hits atomic.Int32
-	v.upstreamPlain("192.0.2.10", 80, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { hits.Add(1) }))
-	conn := v.guestConn("192.0.2.10", 443)
-	defer conn.Close()
-	pool := v.ca.Pool()
-	tc := tls.Client(conn, &tls.Config{RootCAs: pool, ServerName: "192.0.2.10"}) // Go sends no SNI for an IP
-	if err := tc.HandshakeContext(t.Context()); err != nil {
-		t.Fatalf("handshake to an IP target without SNI: %v", err)
-	}
-	if got := tc.ConnectionState().PeerCertificates[0].IPAddresses; len(got) != 1 || !got[0].Equal(net.ParseIP("192.0.2.10")) {
-		t.Errorf("leaf IP SANs: got %v", got)
-	}
-}
-
 func TestHostRefused(t *testing.T) {
 	t.Parallel()
-	v := newTestEnv(t, testRules)
+	v := newTestEnv(t, mitmtest.Rules)
 	var hits atomic.Int32
-	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { hits.Add(1); echoInfo(w, r) })
-	v.upstreamTLS("api.test", 443, v.upCA, h)
-	v.upstreamTLS("x.wild.test", 443, v.upCA, h)
-	v.upstreamPlain("plain.test", 80, h)
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { hits.Add(1); mitmtest.EchoInfo(w, r) })
+	v.UpstreamTLS("api.test", 443, v.UpCA, h)
+	v.UpstreamTLS("x.wild.test", 443, v.UpCA, h)
+	v.UpstreamPlain("plain.test", 80, h)
 	tests := []struct {
 		name, url, host string
 		h2              bool
@@ -307,7 +198,7 @@ func TestHostRefused(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			c := &http.Client{Transport: v.guestTransport(tt.h2)}
+			c := &http.Client{Transport: v.GuestTransport(tt.h2)}
 			req, _ := http.NewRequestWithContext(t.Context(), "GET", tt.url, nil)
 			req.Host = tt.host
 			resp, err := c.Do(req)
@@ -325,7 +216,7 @@ func TestHostRefused(t *testing.T) {
 		})
 	}
 	t.Run("explicit default port accepted", func(t *testing.T) {
-		c := &http.Client{Transport: v.guestTransport(false)}
+		c := &http.Client{Transport: v.GuestTransport(false)}
 		req, _ := http.NewRequestWithContext(t.Context(), "GET", "https://api.test/", nil)
 		req.Host = "api.test:443"
 		resp, err := c.Do(req)
@@ -338,7 +229,7 @@ func TestHostRefused(t *testing.T) {
 		}
 	})
 	t.Run("absolute-form request line on an intercepted connection", func(t *testing.T) {
-		conn := v.guestConn("plain.test", 80)
+		conn := v.GuestConn("plain.test", 80)
 		defer conn.Close()
 		fmt.Fprintf(conn, "GET http://evil.test/ HTTP/1.1\r\nHost: plain.test\r\n\r\n")
 		resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
@@ -350,7 +241,7 @@ func TestHostRefused(t *testing.T) {
 		}
 	})
 	t.Run("second request on a kept-alive connection", func(t *testing.T) {
-		conn := v.guestConn("plain.test", 80)
+		conn := v.GuestConn("plain.test", 80)
 		defer conn.Close()
 		fmt.Fprintf(conn, "GET /one HTTP/1.1\r\nHost: plain.test\r\n\r\nGET /two HTTP/1.1\r\nHost: evil.test\r\n\r\n")
 		br := bufio.NewReader(conn)
@@ -366,7 +257,7 @@ func TestHostRefused(t *testing.T) {
 		}
 	})
 	t.Run("CONNECT on an intercepted connection", func(t *testing.T) {
-		conn := v.guestConn("plain.test", 80)
+		conn := v.GuestConn("plain.test", 80)
 		defer conn.Close()
 		fmt.Fprintf(conn, "CONNECT evil.test:443 HTTP/1.1\r\nHost: evil.test:443\r\n\r\n")
 		resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
@@ -380,7 +271,7 @@ func TestHostRefused(t *testing.T) {
 	if hits.Load() != 2 {
 		t.Errorf("upstream saw %d requests, want only the 2 accepted ones", hits.Load())
 	}
-	v.events.waitCount(t, "request refusal", len(tests)+3, isKind("request", "deny"))
+	v.Events.WaitCount(t, "request refusal", len(tests)+3, mitmtest.IsKind("request", "deny"))
 	n := 0
 	for _, a := range v.alerts() {
 		if a["kind"] == "request" && a["decision"] == "deny" {
@@ -390,222 +281,6 @@ func TestHostRefused(t *testing.T) {
 	if n != len(tests)+3 {
 		t.Errorf("alerts.jsonl request refusals: got %d, want %d", n, len(tests)+3)
 	}
-}
-
-func TestWebSocketEcho(t *testing.T) {
-	t.Parallel()
-	v := newTestEnv(t, testRules)
-	v.upstreamTLS("api.test", 443, v.upCA, websocket.Handler(func(ws *websocket.Conn) {
-		for {
-			var msg string
-			if websocket.Message.Receive(ws, &msg) != nil {
-				return
-			}
-			websocket.Message.Send(ws, msg)
-		}
-	}))
-	conn := v.guestConn("api.test", 443)
-	defer conn.Close()
-	tc := tls.Client(conn, &tls.Config{ServerName: "api.test", RootCAs: v.ca.Pool(), NextProtos: []string{"http/1.1"}})
-	cfg, err := websocket.NewConfig("wss://api.test/ws?key=v", "https://api.test/")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ws, err := websocket.NewClient(cfg, tc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, msg := range []string{"hello", strings.Repeat("x", 100000), "bye"} {
-		if err := websocket.Message.Send(ws, msg); err != nil {
-			t.Fatal(err)
-		}
-		var got string
-		if err := websocket.Message.Receive(ws, &got); err != nil {
-			t.Fatal(err)
-		}
-		if got != msg {
-			t.Errorf("echo: got %d bytes, want %d", len(got), len(msg))
-		}
-	}
-	ws.Close()
-	ev := v.events.wait(t, "websocket request", func(e egress.Event) bool { return e.Kind == "request" && e.Status == 101 })
-	if ev.BytesUp < 100000 || ev.BytesDn < 100000 {
-		t.Errorf("websocket bytes: up %d down %d, want both > 100000", ev.BytesUp, ev.BytesDn)
-	}
-	if ev.URL != "https://api.test/ws?key=REDACTED" {
-		t.Errorf("websocket URL: got %q", ev.URL)
-	}
-}
-
-// patternReader yields n bytes of a repeating pattern without holding them.
-type patternReader struct{ n int64 }
-
-var pattern = func() []byte {
-	b := make([]byte, 64<<10)
-	for i := range b {
-		b[i] = byte('a' + i%26)
-	}
-	return b
-}()
-
-func (p *patternReader) Read(b []byte) (int, error) {
-	if p.n <= 0 {
-		return 0, io.EOF
-	}
-	if int64(len(b)) > p.n {
-		b = b[:p.n]
-	}
-	n := copy(b, pattern)
-	p.n -= int64(n)
-	return n, nil
-}
-
-// heapWatch samples the live heap until stopped and reports the peak above
-// the starting point.
-func heapWatch() (stop func() uint64) {
-	runtime.GC()
-	var ms runtime.MemStats
-	runtime.ReadMemStats(&ms)
-	base := ms.HeapAlloc
-	var peak atomic.Uint64
-	done := make(chan struct{})
-	finished := make(chan struct{})
-	go func() {
-		defer close(finished)
-		tk := time.NewTicker(20 * time.Millisecond)
-		defer tk.Stop()
-		for {
-			select {
-			case <-done:
-				return
-			case <-tk.C:
-				var m runtime.MemStats
-				runtime.ReadMemStats(&m)
-				if m.HeapAlloc > base && m.HeapAlloc-base > peak.Load() {
-					peak.Store(m.HeapAlloc - base)
-				}
-			}
-		}
-	}()
-	return func() uint64 { close(done); <-finished; return peak.Load() }
-}
-
-func TestStreaming100MB(t *testing.T) {
-	size := int64(100 << 20)
-	if testing.Short() {
-		size = 10 << 20
-	}
-	const heapLimit = 40 << 20
-	v := newTestEnv(t, testRules)
-	v.upstreamTLS("api.test", 443, v.upCA, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		switch r.URL.Path {
-		case "/download":
-			w.Header().Set("Content-Length", strconv.FormatInt(size, 10))
-			io.Copy(w, &patternReader{n: size})
-		case "/upload":
-			n, err := io.Copy(io.Discard, r.Body)
-			if err != nil {
-				http.Error(w, err.Error(), 500)
-				return
-			}
-			fmt.Fprint(w, n)
-		}
-	}))
-	for _, h2 := range []bool{false, true} {
-		c := &http.Client{Transport: v.guestTransport(h2)}
-		proto := map[bool]string{false: "http1", true: "h2"}[h2]
-		t.Run("download "+proto, func(t *testing.T) {
-			stop := heapWatch()
-			resp, err := c.Get("https://api.test/download")
-			if err != nil {
-				t.Fatal(err)
-			}
-			n, err := io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
-			peak := stop()
-			if err != nil || n != size {
-				t.Fatalf("downloaded %d bytes (err %v), want %d", n, err, size)
-			}
-			if peak > heapLimit {
-				t.Errorf("heap grew by %d MB during a %d MB download, want < %d MB", peak>>20, size>>20, heapLimit>>20)
-			}
-			t.Logf("heap peak +%d kB", peak>>10)
-		})
-		t.Run("upload "+proto, func(t *testing.T) {
-			stop := heapWatch()
-			req, _ := http.NewRequestWithContext(t.Context(), "POST", "https://api.test/upload", &patternReader{n: size})
-			req.ContentLength = -1 // chunked: the proxy cannot know the size either
-			resp, err := c.Do(req)
-			if err != nil {
-				t.Fatal(err)
-			}
-			body, _ := io.ReadAll(resp.Body)
-			resp.Body.Close()
-			peak := stop()
-			if string(body) != strconv.FormatInt(size, 10) {
-				t.Fatalf("upstream received %q bytes, want %d", body, size)
-			}
-			if peak > heapLimit {
-				t.Errorf("heap grew by %d MB during a %d MB upload, want < %d MB", peak>>20, size>>20, heapLimit>>20)
-			}
-			t.Logf("heap peak +%d kB", peak>>10)
-		})
-	}
-	ev := v.events.wait(t, "upload event", func(e egress.Event) bool { return e.Kind == "request" && e.Method == "POST" })
-	if ev.BytesUp != size {
-		t.Errorf("upload event bytes_up: got %d, want %d", ev.BytesUp, size)
-	}
-}
-
-func TestSplice(t *testing.T) {
-	t.Parallel()
-	v := newTestEnv(t, testRules, func(c *EngineConfig) { c.ServerFirstWait = 50 * time.Millisecond })
-	addr := serverFirstEcho(t)
-	v.addServer("ssh.test", 22, addr)
-	v.addServer("opaque.test", 7000, addr)
-
-	t.Run("server speaks first", func(t *testing.T) {
-		conn := v.guestConn("ssh.test", 22)
-		defer conn.Close()
-		br := bufio.NewReader(conn)
-		line, err := br.ReadString('\n')
-		if err != nil || line != "SSH-2.0-test\r\n" {
-			t.Fatalf("banner: got %q, %v", line, err)
-		}
-		io.WriteString(conn, "ping\n")
-		if got, _ := br.ReadString('\n'); got != "ping\n" {
-			t.Errorf("echo: got %q", got)
-		}
-		conn.(*net.TCPConn).CloseWrite()
-		io.Copy(io.Discard, br)
-		ev := v.events.wait(t, "splice connect", func(e egress.Event) bool { return e.Kind == "connect" && e.Name == "ssh.test" })
-		if ev.Decision != "allow" || !strings.Contains(ev.Reason, "spliced") || ev.BytesUp != 5 || ev.BytesDn != 14+5 {
-			t.Errorf("splice event: %+v", ev)
-		}
-	})
-	t.Run("client speaks first, not TLS or HTTP", func(t *testing.T) {
-		conn := v.guestConn("opaque.test", 7000)
-		defer conn.Close()
-		conn.Write([]byte{0, 1, 2, 3})
-		buf := make([]byte, 14+4)
-		if _, err := io.ReadFull(conn, buf); err != nil {
-			t.Fatal(err)
-		}
-		if !bytes.HasSuffix(buf, []byte{0, 1, 2, 3}) {
-			t.Errorf("got %q", buf)
-		}
-	})
-	t.Run("opaque bytes on 443 refused", func(t *testing.T) {
-		conn := v.guestConn("api.test", 443)
-		defer conn.Close()
-		conn.Write([]byte("SSH-2.0-sneaky\r\n"))
-		if n, _ := io.Copy(io.Discard, conn); n != 0 {
-			t.Errorf("got %d bytes back, want none", n)
-		}
-		v.events.wait(t, "refused opaque", func(e egress.Event) bool {
-			return e.Kind == "connect" && e.Decision == "deny" && strings.Contains(e.Reason, "neither TLS nor HTTP")
-		})
-	})
 }
 
 // recordingFilter replaces "SECRET" in bodies while streaming and reports a
@@ -645,13 +320,13 @@ func TestRequestFilter(t *testing.T) {
 	t.Parallel()
 	for _, fail := range []bool{false, true} {
 		t.Run(fmt.Sprintf("fail=%v", fail), func(t *testing.T) {
-			v := newTestEnv(t, testRules, func(c *EngineConfig) { c.Filter = recordingFilter{fail: fail} })
+			v := newTestEnv(t, mitmtest.Rules, func(c *mitm.EngineConfig) { c.Filter = recordingFilter{fail: fail} })
 			var got atomic.Value
-			v.upstreamTLS("api.test", 443, v.upCA, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			v.UpstreamTLS("api.test", 443, v.UpCA, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				b, _ := io.ReadAll(r.Body)
 				got.Store(string(b))
 			}))
-			c := &http.Client{Transport: v.guestTransport(true)}
+			c := &http.Client{Transport: v.GuestTransport(true)}
 			resp, err := c.Post("https://api.test/v1", "text/plain", strings.NewReader("key=SECRET;"))
 			if err != nil {
 				t.Fatal(err)
@@ -666,7 +341,7 @@ func TestRequestFilter(t *testing.T) {
 			if g, _ := got.Load().(string); g != "key=[redacted];" {
 				t.Errorf("upstream body: got %q", g)
 			}
-			ev := v.events.wait(t, "scrub", isKind("request", "scrub"))
+			ev := v.Events.Wait(t, "scrub", mitmtest.IsKind("request", "scrub"))
 			if len(ev.Findings) != 1 || ev.Findings[0].Category != "test-secret" {
 				t.Errorf("findings: %+v", ev.Findings)
 			}
@@ -674,82 +349,5 @@ func TestRequestFilter(t *testing.T) {
 				t.Errorf("alerts: %v", a)
 			}
 		})
-	}
-}
-
-func TestRedactURL(t *testing.T) {
-	t.Parallel()
-	tests := []struct{ raw, want string }{
-		{"/p", "https://h/p"},
-		{"/p?a=1&b=two", "https://h/p?a=REDACTED&b=REDACTED"},
-		{"/p?sk-abcdef", "https://h/p?REDACTED"},
-		{"/p?a=&b", "https://h/p?a=&REDACTED"},
-		{"/p?a=1&&b=2", "https://h/p?a=REDACTED&&b=REDACTED"},
-		{"/p?" + strings.Repeat("k", 100) + "=v", "https://h/p?" + strings.Repeat("k", 64) + "…=REDACTED"},
-		{"/a%20b?x=y%26z", "https://h/a%20b?x=REDACTED"},
-		{"", "https://h/"},
-	}
-	for _, tt := range tests {
-		t.Run(tt.raw, func(t *testing.T) {
-			u := &url.URL{}
-			if tt.raw != "" {
-				var err error
-				if u, err = url.ParseRequestURI(tt.raw); err != nil {
-					t.Fatal(err)
-				}
-			}
-			if got := redactURL("https", "h", u); got != tt.want {
-				t.Errorf("redactURL(%q): got %q, want %q", tt.raw, got, tt.want)
-			}
-		})
-	}
-}
-
-func TestUnadmittedTargetRefused(t *testing.T) {
-	t.Parallel()
-	v := newTestEnv(t, testRules)
-	tests := []struct {
-		name string
-		t    netstack.Target
-	}{
-		{"denied decision", netstack.Target{Name: "evil.test", Port: 443, Decision: egress.Decision{Reason: "no rule"}}},
-		{"no name", netstack.Target{Port: 443, Decision: egress.Decision{Allow: true}}},
-		{"no port", netstack.Target{Name: "api.test", Decision: egress.Decision{Allow: true}}},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			c, s := tcpPair(t)
-			defer c.Close()
-			go v.engine.HandleConn(t.Context(), s, tt.t)
-			if n, _ := io.Copy(io.Discard, c); n != 0 {
-				t.Errorf("got %d bytes, want the connection closed", n)
-			}
-		})
-	}
-}
-
-func TestEngineNeedsCA(t *testing.T) {
-	t.Parallel()
-	if _, err := NewGoEngine(EngineConfig{}); err == nil {
-		t.Error("NewGoEngine without a CA: got nil error")
-	}
-}
-
-func TestContextCancelClosesConnection(t *testing.T) {
-	t.Parallel()
-	v := newTestEnv(t, testRules)
-	c, s := tcpPair(t)
-	defer c.Close()
-	ctx, cancel := context.WithCancel(t.Context())
-	done := make(chan struct{})
-	go func() {
-		v.engine.HandleConn(ctx, s, netstack.Target{Name: "api.test", Port: 443, Decision: v.policy.Decide("api.test", 443)})
-		close(done)
-	}()
-	cancel()
-	select {
-	case <-done:
-	case <-time.After(20 * time.Second):
-		t.Fatal("HandleConn did not return after its context was cancelled")
 	}
 }

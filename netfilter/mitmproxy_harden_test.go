@@ -10,12 +10,17 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/cookiejar"
 	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/vibedom/vibedom/netfilter/egress"
+	"github.com/vibedom/vibedom/netfilter/internal/mitmtest"
+	"github.com/vibedom/vibedom/netfilter/mitmproxy"
 
 	"github.com/vibedom/vibedom/credentials"
 	"github.com/vibedom/vibedom/netfilter/mitm"
@@ -30,17 +35,17 @@ type rawUpstream struct {
 }
 
 func (v *testEnv) rawUpstream(name string, port uint16, useTLS bool) *rawUpstream {
-	v.t.Helper()
+	v.T().Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		v.t.Fatal(err)
+		v.T().Fatal(err)
 	}
 	if useTLS {
 		ln = tls.NewListener(ln, &tls.Config{GetCertificate: func(hi *tls.ClientHelloInfo) (*tls.Certificate, error) {
-			return v.upCA.IssueLeaf(name, time.Hour)
+			return v.UpCA.IssueLeaf(name, time.Hour)
 		}})
 	}
-	v.t.Cleanup(func() { ln.Close() })
+	v.T().Cleanup(func() { ln.Close() })
 	u := &rawUpstream{}
 	go func() {
 		for {
@@ -65,7 +70,7 @@ func (v *testEnv) rawUpstream(name string, port uint16, useTLS bool) *rawUpstrea
 			}()
 		}
 	}()
-	v.addServer(name, port, ln.Addr().String())
+	v.AddServer(name, port, ln.Addr().String())
 	return u
 }
 
@@ -85,7 +90,7 @@ const rawSecrets = "\x00\x01 AKIAIOSFODNN7EXAMPLE ghp_0123456789abcdefghijABCDEF
 // the upstream never gets them. On another port raw TCP still passes.
 func TestMitmproxyRawBytesRefused(t *testing.T) {
 	t.Parallel()
-	v := newMitmEnv(t, "mitmproxy", testRules, nil)
+	v := newMitmEnv(t, "mitmproxy", mitmtest.Rules, nil)
 	for _, tc := range []struct {
 		name   string
 		host   string
@@ -98,11 +103,11 @@ func TestMitmproxyRawBytesRefused(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			up := v.rawUpstream(tc.host, tc.port, tc.useTLS)
-			var c net.Conn = v.guestConn(tc.host, tc.port)
+			var c net.Conn = v.GuestConn(tc.host, tc.port)
 			defer c.Close()
 			c.SetDeadline(time.Now().Add(30 * time.Second))
 			if tc.useTLS {
-				tc := tls.Client(c, &tls.Config{ServerName: tc.host, RootCAs: v.ca.Pool()})
+				tc := tls.Client(c, &tls.Config{ServerName: tc.host, RootCAs: v.CA.Pool()})
 				if err := tc.Handshake(); err != nil {
 					t.Fatalf("handshake: %v", err)
 				}
@@ -121,7 +126,7 @@ func TestMitmproxyRawBytesRefused(t *testing.T) {
 	}
 	t.Run("another port passes", func(t *testing.T) {
 		up := v.rawUpstream("opaque.test", 7000, false)
-		c := v.guestConn("opaque.test", 7000)
+		c := v.GuestConn("opaque.test", 7000)
 		defer c.Close()
 		c.SetDeadline(time.Now().Add(30 * time.Second))
 		c.Write([]byte("\x00\x01 opaque\n"))
@@ -140,11 +145,11 @@ func TestMitmproxyRawBytesRefused(t *testing.T) {
 
 // swapEnv is a mitmproxy engine with a credential swap for api.test's
 // x-api-key (placeholder ph, real key real).
-func swapEnv(t *testing.T, mopt func(*MitmproxyConfig)) (v *testEnv, real, ph string) {
+func swapEnv(t *testing.T, mopt func(*mitmproxy.Config)) (v *testEnv, real, ph string) {
 	real = "sk-ant-api03-" + strings.Repeat("R3al", 20) + "AA" // gitleaks:allow
 	ph = "sk-ant-api03-" + strings.Repeat("PhXx", 20) + "BB"   // gitleaks:allow
 	filter := NewSwapFilter(mitm.IdentityFilter{}, []credentials.Swap{{Name: "anthropic", Host: "api.test", Header: "x-api-key", Placeholder: ph, Value: real, Token: ph}})
-	v = newMitmEnv(t, "mitmproxy", testRules, mopt, func(c *EngineConfig) {
+	v = newMitmEnv(t, "mitmproxy", mitmtest.Rules, mopt, func(c *mitm.EngineConfig) {
 		c.Filter = filter
 		if os.Getenv("DBG") != "" {
 			c.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
@@ -163,7 +168,7 @@ func TestMitmproxyPlainHTTPTo443(t *testing.T) {
 	v, real, ph := swapEnv(t, nil)
 	var seen atomic.Int64
 	var leaked atomic.Bool
-	v.upstreamPlain("api.test", 443, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	v.UpstreamPlain("api.test", 443, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		seen.Add(1)
 		if strings.Contains(r.Header.Get("X-Api-Key"), real) {
 			leaked.Store(true)
@@ -181,14 +186,14 @@ func TestMitmproxyPlainHTTPTo443(t *testing.T) {
 		return resp.Status
 	}
 	t.Run("transparent", func(t *testing.T) {
-		c := v.guestConn("api.test", 443)
+		c := v.GuestConn("api.test", 443)
 		defer c.Close()
 		io.WriteString(c, req)
 		if s := status(t, c); strings.HasPrefix(s, "200") {
 			t.Errorf("plain HTTP to :443 answered %s", s)
 		}
 	})
-	proxy := v.proxyListener()
+	proxy := v.ProxyListener()
 	t.Run("CONNECT tunnel", func(t *testing.T) {
 		c, err := net.Dial("tcp", proxy.Host)
 		if err != nil {
@@ -263,9 +268,9 @@ func echoKey(w http.ResponseWriter, r *http.Request) {
 func TestMitmproxyEchoedKeyScrubbed(t *testing.T) {
 	t.Parallel()
 	v, real, ph := swapEnv(t, nil)
-	v.upstreamTLS("api.test", 443, v.upCA, http.HandlerFunc(echoKey))
+	v.UpstreamTLS("api.test", 443, v.UpCA, http.HandlerFunc(echoKey))
 	for _, h2 := range []bool{false, true} {
-		c := &http.Client{Transport: v.guestTransport(h2)}
+		c := &http.Client{Transport: v.GuestTransport(h2)}
 		r, _ := http.NewRequestWithContext(t.Context(), "GET", "https://api.test/echo", nil)
 		r.Header.Set("x-api-key", ph)
 		resp, err := c.Do(r)
@@ -282,9 +287,9 @@ func TestMitmproxyEchoedKeyScrubbed(t *testing.T) {
 			t.Errorf("h2=%v: no trailer or body came through: %s", h2, all)
 		}
 	}
-	conn := v.guestConn("api.test", 443)
+	conn := v.GuestConn("api.test", 443)
 	defer conn.Close()
-	tc := tls.Client(conn, &tls.Config{ServerName: "api.test", RootCAs: v.ca.Pool(), NextProtos: []string{"http/1.1"}})
+	tc := tls.Client(conn, &tls.Config{ServerName: "api.test", RootCAs: v.CA.Pool(), NextProtos: []string{"http/1.1"}})
 	io.WriteString(tc, "GET /ws HTTP/1.1\r\nHost: api.test\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"+
 		"Sec-WebSocket-Key: "+wsKey+"\r\nSec-WebSocket-Version: 13\r\nx-api-key: "+ph+"\r\n\r\n")
 	tc.SetDeadline(time.Now().Add(30 * time.Second))
@@ -305,4 +310,142 @@ func TestMitmproxyEchoedKeyScrubbed(t *testing.T) {
 func wsAccept(key string) string {
 	h := sha1.Sum([]byte(key + "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"))
 	return base64.StdEncoding.EncodeToString(h[:])
+}
+
+// TestMitmdumpCrash: mitmdump killed mid-session: the open connection ends,
+// an alert says so, and every later connection is refused without reaching
+// the upstream.
+func TestMitmdumpCrash(t *testing.T) {
+	t.Parallel()
+	v := newEngineEnv(t, "mitmproxy", mitmtest.Rules)
+	m := v.Eng.(*mitmproxy.Engine)
+	var hits atomic.Int64
+	v.UpstreamTLS("api.test", 443, v.UpCA, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hits.Add(1)
+		mitmtest.EchoInfo(w, r)
+	}))
+	c := &http.Client{Transport: v.GuestTransport(false)}
+	if resp, _ := mitmtest.GetBody(t, c, "https://api.test/before"); resp.StatusCode != 200 {
+		t.Fatalf("before the crash: %d", resp.StatusCode)
+	}
+	proc, err := os.FindProcess(m.Pid())
+	if err == nil {
+		err = proc.Kill()
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev := v.Events.Wait(t, "mitmdump exit", func(e egress.Event) bool { return e.Kind == "proxy" && e.Decision == "deny" })
+	if !strings.Contains(ev.Reason, "mitmdump exited unexpectedly") {
+		t.Errorf("alert reason: %q", ev.Reason)
+	}
+	before := hits.Load()
+	for _, h2 := range []bool{false, true} {
+		c := &http.Client{Transport: v.GuestTransport(h2)}
+		req, _ := http.NewRequestWithContext(t.Context(), "GET", "https://api.test/after", nil)
+		if resp, err := c.Do(req); err == nil {
+			resp.Body.Close()
+			t.Fatalf("a request went through after mitmdump died: %d", resp.StatusCode)
+		}
+	}
+	v.Events.Wait(t, "refused connection", func(e egress.Event) bool {
+		return e.Kind == "connect" && e.Decision == "deny" && strings.Contains(e.Reason, "mitmdump is not running")
+	})
+	if hits.Load() != before {
+		t.Errorf("the upstream was reached after mitmdump died")
+	}
+	found := false
+	for _, a := range v.alerts() {
+		if a["kind"] == "proxy" && strings.Contains(fmt.Sprint(a["reason"]), "mitmdump exited unexpectedly") {
+			found = true
+		}
+	}
+	if !found {
+		t.Error("no alert in alerts.jsonl for mitmdump's exit")
+	}
+}
+
+// TestInspectNoRealKey: with --inspect, the live view is bound to the
+// session's token (any other local program gets 403 on every endpoint),
+// and after swapped requests (HTTP/1, HTTP/2, a WebSocket whose provider
+// echoes the key in a text message, a ping and a close reason) its REST
+// API and event log hold no real key: /flows and /flows/dump show the
+// guest's placeholder, /events no ping payload.
+func TestInspectNoRealKey(t *testing.T) {
+	t.Parallel()
+	mitmwebProbe.Skip(t)
+	v, real, ph := swapEnv(t, func(c *mitmproxy.Config) { c.LiveView = true })
+	m := v.Eng.(*mitmproxy.Engine)
+	v.UpstreamTLS("api.test", 443, v.UpCA, http.HandlerFunc(echoKey))
+	base, _, ok := strings.Cut(m.WebURL(), "?")
+	if !ok {
+		t.Fatalf("the live view's URL %q carries no token", m.WebURL())
+	}
+	for _, p := range []string{"", "flows", "flows/dump", "events", "updates", "options", "filter-help"} {
+		resp, err := http.Get(base + p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusForbidden {
+			t.Errorf("GET /%s without the token: %d, want 403", p, resp.StatusCode)
+		}
+	}
+	jar, _ := cookiejar.New(nil)
+	web := &http.Client{Jar: jar, Timeout: 30 * time.Second}
+	get := func(p string) string {
+		t.Helper()
+		resp, err := web.Get(base + p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			t.Fatalf("GET /%s with the token's cookie: %d", p, resp.StatusCode)
+		}
+		return string(b)
+	}
+	resp, err := web.Get(m.WebURL())
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("the printed URL: %v %v", resp, err)
+	}
+	resp.Body.Close()
+	for _, h2 := range []bool{false, true} {
+		c := &http.Client{Transport: v.GuestTransport(h2)}
+		r, _ := http.NewRequestWithContext(t.Context(), "POST", fmt.Sprintf("https://api.test/echo?h2=%v", h2), strings.NewReader("q"))
+		r.Header.Set("x-api-key", ph)
+		resp, err := c.Do(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+	}
+	conn := v.GuestConn("api.test", 443)
+	defer conn.Close()
+	tc := tls.Client(conn, &tls.Config{ServerName: "api.test", RootCAs: v.CA.Pool(), NextProtos: []string{"http/1.1"}})
+	tc.SetDeadline(time.Now().Add(30 * time.Second))
+	io.WriteString(tc, "GET /ws HTTP/1.1\r\nHost: api.test\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"+
+		"Sec-WebSocket-Key: "+wsKey+"\r\nSec-WebSocket-Version: 13\r\nx-api-key: "+ph+"\r\n\r\n")
+	io.ReadAll(tc) // the provider's frames, until it closes
+	// Every flow listed, the ping logged: then nothing more comes.
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		flows, events := get("flows"), get("events")
+		if strings.Count(flows, "/echo?h2=") == 2 && strings.Contains(flows, `"/ws"`) && strings.Contains(events, "WebSocket ping") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the live view never listed every flow and the ping:\n%s\n%s", egress.Shorten(flows), egress.Shorten(events))
+		}
+	}
+	for _, p := range []string{"flows", "flows/dump", "events"} {
+		body := get(p)
+		if strings.Contains(strings.ToLower(body), strings.ToLower(real)) {
+			t.Errorf("GET /%s holds the real key (%d times)", p, strings.Count(strings.ToLower(body), strings.ToLower(real)))
+		}
+		if p == "flows" && !strings.Contains(body, ph) {
+			t.Errorf("GET /flows does not show the guest's placeholder")
+		}
+	}
 }

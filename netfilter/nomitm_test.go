@@ -9,6 +9,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/vibedom/vibedom/netfilter/internal/mitmtest"
+	"github.com/vibedom/vibedom/netfilter/mitm"
+
 	"github.com/vibedom/vibedom/netfilter/egress"
 )
 
@@ -20,14 +23,14 @@ import (
 func TestNoMITMPinnedClient(t *testing.T) {
 	t.Parallel()
 	forEngines(t, func(t *testing.T, kind string) {
-		v := newEngineEnv(t, kind, testRules+"pinned.test\n", func(c *EngineConfig) { c.NoMITM = []string{"pinned.test"} })
+		v := newEngineEnv(t, kind, mitmtest.Rules+"pinned.test\n", func(c *mitm.EngineConfig) { c.NoMITM = []string{"pinned.test"} })
 		h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { fmt.Fprintf(w, "real %s", r.Host) })
-		v.upstreamTLS("pinned.test", 443, v.upCA, h)
-		v.upstreamTLS("api.test", 443, v.upCA, h)
+		v.UpstreamTLS("pinned.test", 443, v.UpCA, h)
+		v.UpstreamTLS("api.test", 443, v.UpCA, h)
 		pinned := x509.NewCertPool()
-		pinned.AddCert(v.upCA.Certificate())
+		pinned.AddCert(v.UpCA.Certificate())
 
-		conn := v.guestConn("pinned.test", 443)
+		conn := v.GuestConn("pinned.test", 443)
 		defer conn.Close()
 		tc := tls.Client(conn, &tls.Config{ServerName: "pinned.test", RootCAs: pinned})
 		if err := tc.HandshakeContext(t.Context()); err != nil {
@@ -39,12 +42,12 @@ func TestNoMITMPinnedClient(t *testing.T) {
 			t.Errorf("through no-mitm: %q", body)
 		}
 		tc.Close()
-		v.events.wait(t, "uninspected connect", func(e egress.Event) bool {
-			return e.Kind == "connect" && e.Name == "pinned.test" && e.Decision == "allow" && e.Reason == NoMITMReason
+		v.Events.Wait(t, "uninspected connect", func(e egress.Event) bool {
+			return e.Kind == "connect" && e.Name == "pinned.test" && e.Decision == "allow" && e.Reason == mitm.NoMITMReason
 		})
 
 		for _, sni := range []string{"", "api.test"} {
-			conn := v.guestConn("pinned.test", 443)
+			conn := v.GuestConn("pinned.test", 443)
 			tc := tls.Client(conn, &tls.Config{ServerName: sni, RootCAs: pinned, InsecureSkipVerify: sni == ""})
 			if err := tc.HandshakeContext(t.Context()); err == nil {
 				t.Errorf("SNI %q to a no-mitm name: the handshake went through", sni)
@@ -54,7 +57,7 @@ func TestNoMITMPinnedClient(t *testing.T) {
 
 		// Another name is still intercepted: the pinned client refuses
 		// vibedom's certificate.
-		conn = v.guestConn("api.test", 443)
+		conn = v.GuestConn("api.test", 443)
 		defer conn.Close()
 		tc = tls.Client(conn, &tls.Config{ServerName: "api.test", RootCAs: pinned})
 		if err := tc.HandshakeContext(t.Context()); err == nil {

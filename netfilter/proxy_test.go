@@ -11,6 +11,8 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+
+	"github.com/vibedom/vibedom/netfilter/internal/mitmtest"
 )
 
 // proxyClient is an HTTP client that uses the explicit proxy and trusts
@@ -18,23 +20,23 @@ import (
 func (v *testEnv) proxyClient(proxy *url.URL, h2 bool) *http.Client {
 	tr := &http.Transport{
 		Proxy:             http.ProxyURL(proxy),
-		TLSClientConfig:   &tls.Config{RootCAs: v.ca.Pool()},
+		TLSClientConfig:   &tls.Config{RootCAs: v.CA.Pool()},
 		ForceAttemptHTTP2: h2,
 	}
-	v.t.Cleanup(tr.CloseIdleConnections)
+	v.T().Cleanup(tr.CloseIdleConnections)
 	return &http.Client{Transport: tr}
 }
 
 func TestExplicitProxy(t *testing.T) {
 	t.Parallel()
-	v := newTestEnv(t, testRules)
+	v := newTestEnv(t, mitmtest.Rules)
 	var hits atomic.Int32
-	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { hits.Add(1); echoInfo(w, r) })
-	v.upstreamTLS("api.test", 443, v.upCA, h)
-	v.upstreamTLS("evil.test", 443, v.upCA, h)
-	v.upstreamPlain("plain.test", 80, h)
-	v.upstreamPlain("evil.test", 80, h)
-	proxy := v.proxyListener()
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { hits.Add(1); mitmtest.EchoInfo(w, r) })
+	v.UpstreamTLS("api.test", 443, v.UpCA, h)
+	v.UpstreamTLS("evil.test", 443, v.UpCA, h)
+	v.UpstreamPlain("plain.test", 80, h)
+	v.UpstreamPlain("evil.test", 80, h)
+	proxy := v.ProxyListener()
 
 	allowed := []struct {
 		name, url, want string
@@ -119,14 +121,14 @@ func TestExplicitProxy(t *testing.T) {
 	}
 	t.Run("CONNECT allowed but inner SNI names another host", func(t *testing.T) {
 		conn := proxyConnect(t, proxy, "api.test:443")
-		tc := tls.Client(conn, &tls.Config{ServerName: "evil.test", RootCAs: v.ca.Pool()})
+		tc := tls.Client(conn, &tls.Config{ServerName: "evil.test", RootCAs: v.CA.Pool()})
 		if err := tc.HandshakeContext(t.Context()); err == nil || !strings.Contains(err.Error(), "access denied") {
 			t.Errorf("handshake: got %v, want access denied", err)
 		}
 	})
 	t.Run("CONNECT allowed but inner Host names another host", func(t *testing.T) {
 		conn := proxyConnect(t, proxy, "api.test:443")
-		tc := tls.Client(conn, &tls.Config{ServerName: "api.test", RootCAs: v.ca.Pool()})
+		tc := tls.Client(conn, &tls.Config{ServerName: "api.test", RootCAs: v.CA.Pool()})
 		fmt.Fprintf(tc, "GET / HTTP/1.1\r\nHost: evil.test\r\n\r\n")
 		resp, err := http.ReadResponse(bufio.NewReader(tc), nil)
 		if err != nil {
@@ -146,7 +148,7 @@ func TestExplicitProxy(t *testing.T) {
 		// the 200 from what the TLS layer sees first.
 		pr := &connectReader{Conn: conn}
 		fmt.Fprintf(conn, "CONNECT api.test:443 HTTP/1.1\r\nHost: api.test:443\r\n\r\n")
-		tc := tls.Client(pr, &tls.Config{ServerName: "api.test", RootCAs: v.ca.Pool()})
+		tc := tls.Client(pr, &tls.Config{ServerName: "api.test", RootCAs: v.CA.Pool()})
 		fmt.Fprintf(tc, "GET /pipelined HTTP/1.1\r\nHost: api.test\r\nConnection: close\r\n\r\n")
 		resp, err := http.ReadResponse(bufio.NewReader(tc), nil)
 		if err != nil {
@@ -193,9 +195,9 @@ func TestExplicitProxy(t *testing.T) {
 		t.Errorf("upstream requests after the refusals: got %d, want %d (only the pipelined one)", got, before+1)
 	}
 
-	v.events.waitCount(t, "proxy refusal", 5, isKind("proxy", "deny"))
-	v.events.waitCount(t, "connect refusal", 1, isKind("connect", "deny"))
-	v.events.waitCount(t, "request refusal", 4, isKind("request", "deny"))
+	v.Events.WaitCount(t, "proxy refusal", 5, mitmtest.IsKind("proxy", "deny"))
+	v.Events.WaitCount(t, "connect refusal", 1, mitmtest.IsKind("connect", "deny"))
+	v.Events.WaitCount(t, "request refusal", 4, mitmtest.IsKind("request", "deny"))
 	alerts := v.alerts()
 	var proxyDenies, connectDenies, requestDenies int
 	for _, a := range alerts {

@@ -2,10 +2,9 @@ package netfilter
 
 import (
 	"github.com/vibedom/vibedom/netfilter/egress"
+	"github.com/vibedom/vibedom/netfilter/internal/mitmtest"
+	"github.com/vibedom/vibedom/netfilter/mitm"
 
-	"bufio"
-	"io"
-	"net"
 	"strings"
 	"testing"
 	"time"
@@ -18,51 +17,15 @@ import (
 func TestConformanceServerFirst(t *testing.T) {
 	t.Parallel()
 	forEngines(t, func(t *testing.T, kind string) {
-		v := newEngineEnv(t, kind, testRules, func(c *EngineConfig) { c.ServerFirstWait = 100 * time.Millisecond })
-		v.addServer("ssh.test", 22, serverFirstEcho(t))
-		conn := v.guestConn("ssh.test", 22)
+		v := newEngineEnv(t, kind, mitmtest.Rules, func(c *mitm.EngineConfig) { c.ServerFirstWait = 100 * time.Millisecond })
+		v.AddServer("ssh.test", 22, mitmtest.ServerFirstEcho(t))
+		conn := v.GuestConn("ssh.test", 22)
 		defer conn.Close()
 		conn.SetDeadline(time.Now().Add(time.Minute))
-		br := bufio.NewReader(conn)
-		line, err := br.ReadString('\n')
-		if err != nil || line != "SSH-2.0-test\r\n" {
-			t.Fatalf("banner: got %q, %v", line, err)
-		}
-		io.WriteString(conn, "ping\n")
-		if got, _ := br.ReadString('\n'); got != "ping\n" {
-			t.Errorf("echo: got %q", got)
-		}
-		conn.(*net.TCPConn).CloseWrite()
-		io.Copy(io.Discard, br)
-		ev := v.events.wait(t, "splice connect", func(e egress.Event) bool { return e.Kind == "connect" && e.Name == "ssh.test" })
+		mitmtest.TalkServerFirst(t, conn)
+		ev := v.Events.Wait(t, "splice connect", func(e egress.Event) bool { return e.Kind == "connect" && e.Name == "ssh.test" })
 		if ev.Decision != "allow" || !strings.Contains(ev.Reason, "server speaks first") {
 			t.Errorf("event: %+v", ev)
 		}
 	})
-}
-
-// serverFirstEcho starts a server-speaks-first echo service on loopback
-// (like SSH or SMTP: a banner, then every byte back) and returns its
-// address.
-func serverFirstEcho(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				io.WriteString(c, "SSH-2.0-test\r\n")
-				io.Copy(c, c)
-			}()
-		}
-	}()
-	return ln.Addr().String()
 }

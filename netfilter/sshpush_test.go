@@ -2,6 +2,7 @@ package netfilter
 
 import (
 	"github.com/vibedom/vibedom/netfilter/egress"
+	"github.com/vibedom/vibedom/netfilter/internal/mitmtest"
 
 	"bytes"
 	"crypto/ed25519"
@@ -24,7 +25,7 @@ import (
 func TestConformanceSSHPush(t *testing.T) {
 	t.Parallel()
 	forEngines(t, func(t *testing.T, kind string) {
-		v := newEngineEnv(t, kind, testRules)
+		v := newEngineEnv(t, kind, mitmtest.Rules)
 		_, hostPriv, _ := ed25519.GenerateKey(rand.Reader)
 		hostKey, err := ssh.NewSignerFromKey(hostPriv)
 		if err != nil {
@@ -57,9 +58,9 @@ func TestConformanceSSHPush(t *testing.T) {
 				go serveSSHPush(c, scfg)
 			}
 		}()
-		v.addServer("ssh.test", 22, ln.Addr().String())
+		v.AddServer("ssh.test", 22, ln.Addr().String())
 
-		conn := v.guestConn("ssh.test", 22)
+		conn := v.GuestConn("ssh.test", 22)
 		defer conn.Close()
 		conn.SetDeadline(time.Now().Add(time.Minute))
 		cc, chans, reqs, err := ssh.NewClientConn(conn, "ssh.test:22", &ssh.ClientConfig{
@@ -85,7 +86,7 @@ func TestConformanceSSHPush(t *testing.T) {
 			t.Errorf("push answer: got %q, want %q", out, want)
 		}
 		client.Close()
-		ev := v.events.wait(t, "ssh connect", func(e egress.Event) bool { return e.Kind == "connect" && e.Name == "ssh.test" })
+		ev := v.Events.Wait(t, "ssh connect", func(e egress.Event) bool { return e.Kind == "connect" && e.Name == "ssh.test" })
 		if ev.Decision != "allow" || !strings.Contains(ev.Reason, "spliced") || ev.BytesUp < int64(len(pack)) {
 			t.Errorf("event: %+v", ev)
 		}

@@ -16,10 +16,6 @@ import (
 	"sync"
 )
 
-// Answer is what the proxy sends the guest in place of a request a
-// filter answers itself (credentials.Answer; both engines send it).
-type Answer = credentials.Answer
-
 // upstreamKind names how a request leaves, for messages.
 func upstreamKind(d mitm.Destination) string {
 	switch {
@@ -357,6 +353,12 @@ func (f *swapFilter) holdsKey(s string) bool {
 	}
 	return false
 }
+
+var _ mitm.ResponseBodyScope = (*swapFilter)(nil)
+
+// RewritesBody implements mitm.ResponseBodyScope: the swap filter rewrites
+// the body of a response from a swap's host (where the real key went).
+func (f *swapFilter) RewritesBody(resp *http.Response) bool { return f.fromProvider(resp) }
 
 // fromProvider reports whether resp answers a request to a swap's host.
 func (f *swapFilter) fromProvider(resp *http.Response) bool {

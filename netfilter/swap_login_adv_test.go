@@ -14,6 +14,9 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/vibedom/vibedom/netfilter/internal/mitmtest"
+	"github.com/vibedom/vibedom/netfilter/mitm"
+
 	"github.com/klauspost/compress/zstd"
 
 	"github.com/vibedom/vibedom/credentials"
@@ -43,7 +46,7 @@ func TestLoginSwapAdversarial(t *testing.T) {
 			t.Fatal(err)
 		}
 		filter := NewSwapFilter(&DLPFilter{Engine: eng}, []credentials.Swap{{Name: "claude login", Host: "api.test", Header: "authorization", Dynamic: cred}})
-		v := newEngineEnv(t, kind, testRules, func(c *EngineConfig) { c.Filter = filter })
+		v := newEngineEnv(t, kind, mitmtest.Rules, func(c *mitm.EngineConfig) { c.Filter = filter })
 		v.log.SetRedactor(func(s string) string { // as a session's: credentials.Session.Redact, then the DLP
 			for _, r := range cred.Secrets() {
 				s = strings.ReplaceAll(s, r, "[R]")
@@ -81,7 +84,7 @@ func TestLoginSwapAdversarial(t *testing.T) {
 			}
 			mu.Unlock()
 		})
-		v.upstreamTLS("api.test", 443, v.upCA, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		v.UpstreamTLS("api.test", 443, v.UpCA, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			switch r.URL.Path {
 			case "/echo-gzip":
 				w.Header().Set("X-Echo", real2)
@@ -98,8 +101,8 @@ func TestLoginSwapAdversarial(t *testing.T) {
 				record(w, r)
 			}
 		}))
-		v.upstreamTLS("x.wild.test", 443, v.upCA, record)
-		v.upstreamTLS("ws.wild.test", 443, v.upCA, websocket.Handler(func(ws *websocket.Conn) {
+		v.UpstreamTLS("x.wild.test", 443, v.UpCA, record)
+		v.UpstreamTLS("ws.wild.test", 443, v.UpCA, websocket.Handler(func(ws *websocket.Conn) {
 			for {
 				var msg string
 				if websocket.Message.Receive(ws, &msg) != nil {
@@ -113,7 +116,7 @@ func TestLoginSwapAdversarial(t *testing.T) {
 				websocket.Message.Send(ws, "ok")
 			}
 		}))
-		v.upstreamTLS("token.wild.test", 443, v.upCA, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		v.UpstreamTLS("token.wild.test", 443, v.UpCA, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			mu.Lock()
 			tokenHits++
 			mu.Unlock()
@@ -121,7 +124,7 @@ func TestLoginSwapAdversarial(t *testing.T) {
 		cred.mu.Lock()
 		cred.real = append(cred.real, real2) // the host refreshed
 		cred.mu.Unlock()
-		c := &http.Client{Transport: v.guestTransport(false)}
+		c := &http.Client{Transport: v.GuestTransport(false)}
 		gz := func(s string) string {
 			var b bytes.Buffer
 			w := gzip.NewWriter(&b)
@@ -162,7 +165,7 @@ func TestLoginSwapAdversarial(t *testing.T) {
 			resp.Body.Close()
 		}
 		// In a WebSocket message.
-		tc := tls.Client(v.guestConn("ws.wild.test", 443), &tls.Config{ServerName: "ws.wild.test", RootCAs: v.ca.Pool(), NextProtos: []string{"http/1.1"}})
+		tc := tls.Client(v.GuestConn("ws.wild.test", 443), &tls.Config{ServerName: "ws.wild.test", RootCAs: v.CA.Pool(), NextProtos: []string{"http/1.1"}})
 		cfg, _ := websocket.NewConfig("wss://ws.wild.test/ws", "https://ws.wild.test/")
 		if ws, err := websocket.NewClient(cfg, tc); err == nil {
 			if websocket.Message.Send(ws, `{"t":"`+real2+`"}`) == nil {
@@ -181,7 +184,7 @@ func TestLoginSwapAdversarial(t *testing.T) {
 		}
 		// Over HTTP/2: the placeholder in another header is refused, in
 		// Authorization swapped.
-		c2 := &http.Client{Transport: v.guestTransport(true)}
+		c2 := &http.Client{Transport: v.GuestTransport(true)}
 		for _, h := range []struct {
 			name string
 			want int

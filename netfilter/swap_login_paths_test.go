@@ -9,6 +9,9 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/vibedom/vibedom/netfilter/internal/mitmtest"
+	"github.com/vibedom/vibedom/netfilter/mitm"
+
 	"github.com/vibedom/vibedom/credentials"
 	"github.com/vibedom/vibedom/dlp"
 	"github.com/vibedom/vibedom/netfilter/egress"
@@ -37,10 +40,10 @@ func TestLoginSwapPaths(t *testing.T) {
 		}
 		filter := NewSwapFilter(&DLPFilter{Engine: eng}, []credentials.Swap{{Name: "codex login", Host: "api.test",
 			Header: "authorization", Paths: []string{"/backend-api/codex/", "/backend-api/wham/usage"}, Dynamic: cred}})
-		v := newEngineEnv(t, kind, testRules, func(c *EngineConfig) { c.Filter = filter })
+		v := newEngineEnv(t, kind, mitmtest.Rules, func(c *mitm.EngineConfig) { c.Filter = filter })
 		var mu sync.Mutex
 		var hits []string
-		v.upstreamTLS("api.test", 443, v.upCA, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		v.UpstreamTLS("api.test", 443, v.UpCA, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			mu.Lock()
 			hits = append(hits, r.RequestURI+" "+r.Header.Get("Authorization"))
 			mu.Unlock()
@@ -48,7 +51,7 @@ func TestLoginSwapPaths(t *testing.T) {
 		}))
 		raw := func(target string) (int, string) {
 			t.Helper()
-			tc := tls.Client(v.guestConn("api.test", 443), &tls.Config{ServerName: "api.test", RootCAs: v.ca.Pool(), NextProtos: []string{"http/1.1"}})
+			tc := tls.Client(v.GuestConn("api.test", 443), &tls.Config{ServerName: "api.test", RootCAs: v.CA.Pool(), NextProtos: []string{"http/1.1"}})
 			defer tc.Close()
 			io.WriteString(tc, "POST "+target+" HTTP/1.1\r\nHost: api.test\r\nAuthorization: Bearer "+ph+
 				"\r\nContent-Type: application/json\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{}")
@@ -71,7 +74,7 @@ func TestLoginSwapPaths(t *testing.T) {
 				t.Errorf("allowed %s: %d %s", p, code, body)
 			}
 		}
-		h2 := &http.Client{Transport: v.guestTransport(true)}
+		h2 := &http.Client{Transport: v.GuestTransport(true)}
 		req, _ := http.NewRequest("POST", "https://api.test/backend-api/codex/responses", strings.NewReader("{}"))
 		req.Header.Set("Authorization", "Bearer "+ph)
 		resp, err := h2.Do(req)
@@ -154,7 +157,7 @@ func TestLoginSwapPaths(t *testing.T) {
 			t.Errorf("forwarded from a disallowed path: %q", hits)
 		}
 		mu.Unlock()
-		v.events.wait(t, "refused path", func(e egress.Event) bool {
+		v.Events.Wait(t, "refused path", func(e egress.Event) bool {
 			return e.Decision == "deny" && strings.Contains(e.Reason, "not use with a subscription login") &&
 				strings.Contains(e.URL, "/backend-api/conversations")
 		})

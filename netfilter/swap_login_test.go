@@ -11,6 +11,9 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/vibedom/vibedom/netfilter/internal/mitmtest"
+	"github.com/vibedom/vibedom/netfilter/mitm"
+
 	"github.com/vibedom/vibedom/credentials"
 	"github.com/vibedom/vibedom/dlp"
 	"github.com/vibedom/vibedom/logredact"
@@ -50,7 +53,7 @@ func (f *fakeLogin) AccessToken(context.Context) (string, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.fail {
-		return "", &Answer{Status: http.StatusUnauthorized, Decision: "deny", Reason: "refresh failed",
+		return "", &credentials.Answer{Status: http.StatusUnauthorized, Decision: "deny", Reason: "refresh failed",
 			Header: http.Header{"Content-Type": {"application/json"}}, Body: []byte(`{"error":"run vibedom auth login claude"}`)}
 	}
 	return f.real[len(f.real)-1], nil
@@ -64,18 +67,18 @@ func (f *fakeLogin) Secrets() []string {
 
 func (f *fakeLogin) AnswersHost() string { return "token.wild.test" }
 
-func (f *fakeLogin) Answer(r *http.Request) *Answer {
+func (f *fakeLogin) Answer(r *http.Request) *credentials.Answer {
 	b, _ := io.ReadAll(r.Body)
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.answers++
 	if !strings.Contains(string(b), f.refresh) {
-		return &Answer{Status: http.StatusBadRequest, Decision: "deny", Reason: "unknown refresh token", Body: []byte(`{"error":"invalid_grant"}`)}
+		return &credentials.Answer{Status: http.StatusBadRequest, Decision: "deny", Reason: "unknown refresh token", Body: []byte(`{"error":"invalid_grant"}`)}
 	}
 	ph := "sk-ant-oat01-" + strings.Repeat("NewP", 20) + "hh" // gitleaks:allow
 	f.access = append(f.access, ph)
 	body, _ := json.Marshal(map[string]string{"access_token": ph, "refresh_token": f.refresh})
-	return &Answer{Status: http.StatusOK, Decision: "allow", Reason: "guest refresh", Body: body,
+	return &credentials.Answer{Status: http.StatusOK, Decision: "allow", Reason: "guest refresh", Body: body,
 		Header: http.Header{"Content-Type": {"application/json"}}}
 }
 
@@ -100,7 +103,7 @@ func TestLoginSwap(t *testing.T) {
 			t.Fatal(err)
 		}
 		filter := NewSwapFilter(&DLPFilter{Engine: eng}, []credentials.Swap{{Name: "claude login", Host: "api.test", Header: "authorization", Dynamic: cred}})
-		v := newEngineEnv(t, kind, testRules, func(c *EngineConfig) { c.Filter = filter })
+		v := newEngineEnv(t, kind, mitmtest.Rules, func(c *mitm.EngineConfig) { c.Filter = filter })
 		v.log.SetRedactor(func(s string) string {
 			for _, r := range []string{real1, real2} {
 				s = strings.ReplaceAll(s, r, "[R]")
@@ -109,7 +112,7 @@ func TestLoginSwap(t *testing.T) {
 		})
 		var mu sync.Mutex
 		var seen []string
-		v.upstreamTLS("api.test", 443, v.upCA, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		v.UpstreamTLS("api.test", 443, v.UpCA, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			if r.URL.Path == "/echo" {
 				io.WriteString(w, "old "+real1+" new "+real2)
 				return
@@ -120,12 +123,12 @@ func TestLoginSwap(t *testing.T) {
 			io.WriteString(w, "ok")
 		}))
 		var tokenHits int
-		v.upstreamTLS("token.wild.test", 443, v.upCA, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		v.UpstreamTLS("token.wild.test", 443, v.UpCA, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			mu.Lock()
 			tokenHits++
 			mu.Unlock()
 		}))
-		c := &http.Client{Transport: v.guestTransport(false)}
+		c := &http.Client{Transport: v.GuestTransport(false)}
 		send := func(url, auth, body string) (int, string) {
 			t.Helper()
 			req, _ := http.NewRequest("POST", url, strings.NewReader(body))
@@ -204,7 +207,7 @@ func TestLoginSwap(t *testing.T) {
 			t.Errorf("forwarded: API %d (want 3), token endpoint %d (want 0)", len(seen), tokenHits)
 		}
 		mu.Unlock()
-		v.events.wait(t, "answered refresh", func(e egress.Event) bool {
+		v.Events.Wait(t, "answered refresh", func(e egress.Event) bool {
 			return strings.Contains(e.Reason, "answered by vibedom") && e.Status == 200
 		})
 		files, _ := filepath.Glob(filepath.Join(v.logDir, "*"))

@@ -3,6 +3,8 @@ package netfilter
 import (
 	"github.com/vibedom/vibedom/credentials"
 	"github.com/vibedom/vibedom/netfilter/egress"
+	"github.com/vibedom/vibedom/netfilter/internal/mitmtest"
+	"github.com/vibedom/vibedom/netfilter/mitm"
 
 	"bufio"
 	"bytes"
@@ -133,12 +135,12 @@ func TestSwapOnlyOverVerifiedTLS(t *testing.T) {
 	}
 	filter := NewSwapFilter(&DLPFilter{Engine: eng}, []credentials.Swap{{Name: "anthropic", Host: "api.test", Header: "x-api-key", Placeholder: ph, Value: real, Token: ph}})
 	forEngines(t, func(t *testing.T, kind string) {
-		v := newEngineEnv(t, kind, testRules, func(c *EngineConfig) { c.Filter = filter })
-		srv := newSniffServer(t, "api.test", v.upCA, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		v := newEngineEnv(t, kind, mitmtest.Rules, func(c *mitm.EngineConfig) { c.Filter = filter })
+		srv := newSniffServer(t, "api.test", v.UpCA, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			io.Copy(io.Discard, r.Body)
 			io.WriteString(w, "ok")
 		}))
-		v.addServer("api.test", 443, srv.ln.Addr().String())
+		v.AddServer("api.test", 443, srv.ln.Addr().String())
 		req := "POST /v1/messages HTTP/1.1\r\nHost: api.test:443\r\nx-api-key: " + ph + "\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{}"
 		// readStatus reads one HTTP response (or nothing, the connection
 		// closed) from c.
@@ -156,7 +158,7 @@ func TestSwapOnlyOverVerifiedTLS(t *testing.T) {
 			send func(t *testing.T) int
 		}{
 			{"explicit proxy absolute URI", func(t *testing.T) int {
-				c, err := net.Dial("tcp", v.proxyListener().Host)
+				c, err := net.Dial("tcp", v.ProxyListener().Host)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -165,13 +167,13 @@ func TestSwapOnlyOverVerifiedTLS(t *testing.T) {
 				return readStatus(c)
 			}},
 			{"transparent", func(t *testing.T) int {
-				c := v.guestConn("api.test", 443)
+				c := v.GuestConn("api.test", 443)
 				defer c.Close()
 				io.WriteString(c, req)
 				return readStatus(c)
 			}},
 			{"CONNECT tunnel", func(t *testing.T) int {
-				c, err := net.Dial("tcp", v.proxyListener().Host)
+				c, err := net.Dial("tcp", v.ProxyListener().Host)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -202,7 +204,7 @@ func TestSwapOnlyOverVerifiedTLS(t *testing.T) {
 				}
 			})
 		}
-		v.events.wait(t, "plain-HTTP refusal", func(e egress.Event) bool {
+		v.Events.Wait(t, "plain-HTTP refusal", func(e egress.Event) bool {
 			return e.Decision == "deny" && e.Name == "api.test" && e.Port == 443
 		})
 		if kind == "go" {
@@ -218,13 +220,13 @@ func TestSwapOnlyOverVerifiedTLS(t *testing.T) {
 			if len(srv.seen()) != before {
 				t.Errorf("plain HTTP reached the provider's :443: %q", srv.seen()[before:])
 			}
-			v.events.waitCount(t, "plain-HTTP alerts", 6, func(e egress.Event) bool {
+			v.Events.WaitCount(t, "plain-HTTP alerts", 6, func(e egress.Event) bool {
 				return e.Decision == "deny" && strings.Contains(e.Reason, "plain HTTP to port 443")
 			})
 		}
 		// Over TLS the same request is swapped: the test's provider can see
 		// the key when it is sent.
-		c := &http.Client{Transport: v.guestTransport(false), Timeout: time.Minute}
+		c := &http.Client{Transport: v.GuestTransport(false), Timeout: time.Minute}
 		hr, _ := http.NewRequest("POST", "https://api.test/v1/messages", strings.NewReader("{}"))
 		hr.Header.Set("x-api-key", ph)
 		resp, err := c.Do(hr)

@@ -12,7 +12,6 @@ import (
 	"fmt"
 	"io"
 	"mime"
-	"net/http"
 	"strings"
 
 	"github.com/andybalholm/brotli"
@@ -126,8 +125,7 @@ type sseGuard struct {
 }
 
 const (
-	sseMinHold  = 8
-	sseMaxEvent = 1 << 20
+	sseMinHold = 8
 )
 
 func (g *sseGuard) Read(p []byte) (int, error) {
@@ -159,7 +157,7 @@ func (g *sseGuard) Read(p []byte) (int, error) {
 			if j := bytes.Index(g.in, []byte("\r\n\r\n")); j >= 0 && (i < 0 || j < i) {
 				i, sep = j, 4
 			}
-			if i < 0 && len(g.in) > sseMaxEvent {
+			if i < 0 && len(g.in) > mitm.MaxHeldEvent {
 				i, sep = len(g.in), 0 // no event is this long: take what is there as one
 			}
 			if i < 0 {
@@ -313,23 +311,6 @@ func decodeBody(ce string, body io.ReadCloser) (io.ReadCloser, error) {
 		io.Closer
 	}{r, body}, nil
 }
-
-// scrubHeaderWriter scrubs the header blocks an http.ResponseWriter sends
-// before the final response (1xx, e.g. 103 Early Hints), which the
-// reverse proxy copies from upstream without a ModifyResponse.
-type scrubHeaderWriter struct {
-	http.ResponseWriter
-	scrub func(http.Header)
-}
-
-func (w *scrubHeaderWriter) WriteHeader(code int) {
-	if code < 200 {
-		w.scrub(w.ResponseWriter.Header())
-	}
-	w.ResponseWriter.WriteHeader(code)
-}
-
-func (w *scrubHeaderWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 var _ mitm.ResponseHeaderScrubber = (*swapFilter)(nil)
 

@@ -18,6 +18,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vibedom/vibedom/netfilter/internal/mitmtest"
+	"github.com/vibedom/vibedom/netfilter/mitm"
+
 	"github.com/vibedom/vibedom/credentials"
 	"github.com/vibedom/vibedom/dlp"
 )
@@ -140,9 +143,9 @@ func TestResponseScrubEverywhere(t *testing.T) {
 				name = "http2"
 			}
 			t.Run(name, func(t *testing.T) {
-				v := newEngineEnv(t, kind, testRules, func(c *EngineConfig) { c.Filter = filter })
-				v.upstreamTLS("api.test", 443, v.upCA, provider)
-				c := &http.Client{Transport: v.guestTransport(h2), Timeout: time.Minute}
+				v := newEngineEnv(t, kind, mitmtest.Rules, func(c *mitm.EngineConfig) { c.Filter = filter })
+				v.UpstreamTLS("api.test", 443, v.UpCA, provider)
+				c := &http.Client{Transport: v.GuestTransport(h2), Timeout: time.Minute}
 				for _, path := range []string{"/early-hints", "/trailers", "/header-name", "/spoof-refused", "/base64", "/base64url", "/hex", "/percent", "/unicode", "/gzip", "/sse"} {
 					t.Run(strings.TrimPrefix(path, "/"), func(t *testing.T) {
 						var got strings.Builder
@@ -221,9 +224,9 @@ func TestResponseScrubEverywhere(t *testing.T) {
 					return // WebSocket over HTTP/1.1 only
 				}
 				t.Run("websocket", func(t *testing.T) {
-					conn := v.guestConn("api.test", 443)
+					conn := v.GuestConn("api.test", 443)
 					defer conn.Close()
-					tc := tls.Client(conn, &tls.Config{ServerName: "api.test", RootCAs: v.ca.Pool(), NextProtos: []string{"http/1.1"}})
+					tc := tls.Client(conn, &tls.Config{ServerName: "api.test", RootCAs: v.CA.Pool(), NextProtos: []string{"http/1.1"}})
 					fmt.Fprintf(tc, "GET /ws HTTP/1.1\r\nHost: api.test\r\nx-api-key: %s\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: %s\r\nSec-WebSocket-Version: 13\r\n\r\n", ph, wsKey)
 					br := bufio.NewReader(tc)
 					resp, err := http.ReadResponse(br, nil)

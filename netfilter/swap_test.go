@@ -4,6 +4,7 @@ import (
 	"github.com/vibedom/vibedom/credentials"
 	"github.com/vibedom/vibedom/logredact"
 	"github.com/vibedom/vibedom/netfilter/egress"
+	"github.com/vibedom/vibedom/netfilter/internal/mitmtest"
 	"github.com/vibedom/vibedom/netfilter/mitm"
 
 	"io"
@@ -42,7 +43,7 @@ func testCredentialSwap(t *testing.T, kind string, filter mitm.RequestFilter, en
 			name = "http2"
 		}
 		t.Run(name, func(t *testing.T) {
-			v := newEngineEnv(t, kind, testRules, func(c *EngineConfig) { c.Filter = filter })
+			v := newEngineEnv(t, kind, mitmtest.Rules, func(c *mitm.EngineConfig) { c.Filter = filter })
 			// As a session does: logs go through the DLP's known values,
 			// the placeholder among them.
 			v.log.SetRedactor(logredact.LogRedactor(eng))
@@ -67,9 +68,9 @@ func testCredentialSwap(t *testing.T, kind string, filter mitm.RequestFilter, en
 					io.WriteString(w, "ok")
 				})
 			}
-			v.upstreamTLS("api.test", 443, v.upCA, record("api.test"))
-			v.upstreamTLS("x.wild.test", 443, v.upCA, record("x.wild.test"))
-			c := &http.Client{Transport: v.guestTransport(h2)}
+			v.UpstreamTLS("api.test", 443, v.UpCA, record("api.test"))
+			v.UpstreamTLS("x.wild.test", 443, v.UpCA, record("x.wild.test"))
+			c := &http.Client{Transport: v.GuestTransport(h2)}
 			send := func(url string, hdr map[string][]string, body string) int {
 				req, _ := http.NewRequest("POST", url, strings.NewReader(body))
 				for k, vs := range hdr {
@@ -149,7 +150,7 @@ func testCredentialSwap(t *testing.T, kind string, filter mitm.RequestFilter, en
 			if all != "" {
 				t.Errorf("refused requests reached the API: %q", all)
 			}
-			v.events.wait(t, "placeholder alert", func(e egress.Event) bool {
+			v.Events.Wait(t, "placeholder alert", func(e egress.Event) bool {
 				return e.Decision == "deny" && strings.Contains(e.Reason, "credential placeholder")
 			})
 			// Nothing logged holds the key or the placeholder.

@@ -2,6 +2,7 @@ package netfilter
 
 import (
 	"github.com/vibedom/vibedom/netfilter/egress"
+	"github.com/vibedom/vibedom/netfilter/internal/mitmtest"
 	"github.com/vibedom/vibedom/netfilter/internal/stacktest"
 	"github.com/vibedom/vibedom/netfilter/netstack"
 
@@ -78,10 +79,10 @@ func (c *rstDropConn) Write(b []byte) (int, error) {
 func TestStackSYNFloodRecovers(t *testing.T) {
 	t.Parallel()
 	forEngines(t, func(t *testing.T, kind string) {
-		v := newEngineEnv(t, kind, testRules)
-		v.upstreamTLS("api.test", 443, v.upCA, http.HandlerFunc(echoInfo))
+		v := newEngineEnv(t, kind, mitmtest.Rules)
+		v.UpstreamTLS("api.test", 443, v.UpCA, http.HandlerFunc(mitmtest.EchoInfo))
 		const inFlight, flood, firstPort = 64, 256, 1024
-		n := startEngineNet(t, netstack.StackConfig{MaxInFlight: inFlight}, v.policy, v.eng, nil, nil)
+		n := startEngineNet(t, netstack.StackConfig{MaxInFlight: inFlight}, v.Policy, v.Eng, nil, nil)
 		// The guest's own connections use ephemeral ports (16000 and up),
 		// outside the flood's.
 		n.vm = &rstDropConn{Conn: n.vm, lo: firstPort, hi: firstPort + flood}
@@ -95,7 +96,7 @@ func TestStackSYNFloodRecovers(t *testing.T) {
 				DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 					return g.Dial(ctx, netip.AddrPortFrom(api, 443))
 				},
-				TLSClientConfig:   &tls.Config{RootCAs: v.ca.Pool()},
+				TLSClientConfig:   &tls.Config{RootCAs: v.CA.Pool()},
 				DisableKeepAlives: true,
 			}}
 			req, _ := http.NewRequestWithContext(ctx, "GET", "https://api.test/after", nil)

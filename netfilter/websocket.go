@@ -6,8 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net/http"
-	"strings"
 
 	"github.com/vibedom/vibedom/dlp"
 )
@@ -25,11 +23,6 @@ const (
 // forwarded. The filter removes extension offers, so a client that sends
 // one anyway is misbehaving.
 var errWSCompressed = errors.New("websocket frame uses an extension (RSV bits set): it cannot be scanned, the connection is closed")
-
-// isWebSocketUpgrade reports a request asking to switch to WebSocket.
-func isWebSocketUpgrade(r *http.Request) bool {
-	return strings.EqualFold(r.Header.Get("Upgrade"), "websocket")
-}
 
 // wsScrubber rewrites the guest-to-upstream half of a WebSocket
 // connection: each data message is scrubbed as one text (binary messages
@@ -296,41 +289,4 @@ type appendBuf struct{ b *[]byte }
 func (a appendBuf) Write(p []byte) (int, error) {
 	*a.b = append(*a.b, p...)
 	return len(p), nil
-}
-
-// wsConn is the upstream side of an upgraded connection whose writes (the
-// guest's frames) go through a scrubber.
-type wsConn struct {
-	io.ReadWriteCloser                // the upstream connection (counted)
-	w                  io.WriteCloser // the scrubber in front of its writes
-}
-
-func (c *wsConn) Write(p []byte) (int, error) { return c.w.Write(p) }
-
-func (c *wsConn) Close() error {
-	return errors.Join(c.w.Close(), c.ReadWriteCloser.Close())
-}
-
-func (c *wsConn) CloseWrite() error {
-	err := c.w.Close()
-	if cw, ok := c.ReadWriteCloser.(interface{ CloseWrite() error }); ok {
-		return errors.Join(err, cw.CloseWrite())
-	}
-	return err
-}
-
-// wsReadConn is an upgraded connection whose reads (upstream's frames)
-// come through r.
-type wsReadConn struct {
-	io.ReadWriteCloser
-	r io.Reader
-}
-
-func (c *wsReadConn) Read(p []byte) (int, error) { return c.r.Read(p) }
-
-func (c *wsReadConn) CloseWrite() error {
-	if cw, ok := c.ReadWriteCloser.(interface{ CloseWrite() error }); ok {
-		return cw.CloseWrite()
-	}
-	return nil
 }

@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"time"
 )
 
 // Host-side git: the one place vibedom runs git on the host (the baseline's
@@ -36,6 +37,34 @@ type gitRepo struct {
 	gitDir    string // its git directory (a linked worktree's own)
 	commonDir string // objects, refs and config (the main repository's)
 }
+
+// plainFiles reports whether the files git opens first in r are regular
+// files (or absent) and its refs and objects folders are folders: a FIFO
+// as .git/config or HEAD blocks every git command that reads it, forever.
+// A repository that fails is treated as none (the session takes its
+// baseline without git). Deeper files (a ref, an object) are covered by
+// the deadline on every host git command (gitTimeout).
+func (r *gitRepo) plainFiles() bool {
+	for _, dir := range []string{r.gitDir, r.commonDir} {
+		for _, f := range []string{"config", "config.worktree", "HEAD", "index", "packed-refs", "commondir", "shallow"} {
+			if fi, err := os.Stat(filepath.Join(dir, f)); err == nil && !fi.Mode().IsRegular() {
+				return false
+			}
+		}
+		for _, d := range []string{"refs", "objects"} {
+			if fi, err := os.Stat(filepath.Join(dir, d)); err == nil && !fi.IsDir() {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// gitTimeout bounds every git command vibedom runs on a workspace's
+// repository: a FIFO planted deeper in .git (a ref, an object) would
+// otherwise hang the session. Far above what reading the refs or the index
+// of a large repository takes.
+var gitTimeout = 5 * time.Minute
 
 // findGitRepo finds the repository ws (absolute, symlink-free) is in, the
 // way git's discovery does for a .git directory or a "gitdir:" file, without
@@ -72,6 +101,9 @@ func findGitRepo(ws string) (*gitRepo, bool) {
 				r.commonDir = c
 			}
 			if _, err := os.Stat(filepath.Join(r.commonDir, "objects")); err != nil {
+				return nil, false
+			}
+			if !r.plainFiles() {
 				return nil, false
 			}
 			return r, true
@@ -142,6 +174,8 @@ func runHostGitInput(ctx context.Context, dir, private string, extra []string, s
 	if _, err := exec.LookPath("git"); err != nil {
 		return nil, errNoGit
 	}
+	ctx, cancel := context.WithTimeout(ctx, gitTimeout)
+	defer cancel()
 	cmd := exec.CommandContext(ctx, "git", append(append([]string{}, hostGitOverrides...), args...)...)
 	cmd.Dir = dir
 	cmd.Stdin = stdin
@@ -149,6 +183,10 @@ func runHostGitInput(ctx context.Context, dir, private string, extra []string, s
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
+	if err != nil && ctx.Err() == context.DeadlineExceeded {
+		return nil, fmt.Errorf("git %s did not finish within %v in %s: is a file under its .git a FIFO or on a stalled mount?",
+			strings.Join(args, " "), gitTimeout, DisplayPath(dir))
+	}
 	if err != nil {
 		return nil, fmt.Errorf("git %s: %w: %s", strings.Join(args, " "), err, bytes.TrimSpace(stderr.Bytes()))
 	}

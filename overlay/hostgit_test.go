@@ -8,6 +8,9 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // TestHostGitRunsNothingTheWorkspaceConfigures is issue 18 item 7: the
@@ -136,5 +139,47 @@ func TestFindGitRepo(t *testing.T) {
 	}
 	if blobs := gitCleanBlobs(t.Context(), filepath.Join(root, "wt")); blobs["a"] == "" {
 		t.Errorf("no blob ids in a linked worktree: %v", blobs)
+	}
+}
+
+// TestBaselineFIFOInGitDir: a repository whose .git holds a FIFO (as its
+// config, its HEAD, or deeper, as a branch's ref) must not hang the
+// baseline: a FIFO among the files git opens first makes the workspace
+// count as no repository; one deeper is cut off by gitTimeout.
+func TestBaselineFIFOInGitDir(t *testing.T) {
+	have(t, "git")
+	old := gitTimeout
+	gitTimeout = 3 * time.Second
+	t.Cleanup(func() { gitTimeout = old })
+	for _, fifo := range []string{"config", "HEAD", "refs/heads/main"} {
+		t.Run(fifo, func(t *testing.T) {
+			root := t.TempDir()
+			ws := filepath.Join(root, "ws")
+			os.Mkdir(ws, 0o755)
+			writeTree(t, ws, tree{"f.txt": "file:one\n"})
+			mustRun(t, ws, "git", "init", "-q", "-b", "main")
+			mustRun(t, ws, "git", "add", "-A")
+			mustRun(t, ws, "git", "-c", "user.name=t", "-c", "user.email=t@example.com", "commit", "-q", "-m", "base")
+			p := filepath.Join(ws, ".git", filepath.FromSlash(fifo))
+			if err := os.Remove(p); err != nil {
+				t.Fatal(err)
+			}
+			if err := unix.Mkfifo(p, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			done := make(chan error, 1)
+			go func() {
+				_, err := TakeBaseline(t.Context(), ws, filepath.Join(root, "baseline"), BaselineOptions{Mode: BaselineManifest})
+				done <- err
+			}()
+			select {
+			case err := <-done:
+				if err != nil {
+					t.Fatalf("TakeBaseline: %v", err)
+				}
+			case <-time.After(2 * time.Minute):
+				t.Fatal("TakeBaseline hangs on a FIFO in .git")
+			}
+		})
 	}
 }

@@ -89,7 +89,17 @@ code=0
 vd run "$ws" --memory 512M --no-network -- sh -c \
 	'set -e; cd /work; echo "from the vm" > added.txt; echo two >> notes.txt; rm obsolete.txt; uname -m' \
 	</dev/null >"$tmp/run.out" 2>"$tmp/run.err" || code=$?
-[ "$code" = 0 ] || fail "vibedom run: exit $code: $(tail -n 15 "$tmp/run.err")"
+if [ "$code" != 0 ]; then
+	# What CI prints is all there is to go on: the session's own log, the
+	# VM console and the acceleration verdict, before the folder goes.
+	for f in "$tmp"/home/.vibedom/logs/*/session.log "$tmp"/home/.vibedom/logs/*/console.log \
+		"$tmp"/home/.cache/vibedom/qemu-accel-*.json; do
+		[ -f "$f" ] || continue
+		echo "release-check: --- last lines of ${f#"$tmp"/} ---" >&2
+		tail -n 40 "$f" | cut -c1-400 | tr -d '\000-\010\013-\037\177' >&2
+	done
+	fail "vibedom run: exit $code: $(tail -n 15 "$tmp/run.err")"
+fi
 grep -qx "$machine" "$tmp/run.out" || fail "the guest did not run the command: $(cat "$tmp/run.out")"
 grep -q "Nothing applied" "$tmp/run.err" || fail "the session did not end in the review: $(tail -n 15 "$tmp/run.err")"
 [ ! -e "$ws/added.txt" ] || fail "the review applied changes without being asked"

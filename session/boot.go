@@ -84,6 +84,9 @@ type sess struct {
 	intrMu     sync.Mutex
 	collecting context.CancelCauseFunc // non-nil while collecting
 	presses    int                     // interrupts while collecting
+	// stopBalloon ends the balloon policy (balloon.go); nil when it does
+	// not run.
+	stopBalloon func()
 }
 
 func (s *sess) progress(format string, a ...any) {
@@ -431,15 +434,23 @@ func (s *sess) boot(ctx context.Context) error {
 	}
 	s.progress("booting the VM (%s, %d CPUs, %d MiB)", s.plan.driver.Name(), o.CPUs, o.MemoryMiB)
 	started := func(m vm.Machine) {
+		again := s.machine != nil // booted anew emulated (boot.Options.AccelGrace)
 		s.machine = m
-		s.cleanup.add("stop the VM", func() error { return s.stopMachine() })
+		if !again {
+			s.cleanup.add("stop the VM", func() error { return s.stopMachine() })
+		}
 		s.updateState(func(st *State) {
 			if st.Status != StatusRecovering {
 				st.Status = StatusRunning
 			}
 		})
 	}
-	_, c, t, err := boot.Start(ctx, s.plan.driver, cfg, boot.Options{Client: s.keys.ClientConfig(), Timeout: o.BootTimeout, Started: started})
+	notice := func(msg string) {
+		s.log.Warn("falling back to emulation", "why", msg)
+		s.progress("%s", msg)
+	}
+	_, c, t, err := boot.Start(ctx, s.plan.driver, cfg, boot.Options{Client: s.keys.ClientConfig(), Timeout: o.BootTimeout,
+		Started: started, Notice: notice})
 	s.timings.VMStart, s.timings.Ready, s.timings.Handshake = t.VMStart, t.Ready, t.Handshake
 	s.timings.Answer, s.timings.Guest = t.Answer, t.Guest
 	var be *boot.Error

@@ -38,7 +38,7 @@ type EgressOptions struct {
 	CAFiles []string
 	// Dial, ExtraRoots and Resolver replace how the proxy reaches
 	// upstreams; Dial is called only with an address the proxy's dial
-	// guard has passed (netfilter.EngineConfig.Dial).
+	// guard has passed (mitm.EngineConfig.Dial).
 	Dial       nfegress.DialFunc
 	ExtraRoots []*x509.Certificate
 	Resolver   netstack.Resolver
@@ -171,7 +171,7 @@ func (s *sess) setupEgress(ctx context.Context) error {
 			a.record(ev, s.redact)
 		})
 	}
-	ecfg := netfilter.EngineConfig{
+	ecfg := mitm.EngineConfig{
 		CA: ca, Policy: limited, Filter: s.plan.filter, Events: sink, Logger: s.log.With("part", "proxy"),
 		Dial: eo.Dial, Resolve: eo.Resolve, AllowPrivate: pol.PrivateRanges(), ExtraRoots: roots,
 		Session: s.name, Track: func(t netstack.Target, c net.Conn) func() { return e.conns.add(t, c) },
@@ -179,7 +179,7 @@ func (s *sess) setupEgress(ctx context.Context) error {
 	}
 	switch eo.ProxyEngine {
 	case "", "go":
-		e.engine, err = netfilter.NewGoEngine(ecfg)
+		e.engine, err = mitm.NewGoEngine(ecfg)
 	case "mitmproxy":
 		mitmdump := eo.Mitmdump
 		if mitmdump == "" {
@@ -190,8 +190,8 @@ func (s *sess) setupEgress(ctx context.Context) error {
 		} else {
 			s.progress("egress: starting mitmdump (--proxy-engine mitmproxy)")
 		}
-		var m *netfilter.MitmproxyEngine
-		m, err = netfilter.NewMitmproxyEngine(ctx, netfilter.MitmproxyConfig{EngineConfig: ecfg,
+		var m *mitmproxy.Engine
+		m, err = mitmproxy.NewEngine(ctx, mitmproxy.Config{EngineConfig: ecfg,
 			CAKeyFile: filepath.Join(o.Home.CA(), keys.CAKeyFile), Mitmdump: mitmdump, LiveView: eo.Inspect})
 		if err == nil {
 			e.engine = m

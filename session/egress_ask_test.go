@@ -2,6 +2,7 @@ package session
 
 import (
 	"bytes"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -144,6 +145,17 @@ func TestAskDNS(t *testing.T) {
 	}
 	if d := l.DecideName("dns.example"); !d.Allow { // the resolver's other query (AAAA)
 		t.Errorf("second lookup within the pass: %+v", d)
+	}
+	// The pass is for a web port: another port is asked about anew, and
+	// leaves the pass to the web connection.
+	ch = decideAsync(l, "dns.example", 22)
+	q22 := waitPending(t, l.ask, "dns.example")
+	if !slices.Contains(q22.Ports, 22) {
+		t.Errorf("the question for port 22 shows ports %v", q22.Ports)
+	}
+	answer(t, s, q22.ID, AnswerOnce)
+	if d := got(t, ch); !d.Allow {
+		t.Errorf("port 22 after its own once answer: %+v", d)
 	}
 	if d := l.Decide("dns.example", 443); !d.Allow {
 		t.Errorf("the connection after the lookup: %+v", d)

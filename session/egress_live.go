@@ -164,7 +164,9 @@ func (l *livePolicy) Decide(name string, port uint16) nfegress.Decision {
 	if !ok {
 		return d
 	}
-	if l.ask.takePass(n) {
+	// A once answer to a lookup names no port: it lets the next web
+	// connection through, and any other port is asked about anew.
+	if (port == 443 || port == 80) && l.ask.takePass(n) {
 		l.ask.noteOnce(n)
 		return onceDecision(n)
 	}

@@ -74,6 +74,9 @@ func ParsePortSpec(s string) (PortSpec, error) {
 			return p, fmt.Errorf("port %q: use [HOSTADDR:][HOSTPORT:]GUESTPORT, e.g. 3000 or 8080:3000", s)
 		}
 		p.HostAddr, rest = rest[1:end], rest[end+2:]
+		if p.HostAddr == "" {
+			return p, fmt.Errorf("port %q: the brackets hold no address; leave them out to listen on %s", s, DefaultPortAddr)
+		}
 	}
 	parts := strings.Split(rest, ":")
 	switch {
@@ -240,9 +243,13 @@ func (t *portTable) add(p PortSpec) error {
 func (t *portTable) rm(spec string) (PortSpec, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	match := func(q PortSpec) bool { return strconv.Itoa(q.HostPort) == spec }
+	// The host port alone, a spec as add took it, or the host address as
+	// list shows it (HOSTADDR:HOSTPORT, or the whole HOST->GUEST line).
+	match := func(q PortSpec) bool {
+		return strconv.Itoa(q.HostPort) == spec || q.Host() == spec || q.String() == spec
+	}
 	if p, err := ParsePortSpec(spec); err == nil && strings.Contains(spec, ":") {
-		match = func(q PortSpec) bool { return q.Host() == p.Host() }
+		match = func(q PortSpec) bool { return q.Host() == p.Host() || q.Host() == spec }
 	}
 	for i, q := range t.ports {
 		if match(q.spec) {

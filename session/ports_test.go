@@ -2,6 +2,9 @@ package session
 
 import (
 	"errors"
+	"fmt"
+	"net"
+	"strconv"
 	"testing"
 )
 
@@ -26,6 +29,7 @@ func TestParsePortSpec(t *testing.T) {
 		{in: "a:b:c:d", bad: true},
 		{in: "example.com:8080:3000", bad: true},
 		{in: "[::1]3000", bad: true},
+		{in: "[]:3000:3000", bad: true},
 		{in: "", bad: true},
 	} {
 		got, err := ParsePortSpec(tc.in)
@@ -58,6 +62,50 @@ func TestCheckPorts(t *testing.T) {
 	for _, p := range []PortSpec{{"127.0.0.1", 80, 80}, {"127.0.0.1", 3000, 0}, {"127.0.0.1", 70000, 3000}, {"example.com", 3000, 3000}, {"", 3000, 3000}} {
 		if err := checkPorts([]PortSpec{p}); err == nil {
 			t.Errorf("%+v accepted", p)
+		}
+	}
+}
+
+// TestPortRmForms: rm finds a port by its host port, by the spec add took,
+// and by the host address list prints, IPv6 included.
+func TestPortRmForms(t *testing.T) {
+	free := func() int {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close()
+		return l.Addr().(*net.TCPAddr).Port
+	}
+	for _, form := range []func(p PortSpec) string{
+		func(p PortSpec) string { return strconv.Itoa(p.HostPort) },
+		func(p PortSpec) string { return fmt.Sprintf("%d:%d", p.HostPort, p.GuestPort) },
+		func(p PortSpec) string { return p.Host() },
+		func(p PortSpec) string { return p.String() },
+	} {
+		tb := newPortTable()
+		p := PortSpec{HostAddr: "127.0.0.1", HostPort: free(), GuestPort: 3000}
+		if err := tb.add(p); err != nil {
+			t.Fatal(err)
+		}
+		spec := form(p)
+		if got, err := tb.rm(spec); err != nil || got != p {
+			t.Errorf("rm %q: %+v, %v; want %+v removed", spec, got, err, p)
+		}
+		if len(tb.list()) != 0 {
+			t.Errorf("rm %q left %+v", spec, tb.list())
+		}
+		tb.closeAll()
+	}
+	tb := newPortTable()
+	defer tb.closeAll()
+	p := PortSpec{HostAddr: "127.0.0.1", HostPort: free(), GuestPort: 3000}
+	if err := tb.add(p); err != nil {
+		t.Fatal(err)
+	}
+	for _, other := range []string{"1", "127.0.0.2:" + strconv.Itoa(p.HostPort), "[::1]:" + strconv.Itoa(p.HostPort)} {
+		if _, err := tb.rm(other); err == nil {
+			t.Errorf("rm %q removed %+v", other, p)
 		}
 	}
 }

@@ -54,7 +54,8 @@ type Harness struct {
 	BootTimeout time.Duration
 	// ScratchSize is the sparse scratch disk's size (default 1 GiB: 16,384
 	// inodes, as the guest formats one per 64 KiB).
-	ScratchSize int64
+	ScratchSize int64	// AccelGrace is boot.Options.AccelGrace (default: boot's).
+	AccelGrace time.Duration
 }
 
 // Guest is a booted test VM and an SSH connection to its agent.
@@ -139,7 +140,7 @@ func Boot(t testing.TB, h Harness, files map[string]string) *Guest {
 		Shares:     []vm.Share{{Tag: "workspace", HostPath: ws, ReadOnly: true}},
 		Disks:      []vm.Disk{{Path: scratch}},
 		ConsoleLog: g.Console, StateDir: stateDir,
-	}, boot.Options{Client: k.ClientConfig(), Timeout: h.BootTimeout})
+	}, boot.Options{Client: k.ClientConfig(), Timeout: h.BootTimeout, AccelGrace: h.AccelGrace})
 	if m != nil {
 		g.Machine = m
 		t.Cleanup(func() { _ = m.Kill() })

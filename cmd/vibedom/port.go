@@ -27,7 +27,8 @@ func init() {
 the host listens on 127.0.0.1 (another address only when you name it; vibedom warns) and
 carries each connection to the guest's loopback over the control channel, never the
 guest's network. HTTP, WebSocket and long-lived connections work; at most 128 at once per
-port. rm takes the host port (or the same spec) and closes its connections.`,
+port. rm takes the host port, the spec add took, or HOSTADDR:HOSTPORT as list shows it,
+and closes its connections.`,
 		Flags:  []cli.Flag{&cli.BoolFlag{Name: "json", Usage: "print the ports as JSON"}},
 		Action: portAction,
 	})

@@ -32,7 +32,9 @@ func init() {
 oldest first, answering the oldest with one key: o once (this request only), s session (a rule for the
 rest of the session), a always (also saved to ~/.vibedom/trusted_domains.txt),
 d deny (for the session). q quits. Without a terminal, each line of standard
-input is one key. Unanswered questions are denied when they time out.`,
+input is one key. Unanswered questions are denied when they time out. When the oldest
+question times out (or is answered elsewhere), the next is announced and keys pressed in
+the next 1.5 s are not taken for it: press again.`,
 		Action: watchAction,
 	})
 }
@@ -88,7 +90,11 @@ func watchAction(ctx context.Context, c *cli.Command) error {
 			if !isAnswer {
 				continue
 			}
-			q, ok := w.oldest()
+			q, ok, fresh := w.answerable(time.Now())
+			if fresh {
+				w.printf("%s only just became the question a key answers: press again to answer it", termtext.Line(q.Name))
+				continue
+			}
 			if !ok {
 				w.printf("nothing to answer")
 				continue
@@ -134,7 +140,16 @@ type watchView struct {
 	// shown are the ports printed for each question: an answer covers
 	// those only, not a port the guest added since.
 	shown map[int][]uint16
+	// head is the oldest question, the one a key answers, and since when
+	// it is: a key pressed just after another question left the head (it
+	// timed out, or was answered elsewhere) was meant for that one.
+	head      int
+	headSince time.Time
 }
+
+// headGrace is how long after a new question became the one a key
+// answers keys are not taken for it.
+const headGrace = 1500 * time.Millisecond
 
 func (w *watchView) printf(format string, args ...any) {
 	fmt.Fprintf(w.out, time.Now().Format("15:04:05")+" "+format+w.nl, args...)
@@ -144,6 +159,21 @@ func (w *watchView) show(st session.AskState) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.pending = st.Pending
+	defer func() {
+		if len(st.Pending) == 0 {
+			w.head = 0
+			return
+		}
+		if id := st.Pending[0].ID; id != w.head {
+			if w.head != 0 && len(st.Pending) > 0 {
+				// Another question was answered or timed out: guard this
+				// one, and say which a key answers now.
+				w.headSince = time.Now()
+				w.printf("  a key now answers %s%s", termtext.Line(st.Pending[0].Name), portList(w.shown[id]))
+			}
+			w.head = id
+		}
+	}()
 	for _, r := range st.Requests {
 		if r.Seq <= w.feedSeq {
 			continue
@@ -205,6 +235,22 @@ func (w *watchView) oldest() (session.Question, bool) {
 	q := w.pending[0]
 	q.Ports = w.shown[q.ID]
 	return q, true
+}
+
+// answerable is oldest, unless it became the oldest under headGrace ago
+// while another was (ok false, fresh true): the key was meant for the one
+// that left.
+func (w *watchView) answerable(now time.Time) (q session.Question, ok, fresh bool) {
+	q, ok = w.oldest()
+	if !ok {
+		return q, false, false
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.head == q.ID && now.Sub(w.headSince) < headGrace {
+		return q, false, true
+	}
+	return q, true, false
 }
 
 func portList(ports []uint16) string {

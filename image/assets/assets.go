@@ -64,8 +64,8 @@ type Assets struct {
 // Kernel and busybox, as <dir>/<arch>/kernel/ and <dir>/<arch>/busybox,
 // where <dir> is, first found wins: $VIBEDOM_ASSETS (when set it must be
 // complete); $VIBEDOM_HOME/assets (default ~/.vibedom/assets); .cache/assets
-// in the current directory or one of its parents, then in the vibedom
-// executable's directory or one of its parents.
+// in the current directory or one of its parents (not in a release build),
+// then in the vibedom executable's directory or one of its parents.
 //
 // Guest binary: $VIBEDOM_GUEST_BIN (when set it must exist); the agent
 // built into this binary (a release build), extracted into
@@ -188,10 +188,13 @@ func homeDir() home.Home {
 }
 
 // searchStarts are the directories the walks up start from: the current
-// directory and the executable's directory.
+// directory (a development build run in a checkout) and the executable's
+// directory. A release build (its agent built in) skips the current
+// directory: it is often a project the user does not vouch for, which must
+// not choose the kernel that boots.
 func searchStarts() []string {
 	var out []string
-	if wd, err := os.Getwd(); err == nil {
+	if wd, err := os.Getwd(); err == nil && embeddedGuests == nil {
 		out = append(out, wd)
 	}
 	if exe, err := os.Executable(); err == nil {

@@ -238,3 +238,29 @@ func TestLocateGuestPrefersEmbedded(t *testing.T) {
 		t.Errorf("content %q", b)
 	}
 }
+
+// TestReleaseKernelNotFromWorkingDir: a release build does not take the
+// kernel from a .cache/assets planted in the folder it runs in (a cloned
+// project), where a development build run in a checkout does.
+func TestReleaseKernelNotFromWorkingDir(t *testing.T) {
+	tmp := t.TempDir()
+	planted := filepath.Join(tmp, "ws", ".cache", "assets", "amd64")
+	if err := os.MkdirAll(filepath.Join(planted, "kernel"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	touchFile(t, filepath.Join(planted, "busybox"))
+	t.Chdir(filepath.Join(tmp, "ws"))
+	t.Setenv(EnvHome, filepath.Join(tmp, "home"))
+	t.Setenv(EnvAssets, "")
+
+	kdir, _, err := LocateKernel(vm.ArchAMD64)
+	if err != nil || kdir != filepath.Join(planted, "kernel") {
+		t.Fatalf("development build: LocateKernel = %q, %v; want the checkout's %s", kdir, err, planted)
+	}
+	old := embeddedGuests
+	embeddedGuests = guestFS("\x7fELF embedded", "")
+	t.Cleanup(func() { embeddedGuests = old })
+	if kdir, _, err := LocateKernel(vm.ArchAMD64); err == nil && strings.HasPrefix(kdir, filepath.Join(tmp, "ws")) {
+		t.Errorf("release build: LocateKernel = %q, the kernel planted in the working folder", kdir)
+	}
+}

@@ -164,7 +164,7 @@ const hostAddrTTL = 5 * time.Second
 type pinnedKey struct{}
 
 // GuardConfig is what the dial guard needs from an engine's configuration;
-// the fields mean what netfilter.EngineConfig's fields of the same names mean.
+// the fields mean what mitm.EngineConfig's fields of the same names mean.
 type GuardConfig struct {
 	Dial         DialFunc
 	LookupIP     LookupFunc

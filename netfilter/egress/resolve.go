@@ -13,7 +13,7 @@ import (
 // certificate must still be valid for it. The user names the address, so
 // it may be loopback or private (a staging server, a test server): the
 // engine's dial guard lets exactly this name and port reach exactly this
-// address (netfilter.EngineConfig.Resolve), and nothing else reaches it.
+// address (mitm.EngineConfig.Resolve), and nothing else reaches it.
 type Resolve struct {
 	Name string // normalised, no trailing dot
 	Port uint16

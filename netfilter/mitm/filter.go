@@ -1,11 +1,3 @@
-// Package mitm is the room of the MITM proxy's engines. So far it holds
-// the contract between an engine and the request filters it calls
-// (Destination, RequestFilter and its optional capabilities): the filters
-// (DLP, placeholder swap) are built in netfilter, and both engines (the
-// embedded Go engine, and mitmdump with our addon) still live there too.
-//
-// It does not decide the policy (netfilter/egress), scan for secrets or
-// swap credentials, or write the logs.
 package mitm
 
 import (
@@ -48,7 +40,9 @@ func (d Destination) SwapAllowed() bool { return d.Scheme == "https" && d.Verifi
 // upstream. It may replace r.Body with a streaming reader (it must not read
 // the whole body into memory), rewrite r.URL and headers, and must then fix
 // r.ContentLength (-1 when unknown). done is called once the body has been
-// fully sent (or the request abandoned) and returns what was changed.
+// fully sent (or the request abandoned) and returns what was changed. An
+// error refuses the request (403), except a *credentials.Answer, which the
+// engine sends the guest in place of the request (nothing is forwarded).
 type RequestFilter interface {
 	FilterRequest(ctx context.Context, dest Destination, r *http.Request) (done func() []egress.Finding, err error)
 }
@@ -69,6 +63,22 @@ type UpgradeFilter interface {
 type ResponseFilter interface {
 	FilterResponse(resp *http.Response)
 }
+
+// ResponseBodyScope is an optional capability of a ResponseFilter, for an
+// engine that must decide before a response's body flows whether to stream
+// it through FilterResponse (the mitmproxy engine): RewritesBody reports
+// whether FilterResponse may change resp's body. When it reports false,
+// the engine scrubs only the header block (ResponseHeaderScrubber). A
+// ResponseFilter without it has every body streamed through.
+type ResponseBodyScope interface {
+	RewritesBody(resp *http.Response) bool
+}
+
+// MaxHeldEvent is the longest server-sent event a ResponseFilter holds
+// back whole while it scrubs an event stream (a longer one ends the
+// response); an engine charges twice that to its memory budget for each
+// response it streams through the filter.
+const MaxHeldEvent = 1 << 20
 
 // ResponseSecrets is an optional capability of a ResponseFilter, for an
 // engine that does not hold the response stream itself (the mitmproxy

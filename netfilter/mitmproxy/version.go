@@ -54,9 +54,9 @@ func MitmdumpVersion(ctx context.Context, program string) (string, error) {
 	return v, nil
 }
 
-// MitmwebProgram is the mitmweb a live view runs given
-// netfilter.MitmproxyConfig.Mitmdump and .Mitmweb: mitmweb when set, else the one
-// beside mitmdump when that is a path, else "mitmweb" (on PATH).
+// MitmwebProgram is the mitmweb a live view runs given Config.Mitmdump and
+// .Mitmweb: mitmweb when set, else the one beside mitmdump when that is a
+// path, else "mitmweb" (on PATH).
 func MitmwebProgram(mitmdump, mitmweb string) string {
 	switch {
 	case mitmweb != "":

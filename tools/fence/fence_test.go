@@ -109,9 +109,10 @@ var table = map[string][]string{
 	// netfilter's rooms (netfilter itself wires them) and the log redactor.
 	"netfilter/egress":             {},
 	"netfilter/netstack":           {"netfilter/egress"},
-	"netfilter/mitm":               {"netfilter/egress"},
-	"netfilter/mitmproxy":          {"netfilter/egress", "atomicfile", "childenv"},
+	"netfilter/mitm":               {"netfilter/egress", "netfilter/netstack", "credentials", "keys"},
+	"netfilter/mitmproxy":          {"netfilter/mitm", "netfilter/egress", "netfilter/netstack", "credentials", "atomicfile", "childenv"},
 	"netfilter/internal/nftest":    {},
+	"netfilter/internal/mitmtest":  {"netfilter/mitm", "netfilter/egress", "netfilter/netstack", "netfilter/internal/nftest", "keys"},
 	"netfilter/internal/stacktest": {"netfilter/egress"},
 	"logredact":                    {"dlp"},
 	// e2e/clitest drives the built command; the e2e packages hold only

@@ -23,6 +23,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync/atomic"
 
 	"github.com/vibedom/vibedom/vm"
 )
@@ -51,7 +52,8 @@ type Driver struct {
 	opts    Options
 	log     *slog.Logger
 	share   vm.ShareFS
-	noShare error // why a forced virtiofs cannot run, reported by Start
+	noShare error       // why a forced virtiofs cannot run, reported by Start
+	noKVM   atomic.Bool // FallBack was called: emulate
 }
 
 var _ vm.Driver = (*Driver)(nil)
@@ -97,7 +99,7 @@ func (d *Driver) Name() string { return Name }
 // Info implements vm.Driver: a virtio-serial control port, and virtiofs
 // shares where virtiofsd can run read-only, 9p elsewhere.
 func (d *Driver) Info() vm.Info {
-	return vm.Info{Transport: vm.TransportVirtioSerial, ShareFS: d.share}
+	return vm.Info{Transport: vm.TransportVirtioSerial, ShareFS: d.share, FreePageReporting: true}
 }
 
 // binary returns the QEMU system emulator for arch.
@@ -141,6 +143,7 @@ type plan struct {
 	controlSoc string
 	extra      []*os.File // passed as fds 3, 4 …
 	accel      string
+	probed     bool       // accel "kvm" was the probe's choice
 	virtiofs   []vm.Share // served by virtiofsd on virtiofsSock(i)
 }
 
@@ -296,11 +299,12 @@ func (d *Driver) Start(ctx context.Context, cfg vm.Config) (vm.Machine, error) {
 	if d.noShare != nil && len(cfg.Shares) > 0 {
 		return nil, fmt.Errorf("%w: %v", vm.ErrUnavailable, d.noShare)
 	}
-	accel := d.accel(ctx, cfg, bin)
+	accel, probed := d.accel(ctx, cfg, bin)
 	p, err := buildPlan(&cfg, bin, accel, d.share)
 	if err != nil {
 		return nil, err
 	}
+	p.probed = probed
 	d.log.Debug("starting qemu", "accel", accel, "args", p.args)
 	return start(ctx, p, &cfg, d.log)
 }

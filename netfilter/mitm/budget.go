@@ -1,4 +1,4 @@
-package netfilter
+package mitm
 
 import (
 	"errors"
@@ -18,9 +18,9 @@ const (
 	// DefaultMemoryBudget is the memory one session's requests may hold
 	// at once (EngineConfig.MemoryBudget when 0).
 	DefaultMemoryBudget = 512 << 20
-	// requestCharge is what every request in flight is charged: its
+	// RequestCharge is what every request in flight is charged: its
 	// share of connection and copy buffers, headers and state.
-	requestCharge = 128 << 10
+	RequestCharge = 128 << 10
 	// bodyShare is the part of the budget bodies may take; the rest stays
 	// for requests without a body, so a guest stalling large bodies still
 	// gets its other requests served.
@@ -28,30 +28,30 @@ const (
 	// DefaultBodyBufferLimit is the largest body a RequestFilter reads
 	// whole before sending it (the DLP's; larger ones are streamed).
 	DefaultBodyBufferLimit = 4 << 20
-	// streamedBodyCharge is what a streamed body (unknown or large length)
+	// StreamedBodyCharge is what a streamed body (unknown or large length)
 	// is charged: the filter's windows and pipe buffers.
-	streamedBodyCharge = 256 << 10
+	StreamedBodyCharge = 256 << 10
 	// DefaultBodyIdleTimeout is how long a request body may send nothing
 	// before the request is abandoned.
 	DefaultBodyIdleTimeout = 30 * time.Second
-	// maxStreamsPerConn bounds an HTTP/2 guest connection's concurrent
+	// MaxStreamsPerConn bounds an HTTP/2 guest connection's concurrent
 	// streams.
-	maxStreamsPerConn = 100
+	MaxStreamsPerConn = 100
 	// DefaultMaxUpstreamConns bounds a session's open upstream connections
-	// (spliced ones included); maxConnsPerHost bounds them per host and
+	// (spliced ones included); MaxConnsPerHost bounds them per host and
 	// port for each transport.
 	DefaultMaxUpstreamConns = 512
-	maxConnsPerHost         = 32
+	MaxConnsPerHost         = 32
 )
 
 // errBudget is returned when a session's memory budget cannot cover a
 // request.
 var errBudget = errors.New("the session's memory budget for requests in flight is used up")
 
-// budget is a semaphore of bytes. Acquisitions never wait: a request that
+// Budget is a semaphore of bytes. Acquisitions never wait: a request that
 // does not fit is refused (503) at once, so a hostile guest can only ever
 // slow its own session.
-type budget struct {
+type Budget struct {
 	total int64
 	mu    sync.Mutex
 	used  int64
@@ -60,11 +60,12 @@ type budget struct {
 	refused atomic.Int64
 }
 
-func newBudget(total int64) *budget { return &budget{total: total} }
+func newBudget(total int64) *Budget { return &Budget{total: total} }
 
-// take charges n bytes if the total stays within limit (total, or the
-// bodies' share of it); it returns a release function.
-func (b *budget) take(n int64, body bool) (func(), error) {
+// Take charges n bytes if the total stays within limit (total, or the
+// bodies' share of it: body); it returns a release function, to be called
+// once the bytes are no longer held, or an error that wraps errBudget.
+func (b *Budget) Take(n int64, body bool) (func(), error) {
 	limit := b.total
 	if body {
 		limit = b.total / bodyShareDen * bodyShareNum
@@ -91,7 +92,7 @@ func (b *budget) take(n int64, body bool) (func(), error) {
 }
 
 // inUse is the bytes charged now.
-func (b *budget) inUse() int64 {
+func (b *Budget) inUse() int64 {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.used
@@ -107,7 +108,7 @@ func bodyCharge(r *http.Request, bufferLimit int64) int64 {
 	if r.ContentLength > 0 && r.ContentLength <= bufferLimit {
 		return 2 * r.ContentLength
 	}
-	return streamedBodyCharge
+	return StreamedBodyCharge
 }
 
 // idleBody is a request body whose every read must make progress within
@@ -135,6 +136,7 @@ func (b *idleBody) Close() error {
 	return b.ReadCloser.Close()
 }
 
+// EngineStats is a snapshot of a GoEngine's resource counters (Stats).
 type EngineStats struct {
 	// MemoryInUse and MemoryPeak are the bytes charged to the memory
 	// budget now and at most; BudgetRefusals counts requests refused

@@ -1,7 +1,8 @@
-package netfilter
+package mitm_test
 
 import (
 	"github.com/vibedom/vibedom/netfilter/egress"
+	"github.com/vibedom/vibedom/netfilter/internal/mitmtest"
 
 	"bufio"
 	"crypto/tls"
@@ -78,11 +79,11 @@ func (u *switchingUpstream) seen(t *testing.T) ([]string, string) {
 // unscrubbed.
 func TestUnknownUpgradeRefused(t *testing.T) {
 	t.Parallel()
-	v := newTestEnv(t, testRules)
+	v, _ := mitmtest.NewGo(t, mitmtest.Rules)
 	up := &switchingUpstream{}
-	v.upstreamPlain("plain.test", 80, up)
-	v.upstreamTLS("api.test", 443, v.upCA, up)
-	proxy := v.proxyListener()
+	v.UpstreamPlain("plain.test", 80, up)
+	v.UpstreamTLS("api.test", 443, v.UpCA, up)
+	proxy := v.ProxyListener()
 	const marker = "TUNNELLED-BYTES-MUST-NOT-PASS"
 
 	type guest struct {
@@ -90,9 +91,9 @@ func TestUnknownUpgradeRefused(t *testing.T) {
 		dial func(t *testing.T) (net.Conn, string) // conn, request target
 	}
 	guests := []guest{
-		{"transparent http", func(t *testing.T) (net.Conn, string) { return v.guestConn("plain.test", 80), "/x" }},
+		{"transparent http", func(t *testing.T) (net.Conn, string) { return v.GuestConn("plain.test", 80), "/x" }},
 		{"transparent https", func(t *testing.T) (net.Conn, string) {
-			tc := tls.Client(v.guestConn("api.test", 443), &tls.Config{ServerName: "api.test", RootCAs: v.ca.Pool(), NextProtos: []string{"http/1.1"}})
+			tc := tls.Client(v.GuestConn("api.test", 443), &tls.Config{ServerName: "api.test", RootCAs: v.CA.Pool(), NextProtos: []string{"http/1.1"}})
 			return tc, "/x"
 		}},
 		{"explicit proxy", func(t *testing.T) (net.Conn, string) { return dialProxy(t, proxy.Host), "http://plain.test/x" }},
@@ -127,7 +128,7 @@ func TestUnknownUpgradeRefused(t *testing.T) {
 			})
 		}
 	}
-	v.events.wait(t, "refused switch", func(e egress.Event) bool {
+	v.Events.Wait(t, "refused switch", func(e egress.Event) bool {
 		return e.Kind == "request" && strings.Contains(e.Reason, "only a WebSocket upgrade")
 	})
 	ups, raw := up.seen(t)
@@ -146,12 +147,12 @@ func TestUnknownUpgradeRefused(t *testing.T) {
 // the stream is refused and nothing reaches the upstream.
 func TestH2ExtendedConnectRefused(t *testing.T) {
 	t.Parallel()
-	v := newTestEnv(t, testRules)
+	v, _ := mitmtest.NewGo(t, mitmtest.Rules)
 	up := &switchingUpstream{}
-	v.upstreamTLS("api.test", 443, v.upCA, up)
+	v.UpstreamTLS("api.test", 443, v.UpCA, up)
 	for _, proto := range []string{"websocket", "connect-udp", "foo"} {
 		t.Run(proto, func(t *testing.T) {
-			tc := tls.Client(v.guestConn("api.test", 443), &tls.Config{ServerName: "api.test", RootCAs: v.ca.Pool(), NextProtos: []string{"h2"}})
+			tc := tls.Client(v.GuestConn("api.test", 443), &tls.Config{ServerName: "api.test", RootCAs: v.CA.Pool(), NextProtos: []string{"h2"}})
 			defer tc.Close()
 			if err := tc.HandshakeContext(t.Context()); err != nil {
 				t.Fatal(err)

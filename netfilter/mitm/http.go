@@ -1,8 +1,8 @@
-package netfilter
+package mitm
 
 import (
+	"github.com/vibedom/vibedom/credentials"
 	"github.com/vibedom/vibedom/netfilter/egress"
-	"github.com/vibedom/vibedom/netfilter/mitm"
 	"github.com/vibedom/vibedom/netfilter/netstack"
 
 	"context"
@@ -42,7 +42,7 @@ func (h *connHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.e.refuse(w, r, dest, http.StatusForbidden, plainOn443)
 		return
 	}
-	if reason := authorityMismatch(r, h.t.Name, h.t.Port, h.scheme); reason != "" {
+	if reason := AuthorityMismatch(r, h.t.Name, h.t.Port, h.scheme); reason != "" {
 		// 421 tells a client this connection cannot serve that authority.
 		h.e.refuse(w, r, dest, http.StatusMisdirectedRequest, reason)
 		return
@@ -56,11 +56,11 @@ func (h *connHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // credential unencrypted.
 const plainOn443 = "plain HTTP to port 443 is refused: port 443 is HTTPS; use https://"
 
-// authorityMismatch says why the request's Host (HTTP/2: :authority) does not
+// AuthorityMismatch says why the request's Host (HTTP/2: :authority) does not
 // name the admitted destination, or "" when it does. A Host without a port
 // means the scheme's default port.
-func authorityMismatch(r *http.Request, name string, port uint16, scheme string) string {
-	host, p, ok := splitAuthority(r.Host, defaultPort(scheme))
+func AuthorityMismatch(r *http.Request, name string, port uint16, scheme string) string {
+	host, p, ok := SplitAuthority(r.Host, defaultPort(scheme))
 	if !ok {
 		return fmt.Sprintf("Host %q is not a valid host[:port]", egress.Shorten(r.Host))
 	}
@@ -74,9 +74,9 @@ func authorityMismatch(r *http.Request, name string, port uint16, scheme string)
 	return ""
 }
 
-// splitAuthority parses host[:port] into a normalised name (or IP string)
+// SplitAuthority parses host[:port] into a normalised name (or IP string)
 // and port.
-func splitAuthority(a string, def uint16) (string, uint16, bool) {
+func SplitAuthority(a string, def uint16) (string, uint16, bool) {
 	if a == "" {
 		return "", 0, false
 	}
@@ -162,9 +162,9 @@ func (e *GoEngine) refuseAs(w http.ResponseWriter, r *http.Request, dest fwdTarg
 		Kind:     "request",
 		Name:     dest.name,
 		Port:     dest.port,
-		Src:      addrString(dest.src),
+		Src:      AddrString(dest.src),
 		Method:   r.Method,
-		URL:      redactURL(dest.scheme, r.Host, r.URL),
+		URL:      RedactURL(dest.scheme, r.Host, r.URL),
 		Decision: "deny",
 		Rule:     dest.decision.Rule,
 		Reason:   reason,
@@ -174,7 +174,7 @@ func (e *GoEngine) refuseAs(w http.ResponseWriter, r *http.Request, dest fwdTarg
 
 // answer sends a filter's own answer to the guest in place of the request
 // (nothing is forwarded) and records it.
-func (e *GoEngine) answer(w http.ResponseWriter, r *http.Request, dest fwdTarget, a *Answer) {
+func (e *GoEngine) answer(w http.ResponseWriter, r *http.Request, dest fwdTarget, a *credentials.Answer) {
 	for k, vs := range a.Header {
 		w.Header()[k] = vs
 	}
@@ -182,8 +182,8 @@ func (e *GoEngine) answer(w http.ResponseWriter, r *http.Request, dest fwdTarget
 	w.Header().Set("X-Vibedom", "answered")
 	w.WriteHeader(a.Status)
 	w.Write(a.Body)
-	e.events.Record(egress.Event{Time: time.Now(), Kind: "request", Name: dest.name, Port: dest.port, Src: addrString(dest.src),
-		Method: r.Method, URL: redactURL(dest.scheme, r.Host, r.URL), Decision: a.Decision, Rule: dest.decision.Rule,
+	e.events.Record(egress.Event{Time: time.Now(), Kind: "request", Name: dest.name, Port: dest.port, Src: AddrString(dest.src),
+		Method: r.Method, URL: RedactURL(dest.scheme, r.Host, r.URL), Decision: a.Decision, Rule: dest.decision.Rule,
 		Reason: "answered by vibedom, not forwarded: " + a.Reason, Status: a.Status})
 }
 
@@ -211,18 +211,18 @@ func (e *GoEngine) forward(w http.ResponseWriter, r *http.Request, dest fwdTarge
 		Kind:   "request",
 		Name:   dest.name,
 		Port:   dest.port,
-		Src:    addrString(dest.src),
+		Src:    AddrString(dest.src),
 		Method: r.Method,
 		Rule:   dest.decision.Rule,
 	}
-	release, err := e.budget.take(requestCharge, false)
+	release, err := e.budget.Take(RequestCharge, false)
 	if err != nil {
 		e.overBudget(w, r, dest, err)
 		return
 	}
 	defer release()
 	if n := bodyCharge(out, e.cfg.BodyBufferLimit); n > 0 {
-		releaseBody, err := e.budget.take(n, true)
+		releaseBody, err := e.budget.Take(n, true)
 		if err != nil {
 			e.overBudget(w, r, dest, err)
 			return
@@ -232,11 +232,11 @@ func (e *GoEngine) forward(w http.ResponseWriter, r *http.Request, dest fwdTarge
 	if out.Body != nil && out.Body != http.NoBody {
 		out.Body = &idleBody{ReadCloser: out.Body, rc: http.NewResponseController(w), idle: e.cfg.BodyIdleTimeout}
 	}
-	st.websocket = restrictUpgrade(out)
+	st.websocket = RestrictUpgrade(out)
 	// The transports always verify upstream TLS (system roots plus
 	// ExtraRoots, never InsecureSkipVerify): https is verified.
-	done, err := e.filter.FilterRequest(ctx, mitm.Destination{Name: dest.name, Port: dest.port, Scheme: dest.scheme, Verified: dest.scheme == "https"}, out)
-	var ans *Answer
+	done, err := e.filter.FilterRequest(ctx, Destination{Name: dest.name, Port: dest.port, Scheme: dest.scheme, Verified: dest.scheme == "https"}, out)
+	var ans *credentials.Answer
 	if errors.As(err, &ans) {
 		e.answer(w, r, dest, ans)
 		return
@@ -248,7 +248,7 @@ func (e *GoEngine) forward(w http.ResponseWriter, r *http.Request, dest fwdTarge
 	if out.Body != nil && out.Body != http.NoBody {
 		out.Body = &countBody{ReadCloser: out.Body, n: &st.up}
 	}
-	if uf, ok := e.filter.(mitm.UpgradeFilter); ok && st.websocket {
+	if uf, ok := e.filter.(UpgradeFilter); ok && st.websocket {
 		st.upgrade = func(w io.Writer) io.WriteCloser { return uf.UpgradeWriter(out, w) }
 	}
 	defer func() {
@@ -259,12 +259,12 @@ func (e *GoEngine) forward(w http.ResponseWriter, r *http.Request, dest fwdTarge
 		ev.Status = int(st.status.Load())
 		ev.BytesUp, ev.BytesDn = st.up.Load(), st.down.Load()
 		ev.Findings = findings
-		ev.URL = redactURL(dest.scheme, out.Host, out.URL) // the filter may have rewritten it
+		ev.URL = RedactURL(dest.scheme, out.Host, out.URL) // the filter may have rewritten it
 		switch {
 		case st.errText.Load() != nil:
 			ev.Decision, ev.Reason = "error", *st.errText.Load()
-		case mitm.ScrubDescription(findings) != "":
-			ev.Decision, ev.Reason = "scrub", "redacted: "+mitm.ScrubDescription(findings)
+		case ScrubDescription(findings) != "":
+			ev.Decision, ev.Reason = "scrub", "redacted: "+ScrubDescription(findings)
 		case len(findings) > 0:
 			ev.Decision, ev.Reason = "allow", fmt.Sprintf("%d finding(s) logged, not redacted", len(findings))
 		default:
@@ -276,7 +276,7 @@ func (e *GoEngine) forward(w http.ResponseWriter, r *http.Request, dest fwdTarge
 	if r.ProtoMajor == 2 {
 		rp = e.rp2
 	}
-	if hs, ok := e.filter.(mitm.ResponseHeaderScrubber); ok {
+	if hs, ok := e.filter.(ResponseHeaderScrubber); ok {
 		// 1xx header blocks (103 Early Hints) skip ModifyResponse.
 		w = &scrubHeaderWriter{ResponseWriter: w, scrub: hs.ScrubResponseHeader}
 	}
@@ -304,7 +304,7 @@ func (e *GoEngine) modifyResponse(resp *http.Response) error {
 			return fmt.Errorf("%w: upstream switched to %q; only a WebSocket upgrade the proxy asked for is relayed",
 				errUpgradeRefused, egress.Shorten(resp.Header.Get("Upgrade")))
 		}
-		if hs, ok := e.filter.(mitm.ResponseHeaderScrubber); ok {
+		if hs, ok := e.filter.(ResponseHeaderScrubber); ok {
 			hs.ScrubResponseHeader(resp.Header)
 		}
 		if rwc, ok := resp.Body.(io.ReadWriteCloser); ok {
@@ -314,14 +314,14 @@ func (e *GoEngine) modifyResponse(resp *http.Response) error {
 					up = &wsConn{ReadWriteCloser: up, w: w}
 				}
 			}
-			if uf, ok := e.filter.(mitm.UpstreamFrameFilter); ok {
+			if uf, ok := e.filter.(UpstreamFrameFilter); ok {
 				up = &wsReadConn{ReadWriteCloser: up, r: uf.UpstreamFrames(up)}
 			}
 			resp.Body = up
 		}
 		return nil
 	}
-	if rf, ok := e.filter.(mitm.ResponseFilter); ok {
+	if rf, ok := e.filter.(ResponseFilter); ok {
 		rf.FilterResponse(resp)
 	}
 	if resp.Body != nil {
@@ -349,14 +349,14 @@ func (e *GoEngine) overBudget(w http.ResponseWriter, r *http.Request, dest fwdTa
 // errUpgradeRefused is an upstream's 101 to anything but a WebSocket.
 var errUpgradeRefused = errors.New("protocol switch refused")
 
-// restrictUpgrade strips every protocol upgrade from r but a WebSocket
+// RestrictUpgrade strips every protocol upgrade from r but a WebSocket
 // (h2c, TLS, connect-udp, anything a cooperating upstream could turn into
 // an unscrubbed tunnel) and reports whether r asks for a WebSocket, whose
 // Upgrade header it then leaves as exactly "websocket". Without Upgrade the
 // request goes on as an ordinary one.
-func restrictUpgrade(r *http.Request) bool {
+func RestrictUpgrade(r *http.Request) bool {
 	ups := r.Header.Values("Upgrade")
-	ws := len(ups) > 0 && isWebSocketUpgrade(r) && r.Method == http.MethodGet
+	ws := len(ups) > 0 && IsWebSocketUpgrade(r) && r.Method == http.MethodGet
 	for _, v := range ups {
 		for _, tok := range strings.Split(v, ",") {
 			if !strings.EqualFold(strings.TrimSpace(tok), "websocket") {
@@ -375,7 +375,7 @@ func restrictUpgrade(r *http.Request) bool {
 
 // upstreamError answers 502 with a plain-text body that names the reason.
 func (e *GoEngine) upstreamError(w http.ResponseWriter, r *http.Request, err error) {
-	reason := describeUpstreamError(r.URL.Host, err)
+	reason := DescribeUpstreamError(r.URL.Host, err)
 	if st := stateOf(r.Context()); st != nil {
 		st.status.Store(http.StatusBadGateway)
 		st.errText.Store(&reason)
@@ -391,9 +391,9 @@ func (e *GoEngine) upstreamError(w http.ResponseWriter, r *http.Request, err err
 	fmt.Fprintf(w, "vibedom: bad gateway: %s\n", reason)
 }
 
-// describeUpstreamError turns a transport error into one line a user (or an
+// DescribeUpstreamError turns a transport error into one line a user (or an
 // agent) can act on.
-func describeUpstreamError(host string, err error) string {
+func DescribeUpstreamError(host string, err error) string {
 	var (
 		verr     *tls.CertificateVerificationError
 		unknown  x509.UnknownAuthorityError
@@ -432,10 +432,10 @@ func describeUpstreamError(host string, err error) string {
 	return fmt.Sprintf("request to %s failed: %v", host, err)
 }
 
-// redactURL renders scheme://host/path?query with every query value (and
+// RedactURL renders scheme://host/path?query with every query value (and
 // any parameter without "=") replaced by REDACTED and no user info. Long
 // URLs are cut at 2048 bytes.
-func redactURL(scheme, host string, u *url.URL) string {
+func RedactURL(scheme, host string, u *url.URL) string {
 	var b strings.Builder
 	b.WriteString(scheme)
 	b.WriteString("://")
@@ -514,13 +514,11 @@ func (c *countRWC) Write(p []byte) (int, error) {
 }
 
 func (c *countRWC) CloseWrite() error {
-	if cw, ok := c.ReadWriteCloser.(interface{ CloseWrite() error }); ok {
-		return cw.CloseWrite()
-	}
-	return nil
+	return closeWrite(c.ReadWriteCloser)
 }
 
-func addrString(a netip.AddrPort) string {
+// AddrString is a as an event's Src or Dst: "" when a is not valid.
+func AddrString(a netip.AddrPort) string {
 	if !a.IsValid() {
 		return ""
 	}

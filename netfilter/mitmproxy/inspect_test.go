@@ -1,13 +1,12 @@
-package netfilter
+package mitmproxy
 
 import (
 	"github.com/vibedom/vibedom/netfilter/egress"
+	"github.com/vibedom/vibedom/netfilter/internal/mitmtest"
 	"github.com/vibedom/vibedom/netfilter/mitm"
-	"github.com/vibedom/vibedom/netfilter/mitmproxy"
 	"github.com/vibedom/vibedom/netfilter/netstack"
 
 	"context"
-	"crypto/tls"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -17,27 +16,10 @@ import (
 	"os"
 	"os/exec"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 )
-
-var mitmwebCheck struct {
-	once sync.Once
-	err  error
-}
-
-// skipWithoutMitmweb skips a live-view test, with the reason, when no
-// supported mitmweb is installed.
-func skipWithoutMitmweb(t testing.TB) {
-	t.Helper()
-	skipWithoutMitmdump(t)
-	mitmwebCheck.once.Do(func() { _, mitmwebCheck.err = mitmproxy.MitmwebVersion(context.Background(), "") })
-	if mitmwebCheck.err != nil {
-		t.Skipf("live view not tested: %v", mitmwebCheck.err)
-	}
-}
 
 // secretScrubber stands in for the DLP: it rewrites the X-Secret header.
 type secretScrubber struct{}
@@ -52,31 +34,30 @@ func (secretScrubber) FilterRequest(_ context.Context, _ mitm.Destination, r *ht
 // liveView is a mitmproxy engine running mitmweb, an upstream counting
 // the requests it gets, and a client of the web UI's REST API.
 type liveView struct {
-	v    *testEnv
-	m    *MitmproxyEngine
+	v    *mitmtest.Env
+	m    *Engine
 	hits atomic.Int64
 	web  *http.Client
 	xsrf string
 }
 
-func newLiveView(t *testing.T, openUI bool, mopts ...func(*MitmproxyConfig)) *liveView {
-	skipWithoutMitmweb(t)
+func newLiveView(t *testing.T, openUI bool, mopts ...func(*Config)) *liveView {
+	mitmwebProbe.Skip(t)
 	lv := &liveView{}
-	lv.v = newMitmEnv(t, "mitmproxy", testRules, func(c *MitmproxyConfig) {
+	lv.v, lv.m = newEnv(t, mitmtest.Rules, func(c *Config) {
 		c.LiveView, c.testOpenUI = true, openUI
 		for _, o := range mopts {
 			o(c)
 		}
-	}, func(c *EngineConfig) {
+	}, func(c *mitm.EngineConfig) {
 		c.Filter = secretScrubber{}
 		if os.Getenv("DBG") != "" {
 			c.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
 		}
 	})
-	lv.m = lv.v.eng.(*MitmproxyEngine)
-	lv.v.upstreamTLS("api.test", 443, lv.v.upCA, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	lv.v.UpstreamTLS("api.test", 443, lv.v.UpCA, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		lv.hits.Add(1)
-		echoInfo(w, r)
+		mitmtest.EchoInfo(w, r)
 	}))
 	jar, _ := cookiejar.New(nil)
 	lv.web = &http.Client{Jar: jar, Timeout: 30 * time.Second}
@@ -102,7 +83,7 @@ func newLiveView(t *testing.T, openUI bool, mopts ...func(*MitmproxyConfig)) *li
 // scrubs.
 func (lv *liveView) guestGet(t *testing.T, path string) {
 	t.Helper()
-	c := &http.Client{Transport: lv.v.guestTransport(false)}
+	c := &http.Client{Transport: lv.v.GuestTransport(false)}
 	req, _ := http.NewRequestWithContext(t.Context(), "GET", "https://api.test"+path, nil)
 	req.Header.Set("X-Secret", "hunter2")
 	resp, err := c.Do(req)
@@ -197,7 +178,7 @@ func TestInspectLiveView(t *testing.T) {
 	// A refused request (Host differs from the admitted name) is not
 	// listed, and even by its id (a UUID the UI never shows) the UI has
 	// nothing of what the guest wrote.
-	c := &http.Client{Transport: lv.v.guestTransport(false)}
+	c := &http.Client{Transport: lv.v.GuestTransport(false)}
 	req, _ := http.NewRequestWithContext(t.Context(), "POST", "https://api.test/refused?token=hunter2", strings.NewReader("pw=hunter2"))
 	req.Host = "other.test"
 	req.Header.Set("X-Secret", "hunter2")
@@ -336,7 +317,7 @@ func TestInspectGuardsBehindUI(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("mitmweb kept running without vibedom's addon")
 	}
-	c := &http.Client{Transport: lv.v.guestTransport(false)}
+	c := &http.Client{Transport: lv.v.GuestTransport(false)}
 	req, _ := http.NewRequestWithContext(t.Context(), "GET", "https://api.test/late", nil)
 	if resp, err := c.Do(req); err == nil {
 		resp.Body.Close()
@@ -351,7 +332,7 @@ func TestInspectGuardsBehindUI(t *testing.T) {
 // requests, so mitmweb's memory stays bounded in a long session.
 func TestInspectViewLimit(t *testing.T) {
 	t.Parallel()
-	lv := newLiveView(t, false, func(c *MitmproxyConfig) { c.ViewLimit = 2 })
+	lv := newLiveView(t, false, func(c *Config) { c.ViewLimit = 2 })
 	for i := range 5 {
 		lv.guestGet(t, fmt.Sprintf("/r%d", i))
 	}
@@ -376,10 +357,10 @@ func TestInspectViewLimit(t *testing.T) {
 // the addon reports as a replay, is refused.
 func TestMitmproxyRefusesReplays(t *testing.T) {
 	t.Parallel()
-	sink := &memSink{}
+	sink := &mitmtest.Sink{}
 	c := &mitmConn{t: netstack.Target{Name: "api.test", Port: 80, Decision: egress.Decision{Allow: true}},
 		flows: map[string]struct{}{}, seen: map[string]struct{}{}}
-	e := &MitmproxyEngine{cfg: MitmproxyConfig{BodyLimit: 1 << 20}, events: sink, filter: mitm.IdentityFilter{},
+	e := &Engine{cfg: Config{BodyLimit: 1 << 20}, events: sink, filter: mitm.IdentityFilter{},
 		conns: map[string]*mitmConn{"127.0.0.1:5000": c}, flows: map[string]*mitmFlow{}}
 	q := func(id string, replay bool) string {
 		return e.answer(&ctlMsg{Op: "request", Peer: "127.0.0.1:5000", ID: id, Scheme: "http", Method: "GET",
@@ -411,7 +392,7 @@ func TestInspectMitmwebMissing(t *testing.T) {
 	cfg := mitmTestConfig(t)
 	cfg.Mitmdump = fakeMitmdump(t, "8.1.1")
 	cfg.LiveView = true
-	_, err := NewMitmproxyEngine(t.Context(), cfg)
+	_, err := NewEngine(t.Context(), cfg)
 	if err == nil || !strings.Contains(err.Error(), "mitmweb not found") || !strings.Contains(err.Error(), "--inspect") ||
 		strings.Contains(err.Error(), "\n") {
 		t.Fatalf("got %v", err)
@@ -458,89 +439,4 @@ func TestInspectBrowser(t *testing.T) {
 		dom = dom[:2000]
 	}
 	t.Errorf("the page does not list %s; DOM: %s", path, dom)
-}
-
-// TestInspectNoRealKey: with --inspect, the live view is bound to the
-// session's token (any other local program gets 403 on every endpoint),
-// and after swapped requests (HTTP/1, HTTP/2, a WebSocket whose provider
-// echoes the key in a text message, a ping and a close reason) its REST
-// API and event log hold no real key: /flows and /flows/dump show the
-// guest's placeholder, /events no ping payload.
-func TestInspectNoRealKey(t *testing.T) {
-	t.Parallel()
-	skipWithoutMitmweb(t)
-	v, real, ph := swapEnv(t, func(c *MitmproxyConfig) { c.LiveView = true })
-	m := v.eng.(*MitmproxyEngine)
-	v.upstreamTLS("api.test", 443, v.upCA, http.HandlerFunc(echoKey))
-	base, _, ok := strings.Cut(m.WebURL(), "?")
-	if !ok {
-		t.Fatalf("the live view's URL %q carries no token", m.WebURL())
-	}
-	for _, p := range []string{"", "flows", "flows/dump", "events", "updates", "options", "filter-help"} {
-		resp, err := http.Get(base + p)
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusForbidden {
-			t.Errorf("GET /%s without the token: %d, want 403", p, resp.StatusCode)
-		}
-	}
-	jar, _ := cookiejar.New(nil)
-	web := &http.Client{Jar: jar, Timeout: 30 * time.Second}
-	get := func(p string) string {
-		t.Helper()
-		resp, err := web.Get(base + p)
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		if resp.StatusCode != 200 {
-			t.Fatalf("GET /%s with the token's cookie: %d", p, resp.StatusCode)
-		}
-		return string(b)
-	}
-	resp, err := web.Get(m.WebURL())
-	if err != nil || resp.StatusCode != 200 {
-		t.Fatalf("the printed URL: %v %v", resp, err)
-	}
-	resp.Body.Close()
-	for _, h2 := range []bool{false, true} {
-		c := &http.Client{Transport: v.guestTransport(h2)}
-		r, _ := http.NewRequestWithContext(t.Context(), "POST", fmt.Sprintf("https://api.test/echo?h2=%v", h2), strings.NewReader("q"))
-		r.Header.Set("x-api-key", ph)
-		resp, err := c.Do(r)
-		if err != nil {
-			t.Fatal(err)
-		}
-		io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
-	}
-	conn := v.guestConn("api.test", 443)
-	defer conn.Close()
-	tc := tls.Client(conn, &tls.Config{ServerName: "api.test", RootCAs: v.ca.Pool(), NextProtos: []string{"http/1.1"}})
-	tc.SetDeadline(time.Now().Add(30 * time.Second))
-	io.WriteString(tc, "GET /ws HTTP/1.1\r\nHost: api.test\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"+
-		"Sec-WebSocket-Key: "+wsKey+"\r\nSec-WebSocket-Version: 13\r\nx-api-key: "+ph+"\r\n\r\n")
-	io.ReadAll(tc) // the provider's frames, until it closes
-	// Every flow listed, the ping logged: then nothing more comes.
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-		flows, events := get("flows"), get("events")
-		if strings.Count(flows, "/echo?h2=") == 2 && strings.Contains(flows, `"/ws"`) && strings.Contains(events, "WebSocket ping") {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the live view never listed every flow and the ping:\n%s\n%s", egress.Shorten(flows), egress.Shorten(events))
-		}
-	}
-	for _, p := range []string{"flows", "flows/dump", "events"} {
-		body := get(p)
-		if strings.Contains(strings.ToLower(body), strings.ToLower(real)) {
-			t.Errorf("GET /%s holds the real key (%d times)", p, strings.Count(strings.ToLower(body), strings.ToLower(real)))
-		}
-		if p == "flows" && !strings.Contains(body, ph) {
-			t.Errorf("GET /flows does not show the guest's placeholder")
-		}
-	}
 }

@@ -1,4 +1,4 @@
-package netfilter
+package mitm
 
 import (
 	"encoding/json"
@@ -54,7 +54,7 @@ func wantsJSON(accept string) bool {
 // destination ("" when the request named none); session names the session
 // for the `vibedom allow` hint ("" leaves it general); a policy refusal
 // (allowable) offers the command.
-func refusal(accept, name string, port uint16, status int, reason, session string, allowable bool) (ctype, refused string, body []byte) {
+func Refusal(accept, name string, port uint16, status int, reason, session string, allowable bool) (ctype, refused string, body []byte) {
 	refused = "-"
 	if name != "" {
 		refused = egress.HostPort(name, port)
@@ -84,7 +84,7 @@ func refusal(accept, name string, port uint16, status int, reason, session strin
 
 // writeRefusal answers w with the refusal of r.
 func writeRefusal(w http.ResponseWriter, r *http.Request, name string, port uint16, status int, reason, session string, allowable bool) {
-	ctype, refused, body := refusal(r.Header.Get("Accept"), name, port, status, reason, session, allowable)
+	ctype, refused, body := Refusal(r.Header.Get("Accept"), name, port, status, reason, session, allowable)
 	w.Header().Set("Content-Type", ctype)
 	w.Header().Set("X-Vibedom", "refused")
 	w.Header().Set(RefusedHeader, refused)

@@ -1,10 +1,12 @@
-package netfilter
+package mitmproxy
 
 import (
 	"bytes"
 	"os"
 	"strconv"
 	"testing"
+
+	"github.com/vibedom/vibedom/netfilter/internal/mitmtest"
 )
 
 // TestMitmdumpHoldsNoAPIKey (issue 18, item 15): the mitmdump a session
@@ -18,8 +20,7 @@ func TestMitmdumpHoldsNoAPIKey(t *testing.T) {
 	for k, v := range keys {
 		t.Setenv(k, v)
 	}
-	v := newEngineEnv(t, "mitmproxy", testRules)
-	m := v.eng.(*MitmproxyEngine)
+	_, m := newEnv(t, mitmtest.Rules, nil)
 	env, err := os.ReadFile("/proc/" + strconv.Itoa(m.cmd.Process.Pid) + "/environ")
 	if err != nil {
 		t.Fatal(err)

@@ -1,15 +1,13 @@
-package netfilter
+package mitm
 
 import (
-	"bufio"
+	"github.com/vibedom/vibedom/netfilter/internal/nftest"
+
 	"bytes"
 	"errors"
 	"fmt"
 	"io"
 	"net"
-	"net/http"
-	"net/url"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -128,7 +126,7 @@ func TestUpstreamConnReads(t *testing.T) {
 	if !canReadFD {
 		t.Skip("upstream connections are not wrapped on this platform")
 	}
-	c, s := tcpPair(t)
+	c, s := nftest.TCPPair(t)
 	uc, ok := wrapUpstream(c).(*upstreamConn)
 	if !ok {
 		t.Fatal("a TCP connection was not wrapped")
@@ -178,7 +176,7 @@ func TestUpstreamConnFlushesGuestWhileWaiting(t *testing.T) {
 	if !canReadFD {
 		t.Skip("upstream connections are not wrapped on this platform")
 	}
-	c, s := tcpPair(t)
+	c, s := nftest.TCPPair(t)
 	uc := wrapUpstream(c).(*upstreamConn)
 	wl := newWriteLog()
 	guest := &batchConn{Conn: wl}
@@ -205,99 +203,5 @@ func TestUpstreamConnFlushesGuestWhileWaiting(t *testing.T) {
 	s.Write([]byte("data"))
 	if g := <-got; g != "data" {
 		t.Errorf("upstream read: got %q, want %q", g, "data")
-	}
-}
-
-// A streamed response reaches the guest event by event: the proxy holds
-// nothing back while upstream is silent (the upstream sends the next event
-// only once the guest has the previous one).
-func TestStreamedEventsAreNotHeld(t *testing.T) {
-	t.Parallel()
-	v := newTestEnv(t, testRules)
-	// One channel per subtest (by path), so a failed subtest's handler
-	// cannot take the next one's signals.
-	var mu sync.Mutex
-	nexts := map[string]chan struct{}{}
-	nextFor := func(path string) chan struct{} {
-		mu.Lock()
-		defer mu.Unlock()
-		if nexts[path] == nil {
-			nexts[path] = make(chan struct{})
-		}
-		return nexts[path]
-	}
-	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		next := nextFor(r.URL.Path)
-		w.Header().Set("Content-Type", "text/event-stream")
-		for i := range 5 {
-			// Events of assorted sizes, up to several TLS records.
-			fmt.Fprintf(w, "data: %d %s\n\n", i, strings.Repeat("x", i*20000))
-			w.(http.Flusher).Flush()
-			if i == 4 {
-				return
-			}
-			select {
-			case <-next:
-			case <-r.Context().Done():
-				return
-			}
-		}
-	})
-	v.upstreamTLS("api.test", 443, v.upCA, h)
-	v.upstreamPlain("plain.test", 80, h)
-	tests := []struct {
-		name string
-		h2   bool
-		url  string
-	}{
-		{"https http/1.1", false, "https://api.test/events/1"},
-		{"https h2", true, "https://api.test/events/2"},
-		{"http", false, "http://plain.test/events/3"},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			c := &http.Client{Transport: v.guestTransport(tt.h2)}
-			u, _ := url.Parse(tt.url)
-			next := nextFor(u.Path)
-			// The guest reads on its own goroutine, so a held event fails
-			// the test at the guard instead of hanging it.
-			lines := make(chan string)
-			go func() {
-				defer close(lines)
-				resp, err := c.Get(tt.url)
-				if err != nil {
-					lines <- err.Error()
-					return
-				}
-				defer resp.Body.Close()
-				br := bufio.NewReader(resp.Body)
-				for {
-					l, err := br.ReadString('\n')
-					if err != nil {
-						return
-					}
-					if l != "\n" {
-						select {
-						case lines <- l:
-						case <-t.Context().Done():
-							return
-						}
-					}
-				}
-			}()
-			for i := range 5 {
-				select {
-				case l := <-lines:
-					if want := fmt.Sprintf("data: %d ", i); !strings.HasPrefix(l, want) || len(l) != len(want)+i*20000+1 {
-						t.Fatalf("event %d: got %d bytes %.20q", i, len(l), l)
-					}
-				case <-time.After(20 * time.Second):
-					t.Fatalf("event %d did not arrive while upstream waited for the guest to have it", i)
-				}
-				if i < 4 {
-					next <- struct{}{}
-				}
-			}
-		})
 	}
 }

@@ -1,6 +1,7 @@
-package netfilter
+package mitmproxy
 
 import (
+	"github.com/vibedom/vibedom/credentials"
 	"github.com/vibedom/vibedom/netfilter/egress"
 	"github.com/vibedom/vibedom/netfilter/mitm"
 
@@ -12,8 +13,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
-
 	"net/http"
+	"net/netip"
 	"net/url"
 	"sort"
 	"strconv"
@@ -107,7 +108,7 @@ func readCtlLine(br *bufio.Reader, max int) ([]byte, error) {
 	}
 }
 
-func (e *MitmproxyEngine) serveCtl() {
+func (e *Engine) serveCtl() {
 	defer e.wg.Done()
 	for {
 		c, err := e.ctlLn.Accept()
@@ -174,14 +175,14 @@ func deny(status int, reason string) *ctlReply {
 	return &ctlReply{Action: "deny", Status: status, Reason: reason}
 }
 
-func (e *MitmproxyEngine) conn(peer string) *mitmConn {
+func (e *Engine) conn(peer string) *mitmConn {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	return e.conns[peer]
 }
 
 // answer decides one question; nil means no answer is sent.
-func (e *MitmproxyEngine) answer(m *ctlMsg) *ctlReply {
+func (e *Engine) answer(m *ctlMsg) *ctlReply {
 	switch m.Op {
 	case "hello":
 		e.helloOnce.Do(func() { close(e.hello) })
@@ -191,7 +192,7 @@ func (e *MitmproxyEngine) answer(m *ctlMsg) *ctlReply {
 		if c == nil {
 			return deny(403, "not a connection vibedom handed over")
 		}
-		if reason := sniMismatch(m.SNI, m.SNI != "", c.t.Name); reason != "" {
+		if reason := mitm.SNIMismatch(m.SNI, m.SNI != "", c.t.Name); reason != "" {
 			c.refused.Store(&reason)
 			c.guest.Close()
 			c.mc.Close()
@@ -246,7 +247,7 @@ func (e *MitmproxyEngine) answer(m *ctlMsg) *ctlReply {
 
 // request checks a request's Host against the admitted name, runs it
 // through the filter (the DLP) and returns the request to send.
-func (e *MitmproxyEngine) request(m *ctlMsg) *ctlReply {
+func (e *Engine) request(m *ctlMsg) *ctlReply {
 	c := e.conn(m.Peer)
 	if c == nil {
 		return deny(403, "not a connection vibedom handed over")
@@ -262,7 +263,7 @@ func (e *MitmproxyEngine) request(m *ctlMsg) *ctlReply {
 	}
 	e.mu.Unlock()
 	if m.Replay || again || m.ID == "" {
-		return e.refuseReq(m, fwdTarget{name: t.Name, port: t.Port, decision: t.Decision, src: t.Guest}, nil,
+		return e.refuseReq(m, reqDest{name: t.Name, port: t.Port, decision: t.Decision, src: t.Guest}, nil,
 			http.StatusForbidden, "a replayed request: vibedom passes only what the guest sends, once")
 	}
 	scheme := "http"
@@ -272,7 +273,7 @@ func (e *MitmproxyEngine) request(m *ctlMsg) *ctlReply {
 			return deny(403, "the TLS handshake was not checked")
 		}
 	}
-	dest := fwdTarget{name: t.Name, port: t.Port, scheme: scheme, decision: t.Decision, src: t.Guest}
+	dest := reqDest{name: t.Name, port: t.Port, scheme: scheme, decision: t.Decision, src: t.Guest}
 	// Port 443 is TLS's: plain HTTP to it (inside a CONNECT tunnel or
 	// transparent) never goes out, so no credential is ever swapped into
 	// a request upstream would read in clear.
@@ -306,7 +307,7 @@ func (e *MitmproxyEngine) request(m *ctlMsg) *ctlReply {
 	if m.Method == http.MethodConnect {
 		return e.refuseReq(m, dest, r, http.StatusMethodNotAllowed, "CONNECT is served only by the explicit proxy, not on an intercepted connection")
 	}
-	if reason := authorityMismatch(r, t.Name, t.Port, scheme); reason != "" {
+	if reason := mitm.AuthorityMismatch(r, t.Name, t.Port, scheme); reason != "" {
 		return e.refuseReq(m, dest, r, http.StatusMisdirectedRequest, reason)
 	}
 	// An absolute-form request line names its own destination, which
@@ -315,7 +316,7 @@ func (e *MitmproxyEngine) request(m *ctlMsg) *ctlReply {
 		return e.refuseReq(m, dest, r, http.StatusMisdirectedRequest,
 			fmt.Sprintf("request target %q does not match the admitted destination %s", egress.Shorten(egress.HostPort(m.DHost, uint16(m.DPort))), egress.HostPort(t.Name, t.Port)))
 	}
-	ws := restrictUpgrade(r)
+	ws := mitm.RestrictUpgrade(r)
 	switch {
 	case m.body != nil:
 		r.ContentLength = m.BodyLen
@@ -328,11 +329,11 @@ func (e *MitmproxyEngine) request(m *ctlMsg) *ctlReply {
 	}
 	ctx := context.Background()
 	r = r.WithContext(ctx)
-	ev := egress.Event{Time: time.Now(), Kind: "request", Name: t.Name, Port: t.Port, Src: addrString(t.Guest), Method: m.Method, Rule: t.Decision.Rule}
+	ev := egress.Event{Time: time.Now(), Kind: "request", Name: t.Name, Port: t.Port, Src: mitm.AddrString(t.Guest), Method: m.Method, Rule: t.Decision.Rule}
 	// "https" only after the checked handshake (above); mitmdump verifies
 	// upstream TLS (ssl_insecure=false): the swap's condition.
 	done, err := e.filter.FilterRequest(ctx, mitm.Destination{Name: t.Name, Port: t.Port, Scheme: scheme, Verified: scheme == "https"}, r)
-	var ans *Answer
+	var ans *credentials.Answer
 	if errors.As(err, &ans) {
 		return e.answerReq(m, dest, r, ans)
 	}
@@ -376,7 +377,7 @@ func (e *MitmproxyEngine) request(m *ctlMsg) *ctlReply {
 	if len(body) > 0 || r.Header.Get("Content-Length") != "" || r.Header.Get("Transfer-Encoding") != "" {
 		out.Headers = append(out.Headers, [2]string{"Content-Length", strconv.Itoa(len(body))})
 	}
-	ev.URL = redactURL(scheme, r.Host, r.URL)
+	ev.URL = mitm.RedactURL(scheme, r.Host, r.URL)
 	f := &mitmFlow{peer: m.Peer, ev: ev, done: done}
 	if ws {
 		f.req = r
@@ -402,14 +403,24 @@ func (e *MitmproxyEngine) request(m *ctlMsg) *ctlReply {
 }
 
 // refuseReq records a refused request and tells the addon to answer it.
-func (e *MitmproxyEngine) refuseReq(m *ctlMsg, dest fwdTarget, r *http.Request, status int, reason string) *ctlReply {
+// reqDest is where a request the engine refuses or answers itself was
+// going, and why it was admitted.
+type reqDest struct {
+	name     string
+	port     uint16
+	scheme   string
+	decision egress.Decision
+	src      netip.AddrPort
+}
+
+func (e *Engine) refuseReq(m *ctlMsg, dest reqDest, r *http.Request, status int, reason string) *ctlReply {
 	id := m.ID
 	e.release(id)
 	e.lastRefused.Store(&id)
-	ev := egress.Event{Time: time.Now(), Kind: "request", Name: dest.name, Port: dest.port, Src: addrString(dest.src),
+	ev := egress.Event{Time: time.Now(), Kind: "request", Name: dest.name, Port: dest.port, Src: mitm.AddrString(dest.src),
 		Method: m.Method, Decision: "deny", Rule: dest.decision.Rule, Reason: reason, Status: status}
 	if r != nil {
-		ev.URL = redactURL(dest.scheme, m.Host, r.URL)
+		ev.URL = mitm.RedactURL(dest.scheme, m.Host, r.URL)
 	}
 	e.events.Record(ev)
 	accept := ""
@@ -419,19 +430,19 @@ func (e *MitmproxyEngine) refuseReq(m *ctlMsg, dest fwdTarget, r *http.Request, 
 		}
 	}
 	rep := deny(status, reason)
-	ctype, refused, body := refusal(accept, dest.name, dest.port, status, reason, e.cfg.Session, false)
+	ctype, refused, body := mitm.Refusal(accept, dest.name, dest.port, status, reason, e.cfg.Session, false)
 	rep.Refusal = &ctlRefusal{CType: ctype, Refused: refused, Text: string(body)}
 	return rep
 }
 
 // answerReq has the addon answer the request with a filter's own answer
 // (nothing is forwarded) and records it.
-func (e *MitmproxyEngine) answerReq(m *ctlMsg, dest fwdTarget, r *http.Request, a *Answer) *ctlReply {
+func (e *Engine) answerReq(m *ctlMsg, dest reqDest, r *http.Request, a *credentials.Answer) *ctlReply {
 	id := m.ID
 	e.release(id)
 	e.lastRefused.Store(&id)
-	e.events.Record(egress.Event{Time: time.Now(), Kind: "request", Name: dest.name, Port: dest.port, Src: addrString(dest.src),
-		Method: m.Method, URL: redactURL(dest.scheme, m.Host, r.URL), Decision: a.Decision, Rule: dest.decision.Rule,
+	e.events.Record(egress.Event{Time: time.Now(), Kind: "request", Name: dest.name, Port: dest.port, Src: mitm.AddrString(dest.src),
+		Method: m.Method, URL: mitm.RedactURL(dest.scheme, m.Host, r.URL), Decision: a.Decision, Rule: dest.decision.Rule,
 		Reason: "answered by vibedom, not forwarded: " + a.Reason, Status: a.Status})
 	out := &ctlReply{Action: "answer", Status: a.Status, Body: a.Body}
 	for k, vs := range a.Header {
@@ -443,7 +454,7 @@ func (e *MitmproxyEngine) answerReq(m *ctlMsg, dest fwdTarget, r *http.Request, 
 }
 
 // finish records a request's event, as the Go engine does.
-func (e *MitmproxyEngine) finish(f *mitmFlow, status int, down int64, errText string) {
+func (e *Engine) finish(f *mitmFlow, status int, down int64, errText string) {
 	if f.stream != nil {
 		f.stream.close()
 	}
@@ -468,7 +479,7 @@ func (e *MitmproxyEngine) finish(f *mitmFlow, status int, down int64, errText st
 
 // wsMessage scrubs one WebSocket message the guest sends, with the
 // filter's UpgradeWriter (the same scrubber the Go engine runs on frames).
-func (e *MitmproxyEngine) wsMessage(m *ctlMsg) *ctlReply {
+func (e *Engine) wsMessage(m *ctlMsg) *ctlReply {
 	e.mu.Lock()
 	f := e.flows[m.ID]
 	e.mu.Unlock()
@@ -503,7 +514,7 @@ func (e *MitmproxyEngine) wsMessage(m *ctlMsg) *ctlReply {
 
 // wsUpstream scrubs a WebSocket message from upstream the way the Go
 // engine scrubs each frame's payload (every DLP form of a real key).
-func (e *MitmproxyEngine) wsUpstream(m *ctlMsg) *ctlReply {
+func (e *Engine) wsUpstream(m *ctlMsg) *ctlReply {
 	e.mu.Lock()
 	f := e.flows[m.ID]
 	e.mu.Unlock()
@@ -591,7 +602,7 @@ func normalTarget(h string) (string, bool) {
 // here and mitmdump's copy of that), or, when unknown (chunked, HTTP/2
 // without a length), the body limit three times over. The charge is held until the request is done; a request it
 // does not fit is refused at once (503), as on the Go engine.
-func (e *MitmproxyEngine) reserve(m *ctlMsg) *ctlReply {
+func (e *Engine) reserve(m *ctlMsg) *ctlReply {
 	c := e.conn(m.Peer)
 	if c == nil || m.ID == "" {
 		return deny(403, "not a connection vibedom handed over")
@@ -600,9 +611,9 @@ func (e *MitmproxyEngine) reserve(m *ctlMsg) *ctlReply {
 	if n < 0 || n > e.cfg.BodyLimit {
 		n = e.cfg.BodyLimit
 	}
-	rel, err := e.front.budget.take(requestCharge+3*n, true)
+	rel, err := e.front.Budget().Take(mitm.RequestCharge+3*n, true)
 	if err != nil {
-		e.events.Record(egress.Event{Time: time.Now(), Kind: "request", Name: c.t.Name, Port: c.t.Port, Src: addrString(c.t.Guest),
+		e.events.Record(egress.Event{Time: time.Now(), Kind: "request", Name: c.t.Name, Port: c.t.Port, Src: mitm.AddrString(c.t.Guest),
 			Method: m.Method, Decision: "deny", Rule: c.t.Decision.Rule, Reason: err.Error(), Status: http.StatusServiceUnavailable})
 		return deny(http.StatusServiceUnavailable, err.Error())
 	}
@@ -629,7 +640,7 @@ func (e *MitmproxyEngine) reserve(m *ctlMsg) *ctlReply {
 }
 
 // release gives a request's reservation back.
-func (e *MitmproxyEngine) release(id string) {
+func (e *Engine) release(id string) {
 	e.mu.Lock()
 	r, ok := e.resv[id]
 	delete(e.resv, id)
@@ -646,7 +657,7 @@ func (e *MitmproxyEngine) release(id string) {
 // (neither TLS nor HTTP): as on the Go engine, allowed on ports other than
 // 80 and 443 only; on those the connection is refused and closed, so the
 // bytes never reach upstream past the DLP.
-func (e *MitmproxyEngine) rawTCP(m *ctlMsg) *ctlReply {
+func (e *Engine) rawTCP(m *ctlMsg) *ctlReply {
 	c := e.conn(m.Peer)
 	if c == nil {
 		return deny(403, "not a connection vibedom handed over")

@@ -1,6 +1,7 @@
-package netfilter
+package mitm
 
 import (
+	"bufio"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -16,15 +17,16 @@ const maxHelloBytes = 64 << 10
 // parsed; such a connection is refused.
 var errBadHello = errors.New("malformed TLS ClientHello")
 
-// peekConn reads ahead of its consumer: bytes read by fill stay in buf and
-// are returned by Read before anything more is read from Conn.
-type peekConn struct {
+// PeekConn reads ahead of its consumer: bytes read by Fill stay buffered
+// (Peeked) and are returned by Read before anything more is read from
+// Conn.
+type PeekConn struct {
 	net.Conn
 	buf []byte
 }
 
-// fill reads until at least n bytes are buffered (n ≤ maxHelloBytes).
-func (c *peekConn) fill(n int) error {
+// Fill reads until at least n bytes are buffered (n ≤ maxHelloBytes).
+func (c *PeekConn) Fill(n int) error {
 	if n > maxHelloBytes {
 		return fmt.Errorf("%w: more than %d bytes", errBadHello, maxHelloBytes)
 	}
@@ -46,7 +48,23 @@ func (c *peekConn) fill(n int) error {
 	return nil
 }
 
-func (c *peekConn) Read(p []byte) (int, error) {
+// NewPeekConn returns a PeekConn on c that first returns what br (which
+// read from c) has buffered: the bytes a client sent right after a
+// CONNECT or a proxy's answer.
+func NewPeekConn(c net.Conn, br *bufio.Reader) *PeekConn {
+	pc := &PeekConn{Conn: c}
+	if n := br.Buffered(); n > 0 {
+		b, _ := br.Peek(n)
+		pc.buf = append([]byte(nil), b...)
+	}
+	return pc
+}
+
+// Peeked returns the bytes buffered and not yet read; the caller must not
+// change them.
+func (c *PeekConn) Peeked() []byte { return c.buf }
+
+func (c *PeekConn) Read(p []byte) (int, error) {
 	if len(c.buf) > 0 {
 		n := copy(p, c.buf)
 		c.buf = c.buf[n:]
@@ -59,11 +77,8 @@ func (c *peekConn) Read(p []byte) (int, error) {
 }
 
 // CloseWrite half-closes the underlying connection when it can.
-func (c *peekConn) CloseWrite() error {
-	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
-		return cw.CloseWrite()
-	}
-	return nil
+func (c *PeekConn) CloseWrite() error {
+	return closeWrite(c.Conn)
 }
 
 // clientHello is what the proxy needs from a ClientHello.
@@ -79,12 +94,12 @@ type clientHello struct {
 // peekClientHello reads (without consuming) the TLS records that carry the
 // first handshake message and parses it as a ClientHello. It is strict:
 // anything unexpected is errBadHello, and the caller refuses the connection.
-func peekClientHello(c *peekConn) (clientHello, error) {
+func peekClientHello(c *PeekConn) (clientHello, error) {
 	// Reassemble the handshake message from as many records as it takes.
 	var msg []byte
 	off := 0
 	for {
-		if err := c.fill(off + 5); err != nil {
+		if err := c.Fill(off + 5); err != nil {
 			return clientHello{}, readErr(err)
 		}
 		h := c.buf[off : off+5]
@@ -95,7 +110,7 @@ func peekClientHello(c *peekConn) (clientHello, error) {
 		if n == 0 || n > 1<<14 {
 			return clientHello{}, fmt.Errorf("%w: record length %d", errBadHello, n)
 		}
-		if err := c.fill(off + 5 + n); err != nil {
+		if err := c.Fill(off + 5 + n); err != nil {
 			return clientHello{}, readErr(err)
 		}
 		msg = append(msg, c.buf[off+5:off+5+n]...)

@@ -1,4 +1,4 @@
-package netfilter
+package mitmproxy
 
 import (
 	"github.com/vibedom/vibedom/netfilter/egress"
@@ -22,17 +22,12 @@ import (
 // respCharge is what a provider's response streamed through the scrubber
 // is charged to the session's memory budget: the scrubber's windows and an
 // event stream's longest event, held back at most twice.
-const respCharge = streamedBodyCharge + 2*sseMaxEvent
-
-// deepScrubber is the swap filter's test for a provider's response.
-type deepScrubber interface {
-	fromProvider(resp *http.Response) bool
-}
+const respCharge = mitm.StreamedBodyCharge + 2*mitm.MaxHeldEvent
 
 // respHead answers the addon's "rhead": a response's header block (final,
 // 1xx or 101) scrubbed; for a provider's response with a body, a stream is
 // opened that the body is then fed through.
-func (e *MitmproxyEngine) respHead(m *ctlMsg) *ctlReply {
+func (e *Engine) respHead(m *ctlMsg) *ctlReply {
 	e.mu.Lock()
 	f := e.flows[m.ID]
 	e.mu.Unlock()
@@ -48,14 +43,14 @@ func (e *MitmproxyEngine) respHead(m *ctlMsg) *ctlReply {
 		Request: &http.Request{Method: m.Method, URL: &url.URL{Scheme: "https", Host: egress.HostPort(f.ev.Name, f.ev.Port)}}}
 	rf, ok := e.filter.(mitm.ResponseFilter)
 	noBody := m.Status < 200 || m.Status == http.StatusNoContent || m.Status == http.StatusNotModified || m.Method == http.MethodHead
-	if ds, isSwap := e.filter.(deepScrubber); !ok || noBody || (isSwap && !ds.fromProvider(resp)) {
+	if sc, scoped := e.filter.(mitm.ResponseBodyScope); !ok || noBody || (scoped && !sc.RewritesBody(resp)) {
 		if hs, ok := e.filter.(mitm.ResponseHeaderScrubber); ok {
 			hs.ScrubResponseHeader(h)
 		}
 		out.Headers = headerFields(h)
 		return out
 	}
-	rel, err := e.front.budget.take(respCharge, true)
+	rel, err := e.front.Budget().Take(respCharge, true)
 	if err != nil {
 		return deny(http.StatusServiceUnavailable, err.Error())
 	}
@@ -77,7 +72,7 @@ func (e *MitmproxyEngine) respHead(m *ctlMsg) *ctlReply {
 }
 
 // respTrailers answers "rtrail": a trailer block scrubbed.
-func (e *MitmproxyEngine) respTrailers(m *ctlMsg) *ctlReply {
+func (e *Engine) respTrailers(m *ctlMsg) *ctlReply {
 	h := http.Header{}
 	for _, kv := range m.Headers {
 		h.Add(kv[0], kv[1])
@@ -92,7 +87,7 @@ func (e *MitmproxyEngine) respTrailers(m *ctlMsg) *ctlReply {
 // (End: the last) in, what the scrubber lets out by then back (raw after
 // the line). An error (the key spelled out across an event stream, a body
 // that cannot be decoded) refuses the rest of the response.
-func (e *MitmproxyEngine) respBody(m *ctlMsg) *ctlReply {
+func (e *Engine) respBody(m *ctlMsg) *ctlReply {
 	e.mu.Lock()
 	var s *respStream
 	if f := e.flows[m.ID]; f != nil {

@@ -1,9 +1,9 @@
-package netfilter
+package mitmproxy
 
 import (
 	"github.com/vibedom/vibedom/netfilter/egress"
+	"github.com/vibedom/vibedom/netfilter/internal/mitmtest"
 	"github.com/vibedom/vibedom/netfilter/mitm"
-	"github.com/vibedom/vibedom/netfilter/mitmproxy"
 
 	"bufio"
 	"context"
@@ -22,13 +22,13 @@ import (
 	"github.com/vibedom/vibedom/keys"
 )
 
-func mitmTestConfig(t *testing.T) MitmproxyConfig {
+func mitmTestConfig(t *testing.T) Config {
 	dir := t.TempDir()
 	ca, err := keys.EnsureCA(filepath.Join(dir, "ca"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	return MitmproxyConfig{EngineConfig: EngineConfig{CA: ca, NoSystemRoots: true, ExtraRoots: []*x509.Certificate{ca.Certificate()}},
+	return Config{EngineConfig: mitm.EngineConfig{CA: ca, NoSystemRoots: true, ExtraRoots: []*x509.Certificate{ca.Certificate()}},
 		CAKeyFile: filepath.Join(dir, "ca", keys.CAKeyFile), RuntimeDir: dir}
 }
 
@@ -36,8 +36,8 @@ func TestMitmdumpMissing(t *testing.T) {
 	t.Parallel()
 	cfg := mitmTestConfig(t)
 	cfg.Mitmdump = filepath.Join(t.TempDir(), "mitmdump")
-	_, err := NewMitmproxyEngine(t.Context(), cfg)
-	if !errors.Is(err, mitmproxy.ErrMitmdump) || !strings.Contains(err.Error(), "not found") || !strings.Contains(err.Error(), "8.1 or later") {
+	_, err := NewEngine(t.Context(), cfg)
+	if !errors.Is(err, ErrMitmdump) || !strings.Contains(err.Error(), "not found") || !strings.Contains(err.Error(), "8.1 or later") {
 		t.Fatalf("got %v", err)
 	}
 	if strings.Contains(err.Error(), "\n") {
@@ -60,7 +60,7 @@ func TestMitmdumpTooOld(t *testing.T) {
 		version string
 		ok      bool
 	}{{"7.0.4", false}, {"8.0.0", false}, {"8.1.1", true}, {"10.2.0", true}} {
-		v, err := mitmproxy.MitmdumpVersion(t.Context(), fakeMitmdump(t, tt.version))
+		v, err := MitmdumpVersion(t.Context(), fakeMitmdump(t, tt.version))
 		if v != tt.version {
 			t.Errorf("%s: version read as %q", tt.version, v)
 		}
@@ -73,14 +73,14 @@ func TestMitmdumpTooOld(t *testing.T) {
 	}
 	cfg := mitmTestConfig(t)
 	cfg.Mitmdump = fakeMitmdump(t, "7.0.4")
-	if _, err := NewMitmproxyEngine(t.Context(), cfg); !errors.Is(err, mitmproxy.ErrMitmdump) || !strings.Contains(err.Error(), "7.0.4") {
+	if _, err := NewEngine(t.Context(), cfg); !errors.Is(err, ErrMitmdump) || !strings.Contains(err.Error(), "7.0.4") {
 		t.Fatalf("engine started with mitmdump 7.0.4: %v", err)
 	}
 }
 
 func TestMitmdumpPortTaken(t *testing.T) {
 	t.Parallel()
-	skipWithoutMitmdump(t)
+	mitmdumpProbe.Skip(t)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -88,8 +88,8 @@ func TestMitmdumpPortTaken(t *testing.T) {
 	defer ln.Close()
 	cfg := mitmTestConfig(t)
 	cfg.Port = ln.Addr().(*net.TCPAddr).Port
-	_, err = NewMitmproxyEngine(t.Context(), cfg)
-	if !errors.Is(err, mitmproxy.ErrMitmdump) || !strings.Contains(err.Error(), "the port is taken") {
+	_, err = NewEngine(t.Context(), cfg)
+	if !errors.Is(err, ErrMitmdump) || !strings.Contains(err.Error(), "the port is taken") {
 		t.Fatalf("got %v", err)
 	}
 	if strings.Contains(err.Error(), "\n") {
@@ -106,8 +106,7 @@ func TestMitmdumpPortTaken(t *testing.T) {
 // secret; the secrets are not on mitmdump's command line.
 func TestMitmdumpPrivate(t *testing.T) {
 	t.Parallel()
-	v := newEngineEnv(t, "mitmproxy", testRules)
-	m := v.eng.(*MitmproxyEngine)
+	v, m := newEnv(t, mitmtest.Rules, nil)
 	for path, want := range map[string]os.FileMode{
 		m.dir: 0o700, filepath.Join(m.dir, "conf"): 0o700, filepath.Join(m.dir, "conf", "mitmproxy-ca.pem"): 0o600,
 		filepath.Join(m.dir, "conf", "config.yaml"): 0o600, filepath.Join(m.dir, "ctl.sock"): 0o600,
@@ -126,7 +125,7 @@ func TestMitmdumpPrivate(t *testing.T) {
 		t.Errorf("a secret is on mitmdump's command line: %q", cmdline)
 	}
 	var hits atomic.Int64
-	v.upstreamTLS("api.test", 443, v.upCA, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { hits.Add(1) }))
+	v.UpstreamTLS("api.test", 443, v.UpCA, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { hits.Add(1) }))
 	n407 := 0
 	for _, addr := range []string{fmt.Sprintf("127.0.0.1:%d", m.port), m.upLn.Addr().String()} {
 		for _, auth := range []string{"", "Proxy-Authorization: Basic dmliZWRvbTp3cm9uZw==\r\n"} {
@@ -155,55 +154,6 @@ func TestMitmdumpPrivate(t *testing.T) {
 	}
 }
 
-// TestMitmdumpCrash: mitmdump killed mid-session: the open connection ends,
-// an alert says so, and every later connection is refused without reaching
-// the upstream.
-func TestMitmdumpCrash(t *testing.T) {
-	t.Parallel()
-	v := newEngineEnv(t, "mitmproxy", testRules)
-	m := v.eng.(*MitmproxyEngine)
-	var hits atomic.Int64
-	v.upstreamTLS("api.test", 443, v.upCA, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		hits.Add(1)
-		echoInfo(w, r)
-	}))
-	c := &http.Client{Transport: v.guestTransport(false)}
-	if resp, _ := getBody(t, c, "https://api.test/before"); resp.StatusCode != 200 {
-		t.Fatalf("before the crash: %d", resp.StatusCode)
-	}
-	if err := m.cmd.Process.Kill(); err != nil {
-		t.Fatal(err)
-	}
-	ev := v.events.wait(t, "mitmdump exit", func(e egress.Event) bool { return e.Kind == "proxy" && e.Decision == "deny" })
-	if !strings.Contains(ev.Reason, "mitmdump exited unexpectedly") {
-		t.Errorf("alert reason: %q", ev.Reason)
-	}
-	before := hits.Load()
-	for _, h2 := range []bool{false, true} {
-		c := &http.Client{Transport: v.guestTransport(h2)}
-		req, _ := http.NewRequestWithContext(t.Context(), "GET", "https://api.test/after", nil)
-		if resp, err := c.Do(req); err == nil {
-			resp.Body.Close()
-			t.Fatalf("a request went through after mitmdump died: %d", resp.StatusCode)
-		}
-	}
-	v.events.wait(t, "refused connection", func(e egress.Event) bool {
-		return e.Kind == "connect" && e.Decision == "deny" && strings.Contains(e.Reason, "mitmdump is not running")
-	})
-	if hits.Load() != before {
-		t.Errorf("the upstream was reached after mitmdump died")
-	}
-	found := false
-	for _, a := range v.alerts() {
-		if a["kind"] == "proxy" && strings.Contains(fmt.Sprint(a["reason"]), "mitmdump exited unexpectedly") {
-			found = true
-		}
-	}
-	if !found {
-		t.Error("no alert in alerts.jsonl for mitmdump's exit")
-	}
-}
-
 // headerFilter sets a header the way a filter could, with a value that is
 // not Latin-1 (the addon cannot put it on the wire).
 type headerFilter struct{ value string }
@@ -217,11 +167,11 @@ func (f headerFilter) FilterRequest(_ context.Context, _ mitm.Destination, r *ht
 // answer, the request is refused, never sent on as the guest wrote it.
 func TestMitmproxyAddonFailsClosed(t *testing.T) {
 	t.Parallel()
-	v := newEngineEnv(t, "mitmproxy", testRules, func(c *EngineConfig) { c.Filter = headerFilter{"snow \u2603"} })
+	v, _ := newEnv(t, mitmtest.Rules, nil, func(c *mitm.EngineConfig) { c.Filter = headerFilter{"snow \u2603"} })
 	var hits atomic.Int64
-	v.upstreamTLS("api.test", 443, v.upCA, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { hits.Add(1) }))
-	c := &http.Client{Transport: v.guestTransport(false)}
-	resp, body := getBody(t, c, "https://api.test/x")
+	v.UpstreamTLS("api.test", 443, v.UpCA, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { hits.Add(1) }))
+	c := &http.Client{Transport: v.GuestTransport(false)}
+	resp, body := mitmtest.GetBody(t, c, "https://api.test/x")
 	if resp.StatusCode != http.StatusBadGateway || !strings.Contains(body, "nothing was sent") {
 		t.Errorf("got %d %q, want 502 from the addon", resp.StatusCode, body)
 	}
@@ -234,12 +184,11 @@ func TestMitmproxyAddonFailsClosed(t *testing.T) {
 // more, every request is refused and nothing reaches the upstream.
 func TestMitmproxyControlSocketGone(t *testing.T) {
 	t.Parallel()
-	v := newEngineEnv(t, "mitmproxy", testRules)
-	m := v.eng.(*MitmproxyEngine)
+	v, m := newEnv(t, mitmtest.Rules, nil)
 	var hits atomic.Int64
-	v.upstreamTLS("api.test", 443, v.upCA, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { hits.Add(1) }))
-	c := &http.Client{Transport: v.guestTransport(false)}
-	if resp, _ := getBody(t, c, "https://api.test/before"); resp.StatusCode != 200 {
+	v.UpstreamTLS("api.test", 443, v.UpCA, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { hits.Add(1) }))
+	c := &http.Client{Transport: v.GuestTransport(false)}
+	if resp, _ := mitmtest.GetBody(t, c, "https://api.test/before"); resp.StatusCode != 200 {
 		t.Fatalf("before: %d", resp.StatusCode)
 	}
 	m.ctlLn.Close()
@@ -249,7 +198,7 @@ func TestMitmproxyControlSocketGone(t *testing.T) {
 	}
 	m.mu.Unlock()
 	for _, h2 := range []bool{false, true} {
-		c := &http.Client{Transport: v.guestTransport(h2)}
+		c := &http.Client{Transport: v.GuestTransport(h2)}
 		req, _ := http.NewRequestWithContext(t.Context(), "GET", "https://api.test/after", nil)
 		resp, err := c.Do(req)
 		if err == nil {
@@ -268,8 +217,7 @@ func TestMitmproxyControlSocketGone(t *testing.T) {
 // goes away (as when vibedom is killed), mitmdump stops by itself.
 func TestMitmdumpEndsWithVibedom(t *testing.T) {
 	t.Parallel()
-	v := newEngineEnv(t, "mitmproxy", testRules)
-	m := v.eng.(*MitmproxyEngine)
+	_, m := newEnv(t, mitmtest.Rules, nil)
 	m.ctlLn.Close()
 	m.mu.Lock()
 	for cc := range m.ctls {

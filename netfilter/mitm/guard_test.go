@@ -1,7 +1,8 @@
-package netfilter
+package mitm_test
 
 import (
 	"github.com/vibedom/vibedom/netfilter/egress"
+	"github.com/vibedom/vibedom/netfilter/internal/mitmtest"
 	"github.com/vibedom/vibedom/netfilter/internal/nftest"
 
 	"bufio"
@@ -28,11 +29,11 @@ func TestDialGuardNeverDialsLocal(t *testing.T) {
 	p := target.Port()
 	rules := strings.Join([]string{"0.0.0.0:*", "127.0.0.1:*", "[::1]:*", "[::ffff:127.0.0.1]:*",
 		"sneaky.test:*", "meta.test:*", "mixed.test:*"}, "\n")
-	v := newTestEnv(t, rules)
-	v.answer("sneaky.test", "127.0.0.1")
-	v.answer("meta.test", "169.254.169.254")
-	v.answer("mixed.test", "::ffff:127.0.0.1", "0.0.0.0")
-	proxy := v.proxyListener()
+	v, _ := mitmtest.NewGo(t, rules)
+	v.Answer("sneaky.test", "127.0.0.1")
+	v.Answer("meta.test", "169.254.169.254")
+	v.Answer("mixed.test", "::ffff:127.0.0.1", "0.0.0.0")
+	proxy := v.ProxyListener()
 
 	// CONNECT and absolute-URI requests to the explicit proxy.
 	for _, host := range []string{"0.0.0.0", "127.0.0.1", "[::ffff:127.0.0.1]", "[::ffff:0.0.0.0]", "2130706433",
@@ -78,7 +79,7 @@ func TestDialGuardNeverDialsLocal(t *testing.T) {
 	pn, _ := strconv.Atoi(p)
 	for _, name := range []string{"127.0.0.1", "0.0.0.0", "sneaky.test", "meta.test"} {
 		t.Run("transparent HTTP "+name, func(t *testing.T) {
-			c := v.guestConn(name, uint16(pn))
+			c := v.GuestConn(name, uint16(pn))
 			defer c.Close()
 			fmt.Fprintf(c, "GET / HTTP/1.1\r\nHost: %s:%s\r\n\r\n", name, p)
 			resp, err := http.ReadResponse(bufio.NewReader(c), nil)
@@ -91,7 +92,7 @@ func TestDialGuardNeverDialsLocal(t *testing.T) {
 			}
 		})
 		t.Run("transparent splice "+name, func(t *testing.T) {
-			c := v.guestConn(name, uint16(pn))
+			c := v.GuestConn(name, uint16(pn))
 			defer c.Close()
 			c.Write([]byte{0}) // neither TLS nor HTTP: spliced
 			c.SetReadDeadline(time.Now().Add(20 * time.Second))
@@ -106,7 +107,7 @@ func TestDialGuardNeverDialsLocal(t *testing.T) {
 	} else if body, _ := io.ReadAll(resp.Body); resp.StatusCode != http.StatusForbidden || !strings.Contains(string(body), "never reachable, whatever the rules say") {
 		t.Errorf("CONNECT 0.0.0.0 with a rule allowing it: %d %q, want 403 saying it is never reachable", resp.StatusCode, body)
 	}
-	v.events.wait(t, "guard refusal", func(e egress.Event) bool {
+	v.Events.Wait(t, "guard refusal", func(e egress.Event) bool {
 		return e.Kind == "connect" && strings.Contains(e.Reason, "vibedom never connects to")
 	})
 	if n := target.Count.Load(); n != 0 {
@@ -139,17 +140,15 @@ func TestDialGuardHostAndPrivate(t *testing.T) {
 	if egress.ClassifyAddr(own, nil) == egress.AddrPrivate {
 		rules += allowOwn + "\n"
 	}
-	v := newTestEnv(t, rules)
-	v.mu.Lock()
-	v.hosts = []netip.Addr{own}
-	v.mu.Unlock()
-	v.answer("own.test", own.String())
-	v.answer("lan.test", "192.168.77.1")
-	v.answer("open.test", "10.9.8.7")
-	v.answer("loop.test", "127.0.0.1")
-	v.answer("meta.test", "169.254.169.254")
+	v, _ := mitmtest.NewGo(t, rules)
+	v.SetHostAddrs(own)
+	v.Answer("own.test", own.String())
+	v.Answer("lan.test", "192.168.77.1")
+	v.Answer("open.test", "10.9.8.7")
+	v.Answer("loop.test", "127.0.0.1")
+	v.Answer("meta.test", "169.254.169.254")
 
-	proxy := v.proxyListener()
+	proxy := v.ProxyListener()
 	get := func(name string) int {
 		conn := dialProxy(t, proxy.Host)
 		fmt.Fprintf(conn, "GET http://%s:%s/ HTTP/1.1\r\nHost: %[1]s:%[2]s\r\n\r\n", name, p)
@@ -177,7 +176,7 @@ func TestDialGuardHostAndPrivate(t *testing.T) {
 		}
 	}
 	for _, want := range []string{own.String(), "192.168.77.1", "127.0.0.1", "169.254.169.254"} {
-		v.events.wait(t, "alert for "+want, func(e egress.Event) bool {
+		v.Events.Wait(t, "alert for "+want, func(e egress.Event) bool {
 			return e.Kind == "connect" && e.Decision == "deny" && strings.HasPrefix(e.Dst, want) ||
 				e.Kind == "connect" && e.Decision == "deny" && strings.HasPrefix(e.Dst, "["+want)
 		})
@@ -185,7 +184,7 @@ func TestDialGuardHostAndPrivate(t *testing.T) {
 	// open.test's range is allowed: the guard passes it to the raw dialer
 	// (the test's refuses everything off the machine), no alert.
 	get("open.test")
-	for _, e := range v.events.all() {
+	for _, e := range v.Events.All() {
 		if strings.HasPrefix(e.Dst, "10.9.8.7") {
 			t.Errorf("an allowed private address was refused: %+v", e)
 		}

@@ -1,4 +1,4 @@
-package netfilter
+package mitmproxy
 
 import (
 	"context"
@@ -13,6 +13,9 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/vibedom/vibedom/netfilter/internal/mitmtest"
+	"github.com/vibedom/vibedom/netfilter/mitm"
 )
 
 // vmRSS is a process's resident set size in bytes (Linux), 0 if unknown.
@@ -82,14 +85,13 @@ func TestMitmproxyMemoryBound(t *testing.T) {
 	budget, limit := int64(64<<20), int64(12<<20)
 	posts, stalled, stallSent, stallDeclared, chunked := int64(10<<20), 60, 2<<20, 4<<20, int64(24<<20)
 	if os.Getenv("VIBEDOM_TEST_MEMORY_FULL") != "" {
-		budget, limit = DefaultMemoryBudget, DefaultMitmBodyLimit
+		budget, limit = mitm.DefaultMemoryBudget, DefaultBodyLimit
 		posts, stalled, stallSent, stallDeclared, chunked = 60<<20, 400, 4<<20-1, 4<<20, 192<<20
 	}
-	v := newMitmEnv(t, "mitmproxy", testRules, func(c *MitmproxyConfig) { c.BodyLimit = limit },
-		func(c *EngineConfig) { c.MemoryBudget = budget })
-	m := v.eng.(*MitmproxyEngine)
+	v, m := newEnv(t, mitmtest.Rules, func(c *Config) { c.BodyLimit = limit },
+		func(c *mitm.EngineConfig) { c.MemoryBudget = budget })
 	var got atomic.Int64
-	v.upstreamTLS("api.test", 443, v.upCA, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	v.UpstreamTLS("api.test", 443, v.UpCA, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		n, _ := io.Copy(io.Discard, r.Body)
 		got.Add(n)
 		io.WriteString(w, "ok")
@@ -98,8 +100,8 @@ func TestMitmproxyMemoryBound(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
 	defer cancel()
 	post := func(n int64, chunk bool) int {
-		c := &http.Client{Transport: v.guestTransport(false)}
-		var body io.Reader = &patternReader{n: n}
+		c := &http.Client{Transport: v.GuestTransport(false)}
+		var body io.Reader = &mitmtest.PatternReader{N: n}
 		if chunk {
 			body = io.MultiReader(body) // no length: chunked
 		}
@@ -143,7 +145,7 @@ func TestMitmproxyMemoryBound(t *testing.T) {
 	head := fmt.Sprintf("POST /stall HTTP/1.1\r\nHost: api.test\r\nContent-Length: %d\r\n\r\n", stallDeclared)
 	chunk := make([]byte, stallSent)
 	for range stalled {
-		tc := tls.Client(v.guestConn("api.test", 443), &tls.Config{ServerName: "api.test", RootCAs: v.ca.Pool(), NextProtos: []string{"http/1.1"}})
+		tc := tls.Client(v.GuestConn("api.test", 443), &tls.Config{ServerName: "api.test", RootCAs: v.CA.Pool(), NextProtos: []string{"http/1.1"}})
 		tc.SetDeadline(time.Now().Add(60 * time.Second))
 		if _, err := io.WriteString(tc, head); err == nil {
 			tc.Write(chunk) // a refused one is closed mid-write
@@ -166,10 +168,10 @@ func TestMitmproxyMemoryBound(t *testing.T) {
 	}
 	conns = nil
 	deadline := time.Now().Add(60 * time.Second)
-	for m.front.budget.inUse() != 0 && time.Now().Before(deadline) {
+	for m.front.Stats().MemoryInUse != 0 && time.Now().Before(deadline) {
 		time.Sleep(20 * time.Millisecond)
 	}
-	if n := m.front.budget.inUse(); n != 0 {
+	if n := m.front.Stats().MemoryInUse; n != 0 {
 		t.Errorf("%d bytes still charged to the budget after every request ended", n)
 	}
 	code := post(1<<10, false)
@@ -178,7 +180,7 @@ func TestMitmproxyMemoryBound(t *testing.T) {
 	}
 	vib, mitm := stop()
 	t.Logf("RSS growth: vibedom %d MiB, mitmdump %d MiB (budget %d MiB); POSTs %d ok, %d refused; budget peak %d MiB, %d refusals",
-		vib>>20, mitm>>20, budget>>20, ok.Load(), refused.Load(), m.front.budget.peak.Load()>>20, m.front.budget.refused.Load())
+		vib>>20, mitm>>20, budget>>20, ok.Load(), refused.Load(), m.front.Stats().MemoryPeak>>20, m.front.Stats().BudgetRefusals)
 	if vib > budget {
 		t.Errorf("vibedom's memory grew by %d MiB, over the %d MiB budget", vib>>20, budget>>20)
 	}

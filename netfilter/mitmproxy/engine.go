@@ -1,9 +1,8 @@
-package netfilter
+package mitmproxy
 
 import (
 	"github.com/vibedom/vibedom/netfilter/egress"
 	"github.com/vibedom/vibedom/netfilter/mitm"
-	"github.com/vibedom/vibedom/netfilter/mitmproxy"
 	"github.com/vibedom/vibedom/netfilter/netstack"
 	"slices"
 
@@ -35,21 +34,21 @@ import (
 	"github.com/vibedom/vibedom/childenv"
 )
 
-// mitmproxyAddon is the addon mitmdump runs: a thin client that asks the
+// addonScript is the addon mitmdump runs: a thin client that asks the
 // engine for every decision over the control socket.
 //
-//go:embed mitmproxy_addon.py
-var mitmproxyAddon []byte
+//go:embed addon.py
+var addonScript []byte
 
-// DefaultMitmBodyLimit is the largest request body the mitmproxy engine
+// DefaultBodyLimit is the largest request body the mitmproxy engine
 // passes: mitmdump buffers each request whole so the DLP can read it.
-const DefaultMitmBodyLimit = 64 << 20
+const DefaultBodyLimit = 64 << 20
 
-// MitmproxyConfig configures the mitmproxy engine. The embedded
-// EngineConfig means what it means for the Go engine: Policy, Filter,
+// Config configures the mitmproxy engine. The embedded
+// mitm.EngineConfig means what it means for the Go engine: Policy, Filter,
 // Events, the dial guard's fields and the upstream roots all apply.
-type MitmproxyConfig struct {
-	EngineConfig
+type Config struct {
+	mitm.EngineConfig
 	// CAKeyFile is the vibedom CA's key file (keys.CAKeyFile: the key and
 	// the certificate, PEM); it is copied, 0600, into mitmdump's private
 	// confdir. Required.
@@ -62,7 +61,7 @@ type MitmproxyConfig struct {
 	RuntimeDir string
 	// Port is the loopback port mitmdump listens on; 0 picks a free one.
 	Port int
-	// BodyLimit is the largest request body passed (DefaultMitmBodyLimit
+	// BodyLimit is the largest request body passed (DefaultBodyLimit
 	// when 0): a larger declared Content-Length has the flow killed, a
 	// larger chunked body is refused once read (mitmdump buffers it).
 	BodyLimit int64
@@ -90,7 +89,7 @@ type MitmproxyConfig struct {
 	testOpenUI bool
 }
 
-// MitmproxyEngine is the Engine that hands every admitted connection to a
+// Engine is the netstack.Engine that hands every admitted connection to a
 // mitmdump it starts and owns (see docs/network.md, "Proxy engines"). The
 // network stack admits connections exactly as for the Go engine; this
 // engine opens an authenticated CONNECT to mitmdump for the admitted name
@@ -103,12 +102,12 @@ type MitmproxyConfig struct {
 //
 // If mitmdump exits while the session runs, every connection is refused
 // from then on and an alert is recorded: nothing flows unfiltered.
-type MitmproxyEngine struct {
-	cfg     MitmproxyConfig
+type Engine struct {
+	cfg     Config
 	events  egress.EventSink
 	log     *slog.Logger
 	filter  mitm.RequestFilter
-	front   *GoEngine // the explicit proxy's front end and the dial guard
+	front   *mitm.GoEngine // the explicit proxy's front end and the dial guard
 	guard   *egress.DialGuard
 	dir     string
 	port    int
@@ -138,16 +137,16 @@ type MitmproxyEngine struct {
 	wg    sync.WaitGroup
 }
 
-var _ netstack.Engine = (*MitmproxyEngine)(nil)
+var _ netstack.Engine = (*Engine)(nil)
 
 type mitmConn struct {
 	t         netstack.Target
 	guest, mc net.Conn
 	sniOK     atomic.Bool
 	refused   atomic.Pointer[string]
-	flows     map[string]struct{} // guarded by MitmproxyEngine.mu
-	seen      map[string]struct{} // flow ids asked about; guarded by MitmproxyEngine.mu
-	resv      map[string]struct{} // flow ids holding a reservation; guarded by MitmproxyEngine.mu
+	flows     map[string]struct{} // guarded by Engine.mu
+	seen      map[string]struct{} // flow ids asked about; guarded by Engine.mu
+	resv      map[string]struct{} // flow ids holding a reservation; guarded by Engine.mu
 }
 
 // reservation is a request body's charge to the memory budget.
@@ -164,7 +163,7 @@ type mitmFlow struct {
 	// status is set when the response headers came (a WebSocket's 101).
 	status int
 	// stream scrubs a provider's response body (guarded by
-	// MitmproxyEngine.mu).
+	// Engine.mu).
 	stream *respStream
 }
 
@@ -180,43 +179,45 @@ func basicAuth(user, pass string) string {
 	return "Basic " + base64.StdEncoding.EncodeToString([]byte(user+":"+pass))
 }
 
-// NewMitmproxyEngine starts mitmdump for a session and returns once it
+// NewEngine starts mitmdump for a session and returns once it
 // listens and its addon has reached the engine. Close stops it and removes
 // the runtime folder.
-func NewMitmproxyEngine(ctx context.Context, cfg MitmproxyConfig) (_ *MitmproxyEngine, err error) {
+func NewEngine(ctx context.Context, cfg Config) (_ *Engine, err error) {
 	if cfg.CA == nil || cfg.CAKeyFile == "" {
-		return nil, errors.New("netfilter: MitmproxyConfig needs the CA and its key file (run `vibedom init` to create the CA)")
+		return nil, errors.New("mitmproxy: Config needs the CA and its key file (run `vibedom init` to create the CA)")
 	}
 	program := cfg.Mitmdump
 	if program == "" {
 		program = "mitmdump"
 	}
-	version, err := mitmproxy.MitmdumpVersion(ctx, cfg.Mitmdump)
+	version, err := MitmdumpVersion(ctx, cfg.Mitmdump)
 	if err != nil {
 		return nil, err
 	}
 	if cfg.LiveView {
-		program = mitmproxy.MitmwebProgram(cfg.Mitmdump, cfg.Mitmweb)
-		if version, err = mitmproxy.MitmwebVersion(ctx, program); err != nil {
+		program = MitmwebProgram(cfg.Mitmdump, cfg.Mitmweb)
+		if version, err = MitmwebVersion(ctx, program); err != nil {
 			return nil, err
 		}
 	}
 	if cfg.BodyLimit <= 0 {
-		cfg.BodyLimit = DefaultMitmBodyLimit
+		cfg.BodyLimit = DefaultBodyLimit
 	}
 	if cfg.StartTimeout <= 0 {
 		cfg.StartTimeout = 60 * time.Second
 	}
-	front, err := NewGoEngine(cfg.EngineConfig)
+	e := &Engine{
+		cfg: cfg, version: version, exited: make(chan struct{}), hello: make(chan struct{}),
+		conns: map[string]*mitmConn{}, flows: map[string]*mitmFlow{}, ctls: map[net.Conn]struct{}{},
+	}
+	fcfg := cfg.EngineConfig
+	fcfg.Tunnel = e.HandleConn
+	front, err := mitm.NewGoEngine(fcfg)
 	if err != nil {
 		return nil, err
 	}
-	e := &MitmproxyEngine{
-		cfg: cfg, events: front.events, log: front.log, filter: front.filter, front: front, guard: front.guard,
-		version: version, exited: make(chan struct{}), hello: make(chan struct{}),
-		conns: map[string]*mitmConn{}, flows: map[string]*mitmFlow{}, ctls: map[net.Conn]struct{}{},
-	}
-	front.tunnel = e.HandleConn
+	fc := front.Config()
+	e.events, e.log, e.filter, e.front, e.guard = fc.Events, fc.Logger, fc.Filter, front, front.Guard()
 	defer func() {
 		if err != nil {
 			e.Close()
@@ -240,7 +241,7 @@ func NewMitmproxyEngine(ctx context.Context, cfg MitmproxyConfig) (_ *MitmproxyE
 		return nil, err
 	}
 	addon := filepath.Join(e.dir, "vibedom_addon.py")
-	if err = os.WriteFile(addon, mitmproxyAddon, 0o600); err != nil {
+	if err = os.WriteFile(addon, addonScript, 0o600); err != nil {
 		return nil, err
 	}
 	sock := filepath.Join(e.dir, "ctl.sock")
@@ -257,7 +258,7 @@ func NewMitmproxyEngine(ctx context.Context, cfg MitmproxyConfig) (_ *MitmproxyE
 	}
 	upSecret := randomSecret()
 	e.upAuth = basicAuth("vibedom", upSecret)
-	e.upSrv = &http.Server{Handler: http.HandlerFunc(e.serveUpstream), ReadHeaderTimeout: 30 * time.Second, ErrorLog: front.stdlog}
+	e.upSrv = &http.Server{Handler: http.HandlerFunc(e.serveUpstream), ReadHeaderTimeout: 30 * time.Second, ErrorLog: front.ErrorLog()}
 	e.wg.Add(1)
 	go func() { defer e.wg.Done(); e.upSrv.Serve(e.upLn) }()
 
@@ -267,7 +268,7 @@ func NewMitmproxyEngine(ctx context.Context, cfg MitmproxyConfig) (_ *MitmproxyE
 	secret := randomSecret()
 	e.auth = basicAuth("vibedom", secret)
 	var mode any = "upstream:http://" + e.upLn.Addr().String()
-	if mitmproxy.VersionAtLeast(version, 9, 0) { // a list since 9.0
+	if VersionAtLeast(version, 9, 0) { // a list since 9.0
 		mode = []any{mode}
 	}
 	opts := map[string]any{
@@ -320,7 +321,7 @@ func NewMitmproxyEngine(ctx context.Context, cfg MitmproxyConfig) (_ *MitmproxyE
 		// also check it as their own password; 8.1 has none.
 		token := randomSecret()
 		liveEnv = append(liveEnv, "VIBEDOM_VIEW_TOKEN="+token)
-		if mitmproxy.VersionAtLeast(version, 11, 1) {
+		if VersionAtLeast(version, 11, 1) {
 			opts["web_password"] = token
 		}
 		e.webURL = fmt.Sprintf("http://127.0.0.1:%d/?token=%s", webPort, token)
@@ -355,7 +356,7 @@ func NewMitmproxyEngine(ctx context.Context, cfg MitmproxyConfig) (_ *MitmproxyE
 	if err = e.cmd.Start(); err != nil {
 		pr.Close()
 		pw.Close()
-		return nil, fmt.Errorf("%w: start %s: %v", mitmproxy.ErrMitmdump, program, err)
+		return nil, fmt.Errorf("%w: start %s: %v", ErrMitmdump, program, err)
 	}
 	pw.Close()
 	listening := make(chan struct{})
@@ -383,12 +384,12 @@ func NewMitmproxyEngine(ctx context.Context, cfg MitmproxyConfig) (_ *MitmproxyE
 			got++
 		case line := <-portTaken:
 			return nil, fmt.Errorf("%w cannot listen on 127.0.0.1 (%s): the port is taken; free it or let vibedom pick one",
-				mitmproxy.ErrMitmdump, line)
+				ErrMitmdump, line)
 		case <-e.exited:
 			return nil, fmt.Errorf("%w %s exited while starting (%v); run `mitmdump --version` to check it works, or use --proxy-engine go",
-				mitmproxy.ErrMitmdump, version, e.exitErr)
+				ErrMitmdump, version, e.exitErr)
 		case <-timer.C:
-			return nil, fmt.Errorf("%w did not come up within %v; use --proxy-engine go", mitmproxy.ErrMitmdump, cfg.StartTimeout)
+			return nil, fmt.Errorf("%w did not come up within %v; use --proxy-engine go", ErrMitmdump, cfg.StartTimeout)
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		}
@@ -412,15 +413,22 @@ func freePort(port int) (int, error) {
 
 // WebURL is the live view's address (LiveView), "" without one. With
 // mitmweb 11.1 or later it carries the session's token.
-func (e *MitmproxyEngine) WebURL() string { return e.webURL }
+func (e *Engine) WebURL() string { return e.webURL }
 
 // Version is the mitmdump version in use; Port its loopback port.
-func (e *MitmproxyEngine) Version() string { return e.version }
-func (e *MitmproxyEngine) Port() int       { return e.port }
+func (e *Engine) Version() string { return e.version }
+func (e *Engine) Port() int       { return e.port }
+
+// Pid is the process id of the mitmdump (or mitmweb) the engine runs.
+func (e *Engine) Pid() int { return e.cmd.Process.Pid }
+
+// Guard returns the dial guard mitmdump's upstream connections and the
+// spliced ones go through (the Go front end's).
+func (e *Engine) Guard() *egress.DialGuard { return e.guard }
 
 // writeConfdir puts the vibedom CA where mitmdump looks for its own
 // ("mitmproxy-ca.pem": the key and the certificate, 0600).
-func (e *MitmproxyEngine) writeConfdir(conf string) error {
+func (e *Engine) writeConfdir(conf string) error {
 	data, err := os.ReadFile(e.cfg.CAKeyFile)
 	if err != nil {
 		return fmt.Errorf("read the CA key for mitmdump: %w", err)
@@ -437,7 +445,7 @@ var systemRootFiles = []string{"/etc/ssl/certs/ca-certificates.crt", "/etc/pki/t
 // writeRoots writes the upstream roots mitmdump trusts when they differ
 // from its default (certifi): the extra roots, plus the system bundle
 // unless NoSystemRoots. "" means the default.
-func (e *MitmproxyEngine) writeRoots(conf string) (string, error) {
+func (e *Engine) writeRoots(conf string) (string, error) {
 	if len(e.cfg.ExtraRoots) == 0 && !e.cfg.NoSystemRoots {
 		return "", nil
 	}
@@ -462,7 +470,7 @@ func (e *MitmproxyEngine) writeRoots(conf string) (string, error) {
 	return p, os.WriteFile(p, buf, 0o600)
 }
 
-func (e *MitmproxyEngine) readOutput(r io.ReadCloser, listening, webUp chan struct{}, portTaken chan string) {
+func (e *Engine) readOutput(r io.ReadCloser, listening, webUp chan struct{}, portTaken chan string) {
 	defer r.Close()
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
@@ -496,7 +504,7 @@ func (e *MitmproxyEngine) readOutput(r io.ReadCloser, listening, webUp chan stru
 
 // watch waits for mitmdump to exit; an exit the engine did not ask for
 // fails every connection closed and is an alert.
-func (e *MitmproxyEngine) watch() {
+func (e *Engine) watch() {
 	err := e.cmd.Wait()
 	e.exitErr = err
 	if err == nil {
@@ -519,7 +527,7 @@ func (e *MitmproxyEngine) watch() {
 }
 
 // Close stops mitmdump, the listeners and removes the runtime folder.
-func (e *MitmproxyEngine) Close() error {
+func (e *Engine) Close() error {
 	e.closing.Store(true)
 	if e.cmd != nil && e.cmd.Process != nil {
 		e.cmd.Process.Signal(os.Interrupt)
@@ -551,26 +559,26 @@ func (e *MitmproxyEngine) Close() error {
 
 // HandleConn implements Engine: the connection, admitted for t, is handed
 // to mitmdump through an authenticated CONNECT to t.
-func (e *MitmproxyEngine) HandleConn(ctx context.Context, conn net.Conn, t netstack.Target) {
+func (e *Engine) HandleConn(ctx context.Context, conn net.Conn, t netstack.Target) {
 	if slices.Contains(e.cfg.NoMITM, t.Name) {
 		// Passed through, never to mitmdump: the Go front end checks
 		// the SNI and tunnels the TLS as it is.
 		e.front.HandleConn(ctx, conn, t)
 		return
 	}
-	cc := &countConn{Conn: conn}
+	cc := &mitm.CountConn{Conn: conn}
 	start := time.Now()
 	decision, reason := e.handleConn(ctx, cc, t)
 	cc.Close()
 	ev := egress.Event{Time: start, Kind: "connect", Name: t.Name, Port: t.Port, Decision: decision, Rule: t.Decision.Rule,
-		Reason: reason, BytesUp: cc.up.Load(), BytesDn: cc.down.Load(), Src: addrString(t.Guest)}
+		Reason: reason, BytesUp: cc.Up.Load(), BytesDn: cc.Down.Load(), Src: mitm.AddrString(t.Guest)}
 	if t.Dialled.IsValid() {
 		ev.Dst = t.Dialled.String()
 	}
 	e.events.Record(ev)
 }
 
-func (e *MitmproxyEngine) handleConn(ctx context.Context, cc *countConn, t netstack.Target) (string, string) {
+func (e *Engine) handleConn(ctx context.Context, cc *mitm.CountConn, t netstack.Target) (string, string) {
 	if t.Name == "" || t.Port == 0 || !t.Decision.Allow {
 		return "deny", "connection was not admitted by the policy"
 	}
@@ -584,16 +592,15 @@ func (e *MitmproxyEngine) handleConn(ctx context.Context, cc *countConn, t netst
 	// the Go engine, a guest silent for ServerFirstWait on a port other
 	// than 80 and 443 is spliced (bytes mitmdump would relay raw anyway),
 	// and what it did send goes on to mitmdump.
-	pc := &peekConn{Conn: cc}
+	pc := &mitm.PeekConn{Conn: cc}
 	if t.Port != 80 && t.Port != 443 {
-		cc.SetReadDeadline(time.Now().Add(e.front.cfg.ServerFirstWait))
-		err := pc.fill(1)
+		cc.SetReadDeadline(time.Now().Add(e.front.Config().ServerFirstWait))
+		err := pc.Fill(1)
 		var ne net.Error
 		switch {
 		case errors.As(err, &ne) && ne.Timeout():
 			cc.SetReadDeadline(time.Time{})
-			out := e.front.splice(ctx, pc, t, "spliced (server speaks first)")
-			return out.decision, out.reason
+			return e.front.Splice(ctx, pc, t, "spliced (server speaks first)")
 		case err != nil:
 			return "allow", "closed before sending anything"
 		}
@@ -603,10 +610,9 @@ func (e *MitmproxyEngine) handleConn(ctx context.Context, cc *countConn, t netst
 		// whose client speaks first): spliced, exactly as the Go engine
 		// decides, so both engines treat a port other than 80 and 443
 		// the same way.
-		if pc.buf[0] != 0x16 && !looksLikeHTTP(pc) {
+		if pc.Peeked()[0] != 0x16 && !mitm.LooksLikeHTTP(pc) {
 			cc.SetReadDeadline(time.Time{})
-			out := e.front.splice(ctx, pc, t, "spliced (neither TLS nor HTTP)")
-			return out.decision, out.reason
+			return e.front.Splice(ctx, pc, t, "spliced (neither TLS nor HTTP)")
 		}
 		cc.SetReadDeadline(time.Time{})
 	}
@@ -636,19 +642,8 @@ func (e *MitmproxyEngine) handleConn(ctx context.Context, cc *countConn, t netst
 		return "deny", "mitmdump refused the CONNECT: " + resp.Status
 	}
 	mc.SetDeadline(time.Time{})
-	up := &peekConn{Conn: mc}
-	if n := br.Buffered(); n > 0 {
-		b, _ := br.Peek(n)
-		up.buf = append([]byte(nil), b...)
-	}
-	errc := make(chan error, 2)
-	go func() { errc <- copyHalf(mc, pc) }()
-	go func() { errc <- copyHalf(cc, up) }()
-	if err := <-errc; err != nil {
-		cc.Close()
-		mc.Close()
-	}
-	<-errc
+	up := mitm.NewPeekConn(mc, br)
+	mitm.Relay(pc, up)
 	if r := c.refused.Load(); r != nil {
 		return "deny", *r
 	}
@@ -659,7 +654,7 @@ func (e *MitmproxyEngine) handleConn(ctx context.Context, cc *countConn, t netst
 }
 
 // forget drops a connection and records what its unfinished requests did.
-func (e *MitmproxyEngine) forget(key string, c *mitmConn) {
+func (e *Engine) forget(key string, c *mitmConn) {
 	e.mu.Lock()
 	delete(e.conns, key)
 	var rels []func()
@@ -692,14 +687,14 @@ func (e *MitmproxyEngine) forget(key string, c *mitmConn) {
 // is then handed to mitmdump like a transparent connection. Absolute-URI
 // requests (plain http:// through HTTP_PROXY) are served by the Go engine's
 // forwarder, with the same policy, DLP and dial guard.
-func (e *MitmproxyEngine) HandleProxyConn(ctx context.Context, conn net.Conn, src netip.AddrPort) {
+func (e *Engine) HandleProxyConn(ctx context.Context, conn net.Conn, src netip.AddrPort) {
 	e.front.HandleProxyConn(ctx, conn, src)
 }
 
 // serveUpstream is where mitmdump's upstream connections go (it runs in
 // upstream-proxy mode): each is authenticated, decided by the policy once
 // more and dialled through the dial guard.
-func (e *MitmproxyEngine) serveUpstream(w http.ResponseWriter, r *http.Request) {
+func (e *Engine) serveUpstream(w http.ResponseWriter, r *http.Request) {
 	if r.Header.Get("Proxy-Authorization") != e.upAuth {
 		w.Header().Set("Proxy-Authenticate", `Basic realm="vibedom"`)
 		http.Error(w, "vibedom: not mitmdump", http.StatusProxyAuthRequired)
@@ -714,7 +709,7 @@ func (e *MitmproxyEngine) serveUpstream(w http.ResponseWriter, r *http.Request) 
 		http.Error(w, "vibedom: CONNECT or absolute http:// URI only", http.StatusBadRequest)
 		return
 	}
-	name, port, ok := splitAuthority(hp, 80)
+	name, port, ok := mitm.SplitAuthority(hp, 80)
 	if !ok || e.cfg.Policy == nil || !egress.Recheck(e.cfg.Policy, name, port).Allow {
 		http.Error(w, "vibedom: not an allowed destination", http.StatusForbidden)
 		return
@@ -730,10 +725,10 @@ func (e *MitmproxyEngine) serveUpstream(w http.ResponseWriter, r *http.Request) 
 				pr.Out.Header.Del("Proxy-Authorization")
 				pr.Out.Host = hp
 			},
-			Transport: e.front.transport1,
-			ErrorLog:  e.front.stdlog,
+			Transport: e.front.UpstreamTransport(),
+			ErrorLog:  e.front.ErrorLog(),
 			ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
-				http.Error(w, "vibedom: "+describeUpstreamError(hp, err), http.StatusBadGateway)
+				http.Error(w, "vibedom: "+mitm.DescribeUpstreamError(hp, err), http.StatusBadGateway)
 			},
 		}
 		rp.ServeHTTP(w, r)
@@ -741,7 +736,7 @@ func (e *MitmproxyEngine) serveUpstream(w http.ResponseWriter, r *http.Request) 
 	}
 	up, err := e.guard.DialContext(r.Context(), "tcp", egress.HostPort(name, port))
 	if err != nil {
-		http.Error(w, "vibedom: "+describeUpstreamError(hp, err), http.StatusBadGateway)
+		http.Error(w, "vibedom: "+mitm.DescribeUpstreamError(hp, err), http.StatusBadGateway)
 		return
 	}
 	defer up.Close()
@@ -754,17 +749,6 @@ func (e *MitmproxyEngine) serveUpstream(w http.ResponseWriter, r *http.Request) 
 	if _, err := c.Write([]byte("HTTP/1.1 200 Connection established\r\n\r\n")); err != nil {
 		return
 	}
-	pc := &peekConn{Conn: c}
-	if n := brw.Reader.Buffered(); n > 0 {
-		b, _ := brw.Reader.Peek(n)
-		pc.buf = append([]byte(nil), b...)
-	}
-	errc := make(chan error, 2)
-	go func() { errc <- copyHalf(up, pc) }()
-	go func() { errc <- copyHalf(pc, up) }()
-	if err := <-errc; err != nil {
-		c.Close()
-		up.Close()
-	}
-	<-errc
+	pc := mitm.NewPeekConn(c, brw.Reader)
+	mitm.Relay(pc, up)
 }

@@ -1,9 +1,9 @@
-package netfilter
+package mitm
 
 import (
 	"github.com/vibedom/vibedom/netfilter/egress"
-	"github.com/vibedom/vibedom/netfilter/mitm"
 	"github.com/vibedom/vibedom/netfilter/netstack"
+
 	"slices"
 
 	"context"
@@ -43,7 +43,7 @@ type EngineConfig struct {
 	Policy egress.Decider
 	// Filter rewrites every request before it goes upstream; nil means
 	// IdentityFilter.
-	Filter mitm.RequestFilter
+	Filter RequestFilter
 	// Events receives one Event per connection and per request; nil
 	// discards them.
 	Events egress.EventSink
@@ -112,6 +112,10 @@ type EngineConfig struct {
 	// target; the returned function is called when the tunnel ends.
 	// Closing conn ends the tunnel (a live deny rule).
 	Track func(t netstack.Target, conn net.Conn) (done func())
+	// Tunnel, when set, serves the explicit proxy's CONNECT tunnels in
+	// place of HandleConn, after the CONNECT was decided and answered (the
+	// mitmproxy engine hands them to mitmdump).
+	Tunnel func(ctx context.Context, conn net.Conn, t netstack.Target)
 }
 
 // NoMITMReason is the connect event's reason for a connection passed
@@ -131,7 +135,7 @@ const NoMITMReason = "tunnelled uninspected (no-mitm): TLS passed through unmodi
 // concurrent use.
 type GoEngine struct {
 	cfg    EngineConfig
-	filter mitm.RequestFilter
+	filter RequestFilter
 	events egress.EventSink
 	log    *slog.Logger
 	stdlog *log.Logger
@@ -143,11 +147,8 @@ type GoEngine struct {
 	h2                     *http2.Server
 	dial                   egress.DialFunc
 	guard                  *egress.DialGuard
-	budget                 *budget
+	budget                 *Budget
 	slots                  *egress.ConnSlots
-	// tunnel, when set, serves the explicit proxy's CONNECT tunnels instead
-	// of HandleConn (the mitmproxy engine hands them to mitmdump).
-	tunnel func(ctx context.Context, conn net.Conn, t netstack.Target)
 }
 
 var _ netstack.Engine = (*GoEngine)(nil)
@@ -155,11 +156,11 @@ var _ netstack.Engine = (*GoEngine)(nil)
 // NewGoEngine checks cfg and builds the engine.
 func NewGoEngine(cfg EngineConfig) (*GoEngine, error) {
 	if cfg.CA == nil {
-		return nil, errors.New("netfilter: EngineConfig.CA is required (run `vibedom init` to create the CA)")
+		return nil, errors.New("mitm: EngineConfig.CA is required (run `vibedom init` to create the CA)")
 	}
 	e := &GoEngine{cfg: cfg, filter: cfg.Filter, events: cfg.Events, log: cfg.Logger}
 	if e.filter == nil {
-		e.filter = mitm.IdentityFilter{}
+		e.filter = IdentityFilter{}
 	}
 	if e.events == nil {
 		e.events = egress.DiscardEvents{}
@@ -167,6 +168,7 @@ func NewGoEngine(cfg EngineConfig) (*GoEngine, error) {
 	if e.log == nil {
 		e.log = slog.New(slog.DiscardHandler)
 	}
+	e.cfg.Filter, e.cfg.Events, e.cfg.Logger = e.filter, e.events, e.log
 	if e.cfg.HandshakeTimeout <= 0 {
 		e.cfg.HandshakeTimeout = 10 * time.Second
 	}
@@ -231,8 +233,8 @@ func NewGoEngine(cfg EngineConfig) (*GoEngine, error) {
 			TLSHandshakeTimeout:   15 * time.Second,
 			ExpectContinueTimeout: time.Second,
 			MaxIdleConns:          e.cfg.MaxUpstreamConns / 2,
-			MaxIdleConnsPerHost:   maxConnsPerHost,
-			MaxConnsPerHost:       maxConnsPerHost,
+			MaxIdleConnsPerHost:   MaxConnsPerHost,
+			MaxConnsPerHost:       MaxConnsPerHost,
 			IdleConnTimeout:       90 * time.Second,
 			DisableCompression:    true, // bodies pass as the server encoded them
 			WriteBufferSize:       32 << 10,
@@ -262,9 +264,28 @@ func NewGoEngine(cfg EngineConfig) (*GoEngine, error) {
 		}
 	}
 	e.rp1, e.rp2 = rp(e.transport1), rp(e.transport2)
-	e.h2 = &http2.Server{IdleTimeout: e.cfg.IdleTimeout, MaxConcurrentStreams: maxStreamsPerConn}
+	e.h2 = &http2.Server{IdleTimeout: e.cfg.IdleTimeout, MaxConcurrentStreams: MaxStreamsPerConn}
 	return e, nil
 }
+
+// Config returns the engine's configuration with every default filled in
+// (Filter, Events and Logger included).
+func (e *GoEngine) Config() EngineConfig { return e.cfg }
+
+// Guard returns the dial guard every upstream connection goes through.
+func (e *GoEngine) Guard() *egress.DialGuard { return e.guard }
+
+// Budget returns the memory budget the engine's requests in flight are
+// charged to.
+func (e *GoEngine) Budget() *Budget { return e.budget }
+
+// UpstreamTransport returns the transport HTTP/1.x requests go upstream
+// through (the dial guard's, TLS verified).
+func (e *GoEngine) UpstreamTransport() *http.Transport { return e.transport1 }
+
+// ErrorLog returns the standard logger the engine's HTTP servers write to
+// (the engine's Logger, at debug level).
+func (e *GoEngine) ErrorLog() *log.Logger { return e.stdlog }
 
 // Close releases idle upstream connections.
 func (e *GoEngine) Close() error {
@@ -308,30 +329,27 @@ func (c *leafCache) get(name string) (*tls.Certificate, error) {
 	return cert, nil
 }
 
-// countConn counts the bytes read from (up) and written to (down) a guest
+// CountConn counts the bytes read from (up) and written to (down) a guest
 // connection.
-type countConn struct {
+type CountConn struct {
 	net.Conn
-	up, down atomic.Int64
+	Up, Down atomic.Int64
 }
 
-func (c *countConn) Read(p []byte) (int, error) {
+func (c *CountConn) Read(p []byte) (int, error) {
 	n, err := c.Conn.Read(p)
-	c.up.Add(int64(n))
+	c.Up.Add(int64(n))
 	return n, err
 }
 
-func (c *countConn) Write(p []byte) (int, error) {
+func (c *CountConn) Write(p []byte) (int, error) {
 	n, err := c.Conn.Write(p)
-	c.down.Add(int64(n))
+	c.Down.Add(int64(n))
 	return n, err
 }
 
-func (c *countConn) CloseWrite() error {
-	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
-		return cw.CloseWrite()
-	}
-	return nil
+func (c *CountConn) CloseWrite() error {
+	return closeWrite(c.Conn)
 }
 
 // connOutcome is what HandleConn logs when the connection ends.
@@ -355,7 +373,7 @@ type connOutcome struct {
 // it is not the scheme's default port. One "connect" Event is recorded when
 // the connection ends, plus one "request" Event per HTTP request.
 func (e *GoEngine) HandleConn(ctx context.Context, conn net.Conn, t netstack.Target) {
-	cc := &countConn{Conn: conn}
+	cc := &CountConn{Conn: conn}
 	start := time.Now()
 	out := e.handleConn(ctx, cc, t)
 	cc.Close()
@@ -367,8 +385,8 @@ func (e *GoEngine) HandleConn(ctx context.Context, conn net.Conn, t netstack.Tar
 		Decision: out.decision,
 		Rule:     t.Decision.Rule,
 		Reason:   out.reason,
-		BytesUp:  cc.up.Load(),
-		BytesDn:  cc.down.Load(),
+		BytesUp:  cc.Up.Load(),
+		BytesDn:  cc.Down.Load(),
 	}
 	if t.Guest.IsValid() {
 		ev.Src = t.Guest.String()
@@ -382,7 +400,7 @@ func (e *GoEngine) HandleConn(ctx context.Context, conn net.Conn, t netstack.Tar
 	}
 }
 
-func (e *GoEngine) handleConn(ctx context.Context, cc *countConn, t netstack.Target) connOutcome {
+func (e *GoEngine) handleConn(ctx context.Context, cc *CountConn, t netstack.Target) connOutcome {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	stop := context.AfterFunc(ctx, func() { cc.Close() })
@@ -390,14 +408,14 @@ func (e *GoEngine) handleConn(ctx context.Context, cc *countConn, t netstack.Tar
 	if t.Name == "" || t.Port == 0 || !t.Decision.Allow {
 		return connOutcome{"deny", "connection was not admitted by the policy"}
 	}
-	pc := &peekConn{Conn: cc}
+	pc := &PeekConn{Conn: cc}
 	webPort := t.Port == 80 || t.Port == 443
 	wait := e.cfg.ServerFirstWait
 	if webPort {
 		wait = e.cfg.HandshakeTimeout
 	}
 	cc.SetReadDeadline(time.Now().Add(wait))
-	err := pc.fill(1)
+	err := pc.Fill(1)
 	if err != nil {
 		var ne net.Error
 		if errors.As(err, &ne) && ne.Timeout() && !webPort {
@@ -413,7 +431,7 @@ func (e *GoEngine) handleConn(ctx context.Context, cc *countConn, t netstack.Tar
 	case pc.buf[0] == 0x16:
 		cc.SetReadDeadline(time.Now().Add(e.cfg.HandshakeTimeout))
 		return e.serveTLS(ctx, pc, t)
-	case looksLikeHTTP(pc):
+	case LooksLikeHTTP(pc):
 		cc.SetReadDeadline(time.Time{})
 		bc := &batchConn{Conn: pc}
 		e.serveHTTP1(ctx, bc, &connHandler{e: e, t: t, scheme: "http", guest: bc})
@@ -428,9 +446,9 @@ func (e *GoEngine) handleConn(ctx context.Context, cc *countConn, t netstack.Tar
 
 var httpMethods = []string{"GET ", "HEAD ", "POST ", "PUT ", "DELETE ", "OPTIONS ", "PATCH ", "TRACE ", "CONNECT "}
 
-// looksLikeHTTP reports whether the buffered bytes start an HTTP/1.x
+// LooksLikeHTTP reports whether the buffered bytes start an HTTP/1.x
 // request line, reading a few more bytes if needed.
-func looksLikeHTTP(pc *peekConn) bool {
+func LooksLikeHTTP(pc *PeekConn) bool {
 	c := pc.buf[0]
 	if c < 'A' || c > 'Z' {
 		return false
@@ -439,7 +457,7 @@ func looksLikeHTTP(pc *peekConn) bool {
 		if m[0] != c {
 			continue
 		}
-		if pc.fill(len(m)) != nil {
+		if pc.Fill(len(m)) != nil {
 			return false
 		}
 		if string(pc.buf[:len(m)]) == m {
@@ -449,13 +467,13 @@ func looksLikeHTTP(pc *peekConn) bool {
 	return false
 }
 
-func (e *GoEngine) serveTLS(ctx context.Context, pc *peekConn, t netstack.Target) connOutcome {
+func (e *GoEngine) serveTLS(ctx context.Context, pc *PeekConn, t netstack.Target) connOutcome {
 	hello, err := peekClientHello(pc)
 	if err != nil {
 		tlsAlert(pc.Conn, alertAccessDenied)
 		return connOutcome{"deny", err.Error()}
 	}
-	if reason := sniMismatch(hello.serverName, hello.hasSNI, t.Name); reason != "" {
+	if reason := SNIMismatch(hello.serverName, hello.hasSNI, t.Name); reason != "" {
 		tlsAlert(pc.Conn, alertAccessDenied)
 		return connOutcome{"deny", reason}
 	}
@@ -480,7 +498,7 @@ func (e *GoEngine) serveTLS(ctx context.Context, pc *peekConn, t netstack.Target
 		// The standard library parses the ClientHello again; check its view
 		// too, so a parser difference cannot smuggle another name in.
 		GetCertificate: func(hi *tls.ClientHelloInfo) (*tls.Certificate, error) {
-			if refused = sniMismatch(hi.ServerName, hi.ServerName != "", t.Name); refused != "" {
+			if refused = SNIMismatch(hi.ServerName, hi.ServerName != "", t.Name); refused != "" {
 				return nil, errors.New(refused)
 			}
 			return e.leaves.get(t.Name)
@@ -512,9 +530,9 @@ func (e *GoEngine) serveTLS(ctx context.Context, pc *peekConn, t netstack.Target
 	return connOutcome{"allow", "tls http/1.1"}
 }
 
-// sniMismatch says why a ClientHello's server name is not acceptable for
+// SNIMismatch says why a ClientHello's server name is not acceptable for
 // the admitted name, or "" when it is.
-func sniMismatch(sni string, has bool, name string) string {
+func SNIMismatch(sni string, has bool, name string) string {
 	if !has {
 		if _, ok := egress.ParseAddr(name); ok {
 			return ""
@@ -575,10 +593,7 @@ func (c *notifyConn) Close() error {
 }
 
 func (c *notifyConn) CloseWrite() error {
-	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
-		return cw.CloseWrite()
-	}
-	return nil
+	return closeWrite(c.Conn)
 }
 
 // oneConnListener hands out one connection, then reports closed once that
@@ -602,9 +617,15 @@ func (l *oneConnListener) Accept() (net.Conn, error) {
 func (l *oneConnListener) Close() error   { return nil }
 func (l *oneConnListener) Addr() net.Addr { return l.c.LocalAddr() }
 
-// splice copies bytes both ways between the guest and upstream until both
-// directions end.
-func (e *GoEngine) splice(ctx context.Context, pc *peekConn, t netstack.Target, mode string) connOutcome {
+// Splice copies bytes both ways between the guest (pc) and t's upstream,
+// through the dial guard, until both directions end, and says what came
+// of it: the connect event's decision and reason (mode when it ran).
+func (e *GoEngine) Splice(ctx context.Context, pc *PeekConn, t netstack.Target, mode string) (decision, reason string) {
+	out := e.splice(ctx, pc, t, mode)
+	return out.decision, out.reason
+}
+
+func (e *GoEngine) splice(ctx context.Context, pc *PeekConn, t netstack.Target, mode string) connOutcome {
 	up, err := e.dial(ctx, "tcp", egress.HostPort(t.Name, t.Port))
 	if err != nil {
 		return connOutcome{"error", "connect upstream " + egress.HostPort(t.Name, t.Port) + ": " + err.Error()}
@@ -612,16 +633,23 @@ func (e *GoEngine) splice(ctx context.Context, pc *peekConn, t netstack.Target, 
 	defer up.Close()
 	stop := context.AfterFunc(ctx, func() { up.Close() })
 	defer stop()
+	Relay(pc, up)
+	return connOutcome{"allow", mode}
+}
+
+// Relay copies bytes both ways between a and b until both directions have
+// ended: when one side's reads end, the other side's writing half is
+// closed (when it can be); a copy that fails closes both. It returns once
+// both copies are done.
+func Relay(a, b net.Conn) {
 	errc := make(chan error, 2)
-	go func() { errc <- copyHalf(up, pc) }()
-	go func() { errc <- copyHalf(pc, up) }()
-	err = <-errc
-	if err != nil {
-		pc.Close()
-		up.Close()
+	go func() { errc <- copyHalf(b, a) }()
+	go func() { errc <- copyHalf(a, b) }()
+	if err := <-errc; err != nil {
+		a.Close()
+		b.Close()
 	}
 	<-errc
-	return connOutcome{"allow", mode}
 }
 
 // copyHalf copies src to dst, then half-closes dst.
@@ -629,10 +657,17 @@ func copyHalf(dst, src net.Conn) error {
 	bp := copyBufs.Get().(*[]byte)
 	defer copyBufs.Put(bp)
 	_, err := io.CopyBuffer(struct{ io.Writer }{dst}, struct{ io.Reader }{src}, *bp)
-	if cw, ok := dst.(interface{ CloseWrite() error }); ok {
-		cw.CloseWrite()
-	}
+	closeWrite(dst)
 	return err
+}
+
+// closeWrite half-closes c when it can (a TCP connection, or a wrapper
+// that passes CloseWrite on).
+func closeWrite(c any) error {
+	if cw, ok := c.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return nil
 }
 
 // defaultPort is the default port of scheme.

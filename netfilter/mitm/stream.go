@@ -1,4 +1,4 @@
-package netfilter
+package mitm
 
 import (
 	"crypto/tls"
@@ -127,10 +127,7 @@ func (c *batchConn) Close() error {
 // connection when it can.
 func (c *batchConn) CloseWrite() error {
 	c.setHold(false)
-	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
-		return cw.CloseWrite()
-	}
-	return nil
+	return closeWrite(c.Conn)
 }
 
 // upstreamConn is an HTTP/1 upstream connection tuned for streaming

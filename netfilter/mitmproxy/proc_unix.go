@@ -1,6 +1,6 @@
 //go:build unix
 
-package netfilter
+package mitmproxy
 
 import (
 	"os/exec"

@@ -1,4 +1,4 @@
-package netfilter
+package mitm
 
 import (
 	"github.com/vibedom/vibedom/netfilter/egress"
@@ -86,7 +86,7 @@ func (h *proxyHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			"this is vibedom's egress proxy: send CONNECT host:port or an absolute URI (GET http://host/path)")
 		return
 	}
-	name, port, ok := splitAuthority(r.URL.Host, defaultPort(r.URL.Scheme))
+	name, port, ok := SplitAuthority(r.URL.Host, defaultPort(r.URL.Scheme))
 	if !ok {
 		h.e.refuse(w, r, fwdTarget{scheme: r.URL.Scheme, src: h.src}, http.StatusBadRequest,
 			fmt.Sprintf("%q is not a valid host[:port]", egress.Shorten(r.URL.Host)))
@@ -111,7 +111,7 @@ func (h *proxyHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 func (h *proxyHandler) connect(w http.ResponseWriter, r *http.Request) {
-	ev := egress.Event{Time: time.Now(), Kind: "proxy", Method: http.MethodConnect, Src: addrString(h.src)}
+	ev := egress.Event{Time: time.Now(), Kind: "proxy", Method: http.MethodConnect, Src: AddrString(h.src)}
 	fail := func(status int, reason string, d egress.Decision) {
 		ev.Decision, ev.Reason, ev.Status, ev.Rule = "deny", reason, status, d.Rule
 		h.e.events.Record(ev)
@@ -130,7 +130,7 @@ func (h *proxyHandler) connect(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	port := uint16(pn)
-	name, _, ok := splitAuthority(net.JoinHostPort(host, ps), port)
+	name, _, ok := SplitAuthority(net.JoinHostPort(host, ps), port)
 	ev.Name, ev.Port = name, port
 	if !ok {
 		ev.Name = egress.Shorten(host)
@@ -153,11 +153,7 @@ func (h *proxyHandler) connect(w http.ResponseWriter, r *http.Request) {
 		c.Close()
 		return
 	}
-	pc := &peekConn{Conn: c}
-	if n := brw.Reader.Buffered(); n > 0 {
-		b, _ := brw.Reader.Peek(n)
-		pc.buf = append([]byte(nil), b...)
-	}
+	pc := NewPeekConn(c, brw.Reader)
 	c.SetDeadline(time.Time{})
 	// The request's context lives until this handler returns, which is
 	// when the tunnel ends.
@@ -166,8 +162,8 @@ func (h *proxyHandler) connect(w http.ResponseWriter, r *http.Request) {
 		done := h.e.cfg.Track(t, pc)
 		defer done()
 	}
-	if h.e.tunnel != nil {
-		h.e.tunnel(r.Context(), pc, t)
+	if h.e.cfg.Tunnel != nil {
+		h.e.cfg.Tunnel(r.Context(), pc, t)
 		return
 	}
 	h.e.HandleConn(r.Context(), pc, t)
