@@ -60,6 +60,16 @@ func pipelineBodies(t *testing.T, secrets []Secret) map[string][]byte {
 	return map[string][]byte{"application/json": js.Bytes(), "application/x-www-form-urlencoded": form.Bytes()}
 }
 
+// pipelineEngines builds an engine on n random secrets and knownSecret,
+// and a copy of it that scans every segment in turn.
+func pipelineEngines(t *testing.T, n int) (e, inTurn *Engine, secrets []Secret) {
+	secrets = append(benchSecrets(n), Secret{Value: knownSecret, Source: "t"})
+	e = mustEngine(t, Config{Secrets: secrets})
+	c := *e
+	c.inTurn = true
+	return e, &c, secrets
+}
+
 // TestPipelineSameAsInTurn: a body scrubbed through the pipeline (a
 // worker searching known values while the caller walks on, batches taken
 // back, segments settled later) comes out byte for byte as when each
@@ -67,16 +77,13 @@ func pipelineBodies(t *testing.T, secrets []Secret) map[string][]byte {
 // same order, whatever the read and write sizes.
 func TestPipelineSameAsInTurn(t *testing.T) {
 	t.Parallel()
-	secrets := append(benchSecrets(200), Secret{Value: knownSecret, Source: "t"})
-	e := mustEngine(t, Config{Secrets: secrets})
-	inTurn := *e
-	inTurn.inTurn = true
+	e, inTurn, secrets := pipelineEngines(t, 200)
 	before := testPipeBatches.Load()
 	for ct, body := range pipelineBodies(t, secrets) {
 		for _, class := range []Class{ClassPublic, ClassExternal, ClassInternal} {
 			pol := e.PolicyForClass(class)
 			for _, seed := range seeds(t) {
-				want, wrep := scrubChunked(t, &inTurn, &pol, body, ct, seed)
+				want, wrep := scrubChunked(t, inTurn, &pol, body, ct, seed)
 				got, grep := scrubChunked(t, e, &pol, body, ct, seed)
 				if got != want {
 					t.Fatalf("%s to %s, seed %d: the pipeline scrubbed differently; %s", ct, class, seed, diffContext(got, want))
@@ -100,10 +107,7 @@ func TestPipelineSameAsInTurn(t *testing.T) {
 // taken) each come out as when scrubbed alone.
 func TestPipelineConcurrentBodies(t *testing.T) {
 	t.Parallel()
-	secrets := append(benchSecrets(100), Secret{Value: knownSecret, Source: "t"})
-	e := mustEngine(t, Config{Secrets: secrets})
-	inTurn := *e
-	inTurn.inTurn = true
+	e, inTurn, secrets := pipelineEngines(t, 100)
 	pol := e.PolicyForClass(ClassPublic)
 	body := pipelineBodies(t, secrets)["application/json"]
 	want, _, err := inTurn.ScrubBytes(&pol, body, StreamOptions{ContentType: "application/json"})
