@@ -45,6 +45,8 @@ type seen struct {
 type seenReq struct {
 	url, body string
 	header    http.Header
+	trailer   http.Header // as received once the body has ended
+	proto     string
 	length    int64
 }
 
@@ -52,7 +54,8 @@ func (s *seen) handler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		b, _ := io.ReadAll(r.Body)
 		s.mu.Lock()
-		s.reqs = append(s.reqs, seenReq{url: r.URL.RequestURI(), body: string(b), header: r.Header.Clone(), length: r.ContentLength})
+		s.reqs = append(s.reqs, seenReq{url: r.URL.RequestURI(), body: string(b), header: r.Header.Clone(), trailer: r.Trailer.Clone(),
+			proto: r.Proto, length: r.ContentLength})
 		s.mu.Unlock()
 		io.WriteString(w, "ok")
 	})
@@ -504,8 +507,8 @@ func TestDLPFilterTrailersAndMethod(t *testing.T) {
 	}
 	resp.Body.Close()
 	got := v.up["registry.example.net"].last(t)
-	if strings.Contains(fmt.Sprint(got.header), dlpSecret) || got.body != "body" {
-		t.Errorf("trailer reached upstream: %v %q", got.header, got.body)
+	if strings.Contains(fmt.Sprint(got.header, got.trailer), dlpSecret) || got.body != "body" || got.trailer.Get("X-Late") != "[REDACTED:SECRET]" {
+		t.Errorf("the trailer reached upstream unscrubbed: %v %v %q", got.header, got.trailer, got.body)
 	}
 	req, _ = http.NewRequest(dlpAWS, "https://registry.example.net/m", nil)
 	resp, err = c.Do(req)

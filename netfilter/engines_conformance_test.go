@@ -12,10 +12,12 @@ import (
 
 	"bufio"
 	"bytes"
+	"context"
 	"crypto/tls"
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -418,4 +420,91 @@ func TestConformanceStreamingDownload(t *testing.T) {
 			t.Errorf("event %+v", ev)
 		}
 	})
+}
+
+// TestConformanceRequestTrailers: a guest's request trailers reach the
+// upstream scrubbed as headers are (a known secret in a value is
+// redacted, a trailer whose name holds it is dropped, and so is the
+// Trailer header's mention of it), on HTTP/1 and HTTP/2, and the request
+// completes (mitmdump 8.1 left an HTTP/1 request with trailers hanging).
+func TestConformanceRequestTrailers(t *testing.T) {
+	t.Parallel()
+	forEngines(t, func(t *testing.T, kind string) {
+		// One engine each, not in a subtest: mitmdump's socket path grows
+		// with the test's name.
+		requestTrailers(t, kind, false)
+		requestTrailers(t, kind, true)
+	})
+}
+
+// requestTrailers is TestConformanceRequestTrailers on one engine, with an
+// upstream that offers HTTP/2 or speaks HTTP/1.1 only (an HTTP/2 guest's
+// trailers then go out after an HTTP/1 chunked body).
+func requestTrailers(t *testing.T, kind string, upH1 bool) {
+	v := newDLPEnvEngine(t, kind, 1024)
+	up := v.up["registry.example.net"]
+	if upH1 {
+		s := httptest.NewUnstartedServer(up.handler())
+		s.TLS = &tls.Config{GetCertificate: func(hi *tls.ClientHelloInfo) (*tls.Certificate, error) {
+			return v.UpCA.IssueLeaf("registry.example.net", time.Hour)
+		}}
+		s.StartTLS()
+		t.Cleanup(s.Close)
+		v.AddServer("registry.example.net", 443, s.Listener.Addr().String())
+	}
+	for _, h2 := range []bool{false, true} {
+		t.Run(fmt.Sprintf("guest=%s,upstream=%s", map[bool]string{false: "http1", true: "h2"}[h2], map[bool]string{false: "h2+http1", true: "http1"}[upH1]), func(t *testing.T) {
+			c := &http.Client{Transport: v.GuestTransport(h2)}
+			// A deadline that fails the test: the request must complete.
+			ctx, cancel := context.WithTimeout(t.Context(), 45*time.Second)
+			defer cancel()
+			pr, pw := io.Pipe()
+			req, _ := http.NewRequestWithContext(ctx, "POST", "https://registry.example.net/trail", pr)
+			req.Header.Set("Content-Type", "text/plain")
+			// A name holding the secret: one sent, one only declared
+			// (in the Trailer header).
+			bad := "X-" + dlpSecret
+			req.Trailer = http.Header{"X-Late": nil, "X-Plain": nil, bad: nil, "X-Declared-" + dlpSecret: nil}
+			go func() {
+				pw.Write([]byte("body "))
+				req.Trailer.Set("X-Late", "key "+dlpSecret)
+				req.Trailer.Set("X-Plain", "fine")
+				req.Trailer.Set(bad, "v")
+				pw.Write([]byte("end"))
+				pw.Close()
+			}()
+			resp, err := c.Do(req)
+			if err != nil {
+				t.Fatalf("the request with trailers did not complete: %v", err)
+			}
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != 200 {
+				t.Fatalf("status %d", resp.StatusCode)
+			}
+			got := up.last(t)
+			if got.url != "/trail" || got.body != "body end" {
+				t.Fatalf("upstream got %q %q", got.url, got.body)
+			}
+			if all := fmt.Sprint(got.header, got.trailer); strings.Contains(strings.ToLower(all), strings.ToLower(dlpSecret)) {
+				t.Errorf("the secret reached the upstream: header %v trailer %v", got.header, got.trailer)
+			}
+			if got.trailer.Get("X-Late") != "key [REDACTED:SECRET]" || got.trailer.Get("X-Plain") != "fine" {
+				t.Errorf("upstream trailers %v (%s), want X-Late scrubbed and X-Plain as sent", got.trailer, got.proto)
+			}
+			if upH1 && got.proto != "HTTP/1.1" {
+				t.Errorf("upstream spoke %s, want HTTP/1.1", got.proto)
+			}
+		})
+	}
+	ev := v.Events.Wait(t, "trailer scrub", func(e egress.Event) bool {
+		return e.Kind == "request" && e.Decision == "scrub" && strings.HasPrefix(e.URL, "https://registry.example.net/trail")
+	})
+	var where []string
+	for _, f := range ev.Findings {
+		where = append(where, f.Where)
+	}
+	if w := strings.Join(where, " "); !strings.Contains(w, "trailer:X-Late") || !strings.Contains(w, "trailer-name") {
+		t.Errorf("findings at %q, want the trailer's value and name", w)
+	}
 }
