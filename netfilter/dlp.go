@@ -38,8 +38,12 @@ type AuditSink interface {
 // X-Api-Key …) are how the agent signs in: they are searched for known
 // values only, and to an external destination (the agent's AI API, the
 // only reader of its own credential) known values there are logged, not
-// redacted. Headers that frame the message (Host, Content-Length,
-// Content-Type, Transfer-Encoding …) are left alone.
+// redacted. Headers that frame the message (Content-Type, Accept-Encoding,
+// Sec-WebSocket-Protocol …) are scanned but never rewritten (a changed
+// multipart boundary breaks the body): a value there the DLP would redact
+// refuses the request, the error naming the header and the category; the
+// few whose values the engines write or check themselves (fixedHeaders)
+// are not scanned.
 //
 // A header whose name holds a finding is dropped; request trailers are
 // scrubbed as headers are (their names before the body, their values once
@@ -86,12 +90,22 @@ func (f *DLPFilter) UpgradeWriter(r *http.Request, upstream io.Writer) io.WriteC
 var _ mitm.RequestFilter = (*DLPFilter)(nil)
 
 // framingHeaders are never changed: they describe the message itself.
+// Their values are scanned (framing) unless in fixedHeaders.
 var framingHeaders = map[string]bool{
 	"Host": true, "Content-Length": true, "Content-Type": true, "Content-Encoding": true,
 	"Transfer-Encoding": true, "Connection": true, "Keep-Alive": true, "Upgrade": true, "Te": true,
 	"Trailer": true, "Expect": true, "Sec-Websocket-Key": true, "Sec-Websocket-Version": true,
 	"Sec-Websocket-Extensions": true, "Sec-Websocket-Protocol": true, "Accept-Encoding": true,
 }
+
+// fixedHeaders are the framing headers that carry no text of the guest's
+// upstream on either engine, so they are not scanned: Host must name the
+// admitted destination (mitm.AuthorityMismatch) and is written by the
+// engine; Content-Length and Transfer-Encoding are checked by the guest
+// side's HTTP parser (digits; chunked only) and never passed on as sent
+// (Go's transport writes its own, the mitmproxy engine drops both and sets
+// the length); Trailer is rewritten from the scrubbed trailer names.
+var fixedHeaders = map[string]bool{"Host": true, "Content-Length": true, "Transfer-Encoding": true, "Trailer": true}
 
 // credentialHeaders carry the agent's own credentials.
 var credentialHeaders = map[string]bool{
@@ -131,6 +145,10 @@ func (f *DLPFilter) FilterRequest(ctx context.Context, dest mitm.Destination, r 
 		return nil, errors.New("the request method carries a value the DLP redacts")
 	}
 	hs := headerScrub{e: e, pol: &pol, credPol: &credPol, rep: rep}
+	if err := hs.framing(r.Header); err != nil {
+		f.report(dest, r, start, rep) // the values, to the audit log
+		return nil, err
+	}
 	hs.header(r.Header, "header")
 	// Trailers: the declared names now (the Trailer header lists them
 	// before the body), the values once the body has ended, as headers.
@@ -282,6 +300,32 @@ func (s headerScrub) header(h http.Header, where string) {
 			}
 		}
 	}
+}
+
+// framing scans the values of h's framing headers (but fixedHeaders). They
+// are not rewritten, as the message depends on them: a value the DLP would
+// redact is an error naming the header and what was found, never the value.
+func (s headerScrub) framing(h http.Header) error {
+	for _, name := range slices.Sorted(maps.Keys(h)) {
+		if !framingHeaders[name] || fixedHeaders[name] {
+			continue
+		}
+		where := "header:" + name
+		for _, v := range h[name] {
+			if out := s.e.ScrubText(s.pol, []byte(v), where, s.rep); string(out) == v {
+				continue
+			}
+			var cats []string
+			for _, fd := range s.rep.Findings() {
+				if c := fd.Category.String(); fd.Where == where && fd.Action == dlp.Redact && !slices.Contains(cats, c) {
+					cats = append(cats, c)
+				}
+			}
+			return fmt.Errorf("the %s header carries a value the DLP redacts (%s); a header that frames the message is not rewritten, so the request is not sent",
+				name, strings.Join(cats, ", "))
+		}
+	}
+	return nil
 }
 
 // onEOF runs f once its body has ended, before the end is passed on (by
