@@ -47,6 +47,9 @@ type Engine struct {
 	// end of a window so a match starting before the cut is complete.
 	holdBack int
 	window   int
+	// inTurn: no pipeline, each segment scanned and settled in turn
+	// (tests compare the two).
+	inTurn bool
 }
 
 var anchorsOnce = sync.OnceValue(newAnchorIndex)

@@ -25,13 +25,17 @@ type base struct {
 	rep *Report
 	dst io.Writer
 	out []byte
+	pp  *pipe
 }
 
 func (b *base) newSegment() *segment {
 	if b.out == nil {
 		b.out = getBuf()
 	}
-	g := &segment{e: b.e, pol: b.pol, rep: b.rep, out: &b.out, dec: getBuf()}
+	if b.pp == nil {
+		b.pp = newPipe(b.e, b.pol, b.rep, &b.out, b.dst)
+	}
+	g := &segment{e: b.e, pol: b.pol, rep: b.rep, out: &b.out, dec: getBuf(), pp: b.pp}
 	if sc, _ := scratchPool.Get().(*segScratch); sc != nil {
 		g.esc, g.ms, g.rms, g.spans, g.views = sc.esc[:0], sc.ms[:0], sc.rms[:0], sc.spans[:0], sc.views
 	}
@@ -85,6 +89,10 @@ func (b *base) release(segs ...*segment) {
 	}
 	putBuf(b.out)
 	b.out = nil
+	if b.pp != nil {
+		b.pp.release()
+		b.pp = nil
+	}
 }
 
 // bufPool recycles the segments' and layers' buffers between bodies (a
@@ -94,19 +102,33 @@ var bufPool = sync.Pool{New: func() any { b := make([]byte, 0, 96<<10); return &
 func getBuf() []byte { return (*bufPool.Get().(*[]byte))[:0] }
 
 func putBuf(b []byte) {
-	if b != nil && cap(b) <= 1<<20 {
+	// Too small a buffer (one grown from nil) would not hold a read.
+	if cap(b) >= 32<<10 && cap(b) <= 1<<20 {
 		b = b[:0]
 		bufPool.Put(&b)
 	}
 }
 
 func (b *base) flush() error {
+	if b.pp != nil {
+		if ok, err := b.pp.flush(); !ok || err != nil {
+			return err
+		}
+	}
 	if len(b.out) == 0 {
 		return nil
 	}
 	_, err := b.dst.Write(b.out)
 	b.out = b.out[:0]
 	return err
+}
+
+// end settles and writes everything pending (the layer's Close).
+func (b *base) end() error {
+	if b.pp != nil {
+		b.pp.drain()
+	}
+	return b.flush()
 }
 
 // textLayer scrubs a body as one run of text.
@@ -129,7 +151,7 @@ func (t *textLayer) Write(p []byte) (int, error) {
 
 func (t *textLayer) Close() error {
 	t.seg.finish()
-	err := t.flush()
+	err := t.end()
 	t.release(t.seg)
 	return err
 }
@@ -440,7 +462,7 @@ func (j *jsonLayer) Close() error {
 	default:
 		j.outer.finish()
 	}
-	err := j.flush()
+	err := j.end()
 	j.release(j.outer, j.str)
 	return err
 }
@@ -567,7 +589,7 @@ func (f *formLayer) Close() error {
 		f.pct = f.pct[:0]
 	}
 	f.seg.finish()
-	err := f.flush()
+	err := f.end()
 	f.release(f.seg)
 	return err
 }

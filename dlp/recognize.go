@@ -98,6 +98,8 @@ type scanner struct {
 	out  []match
 	// glCover: how far each gitleaks keyword's rules have searched.
 	glCover map[string]int
+	// noAnchors: run leaves the anchor pass to another goroutine.
+	noAnchors bool
 }
 
 func (s *scanner) add(start, end int, c Category) {
@@ -120,7 +122,7 @@ func (s *scanner) run() {
 	if *s.pemOpen {
 		s.continuePEM()
 	}
-	if s.pol.anyOf(s.e.anchors.cats) {
+	if s.pol.anyOf(s.e.anchors.cats) && !s.noAnchors {
 		s.anchorPass()
 	}
 	buf := s.buf[:s.n]

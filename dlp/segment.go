@@ -83,6 +83,9 @@ type segment struct {
 	panicked   any
 	views      *viewSet
 	total      int // decoded bytes fed since reset
+	// pp is the body's pipeline (nil outside a layer): whole segments
+	// are scanned there and settled in order.
+	pp *pipe
 }
 
 func (g *segment) reset(where string, ph phCtx, keyed bool) {
@@ -190,6 +193,14 @@ func (g *segment) process(final bool) {
 	if n == g.look && !final {
 		return
 	}
+	if g.pp != nil {
+		if final && g.look == 0 && g.pp.take(g) {
+			return // scanned in the pipeline, settled in order later
+		}
+		// A window of a long segment: what the pipeline holds settles
+		// first.
+		g.pp.drain()
+	}
 	sc := scanner{e: e, pol: pol, buf: g.dec, from: g.look, n: n, final: final, hold: n, pemOpen: &g.pemOpen, out: g.ms[:0],
 		full: n-g.look >= e.window}
 	if pol.active(CatSecret) {
@@ -223,13 +234,21 @@ func (g *segment) process(final bool) {
 	if final && g.keyed && g.look == 0 && pol.active(CatPassword) && secretValue(g.dec[:n]) {
 		sc.add(0, n, CatPassword)
 	}
-	ms := sc.out
-	g.ms = ms[:0]
+	g.ms = sc.out[:0]
+	g.settle(sc.out, sc.hold, final)
+}
+
+// settle redacts the matches ms of the scanned window dec[look:] (hold:
+// the scan's earliest position not to emit yet), emits what is settled
+// to *g.out and keeps the rest (nothing, when final).
+func (g *segment) settle(ms []match, hold int, final bool) {
+	e, pol := g.e, g.pol
+	n := len(g.dec)
 	cut := n
 	if !final {
 		cut = max(g.look, n-e.holdBack)
 	}
-	cut = min(cut, sc.hold)
+	cut = min(cut, hold)
 	slices.SortFunc(ms, func(a, b match) int {
 		if a.start != b.start {
 			return int(a.start - b.start)
@@ -339,20 +358,34 @@ type knownJob struct {
 }
 
 // knownWorkers are goroutines, one per core but one, that search known
-// values while the caller runs the recognizers. They live as long as the
-// process (a few idle goroutines); a job is handed over without
-// allocating.
-var knownWorkers = sync.OnceValue(func() chan knownJob {
-	ch := make(chan knownJob)
+// values while the caller runs the recognizers: a window's (known) or a
+// pipeline's batch (batches). They live as long as the process (a few
+// idle goroutines); a job is handed over without allocating.
+var knownWorkers = sync.OnceValue(func() workers {
+	w := workers{known: make(chan knownJob)}
+	if runtime.GOMAXPROCS(0) > 1 {
+		w.batches = make(chan *batch, 16) // nil: nobody to hand batches to
+	}
 	for range runtime.GOMAXPROCS(0) - 1 {
 		go func() {
-			for j := range ch {
-				j.g.runKnown(j.n)
+			var views viewSet
+			for {
+				select {
+				case j := <-w.known:
+					j.g.runKnown(j.n)
+				case b := <-w.batches:
+					b.work(&views)
+				}
 			}
 		}()
 	}
-	return ch
+	return w
 })
+
+type workers struct {
+	known   chan knownJob
+	batches chan *batch
+}
 
 // handOff gives g's known-value search to an idle worker, or reports
 // false when none is idle (many bodies at once keep every core busy: the
@@ -360,7 +393,7 @@ var knownWorkers = sync.OnceValue(func() chan knownJob {
 func handOff(g *segment, n int) bool {
 	g.wg.Add(1)
 	select {
-	case knownWorkers() <- knownJob{g, n}:
+	case knownWorkers().known <- knownJob{g, n}:
 		return true
 	default:
 		g.wg.Done()

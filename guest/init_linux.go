@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"runtime"
 	"runtime/debug"
 	"sync"
 	"sync/atomic"
@@ -63,7 +64,15 @@ func Init() {
 	log.Info("guest set up", "took", time.Since(start).Round(time.Millisecond))
 	// One line the host reads into its own timings (boot.GuestTimings).
 	log.Info("boot timings", bt.steps...)
-	supervise(log, func() { loadLater(log, later) })
+	supervise(log, func() {
+		// Beside the agent's start and the host's SSH handshake, which
+		// come first: this thread at the lowest CPU priority (the kernel
+		// does much of a CPU's start-up and of a module's load in it).
+		runtime.LockOSThread()
+		_ = unix.Setpriority(unix.PRIO_PROCESS, unix.Gettid(), 19)
+		onlineCPUs(log, cpuSysfs)
+		loadLater(log, later)
+	})
 }
 
 // attachConsole makes /dev/console PID 1's stdin, stdout and stderr, so

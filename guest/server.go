@@ -219,6 +219,14 @@ func (s *Server) globalRequests(reqs <-chan *ssh.Request) {
 			reply(r, true)
 		case proto.RequestSetTime:
 			reply(r, s.setTime(r.Payload))
+		case proto.RequestMemInfo:
+			mi, err := readMemInfo()
+			if err != nil {
+				s.log.Warn("read memory info", "err", err)
+				reply(r, false)
+			} else if r.WantReply {
+				_ = r.Reply(true, mi.Marshal())
+			}
 		default: // tcpip-forward and the like
 			reply(r, false)
 		}

@@ -636,6 +636,43 @@ func (c *Client) SetTime(ctx context.Context, t time.Time) error {
 	}
 }
 
+// ErrNoMemInfo means the guest agent does not report its memory (an agent
+// older than proto.RequestMemInfo, or one that cannot read it).
+var ErrNoMemInfo = errors.New("the guest agent does not report its memory")
+
+// MemInfo asks the guest how much memory it has and how much of it new work
+// could have. The answer is the guest's word: use it only for what a lying
+// guest can only hurt itself with.
+func (c *Client) MemInfo(ctx context.Context) (proto.MemInfo, error) {
+	type result struct {
+		mi  proto.MemInfo
+		err error
+	}
+	res := make(chan result, 1)
+	go func() {
+		ok, payload, err := c.conn.SendRequest(proto.RequestMemInfo, true, nil)
+		var r result
+		switch {
+		case err != nil:
+			r.err = err
+		case !ok:
+			r.err = ErrNoMemInfo
+		default:
+			r.mi, r.err = proto.ParseMemInfo(payload)
+		}
+		res <- r
+	}()
+	select {
+	case r := <-res:
+		if r.err != nil {
+			return proto.MemInfo{}, fmt.Errorf("ask the guest for its memory: %w", r.err)
+		}
+		return r.mi, nil
+	case <-ctx.Done():
+		return proto.MemInfo{}, fmt.Errorf("ask the guest for its memory: %w", ctx.Err())
+	}
+}
+
 // Hold stops (true) or restarts (false) the keepalives: a paused VM
 // answers nothing, and requests queued meanwhile would only fill the
 // control channel's buffers.

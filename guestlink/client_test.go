@@ -74,6 +74,17 @@ func (f *fakeGuest) serve(t *testing.T, preamble string) net.Conn {
 	return conn
 }
 
+// dial connects a Client to the fake guest; the test's end closes it.
+func (f *fakeGuest) dial(t *testing.T) *Client {
+	t.Helper()
+	c, err := Dial(t.Context(), f.serve(t, proto.ReadyBanner), f.keys.ClientConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
 func (f *fakeGuest) global(reqs <-chan *ssh.Request) {
 	for r := range reqs {
 		if r.Type == proto.RequestPoweroff {
@@ -158,12 +169,7 @@ func TestDial(t *testing.T) {
 // defensively.
 func TestUntrustedStatus(t *testing.T) {
 	t.Parallel()
-	f := newFakeGuest(t)
-	c, err := Dial(t.Context(), f.serve(t, proto.ReadyBanner), f.keys.ClientConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := newFakeGuest(t).dial(t)
 	tests := []struct {
 		cmd     string
 		want    ExitStatus
@@ -299,5 +305,15 @@ func TestConnectGivesUpWithTheContext(t *testing.T) {
 	boom := errors.New("no control socket")
 	if _, err := Connect(t.Context(), func(context.Context) (net.Conn, error) { return nil, boom }, f.keys.ClientConfig(), time.Second); !errors.Is(err, boom) {
 		t.Errorf("dial error: %v", err)
+	}
+}
+
+// TestMemInfoFromAnOlderGuest: a guest agent that does not know
+// RequestMemInfo refuses it, and MemInfo says so with ErrNoMemInfo.
+func TestMemInfoFromAnOlderGuest(t *testing.T) {
+	t.Parallel()
+	c := newFakeGuest(t).dial(t)
+	if mi, err := c.MemInfo(t.Context()); !errors.Is(err, ErrNoMemInfo) {
+		t.Fatalf("MemInfo = %+v, %v; want ErrNoMemInfo", mi, err)
 	}
 }

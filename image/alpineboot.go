@@ -19,7 +19,7 @@ import (
 
 // alpineBootVersion changes whenever AlpineBoot's output changes for the
 // same inputs, so old cache entries are not reused.
-const alpineBootVersion = "alpine-boot/2"
+const alpineBootVersion = "alpine-boot/3"
 
 // BootPackage is one verified package of the boot set: its lock entry and
 // its file in the download cache.

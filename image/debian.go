@@ -25,7 +25,7 @@ import (
 
 // debianTestVersion changes whenever DebianTest's output changes for the
 // same inputs, so old cache entries are not reused.
-const debianTestVersion = "debian-test/3"
+const debianTestVersion = "debian-test/4"
 
 // File names of DebianTest's outputs inside the image directory.
 const (
@@ -326,21 +326,19 @@ func addBase(ar *initramfs.Archive, busybox, guestBinary, release string, mods *
 	var list bytes.Buffer
 	for _, rel := range mods.Order {
 		e := initramfs.Entry{Name: path.Join("lib/modules", release, kernel.PackedName(rel)), Mode: 0o644}
+		var data []byte
+		var err error
 		if mods.Dir == "" {
-			data, err := kernel.ReadModuleFS(mods.FS, rel)
-			if err != nil {
-				return err
-			}
-			e.Data = data
-		} else if src := filepath.Join(mods.Dir, filepath.FromSlash(rel)); kernel.PackedName(rel) == rel {
-			e.Source = src
+			data, err = kernel.ReadModuleFS(mods.FS, rel)
 		} else {
-			data, err := kernel.ReadModule(src)
-			if err != nil {
-				return err
-			}
-			e.Data = data
+			data, err = kernel.ReadModule(filepath.Join(mods.Dir, filepath.FromSlash(rel)))
 		}
+		if err != nil {
+			return err
+		}
+		// Without what the guest kernel would check on every boot and
+		// never use: the signature and the BPF type information.
+		e.Data = kernel.HideBTF(kernel.StripSignature(data))
 		if err := add(e); err != nil {
 			return err
 		}

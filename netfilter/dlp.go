@@ -9,10 +9,15 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"net/url"
+	"slices"
+	"strings"
 	"sync"
 	"time"
+
+	"golang.org/x/net/http/httpguts"
 
 	"github.com/vibedom/vibedom/dlp"
 )
@@ -33,12 +38,18 @@ type AuditSink interface {
 // X-Api-Key …) are how the agent signs in: they are searched for known
 // values only, and to an external destination (the agent's AI API, the
 // only reader of its own credential) known values there are logged, not
-// redacted. Headers that frame the message (Host, Content-Length,
-// Content-Type, Transfer-Encoding …) are left alone.
+// redacted. Headers that frame the message (Content-Type, Accept-Encoding,
+// Sec-WebSocket-Protocol …) are scanned but never rewritten (a changed
+// multipart boundary breaks the body): a value there the DLP would redact
+// refuses the request, the error naming the header and the category; the
+// few whose values the engines write or check themselves (fixedHeaders)
+// are not scanned.
 //
 // A header whose name holds a finding is dropped; request trailers are
-// never sent (they would come after every check); a method that holds a
-// finding is refused.
+// scrubbed as headers are (their names before the body, their values once
+// it has ended, before the engine sends them), and the Trailer header is
+// rewritten to name only those kept; a method that holds a finding is
+// refused.
 //
 // A body whose length is known and at most BufferLimit is scrubbed whole
 // so upstream still gets a Content-Length; a longer one is streamed
@@ -79,12 +90,22 @@ func (f *DLPFilter) UpgradeWriter(r *http.Request, upstream io.Writer) io.WriteC
 var _ mitm.RequestFilter = (*DLPFilter)(nil)
 
 // framingHeaders are never changed: they describe the message itself.
+// Their values are scanned (framing) unless in fixedHeaders.
 var framingHeaders = map[string]bool{
 	"Host": true, "Content-Length": true, "Content-Type": true, "Content-Encoding": true,
 	"Transfer-Encoding": true, "Connection": true, "Keep-Alive": true, "Upgrade": true, "Te": true,
 	"Trailer": true, "Expect": true, "Sec-Websocket-Key": true, "Sec-Websocket-Version": true,
 	"Sec-Websocket-Extensions": true, "Sec-Websocket-Protocol": true, "Accept-Encoding": true,
 }
+
+// fixedHeaders are the framing headers that carry no text of the guest's
+// upstream on either engine, so they are not scanned: Host must name the
+// admitted destination (mitm.AuthorityMismatch) and is written by the
+// engine; Content-Length and Transfer-Encoding are checked by the guest
+// side's HTTP parser (digits; chunked only) and never passed on as sent
+// (Go's transport writes its own, the mitmproxy engine drops both and sets
+// the length); Trailer is rewritten from the scrubbed trailer names.
+var fixedHeaders = map[string]bool{"Host": true, "Content-Length": true, "Transfer-Encoding": true, "Trailer": true}
 
 // credentialHeaders carry the agent's own credentials.
 var credentialHeaders = map[string]bool{
@@ -123,31 +144,39 @@ func (f *DLPFilter) FilterRequest(ctx context.Context, dest mitm.Destination, r 
 	if m := e.ScrubText(&pol, []byte(r.Method), "method", rep); string(m) != r.Method {
 		return nil, errors.New("the request method carries a value the DLP redacts")
 	}
-	// Trailers would arrive after the body, past every check: none is sent.
-	r.Trailer = nil
-	for name, vals := range r.Header {
-		if framingHeaders[name] {
-			continue
+	hs := headerScrub{e: e, pol: &pol, credPol: &credPol, rep: rep}
+	if err := hs.framing(r.Header); err != nil {
+		f.report(dest, r, start, rep) // the values, to the audit log
+		return nil, err
+	}
+	hs.header(r.Header, "header")
+	// Trailers: the declared names now (the Trailer header lists them
+	// before the body), the values once the body has ended, as headers.
+	// The engine fills recv as the guest's body ends, which may be while
+	// the transport still writes the head (the body below is read ahead):
+	// the transport gets a map of its own, send, filled only once it has
+	// read the end of the scrubbed body.
+	recv := r.Trailer
+	if recv != nil {
+		hs.header(recv, "trailer")
+		r.Trailer = make(http.Header, len(recv))
+		for k := range recv {
+			r.Trailer[k] = nil
 		}
-		// A value hidden in a header's name cannot be replaced there (a
-		// placeholder is no valid name): the header is dropped.
-		if n := e.ScrubText(&pol, []byte(name), "header-name", rep); string(n) != name {
-			r.Header.Del(name)
-			continue
+	}
+	if _, ok := r.Header["Trailer"]; ok || len(r.Trailer) > 0 {
+		r.Header.Del("Trailer")
+		if len(r.Trailer) > 0 {
+			r.Header.Set("Trailer", strings.Join(slices.Sorted(maps.Keys(r.Trailer)), ", "))
 		}
-		if pol.Action(dlp.CatSecret) == dlp.Redact && e.ContainsKnownFold(name) {
-			rep.Add(dlp.NewFinding(dlp.CatSecret, dlp.Redact, "header-name", name))
-			r.Header.Del(name)
-			continue
-		}
-		hp := &pol
-		if credentialHeaders[name] {
-			hp = &credPol
-		}
-		for i, v := range vals {
-			if out := e.ScrubText(hp, []byte(v), "header:"+name, rep); string(out) != v {
-				vals[i] = string(out)
-			}
+	}
+	if recv != nil {
+		if r.Body == nil || r.Body == http.NoBody {
+			hs.header(recv, "trailer")
+			maps.Copy(r.Trailer, recv)
+			recv = nil
+		} else {
+			r.Body = &onEOF{ReadCloser: r.Body, f: func() { hs.header(recv, "trailer") }}
 		}
 	}
 
@@ -203,6 +232,20 @@ func (f *DLPFilter) FilterRequest(ctx context.Context, dest mitm.Destination, r 
 		}
 	}
 
+	if send := r.Trailer; recv != nil {
+		fill := func(b io.ReadCloser) io.ReadCloser { return &onEOF{ReadCloser: b, f: func() { maps.Copy(send, recv) }} }
+		r.Body = fill(r.Body)
+		if gb := r.GetBody; gb != nil {
+			r.GetBody = func() (io.ReadCloser, error) {
+				b, err := gb()
+				if err != nil {
+					return nil, err
+				}
+				return fill(b), nil
+			}
+		}
+	}
+
 	var once sync.Once
 	var findings []egress.Finding
 	return func() []egress.Finding {
@@ -215,6 +258,90 @@ func (f *DLPFilter) FilterRequest(ctx context.Context, dest mitm.Destination, r 
 		})
 		return findings
 	}, nil
+}
+
+// headerScrub scrubs a request's header or trailer block in place.
+type headerScrub struct {
+	e            *dlp.Engine
+	pol, credPol *dlp.Policy
+	rep          *dlp.Report
+}
+
+// header scrubs h: where is "header" or "trailer", the findings' place.
+// Framing headers are left alone in a header block and dropped from a
+// trailer block (no trailer may frame or route the message).
+func (s headerScrub) header(h http.Header, where string) {
+	for name, vals := range h {
+		if where == "trailer" && (framingHeaders[name] || !httpguts.ValidTrailerHeader(name)) {
+			h.Del(name)
+			continue
+		}
+		if framingHeaders[name] {
+			continue
+		}
+		// A value hidden in a header's name cannot be replaced there (a
+		// placeholder is no valid name): the header is dropped.
+		if n := s.e.ScrubText(s.pol, []byte(name), where+"-name", s.rep); string(n) != name {
+			h.Del(name)
+			continue
+		}
+		if s.pol.Action(dlp.CatSecret) == dlp.Redact && s.e.ContainsKnownFold(name) {
+			s.rep.Add(dlp.NewFinding(dlp.CatSecret, dlp.Redact, where+"-name", name))
+			h.Del(name)
+			continue
+		}
+		hp := s.pol
+		if credentialHeaders[name] {
+			hp = s.credPol
+		}
+		for i, v := range vals {
+			if out := s.e.ScrubText(hp, []byte(v), where+":"+name, s.rep); string(out) != v {
+				vals[i] = string(out)
+			}
+		}
+	}
+}
+
+// framing scans the values of h's framing headers (but fixedHeaders). They
+// are not rewritten, as the message depends on them: a value the DLP would
+// redact is an error naming the header and what was found, never the value.
+func (s headerScrub) framing(h http.Header) error {
+	for _, name := range slices.Sorted(maps.Keys(h)) {
+		if !framingHeaders[name] || fixedHeaders[name] {
+			continue
+		}
+		where := "header:" + name
+		for _, v := range h[name] {
+			if out := s.e.ScrubText(s.pol, []byte(v), where, s.rep); string(out) == v {
+				continue
+			}
+			var cats []string
+			for _, fd := range s.rep.Findings() {
+				if c := fd.Category.String(); fd.Where == where && fd.Action == dlp.Redact && !slices.Contains(cats, c) {
+					cats = append(cats, c)
+				}
+			}
+			return fmt.Errorf("the %s header carries a value the DLP redacts (%s); a header that frames the message is not rewritten, so the request is not sent",
+				name, strings.Join(cats, ", "))
+		}
+	}
+	return nil
+}
+
+// onEOF runs f once its body has ended, before the end is passed on (by
+// then a request's trailers have arrived, and they are sent only after).
+type onEOF struct {
+	io.ReadCloser
+	once sync.Once
+	f    func()
+}
+
+func (b *onEOF) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err == io.EOF {
+		b.once.Do(b.f)
+	}
+	return n, err
 }
 
 // report turns a request's findings into network-log findings and audit

@@ -7,12 +7,15 @@ import (
 
 	"bufio"
 	"bytes"
+	"crypto/rand"
 	"crypto/tls"
 	"encoding/base64"
 	"encoding/binary"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
+	"mime/multipart"
 	"net"
 	"net/http"
 	"os"
@@ -45,6 +48,8 @@ type seen struct {
 type seenReq struct {
 	url, body string
 	header    http.Header
+	trailer   http.Header // as received once the body has ended
+	proto     string
 	length    int64
 }
 
@@ -52,7 +57,8 @@ func (s *seen) handler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		b, _ := io.ReadAll(r.Body)
 		s.mu.Lock()
-		s.reqs = append(s.reqs, seenReq{url: r.URL.RequestURI(), body: string(b), header: r.Header.Clone(), length: r.ContentLength})
+		s.reqs = append(s.reqs, seenReq{url: r.URL.RequestURI(), body: string(b), header: r.Header.Clone(), trailer: r.Trailer.Clone(),
+			proto: r.Proto, length: r.ContentLength})
 		s.mu.Unlock()
 		io.WriteString(w, "ok")
 	})
@@ -504,8 +510,8 @@ func TestDLPFilterTrailersAndMethod(t *testing.T) {
 	}
 	resp.Body.Close()
 	got := v.up["registry.example.net"].last(t)
-	if strings.Contains(fmt.Sprint(got.header), dlpSecret) || got.body != "body" {
-		t.Errorf("trailer reached upstream: %v %q", got.header, got.body)
+	if strings.Contains(fmt.Sprint(got.header, got.trailer), dlpSecret) || got.body != "body" || got.trailer.Get("X-Late") != "[REDACTED:SECRET]" {
+		t.Errorf("the trailer reached upstream unscrubbed: %v %v %q", got.header, got.trailer, got.body)
 	}
 	req, _ = http.NewRequest(dlpAWS, "https://registry.example.net/m", nil)
 	resp, err = c.Do(req)
@@ -515,5 +521,43 @@ func TestDLPFilterTrailersAndMethod(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusForbidden {
 		t.Errorf("a method holding a key: status %d", resp.StatusCode)
+	}
+}
+
+// TestDLPFilterFramingHeadersBenign: the random values clients put in
+// framing headers (a WebSocket nonce; Go's, curl's, Python's, Node's and
+// a browser's multipart boundaries) are not findings, many draws each: scanning those
+// headers must not refuse ordinary requests.
+func TestDLPFilterFramingHeadersBenign(t *testing.T) {
+	t.Parallel()
+	e, err := dlp.New(dlp.Config{Secrets: []dlp.Secret{{Value: dlpSecret, Source: ".env:1 API_KEY"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &DLPFilter{Engine: e}
+	dest := mitm.Destination{Name: "registry.example.net", Port: 443, Scheme: "https", Verified: true}
+	for i := range 300 {
+		b := make([]byte, 16)
+		rand.Read(b)
+		nonce := base64.StdEncoding.EncodeToString(b)
+		for _, ct := range []string{
+			multipart.NewWriter(io.Discard).FormDataContentType(),
+			"multipart/form-data; boundary=------------------------" + hex.EncodeToString(b[:8]),
+			"multipart/form-data; boundary=" + hex.EncodeToString(b),                                                      // Python's urllib3
+			fmt.Sprintf("multipart/form-data; boundary=--------------------------%024d", binary.BigEndian.Uint64(b)%1e18), // Node's form-data
+			"multipart/form-data; boundary=----WebKitFormBoundary" + base64.RawURLEncoding.EncodeToString(b[:12])[:16],
+		} {
+			r, _ := http.NewRequest("GET", "https://registry.example.net/", nil)
+			r.Header.Set("Content-Type", ct)
+			r.Header.Set("Sec-Websocket-Key", nonce)
+			r.Header.Set("Accept-Encoding", "gzip, deflate, br, zstd")
+			done, err := f.FilterRequest(t.Context(), dest, r)
+			if err != nil {
+				t.Fatalf("draw %d: %v (Content-Type %q, key %q)", i, err, ct, nonce)
+			}
+			if fs := done(); len(fs) > 0 {
+				t.Fatalf("draw %d: findings %+v (Content-Type %q, key %q)", i, fs, ct, nonce)
+			}
+		}
 	}
 }

@@ -9,13 +9,19 @@ package netfilter
 import (
 	"github.com/vibedom/vibedom/netfilter/egress"
 	"github.com/vibedom/vibedom/netfilter/internal/mitmtest"
+	"github.com/vibedom/vibedom/netfilter/mitm"
 
 	"bufio"
 	"bytes"
+	"context"
+	"crypto/rand"
 	"crypto/tls"
+	"encoding/base64"
 	"fmt"
 	"io"
+	"mime/multipart"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -416,6 +422,229 @@ func TestConformanceStreamingDownload(t *testing.T) {
 		ev := v.Events.Wait(t, "download", func(e egress.Event) bool { return e.Kind == "request" && e.Status == 200 })
 		if ev.Decision != "allow" || !strings.HasPrefix(ev.URL, "https://api.test/big") || ev.BytesDn != size {
 			t.Errorf("event %+v", ev)
+		}
+	})
+}
+
+// TestConformanceRequestTrailers: a guest's request trailers reach the
+// upstream scrubbed as headers are (a known secret in a value is
+// redacted, a trailer whose name holds it is dropped, and so is the
+// Trailer header's mention of it), on HTTP/1 and HTTP/2, and the request
+// completes (mitmdump 8.1 left an HTTP/1 request with trailers hanging).
+func TestConformanceRequestTrailers(t *testing.T) {
+	t.Parallel()
+	forEngines(t, func(t *testing.T, kind string) {
+		// One engine each, not in a subtest: mitmdump's socket path grows
+		// with the test's name.
+		requestTrailers(t, kind, false)
+		requestTrailers(t, kind, true)
+	})
+}
+
+// requestTrailers is TestConformanceRequestTrailers on one engine, with an
+// upstream that offers HTTP/2 or speaks HTTP/1.1 only (an HTTP/2 guest's
+// trailers then go out after an HTTP/1 chunked body).
+func requestTrailers(t *testing.T, kind string, upH1 bool) {
+	v := newDLPEnvEngine(t, kind, 1024)
+	up := v.up["registry.example.net"]
+	if upH1 {
+		s := httptest.NewUnstartedServer(up.handler())
+		s.TLS = &tls.Config{GetCertificate: func(hi *tls.ClientHelloInfo) (*tls.Certificate, error) {
+			return v.UpCA.IssueLeaf("registry.example.net", time.Hour)
+		}}
+		s.StartTLS()
+		t.Cleanup(s.Close)
+		v.AddServer("registry.example.net", 443, s.Listener.Addr().String())
+	}
+	for _, h2 := range []bool{false, true} {
+		t.Run(fmt.Sprintf("guest=%s,upstream=%s", map[bool]string{false: "http1", true: "h2"}[h2], map[bool]string{false: "h2+http1", true: "http1"}[upH1]), func(t *testing.T) {
+			c := &http.Client{Transport: v.GuestTransport(h2)}
+			// A deadline that fails the test: the request must complete.
+			ctx, cancel := context.WithTimeout(t.Context(), 45*time.Second)
+			defer cancel()
+			pr, pw := io.Pipe()
+			req, _ := http.NewRequestWithContext(ctx, "POST", "https://registry.example.net/trail", pr)
+			req.Header.Set("Content-Type", "text/plain")
+			// A name holding the secret: one sent, one only declared
+			// (in the Trailer header).
+			bad := "X-" + dlpSecret
+			req.Trailer = http.Header{"X-Late": nil, "X-Plain": nil, bad: nil, "X-Declared-" + dlpSecret: nil}
+			go func() {
+				pw.Write([]byte("body "))
+				req.Trailer.Set("X-Late", "key "+dlpSecret)
+				req.Trailer.Set("X-Plain", "fine")
+				req.Trailer.Set(bad, "v")
+				pw.Write([]byte("end"))
+				pw.Close()
+			}()
+			resp, err := c.Do(req)
+			if err != nil {
+				t.Fatalf("the request with trailers did not complete: %v", err)
+			}
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != 200 {
+				t.Fatalf("status %d", resp.StatusCode)
+			}
+			got := up.last(t)
+			if got.url != "/trail" || got.body != "body end" {
+				t.Fatalf("upstream got %q %q", got.url, got.body)
+			}
+			if all := fmt.Sprint(got.header, got.trailer); strings.Contains(strings.ToLower(all), strings.ToLower(dlpSecret)) {
+				t.Errorf("the secret reached the upstream: header %v trailer %v", got.header, got.trailer)
+			}
+			if got.trailer.Get("X-Late") != "key [REDACTED:SECRET]" || got.trailer.Get("X-Plain") != "fine" {
+				t.Errorf("upstream trailers %v (%s), want X-Late scrubbed and X-Plain as sent", got.trailer, got.proto)
+			}
+			if upH1 && got.proto != "HTTP/1.1" {
+				t.Errorf("upstream spoke %s, want HTTP/1.1", got.proto)
+			}
+		})
+	}
+	ev := v.Events.Wait(t, "trailer scrub", func(e egress.Event) bool {
+		return e.Kind == "request" && e.Decision == "scrub" && strings.HasPrefix(e.URL, "https://registry.example.net/trail")
+	})
+	var where []string
+	for _, f := range ev.Findings {
+		where = append(where, f.Where)
+	}
+	if w := strings.Join(where, " "); !strings.Contains(w, "trailer:X-Late") || !strings.Contains(w, "trailer-name") {
+		t.Errorf("findings at %q, want the trailer's value and name", w)
+	}
+}
+
+// TestConformanceDLPFramingHeaders: a known value in a header that frames
+// the message (Content-Type parameters, Accept-Encoding, Te, Expect,
+// Connection, Sec-WebSocket-Protocol on an upgrade) refuses the request,
+// as such a header is never rewritten: upstream never sees it, and
+// alerts.jsonl names the header without the value. The usual values of
+// those headers (a browser's and Go's multipart boundaries, a WebSocket
+// nonce, the common content codings) pass untouched.
+func TestConformanceDLPFramingHeaders(t *testing.T) {
+	t.Parallel()
+	forEngines(t, func(t *testing.T, kind string) {
+		v := newDLPEnvEngine(t, kind, 1024)
+		up := v.up["registry.example.net"]
+		reached := func() int {
+			up.mu.Lock()
+			defer up.mu.Unlock()
+			return len(up.reqs)
+		}
+		nonce := make([]byte, 16)
+		rand.Read(nonce)
+		key := base64.StdEncoding.EncodeToString(nonce)
+		upgrade := func(proto string) []string {
+			return []string{"Connection", "Upgrade", "Upgrade", "websocket", "Sec-WebSocket-Version", "13",
+				"Sec-WebSocket-Key", key, "Sec-WebSocket-Protocol", proto}
+		}
+		do := func(t *testing.T, h2 bool, method, ct, body string, hdr []string) *http.Response {
+			t.Helper()
+			c := &http.Client{Transport: v.GuestTransport(h2)}
+			req, _ := http.NewRequestWithContext(t.Context(), method, "https://registry.example.net/f", strings.NewReader(body))
+			if ct != "" {
+				req.Header.Set("Content-Type", ct)
+			}
+			for i := 0; i < len(hdr); i += 2 {
+				req.Header.Set(hdr[i], hdr[i+1])
+			}
+			resp, err := c.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			return resp
+		}
+		refused := []struct {
+			name, header string
+			h2           bool
+			method, ct   string
+			hdr          []string
+		}{
+			{"content-type-param", "Content-Type", false, "POST", "text/plain; x=" + dlpSecret, nil},
+			{"content-type-param-h2", "Content-Type", true, "POST", "text/plain; x=" + dlpSecret, nil},
+			{"multipart-boundary", "Content-Type", false, "POST", "multipart/form-data; boundary=" + dlpSecret, nil},
+			{"accept-encoding", "Accept-Encoding", false, "GET", "", []string{"Accept-Encoding", "gzip, " + dlpSecret}},
+			{"accept-encoding-h2", "Accept-Encoding", true, "GET", "", []string{"Accept-Encoding", dlpSecret}},
+			{"te", "Te", false, "GET", "", []string{"Te", "trailers, " + dlpSecret}},
+			{"expect", "Expect", false, "POST", "text/plain", []string{"Expect", dlpSecret}},
+			{"connection", "Connection", false, "GET", "", []string{"Connection", "keep-alive, " + dlpSecret}},
+			{"websocket-protocol", "Sec-Websocket-Protocol", false, "GET", "", upgrade("chat, " + dlpSecret)},
+		}
+		denied := 0
+		for _, c := range refused {
+			t.Run("refused/"+c.name, func(t *testing.T) {
+				before := reached()
+				resp := do(t, c.h2, c.method, c.ct, "hello", c.hdr)
+				switch {
+				case kind == "go" && c.header == "Expect" && resp.StatusCode == http.StatusExpectationFailed:
+					// Go's server answers an Expect it does not know itself.
+				case resp.StatusCode != http.StatusForbidden || resp.Header.Get(mitm.RefusedHeader) == "":
+					t.Errorf("status %d (%s: %q), want a 403 refusal", resp.StatusCode, mitm.RefusedHeader, resp.Header.Get(mitm.RefusedHeader))
+				default:
+					denied++
+				}
+				if n := reached(); n != before {
+					t.Errorf("the request reached the upstream: %v", up.last(t).header)
+				}
+			})
+		}
+		benign := []struct {
+			name, ct, body string
+			hdr            []string
+		}{
+			{"browser-multipart", "multipart/form-data; boundary=----WebKitFormBoundary7MA4YWxkTrZu0gW",
+				"------WebKitFormBoundary7MA4YWxkTrZu0gW\r\nContent-Disposition: form-data; name=\"a\"\r\n\r\n1\r\n------WebKitFormBoundary7MA4YWxkTrZu0gW--\r\n", nil},
+			{"go-multipart", "", "", nil},
+			{"accept-encoding", "text/plain", "hello", []string{"Accept-Encoding", "gzip, deflate, br, zstd"}},
+			{"websocket", "", "", upgrade("chat, superchat")},
+		}
+		for _, c := range benign {
+			t.Run("benign/"+c.name, func(t *testing.T) {
+				method := "POST"
+				if c.name == "go-multipart" {
+					var b bytes.Buffer
+					mw := multipart.NewWriter(&b) // a random boundary, as Go clients send
+					mw.WriteField("a", "1")
+					mw.Close()
+					c.ct, c.body = mw.FormDataContentType(), b.String()
+				}
+				if c.name == "websocket" {
+					method = "GET"
+				}
+				resp := do(t, false, method, c.ct, c.body, c.hdr)
+				if resp.StatusCode != 200 {
+					t.Fatalf("status %d", resp.StatusCode)
+				}
+				got := up.last(t)
+				if c.ct != "" && got.header.Get("Content-Type") != c.ct {
+					t.Errorf("Content-Type %q, want %q", got.header.Get("Content-Type"), c.ct)
+				}
+				for i := 0; i < len(c.hdr); i += 2 {
+					if k := c.hdr[i]; k != "Connection" && k != "Upgrade" && got.header.Get(k) != c.hdr[i+1] {
+						t.Errorf("%s %q, want %q", k, got.header.Get(k), c.hdr[i+1])
+					}
+				}
+				if c.body != "" && got.body != c.body {
+					t.Errorf("body %q, want %q", got.body, c.body)
+				}
+			})
+		}
+		v.Events.WaitCount(t, "framing refusals", denied, mitmtest.IsKind("request", "deny"))
+		for _, e := range v.Events.All() {
+			if e.Kind == "request" && e.Decision == "scrub" {
+				t.Errorf("a benign request was scrubbed: %s %+v", e.URL, e.Findings)
+			}
+		}
+		v.log.Close()
+		alerts, _ := os.ReadFile(filepath.Join(v.logDir, AlertsLogFile))
+		if bytes.Contains(alerts, []byte(dlpSecret)) {
+			t.Errorf("the value reached alerts.jsonl:\n%s", alerts)
+		}
+		for _, c := range refused {
+			if (kind != "go" || c.header != "Expect") && !bytes.Contains(alerts, []byte("the "+c.header+" header carries a value the DLP redacts (SECRET)")) {
+				t.Errorf("alerts.jsonl does not name %s:\n%s", c.header, alerts)
+			}
 		}
 	})
 }

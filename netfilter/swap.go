@@ -10,10 +10,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 )
 
 // upstreamKind names how a request leaves, for messages.
@@ -45,7 +48,10 @@ var ErrLoginPath = errors.New("a subscription login's placeholder on a path the 
 // which knows the real value, never scrubs it there. A placeholder in any
 // other header (of any request) or in the URL refuses the request, and so
 // does one on a path the swap does not name (Swap.Paths, for logins); in
-// a body the DLP finds it (give it the placeholders as known values).
+// a body the DLP finds it (give it the placeholders as known values). A
+// placeholder in a trailer (name or value) is never swapped: it refuses
+// the request as well, or, when the trailer arrives after the head has
+// gone, fails the body so the request is aborted and the trailer unsent.
 func NewSwapFilter(inner mitm.RequestFilter, swaps []credentials.Swap) mitm.RequestFilter {
 	if inner == nil {
 		inner = mitm.IdentityFilter{}
@@ -202,6 +208,26 @@ func (f *swapFilter) FilterRequest(ctx context.Context, dest mitm.Destination, r
 			}
 		}
 	}
+	var late *eofCheck
+	var recv, own http.Header
+	if tr := r.Trailer; tr != nil {
+		// Values known now (the mitmproxy engine) are checked now; the Go
+		// engine fills them once the body has ended.
+		if err := trailerPlaceholder(tr, swaps, dest); err != nil {
+			return nil, err
+		}
+		if r.Body != nil && r.Body != http.NoBody {
+			late = &eofCheck{ReadCloser: r.Body, check: func() error { return trailerPlaceholder(tr, swaps, dest) }}
+			r.Body = late
+			// The body may be read ahead (learned, below): inner gets a
+			// map of its own, filled once it reads the body's end.
+			recv, own = tr, make(http.Header, len(tr))
+			for k := range tr {
+				own[k] = nil
+			}
+			r.Trailer = own
+		}
+	}
 	if do != nil && !do.PathAllowed(r.URL) {
 		return nil, fmt.Errorf("%w (%s's, %s %s to %s:%d: the paths it uses are %s)", ErrLoginPath, do.Name,
 			egress.Shorten(r.Method), egress.Shorten(r.URL.EscapedPath()), dest.Name, dest.Port, strings.Join(do.Paths, " "))
@@ -230,6 +256,9 @@ func (f *swapFilter) FilterRequest(ctx context.Context, dest mitm.Destination, r
 			r.GetBody = nil
 		}
 	}
+	if own != nil {
+		r.Body = &onEOF{ReadCloser: r.Body, f: func() { maps.Copy(own, recv) }}
+	}
 	value := ""
 	if do != nil {
 		value = do.Value
@@ -249,7 +278,58 @@ func (f *swapFilter) FilterRequest(ctx context.Context, dest mitm.Destination, r
 	if do != nil {
 		r.Header.Set(do.Header, value)
 	}
+	if late != nil {
+		// A request aborted for its trailer is an alert, as a refusal is.
+		inner := done
+		done = func() []egress.Finding {
+			var fs []egress.Finding
+			if inner != nil {
+				fs = inner()
+			}
+			if late.failed.Load() {
+				fs = append(slices.Clip(fs), egress.Finding{Category: "PLACEHOLDER", Where: "trailer", Action: "refuse"})
+			}
+			return fs
+		}
+	}
 	return done, nil
+}
+
+// trailerPlaceholder reports a placeholder in a trailer's name or value.
+func trailerPlaceholder(tr http.Header, swaps []credentials.Swap, dest mitm.Destination) error {
+	for name, vals := range tr {
+		for _, s := range swaps {
+			if strings.Contains(strings.ToLower(name), strings.ToLower(s.Token)) { // HTTP/2 lowers names
+				// Not named: it holds the placeholder.
+				return fmt.Errorf("%w (%s's, in a trailer's name, to %s:%d)", ErrPlaceholder, s.Name, dest.Name, dest.Port)
+			}
+			for _, v := range vals {
+				if strings.Contains(v, s.Token) {
+					return fmt.Errorf("%w (%s's, in trailer %s, to %s:%d)", ErrPlaceholder, s.Name, strings.ToLower(name), dest.Name, dest.Port)
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// eofCheck is a body that, once it has ended, returns check's error, if
+// any, in place of the end (and then failed is true).
+type eofCheck struct {
+	io.ReadCloser
+	check  func() error
+	failed atomic.Bool
+}
+
+func (b *eofCheck) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err == io.EOF {
+		if cerr := b.check(); cerr != nil {
+			b.failed.Store(true)
+			return n, cerr
+		}
+	}
+	return n, err
 }
 
 // UpgradeWriter passes the inner filter's WebSocket scrubbing through,

@@ -18,7 +18,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vibedom/vibedom/dlp"
 	"github.com/vibedom/vibedom/keys"
 )
 
@@ -127,12 +126,7 @@ func (l *chanListener) Addr() net.Addr { return l.addr }
 // keeps every byte it was sent.
 func TestSwapOnlyOverVerifiedTLS(t *testing.T) {
 	t.Parallel()
-	real := "sk-ant-api03-" + strings.Repeat("Pl4n", 20) + "AA" // gitleaks:allow
-	ph := "sk-ant-api03-" + strings.Repeat("PhYy", 20) + "BB"   // gitleaks:allow
-	eng, err := dlp.New(dlp.Config{Secrets: []dlp.Secret{{Value: real, Source: "host key"}, {Value: ph, Source: "placeholder"}}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	real, ph, eng := swapFixture(t, "Pl4n", "PhYy")
 	filter := NewSwapFilter(&DLPFilter{Engine: eng}, []credentials.Swap{{Name: "anthropic", Host: "api.test", Header: "x-api-key", Placeholder: ph, Value: real, Token: ph}})
 	forEngines(t, func(t *testing.T, kind string) {
 		v := newEngineEnv(t, kind, mitmtest.Rules, func(c *mitm.EngineConfig) { c.Filter = filter })

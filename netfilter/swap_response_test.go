@@ -33,12 +33,7 @@ import (
 // WebSocket frames) must show no form of it.
 func TestResponseScrubEverywhere(t *testing.T) {
 	t.Parallel()
-	real := "sk-ant-api03-" + strings.Repeat("Ec4o", 20) + "AA" // gitleaks:allow
-	ph := "sk-ant-api03-" + strings.Repeat("PhZz", 20) + "BB"   // gitleaks:allow
-	eng, err := dlp.New(dlp.Config{Secrets: []dlp.Secret{{Value: real, Source: "host key"}, {Value: ph, Source: "placeholder"}}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	real, ph, eng := swapFixture(t, "Ec4o", "PhZz")
 	oracle, err := dlp.New(dlp.Config{Secrets: []dlp.Secret{{Value: real, Source: "host key"}}})
 	if err != nil {
 		t.Fatal(err)

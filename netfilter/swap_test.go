@@ -7,6 +7,7 @@ import (
 	"github.com/vibedom/vibedom/netfilter/internal/mitmtest"
 	"github.com/vibedom/vibedom/netfilter/mitm"
 
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -18,18 +19,27 @@ import (
 	"github.com/vibedom/vibedom/dlp"
 )
 
+// swapFixture builds an Anthropic-style key and placeholder from two
+// four-letter stems (at run time: the project's secrets scan stays quiet)
+// and a DLP engine that knows both.
+func swapFixture(t *testing.T, realStem, phStem string) (real, ph string, eng *dlp.Engine) {
+	t.Helper()
+	real = "sk-ant-api03-" + strings.Repeat(realStem, 20) + "AA" // gitleaks:allow
+	ph = "sk-ant-api03-" + strings.Repeat(phStem, 20) + "BB"     // gitleaks:allow
+	eng, err := dlp.New(dlp.Config{Secrets: []dlp.Secret{{Value: real, Source: "host key"}, {Value: ph, Source: "placeholder"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return real, ph, eng
+}
+
 // TestCredentialSwap: the guest has only a placeholder; the proxy puts the
 // real key in the provider's auth header on requests to the provider's
 // host, and nowhere else. Real HTTP clients through the real MITM, with the
 // real DLP inside.
 func TestCredentialSwap(t *testing.T) {
 	t.Parallel()
-	real := "sk-ant-api03-" + strings.Repeat("R3al", 20) + "AA" // gitleaks:allow
-	ph := "sk-ant-api03-" + strings.Repeat("PhXx", 20) + "BB"   // gitleaks:allow
-	eng, err := dlp.New(dlp.Config{Secrets: []dlp.Secret{{Value: real, Source: "host key"}, {Value: ph, Source: "placeholder"}}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	real, ph, eng := swapFixture(t, "R3al", "PhXx")
 	filter := NewSwapFilter(&DLPFilter{Engine: eng}, []credentials.Swap{{Name: "anthropic", Host: "api.test", Header: "x-api-key", Placeholder: ph, Value: real, Token: ph}})
 	forEngines(t, func(t *testing.T, kind string) {
 		testCredentialSwap(t, kind, filter, eng, real, ph)
@@ -163,4 +173,95 @@ func testCredentialSwap(t *testing.T, kind string, filter mitm.RequestFilter, en
 			}
 		})
 	}
+}
+
+// TestCredentialSwapTrailers: a placeholder in a request trailer is never
+// swapped; as one in any header but the swap's, it refuses the request
+// (in a value or a name, a body scrubbed whole or streamed, HTTP/1 and
+// HTTP/2), so upstream never gets it, not even scrubbed; a trailer
+// without one passes beside a swap.
+func TestCredentialSwapTrailers(t *testing.T) {
+	t.Parallel()
+	real, ph, eng := swapFixture(t, "R3al", "PhXx")
+	filter := NewSwapFilter(&DLPFilter{Engine: eng, BufferLimit: 64}, []credentials.Swap{{Name: "anthropic", Host: "api.test", Header: "x-api-key", Placeholder: ph, Value: real, Token: ph}})
+	forEngines(t, func(t *testing.T, kind string) {
+		v := newEngineEnv(t, kind, mitmtest.Rules, func(c *mitm.EngineConfig) { c.Filter = filter })
+		var mu sync.Mutex
+		var seen []string // what upstream got: key | trailers | body
+		v.UpstreamTLS("api.test", 443, v.UpCA, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			b, err := io.ReadAll(r.Body)
+			mu.Lock()
+			seen = append(seen, fmt.Sprintf("%s|%v|%s|%v", r.Header.Get("X-Api-Key"), r.Trailer, b, err))
+			mu.Unlock()
+			io.WriteString(w, "ok")
+		}))
+		for _, h2 := range []bool{false, true} {
+			c := &http.Client{Transport: v.GuestTransport(h2)}
+			send := func(t *testing.T, body string, tr http.Header) int {
+				t.Helper()
+				req, _ := http.NewRequestWithContext(t.Context(), "POST", "https://api.test/v1/messages/"+t.Name(), strings.NewReader(body))
+				req.Header.Set("X-Api-Key", ph)
+				req.Trailer, req.ContentLength = tr, -1 // chunked: HTTP/1 sends trailers only then
+				resp, err := c.Do(req)
+				if err != nil {
+					return 0 // aborted
+				}
+				io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				return resp.StatusCode
+			}
+			proto := map[bool]string{false: "http1", true: "h2"}[h2]
+			long := strings.Repeat("streamed past the buffer limit\n", 8)
+			for _, c := range []struct {
+				name, body string
+				tr         http.Header
+			}{
+				{"value", "short", http.Header{"X-Late": {"k=" + ph}}},
+				{"value-streamed", long, http.Header{"X-Late": {ph}}},
+				{"name", "short", http.Header{"X-" + ph: {"v"}}},
+			} {
+				t.Run(proto+"/"+c.name, func(t *testing.T) {
+					mu.Lock()
+					before := len(seen)
+					mu.Unlock()
+					code := send(t, c.body, c.tr)
+					if code == 200 {
+						t.Errorf("status 200, want the request refused")
+					}
+					mu.Lock()
+					got := seen[before:]
+					mu.Unlock()
+					for _, s := range got {
+						if strings.Contains(s, "PhXx") || strings.Contains(s, "REDACTED") || strings.Contains(s, "<nil>") && strings.Contains(s, "X-Late") {
+							t.Errorf("upstream got the trailer: %q", s)
+						}
+					}
+				})
+			}
+			t.Run(proto+"/plain", func(t *testing.T) {
+				if code := send(t, "short", http.Header{"X-Plain": {"fine"}}); code != 200 {
+					t.Fatalf("status %d", code)
+				}
+				mu.Lock()
+				last := seen[len(seen)-1]
+				mu.Unlock()
+				if want := real + "|map[X-Plain:[fine]]|short|<nil>"; last != want {
+					t.Errorf("upstream got %q, want %q", last, want)
+				}
+			})
+		}
+		// An alert each: refused (403) when the trailer is known before the
+		// head goes out, else aborted, with a finding.
+		v.Events.Wait(t, "placeholder in a trailer's name", func(e egress.Event) bool {
+			return e.Decision == "deny" && strings.Contains(e.Reason, "credential placeholder") && strings.Contains(e.Reason, "in a trailer's name")
+		})
+		late := v.Events.WaitCount(t, "placeholder in a trailer's value", 4, func(e egress.Event) bool {
+			return egress.IsAlert(e) && strings.Contains(e.Reason, "credential placeholder") && strings.Contains(e.Reason, "in trailer x-late")
+		})
+		for _, e := range late {
+			if e.Decision != "deny" && (len(e.Findings) != 1 || e.Findings[0].Category != "PLACEHOLDER") {
+				t.Errorf("an aborted request: %s %s %+v", e.URL, e.Decision, e.Findings)
+			}
+		}
+	})
 }

@@ -84,6 +84,9 @@ type sess struct {
 	intrMu     sync.Mutex
 	collecting context.CancelCauseFunc // non-nil while collecting
 	presses    int                     // interrupts while collecting
+	// stopBalloon ends the balloon policy (balloon.go); nil when it does
+	// not run.
+	stopBalloon func()
 }
 
 func (s *sess) progress(format string, a ...any) {

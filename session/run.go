@@ -91,6 +91,10 @@ type Options struct {
 	// byte before it gives up and keeps the scratch disk; zero means the
 	// default (2 minutes), or $VIBEDOM_COLLECT_IDLE (a Go duration).
 	CollectIdle time.Duration
+	// Balloon says whether the session steers the VM's memory balloon so
+	// an idle guest gives memory back (balloon.go); empty means
+	// $VIBEDOM_BALLOON, else BalloonAuto.
+	Balloon BalloonMode
 	// Ready, when set, is called once the guest is up, the agent started
 	// and the control socket serves.
 	Ready func(name string)
@@ -173,6 +177,13 @@ func (o *Options) setDefaults() error {
 			}
 			o.CollectIdle = d
 		}
+	}
+	if o.Balloon == "" {
+		m, err := parseBalloonMode(os.Getenv(BalloonEnv))
+		if err != nil {
+			return fmt.Errorf("$%s: %w", BalloonEnv, err)
+		}
+		o.Balloon = m
 	}
 	if o.Stdin == nil {
 		o.Stdin = strings.NewReader("")

@@ -100,6 +100,7 @@ func (s *sess) run(ctx context.Context, start time.Time) (*Result, error) {
 		return s.result(), err
 	}
 	s.startPorts()
+	s.startBalloon()
 	switch {
 	case o.Detached:
 		s.progress("ready in %.1fs", s.timings.Total.Seconds())
@@ -154,6 +155,9 @@ func (s *sess) run(ctx context.Context, start time.Time) (*Result, error) {
 // the session is stopping, so no control request pauses it again (or runs
 // a command in it) while its changes are collected.
 func (s *sess) windUp(ctx context.Context) {
+	if s.stopBalloon != nil {
+		s.stopBalloon() // the agent is done: nothing to steer the memory for
+	}
 	s.ctl.mu.Lock()
 	defer s.ctl.mu.Unlock()
 	if s.ctl.paused {

@@ -301,6 +301,11 @@ const (
 type Info struct {
 	Transport Transport
 	ShareFS   ShareFS
+	// FreePageReporting means the hypervisor takes back by itself the
+	// memory a guest frees (virtio-balloon free page reporting), so the
+	// host need not steer the balloon (Ballooner) for an idle guest to
+	// give memory back.
+	FreePageReporting bool
 }
 
 // Machine is one running (or finished) virtual machine.
@@ -348,6 +353,26 @@ type Pauser interface {
 // SaveToDisk wraps it with the record Restore checks against.
 type StateSaver interface {
 	SaveState(ctx context.Context, path string) error
+}
+
+// Ballooner is implemented by machines with a memory balloon whose size the
+// host sets: inflating it takes memory from the guest and gives it back to
+// the host, deflating it returns the memory to the guest.
+//
+// Sizes are the guest's logical memory size in MiB: Config.MemoryMiB with
+// the balloon empty, less as it inflates. The guest reaches a new target
+// over the time its balloon driver takes to give or take the pages back; a
+// guest without the driver never does.
+type Ballooner interface {
+	// SetMemoryTarget asks the guest to shrink or grow to mib MiB. It
+	// clamps mib to what the machine can be set to (at most
+	// Config.MemoryMiB) and returns without waiting for the guest.
+	SetMemoryTarget(ctx context.Context, mib int) error
+	// MemoryTarget reports the guest's memory size as the hypervisor knows
+	// it: where it reports the guest's progress (QEMU's query-balloon),
+	// the size the guest has reached; where it only keeps the target
+	// (vz), the target last set.
+	MemoryTarget(ctx context.Context) (mib int, err error)
 }
 
 // Identified is implemented by machines that have a hardware identity the

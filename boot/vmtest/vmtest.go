@@ -54,8 +54,8 @@ type Harness struct {
 	BootTimeout time.Duration
 	// ScratchSize is the sparse scratch disk's size (default 1 GiB: 16,384
 	// inodes, as the guest formats one per 64 KiB).
-	ScratchSize int64	// AccelGrace is boot.Options.AccelGrace (default: boot's).
-	AccelGrace time.Duration
+	ScratchSize int64 // AccelGrace is boot.Options.AccelGrace (default: boot's).
+	AccelGrace  time.Duration
 }
 
 // Guest is a booted test VM and an SSH connection to its agent.

@@ -8,7 +8,9 @@
 package proto
 
 import (
+	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"fmt"
 )
 
@@ -218,6 +220,10 @@ const (
 	// to it. The host sends it after resuming a paused VM, whose clock
 	// stood still while it was paused.
 	RequestSetTime = "settime@vibedom"
+	// RequestMemInfo is a global request the guest answers with its memory
+	// as its kernel counts it (MemInfo, in the reply's payload). The host
+	// steers the memory balloon by it.
+	RequestMemInfo = "meminfo@vibedom"
 	// RequestKeepalive is a global request the guest answers with success
 	// (OpenSSH's name, so other SSH servers answer it too).
 	RequestKeepalive = "keepalive@openssh.com"
@@ -257,4 +263,32 @@ func ValidKeepName(name string) bool {
 		}
 	}
 	return true
+}
+
+// MemInfo is the guest's memory as /proc/meminfo has it, in bytes: the
+// payload of the reply to RequestMemInfo, two big-endian uint64s.
+type MemInfo struct {
+	// Total is MemTotal: the RAM the kernel manages (less what the memory
+	// balloon holds).
+	Total uint64
+	// Available is MemAvailable: what new work can have without the
+	// guest swapping or killing.
+	Available uint64
+}
+
+// Marshal encodes m as the reply's payload.
+func (m MemInfo) Marshal() []byte {
+	b := make([]byte, 16)
+	binary.BigEndian.PutUint64(b, m.Total)
+	binary.BigEndian.PutUint64(b[8:], m.Available)
+	return b
+}
+
+// ParseMemInfo decodes a reply's payload. It checks only the shape: the
+// values are the guest's word.
+func ParseMemInfo(b []byte) (MemInfo, error) {
+	if len(b) != 16 {
+		return MemInfo{}, errors.New("memory info: want 16 bytes")
+	}
+	return MemInfo{Total: binary.BigEndian.Uint64(b), Available: binary.BigEndian.Uint64(b[8:])}, nil
 }

@@ -15,7 +15,10 @@
 //     dependencies and a load order, from the modules' own .modinfo
 //     metadata, in a folder or an fs.FS (ResolveModules*), and reads a
 //     module, unpacking a .ko.gz (ReadModule*; .ko.xz and .ko.zst are
-//     refused with ErrCompressedModule).
+//     refused with ErrCompressedModule);
+//   - takes out of a module what the guest kernel would check on every
+//     load and never use: its appended signature (StripSignature) and its
+//     BPF type information (HideBTF renames the .BTF section).
 //
 // What it does not do: it packs nothing into an initramfs (package
 // image/initramfs writes archives; package image assembles them), caches

@@ -21,20 +21,12 @@ func makeKO(t *testing.T, machine elf.Machine, info ...string) []byte {
 	t.Helper()
 	modinfo := []byte(strings.Join(info, "\x00") + "\x00")
 	shstrtab := []byte("\x00.modinfo\x00.shstrtab\x00")
-	const ehsize, shentsize = 64, 64
+	const ehsize = 64
 	modOff := uint64(ehsize)
 	strOff := modOff + uint64(len(modinfo))
 	shOff := (strOff + uint64(len(shstrtab)) + 7) &^ 7
 	var b bytes.Buffer
-	h := elf.Header64{
-		Type: uint16(elf.ET_REL), Machine: uint16(machine), Version: uint32(elf.EV_CURRENT),
-		Shoff: shOff, Ehsize: ehsize, Shentsize: shentsize, Shnum: 3, Shstrndx: 2,
-	}
-	copy(h.Ident[:], elf.ELFMAG)
-	h.Ident[elf.EI_CLASS] = byte(elf.ELFCLASS64)
-	h.Ident[elf.EI_DATA] = byte(elf.ELFDATA2LSB)
-	h.Ident[elf.EI_VERSION] = byte(elf.EV_CURRENT)
-	binary.Write(&b, binary.LittleEndian, &h)
+	writeELFHeader(&b, machine, shOff, 3, 2)
 	b.Write(modinfo)
 	b.Write(shstrtab)
 	b.Write(make([]byte, shOff-uint64(b.Len())))
@@ -46,6 +38,20 @@ func makeKO(t *testing.T, machine elf.Machine, info ...string) []byte {
 		binary.Write(&b, binary.LittleEndian, &s)
 	}
 	return b.Bytes()
+}
+
+// writeELFHeader writes the header of a little-endian 64-bit relocatable
+// object with shnum 64-byte section headers at shoff.
+func writeELFHeader(b *bytes.Buffer, machine elf.Machine, shoff uint64, shnum, shstrndx uint16) {
+	h := elf.Header64{
+		Type: uint16(elf.ET_REL), Machine: uint16(machine), Version: uint32(elf.EV_CURRENT),
+		Shoff: shoff, Ehsize: 64, Shentsize: 64, Shnum: shnum, Shstrndx: shstrndx,
+	}
+	copy(h.Ident[:], elf.ELFMAG)
+	h.Ident[elf.EI_CLASS] = byte(elf.ELFCLASS64)
+	h.Ident[elf.EI_DATA] = byte(elf.ELFDATA2LSB)
+	h.Ident[elf.EI_VERSION] = byte(elf.EV_CURRENT)
+	binary.Write(b, binary.LittleEndian, &h)
 }
 
 // fakeModule describes one module of a synthetic module tree.

@@ -255,7 +255,9 @@ func NewGoEngine(cfg EngineConfig) (*GoEngine, error) {
 	e.transport1, e.transport2 = tr(h1, dial1), tr(h2, e.dial)
 	rp := func(t http.RoundTripper) *httputil.ReverseProxy {
 		return &httputil.ReverseProxy{
-			Rewrite:        func(*httputil.ProxyRequest) {}, // the request is prepared in forward
+			// The request is prepared in forward; its trailer map (filled
+			// and scrubbed as the body ends) is the one sent.
+			Rewrite:        func(pr *httputil.ProxyRequest) { pr.Out.Trailer = pr.In.Trailer },
 			Transport:      t,
 			BufferPool:     bufferPool{},
 			ErrorLog:       e.stdlog,

@@ -16,6 +16,7 @@ import (
 	"net/http/httptrace"
 	"net/netip"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -231,6 +232,12 @@ func (e *GoEngine) forward(w http.ResponseWriter, r *http.Request, dest fwdTarge
 	}
 	if out.Body != nil && out.Body != http.NoBody {
 		out.Body = &idleBody{ReadCloser: out.Body, rc: http.NewResponseController(w), idle: e.cfg.BodyIdleTimeout}
+		if out.Trailer != nil {
+			// The server fills r's trailers once the body has ended: they
+			// are copied into the map the filter is given (it wraps this
+			// body, and scrubs them before the transport sends them).
+			out.Body = &trailerCopy{ReadCloser: out.Body, from: r, to: out.Trailer}
+		}
 	}
 	st.websocket = RestrictUpgrade(out)
 	// The transports always verify upstream TLS (system roots plus
@@ -523,4 +530,25 @@ func AddrString(a netip.AddrPort) string {
 		return ""
 	}
 	return a.String()
+}
+
+// trailerCopy copies the guest's request trailers into the outgoing
+// request's trailer map (to, as the filter was given it) when the body
+// ends, before the end is passed on.
+type trailerCopy struct {
+	io.ReadCloser
+	from *http.Request
+	to   http.Header
+	done bool
+}
+
+func (b *trailerCopy) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err == io.EOF && !b.done {
+		b.done = true
+		for k, v := range b.from.Trailer {
+			b.to[k] = slices.Clone(v)
+		}
+	}
+	return n, err
 }

@@ -6,6 +6,7 @@
 # cannot be read, an exception -- the request is refused (fail closed).
 import asyncio
 import base64
+import dataclasses
 import hmac
 import json
 import os
@@ -255,8 +256,8 @@ def _swallow_informational():
 
 class _TrailerReader:
     """An HTTP/1 body reader that takes the trailers off the message's end
-    (mitmdump 8 to 11 fail on them and leave the guest's response hanging),
-    for _relay_http1_trailers to pass on."""
+    (mitmdump 8 to 11 fail on them and leave the connection hanging), for
+    _relay_http1_trailers to pass on."""
 
     def __init__(self, r):
         self.r = r
@@ -278,56 +279,84 @@ class _TrailerReader:
         return ev
 
 
+def _trailer_block(t):
+    """The last chunk of an HTTP/1 chunked body, carrying trailers t."""
+    lines = b"".join(k + b": " + v + b"\r\n" for k, v in t.fields if not re.search(rb"[\r\n\0]", k + v))
+    return b"0\r\n" + lines + b"\r\n"
+
+
 def _relay_http1_trailers():
-    """A provider's HTTP/1 response trailers reach the response hook (which
-    scrubs them) as HTTP/2 ones do, and a guest on HTTP/1 gets them after the
-    last chunk. Without this mitmdump stops at the trailers: the guest has
-    the body so far and waits for its end forever."""
+    """HTTP/1 trailers, which mitmdump 8.1 can neither read nor write,
+    take the path HTTP/2 ones do. A provider's response trailers reach the
+    response hook (which scrubs them) and a guest on HTTP/1 gets them after
+    the last chunk; a guest's request trailers reach the request hook
+    (which has vibedom scrub them as headers) and an HTTP/1 upstream gets
+    them after the last chunk, the request sent chunked. Without this
+    mitmdump stops at the trailers: the other side waits forever (the
+    guest for the response's end, or for an answer to its request)."""
     from mitmproxy.proxy import commands
     from mitmproxy.proxy.layers.http import _http1
     from mitmproxy.proxy.layers.http._base import ReceiveHttp
-    from mitmproxy.proxy.layers.http._events import ResponseEndOfMessage, ResponseTrailers
+    from mitmproxy.proxy.layers.http._events import (
+        RequestEndOfMessage, RequestHeaders, RequestTrailers, ResponseEndOfMessage, ResponseTrailers)
 
-    orig_read = _http1.Http1Client.read_body
+    def wrap_read(cls, trailers_event):
+        orig_read = cls.read_body
 
-    def read_body(self, event):
-        br = self.body_reader
-        if not isinstance(br, _TrailerReader):
-            self.body_reader = br = _TrailerReader(br)
-        gen, sent = orig_read(self, event), None
-        while True:
-            try:
-                cmd = gen.send(sent)
-            except StopIteration:
+        def read_body(self, event):
+            br = self.body_reader
+            if not isinstance(br, _TrailerReader):
+                self.body_reader = br = _TrailerReader(br)
+            gen, sent = orig_read(self, event), None
+            while True:
+                try:
+                    cmd = gen.send(sent)
+                except StopIteration:
+                    return
+                if br.trailers is not None and isinstance(cmd, ReceiveHttp) and isinstance(cmd.event, self.ReceiveEndOfMessage):
+                    yield ReceiveHttp(trailers_event(cmd.event.stream_id, br.trailers))
+                    br.trailers = None
+                sent = yield cmd
+
+        cls.read_body = read_body
+
+    def wrap_send(cls, trailers_event, end_event, chunked):
+        orig_send = cls.send
+
+        def send(self, event):
+            if isinstance(event, trailers_event):
+                self.vibedom_trailers = event.trailers  # sent with the last chunk
                 return
-            if br.trailers is not None and isinstance(cmd, ReceiveHttp) and isinstance(cmd.event, ResponseEndOfMessage):
-                yield ReceiveHttp(ResponseTrailers(cmd.event.stream_id, br.trailers))
-                br.trailers = None
-            sent = yield cmd
+            t = None
+            if isinstance(event, end_event):
+                t, self.vibedom_trailers = getattr(self, "vibedom_trailers", None), None
+            elif isinstance(event, RequestHeaders) and event.request.trailers and not chunked(event.request):
+                # Trailers go only with a chunked body: the request is
+                # sent so (its length, if any, dropped).
+                r = event.request.copy()
+                r.headers.pop("content-length", None)
+                r.headers["transfer-encoding"] = "chunked"
+                event = dataclasses.replace(event, request=r)
+            gen, sent = orig_send(self, event), None
+            while True:
+                try:
+                    cmd = gen.send(sent)
+                except StopIteration:
+                    return
+                if t and isinstance(cmd, commands.SendData) and bytes(cmd.data) == b"0\r\n\r\n":
+                    self.vibedom_trailers = None
+                    cmd = commands.SendData(cmd.connection, _trailer_block(t))
+                sent = yield cmd
 
-    orig_send = _http1.Http1Server.send
+        cls.send = send
 
-    def send(self, event):
-        if isinstance(event, ResponseTrailers):
-            self.vibedom_trailers = event.trailers  # sent with the last chunk
-            return
-        t = None
-        if isinstance(event, ResponseEndOfMessage):
-            t, self.vibedom_trailers = getattr(self, "vibedom_trailers", None), None
-        gen, sent = orig_send(self, event), None
-        while True:
-            try:
-                cmd = gen.send(sent)
-            except StopIteration:
-                return
-            if t and isinstance(cmd, commands.SendData) and bytes(cmd.data) == b"0\r\n\r\n":
-                self.vibedom_trailers = None
-                lines = b"".join(k + b": " + v + b"\r\n" for k, v in t.fields if not re.search(rb"[\r\n\0]", k + v))
-                cmd = commands.SendData(cmd.connection, b"0\r\n" + lines + b"\r\n")
-            sent = yield cmd
+    def chunked(r):
+        return "chunked" in r.headers.get("transfer-encoding", "").lower()
 
-    _http1.Http1Client.read_body = read_body
-    _http1.Http1Server.send = send
+    wrap_read(_http1.Http1Client, ResponseTrailers)
+    wrap_read(_http1.Http1Server, RequestTrailers)
+    wrap_send(_http1.Http1Server, ResponseTrailers, ResponseEndOfMessage, chunked)
+    wrap_send(_http1.Http1Client, RequestTrailers, RequestEndOfMessage, chunked)
 
 
 def _peer(conn):
@@ -545,8 +574,9 @@ class Vibedom:
         try:
             _relay_http1_trailers()
         except Exception as e:
-            # Not a leak, only an HTTP/1 response with trailers that stalls.
-            ctx.log.warn("vibedom: cannot relay HTTP/1 response trailers: %s" % e)
+            # Not a leak (trailers are scrubbed in the hooks), only an
+            # HTTP/1 message with trailers that stalls.
+            ctx.log.warn("vibedom: cannot relay HTTP/1 trailers: %s" % e)
         # Any web UI is private and read-only, whether or not vibedom said
         # it runs one.
         if LIVE_VIEW or hasattr(ctx.master, "app"):
@@ -701,6 +731,7 @@ class Vibedom:
             "path": req.path,
             "proto": req.http_version,
             "headers": _fields(req.headers),
+            "trailers": _fields(req.trailers) if req.trailers else [],
             "replay": bool(flow.is_replay),
         }, body=raw)
         if ans.get("action") == "answer":
@@ -721,6 +752,9 @@ class Vibedom:
         headers = http.Headers([(k.encode("latin-1"), v.encode("latin-1")) for k, v in ans.get("headers") or []])
         body = ans.get("_body") or b""
         req.method, req.path, req.headers, req.raw_content = method, path, headers, body
+        # Trailers as vibedom scrubbed them (mitmdump sends them after this
+        # hook), lower-case for an HTTP/2 upstream's sake.
+        req.trailers = _headers(ans.get("trailers"), True) if ans.get("trailers") else None
         if LIVE_VIEW:
             _unsent[flow.id] = guest
         else:

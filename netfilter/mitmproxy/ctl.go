@@ -13,9 +13,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"net/netip"
 	"net/url"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -39,7 +41,10 @@ type ctlMsg struct {
 	Path      string      `json:"path"`
 	Proto     string      `json:"proto"`
 	Headers   [][2]string `json:"headers"`
-	Body      []byte      `json:"body"` // base64 in JSON (a WebSocket message)
+	// Trailers are a request's trailers ("request"), which mitmdump has
+	// read whole with the body.
+	Trailers [][2]string `json:"trailers"`
+	Body     []byte      `json:"body"` // base64 in JSON (a WebSocket message)
 	// BodyLen is the length of a request body sent as raw bytes right
 	// after the JSON line (never base64 in it: a 60 MiB body would be held
 	// three times over); body reads them.
@@ -63,7 +68,9 @@ type ctlReply struct {
 	Method  string      `json:"method,omitempty"`
 	Path    string      `json:"path,omitempty"`
 	Headers [][2]string `json:"headers,omitempty"`
-	Body    []byte      `json:"body,omitempty"`
+	// Trailers are the request's trailers to send, scrubbed ("request").
+	Trailers [][2]string `json:"trailers,omitempty"`
+	Body     []byte      `json:"body,omitempty"`
 	// Scrub lists the values the addon replaces with ScrubWith in the
 	// response's headers and body (see ResponseSecrets).
 	Scrub     [][]byte `json:"scrub,omitempty"`
@@ -301,6 +308,15 @@ func (e *Engine) request(m *ctlMsg) *ctlReply {
 		}
 		r.Header.Add(k, kv[1])
 	}
+	for _, kv := range m.Trailers {
+		if !httpguts.ValidHeaderFieldName(kv[0]) || !httpguts.ValidHeaderFieldValue(kv[1]) {
+			return e.refuseReq(m, dest, nil, http.StatusBadRequest, fmt.Sprintf("malformed trailer %q", egress.Shorten(kv[0])))
+		}
+		if r.Trailer == nil {
+			r.Trailer = http.Header{}
+		}
+		r.Trailer.Add(http.CanonicalHeaderKey(kv[0]), kv[1])
+	}
 	if m.Authority != "" {
 		r.URL.Host = m.Authority // checked against Host below, as the Go engine does
 	}
@@ -376,6 +392,12 @@ func (e *Engine) request(m *ctlMsg) *ctlReply {
 	}
 	if len(body) > 0 || r.Header.Get("Content-Length") != "" || r.Header.Get("Transfer-Encoding") != "" {
 		out.Headers = append(out.Headers, [2]string{"Content-Length", strconv.Itoa(len(body))})
+	}
+	// The filter scrubbed the trailers once it read the body's end (above).
+	for _, k := range slices.Sorted(maps.Keys(r.Trailer)) {
+		for _, v := range r.Trailer[k] {
+			out.Trailers = append(out.Trailers, [2]string{k, v})
+		}
 	}
 	ev.URL = mitm.RedactURL(scheme, r.Host, r.URL)
 	f := &mitmFlow{peer: m.Peer, ev: ev, done: done}

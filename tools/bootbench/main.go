@@ -63,7 +63,9 @@ func build(src, dir, arch string) (string, error) {
 		return "", err
 	}
 	guest := filepath.Join(dir, "vibedom-guest-linux-"+arch)
-	if _, err := sh(src, []string{"CGO_ENABLED=0", "GOOS=linux", "GOARCH=" + arch}, "go", "build", "-trimpath", "-o", guest, "./cmd/vibedom-guest"); err != nil {
+	// Stripped, as the Makefile and the release build it: the guest agent
+	// is most of the initramfs the guest kernel unpacks.
+	if _, err := sh(src, []string{"CGO_ENABLED=0", "GOOS=linux", "GOARCH=" + arch}, "go", "build", "-trimpath", "-ldflags", "-s -w", "-o", guest, "./cmd/vibedom-guest"); err != nil {
 		return "", err
 	}
 	return bin, nil

@@ -25,3 +25,11 @@ func TestPlanHasBalloon(t *testing.T) {
 		}
 	}
 }
+
+// TestInfoFreePageReporting: the driver says its machines give freed memory
+// back by themselves, so sessions leave the balloon's target alone.
+func TestInfoFreePageReporting(t *testing.T) {
+	if !New(Options{}).Info().FreePageReporting {
+		t.Error("Info().FreePageReporting is false on QEMU")
+	}
+}

@@ -52,8 +52,9 @@ type machine struct {
 // vm.SaveStateSupported answers with vm.ErrSaveUnsupported; docs/vm.md has
 // the details.
 var (
-	_ vm.Machine = (*machine)(nil)
-	_ vm.Pauser  = (*machine)(nil)
+	_ vm.Machine   = (*machine)(nil)
+	_ vm.Pauser    = (*machine)(nil)
+	_ vm.Ballooner = (*machine)(nil)
 )
 
 func start(ctx context.Context, p *plan, cfg *vm.Config, log *slog.Logger) (*machine, error) {
@@ -323,6 +324,41 @@ func (m *machine) Resume(ctx context.Context) error {
 	}
 	m.setState(vm.StateRunning)
 	return nil
+}
+
+// SetMemoryTarget implements vm.Ballooner with QMP's balloon command, whose
+// value is the guest's logical memory size in bytes. QEMU fails it while
+// the guest has not loaded its balloon driver.
+func (m *machine) SetMemoryTarget(ctx context.Context, mib int) error {
+	if err := m.running(); err != nil {
+		return fmt.Errorf("set the balloon target: %w", err)
+	}
+	mib = min(max(mib, 1), m.cfg.MemoryMiB)
+	if _, err := m.qmp.execute(ctx, "balloon", struct {
+		Value int64 `json:"value"`
+	}{int64(mib) << 20}); err != nil {
+		return fmt.Errorf("set the balloon target to %d MiB: %w", mib, err)
+	}
+	return nil
+}
+
+// MemoryTarget implements vm.Ballooner with QMP's query-balloon: the size
+// the guest has reached.
+func (m *machine) MemoryTarget(ctx context.Context) (int, error) {
+	if err := m.running(); err != nil {
+		return 0, fmt.Errorf("query the balloon: %w", err)
+	}
+	ret, err := m.qmp.execute(ctx, "query-balloon", nil)
+	if err != nil {
+		return 0, fmt.Errorf("query the balloon: %w", err)
+	}
+	var info struct {
+		Actual *int64 `json:"actual"`
+	}
+	if err := json.Unmarshal(ret, &info); err != nil || info.Actual == nil || *info.Actual < 0 {
+		return 0, fmt.Errorf("query the balloon: unexpected answer %.200q", ret)
+	}
+	return int(*info.Actual >> 20), nil
 }
 
 func (m *machine) running() error {

@@ -277,3 +277,14 @@ func classifyValidateError(err error) error {
 	}
 	return fmt.Errorf("%w: Virtualization.framework refused the configuration: %v", vm.ErrInvalidConfig, err)
 }
+
+// minBalloonMiB is the smallest memory target the balloon is set to: the
+// smallest machine vm.Config allows.
+const minBalloonMiB = 128
+
+// balloonTarget is the balloon target in bytes for a wish of mib MiB:
+// whole MiB, at least minBalloonMiB and at most the machine's memory.
+func (p plan) balloonTarget(mib int) uint64 {
+	most := int(p.memBytes >> 20)
+	return uint64(min(max(mib, minBalloonMiB), most)) << 20
+}

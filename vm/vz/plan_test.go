@@ -407,3 +407,24 @@ func TestClassifyValidateError(t *testing.T) {
 		})
 	}
 }
+
+// TestBalloonTarget: a wish becomes whole MiB in bytes, never above the
+// machine's memory nor below the smallest machine.
+func TestBalloonTarget(t *testing.T) {
+	p := plan{memBytes: 2048 << 20}
+	for _, c := range []struct{ mib, want int }{
+		{1024, 1024}, {2048, 2048}, {4096, 2048}, {127, 128}, {0, 128}, {-5, 128},
+	} {
+		if got := p.balloonTarget(c.mib); got != uint64(c.want)<<20 {
+			t.Errorf("balloonTarget(%d) = %d MiB, want %d MiB", c.mib, got>>20, c.want)
+		}
+	}
+}
+
+// TestInfoNoFreePageReporting: vz does not take freed memory back by
+// itself, so sessions steer its balloon.
+func TestInfoNoFreePageReporting(t *testing.T) {
+	if (&Driver{}).Info().FreePageReporting {
+		t.Error("Info().FreePageReporting is true on vz")
+	}
+}

@@ -11,7 +11,10 @@
 // control channel and, when Config.Network is set, one virtio-net NIC whose
 // frames go through the caller's datagram socket. Machines can pause and
 // resume (vm.Pauser) and, on macOS 14 or later, be saved to disk and
-// restored (vm.StateSaver, vm.Restorer). Each machine has a generic
+// restored (vm.StateSaver, vm.Restorer). A traditional memory balloon
+// lets the host set how much memory the guest keeps (vm.Ballooner); vz has
+// no free page reporting, so an idle guest gives memory back only when the
+// host lowers that target. Each machine has a generic
 // platform with a machine identity, made anew or taken from
 // Config.MachineID, and reports it (vm.Identified): a restore needs the
 // identity the machine was saved with.

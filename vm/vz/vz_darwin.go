@@ -33,6 +33,7 @@ var (
 	_ vm.StateSaver       = (*machine)(nil)
 	_ vm.SaveStateChecker = (*machine)(nil)
 	_ vm.Identified       = (*machine)(nil)
+	_ vm.Ballooner        = (*machine)(nil)
 )
 
 // The states mirrored in state.go must equal vz's: a difference makes an
@@ -583,6 +584,40 @@ func (m *machine) Resume(ctx context.Context) error {
 	}
 	m.feed.set(vm.StateRunning, nil)
 	return nil
+}
+
+// balloon is the machine's memory balloon (buildDevices attaches one).
+func (m *machine) balloon() (*vz.VirtioTraditionalMemoryBalloonDevice, error) {
+	if m.hasEnded() {
+		return nil, fmt.Errorf("memory balloon of machine %q: %w", m.name, vm.ErrNotRunning)
+	}
+	for _, d := range m.hv.MemoryBalloonDevices() {
+		if b := vz.AsVirtioTraditionalMemoryBalloonDevice(d); b != nil {
+			return b, nil
+		}
+	}
+	return nil, fmt.Errorf("machine %q has no memory balloon: %w", m.name, vm.ErrNotSupported)
+}
+
+// SetMemoryTarget implements vm.Ballooner: the target of the traditional
+// balloon, which the guest's virtio_balloon driver follows.
+func (m *machine) SetMemoryTarget(ctx context.Context, mib int) error {
+	b, err := m.balloon()
+	if err != nil {
+		return err
+	}
+	b.SetTargetVirtualMachineMemorySize(m.plan.balloonTarget(mib))
+	return nil
+}
+
+// MemoryTarget implements vm.Ballooner: the target last set (the framework
+// does not tell how far the guest got).
+func (m *machine) MemoryTarget(ctx context.Context) (int, error) {
+	b, err := m.balloon()
+	if err != nil {
+		return 0, err
+	}
+	return int(b.GetTargetVirtualMachineMemorySize() >> 20), nil
 }
 
 // MachineID implements vm.Identified.
