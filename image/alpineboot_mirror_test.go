@@ -9,7 +9,6 @@ import (
 	"testing"
 
 	"github.com/vibedom/vibedom/image/alpine"
-	"github.com/vibedom/vibedom/image/alpine/alpinetest"
 	"github.com/vibedom/vibedom/image/assets"
 	"github.com/vibedom/vibedom/image/initramfs"
 	"github.com/vibedom/vibedom/image/kernel"
@@ -27,6 +26,7 @@ func TestAlpineBootFromTestMirror(t *testing.T) {
 	t.Parallel()
 	for _, arch := range []vm.Arch{vm.ArchARM64, vm.ArchAMD64} {
 		t.Run(string(arch), func(t *testing.T) {
+			t.Parallel()
 			aa, err := alpine.GuestArch(string(arch))
 			if err != nil {
 				t.Fatal(err)
@@ -35,11 +35,7 @@ func TestAlpineBootFromTestMirror(t *testing.T) {
 			if errors.Is(err, assets.ErrNoGuest) {
 				t.Skipf("no guest binary: %v", err)
 			}
-			key, err := alpinetest.NewKey("boot-test@vibedom-1.rsa.pub")
-			if err != nil {
-				t.Fatal(err)
-			}
-			url, r := serveTestRepo(t, aa, key)
+			url, key, r := sharedMirror(t, aa)
 			o := r.Options(url, aa, key)
 			idx, err := alpine.FetchIndexes(t.Context(), nil, o)
 			if err != nil {

@@ -31,6 +31,7 @@ func TestMain(m *testing.M) {
 	}
 	sharedRoot = dir
 	code := m.Run()
+	runAtExit()
 	os.RemoveAll(dir)
 	os.Exit(code)
 }

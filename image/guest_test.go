@@ -13,47 +13,8 @@ import (
 	"github.com/vibedom/vibedom/home"
 	"github.com/vibedom/vibedom/image/alpine"
 	"github.com/vibedom/vibedom/image/alpine/alpinetest"
-	"github.com/vibedom/vibedom/image/assets"
 	"github.com/vibedom/vibedom/vm"
 )
-
-// testMirror serves the Debian-sourced test repository for the host's
-// guest arch, signed by a key made now.
-func testMirror(t *testing.T) (url string, key *alpinetest.Key, repo *alpinetest.DebianRepo) {
-	t.Helper()
-	arch, err := alpine.GuestArch(runtime.GOARCH)
-	if err != nil {
-		t.Skip(err)
-	}
-	if _, err := assets.LocateGuest(vm.Arch(runtime.GOARCH)); err != nil {
-		t.Skipf("no guest binary: %v", err)
-	}
-	key, err = alpinetest.NewKey("session-test@vibedom-1.rsa.pub")
-	if err != nil {
-		t.Fatal(err)
-	}
-	url, repo = serveTestRepo(t, arch, key)
-	return url, key, repo
-}
-
-// serveTestRepo builds (or takes from its cache) the Debian-sourced test
-// repository for an Alpine arch, signed by key, and serves it until the
-// test ends. It skips when the Debian userland has not been fetched.
-func serveTestRepo(t *testing.T, arch string, key *alpinetest.Key) (string, *alpinetest.DebianRepo) {
-	t.Helper()
-	userland, err := alpinetest.FindAssets(arch)
-	if err != nil {
-		t.Skipf("no Debian userland for %s (scripts/fetch-assets.sh): %v", arch, err)
-	}
-	repo, err := alpinetest.BuildDebianRepo(alpinetest.DebianOptions{Arch: arch, Assets: userland, Root: t.TempDir(), Key: key,
-		CacheDir: alpinetest.CacheDirFor(userland)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := repo.Serve()
-	t.Cleanup(srv.Close)
-	return srv.URL, repo
-}
 
 func e2fsck(t *testing.T, img string) {
 	t.Helper()
@@ -70,16 +31,19 @@ func e2fsck(t *testing.T, img string) {
 	}
 }
 
+// TestBuildGuestImage: the first build in a home fetches, verifies and
+// builds everything; a second run is warm and needs no mirror; a session
+// finds the image; a second home shares it; a damaged root image is
+// refused and rebuilt from the package cache.
 func TestBuildGuestImage(t *testing.T) {
 	t.Parallel()
 	url, key, _ := testMirror(t)
-	h := home.Home(t.TempDir())
 	o := GuestOptions{Arch: vm.Arch(runtime.GOARCH), Mirror: url, Keys: key.Ring}
-
-	r, err := BuildGuest(t.Context(), h, o)
-	if err != nil {
-		t.Fatal(err)
-	}
+	// The first build is the shared guest image's (sharedGuestHome): a
+	// cold build from the shared mirror into a home of its own, made once
+	// for this test binary. This test only reads that home, or writes
+	// beside what is in it; it damages a copy.
+	h, r := sharedGuestHome(t)
 	if !r.Built || !r.Fresh || r.Packages < 10 {
 		t.Errorf("first build: %+v", r)
 	}
@@ -138,9 +102,18 @@ func TestBuildGuestImage(t *testing.T) {
 	}
 
 	// A damaged root image is noticed (its identity changed, so it is
-	// hashed again) and refused.
-	os.Chmod(r.Root, 0o644)
-	f, err := os.OpenFile(r.Root, os.O_WRONLY, 0)
+	// hashed again) and refused: in a home that is a copy of h (every file
+	// copied, none linked), built there from the cache.
+	h = copiedHome(t, h)
+	rc, err := BuildGuest(t.Context(), h, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rc.Built || rc.RootSHA != r.RootSHA || !strings.HasPrefix(rc.Root, h.Images()) {
+		t.Errorf("a copy of the home: built=%v root %s, want %s's copy of %s", rc.Built, rc.Root, h.Images(), r.RootSHA)
+	}
+	os.Chmod(rc.Root, 0o644)
+	f, err := os.OpenFile(rc.Root, os.O_WRONLY, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -165,7 +138,7 @@ func TestBuildGuestImage(t *testing.T) {
 func TestGuestImagePackageList(t *testing.T) {
 	t.Parallel()
 	url, key, repo := testMirror(t)
-	h := home.Home(t.TempDir())
+	h := seededHome(t)
 	o := GuestOptions{Arch: vm.Arch(runtime.GOARCH), Mirror: url, Keys: key.Ring}
 	if _, err := BuildGuest(t.Context(), h, o); err != nil {
 		t.Fatal(err)
@@ -246,8 +219,9 @@ func statOrNil(p string) os.FileInfo {
 // a mirror replaying an older index is refused.
 func TestGuestImageUpdate(t *testing.T) {
 	t.Parallel()
-	url, key, repo := testMirror(t)
-	h := home.Home(t.TempDir())
+	oldMirror, key, shared := testMirror(t)
+	url, repo := cloneMirror(t, shared) // changed below
+	h := seededHome(t)
 	o := GuestOptions{Arch: vm.Arch(runtime.GOARCH), Mirror: url, Keys: key.Ring}
 	r1, err := BuildGuest(t.Context(), h, o)
 	if err != nil {
@@ -283,22 +257,14 @@ func TestGuestImageUpdate(t *testing.T) {
 	if !r3.Built || r3.RootSHA == r1.RootSHA || !slices.ContainsFunc(r3.Changes, func(c string) bool { return strings.Contains(c, want) }) {
 		t.Errorf("--update: built=%v changes %v (want %q)", r3.Built, r3.Changes, want)
 	}
-	// A mirror serving the old index again (still validly signed) cannot
-	// move the lock back.
+	// A mirror serving the old index again (still validly signed, the
+	// shared mirror the clone was made from) cannot move the lock back.
 	h2 := home.Home(t.TempDir())
 	os.MkdirAll(filepath.Dir(h2.GuestManifest(arch)), 0o700)
 	b, _ := os.ReadFile(h.GuestManifest(arch))
 	os.WriteFile(h2.GuestManifest(arch), b, 0o600)
-	oldMirror, _, _ := testMirrorWithKey(t, key)
 	_, err = BuildGuest(t.Context(), h2, GuestOptions{Arch: vm.Arch(runtime.GOARCH), Mirror: oldMirror, Keys: key.Ring, Update: true})
 	if !errors.Is(err, alpine.ErrLockDrift) || !strings.Contains(err.Error(), "older") {
 		t.Errorf("replayed older index: %v", err)
 	}
-}
-
-// testMirrorWithKey serves a fresh test repository signed by key.
-func testMirrorWithKey(t *testing.T, key *alpinetest.Key) (string, *alpinetest.Key, *alpinetest.DebianRepo) {
-	t.Helper()
-	url, repo := serveTestRepo(t, mustAlpineArch(t), key)
-	return url, key, repo
 }

@@ -82,7 +82,9 @@ func TestStackSYNFloodRecovers(t *testing.T) {
 		v := newEngineEnv(t, kind, mitmtest.Rules)
 		v.UpstreamTLS("api.test", 443, v.UpCA, http.HandlerFunc(mitmtest.EchoInfo))
 		const inFlight, flood, firstPort = 64, 256, 1024
-		n := startEngineNet(t, netstack.StackConfig{MaxInFlight: inFlight}, v.Policy, v.Eng, nil, nil)
+		// Half-open handshakes are aborted after 1 s rather than the
+		// default 5 s, so the test waits for recovery, not for the default.
+		n := startEngineNet(t, netstack.StackConfig{MaxInFlight: inFlight, HandshakeTimeout: time.Second}, v.Policy, v.Eng, nil, nil)
 		// The guest's own connections use ephemeral ports (16000 and up),
 		// outside the flood's.
 		n.vm = &rstDropConn{Conn: n.vm, lo: firstPort, hi: firstPort + flood}

@@ -8,6 +8,7 @@ import (
 	"os"
 	"runtime"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -21,13 +22,17 @@ import (
 
 // inProcessGuest is a guest agent served in this process on loopback,
 // and the host's client to it.
-func inProcessGuest(t *testing.T) *guestlink.Client {
+func inProcessGuest(t *testing.T) *guestlink.Client { return inProcessGuestLog(t, nil) }
+
+// inProcessGuestLog is inProcessGuest with the guest's diagnostics going
+// to log (nil: nowhere).
+func inProcessGuestLog(t *testing.T, log *slog.Logger) *guestlink.Client {
 	t.Helper()
 	sk := keystest.New(t)
 	k, signer := sk.Keys, sk.HostSigner
 	dir := t.TempDir()
 	srv, err := guest.NewServer(guest.ServerConfig{HostKey: signer, AuthorizedKeys: []ssh.PublicKey{k.ClientSigner().PublicKey()},
-		WorkDir: dir, Env: []string{"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=" + dir}})
+		WorkDir: dir, Env: []string{"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=" + dir}, Log: log})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -112,7 +117,8 @@ func TestForegroundTerminalFallingBehind(t *testing.T) {
 		t.Skipf("no pseudo-terminal here: %v", err)
 	}
 	t.Cleanup(func() { tty.Close(); ptmx.Close() })
-	s := &sess{ctl: newHostCtl(), client: inProcessGuest(t), log: slog.New(slog.DiscardHandler),
+	behind, guestLog := fellBehind()
+	s := &sess{ctl: newHostCtl(), client: inProcessGuestLog(t, guestLog), log: slog.New(slog.DiscardHandler),
 		opts: Options{Terminal: &Terminal{In: tty, Out: tty}}}
 	type result struct {
 		st  guestlink.ExitStatus
@@ -123,9 +129,9 @@ func TestForegroundTerminalFallingBehind(t *testing.T) {
 		st, err := s.shell(t.Context(), guestlink.ShellOptions{Keep: keptAgent, Command: "yes | head -c 10000000; echo the-end; exit 3"})
 		done <- result{st, err}
 	}()
-	// The terminal reads nothing for a while: the guest's queue for it
-	// overflows. Then it reads everything.
-	time.Sleep(5 * time.Second)
+	// The terminal reads nothing until the guest's queue for it has
+	// overflowed and the guest detached it. Then it reads everything.
+	waitBehind(t, behind)
 	go io.Copy(io.Discard, ptmx)
 	select {
 	case r := <-done:
@@ -141,7 +147,8 @@ func TestForegroundTerminalFallingBehind(t *testing.T) {
 // detached (docs/sessions.md), and told so, not that the VM stopped.
 func TestAttachFallingBehind(t *testing.T) {
 	s := controlHost(t, os.Getuid())
-	s.client = inProcessGuest(t)
+	behind, guestLog := fellBehind()
+	s.client = inProcessGuestLog(t, guestLog)
 	s.state.Agent = "command"
 	s.plan.command = []string{"sh", "-c", "i=0; while [ $i -lt 100 ]; do yes | head -c 1000000; sleep 0.1; i=$((i+1)); done"}
 	conn, err := DialControl(&Info{State: s.snapshotState(), Live: StatusRunning, Dir: s.dir})
@@ -152,9 +159,42 @@ func TestAttachFallingBehind(t *testing.T) {
 	if _, err := conn.Do(ControlRequest{Op: OpAttach, Term: "xterm", Cols: 80, Rows: 24}, 10*time.Second); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(5 * time.Second) // reads nothing meanwhile
+	waitBehind(t, behind) // reads nothing meanwhile
 	x, err := conn.Stream().Copy(io.Discard, io.Discard)
 	if err != nil || !x.Detached || x.Error != "" {
 		t.Fatalf("an attachment that fell behind: %+v, %v", x, err)
+	}
+}
+
+// fellBehind returns a logger for the guest and a channel closed when the
+// guest logs that it detached an attachment that fell behind its output.
+func fellBehind() (<-chan struct{}, *slog.Logger) {
+	h := &behindHandler{ch: make(chan struct{})}
+	return h.ch, slog.New(h)
+}
+
+type behindHandler struct {
+	once sync.Once
+	ch   chan struct{}
+}
+
+func (h *behindHandler) Enabled(context.Context, slog.Level) bool { return true }
+func (h *behindHandler) WithAttrs([]slog.Attr) slog.Handler       { return h }
+func (h *behindHandler) WithGroup(string) slog.Handler            { return h }
+func (h *behindHandler) Handle(_ context.Context, r slog.Record) error {
+	if strings.Contains(r.Message, "fell behind") {
+		h.once.Do(func() { close(h.ch) })
+	}
+	return nil
+}
+
+// waitBehind waits until the guest has detached an attachment that fell
+// behind (fellBehind).
+func waitBehind(t *testing.T, behind <-chan struct{}) {
+	t.Helper()
+	select {
+	case <-behind:
+	case <-time.After(2 * time.Minute):
+		t.Fatal("the guest never detached the attachment that reads nothing")
 	}
 }

@@ -3,6 +3,7 @@ package kernel
 import (
 	"bytes"
 	"compress/gzip"
+	"fmt"
 	"io/fs"
 	"maps"
 	"os"
@@ -234,5 +235,44 @@ func BenchmarkByAlias(b *testing.B) {
 			b.ReportMetric(float64(cur.Milliseconds())/float64(b.N), "new-ms/op")
 			b.ReportMetric(float64(old)/float64(cur), "old/new")
 		})
+	}
+}
+
+// TestByAliasFirstFailureInNameOrder: the alias scan reads modules in
+// parallel, yet a tree with unreadable modules is refused naming the first
+// of them in name order, every time, and a readable tree's index is the
+// same as a sequential scan's.
+func TestByAliasFirstFailureInNameOrder(t *testing.T) {
+	t.Parallel()
+	mods := []fakeModule{{path: "kernel/fs/ext4/ext4.ko.gz", info: []string{"depends=", "softdep=pre: crypto-crc32c"}}}
+	for i := range 40 {
+		mods = append(mods, fakeModule{path: fmt.Sprintf("kernel/m/m%02d.ko.gz", i), info: []string{"alias=crypto-crc32c", "depends="}})
+	}
+	dir := fakeTree(t, mods, nil, nil)
+	tree, err := openModuleTree(dir, fakeRelease, vm.ArchAMD64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := tree.byAlias("crypto-crc32c")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := scanAliasesWhole(tree)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(got, want["crypto-crc32c"]) || len(got) != 40 {
+		t.Errorf("providers %v, a whole scan finds %v", got, want["crypto-crc32c"])
+	}
+	for _, bad := range []string{"m31", "m07"} {
+		if err := os.WriteFile(filepath.Join(dir, "kernel/m", bad+".ko.gz"), []byte("not gzip"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range 20 {
+		_, err := ResolveModuleList(dir, vm.ArchAMD64, ModuleList{Required: []string{"ext4"}})
+		if err == nil || !strings.Contains(err.Error(), "m07.ko.gz") {
+			t.Fatalf("unreadable modules m07 and m31: %v, want an error naming m07", err)
+		}
 	}
 }

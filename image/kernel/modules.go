@@ -12,9 +12,11 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/vibedom/vibedom/vm"
 )
@@ -487,28 +489,56 @@ func (t *moduleTree) modinfo(name string) (*modinfo, error) {
 // every module's metadata once: the .modinfo of an uncompressed module in
 // place, a .ko.gz unpacked or, when its bytes were read before in this
 // process, from gzModinfo. It is only needed for soft dependencies that
-// name an alias, on a cache miss.
+// name an alias, on a cache miss. The modules are read by one worker per
+// CPU (unpacking is most of a cold build's module work); the index, and
+// the error when one fails, are what reading them in name order gives.
 func (t *moduleTree) byAlias(a string) ([]string, error) {
 	if t.aliases == nil {
-		t.aliases = map[string][]string{}
 		names := make([]string, 0, len(t.files))
-		for n := range t.files {
-			names = append(names, n)
-		}
-		slices.Sort(names)
-		for _, n := range names {
-			rel := t.files[n]
+		for n, rel := range t.files {
 			if compressed(rel) && !strings.HasSuffix(rel, ".ko.gz") {
 				continue
 			}
-			mi, err := readModinfo(t.fsys, rel)
-			if err != nil {
-				return nil, err
+			names = append(names, n)
+		}
+		slices.Sort(names)
+		infos := make([]*modinfo, len(names))
+		errs := make([]error, len(names))
+		var next atomic.Int64
+		var failed atomic.Bool
+		var wg sync.WaitGroup
+		for range min(runtime.GOMAXPROCS(0), len(names)) {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				// Indexes are handed out in order, so when one fails every
+				// lower one has been taken: stopping there still finds the
+				// first failure in name order.
+				for !failed.Load() {
+					i := int(next.Add(1) - 1)
+					if i >= len(names) {
+						return
+					}
+					if infos[i], errs[i] = readModinfo(t.fsys, t.files[names[i]]); errs[i] != nil {
+						failed.Store(true)
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		aliases := map[string][]string{}
+		for i, n := range names {
+			if errs[i] != nil {
+				return nil, errs[i]
 			}
-			for _, al := range mi.aliases {
-				t.aliases[al] = append(t.aliases[al], n)
+			if infos[i] == nil {
+				break // not read: a later module than the failure
+			}
+			for _, al := range infos[i].aliases {
+				aliases[al] = append(aliases[al], n)
 			}
 		}
+		t.aliases = aliases
 	}
 	return t.aliases[a], nil
 }
@@ -674,7 +704,8 @@ func ResolveModuleList(dir string, arch vm.Arch, l ModuleList) (*Modules, error)
 // content of lib/modules/<release>), such as a kernel package read into
 // memory: on a case-insensitive host file system (macOS) modules whose
 // names differ only in case (xt_DSCP and xt_dscp) cannot be unpacked side
-// by side.
+// by side. fsys is read from several goroutines at once (os.DirFS and
+// fstest.MapFS allow it).
 func ResolveModuleListFS(fsys fs.FS, release string, arch vm.Arch, l ModuleList) (*Modules, error) {
 	t, err := openModuleFS(fsys, release, arch)
 	if err != nil {

@@ -46,6 +46,10 @@ const (
 	DefaultProxyPort = 3128
 	// DefaultMaxInFlight bounds TCP handshakes in progress.
 	DefaultMaxInFlight = 512
+	// DefaultHandshakeTimeout bounds a guest's TCP handshake: the SYN-ACK
+	// is sent again after 1 s and 3 s, and a guest on a virtual link that
+	// answers none of them in 5 s is not completing it.
+	DefaultHandshakeTimeout = 5 * time.Second
 	// DefaultMaxConns bounds connections handed to the Engine at once.
 	DefaultMaxConns = 1024
 	// DefaultLease is the DHCP lease time.
@@ -90,6 +94,9 @@ type StackConfig struct {
 	// MaxInFlight bounds TCP handshakes in progress; further SYNs are
 	// ignored until some finish (DefaultMaxInFlight).
 	MaxInFlight int
+	// HandshakeTimeout is how long a guest's TCP handshake may hold its
+	// MaxInFlight slot before it is aborted (DefaultHandshakeTimeout).
+	HandshakeTimeout time.Duration
 	// MaxConns bounds the connections handed to the Engine at once;
 	// further ones are refused (DefaultMaxConns).
 	MaxConns int
@@ -158,6 +165,9 @@ func (c StackConfig) withDefaults() (StackConfig, error) {
 	if c.MaxInFlight <= 0 {
 		c.MaxInFlight = DefaultMaxInFlight
 	}
+	if c.HandshakeTimeout <= 0 {
+		c.HandshakeTimeout = DefaultHandshakeTimeout
+	}
 	if c.MaxConns <= 0 {
 		c.MaxConns = DefaultMaxConns
 	}
@@ -222,10 +232,6 @@ const (
 	tcpBufDefault = 256 << 10 // TCP send and receive buffers, per connection, to start with
 	tcpBufMax     = 4 << 20   // … and at most, once auto-tuning has grown them
 	txQueueLen    = 1024      // frames waiting for the socket
-	// handshakeTimeout bounds a guest's TCP handshake: the SYN-ACK is
-	// sent again after 1 s and 3 s, and a guest on a virtual link that
-	// answers none of them in 5 s is not completing it.
-	handshakeTimeout = 5 * time.Second
 )
 
 // NewStack builds the stack for cfg. Admitted connections go to engine;
@@ -582,8 +588,8 @@ func (s *Stack) admit(ctx context.Context, r *tcp.ForwarderRequest) {
 	// not even with an RST) would hold its MaxInFlight slot for gVisor's
 	// whole SYN-ACK retransmission schedule, 127 s: a few seconds of SYN
 	// flood would then leave every new connection dropped for two
-	// minutes. Abort it after handshakeTimeout instead.
-	abort := time.AfterFunc(handshakeTimeout, func() {
+	// minutes. Abort it after HandshakeTimeout instead.
+	abort := time.AfterFunc(s.cfg.HandshakeTimeout, func() {
 		if ep := s.st.FindTransportEndpoint(ipv4.ProtocolNumber, tcp.ProtocolNumber, id, nicID); ep != nil {
 			ep.Abort()
 		}

@@ -88,6 +88,31 @@ type DebianRepo struct {
 	Cached bool
 }
 
+// Clone returns a copy of r rooted at root that a test may change (add a
+// package, write new indexes) without changing r: see Mirror.Clone. Many
+// tests can then share one built and signed repository and copy it only
+// where they change it.
+func (r *DebianRepo) Clone(root string) (*DebianRepo, error) {
+	m, err := r.Mirror.Clone(root)
+	if err != nil {
+		return nil, err
+	}
+	seen := map[*alpine.Package]*alpine.Package{}
+	m.pkgs = r.Mirror.records(seen)
+	c := *r
+	c.Mirror = m
+	c.Packages = make([]*alpine.Package, len(r.Packages))
+	for i, p := range r.Packages {
+		if c.Packages[i] = seen[p]; c.Packages[i] == nil {
+			q := *p
+			c.Packages[i] = &q
+		}
+	}
+	c.StandIns = append([]string(nil), r.StandIns...)
+	c.Dropped = append([]string(nil), r.Dropped...)
+	return &c, nil
+}
+
 // StandInNames returns the names of world (nil: alpine.World(nil)) that a
 // Debian-sourced repository answers with an empty stand-in.
 func StandInNames(world []string) []string {

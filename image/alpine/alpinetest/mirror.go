@@ -2,6 +2,7 @@ package alpinetest
 
 import (
 	"fmt"
+	"io/fs"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -164,4 +165,71 @@ func (m *Mirror) Serve() *httptest.Server { return httptest.NewServer(m.Handler(
 // only k.
 func (m *Mirror) Options(url, arch string, k *Key) alpine.Options {
 	return alpine.Options{Mirror: url, Branch: m.Branch, Arch: arch, Keys: k.Ring}
+}
+
+// Clone returns a copy of the mirror rooted at root (created; it must be
+// empty or missing) that a test may change without changing m: every
+// file is hard-linked (copied where links cannot be made), the records
+// are copied. The mirror never writes into a file it holds — PutFile, and
+// so Add, Build and WriteIndex, writes a new file and renames it over the
+// old name — so a change to either copy is not seen by the other, as long
+// as nobody writes into the mirror's files by other means.
+func (m *Mirror) Clone(root string) (*Mirror, error) {
+	c, err := NewMirror(root)
+	if err != nil {
+		return nil, err
+	}
+	c.Branch = m.Branch
+	err = filepath.WalkDir(m.Root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, err := filepath.Rel(m.Root, p)
+		if err != nil {
+			return err
+		}
+		dst := filepath.Join(root, rel)
+		switch {
+		case d.IsDir():
+			return os.MkdirAll(dst, 0o755)
+		case !d.Type().IsRegular():
+			return fmt.Errorf("alpinetest: clone %s: not a regular file", p)
+		}
+		if os.Link(p, dst) == nil {
+			return nil
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		return os.WriteFile(dst, b, 0o644)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("alpinetest: clone the mirror: %w", err)
+	}
+	c.pkgs = m.records(nil)
+	return c, nil
+}
+
+// records returns a copy of m's records, each record copied once; seen
+// (when not nil) maps every original record to its copy.
+func (m *Mirror) records(seen map[*alpine.Package]*alpine.Package) map[string][]*alpine.Package {
+	if seen == nil {
+		seen = map[*alpine.Package]*alpine.Package{}
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := map[string][]*alpine.Package{}
+	for k, list := range m.pkgs {
+		for _, p := range list {
+			if seen[p] == nil {
+				q := *p
+				q.Depends = append([]string(nil), p.Depends...)
+				q.Provides = append([]string(nil), p.Provides...)
+				seen[p] = &q
+			}
+			out[k] = append(out[k], seen[p])
+		}
+	}
+	return out
 }
