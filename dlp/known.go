@@ -348,7 +348,12 @@ func obfuscatedForms(s []byte) []encoded {
 // (a token; a private key is not retyped in groups).
 const maxSeparatedLen = 256
 
-// separatedForms are s cut into groups of n characters (1 to 8, counted
+// maxSeparatedGroup is the longest group separatedForms cuts: a value
+// with longer groups keeps a half of 16 or more characters intact, which
+// the half forms find.
+const maxSeparatedGroup = 16
+
+// separatedForms are s cut into groups of n characters (1 to 16, counted
 // from its start) joined by a blank or a dot (Zx8Q m2Lk 7Vn4 …,
 // Zx8.Qm2.Lk7…), and one character a line, for a value that mixes cases
 // or digits. Dashes, zero-width characters and folding at 2 or more
@@ -361,7 +366,7 @@ func separatedForms(s []byte) []encoded {
 	}
 	var out []encoded
 	for _, sep := range []byte{' ', '.', '\n'} {
-		for n := 1; n <= 8 && n < len(s) && (sep != '\n' || n == 1); n++ {
+		for n := 1; n <= maxSeparatedGroup && n < len(s) && (sep != '\n' || n == 1); n++ {
 			b := make([]byte, 0, len(s)+len(s)/n)
 			for i := 0; i < len(s); i += n {
 				if i > 0 {
