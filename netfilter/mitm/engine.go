@@ -338,21 +338,36 @@ type CountConn struct {
 	Up, Down atomic.Int64
 }
 
-func (c *CountConn) Read(p []byte) (int, error) {
-	n, err := c.Conn.Read(p)
-	c.Up.Add(int64(n))
+func (c *CountConn) Read(p []byte) (int, error)  { return c.counted().Read(p) }
+func (c *CountConn) Write(p []byte) (int, error) { return c.counted().Write(p) }
+func (c *CountConn) CloseWrite() error           { return closeWrite(c.Conn) }
+
+// counted is c as a countRW: what the guest sends is read (Up), what it
+// is sent is written (Down).
+func (c *CountConn) counted() countRW { return countRW{rw: c.Conn, read: &c.Up, written: &c.Down} }
+
+// countRW adds the bytes read from rw to read and those written to it to
+// written: the one byte counter of the engine's connections (CountConn)
+// and of upgraded (101) ones.
+type countRW struct {
+	rw            io.ReadWriteCloser
+	read, written *atomic.Int64
+}
+
+func (c countRW) Read(p []byte) (int, error) {
+	n, err := c.rw.Read(p)
+	c.read.Add(int64(n))
 	return n, err
 }
 
-func (c *CountConn) Write(p []byte) (int, error) {
-	n, err := c.Conn.Write(p)
-	c.Down.Add(int64(n))
+func (c countRW) Write(p []byte) (int, error) {
+	n, err := c.rw.Write(p)
+	c.written.Add(int64(n))
 	return n, err
 }
 
-func (c *CountConn) CloseWrite() error {
-	return closeWrite(c.Conn)
-}
+func (c countRW) Close() error      { return c.rw.Close() }
+func (c countRW) CloseWrite() error { return closeWrite(c.rw) }
 
 // connOutcome is what HandleConn logs when the connection ends.
 type connOutcome struct {

@@ -244,6 +244,9 @@ func TestWebSocketEcho(t *testing.T) {
 			if websocket.Message.Receive(ws, &msg) != nil {
 				return
 			}
+			if msg == "big" { // the one answer far larger than its question
+				msg = strings.Repeat("y", 300000)
+			}
 			websocket.Message.Send(ws, msg)
 		}
 	}))
@@ -270,10 +273,18 @@ func TestWebSocketEcho(t *testing.T) {
 			t.Errorf("echo: got %d bytes, want %d", len(got), len(msg))
 		}
 	}
+	var big string
+	if err := websocket.Message.Send(ws, "big"); err != nil {
+		t.Fatal(err)
+	}
+	if err := websocket.Message.Receive(ws, &big); err != nil || len(big) != 300000 {
+		t.Fatalf("the big answer: %d bytes, %v", len(big), err)
+	}
 	ws.Close()
 	ev := v.Events.Wait(t, "websocket request", func(e egress.Event) bool { return e.Kind == "request" && e.Status == 101 })
-	if ev.BytesUp < 100000 || ev.BytesDn < 100000 {
-		t.Errorf("websocket bytes: up %d down %d, want both > 100000", ev.BytesUp, ev.BytesDn)
+	// Up: the guest's 100 kB; down: those echoed plus the 300 kB answer.
+	if ev.BytesUp < 100000 || ev.BytesUp > 200000 || ev.BytesDn < 400000 {
+		t.Errorf("websocket bytes: up %d down %d, want up 100-200 kB and down > 400 kB", ev.BytesUp, ev.BytesDn)
 	}
 	if ev.URL != "https://api.test/ws?key=REDACTED" {
 		t.Errorf("websocket URL: got %q", ev.URL)

@@ -315,7 +315,8 @@ func (e *GoEngine) modifyResponse(resp *http.Response) error {
 			hs.ScrubResponseHeader(resp.Header)
 		}
 		if rwc, ok := resp.Body.(io.ReadWriteCloser); ok {
-			var up io.ReadWriteCloser = &countRWC{ReadWriteCloser: rwc, up: &st.up, down: &st.down}
+			// Read from the upstream: down to the guest.
+			var up io.ReadWriteCloser = countRW{rw: rwc, read: &st.down, written: &st.up}
 			if st.upgrade != nil {
 				if w := st.upgrade(up); w != nil {
 					up = &wsConn{ReadWriteCloser: up, w: w}
@@ -500,28 +501,6 @@ func (b *countBody) Read(p []byte) (int, error) {
 	n, err := b.ReadCloser.Read(p)
 	b.n.Add(int64(n))
 	return n, err
-}
-
-// countRWC counts both directions of an upgraded (101) connection.
-type countRWC struct {
-	io.ReadWriteCloser
-	up, down *atomic.Int64
-}
-
-func (c *countRWC) Read(p []byte) (int, error) {
-	n, err := c.ReadWriteCloser.Read(p)
-	c.down.Add(int64(n))
-	return n, err
-}
-
-func (c *countRWC) Write(p []byte) (int, error) {
-	n, err := c.ReadWriteCloser.Write(p)
-	c.up.Add(int64(n))
-	return n, err
-}
-
-func (c *countRWC) CloseWrite() error {
-	return closeWrite(c.ReadWriteCloser)
 }
 
 // AddrString is a as an event's Src or Dst: "" when a is not valid.
