@@ -192,7 +192,7 @@ func ignoreClosed(errs []error) []error {
 	return out
 }
 
-// trackEngine serves transparently intercepted connections with inner,
+// trackEngine serves transparently intercepted connections with Engine,
 // telling track of each while it is served.
 type trackEngine struct {
 	netstack.Engine
