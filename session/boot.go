@@ -391,7 +391,7 @@ func (s *sess) writeInitrd(context.Context) error {
 	}
 	var caPEM []byte
 	if s.egress != nil {
-		bc.Network = &proto.Network{Interface: "eth0", ProxyURL: s.egress.proxyURL, NoProxy: "localhost,127.0.0.1"}
+		bc.Network = &proto.Network{Interface: "eth0", ProxyURL: s.egress.net.ProxyURL(), NoProxy: "localhost,127.0.0.1"}
 		caPEM = s.egress.caPEM
 	}
 	files, err := image.SessionFiles(bc, s.plan.hostKeyPEM, caPEM)
@@ -430,7 +430,7 @@ func (s *sess) boot(ctx context.Context) error {
 		StateDir:   s.runDir,
 	}
 	if s.egress != nil {
-		cfg.Network = &vm.Network{Conn: s.egress.vmEnd, MAC: s.egress.mac}
+		cfg.Network = &vm.Network{Conn: s.egress.net.VMEnd(), MAC: s.egress.mac}
 	}
 	s.progress("booting the VM (%s, %d CPUs, %d MiB)", s.plan.driver.Name(), o.CPUs, o.MemoryMiB)
 	started := func(m vm.Machine) {

@@ -4,21 +4,17 @@ import (
 	"context"
 	"crypto/x509"
 	"encoding/pem"
-	"errors"
 	"fmt"
 	"net"
 	"os"
 	"path/filepath"
 	"slices"
-	"sync"
 	"time"
 
 	"github.com/vibedom/vibedom/keys"
 	"github.com/vibedom/vibedom/netfilter"
 	nfegress "github.com/vibedom/vibedom/netfilter/egress"
 	"github.com/vibedom/vibedom/netfilter/mitm"
-	"github.com/vibedom/vibedom/netfilter/mitmproxy"
-	"github.com/vibedom/vibedom/netfilter/netstack"
 	"github.com/vibedom/vibedom/policy"
 )
 
@@ -41,7 +37,7 @@ type EgressOptions struct {
 	// guard has passed (mitm.EngineConfig.Dial).
 	Dial       nfegress.DialFunc
 	ExtraRoots []*x509.Certificate
-	Resolver   netstack.Resolver
+	Resolver   netfilter.Resolver
 	// ProxyEngine is "go" (the default when empty) or "mitmproxy": admitted
 	// connections are then handed to a mitmdump the session starts and
 	// owns (docs/network.md, "Proxy engines"). Mitmdump names the program
@@ -74,20 +70,11 @@ type egress struct {
 	conns  *connSet    // transparent connections, for a live deny to close
 	// notices are the terminals told of ask mode's questions.
 	notices noticeHub
-	desk    deskNotifier // the desktop, when no terminal is attached
-	engine  interface {
-		netstack.Engine
-		Close() error
-	}
-	stack    *netstack.Stack
-	events   *netfilter.LogWriter
-	hostEnd  net.Conn
-	vmEnd    *os.File
-	proxyURL string
-	caPEM    []byte
-	mac      string
-	cancel   context.CancelFunc
-	done     sync.WaitGroup
+	desk    deskNotifier      // the desktop, when no terminal is attached
+	net     *netfilter.Egress // the stack and the proxy engine
+	events  *netfilter.LogWriter
+	caPEM   []byte
+	mac     string
 }
 
 // setupEgress builds the policy, the proxy engine and the userspace network
@@ -131,16 +118,9 @@ func (s *sess) setupEgress(ctx context.Context) error {
 		}
 		roots = append(roots, certs...)
 	}
-	resolver := eo.Resolver
-	if len(eo.Resolve) > 0 {
-		resolver = netfilter.ResolveResolver(eo.Resolve, resolver)
-		for _, r := range eo.Resolve {
-			s.log.Info("--resolve: the proxy dials this address for this name and port only, even if it is loopback or private",
-				"name", r.Name, "port", r.Port, "addr", r.Addr.String())
-		}
-	}
-	if resolver == nil {
-		resolver = netstack.SystemResolver{}
+	for _, r := range eo.Resolve {
+		s.log.Info("--resolve: the proxy dials this address for this name and port only, even if it is loopback or private",
+			"name", r.Name, "port", r.Port, "addr", r.Addr.String())
 	}
 	if err := s.startLogins(ctx, eo.Resolve, roots); err != nil {
 		return err
@@ -171,91 +151,25 @@ func (s *sess) setupEgress(ctx context.Context) error {
 			a.record(ev, s.redact)
 		})
 	}
-	ecfg := mitm.EngineConfig{
-		CA: ca, Policy: limited, Filter: s.plan.filter, Events: sink, Logger: s.log.With("part", "proxy"),
-		Dial: eo.Dial, Resolve: eo.Resolve, AllowPrivate: pol.PrivateRanges(), ExtraRoots: roots,
-		Session: s.name, Track: func(t netstack.Target, c net.Conn) func() { return e.conns.add(t, c) },
-		NoMITM: noMITM,
-	}
-	switch eo.ProxyEngine {
-	case "", "go":
-		e.engine, err = mitm.NewGoEngine(ecfg)
-	case "mitmproxy":
-		mitmdump := eo.Mitmdump
-		if mitmdump == "" {
-			mitmdump = mitmproxy.PreferredMitmdump(filepath.Join(string(o.Home), mitmproxy.DirName))
-		}
-		if eo.Inspect {
-			s.progress("egress: starting mitmweb (--proxy-engine mitmproxy --inspect)")
-		} else {
-			s.progress("egress: starting mitmdump (--proxy-engine mitmproxy)")
-		}
-		var m *mitmproxy.Engine
-		m, err = mitmproxy.NewEngine(ctx, mitmproxy.Config{EngineConfig: ecfg,
-			CAKeyFile: filepath.Join(o.Home.CA(), keys.CAKeyFile), Mitmdump: mitmdump, LiveView: eo.Inspect})
-		if err == nil {
-			e.engine = m
-			s.log.Info("proxy engine: mitmproxy", "version", m.Version(), "live_view", eo.Inspect)
-			if u := m.WebURL(); u != "" {
-				s.progress("egress: live view (read-only) of the requests as sent upstream: %s", u)
-			}
-		}
-	default:
-		err = fmt.Errorf("unknown proxy engine %q: use go or mitmproxy", eo.ProxyEngine)
-	}
-	if err == nil && eo.Inspect && eo.ProxyEngine != "mitmproxy" {
-		e.engine.Close()
-		err = errors.New("--inspect needs --proxy-engine mitmproxy")
-	}
-	if err != nil {
-		return err
-	}
 	mac, _ := net.ParseMAC(guestMAC)
-	var engine netstack.Engine = &trackEngine{inner: e.engine, set: e.conns}
-	if tap := s.sshTap(); tap != nil {
-		engine = netfilter.TapEngine(engine, tap)
-	}
-	e.stack, err = netstack.NewStack(netstack.StackConfig{GuestMAC: mac, Resolver: resolver}, engine, limited, sink, s.log.With("part", "network"))
+	e.net, err = netfilter.NewEgress(ctx, netfilter.EgressConfig{
+		Engine: eo.ProxyEngine, Mitmdump: eo.Mitmdump, Home: string(o.Home),
+		CAKeyFile: filepath.Join(o.Home.CA(), keys.CAKeyFile), Inspect: eo.Inspect,
+		Proxy: mitm.EngineConfig{
+			CA: ca, Filter: s.plan.filter,
+			Dial: eo.Dial, Resolve: eo.Resolve, AllowPrivate: pol.PrivateRanges(), ExtraRoots: roots,
+			Session: s.name, Track: func(t netfilter.Target, c net.Conn) func() { return e.conns.add(t, c) },
+			NoMITM: noMITM,
+		},
+		Policy: limited, Events: sink, GuestMAC: mac, Resolver: eo.Resolver, Tap: s.sshTap,
+		Logger: s.log, Progress: s.progress,
+	})
 	if err != nil {
-		e.engine.Close()
 		return err
 	}
-	e.proxyURL = e.stack.ProxyURL()
-	e.hostEnd, e.vmEnd, err = netstack.SocketPair()
-	if err != nil {
-		e.stack.Close()
-		e.engine.Close()
-		return fmt.Errorf("make the guest's network link: %w", err)
-	}
-	sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	e.cancel = cancel
-	e.done.Add(1)
-	go func() {
-		defer e.done.Done()
-		if err := e.stack.Serve(sctx, e.hostEnd); err != nil && !errors.Is(err, context.Canceled) {
-			s.log.Warn("network stack stopped", "err", err)
-		}
-	}()
-	s.cleanup.add("stop the network", func() error {
-		cancel()
-		errs := []error{e.stack.Close(), e.hostEnd.Close()}
-		e.done.Wait()
-		e.engine.Close()
-		errs = append(errs, e.vmEnd.Close())
-		return errors.Join(ignoreClosed(errs)...)
-	})
+	s.cleanup.add("stop the network", e.net.Close)
 	s.egress = e
 	return nil
-}
-
-func ignoreClosed(errs []error) []error {
-	out := errs[:0]
-	for _, err := range errs {
-		if err != nil && !errors.Is(err, net.ErrClosed) && !errors.Is(err, os.ErrClosed) {
-			out = append(out, err)
-		}
-	}
-	return out
 }
 
 // readCerts reads the PEM certificates of a --ca-file.

@@ -2,12 +2,10 @@ package session
 
 import (
 	"bytes"
-	"context"
 	"errors"
 	"fmt"
 	"io"
 	"io/fs"
-	"net"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -20,8 +18,8 @@ import (
 	"github.com/vibedom/vibedom/atomicfile"
 	"github.com/vibedom/vibedom/credentials"
 	"github.com/vibedom/vibedom/home"
+	"github.com/vibedom/vibedom/netfilter"
 	nfegress "github.com/vibedom/vibedom/netfilter/egress"
-	"github.com/vibedom/vibedom/netfilter/netstack"
 )
 
 // Live egress rules: `vibedom allow|deny SESSION RULE…` and `vibedom policy
@@ -440,14 +438,14 @@ type connSet struct {
 }
 
 type trackedConn struct {
-	t netstack.Target
+	t netfilter.Target
 	c io.Closer
 }
 
 func newConnSet() *connSet { return &connSet{m: map[int]trackedConn{}} }
 
 // add tracks c, admitted for t, until the returned function is called.
-func (s *connSet) add(t netstack.Target, c io.Closer) func() {
+func (s *connSet) add(t netfilter.Target, c io.Closer) func() {
 	s.mu.Lock()
 	id := s.next
 	s.next++
@@ -476,23 +474,6 @@ func (s *connSet) closeMatching(match func(name string, port uint16) bool) int {
 		c.Close()
 	}
 	return len(hit)
-}
-
-// trackEngine serves transparently intercepted connections with inner,
-// tracking each in set while it is served.
-type trackEngine struct {
-	inner netstack.Engine
-	set   *connSet
-}
-
-func (e *trackEngine) HandleConn(ctx context.Context, conn net.Conn, t netstack.Target) {
-	done := e.set.add(t, conn)
-	defer done()
-	e.inner.HandleConn(ctx, conn, t)
-}
-
-func (e *trackEngine) HandleProxyConn(ctx context.Context, conn net.Conn, src netip.AddrPort) {
-	e.inner.HandleProxyConn(ctx, conn, src)
 }
 
 // serveEgress answers an OpEgress request.

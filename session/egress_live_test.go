@@ -14,7 +14,6 @@ import (
 	"github.com/vibedom/vibedom/home"
 	"github.com/vibedom/vibedom/netfilter"
 	nfegress "github.com/vibedom/vibedom/netfilter/egress"
-	"github.com/vibedom/vibedom/netfilter/netstack"
 	"github.com/vibedom/vibedom/policy"
 	"github.com/vibedom/vibedom/wstrust"
 )
@@ -89,8 +88,8 @@ func TestLiveAllowDenyOverControl(t *testing.T) {
 	miss, missPeer := net.Pipe()
 	defer hitPeer.Close()
 	defer missPeer.Close()
-	s.egress.conns.add(netstack.Target{Name: "new.example", Port: 443}, hit)
-	s.egress.conns.add(netstack.Target{Name: "user.example", Port: 443}, miss)
+	s.egress.conns.add(netfilter.Target{Name: "new.example", Port: 443}, hit)
+	s.egress.conns.add(netfilter.Target{Name: "user.example", Port: 443}, miss)
 	rep, err = egressAsk(t, s, EgressRequest{Action: EgressDeny, Rules: []string{"new.example"}})
 	if err != nil {
 		t.Fatal(err)

@@ -9,7 +9,6 @@ import (
 	"github.com/vibedom/vibedom/home"
 	"github.com/vibedom/vibedom/keys"
 	"github.com/vibedom/vibedom/netfilter"
-	"github.com/vibedom/vibedom/netfilter/netstack"
 	"github.com/vibedom/vibedom/sshagent"
 )
 
@@ -53,7 +52,7 @@ func (s *sess) startSSHAgent() error {
 
 // sshTap makes the set of carried SSH connections and returns the egress
 // tap that fills it, or nil without --ssh-agent.
-func (s *sess) sshTap() func(netstack.Target) netfilter.ConnTap {
+func (s *sess) sshTap() func(netfilter.Target) netfilter.ConnTap {
 	if !s.opts.SSHAgent.Enabled {
 		return nil
 	}
@@ -74,7 +73,7 @@ func (s *sess) sshTap() func(netstack.Target) netfilter.ConnTap {
 		s.progress("SSH agent: %s", n)
 	}
 	s.carried.CheckHostKeys(check)
-	return func(t netstack.Target) netfilter.ConnTap {
+	return func(t netfilter.Target) netfilter.ConnTap {
 		if cc := s.carried.Track(t.Name, t.Port); cc != nil {
 			return carriedTap{cc}
 		}

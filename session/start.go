@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -14,8 +13,8 @@ import (
 	"github.com/vibedom/vibedom/credentials"
 	"github.com/vibedom/vibedom/home"
 	"github.com/vibedom/vibedom/image"
+	"github.com/vibedom/vibedom/netfilter"
 	nfegress "github.com/vibedom/vibedom/netfilter/egress"
-	"github.com/vibedom/vibedom/netfilter/mitmproxy"
 	"github.com/vibedom/vibedom/preflight"
 	"github.com/vibedom/vibedom/vm"
 )
@@ -118,7 +117,7 @@ func (so StartOptions) complete(ctx context.Context) (Options, error) {
 	}
 	o.Egress.ProxyEngine = engine
 	if engine == "mitmproxy" && !o.Egress.Disabled {
-		if err := probeMitmproxy(ctx, o.Home, o.Egress.Inspect); err != nil {
+		if err := netfilter.ProbeMitmproxy(ctx, string(o.Home), o.Egress.Inspect); err != nil {
 			return o, err
 		}
 	}
@@ -229,22 +228,6 @@ func chooseEngine(e EgressOptions, quiet bool, config func() (*Config, error)) (
 		return "", fmt.Errorf("--proxy-engine must be go or mitmproxy, got %q", engine)
 	}
 	return engine, nil
-}
-
-// probeMitmproxy fails before anything boots, with the version found and
-// needed: the release `vibedom init --with-mitmproxy` installed, else
-// PATH's.
-func probeMitmproxy(ctx context.Context, h home.Home, inspect bool) error {
-	mitmdump := mitmproxy.PreferredMitmdump(filepath.Join(string(h), mitmproxy.DirName))
-	if _, err := mitmproxy.MitmdumpVersion(ctx, mitmdump); err != nil {
-		return err
-	}
-	if inspect {
-		if _, err := mitmproxy.MitmwebVersion(ctx, mitmproxy.MitmwebProgram(mitmdump, "")); err != nil {
-			return err
-		}
-	}
-	return nil
 }
 
 // chooseAgent is --agent, else the config's default agent, else "".

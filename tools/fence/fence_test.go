@@ -67,7 +67,7 @@ var table = map[string][]string{
 		"preflight", "image", "keys", "vm", "vm/vz", "vm/qemu", "netfilter", "dlp",
 		"overlay", "guest", "boot", "guestlink", "guest/proto", "review", "termtext",
 		"image/alpine", "image/rootfs", "image/ext4", "image/assets", "agents", "credentials",
-		"atomicfile", "sshagent", "home", "netfilter/egress", "netfilter/netstack", "netfilter/mitm", "netfilter/mitmproxy", "logredact", "policy", "wstrust", "childenv",
+		"atomicfile", "sshagent", "home", "netfilter/egress", "netfilter/mitm", "logredact", "policy", "wstrust", "childenv",
 	},
 	"policy":      {"wstrust", "netfilter", "netfilter/egress", "netfilter/mitm", "dlp", "overlay", "preflight", "home"},
 	"wstrust":     {"overlay", "home", "atomicfile"},
