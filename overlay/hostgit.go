@@ -40,7 +40,9 @@ type gitRepo struct {
 
 // plainFiles reports whether the files git opens first in r are regular
 // files (or absent) and its refs and objects folders are folders: a FIFO
-// as .git/config or HEAD blocks every git command that reads it, forever.
+// as .git/config or HEAD blocks every git command that reads it, forever,
+// and a symlink to a device as objects/info/alternates or as the branch
+// HEAD names has git read it into memory without end.
 // A repository that fails is treated as none (the session takes its
 // baseline without git). Deeper files (a ref, an object) are covered by
 // the deadline on every host git command (gitTimeout).
@@ -53,6 +55,19 @@ func (r *gitRepo) plainFiles() bool {
 		}
 		for _, d := range []string{"refs", "objects"} {
 			if fi, err := os.Stat(filepath.Join(dir, d)); err == nil && !fi.IsDir() {
+				return false
+			}
+		}
+		// Read by every command that reads objects, and the branch HEAD
+		// names: a symlink to /dev/zero there has git read until the
+		// host runs out of memory (a deadline does not help).
+		if fi, err := os.Stat(filepath.Join(dir, "objects", "info", "alternates")); err == nil && !fi.Mode().IsRegular() {
+			return false
+		}
+	}
+	if data, err := readSmallRegular(filepath.Join(r.gitDir, "HEAD")); err == nil {
+		if ref, ok := strings.CutPrefix(strings.TrimSpace(string(data)), "ref: "); ok && filepath.IsLocal(ref) {
+			if fi, err := os.Stat(filepath.Join(r.commonDir, ref)); err == nil && !fi.Mode().IsRegular() {
 				return false
 			}
 		}

@@ -183,3 +183,35 @@ func TestBaselineFIFOInGitDir(t *testing.T) {
 		})
 	}
 }
+
+// TestFindGitRepoRefusesDeviceFiles: a repository whose alternates file or
+// current branch's ref is a symlink to a device (git would read /dev/zero
+// into memory without end) counts as none. Checked without running git.
+func TestFindGitRepoRefusesDeviceFiles(t *testing.T) {
+	have(t, "git")
+	for _, planted := range []string{"objects/info/alternates", "refs/heads/main"} {
+		t.Run(planted, func(t *testing.T) {
+			ws := t.TempDir()
+			writeTree(t, ws, tree{"f.txt": "file:one\n"})
+			mustRun(t, ws, "git", "init", "-q", "-b", "main")
+			mustRun(t, ws, "git", "add", "-A")
+			mustRun(t, ws, "git", "-c", "user.name=t", "-c", "user.email=t@example.com", "commit", "-q", "-m", "base")
+			real, err := filepath.EvalSymlinks(ws)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, ok := findGitRepo(real); !ok {
+				t.Fatal("the plain repository is not found")
+			}
+			p := filepath.Join(ws, ".git", filepath.FromSlash(planted))
+			os.MkdirAll(filepath.Dir(p), 0o755)
+			os.Remove(p)
+			if err := os.Symlink("/dev/zero", p); err != nil {
+				t.Fatal(err)
+			}
+			if _, ok := findGitRepo(real); ok {
+				t.Errorf("a repository whose %s is /dev/zero is used", planted)
+			}
+		})
+	}
+}
