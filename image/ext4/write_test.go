@@ -3,6 +3,7 @@ package ext4
 import (
 	"bytes"
 	"crypto/sha256"
+	"fmt"
 	"io"
 	"io/fs"
 	"os"
@@ -51,6 +52,45 @@ func writeImage(t *testing.T, root *Node, o Options) (string, Stats) {
 		t.Fatal(err)
 	}
 	return p, st
+}
+
+// loopMount mounts img with the kernel's ext4 on a fresh folder and
+// unmounts it when the test ends (before the folder is removed). It
+// returns "" when this machine cannot loop-mount.
+func loopMount(t *testing.T, img, opts string) string {
+	t.Helper()
+	mnt := t.TempDir()
+	if out, err := exec.Command("mount", "-t", "ext4", "-o", opts, img, mnt).CombinedOutput(); err != nil {
+		t.Logf("cannot loop-mount here (%v: %s): the kernel mount is not checked", err, out)
+		return ""
+	}
+	t.Cleanup(func() {
+		if err := unmount(mnt); err != nil {
+			t.Error(err)
+		}
+	})
+	return mnt
+}
+
+// unmount unmounts mnt, waiting while it is busy: a process another
+// parallel test forks holds a copy of every open descriptor until it
+// execs, so a mount whose files were just closed can stay busy for a
+// moment on a loaded machine. After 30 s busy it detaches the mount
+// lazily and reports who held it.
+func unmount(mnt string) error {
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		out, err := exec.Command("umount", mnt).CombinedOutput()
+		if err == nil || strings.Contains(string(out), "not mounted") {
+			return nil
+		}
+		if !strings.Contains(string(out), "busy") || time.Now().After(deadline) {
+			held, _ := exec.Command("fuser", "-m", mnt).CombinedOutput()
+			exec.Command("umount", "-l", mnt).Run()
+			return fmt.Errorf("umount %s: %v %s\nheld by:\n%s", mnt, err, out, held)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
 
 func debugfs(t *testing.T, img, cmd string) string {
@@ -202,12 +242,10 @@ func mountCompare(t *testing.T, img string, files map[string]string, link, targe
 		t.Log("not root: the kernel mount is not checked")
 		return
 	}
-	mnt := t.TempDir()
-	if out, err := exec.Command("mount", "-t", "ext4", "-o", "loop,ro", img, mnt).CombinedOutput(); err != nil {
-		t.Logf("cannot loop-mount here (%v: %s): the kernel mount is not checked", err, out)
+	mnt := loopMount(t, img, "loop,ro")
+	if mnt == "" {
 		return
 	}
-	defer exec.Command("umount", mnt).Run()
 	for p, want := range files {
 		b, err := os.ReadFile(filepath.Join(mnt, p))
 		if err != nil || string(b) != want {
@@ -286,17 +324,16 @@ func TestWriteEmptyWritable(t *testing.T) {
 	if os.Geteuid() != 0 {
 		return
 	}
-	mnt := t.TempDir()
-	if out, err := exec.Command("mount", "-t", "ext4", "-o", "loop", img, mnt).CombinedOutput(); err != nil {
-		t.Logf("cannot loop-mount here (%v: %s)", err, out)
+	mnt := loopMount(t, img, "loop")
+	if mnt == "" {
 		return
 	}
 	for i := 0; i < 200; i++ {
 		os.WriteFile(filepath.Join(mnt, "f"+itoa(i)), bytes.Repeat([]byte{byte(i)}, 10000), 0o644)
 	}
 	os.MkdirAll(filepath.Join(mnt, "a/b/c"), 0o755)
-	if out, err := exec.Command("umount", mnt).CombinedOutput(); err != nil {
-		t.Fatalf("umount: %v %s", err, out)
+	if err := unmount(mnt); err != nil {
+		t.Fatal(err)
 	}
 	fsck(t, img)
 }
