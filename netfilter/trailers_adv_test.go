@@ -1,12 +1,17 @@
 package netfilter
 
 import (
+	"bufio"
+	"bytes"
+	"crypto/tls"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/vibedom/vibedom/credentials"
 	"github.com/vibedom/vibedom/dlp"
@@ -72,6 +77,146 @@ func TestLoginSwapTrailerAdv(t *testing.T) {
 			if strings.Contains(strings.ToLower(s), strings.ToLower(real2)) {
 				t.Errorf("the refreshed token reached the upstream in a trailer: %s", s)
 			}
+		}
+	})
+}
+
+// httpRecorder serves HTTP/1.1 over TLS for name:443 on v and records every
+// byte it is sent after TLS (the request line, headers, chunked framing,
+// trailers), whatever parses them.
+type httpRecorder struct {
+	mu  sync.Mutex
+	raw bytes.Buffer
+}
+
+func newHTTPRecorder(t *testing.T, v *dlpEnv, name string) *httpRecorder {
+	t.Helper()
+	u := &httpRecorder{}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tl := tls.NewListener(ln, &tls.Config{NextProtos: []string{"http/1.1"}, GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) {
+		return v.UpCA.IssueLeaf(name, time.Hour)
+	}})
+	s := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		io.WriteString(w, "ok")
+	})}
+	go s.Serve(recordListener{Listener: tl, u: u})
+	t.Cleanup(func() { s.Close() })
+	v.AddServer(name, 443, ln.Addr().String())
+	return u
+}
+
+func (u *httpRecorder) bytes() string {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return u.raw.String()
+}
+
+type recordListener struct {
+	net.Listener
+	u *httpRecorder
+}
+
+func (l recordListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return recordConn{Conn: c, u: l.u}, nil
+}
+
+type recordConn struct {
+	net.Conn
+	u *httpRecorder
+}
+
+func (c recordConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	c.u.mu.Lock()
+	c.u.raw.Write(p[:n])
+	c.u.mu.Unlock()
+	return n, err
+}
+
+// rawGuestRequest sends req, bytes as written, on a guest TLS connection
+// (HTTP/1.1) to name:443 and returns the response's status (0 when there
+// was none).
+func rawGuestRequest(t *testing.T, v *dlpEnv, name, req string) int {
+	t.Helper()
+	tc := tls.Client(v.GuestConn(name, 443), &tls.Config{ServerName: name, RootCAs: v.CA.Pool(), NextProtos: []string{"http/1.1"}})
+	defer tc.Close()
+	tc.SetDeadline(time.Now().Add(30 * time.Second))
+	if _, err := io.WriteString(tc, req); err != nil {
+		return 0
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(tc), nil)
+	if err != nil {
+		return 0
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+// TestRequestTrailersRawAdv (adversarial): HTTP/1 request trailers written
+// by hand, as no well-behaved client writes them (not declared, on an
+// empty body, folded, named as framing or credential headers, repeated,
+// beside chunk extensions), never carry a known secret to the upstream,
+// on either engine. The oracle is every byte the upstream read.
+func TestRequestTrailersRawAdv(t *testing.T) {
+	t.Parallel()
+	forEngines(t, func(t *testing.T, kind string) {
+		v := newDLPEnvEngine(t, kind, 1024)
+		ups := map[string]*httpRecorder{"registry.example.net": newHTTPRecorder(t, v, "registry.example.net")}
+		head := func(host, extra string) string {
+			return "POST /t HTTP/1.1\r\nHost: " + host + "\r\nContent-Type: text/plain\r\nTransfer-Encoding: chunked\r\n" + extra + "\r\n"
+		}
+		for _, c := range []struct{ name, host, req string }{
+			{"undeclared", "registry.example.net", head("registry.example.net", "") + "5\r\nhello\r\n0\r\nX-Sec: " + dlpSecret + "\r\n\r\n"},
+			{"declared-and-not", "registry.example.net", head("registry.example.net", "Trailer: X-A\r\n") + "5\r\nhello\r\n0\r\nX-A: fine\r\nX-Sec: " + dlpSecret + "\r\n\r\n"},
+			{"empty-body", "registry.example.net", head("registry.example.net", "Trailer: X-A\r\n") + "0\r\nX-A: " + dlpSecret + "\r\n\r\n"},
+			{"folded", "registry.example.net", head("registry.example.net", "Trailer: X-A\r\n") + "5\r\nhello\r\n0\r\nX-A: fine\r\n " + dlpSecret + "\r\n\r\n"},
+			{"repeated", "registry.example.net", head("registry.example.net", "Trailer: X-A\r\n") + "5\r\nhello\r\n0\r\nX-A: fine\r\nX-A: " + dlpSecret + "\r\n\r\n"},
+			{"framing-names", "registry.example.net", head("registry.example.net", "Trailer: Content-Type, X-A\r\n") + "5\r\nhello\r\n0\r\nContent-Type: " + dlpSecret + "\r\nHost: " + dlpSecret + "\r\nContent-Length: 5\r\nX-A: 1\r\n\r\n"},
+			{"chunk-extension", "registry.example.net", head("registry.example.net", "") + "5;x=" + dlpSecret + "\r\nhello\r\n0;y=" + dlpSecret + "\r\n\r\n"},
+		} {
+			t.Run(c.name, func(t *testing.T) {
+				code := rawGuestRequest(t, v, c.host, c.req)
+				t.Logf("status %d", code)
+				if raw := ups[c.host].bytes(); strings.Contains(strings.ToLower(raw), strings.ToLower(dlpSecret)) {
+					t.Errorf("status %d; the secret reached the upstream:\n%s", code, raw)
+				}
+			})
+		}
+		// A Go client writes every trailer in its map once the body has
+		// ended, declared or not: over HTTP/2 as well.
+		for _, h2 := range []bool{false, true} {
+			t.Run(fmt.Sprintf("undeclared-client/h2=%v", h2), func(t *testing.T) {
+				c := &http.Client{Transport: v.GuestTransport(h2)}
+				pr, pw := io.Pipe()
+				req, _ := http.NewRequestWithContext(t.Context(), "POST", "https://registry.example.net/u", pr)
+				req.Header.Set("Content-Type", "text/plain")
+				req.Trailer = http.Header{"X-A": nil}
+				go func() {
+					pw.Write([]byte("body"))
+					req.Trailer.Set("X-A", "fine")
+					req.Trailer.Set("X-Undeclared", "k "+dlpSecret)
+					pw.Close()
+				}()
+				code := 0
+				if resp, err := c.Do(req); err == nil {
+					io.Copy(io.Discard, resp.Body)
+					resp.Body.Close()
+					code = resp.StatusCode
+				}
+				t.Logf("status %d", code)
+				if raw := ups["registry.example.net"].bytes(); strings.Contains(strings.ToLower(raw), strings.ToLower(dlpSecret)) {
+					t.Errorf("status %d; the secret reached the upstream:\n%s", code, raw)
+				}
+			})
 		}
 	})
 }
