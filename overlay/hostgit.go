@@ -43,6 +43,9 @@ type gitRepo struct {
 // as .git/config or HEAD blocks every git command that reads it, forever,
 // and a symlink to a device as objects/info/alternates or as the branch
 // HEAD names has git read it into memory without end.
+// The files git reads whole into memory (HEAD, the branch ref, commondir,
+// config, every alternates file down the chain) must also be small: a
+// sparse regular file of many GiB there has git allocate all of it.
 // A repository that fails is treated as none (the session takes its
 // baseline without git). Deeper files (a ref, an object) are covered by
 // the deadline on every host git command (gitTimeout).
@@ -50,6 +53,11 @@ func (r *gitRepo) plainFiles() bool {
 	for _, dir := range []string{r.gitDir, r.commonDir} {
 		for _, f := range []string{"config", "config.worktree", "HEAD", "index", "packed-refs", "commondir", "shallow"} {
 			if fi, err := os.Stat(filepath.Join(dir, f)); err == nil && !fi.Mode().IsRegular() {
+				return false
+			}
+		}
+		for f, max := range map[string]int64{"config": gitReadMax, "config.worktree": gitReadMax, "HEAD": gitReadMax, "commondir": gitReadMax, "shallow": 64 << 20} {
+			if fi, err := os.Stat(filepath.Join(dir, f)); err == nil && fi.Size() > max {
 				return false
 			}
 		}
@@ -61,15 +69,67 @@ func (r *gitRepo) plainFiles() bool {
 		// Read by every command that reads objects, and the branch HEAD
 		// names: a symlink to /dev/zero there has git read until the
 		// host runs out of memory (a deadline does not help).
-		if fi, err := os.Stat(filepath.Join(dir, "objects", "info", "alternates")); err == nil && !fi.Mode().IsRegular() {
+		if !alternatesOK(filepath.Join(dir, "objects"), 0, map[string]bool{}) {
 			return false
 		}
 	}
 	if data, err := readSmallRegular(filepath.Join(r.gitDir, "HEAD")); err == nil {
 		if ref, ok := strings.CutPrefix(strings.TrimSpace(string(data)), "ref: "); ok && filepath.IsLocal(ref) {
-			if fi, err := os.Stat(filepath.Join(r.commonDir, ref)); err == nil && !fi.Mode().IsRegular() {
+			if fi, err := os.Stat(filepath.Join(r.commonDir, ref)); err == nil && (!fi.Mode().IsRegular() || fi.Size() > gitReadMax) {
 				return false
 			}
+		}
+	}
+	return true
+}
+
+// gitReadMax is the largest size allowed for a file git reads whole into
+// memory (plainFiles): far above any real HEAD, ref, commondir, config or
+// alternates list.
+const gitReadMax = 1 << 20
+
+// alternatesOK follows the alternates chain from the object store objects
+// as git does (objects/info/alternates lists further object stores, one a
+// line, relative ones from the store that names them, '#' comments; git
+// reads five levels below the repository's own): every alternates file on
+// the way must be a small regular file. A quoted entry (git's C-style
+// quoting) is not followed here, so it fails.
+func alternatesOK(objects string, depth int, seen map[string]bool) bool {
+	if seen[objects] || depth > 6 {
+		return true // git stops here too
+	}
+	seen[objects] = true
+	p := filepath.Join(objects, "info", "alternates")
+	fi, err := os.Stat(p)
+	if err != nil {
+		return true
+	}
+	if !fi.Mode().IsRegular() || fi.Size() > gitReadMax {
+		return false
+	}
+	f, err := os.Open(p)
+	if err != nil {
+		return true // git cannot read it either
+	}
+	data, err := io.ReadAll(io.LimitReader(f, gitReadMax+1))
+	f.Close()
+	if err != nil || len(data) > gitReadMax {
+		return false
+	}
+	for line := range strings.SplitSeq(string(data), "\n") {
+		line = strings.TrimSuffix(line, "\r")
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		if strings.HasPrefix(line, "\"") {
+			return false
+		}
+		next := line
+		if !filepath.IsAbs(next) {
+			next = filepath.Join(objects, next)
+		}
+		if !alternatesOK(filepath.Clean(next), depth+1, seen) {
+			return false
 		}
 	}
 	return true
