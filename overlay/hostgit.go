@@ -3,6 +3,7 @@ package overlay
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -327,11 +328,63 @@ func userConfigGit(ctx context.Context, ws string, args ...string) ([]byte, erro
 		return nil, fmt.Errorf("git: %w", err)
 	}
 	defer os.RemoveAll(private)
+	for _, f := range []string{filepath.Join(r.commonDir, "config"), filepath.Join(r.gitDir, "config.worktree")} {
+		if err := configIncludesOK(ctx, private, f, 0); err != nil {
+			return nil, err
+		}
+	}
 	user := []string{"GIT_DIR=" + r.gitDir, "GIT_WORK_TREE=" + r.top, "GIT_CONFIG_NOSYSTEM=", "GIT_CONFIG_GLOBAL="}
 	for _, k := range []string{"HOME", "XDG_CONFIG_HOME"} {
 		user = append(user, k+"="+os.Getenv(k))
 	}
 	return runHostGit(ctx, r.top, private, user, args...)
+}
+
+// configIncludesOK checks the config files git includes from the config
+// file p (include.path and every includeIf's path, whatever its condition,
+// followed as git does, ten deep): git reads an included file to its end,
+// so a FIFO, a device (/dev/tty: the user's keystrokes) or a sparse file of
+// many GiB there would have host git hang, read the terminal or allocate
+// without end. Each must be absent or a regular file of at most gitReadMax.
+// p itself is read with includes off (git config --file).
+func configIncludesOK(ctx context.Context, private, p string, depth int) error {
+	fi, err := os.Stat(p)
+	if err != nil {
+		return nil // git skips a missing include too
+	}
+	if !fi.Mode().IsRegular() || fi.Size() > gitReadMax {
+		return fmt.Errorf("git: the repository's config includes %s, which is not a regular file of at most 1 MiB: not read", DisplayPath(p))
+	}
+	if depth >= 10 {
+		return nil // git refuses deeper includes itself
+	}
+	out, err := runHostGit(ctx, private, private, nil, "config", "--file", p, "--no-includes", "-z", "--get-regexp", `^include(if\..*)?\.path$`)
+	if err != nil {
+		var ee *exec.ExitError
+		if errors.As(err, &ee) && ee.ExitCode() == 1 {
+			return nil // no include
+		}
+		return err
+	}
+	for rec := range strings.SplitSeq(string(out), "\x00") {
+		_, inc, ok := strings.Cut(rec, "\n")
+		if !ok || inc == "" {
+			continue
+		}
+		if rest, ok := strings.CutPrefix(inc, "~/"); ok {
+			home, err := os.UserHomeDir()
+			if err != nil {
+				continue // git cannot expand it either
+			}
+			inc = filepath.Join(home, rest)
+		} else if !filepath.IsAbs(inc) {
+			inc = filepath.Join(filepath.Dir(p), inc)
+		}
+		if err := configIncludesOK(ctx, private, inc, depth+1); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // configEntry is one setting of `git config --list --show-origin`.

@@ -5,7 +5,9 @@ package overlay
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -101,4 +103,89 @@ func TestFindGitRepoRefusesHugeOrDeviceAdv(t *testing.T) {
 			t.Errorf("a clone --shared (objects/info/alternates naming its source) is not found")
 		}
 	})
+}
+
+// TestRepoConfigRefusesDeviceIncludesAdv (adversarial): `git config
+// --list` and `git rev-parse`, which apply runs with the repository's own
+// config, read every file it includes to the end: an include.path (or an
+// includeIf's, whatever its condition) naming a FIFO, a nested include of
+// one, or a sparse file of many GiB had host git hang until its deadline
+// or allocate without end. Such a config is refused at once, before git
+// runs; an ordinary include still works.
+func TestRepoConfigRefusesDeviceIncludesAdv(t *testing.T) {
+	have(t, "git")
+	old := gitTimeout
+	gitTimeout = 5 * time.Second
+	t.Cleanup(func() { gitTimeout = old })
+	for _, tc := range []struct {
+		name  string
+		plant func(t *testing.T, ws, git string) string // the config text appended
+	}{
+		{"fifo", func(t *testing.T, ws, git string) string {
+			unix.Mkfifo(filepath.Join(ws, "inc"), 0o644)
+			return "[include]\n\tpath = ../inc\n"
+		}},
+		{"includeif-fifo", func(t *testing.T, ws, git string) string {
+			unix.Mkfifo(filepath.Join(ws, "inc"), 0o644)
+			return "[includeIf \"onbranch:main\"]\n\tpath = " + filepath.Join(ws, "inc") + "\n"
+		}},
+		{"nested-fifo", func(t *testing.T, ws, git string) string {
+			unix.Mkfifo(filepath.Join(ws, "inc2"), 0o644)
+			writeFile(t, filepath.Join(git, "inc1"), "[include]\n\tpath = ../inc2\n", 0o644)
+			return "[include]\n\tpath = inc1\n"
+		}},
+		{"sparse", func(t *testing.T, ws, git string) string {
+			p := filepath.Join(ws, "inc")
+			writeFile(t, p, "[a]\n\tb = ", 0o644)
+			// 256 MiB: more than enough to refuse, little for git to read
+			// should the check be missing.
+			if err := os.Truncate(p, 256<<20); err != nil {
+				t.Skipf("no sparse file here: %v", err)
+			}
+			return "[include]\n\tpath = ../inc\n"
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ws := t.TempDir()
+			writeTree(t, ws, tree{"f.txt": "file:one\n"})
+			mustRun(t, ws, "git", "init", "-q", "-b", "main")
+			mustRun(t, ws, "git", "add", "f.txt")
+			mustRun(t, ws, "git", "-c", "user.name=t", "-c", "user.email=t@example.com", "commit", "-q", "-m", "base")
+			real, _ := filepath.EvalSymlinks(ws)
+			appendGitConfig(t, real, tc.plant(t, real, filepath.Join(real, ".git")))
+			start := time.Now()
+			_, _, err := repoConfig(t.Context(), real)
+			if err == nil || strings.Contains(err.Error(), "did not finish") || time.Since(start) > gitTimeout {
+				t.Errorf("repoConfig: %v after %v, want a refusal before git runs", err, time.Since(start))
+			}
+		})
+	}
+	t.Run("ordinary-include", func(t *testing.T) {
+		ws := t.TempDir()
+		mustRun(t, ws, "git", "init", "-q", "-b", "main")
+		real, _ := filepath.EvalSymlinks(ws)
+		writeFile(t, filepath.Join(real, ".git", "inc1"), "[core]\n\thooksPath = tools/hooks\n", 0o644)
+		appendGitConfig(t, real, "[include]\n\tpath = inc1\n[includeIf \"gitdir:/nowhere/\"]\n\tpath = /nowhere/x\n")
+		_, entries, err := repoConfig(t.Context(), real)
+		found := false
+		for _, e := range entries {
+			found = found || e.key == "core.hookspath" && e.value == "tools/hooks"
+		}
+		if err != nil || !found {
+			t.Errorf("repoConfig: %v, hooksPath from the include found: %v", err, found)
+		}
+	})
+}
+
+// appendGitConfig appends text to the .git/config of the repository at ws.
+func appendGitConfig(t *testing.T, ws, text string) {
+	t.Helper()
+	f, err := os.OpenFile(filepath.Join(ws, ".git", "config"), os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := f.WriteString(text); err != nil {
+		t.Fatal(err)
+	}
 }
