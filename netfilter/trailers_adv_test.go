@@ -220,3 +220,59 @@ func TestRequestTrailersRawAdv(t *testing.T) {
 		}
 	})
 }
+
+// TestExplicitProxyTrailersAdv (adversarial): plain http:// requests
+// through the explicit proxy (absolute-form, served by the Go forwarder in
+// both engines) carry no known secret in a trailer, declared or not.
+func TestExplicitProxyTrailersAdv(t *testing.T) {
+	t.Parallel()
+	forEngines(t, func(t *testing.T, kind string) {
+		v := newDLPEnvEngine(t, kind, 1024)
+		var mu sync.Mutex
+		var got []string
+		v.UpstreamPlain("registry.example.net", 80, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			b, _ := io.ReadAll(r.Body)
+			mu.Lock()
+			got = append(got, fmt.Sprintf("%s %v %v %s", r.URL.Path, r.Header, r.Trailer, b))
+			mu.Unlock()
+			io.WriteString(w, "ok")
+		}))
+		pu := v.ProxyListener()
+		c := &http.Client{Transport: &http.Transport{Proxy: http.ProxyURL(pu)}}
+		pr, pw := io.Pipe()
+		req, _ := http.NewRequestWithContext(t.Context(), "POST", "http://registry.example.net/declared", pr)
+		req.Trailer = http.Header{"X-Late": nil}
+		go func() {
+			pw.Write([]byte("body"))
+			req.Trailer.Set("X-Late", "k "+dlpSecret)
+			req.Trailer.Set("X-Undeclared", "k "+dlpSecret)
+			pw.Close()
+		}()
+		if resp, err := c.Do(req); err == nil {
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			t.Logf("status %d", resp.StatusCode)
+		}
+		// Hand-written, undeclared, on the proxy connection.
+		conn, err := net.Dial("tcp", pu.Host)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		conn.SetDeadline(time.Now().Add(30 * time.Second))
+		io.WriteString(conn, "POST http://registry.example.net/raw HTTP/1.1\r\nHost: registry.example.net\r\nTransfer-Encoding: chunked\r\n\r\n4\r\nbody\r\n0\r\nX-Sec: "+dlpSecret+"\r\n\r\n")
+		if resp, err := http.ReadResponse(bufio.NewReader(conn), nil); err == nil {
+			t.Logf("raw status %d", resp.StatusCode)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if len(got) == 0 {
+			t.Fatalf("nothing reached the upstream: the test proves nothing")
+		}
+		for _, s := range got {
+			if strings.Contains(s, dlpSecret) {
+				t.Errorf("the secret reached the upstream: %s", s)
+			}
+		}
+	})
+}
