@@ -308,6 +308,9 @@ func gitCleanBlobs(ctx context.Context, ws string) map[string]string {
 		}
 		blobs[string(p)] = f[1]
 	}
+	if !plainAttributes(ws, out) {
+		return nil
+	}
 	dirty, err := gitCmd(ctx, ws, "diff-files", "--name-only", "-z", "--relative")
 	if err != nil {
 		return nil
@@ -316,6 +319,46 @@ func gitCleanBlobs(ctx context.Context, ws string) map[string]string {
 		delete(blobs, string(p))
 	}
 	return blobs
+}
+
+// plainAttributes reports whether no folder on the way of a file git
+// lists (lsFiles: `git ls-files -s -z` run in ws), from the repository's
+// top down, holds a .gitattributes that is a FIFO or a device: diff-files
+// hashes a racily clean file again and reads the attributes on its way
+// first, and would wait on a FIFO until its deadline (a symlink there git
+// does not follow).
+func plainAttributes(ws string, lsFiles []byte) bool {
+	real, err := filepath.EvalSymlinks(ws)
+	if err != nil {
+		return false
+	}
+	r, ok := findGitRepo(real)
+	if !ok {
+		return false
+	}
+	seen := map[string]bool{}
+	check := func(dir string) bool {
+		for !seen[dir] {
+			seen[dir] = true
+			if fi, err := os.Lstat(filepath.Join(dir, ".gitattributes")); err == nil && !fi.Mode().IsRegular() && fi.Mode()&fs.ModeSymlink == 0 {
+				return false
+			}
+			if dir == r.top || dir == filepath.Dir(dir) {
+				break
+			}
+			dir = filepath.Dir(dir)
+		}
+		return true
+	}
+	if !check(real) {
+		return false
+	}
+	for rec := range bytes.SplitSeq(lsFiles, []byte{0}) {
+		if _, p, ok := bytes.Cut(rec, []byte{'\t'}); ok && !check(filepath.Dir(filepath.Join(real, filepath.FromSlash(string(p))))) {
+			return false
+		}
+	}
+	return true
 }
 
 func (b *Baseline) loadManifest() error {

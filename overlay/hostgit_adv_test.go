@@ -189,3 +189,41 @@ func appendGitConfig(t *testing.T, ws, text string) {
 		t.Fatal(err)
 	}
 }
+
+// TestBaselineFIFOAttributesAdv (adversarial): a .gitattributes that is a
+// FIFO, in the work tree's top or beside a tracked file, with an index
+// older than the files (racily clean entries git hashes again, reading the
+// attributes on their way): the baseline's diff-files waited on it until
+// the git deadline at every session start. The baseline goes on without
+// git data at once.
+func TestBaselineFIFOAttributesAdv(t *testing.T) {
+	have(t, "git")
+	old := gitTimeout
+	gitTimeout = 5 * time.Second
+	t.Cleanup(func() { gitTimeout = old })
+	for _, at := range []string{".gitattributes", "sub/.gitattributes"} {
+		t.Run(at, func(t *testing.T) {
+			root := t.TempDir()
+			ws := filepath.Join(root, "ws")
+			os.Mkdir(ws, 0o755)
+			writeTree(t, ws, tree{"f.txt": "file:one\n", "sub/g.txt": "file:two\n"})
+			mustRun(t, ws, "git", "init", "-q", "-b", "main")
+			mustRun(t, ws, "git", "add", "-A")
+			mustRun(t, ws, "git", "-c", "user.name=t", "-c", "user.email=t@example.com", "commit", "-q", "-m", "base")
+			if err := unix.Mkfifo(filepath.Join(ws, at), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			long := time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)
+			if err := os.Chtimes(filepath.Join(ws, ".git", "index"), long, long); err != nil {
+				t.Fatal(err)
+			}
+			start := time.Now()
+			if _, err := TakeBaseline(t.Context(), ws, filepath.Join(root, "baseline"), BaselineOptions{Mode: BaselineManifest}); err != nil {
+				t.Fatalf("TakeBaseline: %v", err)
+			}
+			if d := time.Since(start); d >= gitTimeout {
+				t.Errorf("TakeBaseline took %v: it waited on the FIFO until the git deadline", d)
+			}
+		})
+	}
+}
