@@ -167,7 +167,7 @@ func commandFiles(top, cmd string) []string {
 func commandFilesDepth(top, cmd string, depth int) []string {
 	var out []string
 	for _, words := range shellCommands(cmd) {
-		for len(words) > 0 && strings.Contains(words[0], "=") && !strings.Contains(words[0], "/") {
+		for len(words) > 0 && (strings.Contains(words[0], "=") && !strings.Contains(words[0], "/") || slices.Contains(shellReserved, words[0])) {
 			words = words[1:]
 		}
 		for i := 0; i < len(words); i++ {
@@ -194,6 +194,10 @@ func commandFilesDepth(top, cmd string, depth int) []string {
 	}
 	return out
 }
+
+// shellReserved are words a shell takes before a command ("!f() { ./x; }; f",
+// "if ./x; then ./y; fi"): the command is the word after.
+var shellReserved = []string{"{", "}", "!", "if", "then", "else", "elif", "fi", "do", "done", "while", "until"}
 
 // shellCommands splits a command line into simple commands, each into
 // words, the way a POSIX shell would for the simple cases (blanks, single

@@ -63,6 +63,8 @@ func TestCommandFilesCompoundAdv(t *testing.T) {
 		"nohup tools/d &":                {"/r/tools/d"},
 		"`tools/e`":                      {"/r/tools/e"},
 		"bash -c \"sh -c 'tools/deep'\"": {"/r/tools/deep"},
+		"f() { tools/g --x; }; f":        {"/r/tools/g"},
+		"if tools/h; then tools/i; fi":   {"/r/tools/h", "/r/tools/i"},
 	} {
 		if got := commandFiles("/r", cmd); !slices.Equal(got, want) {
 			t.Errorf("commandFiles(%q) = %q, want %q", cmd, got, want)
