@@ -154,13 +154,14 @@ func findGitRepo(ws string) (*gitRepo, bool) {
 			case fi.IsDir():
 				r.gitDir = dot
 			case fi.Mode().IsRegular():
+				// As git reads it: everything after "gitdir: ", newlines
+				// trimmed at the end only (a newline inside is part of
+				// the path).
 				data, err := readSmallRegular(dot)
-				line, _, _ := strings.Cut(string(data), "\n")
-				target, ok := strings.CutPrefix(strings.TrimSpace(line), "gitdir:")
-				if err != nil || !ok {
+				target, ok := strings.CutPrefix(strings.TrimRight(string(data), "\r\n"), "gitdir: ")
+				if err != nil || !ok || target == "" || strings.ContainsRune(target, 0) {
 					return nil, false
 				}
-				target = strings.TrimSpace(target)
 				if !filepath.IsAbs(target) {
 					target = filepath.Join(d, target)
 				}
@@ -169,8 +170,14 @@ func findGitRepo(ws string) (*gitRepo, bool) {
 				return nil, false
 			}
 			r.commonDir = r.gitDir
-			if data, err := readSmallRegular(filepath.Join(r.gitDir, "commondir")); err == nil {
-				c := strings.TrimSpace(string(data))
+			if cd := filepath.Join(r.gitDir, "commondir"); exists(cd) {
+				// Read as git does (newlines trimmed at the end only); one
+				// that cannot be read so is no repository of ours.
+				data, err := readSmallRegular(cd)
+				c := strings.TrimRight(string(data), "\r\n")
+				if err != nil || c == "" || strings.ContainsRune(c, 0) {
+					return nil, false
+				}
 				if !filepath.IsAbs(c) {
 					c = filepath.Join(r.gitDir, c)
 				}
@@ -450,6 +457,12 @@ func withoutUnset(env []string) []string {
 		}
 	}
 	return out
+}
+
+// exists reports whether p is there (a dangling symlink is).
+func exists(p string) bool {
+	_, err := os.Lstat(p)
+	return err == nil
 }
 
 // readSmallRegular reads a file of git's discovery (".git" as a file,

@@ -227,3 +227,60 @@ func TestBaselineFIFOAttributesAdv(t *testing.T) {
 		})
 	}
 }
+
+// TestFindGitRepoLongCommondirAdv (adversarial): git follows a commondir
+// file of any length (it trims only the newlines at its end); one padded
+// past the 4 KiB findGitRepo reads was ignored, so the checks ran on the
+// wrong folder while git used the one it names, here a repository whose
+// alternates is /dev/zero. Such a repository counts as none.
+func TestFindGitRepoLongCommondirAdv(t *testing.T) {
+	t.Parallel()
+	have(t, "git")
+	root := t.TempDir()
+	other := filepath.Join(root, "other")
+	os.Mkdir(other, 0o755)
+	mustRun(t, other, "git", "init", "-q", "-b", "main")
+	os.MkdirAll(filepath.Join(other, ".git/objects/info"), 0o755)
+	if err := os.Symlink("/dev/zero", filepath.Join(other, ".git/objects/info/alternates")); err != nil {
+		t.Fatal(err)
+	}
+	ws := filepath.Join(root, "ws")
+	os.Mkdir(ws, 0o755)
+	writeTree(t, ws, tree{"f.txt": "file:one\n"})
+	mustRun(t, ws, "git", "init", "-q", "-b", "main")
+	writeFile(t, filepath.Join(ws, ".git/commondir"), filepath.Join(other, ".git")+strings.Repeat("\n", 5000), 0o644)
+	real, _ := filepath.EvalSymlinks(ws)
+	if r, ok := findGitRepo(real); ok {
+		t.Errorf("the repository is used with common dir %s; git uses %s", r.commonDir, filepath.Join(other, ".git"))
+	}
+}
+
+// TestFindGitRepoGitfileAsGitReadsItAdv (adversarial): git takes a .git
+// file's whole text after "gitdir: " as the path (newlines trimmed only at
+// its end), so "gitdir: A\n/../B" is the folder A\n/../B to git, while
+// findGitRepo read only A: its checks ran on a decoy. It now reads the
+// path as git does (or counts the repository as none).
+func TestFindGitRepoGitfileAsGitReadsItAdv(t *testing.T) {
+	t.Parallel()
+	have(t, "git")
+	root := t.TempDir()
+	decoy := filepath.Join(root, "decoy")
+	os.Mkdir(decoy, 0o755)
+	mustRun(t, decoy, "git", "init", "-q", "-b", "main")
+	// The path git follows: decoy/".git\n"/../evil/.git = decoy/evil/.git.
+	os.Mkdir(filepath.Join(decoy, ".git\n"), 0o755)
+	evil := filepath.Join(decoy, "evil")
+	os.Mkdir(evil, 0o755)
+	mustRun(t, evil, "git", "init", "-q", "-b", "main")
+	os.MkdirAll(filepath.Join(evil, ".git/objects/info"), 0o755)
+	if err := os.Symlink("/dev/zero", filepath.Join(evil, ".git/objects/info/alternates")); err != nil {
+		t.Fatal(err)
+	}
+	ws := filepath.Join(root, "ws")
+	os.Mkdir(ws, 0o755)
+	writeFile(t, filepath.Join(ws, ".git"), "gitdir: "+filepath.Join(decoy, ".git")+"\n/../evil/.git\n", 0o644)
+	real, _ := filepath.EvalSymlinks(ws)
+	if r, ok := findGitRepo(real); ok {
+		t.Errorf("the repository is used with git dir %q; git uses %s", r.gitDir, filepath.Join(evil, ".git"))
+	}
+}
