@@ -291,6 +291,15 @@ func gitCleanBlobs(ctx context.Context, ws string) map[string]string {
 	if _, err := exec.LookPath("git"); err != nil {
 		return nil
 	}
+	if real, err := filepath.EvalSymlinks(ws); err == nil {
+		// A sparse index of many GiB claiming millions of entries: git
+		// would parse them all into memory.
+		if r, ok := findGitRepo(real); ok {
+			if fi, err := os.Stat(filepath.Join(r.gitDir, "index")); err == nil && mostlyHoles(fi) {
+				return nil
+			}
+		}
+	}
 	out, err := gitCmd(ctx, ws, "ls-files", "-s", "-z")
 	if err != nil {
 		return nil

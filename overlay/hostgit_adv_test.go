@@ -284,3 +284,37 @@ func TestFindGitRepoGitfileAsGitReadsItAdv(t *testing.T) {
 		t.Errorf("the repository is used with git dir %q; git uses %s", r.gitDir, filepath.Join(evil, ".git"))
 	}
 }
+
+// TestBaselineSparseIndexAdv (adversarial): an index that is a sparse file
+// of many GiB whose header claims millions of entries has git parse them
+// all into memory (3 million took git 540 MB before it gave up; the count
+// goes to 2^31). The baseline does not run git on it: a git that records
+// being run stands in for the real one.
+func TestBaselineSparseIndexAdv(t *testing.T) {
+	have(t, "git")
+	root := t.TempDir()
+	ws := filepath.Join(root, "ws")
+	os.Mkdir(ws, 0o755)
+	writeTree(t, ws, tree{"f.txt": "file:one\n"})
+	mustRun(t, ws, "git", "init", "-q", "-b", "main")
+	mustRun(t, ws, "git", "add", "-A")
+	idx := filepath.Join(ws, ".git", "index")
+	hdr := []byte{'D', 'I', 'R', 'C', 0, 0, 0, 2, 0x7f, 0xff, 0xff, 0xff}
+	if err := os.WriteFile(idx, hdr, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(idx, 64<<30); err != nil {
+		t.Skipf("no sparse file here: %v", err)
+	}
+	bin := filepath.Join(root, "bin")
+	os.Mkdir(bin, 0o755)
+	mark := filepath.Join(root, "ran")
+	writeFile(t, filepath.Join(bin, "git"), "#!/bin/sh\necho \"$@\" >> "+mark+"\nexit 1\n", 0o755)
+	t.Setenv("PATH", bin+string(os.PathListSeparator)+os.Getenv("PATH"))
+	if _, err := TakeBaseline(t.Context(), ws, filepath.Join(root, "baseline"), BaselineOptions{Mode: BaselineManifest}); err != nil {
+		t.Fatalf("TakeBaseline: %v", err)
+	}
+	if ran, _ := os.ReadFile(mark); strings.Contains(string(ran), "ls-files") || strings.Contains(string(ran), "diff-files") {
+		t.Errorf("git ran on the sparse index: %s", ran)
+	}
+}
