@@ -28,6 +28,10 @@ var configRunsShell = []string{
 	"sequence.editor", "diff.external", "diff.*.textconv", "diff.*.command", "difftool.*.cmd", "mergetool.*.cmd",
 	"filter.*.clean", "filter.*.smudge", "filter.*.process", "merge.*.driver", "interactive.difffilter",
 	"gpg.program", "gpg.*.program", "sendemail.*.sendmailcmd", "sendemail.sendmailcmd",
+	"mergetool.*.path", "difftool.*.path", "gpg.ssh.defaultkeycommand", "browser.*.cmd", "browser.*.path",
+	"man.*.cmd", "man.*.path", "core.alternaterefscommand", "uploadpack.packobjectshook", "remote.*.uploadpack",
+	"remote.*.receivepack", "tar.*.command", "trailer.*.command", "trailer.*.cmd", "sendemail.tocmd",
+	"sendemail.cccmd", "sendemail.headercmd", "sendemail.smtpserver", "guitool.*.cmd",
 }
 
 // configRunsUnlessBool are keys whose value is a boolean or a command.
@@ -98,7 +102,7 @@ func configPrograms(ws, top string, entries []configEntry) []configProgram {
 			} else if p := expandHome(e.value); filepath.IsAbs(p) {
 				add(strings.Fields(p + " ")[0], why)
 			}
-		case configKeyIn(e.key, "alias.*"):
+		case configKeyIn(e.key, "alias.*", "submodule.*.update"):
 			if cmd, ok := strings.CutPrefix(e.value, "!"); ok {
 				for _, p := range commandFiles(top, cmd) {
 					add(p, why)

@@ -71,3 +71,44 @@ func TestCommandFilesCompoundAdv(t *testing.T) {
 		}
 	}
 }
+
+// TestConfigProgramsMoreKeysAdv (adversarial): more keys whose value git
+// runs, as a command or as a program's path: a merge or diff tool's path,
+// ssh signing's key command, a browser or man viewer, the alternate refs
+// command, pack-objects hook, a local remote's upload-pack and
+// receive-pack, git archive's tar filters, interpret-trailers commands,
+// send-email's recipient and header commands, git gui tools, and a
+// submodule's "!command" update. A workspace file named there is protected.
+func TestConfigProgramsMoreKeysAdv(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct{ key, value string }{
+		{"mergetool.mine.path", "tools/merge"},
+		{"difftool.mine.path", "./tools/merge --x"},
+		{"gpg.ssh.defaultkeycommand", "tools/merge"},
+		{"browser.mine.cmd", "tools/merge"},
+		{"browser.mine.path", "tools/merge"},
+		{"man.mine.cmd", "tools/merge"},
+		{"man.mine.path", "tools/merge"},
+		{"core.alternaterefscommand", "tools/merge"},
+		{"uploadpack.packobjectshook", "tools/merge"},
+		{"remote.origin.uploadpack", "tools/merge"},
+		{"remote.origin.receivepack", "tools/merge"},
+		{"tar.tgz.command", "tools/merge -9"},
+		{"trailer.sign.command", "tools/merge"},
+		{"trailer.sign.cmd", "tools/merge"},
+		{"sendemail.tocmd", "tools/merge"},
+		{"sendemail.cccmd", "tools/merge"},
+		{"sendemail.headercmd", "tools/merge"},
+		{"guitool.mine.cmd", "tools/merge"},
+		{"submodule.lib.update", "!tools/merge"},
+	} {
+		progs := configPrograms("/r", "/r", []configEntry{{key: c.key, value: c.value}})
+		if len(progs) != 1 || progs[0].rel != "tools/merge" {
+			t.Errorf("%s = %s: programs %+v, want tools/merge", c.key, c.value, progs)
+		}
+	}
+	// A submodule's update mode that is not a command names no program.
+	if progs := configPrograms("/r", "/r", []configEntry{{key: "submodule.lib.update", value: "rebase"}}); len(progs) != 0 {
+		t.Errorf("submodule update = rebase: %+v", progs)
+	}
+}
