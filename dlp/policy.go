@@ -175,6 +175,20 @@ func (a Action) MarshalText() ([]byte, error) { return []byte(a.String()), nil }
 type Policy struct {
 	Class Class
 	act   [numCategories]Action
+	// shapes: only rows that know a value by its shape run (ShapesOnly).
+	shapes bool
+}
+
+// ShapesOnly returns a copy of p under which a value is found only as a
+// known value or by its own shape (an AWS key id, a provider's token, a
+// JWT, a private key …), never by the words before it: the rows that
+// take what follows "Bearer ", "Basic " or a secret-like name (token=,
+// password:) do not run. It is the policy of a credential header, where
+// those words are the header's syntax and a server-issued session token
+// or cookie is what the guest is meant to send back.
+func (p Policy) ShapesOnly() Policy {
+	p.shapes = true
+	return p
 }
 
 // Action returns what the policy does with c.

@@ -1226,7 +1226,7 @@ func (s *scanner) anchorAt(i int) {
 	buf := s.buf[:s.n]
 	for _, r := range s.e.anchors.table.lookup(binary.LittleEndian.Uint32(buf[i:])) {
 		as := i - r.off
-		if as >= 0 && s.pol.active(r.def.rec.cat) && matchLit(buf, as, r.def) {
+		if as >= 0 && s.pol.active(r.def.rec.cat) && !(s.pol.shapes && r.def.rec.context) && matchLit(buf, as, r.def) {
 			r.def.rec.check(s, hit{lit: r.def.lit, as: as, ae: as + len(r.def.lit), cat: r.def.rec.cat})
 		}
 	}

@@ -36,9 +36,10 @@ type AuditSink interface {
 //
 // Credential headers (Authorization, Proxy-Authorization, Cookie,
 // X-Api-Key …) are how the agent signs in: they are searched for known
-// values only, and to an external destination (the agent's AI API, the
-// only reader of its own credential) known values there are logged, not
-// redacted. Headers that frame the message (Content-Type, Accept-Encoding,
+// values and for secrets found by their shape, not for personal data nor
+// by the words before a value (see credentialPolicy), and to an external
+// destination (the agent's AI API, the only reader of its own
+// credential) known values there are logged, not redacted. Headers that frame the message (Content-Type, Accept-Encoding,
 // Sec-WebSocket-Protocol …) are scanned but never rewritten (a changed
 // multipart boundary breaks the body): a value there the DLP would redact
 // refuses the request, the error naming the header and the category; the
@@ -114,6 +115,39 @@ var credentialHeaders = map[string]bool{
 	"X-Gitlab-Token": true, "X-Github-Token": true,
 }
 
+// credentialCategories are what a credential header is scrubbed of: known
+// values and secrets found by their shape, each as pol says for the
+// destination. Personal data there (an address in a session cookie)
+// passes.
+var credentialCategories = []dlp.Category{
+	dlp.CatSecret, dlp.CatPrivateKey, dlp.CatCloudKey, dlp.CatToken, dlp.CatJWT, dlp.CatCredentials,
+}
+
+// credentialPolicy is pol for credential headers. The guest signs in with
+// them, so what it is meant to send there passes: the session's
+// placeholder never reaches the DLP (the swap filter takes its header out
+// and puts the real key back after, and refuses a placeholder anywhere
+// else), a token a server issued (a session cookie, a bearer token) is
+// not found by the words before it (dlp.Policy.ShapesOnly), and to an
+// external destination (the agent's AI API, the only reader of its own
+// credential) a known value is logged, not redacted. A secret found by
+// its shape (an AWS key id, a GitHub token, a JWT, a private key …) or a
+// known value is scrubbed as pol says, as in any other header: redacted
+// to external and public destinations, passed or logged to internal
+// ones.
+func credentialPolicy(pol dlp.Policy) dlp.Policy {
+	cp := pol.ShapesOnly()
+	for _, c := range dlp.Categories() {
+		if !slices.Contains(credentialCategories, c) {
+			cp = cp.With(c, dlp.Pass)
+		}
+	}
+	if pol.Class == dlp.ClassExternal && cp.Action(dlp.CatSecret) == dlp.Redact {
+		cp = cp.With(dlp.CatSecret, dlp.Log)
+	}
+	return cp
+}
+
 // FilterRequest implements RequestFilter.
 func (f *DLPFilter) FilterRequest(ctx context.Context, dest mitm.Destination, r *http.Request) (func() []egress.Finding, error) {
 	e := f.Engine
@@ -132,15 +166,7 @@ func (f *DLPFilter) FilterRequest(ctx context.Context, dest mitm.Destination, r 
 	}
 
 	// Headers.
-	credPol := pol
-	for _, c := range dlp.Categories() {
-		if c != dlp.CatSecret {
-			credPol = credPol.With(c, dlp.Pass)
-		}
-	}
-	if pol.Class == dlp.ClassExternal && credPol.Action(dlp.CatSecret) == dlp.Redact {
-		credPol = credPol.With(dlp.CatSecret, dlp.Log)
-	}
+	credPol := credentialPolicy(pol)
 	if m := e.ScrubText(&pol, []byte(r.Method), "method", rep); string(m) != r.Method {
 		return nil, errors.New("the request method carries a value the DLP redacts")
 	}
