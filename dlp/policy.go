@@ -155,17 +155,34 @@ const (
 	Log
 	// Redact replaces the value with a placeholder and records it.
 	Redact
+	// Refuse is no policy's choice but what became of a finding where a
+	// value cannot be replaced (a header that frames the message): the
+	// request carrying it was not sent.
+	Refuse
 )
 
-// String returns "pass", "log" or "redact".
+// String returns "pass", "log", "redact" or "refuse".
 func (a Action) String() string {
 	switch a {
 	case Log:
 		return "log"
 	case Redact:
 		return "redact"
+	case Refuse:
+		return "refuse"
 	}
 	return "pass"
+}
+
+// ParseAction reads an action's name (Action.String), as the network log
+// and the audit log write it.
+func ParseAction(s string) (Action, error) {
+	for _, a := range []Action{Pass, Log, Redact, Refuse} {
+		if s == a.String() {
+			return a, nil
+		}
+	}
+	return Redact, fmt.Errorf("unknown action %q: use pass, log, redact or refuse", s)
 }
 
 // MarshalText encodes the action as its name.

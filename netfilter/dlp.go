@@ -171,9 +171,11 @@ func (f *DLPFilter) FilterRequest(ctx context.Context, dest mitm.Destination, r 
 		return nil, errors.New("the request method carries a value the DLP redacts")
 	}
 	hs := headerScrub{e: e, pol: &pol, credPol: &credPol, rep: rep}
-	if err := hs.framing(r.Header); err != nil {
-		f.report(dest, r, start, rep) // the values, to the audit log
-		return nil, err
+	if name, err := hs.framing(r.Header); err != nil {
+		// The values, to the audit log; the refused header's findings as
+		// what became of them.
+		fs := f.report(dest, r, start, rep, "header:"+name)
+		return nil, &DLPRefusal{Header: name, Findings: fs, err: err}
 	}
 	hs.header(r.Header, "header")
 	// Trailers: the declared names now (the Trailer header lists them
@@ -280,7 +282,7 @@ func (f *DLPFilter) FilterRequest(ctx context.Context, dest mitm.Destination, r 
 				wait()
 			}
 			f.upgrades.Delete(r)
-			findings = f.report(dest, r, start, rep)
+			findings = f.report(dest, r, start, rep, "")
 		})
 		return findings
 	}, nil
@@ -328,10 +330,24 @@ func (s headerScrub) header(h http.Header, where string) {
 	}
 }
 
+// DLPRefusal is the error of a request the DLPFilter refuses because a
+// header that frames the message holds a value it would redact (such a
+// header is not rewritten). Findings are the request's findings so far,
+// those in Header with the action "refuse"; the error names the header
+// and the categories, never a value.
+type DLPRefusal struct {
+	Header   string
+	Findings []egress.Finding
+	err      error
+}
+
+func (e *DLPRefusal) Error() string { return e.err.Error() }
+
 // framing scans the values of h's framing headers (but fixedHeaders). They
 // are not rewritten, as the message depends on them: a value the DLP would
-// redact is an error naming the header and what was found, never the value.
-func (s headerScrub) framing(h http.Header) error {
+// redact is an error naming the header and what was found, never the
+// value, returned with the header's name.
+func (s headerScrub) framing(h http.Header) (string, error) {
 	for _, name := range slices.Sorted(maps.Keys(h)) {
 		if !framingHeaders[name] || fixedHeaders[name] {
 			continue
@@ -347,11 +363,11 @@ func (s headerScrub) framing(h http.Header) error {
 					cats = append(cats, c)
 				}
 			}
-			return fmt.Errorf("the %s header carries a value the DLP redacts (%s); a header that frames the message is not rewritten, so the request is not sent",
+			return name, fmt.Errorf("the %s header carries a value the DLP redacts (%s); a header that frames the message is not rewritten, so the request is not sent",
 				name, strings.Join(cats, ", "))
 		}
 	}
-	return nil
+	return "", nil
 }
 
 // onEOF runs f once its body has ended, before the end is passed on (by
@@ -371,8 +387,9 @@ func (b *onEOF) Read(p []byte) (int, error) {
 }
 
 // report turns a request's findings into network-log findings and audit
-// records.
-func (f *DLPFilter) report(dest mitm.Destination, r *http.Request, start time.Time, rep *dlp.Report) []egress.Finding {
+// records. When refused names a place ("header:Content-Type"), the request
+// is not sent: what would have been redacted there is reported as refused.
+func (f *DLPFilter) report(dest mitm.Destination, r *http.Request, start time.Time, rep *dlp.Report, refused string) []egress.Finding {
 	fs := rep.Findings()
 	if len(fs) == 0 {
 		return nil
@@ -381,6 +398,9 @@ func (f *DLPFilter) report(dest mitm.Destination, r *http.Request, start time.Ti
 	recs := make([]dlp.AuditRecord, 0, len(fs))
 	u := mitm.RedactURL(schemeOf(dest), r.Host, r.URL)
 	for _, fd := range fs {
+		if refused != "" && fd.Where == refused && fd.Action == dlp.Redact {
+			fd.Action = dlp.Refuse
+		}
 		out = append(out, egress.Finding{Category: fd.Category.String(), Prefix: fd.Prefix, Length: fd.Length, Where: fd.Where,
 			Action: fd.Action.String(), Form: fd.Form, Source: fd.Source})
 		recs = append(recs, dlp.AuditRecord{Time: start.UTC(), Dest: egress.HostPort(dest.Name, dest.Port), Method: r.Method, URL: u,
