@@ -39,10 +39,11 @@ type AuditSink interface {
 // values and for secrets found by their shape, not for personal data nor
 // by the words before a value (see credentialPolicy), and to an external
 // destination (the agent's AI API, the only reader of its own
-// credential) known values there are logged, not redacted. Headers that frame the message (Content-Type, Accept-Encoding,
-// Sec-WebSocket-Protocol …) are scanned but never rewritten (a changed
-// multipart boundary breaks the body): a value there the DLP would redact
-// refuses the request, the error naming the header and the category; the
+// credential) known values there are logged, not redacted. Headers that
+// frame the message (Content-Type, Accept-Encoding, Sec-WebSocket-Protocol
+// …) are scanned but never rewritten (a changed multipart boundary breaks
+// the body): a value there the DLP would redact refuses the request (a
+// *DLPRefusal), the error naming the header and the category; the
 // few whose values the engines write or check themselves (fixedHeaders)
 // are not scanned.
 //
@@ -167,15 +168,17 @@ func (f *DLPFilter) FilterRequest(ctx context.Context, dest mitm.Destination, r 
 
 	// Headers.
 	credPol := credentialPolicy(pol)
+	// A refusal: the values to the audit log, the refused place's findings
+	// as what became of them.
+	refuse := func(where string, err error) error {
+		return &DLPRefusal{Where: where, Findings: f.report(dest, r, start, rep, where), err: err}
+	}
 	if m := e.ScrubText(&pol, []byte(r.Method), "method", rep); string(m) != r.Method {
-		return nil, errors.New("the request method carries a value the DLP redacts")
+		return nil, refuse("method", errors.New("the request method carries a value the DLP redacts"))
 	}
 	hs := headerScrub{e: e, pol: &pol, credPol: &credPol, rep: rep}
 	if name, err := hs.framing(r.Header); err != nil {
-		// The values, to the audit log; the refused header's findings as
-		// what became of them.
-		fs := f.report(dest, r, start, rep, "header:"+name)
-		return nil, &DLPRefusal{Header: name, Findings: fs, err: err}
+		return nil, refuse("header:"+name, err)
 	}
 	hs.header(r.Header, "header")
 	// Trailers: the declared names now (the Trailer header lists them
@@ -331,12 +334,13 @@ func (s headerScrub) header(h http.Header, where string) {
 }
 
 // DLPRefusal is the error of a request the DLPFilter refuses because a
-// header that frames the message holds a value it would redact (such a
-// header is not rewritten). Findings are the request's findings so far,
-// those in Header with the action "refuse"; the error names the header
-// and the categories, never a value.
+// value it would redact is where it cannot be replaced: a header that
+// frames the message (Where "header:<Name>"), the method ("method").
+// Findings are the request's findings so far, those in Where with the
+// action "refuse"; the error names the place and the categories, never a
+// value.
 type DLPRefusal struct {
-	Header   string
+	Where    string
 	Findings []egress.Finding
 	err      error
 }

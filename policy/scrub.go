@@ -196,7 +196,7 @@ func Scrub(ctx context.Context, o ScrubOptions) (*ScrubReport, error) {
 				r.Headers = append(r.Headers, name+": (dropped: its name holds a value)")
 				continue
 			}
-			if refusal != nil && name == refusal.Header {
+			if refusal != nil && "header:"+name == refusal.Where {
 				r.Headers = append(r.Headers, name+": (refused: it holds a value the DLP redacts, and it is not rewritten)")
 				continue
 			}
