@@ -1,6 +1,7 @@
 package netfilter
 
 import (
+	"errors"
 	"net/http"
 	"os"
 	"strings"
@@ -8,6 +9,7 @@ import (
 
 	"github.com/vibedom/vibedom/dlp"
 	"github.com/vibedom/vibedom/netfilter/egress"
+	"github.com/vibedom/vibedom/netfilter/mitm"
 )
 
 // TestConformanceDLPRefusedAudit: a request refused for a value in a header
@@ -50,4 +52,45 @@ func TestConformanceDLPRefusedAudit(t *testing.T) {
 			t.Errorf("audit actions %v, want refuse in Content-Type, redact in X-Note", got)
 		}
 	})
+}
+
+// auditRecs is an AuditSink that keeps what it is given.
+type auditRecs struct{ recs []dlp.AuditRecord }
+
+func (a *auditRecs) Record(recs ...dlp.AuditRecord) error {
+	a.recs = append(a.recs, recs...)
+	return nil
+}
+
+// TestDLPRefusedMethodAudited: a method holding a value refuses the
+// request (a *DLPRefusal) and the value goes to the audit log as refused;
+// a plain method passes (the twin).
+func TestDLPRefusedMethodAudited(t *testing.T) {
+	e, err := dlp.New(dlp.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		method string
+		refuse bool
+	}{{dlpAWS, true}, {"PROPFIND", false}} {
+		a := &auditRecs{}
+		f := &DLPFilter{Engine: e, Audit: a}
+		r, _ := http.NewRequest(tc.method, "https://registry.example.net/x", nil)
+		_, err := f.FilterRequest(t.Context(), mitm.Destination{Name: "registry.example.net", Port: 443}, r)
+		var ref *DLPRefusal
+		if got := errors.As(err, &ref); got != tc.refuse {
+			t.Errorf("method %.4s…: refused %v (%v), want %v", tc.method, got, err, tc.refuse)
+			continue
+		}
+		if !tc.refuse {
+			continue
+		}
+		if ref.Where != "method" || len(a.recs) != 1 || a.recs[0].Action != "refuse" || a.recs[0].Where != "method" || a.recs[0].Value != dlpAWS {
+			t.Errorf("refusal at %q, audit %d records %+v", ref.Where, len(a.recs), a.recs)
+		}
+		if strings.Contains(err.Error(), dlpAWS) {
+			t.Errorf("the error names the value: %v", err)
+		}
+	}
 }
