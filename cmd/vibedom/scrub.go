@@ -32,7 +32,8 @@ Categories: ` + categoryList() + `.
 
 With --url and --header the request's URL and headers are scrubbed too,
 exactly as the proxy scrubs them (credential headers such as Authorization
-for known values only), and printed in the report; standard input is then
+for known values and secrets found by their shape only), and printed in the
+report; standard input is then
 read only when it is not a terminal (use </dev/null to try a URL alone).
 
 Exit status: 0 when the input was scrubbed (whether or not something was
