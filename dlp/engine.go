@@ -267,21 +267,38 @@ func (r *Report) Redacted() int {
 }
 
 // Summary describes the report in one line, e.g. "2 redacted (SECRET,
-// EMAIL), 1 logged".
+// EMAIL), 1 logged", or "1 refused (CLOUD_KEY), 0 redacted" when a
+// finding refused the request.
 func (r *Report) Summary() string {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	var red, logged int
 	cats := map[string]bool{}
+	var refused []string
 	for _, f := range r.findings {
-		if f.Action == Redact {
+		switch f.Action {
+		case Redact:
 			red++
 			cats[f.Category.String()] = true
-		} else {
+		case Refuse:
+			if c := f.Category.String(); !slices.Contains(refused, c) {
+				refused = append(refused, c)
+			}
+		default:
 			logged++
 		}
 	}
-	if red+logged == 0 {
+	pre := ""
+	if len(refused) > 0 {
+		n := 0
+		for _, f := range r.findings {
+			if f.Action == Refuse {
+				n++
+			}
+		}
+		slices.Sort(refused)
+		pre = fmt.Sprintf("%d refused (%s), ", n, strings.Join(refused, ", "))
+	} else if red+logged == 0 {
 		return "nothing found"
 	}
 	names := make([]string, 0, len(cats))
@@ -289,7 +306,7 @@ func (r *Report) Summary() string {
 		names = append(names, c)
 	}
 	slices.Sort(names)
-	s := fmt.Sprintf("%d redacted", red+r.dropped)
+	s := pre + fmt.Sprintf("%d redacted", red+r.dropped)
 	if len(names) > 0 {
 		s += " (" + strings.Join(names, ", ") + ")"
 	}

@@ -155,17 +155,34 @@ const (
 	Log
 	// Redact replaces the value with a placeholder and records it.
 	Redact
+	// Refuse is no policy's choice but what became of a finding where a
+	// value cannot be replaced (a header that frames the message): the
+	// request carrying it was not sent.
+	Refuse
 )
 
-// String returns "pass", "log" or "redact".
+// String returns "pass", "log", "redact" or "refuse".
 func (a Action) String() string {
 	switch a {
 	case Log:
 		return "log"
 	case Redact:
 		return "redact"
+	case Refuse:
+		return "refuse"
 	}
 	return "pass"
+}
+
+// ParseAction reads an action's name (Action.String), as the network log
+// and the audit log write it.
+func ParseAction(s string) (Action, error) {
+	for _, a := range []Action{Pass, Log, Redact, Refuse} {
+		if s == a.String() {
+			return a, nil
+		}
+	}
+	return Redact, fmt.Errorf("unknown action %q: use pass, log, redact or refuse", s)
 }
 
 // MarshalText encodes the action as its name.
@@ -175,6 +192,20 @@ func (a Action) MarshalText() ([]byte, error) { return []byte(a.String()), nil }
 type Policy struct {
 	Class Class
 	act   [numCategories]Action
+	// shapes: only rows that know a value by its shape run (ShapesOnly).
+	shapes bool
+}
+
+// ShapesOnly returns a copy of p under which a value is found only as a
+// known value or by its own shape (an AWS key id, a provider's token, a
+// JWT, a private key …), never by the words before it: the rows that
+// take what follows "Bearer ", "Basic " or a secret-like name (token=,
+// password:) do not run. It is the policy of a credential header, where
+// those words are the header's syntax and a server-issued session token
+// or cookie is what the guest is meant to send back.
+func (p Policy) ShapesOnly() Policy {
+	p.shapes = true
+	return p
 }
 
 // Action returns what the policy does with c.

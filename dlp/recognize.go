@@ -292,13 +292,17 @@ func digitMask(x uint64) uint64 {
 // The checks of the recognizer table (recognizers.go) get one hit each
 // and add their matches in the hit's category (the row's).
 
-// awsKeyID matches an AWS access key id: the prefix and 16 [A-Z0-9].
+// awsKeyID matches an AWS access key id: the prefix and 16 [A-Z0-9], not
+// inside a longer run of upper-case letters and digits (a base32 blob, a
+// longer identifier). Anything else may touch it: keys are glued to '-',
+// '_' or lower case in file names, ids and concatenations (100-AKIA…,
+// x_AKIA…, keyAKIA…).
 func (s *scanner) awsKeyID(h hit) {
 	buf, as, ae := s.buf, h.as, h.ae
-	if !isUpperLit(buf[as:ae]) || !s.boundaryBefore(as, cB64URL) {
+	if !isUpperLit(buf[as:ae]) || !s.boundaryBefore(as, cUpperDigit) {
 		return
 	}
-	if end := runOf(buf, ae, s.n, cUpper|cDigit, 16); end == ae+16 && !s.classAt(end, cB64URL) {
+	if end := runOf(buf, ae, s.n, cUpperDigit, 16); end == ae+16 && !s.classAt(end, cUpperDigit) {
 		s.add(as, end, h.cat)
 	}
 }
@@ -1222,7 +1226,7 @@ func (s *scanner) anchorAt(i int) {
 	buf := s.buf[:s.n]
 	for _, r := range s.e.anchors.table.lookup(binary.LittleEndian.Uint32(buf[i:])) {
 		as := i - r.off
-		if as >= 0 && s.pol.active(r.def.rec.cat) && matchLit(buf, as, r.def) {
+		if as >= 0 && s.pol.active(r.def.rec.cat) && !(s.pol.shapes && r.def.rec.context) && matchLit(buf, as, r.def) {
 			r.def.rec.check(s, hit{lit: r.def.lit, as: as, ae: as + len(r.def.lit), cat: r.def.rec.cat})
 		}
 	}

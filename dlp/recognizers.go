@@ -19,6 +19,11 @@ type recognizer struct {
 	// keywords), each case-insensitive, registered at the keys glKeys
 	// picks.
 	keywords func() []string
+	// context marks a row that knows a value by the words before it (an
+	// auth scheme, a secret-like name) rather than by its own shape. Such
+	// a row does not run under Policy.ShapesOnly (credential headers,
+	// where those words are the header's own syntax).
+	context bool
 	// check looks at the text around one hit of an anchor and adds what
 	// it matches (scanner.add) in the hit's category. It must accept
 	// anything: it runs on hostile text. Rows run on the decoded text
@@ -109,10 +114,10 @@ var recognizers = []recognizer{
 	{name: "npm", cat: CatToken,
 		anchors: lits(0, cAlnum, "npm_"),
 		check:   prefixed(cAlnum, 36)},
-	{name: "bearer", cat: CatToken,
+	{name: "bearer", cat: CatToken, context: true,
 		anchors: []anchor{{lit: "bearer ", off: 2, ci: true}},
 		check:   (*scanner).bearer},
-	{name: "basic", cat: CatToken,
+	{name: "basic", cat: CatToken, context: true,
 		anchors: []anchor{{lit: "basic ", off: 1, ci: true}},
 		check:   (*scanner).basic},
 	{name: "jwt", cat: CatJWT,
@@ -130,7 +135,7 @@ var recognizers = []recognizer{
 	{name: "windows-home-path", cat: CatHomePath,
 		anchors: []anchor{{lit: `\users\`, off: 2, ci: true}},
 		check:   (*scanner).winHomePath},
-	{name: "assignment", cat: CatPassword,
+	{name: "assignment", cat: CatPassword, context: true,
 		anchors: assignKeywords,
 		check:   (*scanner).assignment},
 	{name: "email-dodged", cat: CatEmail,

@@ -36,12 +36,14 @@ type AuditSink interface {
 //
 // Credential headers (Authorization, Proxy-Authorization, Cookie,
 // X-Api-Key …) are how the agent signs in: they are searched for known
-// values only, and to an external destination (the agent's AI API, the
-// only reader of its own credential) known values there are logged, not
-// redacted. Headers that frame the message (Content-Type, Accept-Encoding,
-// Sec-WebSocket-Protocol …) are scanned but never rewritten (a changed
-// multipart boundary breaks the body): a value there the DLP would redact
-// refuses the request, the error naming the header and the category; the
+// values and for secrets found by their shape, not for personal data nor
+// by the words before a value (see credentialPolicy), and to an external
+// destination (the agent's AI API, the only reader of its own
+// credential) known values there are logged, not redacted. Headers that
+// frame the message (Content-Type, Accept-Encoding, Sec-WebSocket-Protocol
+// …) are scanned but never rewritten (a changed multipart boundary breaks
+// the body): a value there the DLP would redact refuses the request (a
+// *DLPRefusal), the error naming the header and the category; the
 // few whose values the engines write or check themselves (fixedHeaders)
 // are not scanned.
 //
@@ -114,6 +116,39 @@ var credentialHeaders = map[string]bool{
 	"X-Gitlab-Token": true, "X-Github-Token": true,
 }
 
+// credentialCategories are what a credential header is scrubbed of: known
+// values and secrets found by their shape, each as pol says for the
+// destination. Personal data there (an address in a session cookie)
+// passes.
+var credentialCategories = []dlp.Category{
+	dlp.CatSecret, dlp.CatPrivateKey, dlp.CatCloudKey, dlp.CatToken, dlp.CatJWT, dlp.CatCredentials,
+}
+
+// credentialPolicy is pol for credential headers. The guest signs in with
+// them, so what it is meant to send there passes: the session's
+// placeholder never reaches the DLP (the swap filter takes its header out
+// and puts the real key back after, and refuses a placeholder anywhere
+// else), a token a server issued (a session cookie, a bearer token) is
+// not found by the words before it (dlp.Policy.ShapesOnly), and to an
+// external destination (the agent's AI API, the only reader of its own
+// credential) a known value is logged, not redacted. A secret found by
+// its shape (an AWS key id, a GitHub token, a JWT, a private key …) or a
+// known value is scrubbed as pol says, as in any other header: redacted
+// to external and public destinations, passed or logged to internal
+// ones.
+func credentialPolicy(pol dlp.Policy) dlp.Policy {
+	cp := pol.ShapesOnly()
+	for _, c := range dlp.Categories() {
+		if !slices.Contains(credentialCategories, c) {
+			cp = cp.With(c, dlp.Pass)
+		}
+	}
+	if pol.Class == dlp.ClassExternal && cp.Action(dlp.CatSecret) == dlp.Redact {
+		cp = cp.With(dlp.CatSecret, dlp.Log)
+	}
+	return cp
+}
+
 // FilterRequest implements RequestFilter.
 func (f *DLPFilter) FilterRequest(ctx context.Context, dest mitm.Destination, r *http.Request) (func() []egress.Finding, error) {
 	e := f.Engine
@@ -132,22 +167,18 @@ func (f *DLPFilter) FilterRequest(ctx context.Context, dest mitm.Destination, r 
 	}
 
 	// Headers.
-	credPol := pol
-	for _, c := range dlp.Categories() {
-		if c != dlp.CatSecret {
-			credPol = credPol.With(c, dlp.Pass)
-		}
-	}
-	if pol.Class == dlp.ClassExternal && credPol.Action(dlp.CatSecret) == dlp.Redact {
-		credPol = credPol.With(dlp.CatSecret, dlp.Log)
+	credPol := credentialPolicy(pol)
+	// A refusal: the values to the audit log, the refused place's findings
+	// as what became of them.
+	refuse := func(where string, err error) error {
+		return &DLPRefusal{Where: where, Findings: f.report(dest, r, start, rep, where), err: err}
 	}
 	if m := e.ScrubText(&pol, []byte(r.Method), "method", rep); string(m) != r.Method {
-		return nil, errors.New("the request method carries a value the DLP redacts")
+		return nil, refuse("method", errors.New("the request method carries a value the DLP redacts"))
 	}
 	hs := headerScrub{e: e, pol: &pol, credPol: &credPol, rep: rep}
-	if err := hs.framing(r.Header); err != nil {
-		f.report(dest, r, start, rep) // the values, to the audit log
-		return nil, err
+	if name, err := hs.framing(r.Header); err != nil {
+		return nil, refuse("header:"+name, err)
 	}
 	hs.header(r.Header, "header")
 	// Trailers: the declared names now (the Trailer header lists them
@@ -254,7 +285,7 @@ func (f *DLPFilter) FilterRequest(ctx context.Context, dest mitm.Destination, r 
 				wait()
 			}
 			f.upgrades.Delete(r)
-			findings = f.report(dest, r, start, rep)
+			findings = f.report(dest, r, start, rep, "")
 		})
 		return findings
 	}, nil
@@ -302,10 +333,25 @@ func (s headerScrub) header(h http.Header, where string) {
 	}
 }
 
+// DLPRefusal is the error of a request the DLPFilter refuses because a
+// value it would redact is where it cannot be replaced: a header that
+// frames the message (Where "header:<Name>"), the method ("method").
+// Findings are the request's findings so far, those in Where with the
+// action "refuse"; the error names the place and the categories, never a
+// value.
+type DLPRefusal struct {
+	Where    string
+	Findings []egress.Finding
+	err      error
+}
+
+func (e *DLPRefusal) Error() string { return e.err.Error() }
+
 // framing scans the values of h's framing headers (but fixedHeaders). They
 // are not rewritten, as the message depends on them: a value the DLP would
-// redact is an error naming the header and what was found, never the value.
-func (s headerScrub) framing(h http.Header) error {
+// redact is an error naming the header and what was found, never the
+// value, returned with the header's name.
+func (s headerScrub) framing(h http.Header) (string, error) {
 	for _, name := range slices.Sorted(maps.Keys(h)) {
 		if !framingHeaders[name] || fixedHeaders[name] {
 			continue
@@ -321,11 +367,11 @@ func (s headerScrub) framing(h http.Header) error {
 					cats = append(cats, c)
 				}
 			}
-			return fmt.Errorf("the %s header carries a value the DLP redacts (%s); a header that frames the message is not rewritten, so the request is not sent",
+			return name, fmt.Errorf("the %s header carries a value the DLP redacts (%s); a header that frames the message is not rewritten, so the request is not sent",
 				name, strings.Join(cats, ", "))
 		}
 	}
-	return nil
+	return "", nil
 }
 
 // onEOF runs f once its body has ended, before the end is passed on (by
@@ -345,8 +391,9 @@ func (b *onEOF) Read(p []byte) (int, error) {
 }
 
 // report turns a request's findings into network-log findings and audit
-// records.
-func (f *DLPFilter) report(dest mitm.Destination, r *http.Request, start time.Time, rep *dlp.Report) []egress.Finding {
+// records. When refused names a place ("header:Content-Type"), the request
+// is not sent: what would have been redacted there is reported as refused.
+func (f *DLPFilter) report(dest mitm.Destination, r *http.Request, start time.Time, rep *dlp.Report, refused string) []egress.Finding {
 	fs := rep.Findings()
 	if len(fs) == 0 {
 		return nil
@@ -355,6 +402,9 @@ func (f *DLPFilter) report(dest mitm.Destination, r *http.Request, start time.Ti
 	recs := make([]dlp.AuditRecord, 0, len(fs))
 	u := mitm.RedactURL(schemeOf(dest), r.Host, r.URL)
 	for _, fd := range fs {
+		if refused != "" && fd.Where == refused && fd.Action == dlp.Redact {
+			fd.Action = dlp.Refuse
+		}
 		out = append(out, egress.Finding{Category: fd.Category.String(), Prefix: fd.Prefix, Length: fd.Length, Where: fd.Where,
 			Action: fd.Action.String(), Form: fd.Form, Source: fd.Source})
 		recs = append(recs, dlp.AuditRecord{Time: start.UTC(), Dest: egress.HostPort(dest.Name, dest.Port), Method: r.Method, URL: u,

@@ -86,6 +86,9 @@ type ScrubReport struct {
 	KnownValues int       `json:"known_values"`
 	Redacted    int       `json:"redacted"`
 	Logged      int       `json:"logged"`
+	// Refused counts the findings that refuse the request (a value in a
+	// header that frames the message): the proxy would not send it.
+	Refused int `json:"refused,omitempty"`
 	// URL and Headers are the scrubbed URL and Headers.
 	URL      string        `json:"url,omitempty"`
 	Headers  []string      `json:"headers,omitempty"`
@@ -138,6 +141,7 @@ func Scrub(ctx context.Context, o ScrubOptions) (*ScrubReport, error) {
 	class, rule := e.ClassOf(host)
 	rep := &dlp.Report{}
 	var reqFindings []dlp.Finding
+	var refusal *netfilter.DLPRefusal
 	if req != nil {
 		// The proxy's own filter, on a request without a body.
 		port := uint16(443)
@@ -148,11 +152,20 @@ func Scrub(ctx context.Context, o ScrubOptions) (*ScrubReport, error) {
 		}
 		f := &netfilter.DLPFilter{Engine: e}
 		done, err := f.FilterRequest(ctx, mitm.Destination{Name: host, Port: port}, req)
-		if err != nil {
+		switch {
+		case errors.As(err, &refusal):
+			// What the proxy does: the request is not sent. Reported, not
+			// an error of the scrub.
+			for _, fd := range refusal.Findings {
+				reqFindings = append(reqFindings, findingOf(fd))
+			}
+			notes = append(notes, "the proxy refuses this request: "+refusal.Error())
+		case err != nil:
 			return nil, fmt.Errorf("scrub: %w", err)
-		}
-		for _, fd := range done() {
-			reqFindings = append(reqFindings, findingOf(fd))
+		default:
+			for _, fd := range done() {
+				reqFindings = append(reqFindings, findingOf(fd))
+			}
 		}
 	}
 	if f, ok := o.Body.(*os.File); req == nil || o.Body != nil && !(ok && isTerminal(f)) {
@@ -183,6 +196,10 @@ func Scrub(ctx context.Context, o ScrubOptions) (*ScrubReport, error) {
 				r.Headers = append(r.Headers, name+": (dropped: its name holds a value)")
 				continue
 			}
+			if refusal != nil && "header:"+name == refusal.Where {
+				r.Headers = append(r.Headers, name+": (refused: it holds a value the DLP redacts, and it is not rewritten)")
+				continue
+			}
 			r.Headers = append(r.Headers, name+": "+strings.Join(vals, ", "))
 		}
 		r.Headers = slices.Compact(r.Headers)
@@ -191,9 +208,12 @@ func Scrub(ctx context.Context, o ScrubOptions) (*ScrubReport, error) {
 		r.Findings = []dlp.Finding{}
 	}
 	for _, f := range r.Findings {
-		if f.Action == dlp.Redact {
+		switch f.Action {
+		case dlp.Redact:
 			r.Redacted++
-		} else {
+		case dlp.Refuse:
+			r.Refused++
+		default:
 			r.Logged++
 		}
 	}
@@ -230,13 +250,12 @@ func scrubRequest(rawURL string, headers []string, host string) (*http.Request, 
 	return req, nil
 }
 
-// findingOf turns the proxy's logged finding back into a report finding.
+// findingOf turns the proxy's logged finding back into a report finding,
+// its action as the proxy took it (an action it does not know counts as a
+// redaction).
 func findingOf(f nfegress.Finding) dlp.Finding {
 	c, _ := dlp.ParseCategory(f.Category)
-	a := dlp.Redact
-	if f.Action == "log" {
-		a = dlp.Log
-	}
+	a, _ := dlp.ParseAction(f.Action)
 	return dlp.Finding{Category: c, Action: a, Where: f.Where, Form: f.Form, Source: f.Source, Prefix: f.Prefix, Length: f.Length}
 }
 

@@ -32,11 +32,14 @@ Categories: ` + categoryList() + `.
 
 With --url and --header the request's URL and headers are scrubbed too,
 exactly as the proxy scrubs them (credential headers such as Authorization
-for known values only), and printed in the report; standard input is then
+for known values and secrets found by their shape only), and printed in the
+report; standard input is then
 read only when it is not a terminal (use </dev/null to try a URL alone).
 
 Exit status: 0 when the input was scrubbed (whether or not something was
-found), 2 on error (e.g. a body that cannot be decoded).`,
+found), 1 when the proxy would refuse the request (a value the DLP redacts
+in a header it never rewrites, such as Content-Type), 2 on error (e.g. a
+body that cannot be decoded).`,
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "dest", Usage: "destination `HOST`, HOST:PORT or URL the body would go to (default: --url's host)"},
 			&cli.StringFlag{Name: "url", Usage: "also scrub this request `URL` (its path and query), as the proxy would, and print the result"},
@@ -84,8 +87,10 @@ func scrubAction(ctx context.Context, c *cli.Command) error {
 		if err != nil {
 			return err
 		}
-		_, err = w.Write(termtext.JSON(append(b, '\n')))
-		return err
+		if _, err := w.Write(termtext.JSON(append(b, '\n'))); err != nil {
+			return err
+		}
+		return refusedExit(r)
 	}
 	for _, n := range r.Notes {
 		fmt.Fprintf(w, "vibedom scrub: %s\n", termtext.Inline(n))
@@ -116,5 +121,14 @@ func scrubAction(ctx context.Context, c *cli.Command) error {
 		fmt.Fprintf(w, "  %-7s %-12s %-14s %s (%d chars)%s\n", f.Action, f.Category, termtext.Line(f.Where), shown, f.Length, extra)
 	}
 	fmt.Fprintf(w, "vibedom scrub: %s\n", r.Summary)
+	return refusedExit(r)
+}
+
+// refusedExit is exit status 1 when the proxy would not send the request
+// at all, so that a script checking a request can tell.
+func refusedExit(r *policy.ScrubReport) error {
+	if r.Refused > 0 {
+		return exitCode(1)
+	}
 	return nil
 }

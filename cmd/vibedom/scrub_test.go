@@ -166,6 +166,25 @@ func TestScrubCommand(t *testing.T) {
 		}
 	})
 
+	// A value in a header the proxy never rewrites refuses the request:
+	// exit 1, the header shown refused without its value.
+	t.Run("refused", func(t *testing.T) {
+		for _, json := range []bool{false, true} {
+			args := []string{"scrub", "--dest", "registry.example.net", "--workspace", ws, "--no-preflight",
+				"--url", "https://registry.example.net/x", "--header", "Content-Type: text/plain; charset=" + scrubSecret}
+			if json {
+				args = append(args, "--json")
+			}
+			_, errOut, code := runStdin(t, home, nil, args...)
+			if code != 1 {
+				t.Errorf("json=%v: exit %d, want 1 (the proxy refuses): %s", json, code, errOut)
+			}
+			if strings.Contains(errOut, scrubSecret) || !strings.Contains(errOut, "refused") {
+				t.Errorf("json=%v: report:\n%s", json, errOut)
+			}
+		}
+	})
+
 	t.Run("errors", func(t *testing.T) {
 		for _, args := range [][]string{
 			{"scrub"},

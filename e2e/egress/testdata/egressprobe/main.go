@@ -67,7 +67,16 @@ func main() {
 }
 
 func probe(kind, arg string) (string, string) {
-	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Second)
+	// A way out that is open must answer however loaded the host is (a
+	// guest under TCG beside other jobs can take seconds for one TLS
+	// handshake through mitmdump); only probes that expect silence (DNS
+	// to an outside server, UDP, ICMP) need a short wait to conclude.
+	wait := 8 * time.Second
+	switch kind {
+	case "https", "proxy", "host", "post":
+		wait = 90 * time.Second
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
 	defer cancel()
 	switch kind {
 	case "https", "proxy":
