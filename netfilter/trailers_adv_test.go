@@ -276,3 +276,36 @@ func TestExplicitProxyTrailersAdv(t *testing.T) {
 		}
 	})
 }
+
+// TestCredentialNamedTrailersAdv (adversarial): credential headers get a
+// lighter scan (known values only; to an AI API, logged rather than
+// redacted) because the agent signs in with them. A trailer is never how
+// anything signs in, yet a trailer named Cookie or X-Api-Key got the same
+// pass: a known secret to the AI API, or an e-mail address anywhere, went
+// out as it was. Trailers get the destination's whole policy.
+func TestCredentialNamedTrailersAdv(t *testing.T) {
+	t.Parallel()
+	forEngines(t, func(t *testing.T, kind string) {
+		v := newDLPEnvEngine(t, kind, 1024)
+		ups := map[string]*httpRecorder{}
+		for _, n := range []string{"api.anthropic.com", "registry.example.net"} {
+			ups[n] = newHTTPRecorder(t, v, n)
+		}
+		for _, c := range []struct{ name, host, trailers, value string }{
+			{"known value to the AI API", "api.anthropic.com", "Cookie: s=" + dlpSecret + "\r\nX-Api-Key: " + dlpSecret + "\r\n", dlpSecret},
+			{"email anywhere", "registry.example.net", "Cookie: who=bob@corp.io\r\nX-Auth-Token: bob@corp.io\r\n", "bob@corp.io"},
+		} {
+			t.Run(c.name, func(t *testing.T) {
+				req := "POST /t HTTP/1.1\r\nHost: " + c.host + "\r\nContent-Type: text/plain\r\nTransfer-Encoding: chunked\r\nTrailer: Cookie, X-Api-Key, X-Auth-Token\r\n\r\n5\r\nhello\r\n0\r\n" + c.trailers + "\r\n"
+				code := rawGuestRequest(t, v, c.host, req)
+				raw := ups[c.host].bytes()
+				if !strings.Contains(raw, "hello") {
+					t.Fatalf("status %d: nothing reached the upstream", code)
+				}
+				if strings.Contains(raw, c.value) {
+					t.Errorf("status %d; the value reached the upstream in a credential-named trailer:\n%s", code, raw)
+				}
+			})
+		}
+	})
+}
