@@ -453,6 +453,34 @@ func (b *Baseline) Old(p string) (OldEntry, error) {
 	return b.current(p)
 }
 
+// OldSize is the size of the regular file p at session start, without
+// reading it (ok false when p was no regular file or is not known so).
+func (b *Baseline) OldSize(p string) (int64, bool) {
+	if ValidatePath(p) != nil {
+		return 0, false
+	}
+	if b.meta.Mode == BaselineClone || inSkipped(p) {
+		root, err := b.root(b.meta.Mode == BaselineClone && !inSkipped(p))
+		if err != nil {
+			return 0, false
+		}
+		e, err := root.lstat(p)
+		return e.Size, err == nil && e.Type == TypeFile
+	}
+	if b.loadManifest() != nil {
+		return 0, false
+	}
+	m := b.manifest[p]
+	return m.sizeIfFile()
+}
+
+func (m *manifestEntry) sizeIfFile() (int64, bool) {
+	if m == nil || m.Type != TypeFile {
+		return 0, false
+	}
+	return m.Size, true
+}
+
 // Current implements CurrentTree: the host's entry at p now.
 func (b *Baseline) Current(p string) (OldEntry, error) {
 	if err := ValidatePath(p); err != nil {
