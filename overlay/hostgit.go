@@ -118,11 +118,10 @@ func alternatesOK(objects string, depth int, seen map[string]bool) bool {
 		return false
 	}
 	for line := range strings.SplitSeq(string(data), "\n") {
-		line = strings.TrimSuffix(line, "\r")
 		if line == "" || strings.HasPrefix(line, "#") {
 			continue
 		}
-		if strings.HasPrefix(line, "\"") {
+		if strings.HasPrefix(line, "\"") || strings.ContainsRune(line, 0) {
 			return false
 		}
 		next := line

@@ -50,6 +50,14 @@ func TestFindGitRepoRefusesHugeOrDeviceAdv(t *testing.T) {
 				t.Fatal(err)
 			}
 		}},
+		{"alternates-cr-decoy", func(t *testing.T, ws, git string) {
+			// git keeps a carriage return in the path: "objects\r" is
+			// another folder than the benign "objects".
+			os.MkdirAll(filepath.Join(ws, "decoy/objects/info"), 0o755)
+			os.MkdirAll(filepath.Join(ws, "decoy/objects\r/info"), 0o755)
+			os.Symlink("/dev/zero", filepath.Join(ws, "decoy/objects\r/info/alternates"))
+			writeFile(t, filepath.Join(git, "objects/info/alternates"), "../../decoy/objects\r\n", 0o644)
+		}},
 		{"sparse-alternates", func(t *testing.T, ws, git string) {
 			sparse(t, filepath.Join(git, "objects/info/alternates"), "")
 		}},
