@@ -75,7 +75,9 @@ func (r *gitRepo) plainFiles() bool {
 		}
 	}
 	if data, err := readSmallRegular(filepath.Join(r.gitDir, "HEAD")); err == nil {
-		if ref, ok := strings.CutPrefix(strings.TrimSpace(string(data)), "ref: "); ok && filepath.IsLocal(ref) {
+		// As git reads it: "ref:", any blanks, the name, blanks at the end.
+		if ref, ok := strings.CutPrefix(strings.TrimSpace(string(data)), "ref:"); ok && filepath.IsLocal(strings.TrimSpace(ref)) {
+			ref = strings.TrimSpace(ref)
 			if fi, err := os.Stat(filepath.Join(r.commonDir, ref)); err == nil && (!fi.Mode().IsRegular() || fi.Size() > gitReadMax) {
 				return false
 			}

@@ -64,6 +64,10 @@ func TestFindGitRepoRefusesHugeOrDeviceAdv(t *testing.T) {
 		{"sparse-branch-ref", func(t *testing.T, ws, git string) {
 			sparse(t, filepath.Join(git, "refs/heads/main"), "")
 		}},
+		{"sparse-branch-ref-head-without-blank", func(t *testing.T, ws, git string) {
+			writeFile(t, filepath.Join(git, "HEAD"), "ref:\trefs/heads/main\n", 0o644)
+			sparse(t, filepath.Join(git, "refs/heads/main"), "")
+		}},
 		{"sparse-head", func(t *testing.T, ws, git string) {
 			sparse(t, filepath.Join(git, "HEAD"), "ref: refs/heads/main\n")
 		}},
