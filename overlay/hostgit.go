@@ -74,13 +74,23 @@ func (r *gitRepo) plainFiles() bool {
 			return false
 		}
 	}
-	if data, err := readSmallRegular(filepath.Join(r.gitDir, "HEAD")); err == nil {
-		// As git reads it: "ref:", any blanks, the name, blanks at the end.
-		if ref, ok := strings.CutPrefix(strings.TrimSpace(string(data)), "ref:"); ok && filepath.IsLocal(strings.TrimSpace(ref)) {
-			ref = strings.TrimSpace(ref)
-			if fi, err := os.Stat(filepath.Join(r.commonDir, ref)); err == nil && (!fi.Mode().IsRegular() || fi.Size() > gitReadMax) {
-				return false
-			}
+	// HEAD's ref and the refs it leads to (a symbolic ref may name another,
+	// git follows five), each read as git reads it: "ref:", any blanks,
+	// the name, blanks at the end.
+	p := filepath.Join(r.gitDir, "HEAD")
+	for range 6 {
+		data, err := readSmallRegular(p)
+		if err != nil {
+			break
+		}
+		ref, ok := strings.CutPrefix(strings.TrimSpace(string(data)), "ref:")
+		ref = strings.TrimSpace(ref)
+		if !ok || !filepath.IsLocal(ref) {
+			break
+		}
+		p = filepath.Join(r.commonDir, ref)
+		if fi, err := os.Stat(p); err == nil && (!fi.Mode().IsRegular() || fi.Size() > gitReadMax) {
+			return false
 		}
 	}
 	return true

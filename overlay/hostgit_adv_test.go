@@ -68,6 +68,10 @@ func TestFindGitRepoRefusesHugeOrDeviceAdv(t *testing.T) {
 			writeFile(t, filepath.Join(git, "HEAD"), "ref:\trefs/heads/main\n", 0o644)
 			sparse(t, filepath.Join(git, "refs/heads/main"), "")
 		}},
+		{"symref-chain-to-dev-zero", func(t *testing.T, ws, git string) {
+			writeFile(t, filepath.Join(git, "refs/heads/main"), "ref: refs/heads/other\n", 0o644)
+			os.Symlink("/dev/zero", filepath.Join(git, "refs/heads/other"))
+		}},
 		{"sparse-head", func(t *testing.T, ws, git string) {
 			sparse(t, filepath.Join(git, "HEAD"), "ref: refs/heads/main\n")
 		}},
