@@ -124,6 +124,12 @@ func headCommit(ctx context.Context, ws string) (repo bool, head string) {
 // on the command line. Only commands that read no index, attributes or
 // work tree may be run through it.
 func refGit(ctx context.Context, r *gitRepo, private string, extra []string, args ...string) ([]byte, error) {
+	// git reads r's config and what it includes (configIncludesOK).
+	for _, f := range []string{filepath.Join(r.commonDir, "config"), filepath.Join(r.gitDir, "config.worktree")} {
+		if err := configIncludesOK(ctx, private, f, 0); err != nil {
+			return nil, err
+		}
+	}
 	hooks := filepath.Join(private, "no-hooks")
 	if err := os.MkdirAll(hooks, 0o700); err != nil {
 		return nil, fmt.Errorf("git: %w", err)

@@ -334,3 +334,33 @@ func TestBaselineSparseIndexAdv(t *testing.T) {
 		t.Errorf("git ran on the sparse index: %s", ran)
 	}
 }
+
+// TestBaselineConfigIncludeFIFOAdv (adversarial): the baseline asks git
+// for the session's base commit with the repository's own git directory,
+// so git reads its config and every file that includes: a FIFO there held
+// each session's start until the git deadline (and /dev/tty would have
+// git read the user's keystrokes). The include is checked first.
+func TestBaselineConfigIncludeFIFOAdv(t *testing.T) {
+	have(t, "git")
+	old := gitTimeout
+	gitTimeout = 5 * time.Second
+	t.Cleanup(func() { gitTimeout = old })
+	root := t.TempDir()
+	ws := filepath.Join(root, "ws")
+	os.Mkdir(ws, 0o755)
+	writeTree(t, ws, tree{"f.txt": "file:one\n"})
+	mustRun(t, ws, "git", "init", "-q", "-b", "main")
+	mustRun(t, ws, "git", "add", "-A")
+	mustRun(t, ws, "git", "-c", "user.name=t", "-c", "user.email=t@example.com", "commit", "-q", "-m", "base")
+	if err := unix.Mkfifo(filepath.Join(ws, "inc"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	appendGitConfig(t, ws, "[include]\n\tpath = ../inc\n")
+	start := time.Now()
+	if _, err := TakeBaseline(t.Context(), ws, filepath.Join(root, "baseline"), BaselineOptions{Mode: BaselineManifest}); err != nil {
+		t.Fatalf("TakeBaseline: %v", err)
+	}
+	if d := time.Since(start); d >= gitTimeout {
+		t.Errorf("TakeBaseline took %v: git waited on the included FIFO until its deadline", d)
+	}
+}
