@@ -57,7 +57,7 @@ func (r *gitRepo) plainFiles() bool {
 				return false
 			}
 		}
-		for f, max := range map[string]int64{"config": gitReadMax, "config.worktree": gitReadMax, "HEAD": gitReadMax, "commondir": gitReadMax, "shallow": 64 << 20} {
+		for f, max := range map[string]int64{"config": gitConfigMax, "config.worktree": gitConfigMax, "HEAD": gitReadMax, "commondir": gitReadMax, "shallow": 64 << 20} {
 			if fi, err := os.Stat(filepath.Join(dir, f)); err == nil && fi.Size() > max {
 				return false
 			}
@@ -100,6 +100,11 @@ func (r *gitRepo) plainFiles() bool {
 // memory (plainFiles): far above any real HEAD, ref, commondir, config or
 // alternates list.
 const gitReadMax = 1 << 20
+
+// gitConfigMax is the largest config file (a repository's, or one it
+// includes) host git is let read: a config with thousands of branch
+// sections stays far below it.
+const gitConfigMax = 16 << 20
 
 // alternatesOK follows the alternates chain from the object store objects
 // as git does (objects/info/alternates lists further object stores, one a
@@ -363,15 +368,15 @@ func userConfigGit(ctx context.Context, ws string, args ...string) ([]byte, erro
 // followed as git does, ten deep): git reads an included file to its end,
 // so a FIFO, a device (/dev/tty: the user's keystrokes) or a sparse file of
 // many GiB there would have host git hang, read the terminal or allocate
-// without end. Each must be absent or a regular file of at most gitReadMax.
+// without end. Each must be absent or a regular file of at most gitConfigMax.
 // p itself is read with includes off (git config --file).
 func configIncludesOK(ctx context.Context, private, p string, depth int) error {
 	fi, err := os.Stat(p)
 	if err != nil {
 		return nil // git skips a missing include too
 	}
-	if !fi.Mode().IsRegular() || fi.Size() > gitReadMax {
-		return fmt.Errorf("git: the repository's config includes %s, which is not a regular file of at most 1 MiB: not read", DisplayPath(p))
+	if !fi.Mode().IsRegular() || fi.Size() > gitConfigMax {
+		return fmt.Errorf("git: the repository's config includes %s, which is not a regular file of at most 16 MiB: not read", DisplayPath(p))
 	}
 	if depth >= 10 {
 		return nil // git refuses deeper includes itself
