@@ -63,3 +63,26 @@ func TestWatchKeyAfterHeadLeftAdv(t *testing.T) {
 		}
 	})
 }
+
+// TestWatchEscapesGuestTextAdv (adversarial): names, methods, URLs and
+// reasons in the watch view come from the guest: terminal control
+// sequences, C1 controls and bidi overrides in any of them reach the
+// terminal escaped, never raw.
+func TestWatchEscapesGuestTextAdv(t *testing.T) {
+	var out bytes.Buffer
+	w := &watchView{out: &out, nl: "\n", session: "s", seen: map[int]bool{}, shown: map[int][]uint16{}}
+	evil := "a\x1b]2;pwned\x07\x1b[2J\u009b31m\u202egpj.exe\r\nb"
+	q := session.Question{ID: 1, Name: evil, Ports: []uint16{443}, Deadline: time.Now().Add(time.Minute)}
+	w.show(session.AskState{
+		Pending:  []session.Question{q},
+		Requests: []session.FeedLine{{Seq: 1, Kind: "request", Method: evil, Name: evil, Port: 443, Decision: "deny", Reason: evil}},
+	})
+	q.Answer = "deny"
+	w.show(session.AskState{Recent: []session.Question{q}})
+	s := out.String()
+	for _, bad := range []string{"\x1b", "\x07", "\u009b", "\u202e", "\r"} {
+		if strings.Contains(s, bad) {
+			t.Errorf("the watch view printed %q raw:\n%q", bad, s)
+		}
+	}
+}
