@@ -110,13 +110,19 @@ const gitConfigMax = 16 << 20
 // as git does (objects/info/alternates lists further object stores, one a
 // line, relative ones from the store that names them, '#' comments; git
 // reads five levels below the repository's own): every alternates file on
-// the way must be a small regular file. A quoted entry (git's C-style
+// the way, and every store's commit-graph chain, must be a small regular
+// file. A quoted entry (git's C-style
 // quoting) is not followed here, so it fails.
 func alternatesOK(objects string, depth int, seen map[string]bool) bool {
 	if seen[objects] || depth > 6 {
 		return true // git stops here too
 	}
 	seen[objects] = true
+	// Each object store's commit-graph chain too: git reads it line by
+	// line, one line of a sparse file without end.
+	if fi, err := os.Stat(filepath.Join(objects, "info", "commit-graphs", "commit-graph-chain")); err == nil && (!fi.Mode().IsRegular() || fi.Size() > gitReadMax) {
+		return false
+	}
 	p := filepath.Join(objects, "info", "alternates")
 	fi, err := os.Stat(p)
 	if err != nil {

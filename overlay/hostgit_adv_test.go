@@ -72,6 +72,10 @@ func TestFindGitRepoRefusesHugeOrDeviceAdv(t *testing.T) {
 			writeFile(t, filepath.Join(git, "refs/heads/main"), "ref: refs/heads/other\n", 0o644)
 			os.Symlink("/dev/zero", filepath.Join(git, "refs/heads/other"))
 		}},
+		{"sparse-commit-graph-chain", func(t *testing.T, ws, git string) {
+			os.MkdirAll(filepath.Join(git, "objects/info/commit-graphs"), 0o755)
+			sparse(t, filepath.Join(git, "objects/info/commit-graphs/commit-graph-chain"), "")
+		}},
 		{"sparse-head", func(t *testing.T, ws, git string) {
 			sparse(t, filepath.Join(git, "HEAD"), "ref: refs/heads/main\n")
 		}},
