@@ -52,12 +52,12 @@ type gitRepo struct {
 // the deadline on every host git command (gitTimeout).
 func (r *gitRepo) plainFiles() bool {
 	for _, dir := range []string{r.gitDir, r.commonDir} {
-		for _, f := range []string{"config", "config.worktree", "HEAD", "index", "packed-refs", "commondir", "shallow"} {
+		for _, f := range []string{"config", "config.worktree", "HEAD", "index", "packed-refs", "commondir", "shallow", "info/grafts"} {
 			if fi, err := os.Stat(filepath.Join(dir, f)); err == nil && !fi.Mode().IsRegular() {
 				return false
 			}
 		}
-		for f, max := range map[string]int64{"config": gitConfigMax, "config.worktree": gitConfigMax, "HEAD": gitReadMax, "commondir": gitReadMax, "shallow": 64 << 20} {
+		for f, max := range map[string]int64{"config": gitConfigMax, "config.worktree": gitConfigMax, "HEAD": gitReadMax, "commondir": gitReadMax, "shallow": 64 << 20, "info/grafts": 64 << 20} {
 			if fi, err := os.Stat(filepath.Join(dir, f)); err == nil && fi.Size() > max {
 				return false
 			}

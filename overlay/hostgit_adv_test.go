@@ -76,6 +76,10 @@ func TestFindGitRepoRefusesHugeOrDeviceAdv(t *testing.T) {
 			os.MkdirAll(filepath.Join(git, "objects/info/commit-graphs"), 0o755)
 			sparse(t, filepath.Join(git, "objects/info/commit-graphs/commit-graph-chain"), "")
 		}},
+		{"sparse-grafts", func(t *testing.T, ws, git string) {
+			os.MkdirAll(filepath.Join(git, "info"), 0o755)
+			sparse(t, filepath.Join(git, "info/grafts"), "")
+		}},
 		{"sparse-head", func(t *testing.T, ws, git string) {
 			sparse(t, filepath.Join(git, "HEAD"), "ref: refs/heads/main\n")
 		}},
