@@ -322,7 +322,9 @@ func (s headerScrub) header(h http.Header, where string) {
 			continue
 		}
 		hp := s.pol
-		if credentialHeaders[name] {
+		if credentialHeaders[name] && where == "header" {
+			// A trailer is never how the agent signs in: it gets the
+			// whole policy, whatever its name.
 			hp = s.credPol
 		}
 		for i, v := range vals {

@@ -210,14 +210,15 @@ func (f *swapFilter) FilterRequest(ctx context.Context, dest mitm.Destination, r
 	}
 	var late *eofCheck
 	var recv, own http.Header
+	lk := f.learned()
 	if tr := r.Trailer; tr != nil {
 		// Values known now (the mitmproxy engine) are checked now; the Go
 		// engine fills them once the body has ended.
-		if err := trailerPlaceholder(tr, swaps, dest); err != nil {
+		if err := trailerPlaceholder(tr, swaps, lk, dest); err != nil {
 			return nil, err
 		}
 		if r.Body != nil && r.Body != http.NoBody {
-			late = &eofCheck{ReadCloser: r.Body, check: func() error { return trailerPlaceholder(tr, swaps, dest) }}
+			late = &eofCheck{ReadCloser: r.Body, check: func() error { return trailerPlaceholder(tr, swaps, lk, dest) }}
 			r.Body = late
 			// The body may be read ahead (learned, below): inner gets a
 			// map of its own, filled once it reads the body's end.
@@ -232,7 +233,7 @@ func (f *swapFilter) FilterRequest(ctx context.Context, dest mitm.Destination, r
 		return nil, fmt.Errorf("%w (%s's, %s %s to %s:%d: the paths it uses are %s)", ErrLoginPath, do.Name,
 			egress.Shorten(r.Method), egress.Shorten(r.URL.EscapedPath()), dest.Name, dest.Port, strings.Join(do.Paths, " "))
 	}
-	if lk := f.learned(); lk != nil {
+	if lk != nil {
 		// The DLP's known values were fixed when the session began.
 		for name, vals := range r.Header {
 			for _, v := range vals {
@@ -295,9 +296,20 @@ func (f *swapFilter) FilterRequest(ctx context.Context, dest mitm.Destination, r
 	return done, nil
 }
 
-// trailerPlaceholder reports a placeholder in a trailer's name or value.
-func trailerPlaceholder(tr http.Header, swaps []credentials.Swap, dest mitm.Destination) error {
+// trailerPlaceholder reports a placeholder, or a real token the host
+// refreshed (lk, when not nil), in a trailer's name or value.
+func trailerPlaceholder(tr http.Header, swaps []credentials.Swap, lk *keyScrubber, dest mitm.Destination) error {
 	for name, vals := range tr {
+		if lk != nil {
+			if lk.holds(name) {
+				return fmt.Errorf("%w (in a trailer's name, to %s:%d)", ErrRefreshedToken, dest.Name, dest.Port)
+			}
+			for _, v := range vals {
+				if lk.holds(v) {
+					return fmt.Errorf("%w (in trailer %s, to %s:%d)", ErrRefreshedToken, strings.ToLower(name), dest.Name, dest.Port)
+				}
+			}
+		}
 		for _, s := range swaps {
 			if strings.Contains(strings.ToLower(name), strings.ToLower(s.Token)) { // HTTP/2 lowers names
 				// Not named: it holds the placeholder.

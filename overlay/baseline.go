@@ -291,6 +291,15 @@ func gitCleanBlobs(ctx context.Context, ws string) map[string]string {
 	if _, err := exec.LookPath("git"); err != nil {
 		return nil
 	}
+	if real, err := filepath.EvalSymlinks(ws); err == nil {
+		// A sparse index of many GiB claiming millions of entries: git
+		// would parse them all into memory.
+		if r, ok := findGitRepo(real); ok {
+			if fi, err := os.Stat(filepath.Join(r.gitDir, "index")); err == nil && mostlyHoles(fi) {
+				return nil
+			}
+		}
+	}
 	out, err := gitCmd(ctx, ws, "ls-files", "-s", "-z")
 	if err != nil {
 		return nil
@@ -308,6 +317,9 @@ func gitCleanBlobs(ctx context.Context, ws string) map[string]string {
 		}
 		blobs[string(p)] = f[1]
 	}
+	if !plainAttributes(ws, out) {
+		return nil
+	}
 	dirty, err := gitCmd(ctx, ws, "diff-files", "--name-only", "-z", "--relative")
 	if err != nil {
 		return nil
@@ -316,6 +328,46 @@ func gitCleanBlobs(ctx context.Context, ws string) map[string]string {
 		delete(blobs, string(p))
 	}
 	return blobs
+}
+
+// plainAttributes reports whether no folder on the way of a file git
+// lists (lsFiles: `git ls-files -s -z` run in ws), from the repository's
+// top down, holds a .gitattributes that is a FIFO or a device: diff-files
+// hashes a racily clean file again and reads the attributes on its way
+// first, and would wait on a FIFO until its deadline (a symlink there git
+// does not follow).
+func plainAttributes(ws string, lsFiles []byte) bool {
+	real, err := filepath.EvalSymlinks(ws)
+	if err != nil {
+		return false
+	}
+	r, ok := findGitRepo(real)
+	if !ok {
+		return false
+	}
+	seen := map[string]bool{}
+	check := func(dir string) bool {
+		for !seen[dir] {
+			seen[dir] = true
+			if fi, err := os.Lstat(filepath.Join(dir, ".gitattributes")); err == nil && !fi.Mode().IsRegular() && fi.Mode()&fs.ModeSymlink == 0 {
+				return false
+			}
+			if dir == r.top || dir == filepath.Dir(dir) {
+				break
+			}
+			dir = filepath.Dir(dir)
+		}
+		return true
+	}
+	if !check(real) {
+		return false
+	}
+	for rec := range bytes.SplitSeq(lsFiles, []byte{0}) {
+		if _, p, ok := bytes.Cut(rec, []byte{'\t'}); ok && !check(filepath.Dir(filepath.Join(real, filepath.FromSlash(string(p))))) {
+			return false
+		}
+	}
+	return true
 }
 
 func (b *Baseline) loadManifest() error {
@@ -399,6 +451,34 @@ func (b *Baseline) Old(p string) (OldEntry, error) {
 		}
 	}
 	return b.current(p)
+}
+
+// OldSize is the size of the regular file p at session start, without
+// reading it (ok false when p was no regular file or is not known so).
+func (b *Baseline) OldSize(p string) (int64, bool) {
+	if ValidatePath(p) != nil {
+		return 0, false
+	}
+	if b.meta.Mode == BaselineClone || inSkipped(p) {
+		root, err := b.root(b.meta.Mode == BaselineClone && !inSkipped(p))
+		if err != nil {
+			return 0, false
+		}
+		e, err := root.lstat(p)
+		return e.Size, err == nil && e.Type == TypeFile
+	}
+	if b.loadManifest() != nil {
+		return 0, false
+	}
+	m := b.manifest[p]
+	return m.sizeIfFile()
+}
+
+func (m *manifestEntry) sizeIfFile() (int64, bool) {
+	if m == nil || m.Type != TypeFile {
+		return 0, false
+	}
+	return m.Size, true
 }
 
 // Current implements CurrentTree: the host's entry at p now.

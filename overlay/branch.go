@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path"
@@ -123,6 +124,12 @@ func headCommit(ctx context.Context, ws string) (repo bool, head string) {
 // on the command line. Only commands that read no index, attributes or
 // work tree may be run through it.
 func refGit(ctx context.Context, r *gitRepo, private string, extra []string, args ...string) ([]byte, error) {
+	// git reads r's config and what it includes (configIncludesOK).
+	for _, f := range []string{filepath.Join(r.commonDir, "config"), filepath.Join(r.gitDir, "config.worktree")} {
+		if err := configIncludesOK(ctx, private, f, 0); err != nil {
+			return nil, err
+		}
+	}
 	hooks := filepath.Join(private, "no-hooks")
 	if err := os.MkdirAll(hooks, 0o700); err != nil {
 		return nil, fmt.Errorf("git: %w", err)
@@ -223,9 +230,6 @@ func CommitBranch(ctx context.Context, pl *Plan, opts BranchOptions) (*BranchRes
 	if err != nil {
 		return nil, err
 	}
-	if _, err := refs("show-ref", "--verify", "-q", ref); err == nil {
-		return nil, fmt.Errorf("%w: %s is already a branch; pick another name (it is never overwritten)", ErrBranchExists, name)
-	}
 	// A branch a blocks a/b and a/b blocks a (a ref is a file, its
 	// prefixes folders): for-each-ref matches a pattern whole or up to a
 	// slash, and a checked name holds no glob character.
@@ -234,6 +238,18 @@ func CommitBranch(ctx context.Context, pl *Plan, opts BranchOptions) (*BranchRes
 		if name[i] == '/' {
 			pats = append(pats, "refs/heads/"+name[:i])
 		}
+	}
+	// git reads those refs and appends to the new one's reflog: none may
+	// be a FIFO or a device.
+	for _, pat := range pats {
+		for _, p := range []string{filepath.Join(r.commonDir, filepath.FromSlash(pat)), filepath.Join(r.commonDir, "logs", filepath.FromSlash(pat))} {
+			if err := plainRefFiles(p); err != nil {
+				return nil, err
+			}
+		}
+	}
+	if _, err := refs("show-ref", "--verify", "-q", ref); err == nil {
+		return nil, fmt.Errorf("%w: %s is already a branch; pick another name (it is never overwritten)", ErrBranchExists, name)
 	}
 	if out, err := refs(append([]string{"for-each-ref", "--count=1", "--format=%(refname:strip=2)"}, pats...)...); err == nil && len(bytes.TrimSpace(out)) > 0 {
 		return nil, fmt.Errorf("%w: the branch %s is in the way of %s; pick another name", ErrBranchExists, DisplayPath(string(bytes.TrimSpace(out))), name)
@@ -529,4 +545,34 @@ func commitIdentity(ctx context.Context, r *gitRepo, private string) ([]string, 
 	}
 	slices.Sort(env)
 	return env, nil
+}
+
+// plainRefFiles checks the loose ref (or reflog) p and, when it is a
+// folder, everything under it, before git reads or writes them: each must
+// be a regular file of at most gitReadMax. git reads a ref whole and opens
+// a reflog to append: a FIFO there would block it until its deadline, a
+// symlink to /dev/zero have it read without end.
+func plainRefFiles(p string) error {
+	fi, err := os.Stat(p)
+	if err != nil {
+		return nil // absent (or a dangling symlink: git finds no ref there)
+	}
+	bad := func(p string) error {
+		return fmt.Errorf("branch: %s is not a regular file of at most 1 MiB (git would wait on it or read it without end); remove it, or pick another branch name", DisplayPath(p))
+	}
+	if !fi.IsDir() {
+		if !fi.Mode().IsRegular() || fi.Size() > gitReadMax {
+			return bad(p)
+		}
+		return nil
+	}
+	return filepath.WalkDir(p, func(q string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return nil
+		}
+		if fi, err := os.Stat(q); err == nil && !fi.IsDir() && (!fi.Mode().IsRegular() || fi.Size() > gitReadMax) {
+			return bad(q)
+		}
+		return nil
+	})
 }

@@ -28,13 +28,18 @@ var configRunsShell = []string{
 	"sequence.editor", "diff.external", "diff.*.textconv", "diff.*.command", "difftool.*.cmd", "mergetool.*.cmd",
 	"filter.*.clean", "filter.*.smudge", "filter.*.process", "merge.*.driver", "interactive.difffilter",
 	"gpg.program", "gpg.*.program", "sendemail.*.sendmailcmd", "sendemail.sendmailcmd",
+	"mergetool.*.path", "difftool.*.path", "gpg.ssh.defaultkeycommand", "browser.*.cmd", "browser.*.path",
+	"man.*.cmd", "man.*.path", "core.alternaterefscommand", "uploadpack.packobjectshook", "remote.*.uploadpack",
+	"remote.*.receivepack", "tar.*.command", "trailer.*.command", "trailer.*.cmd", "sendemail.tocmd",
+	"sendemail.cccmd", "sendemail.headercmd", "sendemail.smtpserver", "guitool.*.cmd",
 }
 
 // configRunsUnlessBool are keys whose value is a boolean or a command.
 var configRunsUnlessBool = []string{"core.fsmonitor", "pager.*"}
 
 // interpreters run the script their first argument names.
-var interpreters = []string{"sh", "bash", "zsh", "dash", "ksh", "fish", "python", "python3", "node", "perl", "ruby", "deno", "bun", "env"}
+var interpreters = []string{"sh", "bash", "zsh", "dash", "ksh", "fish", "python", "python3", "node", "perl", "ruby", "deno", "bun", "env",
+	"exec", "command", "nohup", "nice", "time", "xargs"}
 
 // configProgram is a file of the workspace git runs (or reads config from).
 type configProgram struct {
@@ -97,7 +102,7 @@ func configPrograms(ws, top string, entries []configEntry) []configProgram {
 			} else if p := expandHome(e.value); filepath.IsAbs(p) {
 				add(strings.Fields(p + " ")[0], why)
 			}
-		case configKeyIn(e.key, "alias.*"):
+		case configKeyIn(e.key, "alias.*", "submodule.*.update"):
 			if cmd, ok := strings.CutPrefix(e.value, "!"); ok {
 				for _, p := range commandFiles(top, cmd) {
 					add(p, why)
@@ -151,41 +156,69 @@ func gitBool(v string) bool {
 	return err == nil
 }
 
-// commandFiles is the files a command line runs, as absolute paths: its
-// first word (after NAME=value assignments), and the script an interpreter
-// there is given, when they are paths (a bare name is looked up in PATH,
-// not in the work tree). Relative paths are taken from top, where git runs
-// what its config names.
+// commandFiles is the files a command line runs, as absolute paths: in
+// each of its simple commands (split at ;, &, |, newlines, parentheses and
+// backquotes: "npm test && ./scripts/check.sh" runs both), the first word
+// (after NAME=value assignments), and the script an interpreter there is
+// given, when they are paths (a bare name is looked up in PATH, not in the
+// work tree); the string of an interpreter's -c is a command line of its
+// own. Relative paths are taken from top, where git runs what its config
+// names.
 func commandFiles(top, cmd string) []string {
-	words := shellWords(cmd)
-	for len(words) > 0 && strings.Contains(words[0], "=") && !strings.Contains(words[0], "/") {
-		words = words[1:]
-	}
+	return commandFilesDepth(top, cmd, 0)
+}
+
+func commandFilesDepth(top, cmd string, depth int) []string {
 	var out []string
-	for i, w := range words {
-		if i > 0 && strings.HasPrefix(w, "-") {
-			continue
+	for _, words := range shellCommands(cmd) {
+		for len(words) > 0 && (strings.Contains(words[0], "=") && !strings.Contains(words[0], "/") || slices.Contains(shellReserved, words[0])) {
+			words = words[1:]
 		}
-		if p := expandHome(w); strings.Contains(p, "/") {
-			if !filepath.IsAbs(p) {
-				p = filepath.Join(top, p)
+		for i := 0; i < len(words); i++ {
+			w := words[i]
+			if i > 0 && w == "-c" && i+1 < len(words) && slices.Contains(interpreters, path.Base(words[0])) {
+				if depth < 4 {
+					out = append(out, commandFilesDepth(top, words[i+1], depth+1)...)
+				}
+				break
 			}
-			out = append(out, p)
-		}
-		if !slices.Contains(interpreters, path.Base(w)) || i > 8 {
-			break
+			if i > 0 && strings.HasPrefix(w, "-") {
+				continue
+			}
+			if p := expandHome(w); strings.Contains(p, "/") {
+				if !filepath.IsAbs(p) {
+					p = filepath.Join(top, p)
+				}
+				out = append(out, p)
+			}
+			if !slices.Contains(interpreters, path.Base(w)) || i > 8 {
+				break
+			}
 		}
 	}
 	return out
 }
 
-// shellWords splits a command line into words the way a POSIX shell would
-// for the simple cases (blanks, single and double quotes, backslashes); it
-// stops at the first operator (;, &, |, <, >, newline).
-func shellWords(s string) []string {
-	var out []string
+// shellReserved are words a shell takes before a command ("!f() { ./x; }; f",
+// "if ./x; then ./y; fi"): the command is the word after.
+var shellReserved = []string{"{", "}", "!", "if", "then", "else", "elif", "fi", "do", "done", "while", "until"}
+
+// shellCommands splits a command line into simple commands, each into
+// words, the way a POSIX shell would for the simple cases (blanks, single
+// and double quotes, backslashes); an operator (;, &, |, <, >, newline,
+// parentheses, backquote) ends a command.
+func shellCommands(s string) [][]string {
+	var out [][]string
+	var cmd []string
 	var w strings.Builder
 	in, quote := false, byte(0)
+	word := func() {
+		if in {
+			cmd = append(cmd, w.String())
+			w.Reset()
+			in = false
+		}
+	}
 	for i := 0; i < len(s); i++ {
 		c := s[i]
 		switch {
@@ -212,23 +245,30 @@ func shellWords(s string) []string {
 			w.WriteByte(s[i])
 			in = true
 		case c == ' ' || c == '\t':
-			if in {
-				out = append(out, w.String())
-				w.Reset()
-				in = false
-			}
+			word()
 		case strings.IndexByte(";&|<>\n()`", c) >= 0:
-			if in {
-				out = append(out, w.String())
+			word()
+			if len(cmd) > 0 {
+				out = append(out, cmd)
+				cmd = nil
 			}
-			return out
+			if c == '<' || c == '>' {
+				// A redirection's target is a file, not a command: skip it.
+				for i+1 < len(s) && (s[i+1] == ' ' || s[i+1] == '\t' || s[i+1] == '>' || s[i+1] == '&') {
+					i++
+				}
+				for i+1 < len(s) && strings.IndexByte(" \t;&|<>\n()`", s[i+1]) < 0 {
+					i++
+				}
+			}
 		default:
 			w.WriteByte(c)
 			in = true
 		}
 	}
-	if in {
-		out = append(out, w.String())
+	word()
+	if len(cmd) > 0 {
+		out = append(out, cmd)
 	}
 	return out
 }

@@ -131,7 +131,7 @@ func TestCommandFiles(t *testing.T) {
 		"git-lfs clean -- %f":             nil,
 		"true":                            nil,
 		"npx eslint src/":                 nil,
-		"tools/a; tools/b":                {"/r/tools/a"},
+		"tools/a; tools/b":                {"/r/tools/a", "/r/tools/b"},
 		"\"$HOME/bin/x\"":                 {"/r/$HOME/bin/x"},
 	} {
 		if got := commandFiles("/r", cmd); !slices.Equal(got, want) {

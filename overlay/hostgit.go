@@ -3,6 +3,7 @@ package overlay
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -43,13 +44,21 @@ type gitRepo struct {
 // as .git/config or HEAD blocks every git command that reads it, forever,
 // and a symlink to a device as objects/info/alternates or as the branch
 // HEAD names has git read it into memory without end.
+// The files git reads whole into memory (HEAD, the branch ref, commondir,
+// config, every alternates file down the chain) must also be small: a
+// sparse regular file of many GiB there has git allocate all of it.
 // A repository that fails is treated as none (the session takes its
 // baseline without git). Deeper files (a ref, an object) are covered by
 // the deadline on every host git command (gitTimeout).
 func (r *gitRepo) plainFiles() bool {
 	for _, dir := range []string{r.gitDir, r.commonDir} {
-		for _, f := range []string{"config", "config.worktree", "HEAD", "index", "packed-refs", "commondir", "shallow"} {
+		for _, f := range []string{"config", "config.worktree", "HEAD", "index", "packed-refs", "commondir", "shallow", "info/grafts"} {
 			if fi, err := os.Stat(filepath.Join(dir, f)); err == nil && !fi.Mode().IsRegular() {
+				return false
+			}
+		}
+		for f, max := range map[string]int64{"config": gitConfigMax, "config.worktree": gitConfigMax, "HEAD": gitReadMax, "commondir": gitReadMax, "shallow": 64 << 20, "info/grafts": 64 << 20} {
+			if fi, err := os.Stat(filepath.Join(dir, f)); err == nil && fi.Size() > max {
 				return false
 			}
 		}
@@ -61,15 +70,89 @@ func (r *gitRepo) plainFiles() bool {
 		// Read by every command that reads objects, and the branch HEAD
 		// names: a symlink to /dev/zero there has git read until the
 		// host runs out of memory (a deadline does not help).
-		if fi, err := os.Stat(filepath.Join(dir, "objects", "info", "alternates")); err == nil && !fi.Mode().IsRegular() {
+		if !alternatesOK(filepath.Join(dir, "objects"), 0, map[string]bool{}) {
 			return false
 		}
 	}
-	if data, err := readSmallRegular(filepath.Join(r.gitDir, "HEAD")); err == nil {
-		if ref, ok := strings.CutPrefix(strings.TrimSpace(string(data)), "ref: "); ok && filepath.IsLocal(ref) {
-			if fi, err := os.Stat(filepath.Join(r.commonDir, ref)); err == nil && !fi.Mode().IsRegular() {
-				return false
-			}
+	// HEAD's ref and the refs it leads to (a symbolic ref may name another,
+	// git follows five), each read as git reads it: "ref:", any blanks,
+	// the name, blanks at the end.
+	p := filepath.Join(r.gitDir, "HEAD")
+	for range 6 {
+		data, err := readSmallRegular(p)
+		if err != nil {
+			break
+		}
+		ref, ok := strings.CutPrefix(strings.TrimSpace(string(data)), "ref:")
+		ref = strings.TrimSpace(ref)
+		if !ok || !filepath.IsLocal(ref) {
+			break
+		}
+		p = filepath.Join(r.commonDir, ref)
+		if fi, err := os.Stat(p); err == nil && (!fi.Mode().IsRegular() || fi.Size() > gitReadMax) {
+			return false
+		}
+	}
+	return true
+}
+
+// gitReadMax is the largest size allowed for a file git reads whole into
+// memory (plainFiles): far above any real HEAD, ref, commondir, config or
+// alternates list.
+const gitReadMax = 1 << 20
+
+// gitConfigMax is the largest config file (a repository's, or one it
+// includes) host git is let read: a config with thousands of branch
+// sections stays far below it.
+const gitConfigMax = 16 << 20
+
+// alternatesOK follows the alternates chain from the object store objects
+// as git does (objects/info/alternates lists further object stores, one a
+// line, relative ones from the store that names them, '#' comments; git
+// reads five levels below the repository's own): every alternates file on
+// the way, and every store's commit-graph chain, must be a small regular
+// file. A quoted entry (git's C-style
+// quoting) is not followed here, so it fails.
+func alternatesOK(objects string, depth int, seen map[string]bool) bool {
+	if seen[objects] || depth > 6 {
+		return true // git stops here too
+	}
+	seen[objects] = true
+	// Each object store's commit-graph chain too: git reads it line by
+	// line, one line of a sparse file without end.
+	if fi, err := os.Stat(filepath.Join(objects, "info", "commit-graphs", "commit-graph-chain")); err == nil && (!fi.Mode().IsRegular() || fi.Size() > gitReadMax) {
+		return false
+	}
+	p := filepath.Join(objects, "info", "alternates")
+	fi, err := os.Stat(p)
+	if err != nil {
+		return true
+	}
+	if !fi.Mode().IsRegular() || fi.Size() > gitReadMax {
+		return false
+	}
+	f, err := os.Open(p)
+	if err != nil {
+		return true // git cannot read it either
+	}
+	data, err := io.ReadAll(io.LimitReader(f, gitReadMax+1))
+	f.Close()
+	if err != nil || len(data) > gitReadMax {
+		return false
+	}
+	for line := range strings.SplitSeq(string(data), "\n") {
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		if strings.HasPrefix(line, "\"") || strings.ContainsRune(line, 0) {
+			return false
+		}
+		next := line
+		if !filepath.IsAbs(next) {
+			next = filepath.Join(objects, next)
+		}
+		if !alternatesOK(filepath.Clean(next), depth+1, seen) {
+			return false
 		}
 	}
 	return true
@@ -93,13 +176,14 @@ func findGitRepo(ws string) (*gitRepo, bool) {
 			case fi.IsDir():
 				r.gitDir = dot
 			case fi.Mode().IsRegular():
+				// As git reads it: everything after "gitdir: ", newlines
+				// trimmed at the end only (a newline inside is part of
+				// the path).
 				data, err := readSmallRegular(dot)
-				line, _, _ := strings.Cut(string(data), "\n")
-				target, ok := strings.CutPrefix(strings.TrimSpace(line), "gitdir:")
-				if err != nil || !ok {
+				target, ok := strings.CutPrefix(strings.TrimRight(string(data), "\r\n"), "gitdir: ")
+				if err != nil || !ok || target == "" || strings.ContainsRune(target, 0) {
 					return nil, false
 				}
-				target = strings.TrimSpace(target)
 				if !filepath.IsAbs(target) {
 					target = filepath.Join(d, target)
 				}
@@ -108,8 +192,14 @@ func findGitRepo(ws string) (*gitRepo, bool) {
 				return nil, false
 			}
 			r.commonDir = r.gitDir
-			if data, err := readSmallRegular(filepath.Join(r.gitDir, "commondir")); err == nil {
-				c := strings.TrimSpace(string(data))
+			if cd := filepath.Join(r.gitDir, "commondir"); exists(cd) {
+				// Read as git does (newlines trimmed at the end only); one
+				// that cannot be read so is no repository of ours.
+				data, err := readSmallRegular(cd)
+				c := strings.TrimRight(string(data), "\r\n")
+				if err != nil || c == "" || strings.ContainsRune(c, 0) {
+					return nil, false
+				}
 				if !filepath.IsAbs(c) {
 					c = filepath.Join(r.gitDir, c)
 				}
@@ -267,11 +357,63 @@ func userConfigGit(ctx context.Context, ws string, args ...string) ([]byte, erro
 		return nil, fmt.Errorf("git: %w", err)
 	}
 	defer os.RemoveAll(private)
+	for _, f := range []string{filepath.Join(r.commonDir, "config"), filepath.Join(r.gitDir, "config.worktree")} {
+		if err := configIncludesOK(ctx, private, f, 0); err != nil {
+			return nil, err
+		}
+	}
 	user := []string{"GIT_DIR=" + r.gitDir, "GIT_WORK_TREE=" + r.top, "GIT_CONFIG_NOSYSTEM=", "GIT_CONFIG_GLOBAL="}
 	for _, k := range []string{"HOME", "XDG_CONFIG_HOME"} {
 		user = append(user, k+"="+os.Getenv(k))
 	}
 	return runHostGit(ctx, r.top, private, user, args...)
+}
+
+// configIncludesOK checks the config files git includes from the config
+// file p (include.path and every includeIf's path, whatever its condition,
+// followed as git does, ten deep): git reads an included file to its end,
+// so a FIFO, a device (/dev/tty: the user's keystrokes) or a sparse file of
+// many GiB there would have host git hang, read the terminal or allocate
+// without end. Each must be absent or a regular file of at most gitConfigMax.
+// p itself is read with includes off (git config --file).
+func configIncludesOK(ctx context.Context, private, p string, depth int) error {
+	fi, err := os.Stat(p)
+	if err != nil {
+		return nil // git skips a missing include too
+	}
+	if !fi.Mode().IsRegular() || fi.Size() > gitConfigMax {
+		return fmt.Errorf("git: the repository's config includes %s, which is not a regular file of at most 16 MiB: not read", DisplayPath(p))
+	}
+	if depth >= 10 {
+		return nil // git refuses deeper includes itself
+	}
+	out, err := runHostGit(ctx, private, private, nil, "config", "--file", p, "--no-includes", "-z", "--get-regexp", `^include(if\..*)?\.path$`)
+	if err != nil {
+		var ee *exec.ExitError
+		if errors.As(err, &ee) && ee.ExitCode() == 1 {
+			return nil // no include
+		}
+		return err
+	}
+	for rec := range strings.SplitSeq(string(out), "\x00") {
+		_, inc, ok := strings.Cut(rec, "\n")
+		if !ok || inc == "" {
+			continue
+		}
+		if rest, ok := strings.CutPrefix(inc, "~/"); ok {
+			home, err := os.UserHomeDir()
+			if err != nil {
+				continue // git cannot expand it either
+			}
+			inc = filepath.Join(home, rest)
+		} else if !filepath.IsAbs(inc) {
+			inc = filepath.Join(filepath.Dir(p), inc)
+		}
+		if err := configIncludesOK(ctx, private, inc, depth+1); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // configEntry is one setting of `git config --list --show-origin`.
@@ -337,6 +479,12 @@ func withoutUnset(env []string) []string {
 		}
 	}
 	return out
+}
+
+// exists reports whether p is there (a dangling symlink is).
+func exists(p string) bool {
+	_, err := os.Lstat(p)
+	return err == nil
 }
 
 // readSmallRegular reads a file of git's discovery (".git" as a file,

@@ -54,6 +54,12 @@ type OldTree interface {
 	Old(path string) (OldEntry, error)
 }
 
+// oldSizer is an OldTree that tells a file's size at session start
+// without reading it (Baseline.OldSize).
+type oldSizer interface {
+	OldSize(path string) (int64, bool)
+}
+
 // OldEntry is one path of an OldTree.
 type OldEntry struct {
 	Type    FileType // "" when absent
@@ -268,6 +274,15 @@ func (b *patchBuilder) decideAll(ctx context.Context) error {
 // started from: see resolveBase) and its new side, and adds the file diffs
 // between them, or what is not carried.
 func (b *patchBuilder) decide(p string, st *newState) error {
+	// An old side larger than a file the patch carries is not read: a
+	// sparse file of many GiB the agent deleted would fill the host's
+	// memory.
+	if sz, ok := b.old.(oldSizer); ok {
+		if n, ok := sz.OldSize(p); ok && n > b.opts.MaxFileSize {
+			b.info.NotCarried = append(b.info.NotCarried, NotCarried{p, fmt.Sprintf("file of %d bytes on the host is larger than the %d carried: change or delete it yourself", n, b.opts.MaxFileSize)})
+			return nil
+		}
+	}
 	oe, err := b.old.Old(p)
 	if err != nil {
 		return fmt.Errorf("read baseline of %s: %w", DisplayPath(p), err)

@@ -125,6 +125,9 @@ var AttentionRules = []AttentionRule{
 	{"**/.ssh/", AttentionProtected, "ssh reads it: config runs ProxyCommand and LocalCommand, authorized_keys grants logins", nil},
 	{"**/.gitconfig", AttentionProtected, "git's user config: filters, hooksPath, fsmonitor and aliases run commands", nil},
 	{"**/.config/git/", AttentionProtected, "git's user config: filters, hooksPath, fsmonitor and aliases run commands", nil},
+	{"**/.kube/config", AttentionFlagged, "kubectl's config: exec credential plugins run commands", nil},
+	{"**/.terraformrc", AttentionFlagged, "Terraform's CLI config: provider overrides run local binaries", nil},
+	{"**/terraform.rc", AttentionFlagged, "Terraform's CLI config: provider overrides run local binaries", nil},
 	{"**/.vimrc", AttentionProtected, whyEditorRC, nil},
 	{"**/.gvimrc", AttentionProtected, whyEditorRC, nil},
 	{"**/.config/nvim/", AttentionProtected, whyEditorRC, nil},
@@ -302,6 +305,7 @@ var AttentionRules = []AttentionRule{
 	{"**/bun.lockb", AttentionFlagged, "bun's binary lockfile: sources cannot be checked", nil},
 	{"**/pnpm-workspace.yaml", AttentionFlagged, "pnpm settings: build-script allowlists, hooks, overrides and catalogs", nil},
 	{"**/.npmrc", AttentionFlagged, "npm configuration (script shell, registries)", nil},
+	{"**/.bundle/config", AttentionFlagged, "Bundler configuration (gem mirrors, Gemfile path)", nil},
 	{"**/.yarnrc", AttentionFlagged, "yarn configuration", nil},
 	{"**/.yarnrc.yml", AttentionFlagged, "yarn configuration (plugins, yarnPath run code)", nil},
 	{"**/.yarn/plugins/", AttentionFlagged, "yarn runs its plugins", nil},
@@ -351,6 +355,7 @@ var AttentionRules = []AttentionRule{
 	// Git.
 	{"**/.gitattributes", AttentionFlagged, "git attributes select filters and diff drivers", nil},
 	{"**/.gitmodules", AttentionFlagged, "submodule URLs are fetched by git", nil},
+	{"**/.lfsconfig", AttentionFlagged, "git-lfs pushes and fetches large files at the URL it names", nil},
 	// Rust manifests, judged by what changed.
 	{"**/Cargo.toml", AttentionFlagged, "flagged when a build script, proc macro, git/path source, patch or target runner changes", cargoRisk},
 }

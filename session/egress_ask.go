@@ -127,7 +127,7 @@ type asker struct {
 	pending map[string]*question // by name
 	recent  []Question
 	passes  map[string]time.Time // once answers to DNS questions, by name
-	// onceAdmitted: connections a once answer admitted, by name, for
+	// onceAdmitted: connections a once answer admitted, by name:port, for
 	// their own upstream dial (Recheck).
 	onceAdmitted map[string]time.Time
 	changed      chan struct{} // closed and replaced on every change
@@ -202,20 +202,21 @@ func (a *asker) takePass(name string) bool {
 	return ok && time.Now().Before(exp)
 }
 
-// noteOnce records that a connection to name was admitted by a once
-// answer: its own upstream dial (Recheck) may follow within passTTL.
-func (a *asker) noteOnce(name string) {
+// noteOnce records that a connection to name and port was admitted by a
+// once answer: its own upstream dial (Recheck) may follow within passTTL,
+// to that port only.
+func (a *asker) noteOnce(name string, port uint16) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	a.onceAdmitted[name] = time.Now().Add(passTTL)
+	a.onceAdmitted[nfegress.HostPort(name, port)] = time.Now().Add(passTTL)
 }
 
 // admittedOnce reports whether a once answer admitted a connection to
-// name within passTTL.
-func (a *asker) admittedOnce(name string) bool {
+// name and port within passTTL.
+func (a *asker) admittedOnce(name string, port uint16) bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	exp, ok := a.onceAdmitted[name]
+	exp, ok := a.onceAdmitted[nfegress.HostPort(name, port)]
 	return ok && time.Now().Before(exp)
 }
 

@@ -165,7 +165,7 @@ func (l *livePolicy) Decide(name string, port uint16) nfegress.Decision {
 	// A once answer to a lookup names no port: it lets the next web
 	// connection through, and any other port is asked about anew.
 	if (port == 443 || port == 80) && l.ask.takePass(n) {
-		l.ask.noteOnce(n)
+		l.ask.noteOnce(n, port)
 		return onceDecision(n)
 	}
 	return l.afterAnswer(n, port, l.ask.ask(n, port, 0))
@@ -214,7 +214,7 @@ func (l *livePolicy) Recheck(name string, port uint16) nfegress.Decision {
 	if l.ask == nil || !undecided(d) {
 		return d
 	}
-	if n, ok := askable(name); ok && l.ask.admittedOnce(n) {
+	if n, ok := askable(name); ok && l.ask.admittedOnce(n, port) {
 		return onceDecision(n)
 	}
 	return d
@@ -226,7 +226,7 @@ func (l *livePolicy) afterAnswer(n string, port uint16, ans string) nfegress.Dec
 	switch ans {
 	case AnswerOnce:
 		if port != 0 {
-			l.ask.noteOnce(n)
+			l.ask.noteOnce(n, port)
 		}
 		return onceDecision(n)
 	case answerTimeout:

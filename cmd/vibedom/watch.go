@@ -34,7 +34,7 @@ rest of the session), a always (also saved to ~/.vibedom/trusted_domains.txt),
 d deny (for the session). q quits. Without a terminal, each line of standard
 input is one key. Unanswered questions are denied when they time out. When the oldest
 question times out (or is answered elsewhere), the next is announced and keys pressed in
-the next 1.5 s are not taken for it: press again.`,
+the next 1.5 s are not taken for it, nor for ports just added to it: press again.`,
 		Action: watchAction,
 	})
 }
@@ -92,7 +92,7 @@ func watchAction(ctx context.Context, c *cli.Command) error {
 			}
 			q, ok, fresh := w.answerable(time.Now())
 			if fresh {
-				w.printf("%s only just became the question a key answers: press again to answer it", termtext.Line(q.Name))
+				w.printf("%s%s only just became what a key answers: press again to answer it", termtext.Line(q.Name), portList(q.Ports))
 				continue
 			}
 			if !ok {
@@ -145,6 +145,7 @@ type watchView struct {
 	// timed out, or was answered elsewhere) was meant for that one.
 	head      int
 	headSince time.Time
+	headLeft  time.Time // when the list last emptied with a head in it
 }
 
 // headGrace is how long after a new question became the one a key
@@ -160,15 +161,20 @@ func (w *watchView) show(st session.AskState) {
 	defer w.mu.Unlock()
 	w.pending = st.Pending
 	defer func() {
+		now := time.Now()
 		if len(st.Pending) == 0 {
+			if w.head != 0 {
+				w.headLeft = now
+			}
 			w.head = 0
 			return
 		}
 		if id := st.Pending[0].ID; id != w.head {
-			if w.head != 0 && len(st.Pending) > 0 {
-				// Another question was answered or timed out: guard this
-				// one, and say which a key answers now.
-				w.headSince = time.Now()
+			// Another question was answered or timed out (the list may
+			// have been empty in between: the guest, refused, asks anew
+			// at once): guard this one, and say which a key answers now.
+			if w.head != 0 || now.Sub(w.headLeft) < headGrace {
+				w.headSince = now
 				w.printf("  a key now answers %s%s", termtext.Line(st.Pending[0].Name), portList(w.shown[id]))
 			}
 			w.head = id
@@ -211,6 +217,10 @@ func (w *watchView) show(st session.AskState) {
 		if w.seen[q.ID] {
 			if !slices.Equal(w.shown[q.ID], q.Ports) {
 				w.shown[q.ID] = q.Ports
+				if i == 0 && q.ID == w.head {
+					// A key now covers ports printed only just now.
+					w.headSince = time.Now()
+				}
 				w.printf("? %s wants %s%s now", termtext.Line(w.session), termtext.Line(q.Name), portList(q.Ports))
 			}
 			continue
