@@ -254,7 +254,6 @@ func buildPlan(cfg *vm.Config, bin, accel string, share vm.ShareFS) (*plan, erro
 		"-device", "virtio-serial-pci,id=vser0",
 		"-chardev", "socket,id=ctl0,path="+escape(p.controlSoc)+",server=on,wait=off",
 		"-device", "virtserialport,bus=vser0.0,chardev=ctl0,name="+vm.ControlPortName,
-		"-device", "virtio-rng-pci",
 		// Free page reporting: the guest's balloon driver reports pages it
 		// freed and QEMU gives them back to the host, so an idle session
 		// does not keep the peak of what it once used.
