@@ -45,3 +45,35 @@ func TestPlanBootsOneCPUUnderTCG(t *testing.T) {
 		}
 	}
 }
+
+// TestPlanTCGBootArgs: an emulated x86 guest keeps its lock prefixes when
+// it boots on one CPU (noreplace-smp) and keeps its APIC timer (no
+// nolapic_timer: that would cost it high-resolution timers); a KVM guest
+// boots as the hardware would, and an arm64 guest is never given x86
+// options (an unknown option reaches PID 1 as an argument).
+func TestPlanTCGBootArgs(t *testing.T) {
+	for _, tt := range []struct {
+		arch  vm.Arch
+		accel string
+		cpus  int
+		want  bool
+	}{
+		{vm.ArchAMD64, "tcg", 2, true},
+		{vm.ArchAMD64, "tcg", 1, true},
+		{vm.ArchAMD64, "kvm", 2, false},
+		{vm.ArchARM64, "tcg", 2, false},
+	} {
+		cfg := &vm.Config{Name: "c", Arch: tt.arch, CPUs: tt.cpus, MemoryMiB: 1024, Kernel: "k", Initrd: "i", StateDir: t.TempDir(), Cmdline: "quiet"}
+		p, err := buildPlan(cfg, "qemu", tt.accel, vm.Share9P)
+		if err != nil {
+			t.Fatal(err)
+		}
+		args := strings.Fields(p.args[slices.Index(p.args, "-append")+1])
+		if got := slices.Contains(args, "noreplace-smp"); got != tt.want {
+			t.Errorf("%s %s %d CPUs: noreplace-smp in %q is %v, want %v", tt.arch, tt.accel, tt.cpus, args, got, tt.want)
+		}
+		if slices.Contains(args, "nolapic_timer") {
+			t.Errorf("%s %s %d CPUs: nolapic_timer in %q", tt.arch, tt.accel, tt.cpus, args)
+		}
+	}
+}
