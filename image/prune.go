@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -25,6 +26,7 @@ import (
 //	<name>-<digest16>/           a boot image (kind "boot"): manifest.json, kernel, initrd
 //	root/<sha256>.ext4           a root image (kind "root")
 //	root/lock-<sha256>.json      which root image a package lock built (goes with its root image)
+//	root/.build-<pid>-<hex>.ext4 a root image being built (kind "partial"; a crashed build's once its process is gone)
 //
 // Everything else (memo.json, lock files, .build-* folders of a build in
 // progress, names the cache does not write, symlinks) is left alone.
@@ -37,6 +39,9 @@ const (
 	// the cache writes there (a symlink, a file where a folder belongs):
 	// listed, never removed.
 	KindOther = "other"
+	// KindPartial is a root image build that did not finish: kept while
+	// the process that writes it runs.
+	KindPartial = "partial"
 )
 
 // rootLockName is the lock file (in the cache) that BuildGuest holds
@@ -48,6 +53,8 @@ var (
 	bootDirName  = regexp.MustCompile(`^([a-z0-9][a-z0-9-]{0,62})-([0-9a-f]{16})$`)
 	rootFileName = regexp.MustCompile(`^([0-9a-f]{64})\.ext4$`)
 	rootIdxName  = regexp.MustCompile(`^lock-[0-9a-f]{64}\.json$`)
+	// partialRoot is BuildGuest's temporary root image (see BuildGuest).
+	partialRoot = regexp.MustCompile(`^\.build-([0-9]{1,9})-[0-9a-f]{12}\.ext4$`)
 )
 
 // SessionUse is what one session tells the cache about the images it may
@@ -444,6 +451,21 @@ func scanRoots(dir, memoDir string, m *memo, n *needs) ([]CacheEntry, error) {
 			idx = append(idx, name)
 			continue
 		}
+		if pm := partialRoot.FindStringSubmatch(name); pm != nil && e.Type().IsRegular() {
+			// BuildGuest writes it holding the root lock, which the
+			// caller of a prune holds: its process crashed, unless an
+			// older vibedom (without the lock) builds now.
+			fi, err := e.Info()
+			if err != nil {
+				continue
+			}
+			ce := CacheEntry{Name: RootDir + "/" + name, Path: filepath.Join(rdir, name), Kind: KindPartial, Size: fi.Size(), Built: fi.ModTime().UTC()}
+			if pid, _ := strconv.Atoi(pm[1]); processAlive(pid) {
+				ce.Why = append(ce.Why, "process "+pm[1]+" may still be building it")
+			}
+			out = append(out, ce)
+			continue
+		}
 		mm := rootFileName.FindStringSubmatch(name)
 		if mm == nil {
 			continue
@@ -526,7 +548,7 @@ func treeSize(dir, memoDir string, m *memo) (int64, time.Time) {
 // removeEntry removes one entry, checking again that it is what the cache
 // writes: a real folder or a regular file directly where the cache puts it.
 func removeEntry(dir string, e CacheEntry) error {
-	if e.Kind != KindBoot && e.Kind != KindRoot {
+	if e.Kind != KindBoot && e.Kind != KindRoot && e.Kind != KindPartial {
 		return nil
 	}
 	p := filepath.Join(dir, filepath.FromSlash(e.Name))
@@ -541,6 +563,10 @@ func removeEntry(dir string, e CacheEntry) error {
 	case e.Kind == KindBoot && fi.IsDir():
 		// RemoveAll removes a symlink inside, never what it points to.
 		if err := os.RemoveAll(p); err != nil {
+			return fmt.Errorf("remove image %s: %w", e.Name, err)
+		}
+	case e.Kind == KindPartial && fi.Mode().IsRegular():
+		if err := os.Remove(p); err != nil {
 			return fmt.Errorf("remove image %s: %w", e.Name, err)
 		}
 	case e.Kind == KindRoot && fi.Mode().IsRegular():

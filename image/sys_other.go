@@ -30,3 +30,6 @@ func openNoFollow(p string) (*os.File, error) {
 	}
 	return os.OpenFile(p, os.O_RDWR|os.O_CREATE, 0o644)
 }
+
+// processAlive cannot tell here: it says yes, so nothing is removed.
+func processAlive(int) bool { return true }

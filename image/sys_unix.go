@@ -52,3 +52,12 @@ func tryLockFile(f *os.File) (bool, error) {
 func openNoFollow(p string) (*os.File, error) {
 	return os.OpenFile(p, os.O_RDWR|os.O_CREATE|unix.O_NOFOLLOW, 0o644)
 }
+
+// processAlive reports whether a process with this PID exists.
+func processAlive(pid int) bool {
+	if pid <= 0 {
+		return false
+	}
+	err := unix.Kill(pid, 0)
+	return err == nil || err == unix.EPERM
+}

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -173,6 +174,11 @@ func TestImagesPrune(t *testing.T) {
 		t.Fatal(err)
 	}
 	writeFile(t, filepath.Join(images, "notes.txt"), "a name the cache does not write")
+	// Root image builds: one whose process is gone, one in a live process.
+	deadBuild := image.RootDir + "/.build-999999999-0123456789ab.ext4"
+	liveBuild := image.RootDir + "/.build-" + strconv.Itoa(os.Getpid()) + "-0123456789ab.ext4"
+	writeFile(t, filepath.Join(images, deadBuild), "half a root image")
+	writeFile(t, filepath.Join(images, liveBuild), "half a root image")
 
 	fakeSession(t, c.Home, "review-1", session.State{Status: session.StatusStopped, RootImage: root('b')}, "changes.patch")
 	fakeSession(t, c.Home, "done-1", session.State{Status: session.StatusStopped, RootImage: root('c')})
@@ -181,7 +187,7 @@ func TestImagesPrune(t *testing.T) {
 	// Paused, its host process alive (this one): it may boot any image of its arch.
 	fakeSession(t, c.Home, "paused-1", session.State{Status: session.StatusPaused, PID: os.Getpid(), Arch: string(other), RootImage: root('e')})
 
-	wantRemoved := []string{stale, image.RootDir + "/" + sha('a') + ".ext4", image.RootDir + "/" + sha('c') + ".ext4"}
+	wantRemoved := []string{stale, deadBuild, image.RootDir + "/" + sha('a') + ".ext4", image.RootDir + "/" + sha('c') + ".ext4"}
 	slices.Sort(wantRemoved)
 
 	t.Run("list", func(t *testing.T) {
@@ -197,7 +203,7 @@ func TestImagesPrune(t *testing.T) {
 				unneeded += e.Size
 			}
 		}
-		want := map[string]bool{current: true, stale: false, otherBoot: true, filepath.Base(planted): true}
+		want := map[string]bool{current: true, stale: false, otherBoot: true, filepath.Base(planted): true, deadBuild: false, liveBuild: true}
 		for r, k := range map[byte]bool{'a': false, 'b': true, 'c': false, 'd': true, 'e': true, 'f': true} {
 			want[image.RootDir+"/"+sha(r)+".ext4"] = k
 		}
@@ -231,13 +237,13 @@ func TestImagesPrune(t *testing.T) {
 		if got := r.removed(); !slices.Equal(got, wantRemoved) || r.Freed == 0 {
 			t.Errorf("removed %v (%d bytes), want %v", got, r.Freed, wantRemoved)
 		}
-		for _, p := range []string{filepath.Join(images, stale), root('a'), root('c'), index} {
+		for _, p := range []string{filepath.Join(images, stale), root('a'), root('c'), index, filepath.Join(images, deadBuild)} {
 			if _, err := os.Lstat(p); err == nil {
 				t.Errorf("%s is still there", p)
 			}
 		}
 		for _, p := range []string{cur.Kernel, cur.Initrd, filepath.Join(images, otherBoot), root('b'), root('d'), root('e'),
-			root('f'), planted, secret, filepath.Join(images, "notes.txt")} {
+			root('f'), planted, secret, filepath.Join(images, "notes.txt"), filepath.Join(images, liveBuild)} {
 			if _, err := os.Lstat(p); err != nil {
 				t.Errorf("kept %s: %v", p, err)
 			}
