@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -132,7 +133,7 @@ func ListCache(ctx context.Context, h home.Home, uses []SessionUse) (*CacheRepor
 	if err != nil || !ok {
 		return &CacheReport{Dir: dir, Entries: []CacheEntry{}}, err
 	}
-	return decide(ctx, h, dir, uses)
+	return decide(ctx, h, dir, uses, nil)
 }
 
 // PruneCache removes every entry of h's image cache that neither the
@@ -147,7 +148,7 @@ func PruneCache(ctx context.Context, h home.Home, o PruneOptions) (*CacheReport,
 	if err != nil || !ok {
 		return &CacheReport{Dir: dir, Entries: []CacheEntry{}, DryRun: o.DryRun}, err
 	}
-	unlock, err := lockCache(dir, o.Waiting)
+	unlock, locked, err := lockCache(dir, o.Waiting)
 	if err != nil {
 		return nil, err
 	}
@@ -158,7 +159,7 @@ func PruneCache(ctx context.Context, h home.Home, o PruneOptions) (*CacheReport,
 			return nil, err
 		}
 	}
-	rep, err := decide(ctx, h, dir, uses)
+	rep, err := decide(ctx, h, dir, uses, locked)
 	if err != nil {
 		return nil, err
 	}
@@ -202,25 +203,28 @@ func cacheDir(h home.Home) (string, bool, error) {
 
 // lockCache takes the root images' lock, then every recipe's lock in name
 // order (BuildGuest takes the root lock before a recipe's: the same order).
-func lockCache(dir string, waiting func(string)) (func(), error) {
+// locked holds the names of the recipes whose lock it took.
+func lockCache(dir string, waiting func(string)) (unlock func(), locked map[string]bool, err error) {
 	names := []string{rootLockName}
 	ents, err := os.ReadDir(dir)
 	if err != nil {
-		return nil, fmt.Errorf("read image cache: %w", err)
+		return nil, nil, fmt.Errorf("read image cache: %w", err)
 	}
-	var recipes []string
+	locked = map[string]bool{}
 	for _, e := range ents {
 		if m := bootDirName.FindStringSubmatch(e.Name()); m != nil && validName.MatchString(m[1]) {
-			recipes = append(recipes, "."+m[1]+".lock")
+			locked[m[1]] = true
 		}
 	}
 	for _, a := range []vm.Arch{vm.ArchAMD64, vm.ArchARM64} {
-		recipes = append(recipes, "."+(&AlpineBoot{GuestArch: a}).Name()+".lock", "."+(&DebianTest{Assets: assets.Assets{Arch: a}}).Name()+".lock")
+		locked[(&AlpineBoot{GuestArch: a}).Name()] = true
+		locked[(&DebianTest{Assets: assets.Assets{Arch: a}}).Name()] = true
 	}
-	slices.Sort(recipes)
-	names = append(names, slices.Compact(recipes)...)
+	for _, r := range slices.Sorted(maps.Keys(locked)) {
+		names = append(names, "."+r+".lock")
+	}
 	var held []*os.File
-	unlock := func() {
+	unlock = func() {
 		for _, f := range slices.Backward(held) {
 			unlockFile(f)
 			f.Close()
@@ -230,7 +234,7 @@ func lockCache(dir string, waiting func(string)) (func(), error) {
 		f, err := openNoFollow(filepath.Join(dir, n))
 		if err != nil {
 			unlock()
-			return nil, fmt.Errorf("lock image cache: %w", err)
+			return nil, nil, fmt.Errorf("lock image cache: %w", err)
 		}
 		got, err := tryLockFile(f)
 		if err == nil && !got {
@@ -242,11 +246,11 @@ func lockCache(dir string, waiting func(string)) (func(), error) {
 		if err != nil {
 			f.Close()
 			unlock()
-			return nil, fmt.Errorf("lock image cache %s: %w", n, err)
+			return nil, nil, fmt.Errorf("lock image cache %s: %w", n, err)
 		}
 		held = append(held, f)
 	}
-	return unlock, nil
+	return unlock, locked, nil
 }
 
 // lockRoot takes the root images' lock of the cache images.
@@ -356,7 +360,9 @@ func (n *needs) sessions(uses []SessionUse) {
 }
 
 // decide scans the cache folder dir and marks what is needed.
-func decide(ctx context.Context, h home.Home, dir string, uses []SessionUse) (*CacheReport, error) {
+// When locked is not nil, a boot folder of a recipe not in it appeared
+// after the locks were taken (a build may be writing it): it is kept.
+func decide(ctx context.Context, h home.Home, dir string, uses []SessionUse, locked map[string]bool) (*CacheReport, error) {
 	m := loadMemo(dir)
 	defer m.save()
 	n := &needs{boot: map[string][]string{}, bootRecipe: map[string][]string{}, bootArch: map[string][]string{},
@@ -416,6 +422,9 @@ func decide(ctx context.Context, h home.Home, dir string, uses []SessionUse) (*C
 			ce.Why = append(ce.Why, "its architecture cannot be told and a session runs")
 		}
 		ce.Why = append(ce.Why, n.bootAll...)
+		if locked != nil && !locked[ce.Recipe] {
+			ce.Why = append(ce.Why, "it appeared while the prune ran (a build of its recipe may be running)")
+		}
 		rep.Entries = append(rep.Entries, ce)
 	}
 	for i := range rep.Entries {
