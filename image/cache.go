@@ -250,7 +250,16 @@ func (m *memo) known(abs string, id fileID, sum string) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	e, ok := m.Files[abs]
-	return ok && e.ID == id && e.SHA256 == sum
+	if !ok || e.ID != id || e.SHA256 != sum {
+		return false
+	}
+	// Record the use (for the cache listing), at most hourly.
+	if now := time.Now().Unix(); now-e.Used >= 3600 {
+		e.Used = now
+		m.Files[abs] = e
+		m.dirty = true
+	}
+	return true
 }
 
 func (m *memo) value(key string) (string, bool) {

@@ -180,6 +180,13 @@ func BuildGuest(ctx context.Context, h home.Home, o GuestOptions) (*GuestResult,
 	if warm {
 		m = prev
 	} else {
+		// A prune in another process must not remove the root image
+		// installed here before the manifest names it.
+		unlock, err := lockRoot(images)
+		if err != nil {
+			return nil, err
+		}
+		defer unlock()
 		o.say("fetching %d packages", len(lock.Packages))
 		prog := progress.NewText(io.Discard, false)
 		if o.Progress != nil {

@@ -21,3 +21,15 @@ const locksWork = false
 
 func lockFile(*os.File) error   { return nil }
 func unlockFile(*os.File) error { return nil }
+
+func tryLockFile(*os.File) (bool, error) { return true, nil }
+
+func openNoFollow(p string) (*os.File, error) {
+	if fi, err := os.Lstat(p); err == nil && fi.Mode()&os.ModeSymlink != 0 {
+		return nil, &os.PathError{Op: "open", Path: p, Err: errNotRegular}
+	}
+	return os.OpenFile(p, os.O_RDWR|os.O_CREATE, 0o644)
+}
+
+// processAlive cannot tell here: it says yes, so nothing is removed.
+func processAlive(int) bool { return true }

@@ -37,3 +37,27 @@ func lockFile(f *os.File) error { return unix.Flock(int(f.Fd()), unix.LOCK_EX) }
 
 // unlockFile releases the lock taken by lockFile.
 func unlockFile(f *os.File) error { return unix.Flock(int(f.Fd()), unix.LOCK_UN) }
+
+// tryLockFile takes the lock of lockFile if it is free and reports whether
+// it did.
+func tryLockFile(f *os.File) (bool, error) {
+	err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
+	if err == unix.EWOULDBLOCK {
+		return false, nil
+	}
+	return err == nil, err
+}
+
+// openNoFollow opens (creating) a lock file, refusing a symlink.
+func openNoFollow(p string) (*os.File, error) {
+	return os.OpenFile(p, os.O_RDWR|os.O_CREATE|unix.O_NOFOLLOW, 0o644)
+}
+
+// processAlive reports whether a process with this PID exists.
+func processAlive(pid int) bool {
+	if pid <= 0 {
+		return false
+	}
+	err := unix.Kill(pid, 0)
+	return err == nil || err == unix.EPERM
+}

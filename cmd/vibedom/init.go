@@ -201,6 +201,7 @@ func init() {
 					fmt.Fprintf(w, "\nBefore `vibedom run` works: %s\n", p)
 				}
 			}
+			warnUnneededImages(ctx, c.Root().ErrWriter, home)
 			if len(r.Problems) > 0 {
 				return exitCode(1)
 			}
