@@ -561,7 +561,7 @@ func plainRefFiles(p string) error {
 		return fmt.Errorf("branch: %s is not a regular file of at most 1 MiB (git would wait on it or read it without end); remove it, or pick another branch name", DisplayPath(p))
 	}
 	if !fi.IsDir() {
-		if !fi.Mode().IsRegular() || fi.Size() > gitReadMax {
+		if !smallRegularOrAbsent(p, gitReadMax) {
 			return bad(p)
 		}
 		return nil
@@ -570,7 +570,7 @@ func plainRefFiles(p string) error {
 		if err != nil || d.IsDir() {
 			return nil
 		}
-		if fi, err := os.Stat(q); err == nil && !fi.IsDir() && (!fi.Mode().IsRegular() || fi.Size() > gitReadMax) {
+		if fi, err := os.Stat(q); err == nil && !fi.IsDir() && !smallRegularOrAbsent(q, gitReadMax) {
 			return bad(q)
 		}
 		return nil

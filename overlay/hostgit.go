@@ -52,13 +52,8 @@ type gitRepo struct {
 // the deadline on every host git command (gitTimeout).
 func (r *gitRepo) plainFiles() bool {
 	for _, dir := range []string{r.gitDir, r.commonDir} {
-		for _, f := range []string{"config", "config.worktree", "HEAD", "index", "packed-refs", "commondir", "shallow", "info/grafts"} {
-			if fi, err := os.Stat(filepath.Join(dir, f)); err == nil && !fi.Mode().IsRegular() {
-				return false
-			}
-		}
-		for f, max := range map[string]int64{"config": gitConfigMax, "config.worktree": gitConfigMax, "HEAD": gitReadMax, "commondir": gitReadMax, "shallow": 64 << 20, "info/grafts": 64 << 20} {
-			if fi, err := os.Stat(filepath.Join(dir, f)); err == nil && fi.Size() > max {
+		for _, f := range gitFirstReads {
+			if !smallRegularOrAbsent(filepath.Join(dir, f.name), f.max) {
 				return false
 			}
 		}
@@ -89,11 +84,33 @@ func (r *gitRepo) plainFiles() bool {
 			break
 		}
 		p = filepath.Join(r.commonDir, ref)
-		if fi, err := os.Stat(p); err == nil && (!fi.Mode().IsRegular() || fi.Size() > gitReadMax) {
+		if !smallRegularOrAbsent(p, gitReadMax) {
 			return false
 		}
 	}
 	return true
+}
+
+// gitFirstReads are the files of a git directory that git opens before
+// any deadline can help, each with the largest size it may read whole
+// (0: any size; the index is parsed entry by entry, see mostlyHoles).
+var gitFirstReads = []struct {
+	name string
+	max  int64
+}{
+	{"config", gitConfigMax}, {"config.worktree", gitConfigMax}, {"HEAD", gitReadMax}, {"commondir", gitReadMax},
+	{"index", 0}, {"packed-refs", 0}, {"shallow", 64 << 20}, {"info/grafts", 64 << 20},
+}
+
+// smallRegularOrAbsent reports whether p (followed) is absent, or a
+// regular file of at most max bytes (any size when max is 0): never a
+// FIFO or device git would wait on or read without end.
+func smallRegularOrAbsent(p string, max int64) bool {
+	fi, err := os.Stat(p)
+	if err != nil {
+		return true
+	}
+	return fi.Mode().IsRegular() && (max == 0 || fi.Size() <= max)
 }
 
 // gitReadMax is the largest size allowed for a file git reads whole into
@@ -120,15 +137,14 @@ func alternatesOK(objects string, depth int, seen map[string]bool) bool {
 	seen[objects] = true
 	// Each object store's commit-graph chain too: git reads it line by
 	// line, one line of a sparse file without end.
-	if fi, err := os.Stat(filepath.Join(objects, "info", "commit-graphs", "commit-graph-chain")); err == nil && (!fi.Mode().IsRegular() || fi.Size() > gitReadMax) {
+	if !smallRegularOrAbsent(filepath.Join(objects, "info", "commit-graphs", "commit-graph-chain"), gitReadMax) {
 		return false
 	}
 	p := filepath.Join(objects, "info", "alternates")
-	fi, err := os.Stat(p)
-	if err != nil {
+	if !exists(p) {
 		return true
 	}
-	if !fi.Mode().IsRegular() || fi.Size() > gitReadMax {
+	if !smallRegularOrAbsent(p, gitReadMax) {
 		return false
 	}
 	f, err := os.Open(p)
