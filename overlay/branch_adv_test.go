@@ -20,9 +20,7 @@ import (
 // once, without running git on it.
 func TestBranchRefDevicesAdv(t *testing.T) {
 	have(t, "git")
-	old := gitTimeout
-	gitTimeout = 5 * time.Second
-	t.Cleanup(func() { gitTimeout = old })
+	shortGitTimeout(t, 5*time.Second)
 	for _, tc := range []struct{ name, planted, branch string }{
 		{"the name itself", "refs/heads/vibedom-change", "vibedom-change"},
 		{"under the name", "refs/heads/vibedom/x", "vibedom"},

@@ -138,9 +138,7 @@ func TestFindGitRepoRefusesHugeOrDeviceAdv(t *testing.T) {
 // runs; an ordinary include still works.
 func TestRepoConfigRefusesDeviceIncludesAdv(t *testing.T) {
 	have(t, "git")
-	old := gitTimeout
-	gitTimeout = 5 * time.Second
-	t.Cleanup(func() { gitTimeout = old })
+	shortGitTimeout(t, 5*time.Second)
 	for _, tc := range []struct {
 		name  string
 		plant func(t *testing.T, ws, git string) string // the config text appended
@@ -222,9 +220,7 @@ func appendGitConfig(t *testing.T, ws, text string) {
 // git data at once.
 func TestBaselineFIFOAttributesAdv(t *testing.T) {
 	have(t, "git")
-	old := gitTimeout
-	gitTimeout = 5 * time.Second
-	t.Cleanup(func() { gitTimeout = old })
+	shortGitTimeout(t, 5*time.Second)
 	for _, at := range []string{".gitattributes", "sub/.gitattributes"} {
 		t.Run(at, func(t *testing.T) {
 			root := t.TempDir()
@@ -350,9 +346,7 @@ func TestBaselineSparseIndexAdv(t *testing.T) {
 // git read the user's keystrokes). The include is checked first.
 func TestBaselineConfigIncludeFIFOAdv(t *testing.T) {
 	have(t, "git")
-	old := gitTimeout
-	gitTimeout = 5 * time.Second
-	t.Cleanup(func() { gitTimeout = old })
+	shortGitTimeout(t, 5*time.Second)
 	root := t.TempDir()
 	ws := filepath.Join(root, "ws")
 	os.Mkdir(ws, 0o755)

@@ -142,15 +142,23 @@ func TestFindGitRepo(t *testing.T) {
 	}
 }
 
+// shortGitTimeout cuts the deadline on host git for one test that expects
+// git to hang (a FIFO it waits on), restoring it after. Such tests are not
+// parallel: gitTimeout is the package's.
+func shortGitTimeout(t *testing.T, d time.Duration) {
+	t.Helper()
+	old := gitTimeout
+	gitTimeout = d
+	t.Cleanup(func() { gitTimeout = old })
+}
+
 // TestBaselineFIFOInGitDir: a repository whose .git holds a FIFO (as its
 // config, its HEAD, or deeper, as a branch's ref) must not hang the
 // baseline: a FIFO among the files git opens first makes the workspace
 // count as no repository; one deeper is cut off by gitTimeout.
 func TestBaselineFIFOInGitDir(t *testing.T) {
 	have(t, "git")
-	old := gitTimeout
-	gitTimeout = 3 * time.Second
-	t.Cleanup(func() { gitTimeout = old })
+	shortGitTimeout(t, 3*time.Second)
 	for _, fifo := range []string{"config", "HEAD", "refs/heads/main"} {
 		t.Run(fifo, func(t *testing.T) {
 			root := t.TempDir()
