@@ -14,7 +14,7 @@ SHA256   := $(shell command -v sha256sum >/dev/null 2>&1 && echo sha256sum || ec
 
 export PATH := $(PATH):/usr/local/go/bin
 
-.PHONY: help build guest embed-guest release release-check release-lint test unit e2e e2e-arm64 check-darwin vet check setup assets demo bench clean
+.PHONY: help build guest embed-guest release release-check release-lint test unit e2e e2e-arm64 check-darwin vet check setup assets kernel demo bench clean
 
 help: ## list the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | sort
@@ -47,11 +47,14 @@ release-lint: ## actionlint the workflows; ruby -c the Homebrew formula (when ru
 	$(GO) run $(ACTIONLINT) .github/workflows/*.yml
 	@if command -v ruby >/dev/null; then ruby -wc packaging/homebrew/vibedom.rb; else echo "release-lint: no ruby, formula not checked"; fi
 
-setup: ## install QEMU, busybox and tools (Debian/Ubuntu), fetch test kernels
+setup: ## install QEMU, busybox and tools (Debian/Ubuntu), fetch test kernels, build the guest kernel
 	scripts/setup.sh
 
 assets: ## fetch the Debian test kernels and busybox into .cache/assets
 	scripts/fetch-assets.sh
+
+kernel: ## build vibedom's guest kernel (amd64) from pinned Debian source into .cache/assets (minutes, once)
+	scripts/build-kernel.sh amd64
 
 vet: ## go vet every package
 	$(GO) vet ./...

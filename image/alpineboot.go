@@ -19,7 +19,7 @@ import (
 
 // alpineBootVersion changes whenever AlpineBoot's output changes for the
 // same inputs, so old cache entries are not reused.
-const alpineBootVersion = "alpine-boot/3"
+const alpineBootVersion = "alpine-boot/4"
 
 // BootPackage is one verified package of the boot set: its lock entry and
 // its file in the download cache.
@@ -30,11 +30,14 @@ type BootPackage struct {
 
 // AlpineBoot is the recipe of the guest's boot files on every host:
 //
-//   - the kernel: boot/vmlinuz-virt of Alpine's linux-virt, unwrapped from
-//     its EFI zboot container on aarch64 (vz's loader takes a raw Image);
+//   - the kernel: vibedom's own guest kernel when Kernel names one (every
+//     driver built in), else boot/vmlinuz-virt of Alpine's linux-virt,
+//     unwrapped from its EFI zboot container on aarch64 (vz's loader takes
+//     a raw Image);
 //   - the initramfs, vibedom's own: vibedom-guest as /init, busybox from
 //     busybox-static, and the modules of kernel.GuestModules (with their
-//     dependencies) from linux-virt, unpacked from .ko.gz.
+//     dependencies) from linux-virt, unpacked from .ko.gz (none with
+//     vibedom's kernel).
 //
 // The userland is not here: it is the root image (package rootfs), which
 // the guest mounts read-only under its root overlay.
@@ -47,6 +50,11 @@ type AlpineBoot struct {
 	Linux       BootPackage // linux-virt
 	Busybox     BootPackage // busybox-static
 	GuestBinary string
+	// Kernel is vibedom's own guest kernel, a folder laid out as an
+	// unpacked kernel package (scripts/build-kernel.sh,
+	// assets.LocateGuestKernel); "" boots linux-virt's. Linux is then not
+	// read.
+	Kernel string
 	// Keys verifies the packages; nil means alpine.ReleaseKeys(). Only
 	// tests set it.
 	Keys *alpine.Keyring
@@ -79,10 +87,17 @@ func (a *AlpineBoot) Inputs(ctx context.Context, in *Inputs) error {
 	l := a.modules()
 	in.Param("recipe", alpineBootVersion)
 	in.Param("modules", labelList(l.Required)+";"+labelList(l.Optional))
-	for _, p := range []struct {
+	boot := []struct {
 		label string
 		bp    BootPackage
-	}{{"linux-virt", a.Linux}, {"busybox-static", a.Busybox}} {
+	}{{"linux-virt", a.Linux}, {"busybox-static", a.Busybox}}
+	if a.Kernel != "" {
+		if err := guestKernelInputs(in, a.Kernel); err != nil {
+			return err
+		}
+		boot = boot[1:]
+	}
+	for _, p := range boot {
 		if p.bp.Locked.Name != p.label {
 			return fmt.Errorf("boot image: %s package expected, got %q", p.label, p.bp.Locked.Name)
 		}
@@ -158,6 +173,13 @@ func (a *AlpineBoot) Build(ctx context.Context, in *Inputs, dir string) (Outputs
 	if err := kernel.CheckELF(a.GuestBinary, a.GuestArch); err != nil {
 		return Outputs{}, fmt.Errorf("guest binary: %w: run `make guest`", err)
 	}
+	if a.Kernel != "" {
+		release, mods, err := writeGuestKernel(dir, a.Kernel, a.GuestArch, a.modules())
+		if err != nil {
+			return Outputs{}, err
+		}
+		return a.initramfs(ctx, dir, arch, release, mods)
+	}
 	bf := &bootFiles{modules: fstest.MapFS{}}
 	if err := alpine.Extract(a.Linux.Path, arch, a.Linux.Locked, a.Keys, bf); err != nil {
 		return Outputs{}, err
@@ -185,7 +207,15 @@ func (a *AlpineBoot) Build(ctx context.Context, in *Inputs, dir string) (Outputs
 	if err := os.Remove(raw); err != nil {
 		return Outputs{}, err
 	}
+	return a.initramfs(ctx, dir, arch, bf.release, mods)
+}
 
+// initramfs writes the initramfs: busybox from busybox-static, the guest
+// binary and mods of the kernel release.
+func (a *AlpineBoot) initramfs(ctx context.Context, dir, arch, release string, mods *kernel.Modules) (Outputs, error) {
+	if err := ctx.Err(); err != nil {
+		return Outputs{}, err
+	}
 	bb := &oneFile{want: "bin/busybox.static"}
 	if err := alpine.Extract(a.Busybox.Path, arch, a.Busybox.Locked, a.Keys, bb); err != nil {
 		return Outputs{}, err
@@ -210,7 +240,50 @@ func (a *AlpineBoot) Build(ctx context.Context, in *Inputs, dir string) (Outputs
 			return Outputs{}, fmt.Errorf("busybox applet: %w", err)
 		}
 	}
-	return writeInitramfs(&ar, dir, bbPath, a.GuestBinary, bf.release, mods)
+	return writeInitramfs(&ar, dir, bbPath, a.GuestBinary, release, mods)
+}
+
+// guestKernelInputs declares vibedom's guest kernel in kdir: its kernel
+// file and module lists, by content.
+func guestKernelInputs(in *Inputs, kdir string) error {
+	vmlinuz, release, err := kernel.Find(kdir)
+	if err != nil {
+		return err
+	}
+	in.Param("guest kernel", release)
+	if _, err := in.File("kernel", vmlinuz); err != nil {
+		return err
+	}
+	modDir := filepath.Join(kdir, "lib", "modules", release)
+	for _, n := range []string{"modules.order", "modules.builtin", "modules.builtin.modinfo"} {
+		p := filepath.Join(modDir, n)
+		if !exists(p) {
+			in.Param(n, "absent")
+			continue
+		}
+		if _, err := in.File(n, p); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// writeGuestKernel writes the guest kernel of kdir into dir as KernelFile
+// and resolves l against its modules (built in, for vibedom's kernel: the
+// list then packs nothing).
+func writeGuestKernel(dir, kdir string, arch vm.Arch, l kernel.ModuleList) (string, *kernel.Modules, error) {
+	vmlinuz, release, err := kernel.Find(kdir)
+	if err != nil {
+		return "", nil, err
+	}
+	mods, err := kernel.ResolveModuleList(filepath.Join(kdir, "lib", "modules", release), arch, l)
+	if err != nil {
+		return "", nil, fmt.Errorf("guest kernel %s: %w", kdir, err)
+	}
+	if err := kernel.Write(filepath.Join(dir, KernelFile), vmlinuz, arch); err != nil {
+		return "", nil, fmt.Errorf("guest kernel %s: %w", kdir, err)
+	}
+	return release, mods, nil
 }
 
 // oneFile keeps the content of one regular file of a package.

@@ -53,8 +53,8 @@ check test -d /sys/class/net/eth0
 check ip link set eth0 up
 check sh -c 'ls -d /sys/bus/virtio/drivers/virtio_console/virtio*'
 check sh -c 'ls -d /sys/bus/virtio/drivers/virtio_blk/virtio*'
-check test -d /sys/module/vmw_vsock_virtio_transport
-check test -d /sys/module/virtiofs
+check test -d /sys/module/vmw_vsock_virtio_transport -o -d /sys/bus/virtio/drivers/vmw_vsock_virtio_transport
+check grep -qw virtiofs /proc/filesystems
 check test -f /vibedom/boot.json
 check test "$(stat -c %a /vibedom/ssh_host_ed25519_key)" = 600
 check test "$(stat -c %a /tmp)" = 1777

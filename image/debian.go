@@ -48,15 +48,17 @@ const (
 type DebianTest struct {
 	// Assets are the kernel, busybox and guest binary to pack.
 	Assets assets.Assets
-	// Modules are the modules to include with their dependencies
-	// (kernel.DefaultModules when empty). Built-in ones are skipped.
+	// Modules are the modules to include with their dependencies, every
+	// one required; when empty, kernel.GuestModules (its optional names
+	// packed when the kernel has them, as for the guest image). Built-in
+	// ones are skipped.
 	Modules []string
 }
 
 var _ Recipe = (*DebianTest)(nil)
 
 // NewDebianTest returns the test image recipe for the given assets and
-// modules (kernel.DefaultModules when modules is empty).
+// modules (kernel.GuestModules when modules is empty).
 func NewDebianTest(a assets.Assets, modules []string) *DebianTest {
 	return &DebianTest{Assets: a, Modules: slices.Clone(modules)}
 }
@@ -67,11 +69,17 @@ func (d *DebianTest) Name() string { return "debian-test-" + string(d.Assets.Arc
 // Arch is the assets' architecture.
 func (d *DebianTest) Arch() vm.Arch { return d.Assets.Arch }
 
-func (d *DebianTest) modules() []string {
+func (d *DebianTest) modules() kernel.ModuleList {
 	if len(d.Modules) == 0 {
-		return kernel.DefaultModules
+		return kernel.GuestModules
 	}
-	return d.Modules
+	return kernel.ModuleList{Required: d.Modules}
+}
+
+// modulesLabel names the module list in the recipe's inputs and memo keys.
+func (d *DebianTest) modulesLabel() string {
+	l := d.modules()
+	return labelList(l.Required) + ";" + labelList(l.Optional)
 }
 
 // resolved is a module resolution as kept in the memo.
@@ -101,7 +109,7 @@ func (d *DebianTest) Inputs(ctx context.Context, in *Inputs) error {
 	modDir := filepath.Join(a.KernelDir, "lib", "modules", release)
 	in.Param("recipe", debianTestVersion)
 	in.Param("release", release)
-	in.Param("modules", labelList(d.modules()))
+	in.Param("modules", d.modulesLabel())
 	for _, f := range []struct{ label, path string }{
 		{"guest", a.GuestBinary},
 		{"busybox", a.Busybox},
@@ -162,7 +170,7 @@ func (d *DebianTest) resolution(m *memo, modDir, key string) (*resolved, error) 
 			}
 		}
 	}
-	mods, err := kernel.ResolveModules(modDir, d.Assets.Arch, d.modules())
+	mods, err := kernel.ResolveModuleList(modDir, d.Assets.Arch, d.modules())
 	if err != nil {
 		return nil, err
 	}
@@ -173,7 +181,7 @@ func (d *DebianTest) resolution(m *memo, modDir, key string) (*resolved, error) 
 // version, arch, release, wanted modules, and the content of the kernel
 // and its module lists.
 func (d *DebianTest) resolutionKey(m *memo, vmlinuz, modDir, release string) (string, error) {
-	key := []string{debianTestVersion, string(d.Assets.Arch), release, labelList(d.modules())}
+	key := []string{debianTestVersion, string(d.Assets.Arch), release, d.modulesLabel()}
 	for _, p := range []string{
 		vmlinuz,
 		filepath.Join(modDir, "modules.order"),
@@ -231,7 +239,7 @@ func (d *DebianTest) Build(ctx context.Context, in *Inputs, dir string) (Outputs
 		return Outputs{}, err
 	}
 	modDir := filepath.Join(a.KernelDir, "lib", "modules", release)
-	mods, err := kernel.ResolveModules(modDir, a.Arch, d.modules())
+	mods, err := kernel.ResolveModuleList(modDir, a.Arch, d.modules())
 	if err != nil {
 		return Outputs{}, err
 	}

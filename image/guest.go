@@ -281,8 +281,12 @@ func ensureAlpineBoot(ctx context.Context, h home.Home, arch vm.Arch, m *GuestMa
 	if err != nil {
 		return nil, err
 	}
+	if err := assets.CheckKernelEnv(); err != nil {
+		return nil, err
+	}
 	img, err := Ensure(ctx, h.Images(), &AlpineBoot{
 		GuestArch: arch, Linux: boot[0], Busybox: boot[1], GuestBinary: guest, Keys: keys,
+		Kernel: assets.LocateGuestKernel(arch),
 	})
 	if err != nil {
 		if !fileExists(boot[0].Path) || !fileExists(boot[1].Path) {

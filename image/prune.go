@@ -303,6 +303,7 @@ func (n *needs) current(ctx context.Context, h home.Home, m *memo) {
 			n.add(n.root, gm.Root.SHA256, "the current guest image ("+string(a)+")")
 			if pk, err := bootPackages(gm.Lock, h.APKCache()); err == nil {
 				boot.Linux, boot.Busybox = pk[0], pk[1]
+				boot.Kernel = assets.LocateGuestKernel(a)
 				boot.GuestBinary, err = assets.LocateGuest(a)
 				if err == nil {
 					var d string

@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # Installs what vibedom's Linux (QEMU) mode and its test suite need on a
-# Debian/Ubuntu host, then fetches the test kernels and busybox. Idempotent:
-# a second run installs nothing and downloads nothing.
+# Debian/Ubuntu host, fetches the test kernels and busybox, and builds
+# vibedom's guest kernel for this host's arch (scripts/build-kernel.sh:
+# a few minutes, once). Idempotent: a second run installs, downloads and
+# builds nothing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-pkgs=(qemu-system-x86 qemu-system-arm busybox-static cpio git patch make mitmproxy chromium)
+pkgs=(qemu-system-x86 qemu-system-arm busybox-static cpio git patch make mitmproxy chromium
+	gcc libc6-dev flex bison bc libelf-dev xz-utils)
 missing=()
 for p in "${pkgs[@]}"; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -22,3 +25,7 @@ if ((${#missing[@]})); then
 	DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 scripts/fetch-assets.sh
+case $(dpkg --print-architecture 2>/dev/null || uname -m) in
+amd64 | x86_64) scripts/build-kernel.sh amd64 ;;
+*) echo "setup: no guest kernel configuration for this arch yet; the guest boots the distribution's kernel" >&2 ;;
+esac

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -15,6 +16,8 @@ import (
 
 	"github.com/vibedom/vibedom/e2e/clitest"
 	"github.com/vibedom/vibedom/image"
+	"github.com/vibedom/vibedom/image/assets"
+	"github.com/vibedom/vibedom/vm"
 )
 
 // TestGuestImageVM drives the whole guest image pipeline as a user does,
@@ -77,10 +80,15 @@ func guestImageE2E(t *testing.T, goarch string) {
 	e2fsckImage(t, r.Image.Root)
 
 	// Two sessions at once on the one image file: one as the agent user
-	// (the default), one with --root.
+	// (the default), one with --root. The first boots vibedom's own guest
+	// kernel where it is built (make kernel), the second the distribution's
+	// (linux-virt's kernel and its modules, from the mirror).
 	ws := clitest.SampleWorkspace(t)
 	ws2 := clitest.SampleWorkspace(t)
-	script := `id -u; id -un; echo "home=$HOME"; git --version; bash -c 'echo bash-ok'
+	distro := *c
+	distro.Env = append(slices.Clone(c.Env), "VIBEDOM_KERNEL=distro")
+	guestKernel := assets.LocateGuestKernel(vm.Arch(goarch)) != ""
+	script := `uname -r; id -u; id -un; echo "home=$HOME"; git --version; bash -c 'echo bash-ok'
 cd /work && echo "made by the agent" > made.txt && rm obsolete.txt && echo appended >> notes.txt
 cat /proc/self/status | grep ^CapEff; git -C /work status --short | wc -l`
 	type out struct {
@@ -89,8 +97,8 @@ cat /proc/self/status | grep ^CapEff; git -C /work status --short | wc -l`
 	}
 	rootDone := make(chan out, 1)
 	go func() {
-		o, e, code := c.RunWith(t, bin, "", "run", ws2, "--arch", goarch, "--memory", "512M", "--no-network", "--no-review", "--root",
-			"--", "sh", "-c", "id -u; echo x > /etc/written-by-root && cat /etc/written-by-root")
+		o, e, code := distro.RunWith(t, bin, "", "run", ws2, "--arch", goarch, "--memory", "512M", "--no-network", "--no-review", "--root",
+			"--", "sh", "-c", "uname -r; id -u; echo x > /etc/written-by-root && cat /etc/written-by-root")
 		rootDone <- out{o, e, code}
 	}()
 	stdout, stderr, code = c.RunWith(t, bin, "", "run", ws, "--arch", goarch, "--memory", "512M", "--no-network", "--apply", "--", "sh", "-c", script)
@@ -109,10 +117,16 @@ cat /proc/self/status | grep ^CapEff; git -C /work status --short | wc -l`
 	if _, err := os.Stat(filepath.Join(ws, "obsolete.txt")); !os.IsNotExist(err) {
 		t.Errorf("obsolete.txt survived the apply: %v", err)
 	}
+	if release, _, _ := strings.Cut(stdout, "\n"); strings.HasSuffix(release, "-vibedom") != guestKernel {
+		t.Errorf("the session booted kernel %q; vibedom's guest kernel built: %v", release, guestKernel)
+	}
 	// --root runs as root; writes to / land in the session's upper layer.
 	r2 := <-rootDone
 	if r2.code != 0 || !strings.Contains(r2.stdout, "0\nx\n") {
 		t.Errorf("run --root: exit %d\n%s\n%s", r2.code, r2.stdout, r2.stderr)
+	}
+	if release, _, _ := strings.Cut(r2.stdout, "\n"); release == "" || strings.HasSuffix(release, "-vibedom") {
+		t.Errorf("with VIBEDOM_KERNEL=distro the session booted kernel %q", release)
 	}
 	// Nothing a session did changed the shared image.
 	if err := image.VerifyRootImage(filepath.Join(c.Home, "images"), r.Image.Root, r.Image.RootSHA, true); err != nil {

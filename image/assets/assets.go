@@ -35,6 +35,11 @@ const (
 	EnvAssets = "VIBEDOM_ASSETS"
 	// EnvGuestBin names the vibedom-guest binary to pack.
 	EnvGuestBin = "VIBEDOM_GUEST_BIN"
+	// EnvKernel chooses the kernel of the test image: "distro" boots the
+	// distribution's (<arch>/kernel/) even when vibedom's own guest kernel
+	// (<arch>/guest-kernel/, scripts/build-kernel.sh) is there; "" or
+	// "auto" boots vibedom's when it is complete.
+	EnvKernel = "VIBEDOM_KERNEL"
 	// EnvHome is vibedom's home directory (default ~/.vibedom).
 	EnvHome = home.EnvHome
 )
@@ -93,24 +98,83 @@ func Locate(arch vm.Arch) (Assets, error) {
 	return a, nil
 }
 
-// assetDirComplete reports whether dir/<arch> holds kernel/ and busybox.
+// assetDirComplete reports whether dir/<arch> holds a kernel folder and
+// busybox. The kernel folder is vibedom's own guest kernel
+// (guest-kernel/, when its build finished: .complete) unless
+// $VIBEDOM_KERNEL says "distro", else the distribution's (kernel/).
 func assetDirComplete(dir string, arch vm.Arch) (kdir, busybox string, ok bool) {
-	kdir = filepath.Join(dir, string(arch), "kernel")
 	busybox = filepath.Join(dir, string(arch), "busybox")
-	fi, err := os.Stat(kdir)
-	if err != nil || !fi.IsDir() {
+	if fi, err := os.Stat(busybox); err != nil || !fi.Mode().IsRegular() {
 		return "", "", false
 	}
-	fi, err = os.Stat(busybox)
-	if err != nil || !fi.Mode().IsRegular() {
+	if GuestKernelWanted() {
+		g := filepath.Join(dir, string(arch), GuestKernelDir)
+		if isFile(filepath.Join(g, ".complete")) {
+			return g, busybox, true
+		}
+	}
+	kdir = filepath.Join(dir, string(arch), "kernel")
+	if fi, err := os.Stat(kdir); err != nil || !fi.IsDir() {
 		return "", "", false
 	}
 	return kdir, busybox, true
 }
 
+// LocateGuestKernel finds vibedom's own guest kernel for arch, a complete
+// <dir>/<arch>/guest-kernel/ in the places LocateKernel looks (when
+// $VIBEDOM_ASSETS is set, there only), or "" when there is none or
+// $VIBEDOM_KERNEL says "distro". The guest image boots it instead of
+// linux-virt's kernel.
+func LocateGuestKernel(arch vm.Arch) string {
+	if !GuestKernelWanted() {
+		return ""
+	}
+	var dirs []string
+	if d := os.Getenv(EnvAssets); d != "" {
+		dirs = []string{d}
+	} else {
+		if h := homeDir(); h != "" {
+			dirs = append(dirs, h.Assets())
+		}
+		for _, start := range searchStarts() {
+			dirs = append(dirs, walkUp(start, filepath.Join(".cache", "assets"))...)
+		}
+	}
+	for _, d := range dirs {
+		g := filepath.Join(d, string(arch), GuestKernelDir)
+		if isFile(filepath.Join(g, ".complete")) {
+			return abs(g)
+		}
+	}
+	return ""
+}
+
+// GuestKernelDir is the folder of vibedom's own guest kernel in an assets
+// folder's <arch>/, laid out as an unpacked kernel package (see
+// scripts/build-kernel.sh).
+const GuestKernelDir = "guest-kernel"
+
+// GuestKernelWanted reports whether $VIBEDOM_KERNEL lets vibedom's own
+// guest kernel boot when it is built ("", "auto"; not "distro").
+func GuestKernelWanted() bool { return os.Getenv(EnvKernel) != "distro" }
+
+// CheckKernelEnv refuses a $VIBEDOM_KERNEL other than "", "auto" or
+// "distro", so that a typo does not boot another kernel than meant.
+func CheckKernelEnv() error {
+	switch v := os.Getenv(EnvKernel); v {
+	case "", "auto", "distro":
+		return nil
+	default:
+		return fmt.Errorf("$%s=%q: use auto (vibedom's guest kernel when it is built) or distro (the distribution's)", EnvKernel, v)
+	}
+}
+
 // LocateKernel finds the kernel package folder and busybox for arch, as
 // Locate does (the guest binary aside).
 func LocateKernel(arch vm.Arch) (kdir, busybox string, err error) {
+	if err := CheckKernelEnv(); err != nil {
+		return "", "", err
+	}
 	var looked []string
 	if d := os.Getenv(EnvAssets); d != "" {
 		if k, b, ok := assetDirComplete(d, arch); ok {

@@ -315,8 +315,13 @@ func debianModules(t testing.TB, arch vm.Arch) string {
 // testKernelDir finds the fetched Debian kernel package for arch the way
 // assets.Locate does for tests ($VIBEDOM_ASSETS, else .cache/assets
 // in this folder or a parent), or "". This package may not import image.
-func testKernelDir(arch vm.Arch) string {
-	rel := filepath.Join(string(arch), "kernel")
+func testKernelDir(arch vm.Arch) string { return testAssetDir(arch, "kernel") }
+
+// testAssetDir is <assets>/<arch>/<sub> for the assets folder tests use
+// ($VIBEDOM_ASSETS, else the first .cache/assets/<arch>/<sub> found in
+// this folder or a parent), or "".
+func testAssetDir(arch vm.Arch, sub string) string {
+	rel := filepath.Join(string(arch), sub)
 	if d := os.Getenv("VIBEDOM_ASSETS"); d != "" {
 		return filepath.Join(d, rel)
 	}
@@ -503,5 +508,42 @@ func TestModulesOrderNamesUncompressed(t *testing.T) {
 		if got := installedName(fsys, rel); got != want {
 			t.Errorf("installedName(%s) = %s, want %s", rel, got, want)
 		}
+	}
+}
+
+// A kernel with every driver built in (vibedom's guest kernel: an empty
+// modules.order) resolves to nothing to pack; a required name it has
+// neither built in nor as a module is still refused, naming it, and a tree
+// with neither modules nor built-ins is no kernel package.
+func TestResolveAllBuiltin(t *testing.T) {
+	builtin := []string{
+		"kernel/drivers/virtio/virtio_pci.ko", "kernel/drivers/block/virtio_blk.ko",
+		"kernel/drivers/net/virtio_net.ko", "kernel/drivers/char/virtio_console.ko",
+		"kernel/fs/fuse/virtiofs.ko", "kernel/fs/overlayfs/overlay.ko", "kernel/fs/ext4/ext4.ko",
+		"kernel/drivers/input/evdev.ko",
+	}
+	tree := func(lines []string) fstest.MapFS {
+		return fstest.MapFS{
+			"modules.order":   {Data: nil},
+			"modules.builtin": {Data: []byte(strings.Join(lines, "\n") + "\n")},
+		}
+	}
+	m, err := ResolveModuleListFS(tree(builtin), "6.1.192-vibedom", vm.ArchAMD64, GuestModules)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(m.Order) != 0 {
+		t.Errorf("packs %v, want nothing", m.Order)
+	}
+	if !slices.Contains(m.Builtin, "ext4") || !slices.Contains(m.Missing, "gpio_keys") {
+		t.Errorf("builtin %v, missing %v", m.Builtin, m.Missing)
+	}
+	_, err = ResolveModuleListFS(tree(builtin[1:]), "6.1.192-vibedom", vm.ArchAMD64, GuestModules)
+	if err == nil || !strings.Contains(err.Error(), "virtio_pci") {
+		t.Errorf("a required driver missing: err %v", err)
+	}
+	_, err = ResolveModuleListFS(tree(nil), "6.1.192-vibedom", vm.ArchAMD64, GuestModules)
+	if err == nil || !strings.Contains(err.Error(), "no modules") {
+		t.Errorf("neither modules nor built-ins: err %v", err)
 	}
 }
