@@ -280,6 +280,12 @@ func writeGuestKernel(dir, kdir string, arch vm.Arch, l kernel.ModuleList) (stri
 	if err != nil {
 		return "", nil, fmt.Errorf("guest kernel %s: %w", kdir, err)
 	}
+	// vibedom's kernel has every driver built in and cannot load modules;
+	// a folder offering module files is not one (and its modules would
+	// not be in the recipe's inputs).
+	if len(mods.Order) > 0 {
+		return "", nil, fmt.Errorf("guest kernel %s: has loadable modules (%s); vibedom's guest kernel has none: run `make kernel`", kdir, strings.Join(mods.Order, ", "))
+	}
 	if err := kernel.Write(filepath.Join(dir, KernelFile), vmlinuz, arch); err != nil {
 		return "", nil, fmt.Errorf("guest kernel %s: %w", kdir, err)
 	}

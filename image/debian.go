@@ -49,16 +49,16 @@ type DebianTest struct {
 	// Assets are the kernel, busybox and guest binary to pack.
 	Assets assets.Assets
 	// Modules are the modules to include with their dependencies, every
-	// one required; when empty, kernel.GuestModules (its optional names
-	// packed when the kernel has them, as for the guest image). Built-in
-	// ones are skipped.
+	// one required; when empty, kernel.DefaultModules, all required, for a
+	// Debian kernel, and kernel.GuestModules for vibedom's guest kernel.
+	// Built-in ones are skipped.
 	Modules []string
 }
 
 var _ Recipe = (*DebianTest)(nil)
 
 // NewDebianTest returns the test image recipe for the given assets and
-// modules (kernel.GuestModules when modules is empty).
+// modules (see DebianTest.Modules for an empty list).
 func NewDebianTest(a assets.Assets, modules []string) *DebianTest {
 	return &DebianTest{Assets: a, Modules: slices.Clone(modules)}
 }
@@ -70,10 +70,17 @@ func (d *DebianTest) Name() string { return "debian-test-" + string(d.Assets.Arc
 func (d *DebianTest) Arch() vm.Arch { return d.Assets.Arch }
 
 func (d *DebianTest) modules() kernel.ModuleList {
-	if len(d.Modules) == 0 {
+	switch {
+	case len(d.Modules) > 0:
+		return kernel.ModuleList{Required: d.Modules}
+	case filepath.Base(d.Assets.KernelDir) == assets.GuestKernelDir:
+		// vibedom's guest kernel: built in what the guest uses, and not
+		// what one arch has no use for (gpio_keys on x86).
 		return kernel.GuestModules
+	default:
+		// A Debian kernel has every module of the list: hold it to all.
+		return kernel.ModuleList{Required: kernel.DefaultModules}
 	}
-	return kernel.ModuleList{Required: d.Modules}
 }
 
 // modulesLabel names the module list in the recipe's inputs and memo keys.

@@ -65,6 +65,15 @@ done
 [ -f /usr/include/libelf.h ] || [ -f /usr/include/elfutils/libelf.h ] || die "libelf headers not found: apt-get install libelf-dev"
 
 mkdir -p "$work"
+# One build at a time per checkout: the source tree and log are shared.
+exec 9>"$work/.lock"
+if ! flock -n 9; then
+	echo "build-kernel: another build is running; waiting for it" >&2
+	flock 9
+fi
+if [ "$(cat "$dest/.complete" 2>/dev/null)" = "$key" ]; then
+	exit 0
+fi
 deb=$work/${src_pkg}_${src_version}_all.deb
 if [ "$(sha256sum "$deb" 2>/dev/null | cut -d' ' -f1)" != "$src_sha256" ]; then
 	command -v apt-get >/dev/null || die "apt-get not found: the guest kernel's source is a Debian package ($src_pkg $src_version)"
@@ -95,19 +104,27 @@ echo "build-kernel: building the guest kernel for $arch from $src_pkg $src_versi
 # Reproducible: no date, user or host of this machine in the kernel.
 export KBUILD_BUILD_TIMESTAMP='2026-01-01 00:00:00 UTC' KBUILD_BUILD_USER=vibedom KBUILD_BUILD_HOST=vibedom KBUILD_BUILD_VERSION=1
 mk=(make -C "$tree" ARCH="$karch" ${cross:+CROSS_COMPILE=$cross} LOCALVERSION=-vibedom)
-{
-	"${mk[@]}" tinyconfig
-	"$tree/scripts/kconfig/merge_config.sh" -m -O "$tree" "$tree/.config" "${frags[@]}"
-	"${mk[@]}" olddefconfig
-} >"$log" 2>&1 || die "configuring failed: $(tail -n 5 "$log")"
+if ! { "${mk[@]}" tinyconfig >"$log" 2>&1 &&
+	"$tree/scripts/kconfig/merge_config.sh" -m -O "$tree" "$tree/.config" "${frags[@]}" >>"$log" 2>&1 &&
+	"${mk[@]}" olddefconfig >>"$log" 2>&1; }; then
+	die "configuring failed: $(tail -n 5 "$log")"
+fi
 
-# Every option asked for must hold: a dependency that is not met drops an
-# option silently, and the guest would boot without it.
+# Every option asked for must hold, on or off: a dependency that is not
+# met drops an option silently, and the guest would boot without it.
 missing=()
 for f in "${frags[@]}"; do
-	while IFS= read -r line; do
-		case $line in '' | '#'*) continue ;; esac
-		grep -qxF "$line" "$tree/.config" || missing+=("$line (got: $(grep -E "^(# )?${line%%=*}[= ]" "$tree/.config" || echo absent))")
+	while IFS= read -r line || [ -n "$line" ]; do
+		case $line in
+		'# CONFIG_'*' is not set') name=${line#\# } name=${name%% *} ;;
+		'' | '#'*) continue ;;
+		*) name=${line%%=*} ;;
+		esac
+		grep -qxF "$line" "$tree/.config" && continue
+		got=$(grep -E "^(# )?$name[= ]" "$tree/.config" || true)
+		# An option whose dependencies are off is absent: off too.
+		[[ -z $got && $line == '# '* ]] && continue
+		missing+=("$line (got: ${got:-absent})")
 	done <"$f"
 done
 ((${#missing[@]} == 0)) || die "options that did not hold: ${missing[*]}"
@@ -115,8 +132,8 @@ done
 "${mk[@]}" -j"$(nproc)" "$target" >>"$log" 2>&1 || die "the build failed: $(tail -n 15 "$log")"
 release=$("${mk[@]}" -s kernelrelease)
 
-tmp=$dest_root/$arch/.guest-kernel.tmp
-rm -rf "$tmp"
+mkdir -p "$dest_root/$arch"
+tmp=$(mktemp -d "$dest_root/$arch/.guest-kernel.XXXXXX")
 mkdir -p "$tmp/boot" "$tmp/lib/modules/$release"
 cp "$tree/$image" "$tmp/boot/vmlinuz-$release"
 cp "$tree/.config" "$tmp/boot/config-$release"
@@ -125,6 +142,14 @@ cp "$tree/modules.builtin" "$tree/modules.builtin.modinfo" "$tmp/lib/modules/$re
 printf '%s %s sha256:%s\noptions: image/kernel/config/{common,%s}.config\nrelease: %s\n' \
 	"$src_pkg" "$src_version" "$src_sha256" "$arch" "$release" >"$tmp/SOURCE"
 echo "$key" >"$tmp/.complete"
-rm -rf "$dest"
+chmod 755 "$tmp"
+# The old folder is moved aside whole before the new one takes its name, so
+# a reader never finds a .complete beside half a kernel.
+old=
+if [ -e "$dest" ]; then
+	old=$dest_root/$arch/.guest-kernel.old.$$
+	mv "$dest" "$old"
+fi
 mv "$tmp" "$dest"
+[ -z "$old" ] || rm -rf "$old"
 echo "build-kernel: $dest/boot/vmlinuz-$release" >&2

@@ -16,8 +16,6 @@ import (
 
 	"github.com/vibedom/vibedom/e2e/clitest"
 	"github.com/vibedom/vibedom/image"
-	"github.com/vibedom/vibedom/image/assets"
-	"github.com/vibedom/vibedom/vm"
 )
 
 // TestGuestImageVM drives the whole guest image pipeline as a user does,
@@ -87,7 +85,7 @@ func guestImageE2E(t *testing.T, goarch string) {
 	ws2 := clitest.SampleWorkspace(t)
 	distro := *c
 	distro.Env = append(slices.Clone(c.Env), "VIBEDOM_KERNEL=distro")
-	guestKernel := assets.LocateGuestKernel(vm.Arch(goarch)) != ""
+	guestKernel := clitest.GuestKernelBuilt(goarch)
 	script := `uname -r; id -u; id -un; echo "home=$HOME"; git --version; bash -c 'echo bash-ok'
 cd /work && echo "made by the agent" > made.txt && rm obsolete.txt && echo appended >> notes.txt
 cat /proc/self/status | grep ^CapEff; git -C /work status --short | wc -l`

@@ -93,6 +93,12 @@ func New(t testing.TB) *CLI {
 	c := &CLI{Home: t.TempDir(), Tmp: t.TempDir()}
 	c.Env = append(os.Environ(), "VIBEDOM_HOME="+c.Home, "TMPDIR="+c.Tmp, "NO_COLOR=1",
 		"VIBEDOM_ALPINE_MIRROR=http://127.0.0.1:9/alpine")
+	// The binaries under test live in a temporary folder: name the
+	// checkout's assets, as a checkout's bin/vibedom finds them (its
+	// guest kernel included).
+	if d := AssetsDir(); d != "" && os.Getenv("VIBEDOM_ASSETS") == "" {
+		c.Env = append(c.Env, "VIBEDOM_ASSETS="+d)
+	}
 	if d := os.Getenv("VIBEDOM_TEST_IMAGE_CACHE"); d == "" {
 		shared := filepath.Join(os.TempDir(), "vibedom-test-home-images")
 		os.MkdirAll(shared, 0o700)
@@ -100,6 +106,38 @@ func New(t testing.TB) *CLI {
 		os.Symlink(shared, filepath.Join(c.Home, "images"))
 	}
 	return c
+}
+
+// AssetsDir is the test assets folder: $VIBEDOM_ASSETS, else the first
+// .cache/assets in the current directory or a parent, else "".
+func AssetsDir() string {
+	if d := os.Getenv("VIBEDOM_ASSETS"); d != "" {
+		return d
+	}
+	wd, err := os.Getwd()
+	if err != nil {
+		return ""
+	}
+	for dir := wd; ; dir = filepath.Dir(dir) {
+		d := filepath.Join(dir, ".cache", "assets")
+		if fi, err := os.Stat(d); err == nil && fi.IsDir() {
+			return d
+		}
+		if filepath.Dir(dir) == dir {
+			return ""
+		}
+	}
+}
+
+// GuestKernelBuilt reports whether vibedom's own guest kernel for goarch
+// is built in AssetsDir (`make kernel`): sessions then boot it.
+func GuestKernelBuilt(goarch string) bool {
+	d := AssetsDir()
+	if d == "" || os.Getenv("VIBEDOM_KERNEL") == "distro" {
+		return false
+	}
+	_, err := os.Stat(filepath.Join(d, goarch, "guest-kernel", ".complete"))
+	return err == nil
 }
 
 // Run runs the vibedom command with args and stdin and returns what it

@@ -201,19 +201,27 @@ func testLiveRules(t *testing.T, extra ...string) {
 	// Open connections to held.example.com, transparent and through the
 	// proxy's CONNECT tunnel; a deny closes both.
 	var streams []*exec.Cmd
-	var outs []*strings.Builder
+	var outs []*lockedBuf
 	for _, mode := range []string{"stream", "pstream"} {
 		cmd := r.c.Command(t, nil, "exec", r.name, "--", liveProbe, mode, "https://held.example.com/stream-"+mode)
-		var b strings.Builder
-		cmd.Stdout, cmd.Stderr = &b, &b
+		b := &lockedBuf{}
+		cmd.Stdout, cmd.Stderr = b, b
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
 		}
-		streams, outs = append(streams, cmd), append(outs, &b)
+		streams, outs = append(streams, cmd), append(outs, b)
 		select {
 		case <-r.streams:
 		case <-time.After(3 * time.Minute):
 			t.Fatalf("the %s never reached the upstream: %s", mode, b.String())
+		}
+		// The upstream answered; the deny below must find the stream open
+		// at the guest's end too, so wait until the answer got there (the
+		// proxy may still be passing the headers on).
+		for deadline := time.Now().Add(3 * time.Minute); !strings.Contains(b.String(), "STARTED"); time.Sleep(20 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("the %s's answer never reached the guest: %s", mode, b.String())
+			}
 		}
 	}
 	out, _ = r.vibedom(t, 0, "deny", r.name, "held.example.com")

@@ -120,11 +120,14 @@ func assetDirComplete(dir string, arch vm.Arch) (kdir, busybox string, ok bool) 
 	return kdir, busybox, true
 }
 
-// LocateGuestKernel finds vibedom's own guest kernel for arch, a complete
-// <dir>/<arch>/guest-kernel/ in the places LocateKernel looks (when
-// $VIBEDOM_ASSETS is set, there only), or "" when there is none or
-// $VIBEDOM_KERNEL says "distro". The guest image boots it instead of
-// linux-virt's kernel.
+// LocateGuestKernel finds vibedom's own guest kernel for arch for the
+// guest image, which otherwise boots linux-virt's verified kernel: a
+// complete <dir>/<arch>/guest-kernel/ holding one kernel, where <dir> is
+// $VIBEDOM_ASSETS when set (there only), else $VIBEDOM_HOME/assets, else
+// .cache/assets in the vibedom executable's folder or its parent (a
+// checkout's bin/vibedom). Never from the current directory: that is the
+// project a session runs on, which must not choose the kernel. "" when
+// there is none or $VIBEDOM_KERNEL says "distro".
 func LocateGuestKernel(arch vm.Arch) string {
 	if !GuestKernelWanted() {
 		return ""
@@ -136,13 +139,20 @@ func LocateGuestKernel(arch vm.Arch) string {
 		if h := homeDir(); h != "" {
 			dirs = append(dirs, h.Assets())
 		}
-		for _, start := range searchStarts() {
-			dirs = append(dirs, walkUp(start, filepath.Join(".cache", "assets"))...)
+		if exe, err := os.Executable(); err == nil {
+			if r, err := filepath.EvalSymlinks(exe); err == nil {
+				exe = r
+			}
+			bin := filepath.Dir(exe)
+			dirs = append(dirs, filepath.Join(bin, ".cache", "assets"), filepath.Join(filepath.Dir(bin), ".cache", "assets"))
 		}
 	}
 	for _, d := range dirs {
 		g := filepath.Join(d, string(arch), GuestKernelDir)
-		if isFile(filepath.Join(g, ".complete")) {
+		if !isFile(filepath.Join(g, ".complete")) {
+			continue
+		}
+		if _, _, err := kernel.Find(g); err == nil {
 			return abs(g)
 		}
 	}

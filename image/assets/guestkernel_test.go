@@ -14,9 +14,8 @@ import (
 func makeGuestKernel(t *testing.T, dir string, arch vm.Arch, complete bool) string {
 	t.Helper()
 	g := filepath.Join(dir, string(arch), GuestKernelDir)
-	if err := os.MkdirAll(filepath.Join(g, "boot"), 0o755); err != nil {
-		t.Fatal(err)
-	}
+	touchFile(t, filepath.Join(g, "boot", "vmlinuz-6.1.192-vibedom"))
+	touchFile(t, filepath.Join(g, "lib", "modules", "6.1.192-vibedom", "modules.builtin"))
 	if complete {
 		touchFile(t, filepath.Join(g, ".complete"))
 	}
@@ -79,7 +78,10 @@ func TestLocateGuestKernel(t *testing.T) {
 }
 
 // With VIBEDOM_ASSETS set, a guest kernel elsewhere (the home's assets, a
-// checkout's .cache) is not used; without it, the home's comes first.
+// checkout's .cache) is not used; without it, the home's comes first. The
+// current directory (the project a session runs on) never supplies the
+// guest image's kernel, and a folder whose stamp is there but whose kernel
+// is not is passed over.
 func TestLocateGuestKernelPlaces(t *testing.T) {
 	const arch = vm.ArchAMD64
 	tmp := t.TempDir()
@@ -103,10 +105,17 @@ func TestLocateGuestKernelPlaces(t *testing.T) {
 	if g := LocateGuestKernel(arch); g != hg {
 		t.Errorf("got %q, want the home's %s", g, hg)
 	}
-	if err := os.Remove(filepath.Join(hg, ".complete")); err != nil {
+	if err := os.RemoveAll(filepath.Join(hg, "boot")); err != nil {
 		t.Fatal(err)
 	}
-	if g := LocateGuestKernel(arch); g != filepath.Join(repo, ".cache", "assets", string(arch), GuestKernelDir) {
-		t.Errorf("got %q, want the checkout's", g)
+	if g := LocateGuestKernel(arch); g != "" {
+		t.Errorf("got %q: a stamped folder without a kernel, or the current directory's .cache", g)
+	}
+	// The test image's kernel still walks up from the current directory
+	// (a development build run in its checkout), as before.
+	makeAssetDir(t, filepath.Join(repo, ".cache", "assets"), arch)
+	t.Setenv(EnvHome, filepath.Join(tmp, "other-home"))
+	if k, _, err := LocateKernel(arch); err != nil || k != filepath.Join(repo, ".cache", "assets", string(arch), GuestKernelDir) {
+		t.Errorf("LocateKernel = %q, %v", k, err)
 	}
 }

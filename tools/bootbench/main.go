@@ -186,6 +186,12 @@ func median(ds []time.Duration) time.Duration {
 	return (s[len(s)/2-1] + s[len(s)/2]) / 2
 }
 
+// lastLine is the last non-empty line of s.
+func lastLine(s string) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	return strings.TrimSpace(lines[len(lines)-1])
+}
+
 func ms(d time.Duration) string { return d.Round(time.Millisecond).String() }
 
 func uptime() string {
@@ -262,6 +268,16 @@ func run(base string, n int, memory, arch string, keep bool) error {
 			return err
 		}
 		v.parts = map[string][]time.Duration{}
+		// Which kernel each build boots (the guest kernel of `make kernel`,
+		// or the distribution's), so the figures say what they compare.
+		cmd := exec.Command(v.bin, "run", ws, "--arch", arch, "--memory", memory,
+			"--no-network", "--preflight=off", "--no-review", "--", "uname", "-r")
+		cmd.Env = append(os.Environ(), "VIBEDOM_HOME="+v.home, "NO_COLOR=1")
+		rel, err := cmd.Output()
+		if err != nil {
+			return fmt.Errorf("%s: uname -r in the guest: %w", v.name, err)
+		}
+		fmt.Printf("%-22s boots kernel %s\n", v.name, lastLine(string(rel)))
 	}
 	fmt.Println("load before:", uptime())
 	for i := 0; i < n; i++ {
