@@ -39,9 +39,12 @@ func (f *fakeGuest) serve(t *testing.T, preamble string) net.Conn {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ln.Close()
+	// The listener is closed once it has accepted, not when serve returns:
+	// closed with the connection still in its backlog (the goroutine not
+	// yet at Accept, as on a loaded machine), it would reset it.
 	go func() {
 		conn, err := ln.Accept()
+		ln.Close()
 		if err != nil {
 			return
 		}
