@@ -155,6 +155,10 @@ func guestImageCheck(h home.Home, arch vm.Arch) vm.Check {
 		c.Status, c.Detail = vm.CheckFail, err.Error()
 		return c
 	}
+	if err := assets.CheckKernelEnv(); err != nil {
+		c.Status, c.Detail, c.Fix = vm.CheckFail, err.Error(), "unset VIBEDOM_KERNEL, or set it to auto or distro"
+		return c
+	}
 	m, merr := image.ReadGuestManifest(h.GuestManifest(a))
 	if merr == nil {
 		if err := image.VerifyRootImage(h.Images(), m.Root.Path, m.Root.SHA256, true); err != nil {
@@ -162,7 +166,12 @@ func guestImageCheck(h home.Home, arch vm.Arch) vm.Check {
 			return c
 		}
 		c.Status = vm.CheckOK
-		c.Detail = fmt.Sprintf("Alpine %s %s, %d packages, root image %s verified", m.Lock.Branch, a, len(m.Lock.Packages), m.Root.SHA256[:12])
+		c.Detail = fmt.Sprintf("Alpine %s %s, %d packages, root image %s verified; kernel: ", m.Lock.Branch, a, len(m.Lock.Packages), m.Root.SHA256[:12])
+		if k := assets.LocateGuestKernel(arch); k != "" {
+			c.Detail += "vibedom's guest kernel in " + k
+		} else {
+			c.Detail += "linux-virt's"
+		}
 		return c
 	}
 	if !errors.Is(merr, image.ErrNoGuestImage) {

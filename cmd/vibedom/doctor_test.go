@@ -66,6 +66,19 @@ func TestDoctor(t *testing.T) {
 			}
 		}
 	})
+	t.Run("the kernel sessions boot", func(t *testing.T) {
+		m, _ := report(t)
+		gi := m["guest image"]
+		if clitest.GuestKernelBuilt("amd64") && gi.Status == "ok" && strings.Contains(gi.Detail, "test image") &&
+			!strings.Contains(gi.Detail, filepath.Join("amd64", "guest-kernel")) {
+			t.Errorf("guest image: %+v, want the guest kernel named", gi)
+		}
+		cmd := c.Command(t, []string{"VIBEDOM_KERNEL=vibedom"}, "doctor", "--json")
+		out, _ := cmd.Output()
+		if !strings.Contains(string(out), "use auto") || !strings.Contains(string(out), "unset VIBEDOM_KERNEL") {
+			t.Errorf("a VIBEDOM_KERNEL typo:\n%s", out)
+		}
+	})
 	t.Run("a key readable by others", func(t *testing.T) {
 		p := filepath.Join(c.Home, "keys", "id_ed25519_vibedom")
 		os.Chmod(p, 0o644)
