@@ -19,7 +19,7 @@
 # The key is a hash of the source package's checksum, the option files and
 # this script: a folder whose .complete holds the current key is kept, so a
 # second run builds nothing. The source is unpacked and built under
-# .cache/kernel-build/ (about 1.4 GB; kept so a changed option rebuilds only
+# .cache/kernel-build/ (about 1.7 GB; kept so a changed option rebuilds only
 # what it touches; `rm -rf .cache/kernel-build` frees it).
 #
 # Needs: apt-get (the source package), gcc, make, flex, bison, bc and
