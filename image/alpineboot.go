@@ -251,21 +251,7 @@ func guestKernelInputs(in *Inputs, kdir string) error {
 		return err
 	}
 	in.Param("guest kernel", release)
-	if _, err := in.File("kernel", vmlinuz); err != nil {
-		return err
-	}
-	modDir := filepath.Join(kdir, "lib", "modules", release)
-	for _, n := range []string{"modules.order", "modules.builtin", "modules.builtin.modinfo"} {
-		p := filepath.Join(modDir, n)
-		if !exists(p) {
-			in.Param(n, "absent")
-			continue
-		}
-		if _, err := in.File(n, p); err != nil {
-			return err
-		}
-	}
-	return nil
+	return kernelInputs(in, vmlinuz, filepath.Join(kdir, "lib", "modules", release))
 }
 
 // writeGuestKernel writes the guest kernel of kdir into dir as KernelFile

@@ -89,6 +89,26 @@ func (d *DebianTest) modulesLabel() string {
 	return labelList(l.Required) + ";" + labelList(l.Optional)
 }
 
+// kernelInputs declares a kernel file and its module lists (modules.order,
+// modules.builtin, modules.builtin.modinfo in modDir) by content, a list
+// that is not there as absent.
+func kernelInputs(in *Inputs, vmlinuz, modDir string) error {
+	if _, err := in.File("kernel", vmlinuz); err != nil {
+		return err
+	}
+	for _, n := range []string{"modules.order", "modules.builtin", "modules.builtin.modinfo"} {
+		p := filepath.Join(modDir, n)
+		if !exists(p) {
+			in.Param(n, "absent")
+			continue
+		}
+		if _, err := in.File(n, p); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // resolved is a module resolution as kept in the memo.
 type resolved struct {
 	Order   []string          `json:"order"`
@@ -120,18 +140,13 @@ func (d *DebianTest) Inputs(ctx context.Context, in *Inputs) error {
 	for _, f := range []struct{ label, path string }{
 		{"guest", a.GuestBinary},
 		{"busybox", a.Busybox},
-		{"kernel", vmlinuz},
-		{"modules.order", filepath.Join(modDir, "modules.order")},
-		{"modules.builtin", filepath.Join(modDir, "modules.builtin")},
-		{"modules.builtin.modinfo", filepath.Join(modDir, "modules.builtin.modinfo")},
 	} {
-		if f.label != "guest" && f.label != "busybox" && f.label != "kernel" && !exists(f.path) {
-			in.Param(f.label, "absent")
-			continue
-		}
 		if _, err := in.File(f.label, f.path); err != nil {
 			return err
 		}
+	}
+	if err := kernelInputs(in, vmlinuz, modDir); err != nil {
+		return err
 	}
 	if err := ctx.Err(); err != nil {
 		return err
